@@ -1,0 +1,74 @@
+/* Collective and point-to-point communication within one group of ranks.
+ *
+ * The model and the trainer call only these functions; they never see MPI or
+ * NCCL. A tri_comm is one group (TP, DP, PP, ...). A group of size 1 takes the
+ * trivial path in the wrappers (in-place ops are no-ops, copies are memcpy),
+ * so a single-rank run needs no transport at all.
+ *
+ * Buffers are host (CPU backend) or device (CUDA backend) memory of the
+ * backend in use. All calls are collective over the group unless they say
+ * otherwise. A failure inside a transport is fatal: it prints the rank and the
+ * call, and aborts every rank (a half-finished collective cannot be recovered).
+ */
+#ifndef TRI_COMM_H
+#define TRI_COMM_H
+
+#include <stddef.h>
+
+typedef enum { TRI_F32 = 0, TRI_F64 = 1, TRI_I32 = 2, TRI_U8 = 3 } tri_dtype;
+typedef enum { TRI_SUM = 0, TRI_MAX = 1 } tri_redop;
+
+/* A pending non-blocking operation; complete it with tri_comm_wait. */
+typedef struct tri_req {
+    unsigned char opaque[16];
+    int active;
+} tri_req;
+
+struct tri_comm;
+
+/* A transport implements these for groups of size > 1. */
+typedef struct tri_comm_impl {
+    const char *name;
+    void (*allreduce)(struct tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op);
+    void (*iallreduce)(struct tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r);
+    /* recv (n) = sum over ranks of the rank-th n-slice of send (size*n)   */
+    void (*reduce_scatter)(struct tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t);
+    /* recv (size*n) = concatenation of every rank's send (n)               */
+    void (*allgather)(struct tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t);
+    void (*broadcast)(struct tri_comm *c, void *buf, size_t n, tri_dtype t, int root);
+    void (*isend)(struct tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r);
+    void (*irecv)(struct tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r);
+    void (*wait)(struct tri_comm *c, tri_req *r);
+    void (*barrier)(struct tri_comm *c);
+    void (*free)(struct tri_comm *c);
+} tri_comm_impl;
+
+typedef struct tri_comm {
+    int size;                   /* ranks in the group                     */
+    int rank;                   /* this rank's index in the group         */
+    int world_rank;             /* for messages                           */
+    const tri_comm_impl *impl;  /* NULL when size == 1                    */
+    void *handle;               /* the transport's communicator           */
+} tri_comm;
+
+size_t tri_dtype_size(tri_dtype t);
+
+/* A group of one: every call below is trivial on it. */
+void tri_comm_init_self(tri_comm *c, int world_rank);
+
+void tri_comm_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op);
+/* Starts an all-reduce; buf must not be touched until tri_comm_wait(r). */
+void tri_comm_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r);
+void tri_comm_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t);
+void tri_comm_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t);
+void tri_comm_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root);
+/* Point-to-point (not collective): peer is a rank index within the group. */
+void tri_comm_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r);
+void tri_comm_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r);
+/* Completes r; a request that was never started (active == 0) returns at once. */
+void tri_comm_wait(tri_comm *c, tri_req *r);
+void tri_comm_barrier(tri_comm *c);
+/* NULL-safe; leaves a group of one. */
+void tri_comm_free(tri_comm *c);
+
+#endif

@@ -1,0 +1,89 @@
+/* The wrappers of comm.h, with the trivial path for groups of one. */
+#include "parallel/comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t tri_dtype_size(tri_dtype t) {
+    switch (t) {
+    case TRI_F32: return 4;
+    case TRI_F64: return 8;
+    case TRI_I32: return 4;
+    case TRI_U8: return 1;
+    }
+    fprintf(stderr, "trident: unknown dtype %d\n", (int)t);
+    abort();
+}
+
+void tri_comm_init_self(tri_comm *c, int world_rank) {
+    memset(c, 0, sizeof *c);
+    c->size = 1;
+    c->rank = 0;
+    c->world_rank = world_rank;
+}
+
+static int trivial(const tri_comm *c) { return c->size == 1 || c->impl == NULL; }
+
+void tri_comm_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
+    if (!trivial(c) && n > 0) c->impl->allreduce(c, buf, n, t, op);
+}
+
+void tri_comm_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
+    r->active = 0;
+    if (!trivial(c) && n > 0) c->impl->iallreduce(c, buf, n, t, op, r);
+}
+
+void tri_comm_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
+    if (trivial(c)) {
+        if (recv != send) memmove(recv, send, n * tri_dtype_size(t));
+        return;
+    }
+    c->impl->reduce_scatter(c, recv, send, n, t);
+}
+
+void tri_comm_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
+    if (trivial(c)) {
+        if (recv != send) memmove(recv, send, n * tri_dtype_size(t));
+        return;
+    }
+    c->impl->allgather(c, recv, send, n, t);
+}
+
+void tri_comm_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root) {
+    if (!trivial(c) && n > 0) c->impl->broadcast(c, buf, n, t, root);
+}
+
+void tri_comm_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r) {
+    r->active = 0;
+    if (trivial(c)) {
+        fprintf(stderr, "trident: rank %d: send to peer %d in a group of one\n", c->world_rank, peer);
+        abort();
+    }
+    c->impl->isend(c, buf, n, t, peer, tag, r);
+}
+
+void tri_comm_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r) {
+    r->active = 0;
+    if (trivial(c)) {
+        fprintf(stderr, "trident: rank %d: receive from peer %d in a group of one\n", c->world_rank, peer);
+        abort();
+    }
+    c->impl->irecv(c, buf, n, t, peer, tag, r);
+}
+
+void tri_comm_wait(tri_comm *c, tri_req *r) {
+    if (r->active && !trivial(c)) c->impl->wait(c, r);
+    r->active = 0;
+}
+
+void tri_comm_barrier(tri_comm *c) {
+    if (!trivial(c)) c->impl->barrier(c);
+}
+
+void tri_comm_free(tri_comm *c) {
+    if (c == NULL) return;
+    if (c->impl && c->impl->free) c->impl->free(c);
+    int wr = c->world_rank;
+    tri_comm_init_self(c, wr);
+}

@@ -1,0 +1,32 @@
+/* The process context of a run: this rank's place in the mesh and one
+ * communicator per group. Started once at start-up, freed at exit.
+ *
+ * Launched by mpirun/tridentrun/srun (an MPI environment is present and
+ * Trident was built with MPI): the MPI transport, one rank of many.
+ * Otherwise: a world of one rank, no transport at all.
+ */
+#ifndef TRI_DIST_H
+#define TRI_DIST_H
+
+#include "parallel/comm.h"
+#include "parallel/mesh.h"
+
+typedef struct tri_dist {
+    tri_mesh mesh;
+    tri_comm world, tp, dp, pp, emb;
+    int transport;   /* 0: single process, 1: MPI */
+} tri_dist;
+
+/* Validates tp*pp*dp against the world size before anything is allocated.
+ * Returns 0, or -1 with a message naming the numbers in err. */
+int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen);
+/* NULL-safe; finalises the transport. */
+void tri_dist_free(tri_dist *d);
+/* Ends the whole job from any rank after an error (MPI_Abort under MPI, exit otherwise). */
+void tri_dist_abort(tri_dist *d, int code);
+
+/* World size and rank from the launcher's environment, before any transport
+ * is started (1 and 0 when not launched by an MPI launcher). */
+void tri_dist_env_world(int *world, int *rank);
+
+#endif

@@ -1,0 +1,48 @@
+/* The parallel mesh: which (tp, dp, pp) coordinates a rank has and which
+ * ranks form each group. A pure function of (world, rank, tp, pp, dp), tested
+ * without any process group.
+ *
+ * Rank order is Megatron's: tensor-parallel fastest, then data, then pipeline:
+ *   rank = tp_rank + tp * (dp_rank + dp * pp_rank)
+ */
+#ifndef TRI_MESH_H
+#define TRI_MESH_H
+
+#include <stddef.h>
+
+typedef enum {
+    TRI_GROUP_TP = 0,  /* same dp, pp; ordered by tp_rank            */
+    TRI_GROUP_DP,      /* same tp, pp; ordered by dp_rank            */
+    TRI_GROUP_PP,      /* same tp, dp; ordered by pp_rank            */
+    TRI_GROUP_EMB,     /* first and last pp stage with the same tp, dp
+                          (one member when pp == 1)                  */
+    TRI_GROUP_MP,      /* model parallel: same dp (tp x pp ranks)    */
+    TRI_GROUP_COUNT
+} tri_group_kind;
+
+typedef struct tri_mesh {
+    int world, rank;
+    int tp, pp, dp;                /* sizes; world == tp * pp * dp */
+    int tp_rank, dp_rank, pp_rank; /* this rank's coordinates       */
+} tri_mesh;
+
+/* Fills *m for `rank` of `world`. Returns 0, or -1 with a message in err
+ * (naming the numbers) when a size is < 1, tp*pp*dp != world, or rank is out
+ * of range. */
+int tri_mesh_init(tri_mesh *m, int world, int rank, int tp, int pp, int dp,
+                  char *err, size_t errlen);
+
+/* Global rank of the given coordinates. */
+int tri_mesh_rank_of(const tri_mesh *m, int tp_rank, int dp_rank, int pp_rank);
+
+/* Members of this rank's group of the given kind, in group-rank order, into
+ * ranks[] (room for m->world entries). Returns the member count; *my_index
+ * (may be NULL) receives this rank's position in the group, or -1 when this
+ * rank is not a member (TRI_GROUP_EMB on a middle stage). */
+int tri_mesh_group(const tri_mesh *m, tri_group_kind kind, int *ranks, int *my_index);
+
+/* A "color" that is equal exactly for the ranks of one group of this kind, for
+ * MPI_Comm_split; -1 for a rank outside every group of that kind. */
+int tri_mesh_color(const tri_mesh *m, tri_group_kind kind);
+
+#endif
