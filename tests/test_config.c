@@ -1,0 +1,727 @@
+/* The configuration system (src/config.c) against values written out by hand:
+ * the defaults and the shipped configs are compared with the numbers of the
+ * specification field by field (not through the field table), every error
+ * case must return -1 and print exactly one stderr line that starts
+ * "trident: <file>: " and names the key and the numbers, and to_json ->
+ * load_string must give back a config whose every member (listed by hand)
+ * is identical, including doubles one ulp off a short decimal and seeds
+ * above 2^53. The help text must list every key that to_json writes (an
+ * independent path through the table), and that count must be the 35 members
+ * of the struct counted by hand.
+ *
+ * stderr is captured by pointing fd 2 at a file in the test's temporary
+ * directory (Criterion runs each test in its own process). */
+#include <criterion/criterion.h>
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "src/config.h"
+
+#define N_CONFIG_FIELDS 35 /* members of tri_config minus `source`, counted by hand */
+
+/* ------------------------------------------------------------------------ */
+/* Temporary directory, files, stderr capture                               */
+
+static char tmpdir[64];
+static int n_files;
+
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/tri_test_config_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp failed");
+    n_files = 0;
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+static void teardown(void) {
+    if (tmpdir[0] != '\0') nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(config, .init = setup, .fini = teardown);
+
+/* Writes `text` to a new file in tmpdir; its path goes to path (256 bytes). */
+static void write_tmp(const char *text, char *path) {
+    snprintf(path, 256, "%s/c%d.json", tmpdir, n_files++);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "cannot create %s", path);
+    size_t n = strlen(text);
+    cr_assert_eq(fwrite(text, 1, n, f), n);
+    cr_assert_eq(fclose(f), 0);
+}
+
+typedef struct capture {
+    int saved_fd;
+    char path[300];
+} capture;
+
+static void capture_begin(capture *c) {
+    snprintf(c->path, sizeof c->path, "%s/stderr%d.txt", tmpdir, n_files++);
+    fflush(stderr);
+    int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert(fd >= 0, "cannot create %s", c->path);
+    c->saved_fd = dup(2);
+    cr_assert(c->saved_fd >= 0);
+    cr_assert(dup2(fd, 2) >= 0);
+    close(fd);
+}
+
+/* Restores stderr and returns what was written (malloc'd). */
+static char *capture_end(capture *c) {
+    fflush(stderr);
+    cr_assert(dup2(c->saved_fd, 2) >= 0);
+    close(c->saved_fd);
+    FILE *f = fopen(c->path, "rb");
+    cr_assert_not_null(f);
+    char *buf = calloc(1, 65536);
+    cr_assert_not_null(buf);
+    size_t n = fread(buf, 1, 65535, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Error checks                                                             */
+
+/* The message `err` must be one line, "trident: <file>: ..." with every
+ * needle (NULL-terminated list) somewhere after the file name. */
+static void check_message(const char *err, const char *file, const char *const *needles,
+                          const char *what) {
+    size_t len = strlen(err);
+    cr_assert(len > 0 && err[len - 1] == '\n', "[%s] expected one line on stderr, got \"%s\"",
+              what, err);
+    cr_assert_null(memchr(err, '\n', len - 1), "[%s] more than one line: \"%s\"", what, err);
+    char head[600];
+    snprintf(head, sizeof head, "trident: %s: ", file);
+    cr_assert(strncmp(err, head, strlen(head)) == 0, "[%s] \"%s\" does not start \"%s\"", what,
+              err, head);
+    for (const char *const *n = needles; *n != NULL; n++)
+        cr_expect_not_null(strstr(err + strlen(head), *n), "[%s] \"%s\" lacks \"%s\"", what,
+                           err, *n);
+}
+
+/* Loads `json` (written to a file) with overrides; expects -1, *cfg untouched
+ * and one message naming the file and holding every needle. */
+static void expect_error_ov(const char *json, int n_ov, const char *const *ov,
+                            const char *const *needles) {
+    char path[256];
+    write_tmp(json, path);
+    tri_config cfg, before;
+    memset(&cfg, 0x5a, sizeof cfg);
+    before = cfg;
+    capture c;
+    capture_begin(&c);
+    int rc = tri_config_load(&cfg, path, n_ov, ov);
+    char *err = capture_end(&c);
+    cr_expect_eq(rc, -1, "[%s] load returned %d", json, rc);
+    cr_expect(memcmp(&cfg, &before, sizeof cfg) == 0, "[%s] *cfg changed on failure", json);
+    check_message(err, path, needles, json);
+    free(err);
+}
+
+#define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define OVS(...) (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)), \
+                 ((const char *const[]){__VA_ARGS__})
+#define EXPECT_ERROR(json, ...) expect_error_ov(json, 0, NULL, NEEDLES(__VA_ARGS__))
+/* A valid file (data.train set) with one bad override. */
+#define EXPECT_SET_ERROR(ov, ...) \
+    expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}", OVS(ov), NEEDLES(__VA_ARGS__))
+
+/* ------------------------------------------------------------------------ */
+/* Error cases                                                              */
+
+Test(config, unknown_section_and_key) {
+    EXPECT_ERROR("{\"trainn\": {\"lr\": 1}}", "trainn", "unknown section");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lrr\": 0.1}}", "train.lrr",
+                 "unknown key");
+    EXPECT_ERROR("{\"model\": {\"N_LAYER\": 2}}", "model.N_LAYER", "unknown key");
+    /* the message of the specification, character for character */
+    char path[256];
+    write_tmp("{\"train\": {\"lrr\": 1}}", path);
+    tri_config cfg;
+    capture c;
+    capture_begin(&c);
+    cr_assert_eq(tri_config_load(&cfg, path, 0, NULL), -1);
+    char *err = capture_end(&c);
+    char want[400];
+    snprintf(want, sizeof want, "trident: %s: train.lrr: unknown key\n", path);
+    cr_expect_str_eq(err, want);
+    free(err);
+}
+
+Test(config, wrong_json_types) {
+    EXPECT_ERROR("{\"train\": {\"lr\": \"0.1\"}}", "train.lr", "expected a number, got a string");
+    EXPECT_ERROR("{\"train\": {\"steps\": true}}", "train.steps", "got true");
+    EXPECT_ERROR("{\"model\": {\"n_head\": null}}", "model.n_head", "got null");
+    EXPECT_ERROR("{\"model\": {\"n_head\": [4]}}", "model.n_head", "got an array");
+    EXPECT_ERROR("{\"data\": {\"train\": 5}}", "data.train", "expected a string, got a number");
+    EXPECT_ERROR("{\"train\": 3}", "train", "expected an object, got a number");
+    EXPECT_ERROR("[1, 2]", "expected a JSON object", "got an array");
+    EXPECT_ERROR("{\"train\": {\"seed\": false}}", "train.seed", "got false");
+}
+
+Test(config, integer_fields_reject_fractions) {
+    EXPECT_ERROR("{\"train\": {\"steps\": 1.5}}", "train.steps", "expected an integer, got 1.5");
+    EXPECT_ERROR("{\"model\": {\"n_layer\": 2.000001}}", "model.n_layer", "2.000001");
+    EXPECT_ERROR("{\"train\": {\"seed\": 12.5}}", "train.seed", "12.5");
+    /* beyond int: named with the number, not wrapped around */
+    EXPECT_ERROR("{\"train\": {\"steps\": 1e10}}", "train.steps", "10000000000");
+    EXPECT_ERROR("{\"model\": {\"n_embd\": -3000000000}}", "model.n_embd", "-3000000000");
+}
+
+Test(config, out_of_range_values) {
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": -1}}", "train.lr",
+                 "expected a number > 0, got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": 0}}", "train.lr", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"min_lr\": -0.5}}", "train.min_lr",
+                 ">= 0", "-0.5");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_layer\": 0}}", "model.n_layer",
+                 ">= 1", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_head\": -2}}", "model.n_head",
+                 "got -2");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_embd\": 0}}", "model.n_embd",
+                 "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"seq_len\": 0}}", "model.seq_len",
+                 ">= 1", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"vocab_size\": 1}}",
+                 "model.vocab_size", "[2, 2147483648)", "got 1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"vocab_size\": 2147483648}}",
+                 "model.vocab_size", "[2, 2147483648)", "got 2147483648");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"global_batch\": 0}}",
+                 "train.global_batch", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"micro_batch\": -4}}",
+                 "train.micro_batch", "got -4");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"steps\": -1}}", "train.steps",
+                 ">= 0", "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"beta1\": 1}}", "train.beta1",
+                 "[0, 1)", "got 1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"beta2\": -0.01}}", "train.beta2",
+                 "[0, 1)", "got -0.01");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"eps\": 0}}", "train.eps", "> 0",
+                 "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"warmup_steps\": -1}}",
+                 "train.warmup_steps", ">= 0", "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"grad_clip\": -0.25}}",
+                 "train.grad_clip", ">= 0", "got -0.25");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"weight_decay\": -1}}",
+                 "train.weight_decay", "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"eval_batches\": 0}}",
+                 "train.eval_batches", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"tp\": 0}}", "parallel.tp",
+                 ">= 1", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"pp\": -1}}", "parallel.pp",
+                 "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"dp\": 0}}", "parallel.dp",
+                 "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"bucket_mb\": 0}}",
+                 "parallel.bucket_mb", "> 0", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"log\": {\"every\": 0}}", "log.every",
+                 "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"checkpoint\": {\"keep\": -1}}",
+                 "checkpoint.keep", "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"debug\": {\"fail_step\": -2}}",
+                 "debug.fail_step", ">= -1", "got -2");
+    /* cJSON reads 1e400 as infinity */
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": 1e400}}", "train.lr",
+                 "finite");
+}
+
+Test(config, cross_field_rules) {
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_embd\": 130, \"n_head\": 4}}",
+                 "model.n_embd", "130", "model.n_head", "4");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"global_batch\": 10, "
+                 "\"micro_batch\": 4}}",
+                 "train.global_batch", "10", "train.micro_batch", "4");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": 0.001, \"min_lr\": 0.01}}",
+                 "train.min_lr", "0.01", "train.lr", "0.001");
+    /* equal is allowed; divisibility by tp or dp is not checked here */
+    char path[256];
+    write_tmp("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": 0.001, \"min_lr\": 0.001},"
+              " \"parallel\": {\"tp\": 3, \"dp\": 5}}",
+              path);
+    tri_config cfg;
+    cr_expect_eq(tri_config_load(&cfg, path, 0, NULL), 0);
+}
+
+Test(config, required_train_path) {
+    EXPECT_ERROR("{}", "data.train", "required");
+    EXPECT_ERROR("{\"data\": {\"train\": \"\", \"val\": \"v.bin\"}}", "data.train", "required");
+}
+
+Test(config, missing_file) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/does-not-exist.json", tmpdir);
+    tri_config cfg;
+    capture c;
+    capture_begin(&c);
+    int rc = tri_config_load(&cfg, path, 0, NULL);
+    char *err = capture_end(&c);
+    cr_expect_eq(rc, -1);
+    check_message(err, path, NEEDLES("cannot open: No such file or directory"), "missing file");
+    free(err);
+}
+
+Test(config, json_syntax_errors) {
+    /* the stray comma is on line 3 */
+    EXPECT_ERROR("{\n  \"data\": {\"train\": \"x\"},\n  \"train\": {\"lr\": 1,}\n}", "syntax",
+                 "line 3");
+    /* trailing garbage after the object: byte 3, line 1, column 4 */
+    EXPECT_ERROR("{} x", "syntax", "line 1", "column 4", "byte 3");
+    EXPECT_ERROR("", "syntax", "byte 0");
+    EXPECT_ERROR("{\"train\": {\"lr\": 1e-3", "syntax");
+    EXPECT_ERROR("{\"train\" {}}", "syntax", "line 1");
+}
+
+Test(config, duplicate_keys) {
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\", \"train\": \"y\"}}", "data.train", "twice");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"data\": {\"val\": \"y\"}}", "data", "twice");
+}
+
+Test(config, too_long_string) {
+    char *json = malloc(TRI_PATH_MAX + 64);
+    cr_assert_not_null(json);
+    int n = snprintf(json, 64, "{\"data\": {\"train\": \"");
+    memset(json + n, 'a', TRI_PATH_MAX); /* one more than fits with the NUL */
+    strcpy(json + n + TRI_PATH_MAX, "\"}}");
+    EXPECT_ERROR(json, "data.train", "1023", "1024");
+    free(json);
+}
+
+Test(config, seed_errors) {
+    /* above 2^53 a JSON number cannot be trusted: must be a string */
+    EXPECT_ERROR("{\"train\": {\"seed\": 1e19}}", "train.seed", "string", "1e+19");
+    EXPECT_ERROR("{\"train\": {\"seed\": -1}}", "train.seed", "got -1");
+    EXPECT_ERROR("{\"train\": {\"seed\": \"abc\"}}", "train.seed", "\"abc\"");
+    EXPECT_ERROR("{\"train\": {\"seed\": \"-1\"}}", "train.seed", "\"-1\"");
+    EXPECT_ERROR("{\"train\": {\"seed\": \"18446744073709551616\"}}", "train.seed",
+                 "18446744073709551616");
+    EXPECT_ERROR("{\"train\": {\"seed\": \"12 \"}}", "train.seed", "\"12 \"");
+}
+
+Test(config, override_errors) {
+    EXPECT_SET_ERROR("train.lr", "--set train.lr", "section.key=value");
+    EXPECT_SET_ERROR("train.lrr=0.1", "--set train.lrr", "unknown key");
+    EXPECT_SET_ERROR("lr=0.1", "--set lr", "unknown key");
+    EXPECT_SET_ERROR("trainn.lr=0.1", "--set trainn.lr", "unknown key");
+    EXPECT_SET_ERROR("train.lr=abc", "--set train.lr", "expected a number", "'abc'");
+    EXPECT_SET_ERROR("train.lr=", "--set train.lr", "expected a number", "''");
+    EXPECT_SET_ERROR("train.lr=0.1x", "--set train.lr", "'0.1x'");
+    EXPECT_SET_ERROR("train.lr= 0.1", "--set train.lr", "' 0.1'");
+    EXPECT_SET_ERROR("train.lr=nan", "--set train.lr", "finite");
+    EXPECT_SET_ERROR("train.lr=inf", "--set train.lr", "finite");
+    EXPECT_SET_ERROR("train.steps=1.5", "--set train.steps", "expected an integer, got 1.5");
+    EXPECT_SET_ERROR("train.steps=12x", "--set train.steps", "'12x'");
+    EXPECT_SET_ERROR("train.steps=99999999999", "--set train.steps", "99999999999");
+    EXPECT_SET_ERROR("train.seed=-1", "--set train.seed", "'-1'");
+    EXPECT_SET_ERROR("train.seed=18446744073709551616", "--set train.seed",
+                     "18446744073709551616");
+    EXPECT_SET_ERROR("train.seed=1.5", "--set train.seed", "'1.5'");
+    /* an override out of range is caught by validation, naming the key */
+    EXPECT_SET_ERROR("train.beta2=1", "train.beta2", "[0, 1)", "got 1");
+    /* the error stops at the first bad override */
+    expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}",
+                    OVS("train.lr=0.01", "model.n_layerz=3", "train.lr=oops"),
+                    NEEDLES("model.n_layerz", "unknown key"));
+}
+
+Test(config, load_string_names_its_source) {
+    tri_config cfg;
+    capture c;
+    capture_begin(&c);
+    int rc = tri_config_load_string(&cfg, "{\"train\": {\"lrr\": 1}}", "run/state.json");
+    char *err = capture_end(&c);
+    cr_expect_eq(rc, -1);
+    cr_expect_str_eq(err, "trident: run/state.json: train.lrr: unknown key\n");
+    free(err);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Defaults, overrides, shipped configs                                     */
+
+/* The defaults of the specification, written out member by member. */
+static void check_defaults_except_data(const tri_config *c) {
+    cr_expect_eq(c->model.n_layer, 4);
+    cr_expect_eq(c->model.n_head, 4);
+    cr_expect_eq(c->model.n_embd, 128);
+    cr_expect_eq(c->model.seq_len, 128);
+    cr_expect_eq(c->model.vocab_size, 256);
+    cr_expect_eq(c->train.global_batch, 16);
+    cr_expect_eq(c->train.micro_batch, 4);
+    cr_expect_eq(c->train.steps, 100);
+    cr_expect(c->train.lr == 1e-3);
+    cr_expect(c->train.min_lr == 1e-4);
+    cr_expect_eq(c->train.warmup_steps, 10);
+    cr_expect(c->train.weight_decay == 0.1);
+    cr_expect(c->train.grad_clip == 1.0);
+    cr_expect(c->train.beta1 == 0.9);
+    cr_expect(c->train.beta2 == 0.95);
+    cr_expect(c->train.eps == 1e-8);
+    cr_expect(c->train.seed == 1337u);
+    cr_expect_eq(c->train.eval_every, 0);
+    cr_expect_eq(c->train.eval_batches, 4);
+    cr_expect(c->data.split == 0.0);
+    cr_expect_eq(c->parallel.tp, 1);
+    cr_expect_eq(c->parallel.pp, 1);
+    cr_expect_eq(c->parallel.dp, 1);
+    cr_expect(c->parallel.bucket_mb == 25.0);
+    cr_expect_str_eq(c->checkpoint.dir, "checkpoints");
+    cr_expect_eq(c->checkpoint.every, 0);
+    cr_expect_eq(c->checkpoint.keep, 0);
+    cr_expect_eq(c->log.every, 1);
+    cr_expect_str_eq(c->log.dir, "logs");
+    cr_expect(c->log.peak_gflops == 200.0);
+    cr_expect_eq(c->debug.fail_step, -1);
+    cr_expect_eq(c->debug.fail_rank, -1);
+}
+
+Test(config, defaults) {
+    tri_config c;
+    memset(&c, 0x77, sizeof c);
+    tri_config_defaults(&c);
+    check_defaults_except_data(&c);
+    cr_expect_str_eq(c.data.train, "");
+    cr_expect_str_eq(c.data.val, "");
+    cr_expect_str_eq(c.data.tokenizer, "");
+}
+
+Test(config, minimal_file_gives_defaults) {
+    char path[256];
+    write_tmp("{\"data\": {\"train\": \"tokens.bin\"}}", path);
+    tri_config c;
+    cr_assert_eq(tri_config_load(&c, path, 0, NULL), 0);
+    check_defaults_except_data(&c);
+    cr_expect_str_eq(c.data.train, "tokens.bin");
+    cr_expect_str_eq(c.data.val, "");
+    cr_expect_str_eq(c.data.tokenizer, "");
+    cr_expect_str_eq(c.source, path);
+    /* with a UTF-8 byte-order mark and an empty section */
+    write_tmp("\xEF\xBB\xBF{\"model\": {}, \"data\": {\"train\": \"t\"}}", path);
+    cr_expect_eq(tri_config_load(&c, path, 0, NULL), 0);
+}
+
+Test(config, overrides_win_over_the_file) {
+    char path[256];
+    write_tmp("{\"data\": {\"train\": \"a.bin\", \"val\": \"v.bin\"},"
+              " \"train\": {\"lr\": 0.002, \"steps\": -5, \"seed\": 7},"
+              " \"model\": {\"n_layer\": 6}}",
+              path);
+    tri_config c;
+    /* the file's invalid steps is fixed by an override: validation runs last */
+    cr_assert_eq(tri_config_load(&c, path,
+                                 OVS("train.lr=3e-3", "train.steps=5", "train.lr=0.004",
+                                     "data.train=b=c.bin", "train.seed=18446744073709551615",
+                                     "model.n_embd=1e2", "model.n_head=5",
+                                     "checkpoint.dir=", "log.peak_gflops=12.5")),
+                 0);
+    cr_expect(c.train.lr == 0.004, "later override wins: %.17g", c.train.lr);
+    cr_expect_eq(c.train.steps, 5);
+    cr_expect_str_eq(c.data.train, "b=c.bin"); /* value taken verbatim after the first '=' */
+    cr_expect_str_eq(c.data.val, "v.bin");     /* untouched file value */
+    cr_expect(c.train.seed == UINT64_MAX);
+    cr_expect_eq(c.model.n_layer, 6);
+    cr_expect_eq(c.model.n_embd, 100);
+    cr_expect_eq(c.model.n_head, 5);
+    cr_expect_str_eq(c.checkpoint.dir, "");
+    cr_expect(c.log.peak_gflops == 12.5);
+    /* no file at all: defaults plus overrides */
+    cr_assert_eq(tri_config_load(&c, NULL, OVS("data.train=x.bin")), 0);
+    cr_expect_str_eq(c.data.train, "x.bin");
+    check_defaults_except_data(&c);
+}
+
+Test(config, seed_forms) {
+    tri_config c;
+    cr_assert_eq(tri_config_load_string(
+                     &c, "{\"data\": {\"train\": \"x\"}, \"train\": {\"seed\": 9007199254740992}}",
+                     "s"),
+                 0);
+    cr_expect(c.train.seed == ((uint64_t)1 << 53));
+    cr_assert_eq(tri_config_load_string(
+                     &c,
+                     "{\"data\": {\"train\": \"x\"}, \"train\": {\"seed\": "
+                     "\"18446744073709551615\"}}",
+                     "s"),
+                 0);
+    cr_expect(c.train.seed == UINT64_MAX);
+    cr_assert_eq(tri_config_load_string(
+                     &c, "{\"data\": {\"train\": \"x\"}, \"train\": {\"seed\": \"0\"}}", "s"),
+                 0);
+    cr_expect(c.train.seed == 0);
+}
+
+Test(config, quickstart_config_loads) {
+    tri_config c;
+    cr_assert_eq(tri_config_load(&c, TRI_SOURCE_DIR "/configs/quickstart.json", 0, NULL), 0);
+    cr_expect_eq(c.model.n_layer, 4);
+    cr_expect_eq(c.model.n_head, 4);
+    cr_expect_eq(c.model.n_embd, 128);
+    cr_expect_eq(c.model.seq_len, 128);
+    cr_expect_eq(c.model.vocab_size, 256);
+    cr_expect_eq(c.train.global_batch, 16);
+    cr_expect_eq(c.train.micro_batch, 8);
+    cr_expect_eq(c.train.steps, 600);
+    cr_expect(c.train.lr == 2e-3);
+    cr_expect(c.train.min_lr == 2e-4);
+    cr_expect_eq(c.train.warmup_steps, 30);
+    cr_expect(c.train.weight_decay == 0.1);
+    cr_expect(c.train.grad_clip == 1.0);
+    cr_expect(c.train.seed == 1337u);
+    cr_expect_eq(c.train.eval_every, 100);
+    cr_expect_eq(c.train.eval_batches, 8);
+    cr_expect_str_eq(c.data.train, "data/kjv/train.bin");
+    cr_expect_str_eq(c.data.val, "data/kjv/val.bin");
+    cr_expect_str_eq(c.checkpoint.dir, "runs/quickstart/ckpt");
+    cr_expect_eq(c.checkpoint.every, 200);
+    cr_expect_eq(c.checkpoint.keep, 2);
+    cr_expect_eq(c.log.every, 10);
+    cr_expect_str_eq(c.log.dir, "runs/quickstart");
+}
+
+Test(config, tiny_test_config_loads) {
+    tri_config c;
+    cr_assert_eq(tri_config_load(&c, TRI_SOURCE_DIR "/configs/tiny-test.json", 0, NULL), 0);
+    cr_expect_eq(c.model.n_layer, 2);
+    cr_expect_eq(c.model.n_head, 2);
+    cr_expect_eq(c.model.n_embd, 32);
+    cr_expect_eq(c.model.seq_len, 16);
+    cr_expect_eq(c.model.vocab_size, 256);
+    cr_expect_eq(c.train.global_batch, 8);
+    cr_expect_eq(c.train.micro_batch, 2);
+    cr_expect_eq(c.train.steps, 10);
+    cr_expect(c.train.lr == 1e-3);
+    cr_expect(c.train.min_lr == 1e-4);
+    cr_expect_eq(c.train.warmup_steps, 2);
+    cr_expect_str_eq(c.data.train, "data/kjv/train.bin");
+    cr_expect_str_eq(c.data.val, "data/kjv/val.bin");
+    cr_expect_str_eq(c.checkpoint.dir, "runs/tiny/ckpt");
+    cr_expect_str_eq(c.log.dir, "runs/tiny");
+    cr_expect_eq(c.parallel.tp, 1); /* not in the file: default */
+}
+
+/* ------------------------------------------------------------------------ */
+/* Round trip, print, help                                                  */
+
+/* Every member, by hand; doubles compared bit for bit. */
+static void expect_same(const tri_config *a, const tri_config *b) {
+#define SAME_I(m) cr_expect_eq(a->m, b->m, #m ": %d vs %d", a->m, b->m)
+#define SAME_D(m) cr_expect(memcmp(&a->m, &b->m, sizeof(double)) == 0, #m ": %.17g vs %.17g", \
+                            a->m, b->m)
+#define SAME_S(m) cr_expect_str_eq(a->m, b->m, #m)
+    SAME_I(model.n_layer);
+    SAME_I(model.n_head);
+    SAME_I(model.n_embd);
+    SAME_I(model.seq_len);
+    SAME_I(model.vocab_size);
+    SAME_I(train.global_batch);
+    SAME_I(train.micro_batch);
+    SAME_I(train.steps);
+    SAME_D(train.lr);
+    SAME_D(train.min_lr);
+    SAME_I(train.warmup_steps);
+    SAME_D(train.weight_decay);
+    SAME_D(train.grad_clip);
+    SAME_D(train.beta1);
+    SAME_D(train.beta2);
+    SAME_D(train.eps);
+    cr_expect(a->train.seed == b->train.seed, "seed: %llu vs %llu",
+              (unsigned long long)a->train.seed, (unsigned long long)b->train.seed);
+    SAME_I(train.eval_every);
+    SAME_I(train.eval_batches);
+    SAME_S(data.train);
+    SAME_S(data.val);
+    SAME_S(data.tokenizer);
+    SAME_D(data.split);
+    SAME_I(parallel.tp);
+    SAME_I(parallel.pp);
+    SAME_I(parallel.dp);
+    SAME_D(parallel.bucket_mb);
+    SAME_S(checkpoint.dir);
+    SAME_I(checkpoint.every);
+    SAME_I(checkpoint.keep);
+    SAME_I(log.every);
+    SAME_S(log.dir);
+    SAME_D(log.peak_gflops);
+    SAME_I(debug.fail_step);
+    SAME_I(debug.fail_rank);
+#undef SAME_I
+#undef SAME_D
+#undef SAME_S
+}
+
+/* A valid config in which every member differs from its default, with
+ * doubles that a 15-digit printer would not give back. */
+static void unusual_config(tri_config *c, uint64_t seed) {
+    tri_config_defaults(c);
+    c->model.n_layer = 7;
+    c->model.n_head = 3;
+    c->model.n_embd = 96;
+    c->model.seq_len = 33;
+    c->model.vocab_size = 2147483647;
+    c->train.global_batch = 30;
+    c->train.micro_batch = 5;
+    c->train.steps = 0;
+    c->train.lr = nextafter(0.1, 1.0); /* 0.1 plus one ulp */
+    c->train.min_lr = 1.0 / 3.0 * 1e-3;
+    c->train.warmup_steps = 123456;
+    c->train.weight_decay = 0.0;
+    c->train.grad_clip = 1e-300;
+    c->train.beta1 = nextafter(1.0, 0.0); /* the largest double below 1 */
+    c->train.beta2 = 0.0;
+    c->train.eps = 4.9406564584124654e-324; /* the smallest subnormal */
+    c->train.seed = seed;
+    c->train.eval_every = 17;
+    c->train.eval_batches = 1;
+    snprintf(c->data.train, sizeof c->data.train, "dir with space/\"quoted\"\\back\tslash.bin");
+    snprintf(c->data.val, sizeof c->data.val, "val\nnewline-\xC3\xA9t\xC3\xA9.bin");
+    snprintf(c->data.tokenizer, sizeof c->data.tokenizer, "tok/tokenizer.json");
+    c->data.split = 0.0625;
+    c->parallel.tp = 2;
+    c->parallel.pp = 4;
+    c->parallel.dp = 3;
+    c->parallel.bucket_mb = 0.0625;
+    snprintf(c->checkpoint.dir, sizeof c->checkpoint.dir, "%s", "");
+    c->checkpoint.every = 1000000;
+    c->checkpoint.keep = 9;
+    c->log.every = 2147483647;
+    snprintf(c->log.dir, sizeof c->log.dir, "/abs/log");
+    c->log.peak_gflops = 1.2345678901234567e15;
+    c->debug.fail_step = 5;
+    c->debug.fail_rank = 0;
+}
+
+Test(config, to_json_round_trips_exactly) {
+    const uint64_t seeds[] = {UINT64_MAX, ((uint64_t)1 << 53) + 1, 0, 42};
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        tri_config a, b;
+        unusual_config(&a, seeds[i]);
+        snprintf(a.source, sizeof a.source, "state.json");
+        char *json = tri_config_to_json(&a);
+        cr_assert_not_null(json);
+        memset(&b, 0x33, sizeof b);
+        cr_assert_eq(tri_config_load_string(&b, json, "state.json"), 0, "%s", json);
+        expect_same(&a, &b);
+        cr_expect_str_eq(b.source, "state.json");
+        /* and the text is stable: dump of the reloaded config is the same */
+        char *json2 = tri_config_to_json(&b);
+        cr_assert_not_null(json2);
+        cr_expect_str_eq(json, json2);
+        free(json);
+        free(json2);
+    }
+}
+
+/* "section.key" names of the JSON that to_json writes (parsed by cJSON here,
+ * not by the config code). Returns how many; names[i] malloc'd. */
+static int json_keys(const tri_config *c, char names[][64], int max) {
+    char *json = tri_config_to_json(c);
+    cr_assert_not_null(json);
+    cJSON *root = cJSON_Parse(json);
+    cr_assert_not_null(root, "to_json wrote invalid JSON:\n%s", json);
+    int n = 0;
+    for (cJSON *s = root->child; s != NULL; s = s->next) {
+        cr_assert(cJSON_IsObject(s), "%s is not an object", s->string);
+        for (cJSON *k = s->child; k != NULL; k = k->next) {
+            cr_assert_lt(n, max);
+            snprintf(names[n++], 64, "%s.%s", s->string, k->string);
+        }
+    }
+    cJSON_Delete(root);
+    free(json);
+    return n;
+}
+
+/* Lines of `text` whose first word (after blanks) is exactly `word`. */
+static int lines_starting_with(const char *text, const char *word) {
+    int count = 0;
+    size_t wl = strlen(word);
+    for (const char *line = text; *line != '\0';) {
+        const char *p = line;
+        while (*p == ' ') p++;
+        if (strncmp(p, word, wl) == 0 && (p[wl] == ' ' || p[wl] == '\n')) count++;
+        const char *nl = strchr(line, '\n');
+        if (nl == NULL) break;
+        line = nl + 1;
+    }
+    return count;
+}
+
+static char *capture_stream(void (*write)(const tri_config *, FILE *), const tri_config *c) {
+    char *buf = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&buf, &size);
+    cr_assert_not_null(f);
+    write(c, f);
+    cr_assert_eq(fclose(f), 0);
+    return buf;
+}
+
+static void help_adapter(const tri_config *c, FILE *f) {
+    (void)c;
+    tri_config_help(f);
+}
+
+Test(config, help_lists_every_key) {
+    tri_config c;
+    tri_config_defaults(&c);
+    char names[128][64];
+    int n = json_keys(&c, names, 128);
+    cr_expect_eq(n, N_CONFIG_FIELDS, "to_json wrote %d keys, the struct has %d", n,
+                 N_CONFIG_FIELDS);
+    char *help = capture_stream(help_adapter, &c);
+    int total = 0;
+    for (int i = 0; i < n; i++) {
+        int k = lines_starting_with(help, names[i]);
+        cr_expect_eq(k, 1, "help has %d lines for %s", k, names[i]);
+        total += k;
+    }
+    /* no line for a key that to_json does not write: count lines whose
+     * first word looks like section.key */
+    int keyish = 0;
+    for (const char *line = help; *line != '\0';) {
+        const char *p = line;
+        while (*p == ' ') p++;
+        const char *sp = strpbrk(p, " \n");
+        const char *dot = strchr(p, '.');
+        if (sp != NULL && dot != NULL && dot < sp && p[0] >= 'a' && p[0] <= 'z') keyish++;
+        const char *nl = strchr(line, '\n');
+        if (nl == NULL) break;
+        line = nl + 1;
+    }
+    cr_expect_eq(keyish, n, "help has %d key lines, JSON has %d keys", keyish, n);
+    /* a range and a help text make it to the line: spot checks */
+    cr_expect_not_null(strstr(help, "[0, 1)"));
+    cr_expect_not_null(strstr(help, "[2, 2147483648)"));
+    free(help);
+}
+
+static void print_adapter(const tri_config *c, FILE *f) { tri_config_print(c, f); }
+
+Test(config, print_echoes_every_field) {
+    tri_config c;
+    cr_assert_eq(tri_config_load(&c, TRI_SOURCE_DIR "/configs/quickstart.json", 0, NULL), 0);
+    char names[128][64];
+    int n = json_keys(&c, names, 128);
+    char *out = capture_stream(print_adapter, &c);
+    int lines = 0;
+    for (const char *p = out; *p != '\0'; p++) lines += *p == '\n';
+    cr_expect_eq(lines, n);
+    for (int i = 0; i < n; i++)
+        cr_expect_eq(lines_starting_with(out, names[i]), 1, "print lacks %s", names[i]);
+    cr_expect_not_null(strstr(out, "train.lr = 0.002\n"), "%s", out);
+    cr_expect_not_null(strstr(out, "train.seed = 1337\n"));
+    cr_expect_not_null(strstr(out, "model.n_embd = 128\n"));
+    cr_expect_not_null(strstr(out, "data.train = \"data/kjv/train.bin\"\n"));
+    free(out);
+}
