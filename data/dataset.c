@@ -1,0 +1,448 @@
+/* Token-file reader: path resolution, format detection by magic number,
+ * memory mapping, the parallel vocabulary scan, and the stream/document
+ * accessors shared by both formats. The format-specific header and index
+ * checks live in data/llmc.c and data/megatron.c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data/dataset.h"
+#include "data/dataset_internal.h"
+
+void tri_data_err(const char *file, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "trident: %s: ", file);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int tri_dtype_bytes(int dtype)
+{
+    switch (dtype) {
+    case TRI_DT_U8: case TRI_DT_I8: return 1;
+    case TRI_DT_I16: case TRI_DT_U16: return 2;
+    case TRI_DT_I32: case TRI_DT_U32: return 4;
+    case TRI_DT_I64: return 8;
+    default: return 0;
+    }
+}
+
+int64_t tri_dtype_max(int dtype)
+{
+    switch (dtype) {
+    case TRI_DT_U8: return UINT8_MAX;
+    case TRI_DT_I8: return INT8_MAX;
+    case TRI_DT_I16: return INT16_MAX;
+    case TRI_DT_U16: return UINT16_MAX;
+    case TRI_DT_I32: return INT32_MAX;
+    case TRI_DT_U32: return UINT32_MAX;
+    case TRI_DT_I64: return INT64_MAX;
+    default: return 0;
+    }
+}
+
+const char *tri_dtype_name(int dtype)
+{
+    switch (dtype) {
+    case TRI_DT_U8: return "uint8";
+    case TRI_DT_I8: return "int8";
+    case TRI_DT_I16: return "int16";
+    case TRI_DT_I32: return "int32";
+    case TRI_DT_I64: return "int64";
+    case TRI_DT_F64: return "float64";
+    case TRI_DT_F32: return "float32";
+    case TRI_DT_U16: return "uint16";
+    case TRI_DT_U32: return "uint32";
+    default: return "unknown";
+    }
+}
+
+const char *tri_data_format_name(int format)
+{
+    switch (format) {
+    case TRI_DATA_LLMC: return "llm.c";
+    case TRI_DATA_MEGATRON: return "megatron";
+    default: return "unknown";
+    }
+}
+
+/* ---- files ------------------------------------------------------------ */
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int is_regular_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Reads up to `cap` leading bytes of `path` into buf. Returns the count, or
+ * -1 after printing. */
+static long peek_file(const char *path, unsigned char *buf, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        tri_data_err(path, "cannot open: %s", strerror(errno));
+        return -1;
+    }
+    size_t got = 0;
+    while (got < cap) {
+        ssize_t r = read(fd, buf + got, cap - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            tri_data_err(path, "cannot read: %s", strerror(errno));
+            close(fd);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    return (long)got;
+}
+
+/* Maps the whole file read-only. An empty file gives *map == NULL. */
+static int map_file(const char *path, void **map, size_t *size)
+{
+    *map = NULL;
+    *size = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        tri_data_err(path, "cannot open: %s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        tri_data_err(path, "cannot stat: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        tri_data_err(path, "not a regular file");
+        close(fd);
+        return -1;
+    }
+    if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            tri_data_err(path, "cannot mmap %lld bytes: %s", (long long)st.st_size,
+                         strerror(errno));
+            close(fd);
+            return -1;
+        }
+        *map = p;
+        *size = (size_t)st.st_size;
+    }
+    if (close(fd) != 0) {
+        tri_data_err(path, "cannot close: %s", strerror(errno));
+        if (*map)
+            munmap(*map, *size);
+        *map = NULL;
+        *size = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/* Decides the format and fills ds->bin_path / idx_path / format. */
+static int resolve_paths(tri_dataset *ds, const char *path)
+{
+    size_t len = strlen(path);
+    if (is_regular_file(path)) {
+        unsigned char head[16];
+        long got = peek_file(path, head, sizeof head);
+        if (got < 0)
+            return -1;
+        if (got >= TRI_MMIDX_MAGIC_LEN && memcmp(head, TRI_MMIDX_MAGIC, TRI_MMIDX_MAGIC_LEN) == 0) {
+            if (!ends_with(path, ".idx")) {
+                tri_data_err(path, "is a Megatron index but not named PREFIX.idx, so its "
+                                   "PREFIX.bin cannot be found");
+                return -1;
+            }
+            ds->format = TRI_DATA_MEGATRON;
+            snprintf(ds->idx_path, sizeof ds->idx_path, "%s", path);
+            snprintf(ds->bin_path, sizeof ds->bin_path, "%.*s.bin", (int)(len - 4), path);
+            return 0;
+        }
+        if (got >= 4 && (tri_ld_i32(head) == TRI_LLMC_MAGIC ||
+                         tri_ld_i32(head) == TRI_LLMC_MAGIC_U32)) {
+            ds->format = TRI_DATA_LLMC;
+            snprintf(ds->bin_path, sizeof ds->bin_path, "%s", path);
+            return 0;
+        }
+        if (ends_with(path, ".bin")) {
+            char idx[TRI_DATA_PATH_MAX];
+            snprintf(idx, sizeof idx, "%.*s.idx", (int)(len - 4), path);
+            if (is_regular_file(idx)) {
+                ds->format = TRI_DATA_MEGATRON;
+                snprintf(ds->idx_path, sizeof ds->idx_path, "%s", idx);
+                snprintf(ds->bin_path, sizeof ds->bin_path, "%s", path);
+                return 0;
+            }
+        }
+        if (got < 4)
+            tri_data_err(path, "not a token file: %ld bytes is too short for an llm.c header, "
+                               "and there is no Megatron PREFIX.idx beside it", got);
+        else
+            tri_data_err(path, "not a token file: bad magic %d at byte offset 0 (llm.c token "
+                               "files start with %d) and there is no Megatron PREFIX.idx "
+                               "beside it", (int)tri_ld_i32(head), TRI_LLMC_MAGIC);
+        return -1;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        tri_data_err(path, "not a regular file");
+        return -1;
+    }
+    char idx[TRI_DATA_PATH_MAX];
+    snprintf(idx, sizeof idx, "%s.idx", path);
+    if (is_regular_file(idx)) {
+        ds->format = TRI_DATA_MEGATRON;
+        snprintf(ds->idx_path, sizeof ds->idx_path, "%s", idx);
+        snprintf(ds->bin_path, sizeof ds->bin_path, "%s.bin", path);
+        return 0;
+    }
+    tri_data_err(path, "no such file (nor a Megatron pair %s.idx + %s.bin)", path, path);
+    return -1;
+}
+
+/* ---- token access ------------------------------------------------------ */
+
+static int64_t token_at(const tri_dataset *ds, size_t i)
+{
+    const unsigned char *p = ds->tokens;
+    switch (ds->dtype) {
+    case TRI_DT_U8: return p[i];
+    case TRI_DT_I8: return (int8_t)p[i];
+    case TRI_DT_U16: return ((const uint16_t *)(const void *)p)[i];
+    case TRI_DT_I16: return ((const int16_t *)(const void *)p)[i];
+    case TRI_DT_I32: return ((const int32_t *)(const void *)p)[i];
+    case TRI_DT_U32: return ((const uint32_t *)(const void *)p)[i];
+    case TRI_DT_I64: return ((const int64_t *)(const void *)p)[i];
+    default: TRI_DATA_CHECK(!"unsupported dtype"); return 0;
+    }
+}
+
+/* Min and max of tokens [lo, hi) (hi > lo). Typed loops so that the
+ * compiler vectorises them; token 0 is 8-byte aligned in both formats. */
+#define MINMAX_LOOP(T)                                                        \
+    do {                                                                      \
+        const T *v = (const T *)(const void *)ds->tokens;                     \
+        T mn = v[lo], mx = v[lo];                                             \
+        for (size_t i = lo; i < hi; i++) {                                    \
+            mn = v[i] < mn ? v[i] : mn;                                       \
+            mx = v[i] > mx ? v[i] : mx;                                       \
+        }                                                                     \
+        *pmin = (int64_t)mn;                                                  \
+        *pmax = (int64_t)mx;                                                  \
+    } while (0)
+
+static void chunk_minmax(const tri_dataset *ds, size_t lo, size_t hi, int64_t *pmin,
+                         int64_t *pmax)
+{
+    switch (ds->dtype) {
+    case TRI_DT_U8: MINMAX_LOOP(uint8_t); break;
+    case TRI_DT_I8: MINMAX_LOOP(int8_t); break;
+    case TRI_DT_U16: MINMAX_LOOP(uint16_t); break;
+    case TRI_DT_I16: MINMAX_LOOP(int16_t); break;
+    case TRI_DT_I32: MINMAX_LOOP(int32_t); break;
+    case TRI_DT_U32: MINMAX_LOOP(uint32_t); break;
+    case TRI_DT_I64: MINMAX_LOOP(int64_t); break;
+    default: TRI_DATA_CHECK(!"unsupported dtype");
+    }
+}
+
+#define SCAN_CHUNK ((size_t)1 << 18) /* tokens per parallel work item */
+
+/* Index of the first token outside [0, vocab), or SIZE_MAX if none. */
+static size_t first_bad_token(const tri_dataset *ds, int64_t vocab)
+{
+    size_t n = ds->n_tokens;
+    size_t n_chunks = (n + SCAN_CHUNK - 1) / SCAN_CHUNK;
+    size_t first = SIZE_MAX;
+#pragma omp parallel for schedule(dynamic, 4) reduction(min : first)
+    for (size_t c = 0; c < n_chunks; c++) {
+        size_t lo = c * SCAN_CHUNK;
+        size_t hi = lo + SCAN_CHUNK < n ? lo + SCAN_CHUNK : n;
+        if (lo >= first)
+            continue; /* an earlier bad token is already known here */
+        int64_t mn, mx;
+        chunk_minmax(ds, lo, hi, &mn, &mx);
+        if (mn >= 0 && mx < vocab)
+            continue;
+        for (size_t i = lo; i < hi; i++) {
+            int64_t t = token_at(ds, i);
+            if (t < 0 || t >= vocab) {
+                if (i < first)
+                    first = i;
+                break;
+            }
+        }
+    }
+    return first;
+}
+
+void tri_dataset_minmax(const tri_dataset *ds, int64_t *min_id, int64_t *max_id)
+{
+    TRI_DATA_CHECK(ds != NULL);
+    size_t n = ds->n_tokens;
+    size_t n_chunks = (n + SCAN_CHUNK - 1) / SCAN_CHUNK;
+    int64_t gmin = INT64_MAX, gmax = INT64_MIN;
+#pragma omp parallel for schedule(dynamic, 4) reduction(min : gmin) reduction(max : gmax)
+    for (size_t c = 0; c < n_chunks; c++) {
+        size_t lo = c * SCAN_CHUNK;
+        size_t hi = lo + SCAN_CHUNK < n ? lo + SCAN_CHUNK : n;
+        int64_t mn, mx;
+        chunk_minmax(ds, lo, hi, &mn, &mx);
+        gmin = mn < gmin ? mn : gmin;
+        gmax = mx > gmax ? mx : gmax;
+    }
+    if (n == 0)
+        gmin = gmax = 0;
+    if (min_id)
+        *min_id = gmin;
+    if (max_id)
+        *max_id = gmax;
+}
+
+static int check_vocab(const tri_dataset *ds, int vocab_size)
+{
+    if (tri_dtype_max(ds->dtype) < (int64_t)vocab_size - 1) {
+        tri_data_err(ds->bin_path, "token dtype %s holds ids up to %lld, too small for "
+                                   "vocab_size %d", tri_dtype_name(ds->dtype),
+                     (long long)tri_dtype_max(ds->dtype), vocab_size);
+        return -1;
+    }
+    size_t bad = first_bad_token(ds, vocab_size);
+    if (bad != SIZE_MAX) {
+        tri_data_err(ds->bin_path, "token id %lld at byte offset %zu (token %zu) is outside "
+                                   "the vocabulary [0, %d)",
+                     (long long)token_at(ds, bad),
+                     ds->data_offset + bad * (size_t)ds->token_bytes, bad, vocab_size);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- open / close ------------------------------------------------------ */
+
+int tri_dataset_open(tri_dataset *ds, const char *path, int vocab_size)
+{
+    TRI_DATA_CHECK(ds != NULL && path != NULL);
+    memset(ds, 0, sizeof *ds);
+    const uint16_t one = 1;
+    if (*(const unsigned char *)&one != 1) {
+        tri_data_err(path, "token files are little-endian; this host is not");
+        return -1;
+    }
+    size_t len = strlen(path);
+    if (len == 0) {
+        tri_data_err("(empty path)", "no token file named");
+        return -1;
+    }
+    if (len + 5 > TRI_DATA_PATH_MAX) {
+        tri_data_err(path, "path longer than %d bytes", TRI_DATA_PATH_MAX - 5);
+        return -1;
+    }
+    if (vocab_size < 0) {
+        tri_data_err(path, "vocab_size %d is negative", vocab_size);
+        return -1;
+    }
+    memcpy(ds->path, path, len + 1);
+    if (resolve_paths(ds, path) != 0)
+        goto fail;
+    if (ds->format == TRI_DATA_MEGATRON) {
+        if (map_file(ds->idx_path, &ds->idx_map, &ds->idx_size) != 0)
+            goto fail;
+    }
+    if (map_file(ds->bin_path, &ds->bin_map, &ds->bin_size) != 0)
+        goto fail;
+    int rc = ds->format == TRI_DATA_LLMC ? tri_llmc_parse(ds) : tri_megatron_parse(ds);
+    if (rc != 0)
+        goto fail;
+    if (vocab_size > 0 && check_vocab(ds, vocab_size) != 0)
+        goto fail;
+    return 0;
+fail:
+    tri_dataset_close(ds);
+    return -1;
+}
+
+void tri_dataset_close(tri_dataset *ds)
+{
+    if (!ds)
+        return;
+    if (ds->bin_map)
+        munmap(ds->bin_map, ds->bin_size);
+    if (ds->idx_map)
+        munmap(ds->idx_map, ds->idx_size);
+    memset(ds, 0, sizeof *ds);
+}
+
+/* ---- accessors --------------------------------------------------------- */
+
+#define READ_LOOP(T)                                                          \
+    do {                                                                      \
+        const T *v = (const T *)(const void *)ds->tokens + start;             \
+        for (size_t i = 0; i < n; i++)                                        \
+            out[i] = (int32_t)v[i];                                           \
+    } while (0)
+
+void tri_dataset_read(const tri_dataset *ds, size_t start, size_t n, int32_t *out)
+{
+    TRI_DATA_CHECK(ds != NULL && (out != NULL || n == 0));
+    TRI_DATA_CHECK(start <= ds->n_tokens && n <= ds->n_tokens - start);
+    switch (ds->dtype) {
+    case TRI_DT_U8: READ_LOOP(uint8_t); break;
+    case TRI_DT_I8: READ_LOOP(int8_t); break;
+    case TRI_DT_U16: READ_LOOP(uint16_t); break;
+    case TRI_DT_I16: READ_LOOP(int16_t); break;
+    case TRI_DT_I32: READ_LOOP(int32_t); break;
+    case TRI_DT_U32: READ_LOOP(uint32_t); break;
+    case TRI_DT_I64: READ_LOOP(int64_t); break;
+    default: TRI_DATA_CHECK(!"unsupported dtype");
+    }
+}
+
+/* Stream position of Megatron sequence j (j == n_seqs: the end). Valid
+ * because open checked that the pointers are contiguous from 0. */
+static size_t seq_start(const tri_dataset *ds, uint64_t j)
+{
+    if (j >= ds->n_seqs)
+        return ds->n_tokens;
+    return (size_t)tri_ld_i64(ds->seq_ptr + 8 * j) / (size_t)ds->token_bytes;
+}
+
+int tri_dataset_doc(const tri_dataset *ds, size_t doc, size_t *start, size_t *len)
+{
+    TRI_DATA_CHECK(ds != NULL && start != NULL && len != NULL);
+    if (doc >= ds->n_docs)
+        return -1;
+    if (ds->format == TRI_DATA_LLMC) {
+        *start = 0;
+        *len = ds->n_tokens;
+        return 0;
+    }
+    uint64_t s = (uint64_t)tri_ld_i64(ds->doc_idx + 8 * doc);
+    uint64_t e = (uint64_t)tri_ld_i64(ds->doc_idx + 8 * (doc + 1));
+    size_t a = seq_start(ds, s), b = seq_start(ds, e);
+    *start = a;
+    *len = b - a;
+    return 0;
+}
