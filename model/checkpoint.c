@@ -1,0 +1,296 @@
+#include "model/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "parallel/ckptdir.h"
+#include "parallel/safetensors.h"
+
+enum { MAX_PIECES = 3 };
+
+/* The HF order of the tensors of one block, and of the whole model. */
+static const tri_param_kind k_block_order[] = {
+    TRI_P_LN1W, TRI_P_LN1B, TRI_P_QKVW, TRI_P_QKVB, TRI_P_ATTPROJW, TRI_P_ATTPROJB,
+    TRI_P_LN2W, TRI_P_LN2B, TRI_P_FCW,  TRI_P_FCB,  TRI_P_FCPROJW,  TRI_P_FCPROJB,
+};
+
+/* Stored (HF) shape of a parameter. */
+static int hf_shape(const tri_param *p, size_t *shape) {
+    if (p->rows == 1) {
+        shape[0] = p->cols;
+        return 1;
+    }
+    if (p->hf_transposed) {
+        shape[0] = p->cols;
+        shape[1] = p->rows;
+    } else {
+        shape[0] = p->hf_rows_saved;
+        shape[1] = p->cols;
+    }
+    return 2;
+}
+
+/* The global model's parameter table (tp = pp = 1), for the file layout. */
+static int global_table(const tri_model_cfg *cfg, tri_gpt *full) {
+    return tri_gpt_describe(full, cfg, 1, 0, 1, 0);
+}
+
+static int add_entry(tri_st_layout *L, const char *prefix, const tri_param *p) {
+    char name[128];
+    size_t shape[2];
+    snprintf(name, sizeof name, "%s%s", prefix, p->name);
+    int nd = hf_shape(p, shape);
+    return tri_st_layout_add(L, name, nd, shape) < 0 ? -1 : 0;
+}
+
+/* The file layout: wte, wpe, blocks in order, ln_f (Hugging Face's order). */
+static int build_layout(const tri_model_cfg *cfg, const char *prefix, tri_st_layout *L) {
+    tri_gpt full;
+    if (global_table(cfg, &full) != 0) return -1;
+    tri_st_layout_init(L);
+    int rc = 0;
+    tri_param_kind head[] = {TRI_P_WTE, TRI_P_WPE};
+    for (int k = 0; k < 2 && rc == 0; k++)
+        for (int i = 0; i < full.n_params; i++)
+            if (full.params[i].kind == head[k]) rc |= add_entry(L, prefix, &full.params[i]);
+    for (int l = 0; l < cfg->n_layer && rc == 0; l++)
+        for (size_t k = 0; k < sizeof k_block_order / sizeof k_block_order[0]; k++)
+            for (int i = 0; i < full.n_params; i++)
+                if (full.params[i].layer == l && full.params[i].kind == k_block_order[k])
+                    rc |= add_entry(L, prefix, &full.params[i]);
+    tri_param_kind tail[] = {TRI_P_LNFW, TRI_P_LNFB};
+    for (int k = 0; k < 2 && rc == 0; k++)
+        for (int i = 0; i < full.n_params; i++)
+            if (full.params[i].kind == tail[k]) rc |= add_entry(L, prefix, &full.params[i]);
+    tri_gpt_free(&full);
+    if (rc) tri_st_layout_free(L);
+    return rc;
+}
+
+/* The boxes of the stored tensor that this rank's slice of p covers. */
+static int pieces_of(const tri_gpt *g, const tri_param *p, float *base, tri_st_piece *out) {
+    int n = 0;
+    if (p->split == TRI_SPLIT_NONE) {
+        if (p->hf_transposed)
+            out[n++] = (tri_st_piece){0, 0, p->cols, p->rows, base, p->lcols, 1};
+        else
+            out[n++] = (tri_st_piece){0, 0, p->rows, p->cols, base, p->lcols, 0};
+        return n;
+    }
+    size_t S = (size_t)p->segments;
+    size_t lseg = (p->split == TRI_SPLIT_ROWS ? p->lrows : p->lcols) / S;
+    for (size_t s = 0; s < S; s++) {
+        size_t gstart = tri_param_global_dim(p, g->tp_rank, g->tp, s * lseg);
+        if (p->split == TRI_SPLIT_ROWS) {
+            float *src = base + s * lseg * p->lcols;
+            if (p->hf_transposed) {
+                out[n++] = (tri_st_piece){0, gstart, p->cols, lseg, src, p->lcols, 1};
+            } else {
+                /* wte: only the rows of the real vocabulary are stored */
+                if (gstart >= p->hf_rows_saved) continue;
+                size_t nr = p->hf_rows_saved - gstart < lseg ? p->hf_rows_saved - gstart : lseg;
+                out[n++] = (tri_st_piece){gstart, 0, nr, p->cols, src, p->lcols, 0};
+            }
+        } else {
+            float *src = base + s * lseg;
+            if (p->hf_transposed)
+                out[n++] = (tri_st_piece){gstart, 0, lseg, p->rows, src, p->lcols, 1};
+            else
+                out[n++] = (tri_st_piece){0, gstart, 1, lseg, src, p->lcols, 0};
+        }
+    }
+    return n;
+}
+
+/* Whether this rank writes its slice of p (each stored element exactly once). */
+static int owns(const tri_gpt *g, const tri_dist *d, const tri_param *p) {
+    if (d->mesh.dp_rank != 0) return 0;
+    if (p->split == TRI_SPLIT_NONE && g->tp_rank != 0) return 0;
+    if (p->kind == TRI_P_WTE && !g->stage.has_embedding) return 0; /* the head stage's copy */
+    return 1;
+}
+
+static int agree(tri_dist *d, int failed) {
+    tri_comm_allreduce(&d->world, &failed, 1, TRI_I32, TRI_MAX);
+    return failed ? -1 : 0;
+}
+
+static int write_params(const char *path, const tri_st_layout *L, const char *prefix, const tri_gpt *g,
+                        const tri_dist *d, const float *mem) {
+    int fd = open(path, O_WRONLY);
+    if (fd < 0) {
+        fprintf(stderr, "trident: rank %d: %s: cannot open for writing: %s\n", d->mesh.rank, path, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < g->n_params && rc == 0; i++) {
+        const tri_param *p = &g->params[i];
+        if (!owns(g, d, p)) continue;
+        char name[128];
+        snprintf(name, sizeof name, "%s%s", prefix, p->name);
+        int e = tri_st_layout_find(L, name);
+        if (e < 0) {
+            fprintf(stderr, "trident: internal error: %s: tensor %s is not in the checkpoint layout\n", path, name);
+            rc = -1;
+            break;
+        }
+        tri_st_piece pc[MAX_PIECES];
+        int np = pieces_of(g, p, (float *)mem + p->offset, pc);
+        for (int k = 0; k < np && rc == 0; k++) rc = tri_st_write_piece(fd, L, e, &pc[k]);
+    }
+    if (close(fd) != 0 && rc == 0) {
+        fprintf(stderr, "trident: %s: close: %s\n", path, strerror(errno));
+        rc = -1;
+    }
+    return rc;
+}
+
+int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
+                   const char *state_json, int keep) {
+    int is_root = d->mesh.rank == 0;
+    char tmp[4096] = {0};
+    tri_st_layout Lm, Lo;
+    tri_st_layout_init(&Lm);
+    tri_st_layout_init(&Lo);
+    int failed = 0;
+    if (build_layout(&g->cfg, "", &Lm) != 0) failed = 1;
+    /* optimizer layout: exp_avg.* then exp_avg_sq.* */
+    if (!failed) {
+        tri_st_layout a, b;
+        if (build_layout(&g->cfg, "exp_avg.", &a) != 0) failed = 1;
+        else if (build_layout(&g->cfg, "exp_avg_sq.", &b) != 0) { tri_st_layout_free(&a); failed = 1; }
+        else {
+            for (size_t i = 0; i < a.n && !failed; i++)
+                failed |= tri_st_layout_add(&Lo, a.entries[i].name, a.entries[i].ndim, a.entries[i].shape) < 0;
+            for (size_t i = 0; i < b.n && !failed; i++)
+                failed |= tri_st_layout_add(&Lo, b.entries[i].name, b.entries[i].ndim, b.entries[i].shape) < 0;
+            tri_st_layout_free(&a);
+            tri_st_layout_free(&b);
+        }
+    }
+    char mpath[4200], opath[4200];
+    if (is_root && !failed) {
+        if (tri_ckpt_begin(root, step, tmp, sizeof tmp) != 0) failed = 1;
+        snprintf(mpath, sizeof mpath, "%s/model.safetensors", tmp);
+        snprintf(opath, sizeof opath, "%s/optimizer.safetensors", tmp);
+        if (!failed && tri_st_create(mpath, &Lm, "{\"format\": \"pt\", \"producer\": \"trident\"}") != 0) failed = 1;
+        char meta[128];
+        snprintf(meta, sizeof meta, "{\"step\": \"%ld\", \"optimizer\": \"adamw\"}", step);
+        if (!failed && tri_st_create(opath, &Lo, meta) != 0) failed = 1;
+    }
+    if (agree(d, failed) != 0) goto fail;
+    tri_comm_broadcast(&d->world, tmp, sizeof tmp, TRI_U8, 0);
+    snprintf(mpath, sizeof mpath, "%s/model.safetensors", tmp);
+    snprintf(opath, sizeof opath, "%s/optimizer.safetensors", tmp);
+    failed = write_params(mpath, &Lm, "", g, d, g->param_mem) != 0;
+    if (!failed) failed = write_params(opath, &Lo, "exp_avg.", g, d, o->m) != 0;
+    if (!failed) failed = write_params(opath, &Lo, "exp_avg_sq.", g, d, o->v) != 0;
+    if (agree(d, failed) != 0) goto fail;
+    if (is_root) {
+        char path[4200];
+        char *cj = tri_hf_config_json(&g->cfg);
+        snprintf(path, sizeof path, "%s/config.json", tmp);
+        if (!cj || tri_write_file_atomic(path, cj, strlen(cj)) != 0) failed = 1;
+        free(cj);
+        snprintf(path, sizeof path, "%s/state.json", tmp);
+        if (!failed && tri_write_file_atomic(path, state_json, strlen(state_json)) != 0) failed = 1;
+        if (!failed && tri_ckpt_commit(root, step, tmp, keep) != 0) failed = 1;
+    }
+    if (agree(d, failed) != 0) goto fail;
+    tri_st_layout_free(&Lm);
+    tri_st_layout_free(&Lo);
+    return 0;
+fail:
+    if (is_root) fprintf(stderr, "trident: checkpoint of step %ld not saved; the previous one is intact\n", step);
+    tri_st_layout_free(&Lm);
+    tri_st_layout_free(&Lo);
+    return -1;
+}
+
+static int read_params(const char *path, const char *prefix, tri_gpt *g, float *mem) {
+    tri_st_file f;
+    if (tri_st_open(&f, path) != 0) return -1;
+    int rc = 0;
+    for (int i = 0; i < g->n_params && rc == 0; i++) {
+        const tri_param *p = &g->params[i];
+        char name[128];
+        size_t shape[2];
+        snprintf(name, sizeof name, "%s%s", prefix, p->name);
+        int nd = hf_shape(p, shape);
+        int e = tri_st_expect(&f, name, nd, shape);
+        if (e < 0) { rc = -1; break; }
+        float *base = mem + p->offset;
+        memset(base, 0, p->numel * sizeof(float)); /* padded vocab rows stay 0 */
+        tri_st_piece pc[MAX_PIECES];
+        int np = pieces_of(g, p, base, pc);
+        for (int k = 0; k < np && rc == 0; k++) rc = tri_st_read_piece(f.fd, &f.layout, e, &pc[k]);
+    }
+    tri_st_close(&f);
+    return rc;
+}
+
+int tri_model_load(const char *dir, tri_gpt *g, tri_optim *o, tri_dist *d) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    int failed = read_params(path, "", g, g->param_mem) != 0;
+    if (!failed && o) {
+        snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+        failed = read_params(path, "exp_avg.", g, o->m) != 0;
+        if (!failed) failed = read_params(path, "exp_avg_sq.", g, o->v) != 0;
+    }
+    return d ? agree(d, failed) : (failed ? -1 : 0);
+}
+
+char *tri_hf_config_json(const tri_model_cfg *cfg) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+    cJSON_AddStringToObject(c, "model_type", "gpt2");
+    cJSON_AddNumberToObject(c, "vocab_size", cfg->vocab_size);
+    cJSON_AddNumberToObject(c, "n_positions", cfg->seq_len);
+    cJSON_AddNumberToObject(c, "n_ctx", cfg->seq_len);
+    cJSON_AddNumberToObject(c, "n_embd", cfg->n_embd);
+    cJSON_AddNumberToObject(c, "n_layer", cfg->n_layer);
+    cJSON_AddNumberToObject(c, "n_head", cfg->n_head);
+    cJSON_AddNullToObject(c, "n_inner");
+    cJSON_AddStringToObject(c, "activation_function", "gelu_new");
+    cJSON_AddNumberToObject(c, "layer_norm_epsilon", 1e-5);
+    cJSON_AddNumberToObject(c, "initializer_range", 0.02);
+    cJSON_AddNumberToObject(c, "resid_pdrop", 0.0);
+    cJSON_AddNumberToObject(c, "embd_pdrop", 0.0);
+    cJSON_AddNumberToObject(c, "attn_pdrop", 0.0);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", 1);
+    cJSON_AddStringToObject(c, "torch_dtype", "float32");
+    char *s = cJSON_Print(c);
+    cJSON_Delete(c);
+    return s;
+}
+
+int tri_hf_config_parse(const char *json, const char *name, tri_model_cfg *cfg) {
+    cJSON *c = cJSON_Parse(json);
+    if (!c) {
+        fprintf(stderr, "trident: %s: not valid JSON\n", name);
+        return -1;
+    }
+    struct { const char *key; int *dst; } keys[] = {
+        {"n_embd", &cfg->n_embd}, {"n_head", &cfg->n_head}, {"n_layer", &cfg->n_layer},
+        {"n_positions", &cfg->seq_len}, {"vocab_size", &cfg->vocab_size},
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(c, keys[i].key);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble != (double)(int)v->valuedouble) {
+            fprintf(stderr, "trident: %s: %s: expected a positive integer\n", name, keys[i].key);
+            rc = -1;
+            break;
+        }
+        *keys[i].dst = (int)v->valuedouble;
+    }
+    cJSON_Delete(c);
+    return rc;
+}

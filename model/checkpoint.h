@@ -1,0 +1,44 @@
+/* Layout-independent checkpoints of a tri_gpt (and its AdamW state).
+ *
+ * A checkpoint directory holds
+ *   model.safetensors      every tensor whole, in its global shape, under the
+ *                          Hugging Face GPT-2 names and layouts (Conv1D
+ *                          weights [in, out]; wte trimmed to the real vocab)
+ *   optimizer.safetensors  AdamW moments under "exp_avg.<name>" and
+ *                          "exp_avg_sq.<name>", same shapes
+ *   config.json            a Hugging Face GPT-2 config
+ *   state.json             the trainer's state (the caller's text)
+ * Every rank writes only the slices it owns into the one preallocated file
+ * (replicated tensors by TP rank 0, only DP rank 0 writes), so a checkpoint
+ * saved with any tp/pp/dp loads with any other.
+ */
+#ifndef TRI_MODEL_CHECKPOINT_H
+#define TRI_MODEL_CHECKPOINT_H
+
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "parallel/dist.h"
+
+/* Collective over the world. Writes <root>/step_<step> through a temporary
+ * directory and the crash-safe commit of parallel/ckptdir.h, then prunes to
+ * `keep` (0: keep all). Returns 0 on every rank, or -1 on every rank (the
+ * previous checkpoint is left intact). */
+int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
+                   const char *state_json, int keep);
+
+/* Collective over the world. Loads this rank's slices from the checkpoint
+ * directory `dir` (a step directory); o may be NULL (inference: the
+ * optimizer file is then not needed). Shapes are checked against the model;
+ * errors name the file and the tensor. Returns 0 on every rank or -1 on
+ * every rank. */
+int tri_model_load(const char *dir, tri_gpt *g, tri_optim *o, tri_dist *d);
+
+/* The Hugging Face GPT-2 config.json text for cfg (malloc'd). */
+char *tri_hf_config_json(const tri_model_cfg *cfg);
+
+/* Reads a model shape from a Hugging Face GPT-2 config.json text (n_embd,
+ * n_head, n_layer, n_positions, vocab_size). `name` names the file in
+ * messages. Returns 0 or -1. */
+int tri_hf_config_parse(const char *json, const char *name, tri_model_cfg *cfg);
+
+#endif
