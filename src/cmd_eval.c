@@ -1,0 +1,71 @@
+/* `trident eval --ckpt DIR --data FILE [--batches N] [--batch B] [--json]` */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/sampler.h"
+#include "src/cli.h"
+#include "src/infer.h"
+#include "src/train.h"
+
+static void eval_usage(FILE *f) {
+    fprintf(f,
+            "usage: trident eval --ckpt DIR --data FILE [options]\n"
+            "  --ckpt DIR      checkpoint root (its latest) or one step directory\n"
+            "  --data FILE     token file (llm.c .bin or Megatron .bin/.idx)\n"
+            "  --batches N     batches to evaluate (default 20), sequential windows from the start\n"
+            "  --batch B       sequences per batch (default 4)\n"
+            "  --threads N     threads\n"
+            "  --json          print one JSON object instead of a line\n");
+}
+
+int tri_cmd_eval(int argc, char **argv) {
+    const char *ckpt = NULL, *data = NULL;
+    long batches = 20, batch = 4, threads = 0;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { eval_usage(stdout); return 0; }
+        else if (!strcmp(a, "--ckpt") && v) { ckpt = v; i++; }
+        else if (!strcmp(a, "--data") && v) { data = v; i++; }
+        else if (!strcmp(a, "--batches") && v) { if (tri_arg_int(a, v, 1, 1 << 30, &batches)) return 2; i++; }
+        else if (!strcmp(a, "--batch") && v) { if (tri_arg_int(a, v, 1, 1 << 20, &batch)) return 2; i++; }
+        else if (!strcmp(a, "--threads") && v) { if (tri_arg_int(a, v, 1, 1024, &threads)) return 2; i++; }
+        else if (!strcmp(a, "--json")) json = 1;
+        else {
+            fprintf(stderr, "trident: eval: unknown or incomplete option '%s' (try `trident eval --help`)\n", a);
+            return 2;
+        }
+    }
+    if (!ckpt || !data) {
+        fprintf(stderr, "trident: eval: --ckpt DIR and --data FILE are required\n");
+        return 2;
+    }
+    tri_set_threads((int)threads);
+    tri_infer m;
+    if (tri_infer_open(&m, ckpt, (size_t)batch) != 0) return 2;
+    tri_sampler s;
+    if (tri_sampler_init(&s, data, m.cfg.model.seq_len, m.cfg.model.vocab_size, m.cfg.train.seed) != 0) {
+        tri_infer_close(&m);
+        return 2;
+    }
+    size_t T = (size_t)m.cfg.model.seq_len, n = (size_t)batch * T;
+    int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
+    double sum = 0.0;
+    for (long b = 0; b < batches; b++) {
+        tri_sampler_fill_eval(&s, (size_t)b, (size_t)batch, in, tg);
+        sum += tri_gpt_forward(&m.gpt, &m.acts, in, NULL, tg, 0.0f);
+    }
+    double tokens = (double)batches * (double)n, loss = sum / tokens;
+    if (json)
+        printf("{\"loss\": %.6f, \"perplexity\": %.4f, \"tokens\": %.0f, \"batches\": %ld, \"checkpoint\": \"%s\"}\n",
+               loss, exp(loss), tokens, batches, m.dir);
+    else
+        printf("eval %s on %s: loss %.4f (perplexity %.2f) over %.0f tokens\n", m.dir, data, loss, exp(loss), tokens);
+    free(in);
+    free(tg);
+    tri_sampler_free(&s);
+    tri_infer_close(&m);
+    return 0;
+}

@@ -1,0 +1,76 @@
+/* `trident train CONFIG [--set section.key=value]... [--resume] [--threads N] [--device D]` */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/cli.h"
+#include "src/config.h"
+#include "src/train.h"
+
+static void train_usage(FILE *f) {
+    fprintf(f,
+            "usage: trident train CONFIG [options]\n"
+            "  --set section.key=value   override a config field (repeatable; see `trident config-help`)\n"
+            "  --resume                  continue from <checkpoint.dir>/latest (from scratch if none)\n"
+            "  --threads N               OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS or all cores)\n"
+            "  --device cpu|cuda         compute backend (default cpu)\n"
+            "  --stop-at-step N          save a checkpoint and stop after step N (resume with --resume)\n"
+            "  --print-config            print the resolved config and exit\n");
+}
+
+int tri_cmd_train(int argc, char **argv) {
+    const char *path = NULL;
+    const char **sets = calloc((size_t)argc, sizeof *sets);
+    int n_sets = 0, print_only = 0, rc = 2;
+    tri_run_opts opts = {0};
+    opts.device = "cpu";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            train_usage(stdout);
+            rc = 0;
+            goto out;
+        } else if (!strcmp(a, "--set") && i + 1 < argc) {
+            sets[n_sets++] = argv[++i];
+        } else if (!strncmp(a, "--set=", 6)) {
+            sets[n_sets++] = a + 6;
+        } else if (!strcmp(a, "--resume")) {
+            opts.resume = 1;
+        } else if (!strcmp(a, "--print-config")) {
+            print_only = 1;
+        } else if (!strcmp(a, "--threads") && i + 1 < argc) {
+            long v;
+            if (tri_arg_int("--threads", argv[++i], 1, 1024, &v) != 0) goto out;
+            opts.threads = (int)v;
+        } else if (!strcmp(a, "--stop-at-step") && i + 1 < argc) {
+            long v;
+            if (tri_arg_int("--stop-at-step", argv[++i], 1, 1L << 30, &v) != 0) goto out;
+            opts.stop_at = (int)v;
+        } else if (!strcmp(a, "--device") && i + 1 < argc) {
+            opts.device = argv[++i];
+        } else if (a[0] == '-') {
+            fprintf(stderr, "trident: train: unknown or incomplete option '%s' (try `trident train --help`)\n", a);
+            goto out;
+        } else if (!path) {
+            path = a;
+        } else {
+            fprintf(stderr, "trident: train: unexpected argument '%s' (one CONFIG only)\n", a);
+            goto out;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "trident: train: missing CONFIG (a JSON file, e.g. configs/quickstart.json)\n");
+        goto out;
+    }
+    tri_config cfg;
+    if (tri_config_load(&cfg, path, n_sets, sets) != 0) goto out;
+    if (print_only) {
+        tri_config_print(&cfg, stdout);
+        rc = 0;
+        goto out;
+    }
+    rc = tri_train(&cfg, &opts);
+out:
+    free(sets);
+    return rc;
+}

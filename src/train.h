@@ -1,0 +1,25 @@
+/* `trident train`: the training loop of one rank. */
+#ifndef TRI_TRAIN_H
+#define TRI_TRAIN_H
+
+#include "src/config.h"
+
+typedef struct tri_run_opts {
+    int resume;          /* continue from <checkpoint.dir>/latest if there is one */
+    int threads;         /* OpenMP/OpenBLAS threads; 0: leave as the environment says */
+    const char *device;  /* "cpu" (default) or "cuda" */
+    int synthetic;       /* bench: random tokens instead of the data files */
+    int quiet;           /* no per-step lines */
+    int stop_at;         /* > 0: save and stop after this step (the schedule still
+                            runs to train.steps; resume continues) */
+    double *step_times;  /* if non-NULL: seconds of step i stored at [i] (room for train.steps) */
+} tri_run_opts;
+
+/* Trains as cfg says; returns the process exit code (0 ok, 2 bad input,
+ * 1 runtime failure, 143 stopped by SIGTERM after saving a checkpoint). */
+int tri_train(const tri_config *cfg, const tri_run_opts *opts);
+
+/* Sets the OpenMP and OpenBLAS thread counts (n > 0). */
+void tri_set_threads(int n);
+
+#endif
