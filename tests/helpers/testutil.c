@@ -1,0 +1,108 @@
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+char *tt_mkdtemp(void) {
+    char *t = strdup("/tmp/trident-test-XXXXXX");
+    if (!mkdtemp(t)) {
+        perror("mkdtemp");
+        abort();
+    }
+    return t;
+}
+
+void tt_rmrf(const char *path) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", path);
+}
+
+int tt_run(const char *cmd, char **out) {
+    char full[16384];
+    snprintf(full, sizeof full, "( %s ) 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    if (!p) return -1;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += got;
+        if (cap - len < 2048) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+        }
+    }
+    buf[len] = 0;
+    int st = pclose(p);
+    if (out) *out = buf;
+    else free(buf);
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return -1;
+}
+
+const char *tt_bin(const char *name) {
+    static __thread char buf[8][1024];
+    static __thread int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", TRI_BINARY_DIR, name);
+    return buf[k];
+}
+
+void tt_write_llmc(const char *path, const uint16_t *tok, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) { perror(path); abort(); }
+    int32_t h[256] = {0};
+    h[0] = 20240520;
+    h[1] = 1;
+    h[2] = (int32_t)n;
+    if (fwrite(h, sizeof h, 1, f) != 1 || fwrite(tok, sizeof *tok, n, f) != n) { perror(path); abort(); }
+    fclose(f);
+}
+
+void tt_write_llmc_random(const char *path, size_t n, int vocab, uint64_t seed) {
+    uint16_t *t = malloc(n * sizeof *t);
+    uint64_t s = seed * 2654435761ULL + 1;
+    /* a stream with structure (repeated short patterns) so a model can learn it */
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint64_t r = s >> 33;
+        t[i] = (uint16_t)((r % 4 == 0) ? (r >> 8) % (uint64_t)vocab : (i * 7 + (i / 5)) % (uint64_t)vocab);
+    }
+    tt_write_llmc(path, t, n);
+    free(t);
+}
+
+char *tt_read(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    size_t got = fread(b, 1, (size_t)n, f);
+    b[got] = 0;
+    fclose(f);
+    return b;
+}
+
+int tt_losses(const char *metrics_path, double **out) {
+    char *text = tt_read(metrics_path);
+    *out = NULL;
+    if (!text) return 0;
+    int n = 0, cap = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char *p = strstr(line, "\"loss\":");
+        if (!p) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            *out = realloc(*out, (size_t)cap * sizeof **out);
+        }
+        (*out)[n++] = strtod(p + 7, NULL);
+    }
+    free(text);
+    return n;
+}

@@ -1,0 +1,33 @@
+/* Small helpers shared by the tests: temp dirs, running the built programs,
+ * writing token files. */
+#ifndef TRI_TESTUTIL_H
+#define TRI_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A fresh directory under /tmp (malloc'd path). */
+char *tt_mkdtemp(void);
+/* rm -rf (best effort). */
+void tt_rmrf(const char *path);
+
+/* Runs `cmd` with /bin/sh, stdout and stderr together into *out (malloc'd,
+ * NUL-terminated; may be NULL). Returns the exit code (128+signal if killed). */
+int tt_run(const char *cmd, char **out);
+
+/* Path of a built program: TRI_BINARY_DIR "/" name (static buffer per call site is fine). */
+const char *tt_bin(const char *name);
+
+/* Writes an llm.c token file (header of 256 int32: 20240520, 1, n; then uint16 tokens). */
+void tt_write_llmc(const char *path, const uint16_t *tok, size_t n);
+/* A token file of n tokens from a fixed pseudo-random text-like stream over [0, vocab). */
+void tt_write_llmc_random(const char *path, size_t n, int vocab, uint64_t seed);
+
+/* Reads a whole file (malloc'd, NUL-terminated), or NULL. */
+char *tt_read(const char *path);
+
+/* Every "loss" value of a metrics.jsonl (lines with "loss":), as parsed doubles, in order.
+ * Returns the count; *out malloc'd. Also gives the exact text of each value in *texts if non-NULL. */
+int tt_losses(const char *metrics_path, double **out);
+
+#endif

@@ -1,0 +1,213 @@
+/* `trident train / eval / sample` end to end on one rank, through the built
+ * binary: determinism, resume, the initial checkpoint against an independent
+ * numpy GPT-2, and bad input. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers/testutil.h"
+
+/* A tiny run in dir: its own token files, config overrides on the command line. */
+static int train(const char *dir, const char *extra, char **out) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s train %s/configs/tiny-test.json --threads 1 --set data.train=%s/train.bin --set data.val=%s/val.bin "
+             "--set checkpoint.dir=%s/ckpt --set log.dir=%s/log %s",
+             tt_bin("trident"), TRI_SOURCE_DIR, dir, dir, dir, dir, extra);
+    return tt_run(cmd, out);
+}
+
+static char *make_run_dir(void) {
+    char *dir = tt_mkdtemp();
+    char p[4200];
+    snprintf(p, sizeof p, "%s/train.bin", dir);
+    tt_write_llmc_random(p, 20000, 256, 1);
+    snprintf(p, sizeof p, "%s/val.bin", dir);
+    tt_write_llmc_random(p, 4000, 256, 2);
+    return dir;
+}
+
+static int losses_of(const char *dir, double **out) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/log/metrics.jsonl", dir);
+    return tt_losses(p, out);
+}
+
+Test(train, same_seed_gives_bit_identical_losses, .timeout = 120) {
+    char *a = make_run_dir(), *b = make_run_dir(), *out = NULL;
+    cr_assert_eq(train(a, "--set train.steps=6", &out), 0, "%s", out);
+    free(out);
+    cr_assert_eq(train(b, "--set train.steps=6", &out), 0, "%s", out);
+    free(out);
+    double *la, *lb;
+    int na = losses_of(a, &la), nb = losses_of(b, &lb);
+    cr_assert_eq(na, 6);
+    cr_assert_eq(nb, 6);
+    for (int i = 0; i < na; i++) cr_expect(la[i] == lb[i], "step %d: %.17g vs %.17g", i + 1, la[i], lb[i]);
+    /* and a different seed gives a different run (the comparison can fail) */
+    char *c = make_run_dir();
+    cr_assert_eq(train(c, "--set train.steps=2 --set train.seed=7", &out), 0, "%s", out);
+    free(out);
+    double *lc;
+    cr_assert_eq(losses_of(c, &lc), 2);
+    cr_expect(lc[0] != la[0], "a different seed gave the same first loss");
+    free(la); free(lb); free(lc);
+    tt_rmrf(a); tt_rmrf(b); tt_rmrf(c);
+    free(a); free(b); free(c);
+}
+
+Test(train, stop_and_resume_gives_the_uninterrupted_losses, .timeout = 120) {
+    char *a = make_run_dir(), *b = make_run_dir(), *out = NULL;
+    cr_assert_eq(train(a, "--set train.steps=8", &out), 0, "%s", out);
+    free(out);
+    cr_assert_eq(train(b, "--set train.steps=8 --stop-at-step 4", &out), 0, "%s", out);
+    cr_expect(strstr(out, "stopped at step 4") != NULL, "%s", out);
+    free(out);
+    cr_assert_eq(train(b, "--set train.steps=8 --resume", &out), 0, "%s", out);
+    cr_expect(strstr(out, "resumed from") != NULL, "%s", out);
+    free(out);
+    double *la, *lb;
+    int na = losses_of(a, &la), nb = losses_of(b, &lb);
+    cr_assert_eq(na, 8);
+    cr_assert_eq(nb, 8, "the resumed run appends to metrics.jsonl: 4 + 4 lines");
+    for (int i = 0; i < 8; i++) cr_expect(la[i] == lb[i], "step %d: %.17g vs %.17g", i + 1, la[i], lb[i]);
+    free(la); free(lb);
+    tt_rmrf(a); tt_rmrf(b);
+    free(a); free(b);
+}
+
+/* The checkpoint loads in an independent numpy GPT-2 (tests/ref/gpt2_numpy.py
+ * reads safetensors bytes and HF names itself) and gives the loss that
+ * `trident eval` reports on the same windows. Covers the HF layouts (Conv1D
+ * transposes, q|k|v columns, trimmed tied wte) and the forward pass. */
+static void check_against_numpy(const char *extra) {
+    char *dir = make_run_dir(), *out = NULL;
+    cr_assert_eq(train(dir, extra, &out), 0, "%s", out);
+    free(out);
+    char cmd[8192];
+    /* eval: 2 batches of 2 sequential windows = windows 0..3, starting at w * T (T = 16) */
+    snprintf(cmd, sizeof cmd, "%s eval --ckpt %s/ckpt --data %s/val.bin --batches 2 --batch 2 --json --threads 1",
+             tt_bin("trident"), dir, dir);
+    cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
+    char *p = strstr(out, "\"loss\":");
+    cr_assert(p, "%s", out);
+    double ours = strtod(p + 7, NULL);
+    free(out);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/gpt2_numpy.py %s/ckpt/$(cat %s/ckpt/latest) %s/val.bin 0 16 32 48",
+             TRI_SOURCE_DIR, dir, dir, dir);
+    cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
+    p = strstr(out, "\"loss\":");
+    cr_assert(p, "%s", out);
+    double ref = strtod(p + 7, NULL);
+    free(out);
+    /* fp32 against fp64 over a 2-layer model: 1e-5 relative is ~100x the float error */
+    cr_expect(fabs(ours - ref) <= 1e-5 * fabs(ref), "trident eval %.8f vs numpy %.8f", ours, ref);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+Test(train, initial_checkpoint_matches_an_independent_numpy_gpt2, .timeout = 120) {
+    check_against_numpy("--set train.steps=0");
+}
+
+Test(train, trained_checkpoint_matches_an_independent_numpy_gpt2, .timeout = 120) {
+    check_against_numpy("--set train.steps=5");
+}
+
+Test(train, sample_prints_text_and_is_deterministic_at_temperature_zero, .timeout = 120) {
+    char *dir = make_run_dir(), *out = NULL, *out2 = NULL;
+    cr_assert_eq(train(dir, "--set train.steps=2", &out), 0, "%s", out);
+    free(out);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s sample --ckpt %s/ckpt --prompt 'In the' --tokens 20 --temperature 0 --threads 1",
+             tt_bin("trident"), dir);
+    cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
+    cr_assert_eq(tt_run(cmd, &out2), 0, "%s", out2);
+    cr_expect(strncmp(out, "In the", 6) == 0, "output starts with the prompt: %s", out);
+    cr_expect(strlen(out) >= 6 + 20 + 1, "20 byte tokens after the prompt: '%s'", out);
+    cr_expect_str_eq(out, out2);
+    free(out); free(out2);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* ---- bad input: exit code 2 and a message naming the culprit ---- */
+
+static void expect_error(const char *cmd, const char *must1, const char *must2) {
+    char *out = NULL;
+    int rc = tt_run(cmd, &out);
+    cr_expect_eq(rc, 2, "exit code %d for: %s\n%s", rc, cmd, out);
+    cr_expect(strstr(out, must1) != NULL, "message lacks '%s': %s", must1, out);
+    if (must2) cr_expect(strstr(out, must2) != NULL, "message lacks '%s': %s", must2, out);
+    cr_expect(strstr(out, "step ") == NULL, "training started despite the error: %s", out);
+    free(out);
+}
+
+Test(train_errors, unknown_key_wrong_type_out_of_range_and_missing_config) {
+    char *dir = make_run_dir(), cmd[8192], cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/bad.json", dir);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "{\"train\": {\"lrr\": 0.1}}");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s train %s", tt_bin("trident"), cfg);
+    expect_error(cmd, "bad.json", "train.lrr");
+    f = fopen(cfg, "w");
+    fprintf(f, "{\"model\": {\"n_layer\": \"four\"}, \"data\": {\"train\": \"x\"}}");
+    fclose(f);
+    expect_error(cmd, "bad.json", "model.n_layer");
+    snprintf(cmd, sizeof cmd, "%s train %s/configs/tiny-test.json --set train.lr=-1", tt_bin("trident"), TRI_SOURCE_DIR);
+    expect_error(cmd, "train.lr", NULL);
+    snprintf(cmd, sizeof cmd, "%s train %s/nonexistent.json", tt_bin("trident"), dir);
+    expect_error(cmd, "nonexistent.json", NULL);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+Test(train_errors, bad_token_files_are_named) {
+    char *dir = make_run_dir(), cmd[8192], p[4200];
+    /* missing */
+    snprintf(cmd, sizeof cmd, "%s train %s/configs/tiny-test.json --set data.train=%s/nope.bin", tt_bin("trident"),
+             TRI_SOURCE_DIR, dir);
+    expect_error(cmd, "nope.bin", NULL);
+    /* wrong magic */
+    snprintf(p, sizeof p, "%s/magic.bin", dir);
+    FILE *f = fopen(p, "wb");
+    int32_t h[256] = {12345, 1, 10};
+    uint16_t t[10] = {0};
+    fwrite(h, sizeof h, 1, f);
+    fwrite(t, sizeof t, 1, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s train %s/configs/tiny-test.json --set data.train=%s", tt_bin("trident"),
+             TRI_SOURCE_DIR, p);
+    expect_error(cmd, "magic.bin", NULL);
+    /* truncated: the header promises more tokens than the file holds */
+    snprintf(p, sizeof p, "%s/short.bin", dir);
+    f = fopen(p, "wb");
+    int32_t h2[256] = {20240520, 1, 5000};
+    fwrite(h2, sizeof h2, 1, f);
+    fwrite(t, sizeof t, 1, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s train %s/configs/tiny-test.json --set data.train=%s", tt_bin("trident"),
+             TRI_SOURCE_DIR, p);
+    expect_error(cmd, "short.bin", NULL);
+    /* a token id >= vocab_size (300 >= 256) at token index 7: byte offset 1024 + 14 */
+    snprintf(p, sizeof p, "%s/big.bin", dir);
+    uint16_t toks[4000];
+    for (int i = 0; i < 4000; i++) toks[i] = (uint16_t)(i % 200);
+    toks[7] = 300;
+    tt_write_llmc(p, toks, 4000);
+    snprintf(cmd, sizeof cmd, "%s train %s/configs/tiny-test.json --set data.train=%s", tt_bin("trident"),
+             TRI_SOURCE_DIR, p);
+    expect_error(cmd, "big.bin", "1038");
+    tt_rmrf(dir);
+    free(dir);
+}
+
+Test(train_errors, layout_that_does_not_divide_is_refused_with_the_numbers) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s train %s/configs/tiny-test.json --set train.global_batch=6 --set train.micro_batch=4",
+             tt_bin("trident"), TRI_SOURCE_DIR);
+    expect_error(cmd, "train.global_batch", "micro_batch");
+}
