@@ -125,6 +125,9 @@ int tri_tokwriter_add_doc(tri_tokwriter *w, const int32_t *tokens, size_t n);
  * failure, in which case the temporary files are removed and no final file
  * is created or replaced. */
 int tri_tokwriter_close(tri_tokwriter *w);
+/* Discards everything written so far (the temporary files are removed, an
+ * existing output is left as it was) and frees w. NULL-safe. */
+void tri_tokwriter_abort(tri_tokwriter *w);
 
 /* Tokens and documents written so far (for progress messages). */
 size_t tri_tokwriter_tokens(const tri_tokwriter *w);

@@ -210,6 +210,14 @@ int tri_tokwriter_close(tri_tokwriter *w)
     return rc;
 }
 
+void tri_tokwriter_abort(tri_tokwriter *w)
+{
+    if (!w)
+        return;
+    w->failed = 1; /* close then removes the temporary files instead of renaming */
+    tri_tokwriter_close(w);
+}
+
 size_t tri_tokwriter_tokens(const tri_tokwriter *w) { return w ? w->n_tokens : 0; }
 
 size_t tri_tokwriter_docs(const tri_tokwriter *w) { return w ? w->n_docs : 0; }

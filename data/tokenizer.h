@@ -1,0 +1,182 @@
+/* Byte-level BPE tokenizer (GPT-2 style): pre-tokenizer, encode, decode,
+ * training, and the Hugging Face tokenizer.json / GPT-2 vocab.json +
+ * merges.txt file formats. docs/tokenizer.md has the choices in detail.
+ *
+ * Text is bytes. Every byte sequence, valid UTF-8 or not, encodes, and
+ * decode(encode(x)) == x byte for byte. The pre-tokenizer has the semantics
+ * of GPT-2's split pattern
+ *     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * written by hand (no regex library): letters and numbers are the Unicode 16.0
+ * general categories L* and N*, \s is the Unicode White_Space property, and a
+ * byte that is not part of a well-formed UTF-8 sequence is one character of
+ * its own that is neither (it groups with punctuation). Merges never cross
+ * pre-token boundaries. The literal string <|endoftext|> in the text is
+ * encoded as ordinary text; callers insert tri_tokenizer_eot() themselves.
+ *
+ * Ids of a tokenizer Trident trains: 0..255 are the single bytes in GPT-2's
+ * base order (the bytes ! .. ~, the bytes 0xA1 .. 0xAC, 0xAE .. 0xFF, then
+ * the remaining 68 bytes in increasing order, so that id 188 + b is byte b
+ * for b <= 32), then one id per merge in merge order, and <|endoftext|> last
+ * (id vocab_size - 1). The trivial byte tokenizer has id == byte value.
+ *
+ * Errors print one line "trident: FILE: ..." to stderr and return -1; the
+ * library never exits. A tri_tokenizer is read-only after load/train, so
+ * encode and decode may run concurrently on one tokenizer from many threads.
+ */
+#ifndef TRI_DATA_TOKENIZER_H
+#define TRI_DATA_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Flags of one id (tri_tokenizer.flags). */
+enum {
+    TRI_TOK_PRESENT = 1, /* the id has a token (loaded files may have holes)   */
+    TRI_TOK_ADDED = 2,   /* an "added_tokens" entry: bytes are its raw content */
+    TRI_TOK_SPECIAL = 4  /* ... marked "special": true                          */
+};
+
+typedef struct tri_tokenizer {
+    int vocab_size;     /* ids are 0 .. vocab_size - 1                          */
+    int eot;            /* id of <|endoftext|>, or -1                           */
+    int n_merges;       /* merge ranks are 0 .. n_merges - 1                    */
+    int byte_id[256];   /* id of the one-byte token of each byte value          */
+    uint8_t *flags;     /* (vocab_size) TRI_TOK_* bits                           */
+    size_t *tok_off;    /* (vocab_size + 1) token i is tok_bytes[tok_off[i] .. tok_off[i+1]) */
+    uint8_t *tok_bytes; /* (tok_off[vocab_size]) the bytes of every token        */
+    int32_t *merges;    /* (n_merges, 3) left id, right id, result id; row = rank */
+    /* pair -> rank: open addressing, key (left << 32 | right), empty = UINT64_MAX */
+    uint64_t *pair_key; /* (pair_cap) */
+    int32_t *pair_rank; /* (pair_cap) */
+    size_t pair_cap;    /* power of two, or 0 when there are no merges         */
+} tri_tokenizer;
+
+/* Loads a byte-level BPE tokenizer into *tk (overwritten; free it with
+ * tri_tokenizer_free). `path` is
+ *   - a Hugging Face tokenizer.json: model.type "BPE", model.vocab, and
+ *     model.merges as "a b" strings or as ["a", "b"] pairs; pre_tokenizer
+ *     null or ByteLevel without add_prefix_space; no normalizer;
+ *     "added_tokens" entries keep their raw content as their bytes;
+ *   - a GPT-2 style vocab.json (merges.txt beside it, the same name with
+ *     "vocab.json" replaced by "merges.txt"),
+ *   - a directory holding tokenizer.json, or else vocab.json and merges.txt,
+ *   - or a prefix P such that Pvocab.json and Pmerges.txt exist (Megatron's
+ *     gpt2-vocab.json / gpt2-merges.txt).
+ * Every one of the 256 byte-level characters must be in the vocab. Errors
+ * (unreadable file, bad JSON, a merge whose parts or result are not in the
+ * vocab, a vocab string outside the byte-level alphabet, ...) name the file
+ * and the entry. Returns 0, or -1 with *tk zeroed. */
+int tri_tokenizer_load(tri_tokenizer *tk, const char *path);
+
+/* The trivial byte tokenizer: id = byte value, vocab 256, no merges, no
+ * <|endoftext|>. Cannot fail. */
+void tri_tokenizer_bytes(tri_tokenizer *tk);
+
+/* Frees everything and zeroes *tk. NULL-safe; safe on a zeroed tokenizer. */
+void tri_tokenizer_free(tri_tokenizer *tk);
+
+int tri_tokenizer_vocab_size(const tri_tokenizer *tk);
+int tri_tokenizer_eot(const tri_tokenizer *tk); /* id of <|endoftext|>, or -1 */
+
+/* Encodes len bytes of text (may contain NUL bytes and invalid UTF-8). Sets
+ * *ids to a malloc'd array (caller frees; never NULL on success, even for 0
+ * tokens) and returns the token count. On allocation failure prints, sets
+ * *ids = NULL and returns SIZE_MAX. Thread-safe (tk is only read). */
+size_t tri_tokenizer_encode(const tri_tokenizer *tk, const char *text, size_t len, int32_t **ids);
+
+/* Concatenates the bytes of n tokens. Sets *text to a malloc'd buffer
+ * (caller frees; one extra NUL byte after the returned count, not counted)
+ * and returns the byte count. The bytes need not be valid UTF-8 when the
+ * ids are a partial sequence. An id outside [0, vocab_size) or a hole
+ * prints "trident: token id X at position i is not in the vocabulary",
+ * sets *text = NULL and returns SIZE_MAX; so does allocation failure. */
+size_t tri_tokenizer_decode(const tri_tokenizer *tk, const int32_t *ids, size_t n, char **text);
+
+/* Trains a tokenizer on the concatenated text of the files (".xz" files are
+ * read through `xz -dc`) into *tk (overwritten). vocab_size (>= 257) counts
+ * the 256 bytes and <|endoftext|>; training stops early, with a smaller
+ * vocabulary, when no pair of adjacent tokens is left to merge. Each step
+ * merges the adjacent pair with the highest count in the corpus; ties go to
+ * the pair whose (left bytes, right bytes) is smallest in lexicographic byte
+ * order, so the result depends only on the corpus. A merge whose result
+ * equals an existing token's bytes reuses that id. n_threads <= 0 uses
+ * omp_get_max_threads(). Returns 0, or -1 (message printed, *tk zeroed). */
+int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files, int vocab_size,
+                        int n_threads);
+
+/* Builds *tk (overwritten) from n merges given as id pairs (pairs: (n, 2)).
+ * Ids 0..255 are the bytes in GPT-2's base order; merge k joins the bytes
+ * of its two ids into a token that gets the next free id (256, 257, ...),
+ * or the id of an existing token with the same bytes. with_eot appends
+ * <|endoftext|> as the last id. A pair naming an id that does not exist yet
+ * is an error (printed, -1); returns 0 otherwise. */
+int tri_tokenizer_from_merges(tri_tokenizer *tk, const int32_t *pairs, int n, int with_eot);
+
+/* Writes a Hugging Face tokenizer.json (model BPE with "a b" merges,
+ * ByteLevel pre-tokenizer/decoder/post-processor, <|endoftext|> in
+ * added_tokens) through path.tmp renamed into place. Returns 0 or -1. */
+int tri_tokenizer_save(const tri_tokenizer *tk, const char *path);
+
+/* ---- pieces exposed for the CLI and the tests --------------------------- */
+
+/* Byte b's character in GPT-2's bytes_to_unicode mapping (a code point,
+ * 33..255 or 256..323). */
+uint32_t tri_tokenizer_byte_char(uint8_t b);
+
+/* End (exclusive) of the pre-token that starts at byte offset pos < len. */
+size_t tri_tokenizer_pretoken_end(const char *text, size_t len, size_t pos);
+
+/* A safe place to cut text for independent encoding: the smallest p with
+ * pos <= p < len such that pre-tokenizing [0, p) and [p, len) separately
+ * gives the same pre-tokens as the whole (a non-white-space character ends
+ * at p and an ASCII white-space byte starts there). Returns len if none. */
+size_t tri_tokenizer_cut_after(const char *text, size_t len, size_t pos);
+/* The largest such p with 0 < p <= pos, or 0 if none. */
+size_t tri_tokenizer_cut_before(const char *text, size_t len, size_t pos);
+
+/* A per-thread cache of encoded words, for repeated encode calls. */
+typedef struct tri_tokcache tri_tokcache;
+tri_tokcache *tri_tokcache_new(void);     /* NULL on allocation failure (printed) */
+void tri_tokcache_free(tri_tokcache *c);  /* NULL-safe */
+
+/* Appends the ids of text to (*ids, *n, *cap), a malloc'd growable array
+ * (start with NULL, 0, 0). cache may be NULL; one cache must not be used by
+ * two threads at once. Returns 0, or -1 on allocation failure (printed). */
+int tri_tokenizer_encode_append(const tri_tokenizer *tk, tri_tokcache *cache, const char *text,
+                                size_t len, int32_t **ids, size_t *n, size_t *cap);
+
+/* Reading text files, plain or ".xz" (through `xz -dc`, no shell). */
+typedef struct tri_textfile {
+    FILE *f;
+    int pid;          /* xz child process, or 0 */
+    char path[1024];
+} tri_textfile;
+int tri_textfile_open(tri_textfile *tf, const char *path);   /* 0 or -1 (printed) */
+/* Reads up to n bytes; returns the count (0 at end of file) or SIZE_MAX on a
+ * read error (printed). */
+size_t tri_textfile_read(tri_textfile *tf, void *buf, size_t n);
+/* Closes; returns -1 (printed) if xz failed. NULL-safe and idempotent. */
+int tri_textfile_close(tri_textfile *tf);
+
+/* A text file read in blocks of about `block` bytes that end at a cut
+ * point: after a '\n' (by_line) or at a safe pre-token cut
+ * (tri_tokenizer_cut_before). A block grows beyond `block` when no cut
+ * point is found; the last block ends at the end of the file. */
+typedef struct tri_textblocks {
+    tri_textfile tf;
+    char *buf;          /* (cap) */
+    size_t cap, len;    /* bytes held                                   */
+    size_t used;        /* bytes of buf handed out by the last call     */
+    size_t block;
+    int by_line, eof;
+    uint64_t bytes_done; /* bytes handed out so far                      */
+} tri_textblocks;
+int tri_textblocks_open(tri_textblocks *b, const char *path, size_t block, int by_line); /* 0 / -1 */
+/* Sets [*text, *text + *n), valid until the next call. Returns 1, 0 at the
+ * end of the file, or -1 (printed). */
+int tri_textblocks_next(tri_textblocks *b, const char **text, size_t *n);
+/* Frees; returns -1 if reading failed (xz). NULL-safe, zeroes *b. */
+int tri_textblocks_close(tri_textblocks *b);
+
+#endif
