@@ -21,6 +21,13 @@
 typedef struct tri_ops {
     const char *name; /* "cpu", "cuda" */
 
+    /* Prepares the calling process for this backend; call once before the
+     * first op. threads > 0 sets the worker thread count (0 keeps what the
+     * environment says). On the CPU it also turns on flush-to-zero and
+     * denormals-are-zero on every OpenMP thread: softmax tails that fall into
+     * the denormal range would otherwise slow sgemm several-fold. */
+    void (*init)(int threads);
+
     /* ---- memory (no-ops / memcpy on CPU) ---- */
     void *(*alloc)(size_t bytes);          /* zero-filled, 64-byte aligned; NULL on failure */
     void (*free)(void *p);                 /* NULL-safe */
