@@ -53,8 +53,7 @@ typedef struct trainer {
 static void grads_ready(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
 
 void tri_set_threads(int n) {
-    if (n <= 0) return;
-    omp_set_num_threads(n);
+    tri_ops_cpu()->init(n);
 }
 
 static double now_s(void) {
@@ -220,7 +219,6 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     trainer *t = &tr;
     t->cfg = cfg;
     t->opts = *opts;
-    tri_set_threads(opts->threads);
     if (check_layout(cfg) != 0) return 2;
     char err[512];
     if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, err, sizeof err) != 0) {
@@ -232,6 +230,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     int rc = 2;
     t->ops = tri_ops_get(opts->device ? opts->device : "cpu");
     if (!t->ops) goto done;
+    t->ops->init(opts->threads);
     t->G = (size_t)cfg->train.global_batch;
     t->T = (size_t)cfg->model.seq_len;
     t->mb = (size_t)cfg->train.micro_batch;

@@ -19,7 +19,7 @@ typedef struct tri_run_opts {
  * 1 runtime failure, 143 stopped by SIGTERM after saving a checkpoint). */
 int tri_train(const tri_config *cfg, const tri_run_opts *opts);
 
-/* Sets the OpenMP and OpenBLAS thread counts (n > 0). */
+/* Prepares the CPU backend (threads n > 0; 0 keeps the environment's), for commands that run the model. */
 void tri_set_threads(int n);
 
 #endif
