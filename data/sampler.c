@@ -387,20 +387,25 @@ static void read_window(const tri_sampler *s, int d, uint64_t w, int32_t *in, in
     tri_dataset_read(ds, start + 1, T, tg);
 }
 
-void tri_sampler_fill(const tri_sampler *s, uint64_t step, size_t global_batch, size_t first,
-                      size_t count, int32_t *inputs, int32_t *targets)
+void tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_t count, int32_t *inputs,
+                              int32_t *targets)
 {
     TRI_DATA_CHECK(s != NULL && s->n_sources > 0);
-    TRI_DATA_CHECK(first <= global_batch && count <= global_batch - first);
     TRI_DATA_CHECK(count == 0 || (inputs != NULL && targets != NULL));
     size_t T = (size_t)s->seq_len;
     for (size_t r = 0; r < count; r++) {
-        uint64_t k = step * (uint64_t)global_batch + (uint64_t)(first + r);
         int d;
         uint64_t w;
-        tri_sampler_locate(s, k, &d, &w);
+        tri_sampler_locate(s, first_sample + r, &d, &w);
         read_window(s, d, w, inputs + r * T, targets + r * T);
     }
+}
+
+void tri_sampler_fill(const tri_sampler *s, uint64_t step, size_t global_batch, size_t first,
+                      size_t count, int32_t *inputs, int32_t *targets)
+{
+    TRI_DATA_CHECK(first <= global_batch && count <= global_batch - first);
+    tri_sampler_fill_samples(s, step * (uint64_t)global_batch + (uint64_t)first, count, inputs, targets);
 }
 
 void tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batch,

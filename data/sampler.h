@@ -26,8 +26,8 @@
  * windows (at least one) form the validation part and the rest the training
  * part; a sampler serves one part.
  *
- * Resume needs nothing but the step (plus the spec, seq_len, seed and
- * global_batch the run was started with): there is no other state.
+ * Resume needs nothing but the number of samples consumed (plus the spec,
+ * seq_len and seed): there is no other state.
  */
 #ifndef TRI_DATA_SAMPLER_H
 #define TRI_DATA_SAMPLER_H
@@ -88,6 +88,14 @@ void tri_sampler_locate(const tri_sampler *s, uint64_t k, int *source, uint64_t 
  * Reentrant: ranks and threads may call it concurrently. */
 void tri_sampler_fill(const tri_sampler *s, uint64_t step, size_t global_batch, size_t first,
                       size_t count, int32_t *inputs, int32_t *targets);
+
+/* Global samples [first_sample, first_sample + count), whatever steps they
+ * fall in: the trainer counts samples consumed (as Megatron does), so a run
+ * resumed with another global batch still continues the same sample stream.
+ * tri_sampler_fill(step, G, first, count) is this with first_sample =
+ * step * G + first. */
+void tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_t count,
+                              int32_t *inputs, int32_t *targets);
 
 /* Validation batches: sequences batch_index * batch + r (r < batch) of the
  * sequential list of all windows of the part (source 0's in order, then

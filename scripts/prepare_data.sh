@@ -1,8 +1,10 @@
 #!/bin/sh
 # Turns the bundled corpus (data/corpus/kjv.txt.xz, the King James Bible) into
 # byte-level llm.c token files: OUTDIR/train.bin (the first ~95% of the bytes,
-# cut at a line boundary) and OUTDIR/val.bin (the rest). Vocabulary 256:
-# token id = byte value. Needs only /usr/bin/python3's standard library.
+# cut at a line boundary) and OUTDIR/val.bin (the rest), vocabulary 256
+# (token id = byte value), and the same split as text, OUTDIR/train.txt and
+# OUTDIR/val.txt, for `trident tokenize`. Needs only /usr/bin/python3's
+# standard library.
 #
 # usage: scripts/prepare_data.sh [OUTDIR]     (default: data/kjv in the repo)
 # Idempotent: does nothing when both outputs are newer than the corpus and
@@ -17,7 +19,7 @@ if [ ! -f "$src" ]; then
     echo "trident: $src: corpus missing" >&2
     exit 2
 fi
-if [ -f "$out/train.bin" ] && [ -f "$out/val.bin" ] &&
+if [ -f "$out/train.bin" ] && [ -f "$out/val.bin" ] && [ -f "$out/val.txt" ] &&
    [ "$out/train.bin" -nt "$src" ] && [ "$out/val.bin" -nt "$src" ] &&
    [ "$out/train.bin" -nt "$0" ] && [ "$out/val.bin" -nt "$0" ]; then
     echo "prepare_data: $out/train.bin and $out/val.bin are up to date"
@@ -59,4 +61,9 @@ def write_tokens(path, data):
 for name, data in parts.items():
     write_tokens(os.path.join(out, name), data)
     print(f"prepare_data: {os.path.join(out, name)}: {len(data):,} tokens (bytes)")
+    # the same split as text, for `trident tokenize` (BPE tokenizer and token files)
+    txt = os.path.join(out, name.replace(".bin", ".txt"))
+    with open(txt + ".tmp", "wb") as f:
+        f.write(data)
+    os.replace(txt + ".tmp", txt)
 PY

@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# The README's demo: installs dependencies, builds, prepares the bundled corpus,
-# trains a small GPT for a few minutes, and prints a text sample from it.
+# The README's demo: installs dependencies, builds, prepares the bundled corpus
+# (the King James Bible), trains a byte-level BPE tokenizer on it, trains a small
+# GPT for a few minutes, and prints a text sample from it.
 # Extra arguments go to `trident train` (e.g. --set train.steps=100).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install_deps.sh
 ./scripts/build.sh
 ./scripts/prepare_data.sh
+T=./build/trident
+D=data/kjv
+if [ ! -f $D/bpe_val.bin ] || [ $D/bpe_val.bin -ot $D/val.txt ] || [ $D/bpe_val.bin -ot $T ]; then
+  echo "== a 4096-token BPE tokenizer and token files ($D/)"
+  $T tokenize train --vocab-size 4096 --out $D/tokenizer.json $D/train.txt
+  $T tokenize encode --quiet --tokenizer $D/tokenizer.json --format llmc --out $D/bpe_train $D/train.txt
+  $T tokenize encode --quiet --tokenizer $D/tokenizer.json --format llmc --out $D/bpe_val $D/val.txt
+fi
 echo "== training (configs/quickstart.json); logs in runs/quickstart/"
-./build/trident train configs/quickstart.json "$@"
+rm -rf runs/quickstart
+$T train configs/quickstart.json "$@"
 echo
 echo "== a sample from the trained model (runs/quickstart/ckpt):"
-./build/trident sample --ckpt runs/quickstart/ckpt --prompt "And God said" --tokens 300 --seed 7
+$T sample --ckpt runs/quickstart/ckpt --prompt "And God said" --tokens 120 --seed 7

@@ -46,6 +46,7 @@ typedef struct trainer {
     size_t first_seq;           /* this DP rank's first sequence of a step    */
     int n_micro;                /* local_batch / mb                           */
     int is_logger;              /* world rank 0                               */
+    uint64_t consumed;          /* global samples consumed before this step   */
     FILE *metrics;
 } trainer;
 
@@ -105,7 +106,7 @@ static void load_batch(trainer *t, int step, int micro) {
         fill_synthetic(t->targets, t->mb * t->T, ((uint64_t)step << 20) + first + 0x5555, t->cfg->model.vocab_size);
         return;
     }
-    tri_sampler_fill(&t->train_data, (uint64_t)step, t->G, first, t->mb, t->inputs, t->targets);
+    tri_sampler_fill_samples(&t->train_data, t->consumed + first, t->mb, t->inputs, t->targets);
 }
 
 /* One optimizer step. Returns the global mean loss; *norm gets the global
@@ -134,6 +135,7 @@ static double train_step(trainer *t, int step, double *norm) {
     double max_norm = t->cfg->train.grad_clip;
     if (max_norm > 0.0 && *norm > max_norm) clip = (float)(max_norm / (*norm + 1e-6));
     tri_optim_step(&t->opt, g, tri_lr_at(&t->opt.cfg, step), clip);
+    t->consumed += t->G;
     return loss_sum / ((double)t->G * (double)t->T);
 }
 
@@ -157,16 +159,16 @@ static double evaluate(trainer *t) {
 static char *state_json(const trainer *t, int step, double loss) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "step", step);
-    cJSON_AddNumberToObject(root, "samples_consumed", (double)step * (double)t->G);
-    cJSON_AddNumberToObject(root, "tokens_consumed", (double)step * (double)t->G * (double)t->T);
+    cJSON_AddNumberToObject(root, "samples_consumed", (double)t->consumed);
+    cJSON_AddNumberToObject(root, "tokens_consumed", (double)t->consumed * (double)t->T);
     cJSON_AddNumberToObject(root, "loss", loss);
     cJSON *rng = cJSON_AddObjectToObject(root, "rng");
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->cfg->train.seed);
     cJSON_AddStringToObject(rng, "seed", seed);
     cJSON_AddStringToObject(rng, "data",
-                            "the batch of step s is a pure function of (seed, s, global_batch): resuming at "
-                            "step s reads exactly what an uninterrupted run reads");
+                            "global sample k is a pure function of (seed, k, data files): resuming after "
+                            "samples_consumed reads exactly what an uninterrupted run reads");
     char *cfgjson = tri_config_to_json(t->cfg);
     cJSON *c = cfgjson ? cJSON_Parse(cfgjson) : NULL;
     free(cfgjson);
@@ -186,19 +188,29 @@ static int save(trainer *t, int step, double loss) {
     return rc;
 }
 
-static int read_state_step(const char *dir, int *step) {
+/* step and samples_consumed from a checkpoint's state.json */
+static int read_state(const char *dir, int *step, uint64_t *consumed) {
     char path[TRI_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/state.json", dir);
     char *buf = tri_read_file(path, NULL);
     if (!buf) return -1;
     cJSON *root = cJSON_Parse(buf);
     free(buf);
-    cJSON *s = root ? cJSON_GetObjectItemCaseSensitive(root, "step") : NULL;
-    int ok = cJSON_IsNumber(s) && s->valuedouble >= 0 && s->valuedouble == (double)(int)s->valuedouble;
-    if (ok) *step = (int)s->valuedouble;
-    else fprintf(stderr, "trident: %s: \"step\" is missing or not a non-negative integer\n", path);
+    const char *keys[2] = {"step", "samples_consumed"};
+    double v[2];
+    int ok = root != NULL;
+    for (int i = 0; i < 2 && ok; i++) {
+        cJSON *x = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
+        ok = cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble == floor(x->valuedouble) &&
+             x->valuedouble < 9007199254740992.0;
+        if (!ok) fprintf(stderr, "trident: %s: \"%s\" is missing or not a non-negative integer\n", path, keys[i]);
+        else v[i] = x->valuedouble;
+    }
     cJSON_Delete(root);
-    return ok ? 0 : -1;
+    if (!ok) return -1;
+    *step = (int)v[0];
+    *consumed = (uint64_t)v[1];
+    return 0;
 }
 
 static void trainer_free(trainer *t) {
@@ -279,10 +291,11 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     int have_ckpt = opts->resume && !opts->synthetic && access(latest, F_OK) == 0;
     if (have_ckpt && tri_ckpt_latest(cfg->checkpoint.dir, ckpt, sizeof ckpt) != 0) { rc = 2; goto done; }
     if (have_ckpt) {
-        if (read_state_step(ckpt, &start) != 0) { rc = 2; goto done; }
+        if (read_state(ckpt, &start, &t->consumed) != 0) { rc = 2; goto done; }
         if (tri_model_load(ckpt, &t->gpt, &t->opt, &t->dist) != 0) { rc = 2; goto done; }
         t->opt.t = start;
-        if (t->is_logger && !opts->quiet) printf("resumed from %s at step %d\n", ckpt, start);
+        if (t->is_logger && !opts->quiet)
+            printf("resumed from %s at step %d (%llu samples consumed)\n", ckpt, start, (unsigned long long)t->consumed);
     } else {
         if (opts->resume && t->is_logger && !opts->synthetic)
             printf("resume: no checkpoint in %s yet, starting from step 0\n", cfg->checkpoint.dir);

@@ -58,15 +58,26 @@ Test(train, same_seed_gives_bit_identical_losses, .timeout = 120) {
     free(a); free(b); free(c);
 }
 
-Test(train, stop_and_resume_gives_the_uninterrupted_losses, .timeout = 120) {
-    char *a = make_run_dir(), *b = make_run_dir(), *out = NULL;
-    cr_assert_eq(train(a, "--set train.steps=8", &out), 0, "%s", out);
+/* a run of 8 steps against 4 steps + --resume + 4 steps, with `data` the
+ * data.train spec relative to the run directory */
+static void check_resume(const char *data) {
+    char *a = make_run_dir(), *b = make_run_dir(), *out = NULL, extra[4096];
+    snprintf(extra, sizeof extra, "--set train.steps=8 --set 'data.train=%s'", data);
+    char ea[4200], eb[4200];
+    snprintf(ea, sizeof ea, extra, a, a);
+    snprintf(eb, sizeof eb, extra, b, b);
+    cr_assert_eq(train(a, ea, &out), 0, "%s", out);
     free(out);
-    cr_assert_eq(train(b, "--set train.steps=8 --stop-at-step 4", &out), 0, "%s", out);
+    char stop[4300];
+    snprintf(stop, sizeof stop, "%s --stop-at-step 4", eb);
+    cr_assert_eq(train(b, stop, &out), 0, "%s", out);
     cr_expect(strstr(out, "stopped at step 4") != NULL, "%s", out);
     free(out);
-    cr_assert_eq(train(b, "--set train.steps=8 --resume", &out), 0, "%s", out);
+    char resume[4300];
+    snprintf(resume, sizeof resume, "%s --resume", eb);
+    cr_assert_eq(train(b, resume, &out), 0, "%s", out);
     cr_expect(strstr(out, "resumed from") != NULL, "%s", out);
+    cr_expect(strstr(out, "(32 samples consumed)") != NULL, "4 steps of 8: %s", out);
     free(out);
     double *la, *lb;
     int na = losses_of(a, &la), nb = losses_of(b, &lb);
@@ -76,6 +87,16 @@ Test(train, stop_and_resume_gives_the_uninterrupted_losses, .timeout = 120) {
     free(la); free(lb);
     tt_rmrf(a); tt_rmrf(b);
     free(a); free(b);
+}
+
+Test(train, stop_and_resume_gives_the_uninterrupted_losses, .timeout = 120) {
+    check_resume("%s/train.bin");
+}
+
+/* the same over a weighted blend of two files: the blend schedule and both
+ * files' epoch permutations continue where they stopped */
+Test(train, stop_and_resume_over_a_blend_reads_the_same_samples, .timeout = 120) {
+    check_resume("0.7:%s/train.bin,0.3:%s/val.bin");
 }
 
 /* The checkpoint loads in an independent numpy GPT-2 (tests/ref/gpt2_numpy.py
