@@ -43,12 +43,23 @@ typedef struct tri_comm_impl {
     void (*free)(struct tri_comm *c);
 } tri_comm_impl;
 
+/* What a group's calls cost this rank, counted by the wrappers. */
+typedef struct tri_comm_stats {
+    unsigned long long calls;   /* collective and p2p calls made          */
+    unsigned long long bytes;   /* payload bytes of those calls: all-reduce,
+                                   broadcast, send: the buffer; reduce-scatter:
+                                   its whole input; all-gather: its own part */
+    double seconds;             /* wall time inside blocking calls and
+                                   waits (the exposed communication time) */
+} tri_comm_stats;
+
 typedef struct tri_comm {
     int size;                   /* ranks in the group                     */
     int rank;                   /* this rank's index in the group         */
     int world_rank;             /* for messages                           */
     const tri_comm_impl *impl;  /* NULL when size == 1                    */
     void *handle;               /* the transport's communicator           */
+    tri_comm_stats stats;       /* zeroed at init; the caller may reset it */
 } tri_comm;
 
 size_t tri_dtype_size(tri_dtype t);

@@ -4,6 +4,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Bytes counted per call: the payload of the call as the algorithm-free
+ * "bus" volume this rank contributes (all-reduce: n elements; reduce-scatter:
+ * its whole input; all-gather: its own part; broadcast: n; send: n). */
+static void count(tri_comm *c, size_t n, tri_dtype t, double t0) {
+    c->stats.calls++;
+    c->stats.bytes += (unsigned long long)(n * tri_dtype_size(t));
+    if (t0 > 0) c->stats.seconds += now_s() - t0;
+}
 
 size_t tri_dtype_size(tri_dtype t) {
     switch (t) {
@@ -26,12 +42,18 @@ void tri_comm_init_self(tri_comm *c, int world_rank) {
 static int trivial(const tri_comm *c) { return c->size == 1 || c->impl == NULL; }
 
 void tri_comm_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
-    if (!trivial(c) && n > 0) c->impl->allreduce(c, buf, n, t, op);
+    if (trivial(c) || n == 0) return;
+    double t0 = now_s();
+    c->impl->allreduce(c, buf, n, t, op);
+    count(c, n, t, t0);
 }
 
 void tri_comm_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
     r->active = 0;
-    if (!trivial(c) && n > 0) c->impl->iallreduce(c, buf, n, t, op, r);
+    if (trivial(c) || n == 0) return;
+    double t0 = now_s();
+    c->impl->iallreduce(c, buf, n, t, op, r);
+    count(c, n, t, t0);
 }
 
 void tri_comm_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
@@ -39,7 +61,9 @@ void tri_comm_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t n
         if (recv != send) memmove(recv, send, n * tri_dtype_size(t));
         return;
     }
+    double t0 = now_s();
     c->impl->reduce_scatter(c, recv, send, n, t);
+    count(c, n * (size_t)c->size, t, t0);
 }
 
 void tri_comm_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
@@ -47,11 +71,16 @@ void tri_comm_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri
         if (recv != send) memmove(recv, send, n * tri_dtype_size(t));
         return;
     }
+    double t0 = now_s();
     c->impl->allgather(c, recv, send, n, t);
+    count(c, n, t, t0);
 }
 
 void tri_comm_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root) {
-    if (!trivial(c) && n > 0) c->impl->broadcast(c, buf, n, t, root);
+    if (trivial(c) || n == 0) return;
+    double t0 = now_s();
+    c->impl->broadcast(c, buf, n, t, root);
+    count(c, n, t, t0);
 }
 
 void tri_comm_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r) {
@@ -61,6 +90,7 @@ void tri_comm_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int pee
         abort();
     }
     c->impl->isend(c, buf, n, t, peer, tag, r);
+    count(c, n, t, 0);
 }
 
 void tri_comm_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r) {
@@ -73,12 +103,19 @@ void tri_comm_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int
 }
 
 void tri_comm_wait(tri_comm *c, tri_req *r) {
-    if (r->active && !trivial(c)) c->impl->wait(c, r);
+    if (r->active && !trivial(c)) {
+        double t0 = now_s();
+        c->impl->wait(c, r);
+        c->stats.seconds += now_s() - t0;
+    }
     r->active = 0;
 }
 
 void tri_comm_barrier(tri_comm *c) {
-    if (!trivial(c)) c->impl->barrier(c);
+    if (trivial(c)) return;
+    double t0 = now_s();
+    c->impl->barrier(c);
+    c->stats.seconds += now_s() - t0;
 }
 
 void tri_comm_free(tri_comm *c) {

@@ -344,11 +344,25 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             fflush(NULL);
             _exit(3);
         }
+        if (step == start + 1) { /* measure from the second step on */
+            memset(&t->dist.tp.stats, 0, sizeof t->dist.tp.stats);
+            memset(&t->dist.dp.stats, 0, sizeof t->dist.dp.stats);
+            memset(&t->dist.pp.stats, 0, sizeof t->dist.pp.stats);
+        }
         double t0 = now_s();
         double norm;
         loss = train_step(t, step, &norm);
         double dt = now_s() - t0;
         if (opts->step_times) opts->step_times[step] = dt;
+        if (opts->report && step > start) {
+            opts->report->world = mesh->world;
+            opts->report->rank = mesh->rank;
+            opts->report->steps++;
+            opts->report->seconds += dt;
+            opts->report->tp = t->dist.tp.stats;
+            opts->report->dp = t->dist.dp.stats;
+            opts->report->pp = t->dist.pp.stats;
+        }
         int done_steps = step + 1;
         if (t->is_logger && (done_steps % cfg->log.every == 0 || done_steps == cfg->train.steps)) {
             double tps = tokens_step / dt;

@@ -4,6 +4,16 @@
 
 #include "src/config.h"
 
+#include "parallel/comm.h"
+
+/* What a run measured on this rank (filled when tri_run_opts.report is set). */
+typedef struct tri_run_report {
+    int world, rank;             /* this rank's place                              */
+    int steps;                   /* steps run (not counting the first, see below) */
+    double seconds;              /* their wall time                                */
+    tri_comm_stats tp, dp, pp;   /* communication in those steps, per group        */
+} tri_run_report;
+
 typedef struct tri_run_opts {
     int resume;          /* continue from <checkpoint.dir>/latest if there is one */
     int threads;         /* OpenMP/OpenBLAS threads; 0: leave as the environment says */
@@ -13,6 +23,8 @@ typedef struct tri_run_opts {
     int stop_at;         /* > 0: save and stop after this step (the schedule still
                             runs to train.steps; resume continues) */
     double *step_times;  /* if non-NULL: seconds of step i stored at [i] (room for train.steps) */
+    tri_run_report *report; /* if non-NULL: filled at the end, for every step after the first
+                               (the first warms caches and page-faults the buffers) */
 } tri_run_opts;
 
 /* Trains as cfg says; returns the process exit code (0 ok, 2 bad input,
