@@ -1,7 +1,7 @@
 /* `trident bench CONFIG [--steps N] [--threads K] [--set ...]`: training
  * throughput on synthetic tokens, and the machine's sgemm speed on the
  * model's own GEMM shape, so that MFU can be read against what this machine
- * can do rather than a datasheet. */
+ * can do rather than a datasheet. Works under tridentrun too (rank 0 prints). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -25,50 +25,98 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Best GFLOP/s over `reps` runs of out (M, N) = A (M, K) @ B (N, K)^T, the
- * shape of the MLP's first GEMM. The best, not the median: it is the
- * denominator of MFU, and this VM has phases of half speed that a median of a
- * short burst can land in (MFU over 100% otherwise). */
-static double sgemm_gflops(size_t M, size_t K, size_t N, int reps) {
-    float *A = malloc(M * K * sizeof(float)), *B = malloc(N * K * sizeof(float)), *Cm = malloc(M * N * sizeof(float));
-    if (!A || !B || !Cm) { free(A); free(B); free(Cm); return 0.0; }
-    for (size_t i = 0; i < M * K; i++) A[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
-    for (size_t i = 0; i < N * K; i++) B[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
-    double *t = malloc((size_t)reps * sizeof *t);
+/* out (M, N) = A (M, K) @ B (N, K)^T, the shape of the MLP's first GEMM,
+ * timed by the GFLOP/s it reaches. */
+typedef struct sgemm_probe {
+    size_t M, K, N;
+    float *A, *B, *C;
+    double *after; /* [step]: GFLOP/s measured right after that step */
+} sgemm_probe;
+
+static int probe_init(sgemm_probe *p, size_t M, size_t K, size_t N, size_t steps) {
+    memset(p, 0, sizeof *p);
+    p->M = M;
+    p->K = K;
+    p->N = N;
+    p->A = malloc(M * K * sizeof(float));
+    p->B = malloc(N * K * sizeof(float));
+    p->C = malloc(M * N * sizeof(float));
+    p->after = calloc(steps, sizeof(double));
+    if (!p->A || !p->B || !p->C || !p->after) return -1;
+    for (size_t i = 0; i < M * K; i++) p->A[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < N * K; i++) p->B[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    return 0;
+}
+
+static void probe_free(sgemm_probe *p) {
+    free(p->A);
+    free(p->B);
+    free(p->C);
+    free(p->after);
+    memset(p, 0, sizeof *p);
+}
+
+/* The best GFLOP/s of `reps` runs. */
+static double probe_best(sgemm_probe *p, int reps) {
+    double best = 0.0;
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)K, B, (int)K,
-                    0.0f, Cm, (int)N);
-        t[r] = now_s() - t0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->M, (int)p->N, (int)p->K, 1.0f, p->A,
+                    (int)p->K, p->B, (int)p->K, 0.0f, p->C, (int)p->N);
+        double g = 2.0 * (double)p->M * (double)p->N * (double)p->K / (now_s() - t0) / 1e9;
+        if (g > best) best = g;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    double g = 2.0 * (double)M * (double)N * (double)K / t[0] / 1e9;
-    free(t); free(A); free(B); free(Cm);
-    return g;
+    return best;
+}
+
+/* After each training step: the machine's sgemm speed at that moment. This
+ * VM has phases of about half speed lasting seconds; dividing each step's
+ * model GFLOP/s by the sgemm speed measured right after it cancels them. */
+static void after_step(void *ctx, int step, double seconds) {
+    sgemm_probe *p = ctx;
+    (void)seconds;
+    p->after[step] = probe_best(p, 2);
+}
+
+static void bench_usage(FILE *f) {
+    fprintf(f,
+            "usage: trident bench CONFIG [--steps N] [--threads K] [--set section.key=value]...\n"
+            "  runs N training steps (after one warm-up step) on synthetic tokens and prints tokens/s,\n"
+            "  model GFLOP/s, MFU against this machine's measured sgemm speed, communication per group\n"
+            "  (under tridentrun), and a last line of JSON.\n");
 }
 
 int tri_cmd_bench(int argc, char **argv) {
     const char *path = NULL;
-    const char **sets = calloc((size_t)argc, sizeof *sets);
+    const char **sets = calloc((size_t)argc + 2, sizeof *sets);
     int n_sets = 0;
     long steps = 10, threads = 0;
     int rc = 2;
+    double *times = NULL;
+    sgemm_probe probe = {0};
+    /* the data files are not read: synthetic tokens */
+    sets[n_sets++] = "data.train=synthetic";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: trident bench CONFIG [--steps N] [--threads K] [--set section.key=value]...\n"
-                   "  runs N training steps (after one warm-up step) on synthetic tokens and prints\n"
-                   "  tokens/s, achieved GFLOP/s, MFU against the measured sgemm GFLOP/s, and a JSON line.\n");
+            bench_usage(stdout);
             rc = 0;
             goto out;
-        } else if (!strcmp(a, "--steps") && v) { if (tri_arg_int(a, v, 1, 1000000, &steps)) goto out; i++; }
-        else if (!strcmp(a, "--threads") && v) { if (tri_arg_int(a, v, 1, 1024, &threads)) goto out; i++; }
-        else if (!strcmp(a, "--set") && v) { sets[n_sets++] = v; i++; }
-        else if (a[0] == '-') {
-            fprintf(stderr, "trident: bench: unknown or incomplete option '%s'\n", a);
+        } else if (!strcmp(a, "--steps") && v) {
+            if (tri_arg_int(a, v, 1, 1000000, &steps)) goto out;
+            i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            if (tri_arg_int(a, v, 1, 1024, &threads)) goto out;
+            i++;
+        } else if (!strcmp(a, "--set") && v) {
+            sets[n_sets++] = v;
+            i++;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "trident: bench: unknown or incomplete option '%s' (try `trident bench --help`)\n", a);
             goto out;
-        } else if (!path) path = a;
-        else {
+        } else if (!path) {
+            path = a;
+        } else {
             fprintf(stderr, "trident: bench: unexpected argument '%s'\n", a);
             goto out;
         }
@@ -77,76 +125,88 @@ int tri_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "trident: bench: missing CONFIG\n");
         goto out;
     }
-    tri_config cfg;
-    /* the data files are not read: synthetic tokens */
-    const char **all = calloc((size_t)n_sets + 2, sizeof *all);
-    all[0] = "data.train=synthetic";
-    for (int i = 0; i < n_sets; i++) all[i + 1] = sets[i];
     char steps_set[64];
     snprintf(steps_set, sizeof steps_set, "train.steps=%ld", steps + 1);
-    all[n_sets + 1] = steps_set;
-    int lrc = tri_config_load(&cfg, path, n_sets + 2, all);
-    free(all);
-    if (lrc != 0) goto out;
+    sets[n_sets++] = steps_set;
+    tri_config cfg;
+    if (tri_config_load(&cfg, path, n_sets, sets) != 0) goto out;
     tri_set_threads((int)threads);
     int nthreads = omp_get_max_threads();
-    size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len;
-    size_t C = (size_t)cfg.model.n_embd;
-    double peak = sgemm_gflops(BT, C, 4 * C, 15);
-    double *times = calloc((size_t)steps + 1, sizeof *times);
+    size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len, C = (size_t)cfg.model.n_embd;
+    rc = 1;
+    times = calloc((size_t)steps + 1, sizeof *times);
+    if (!times || probe_init(&probe, BT, C, 4 * C, (size_t)steps + 1) != 0) {
+        fprintf(stderr, "trident: bench: out of memory\n");
+        goto out;
+    }
+    double peak = probe_best(&probe, 15);
     tri_run_opts opts = {0};
     opts.device = "cpu";
     opts.threads = (int)threads;
     opts.synthetic = 1;
     opts.quiet = 1;
     opts.step_times = times;
+    opts.after_step = after_step;
+    opts.after_step_ctx = &probe;
     tri_run_report rep = {0};
     opts.report = &rep;
     rc = tri_train(&cfg, &opts);
-    if (rc == 0 && rep.rank == 0) {
-        /* again after the run: the best of both */
-        double again = sgemm_gflops(BT, C, 4 * C, 15);
-        if (again > peak) peak = again;
-        /* the first step warms caches and page-faults the buffers: not counted */
-        qsort(times + 1, (size_t)steps, sizeof *times, cmp_double);
-        double med = times[1 + steps / 2];
-        double tokens = (double)cfg.train.global_batch * cfg.model.seq_len;
-        double tps = tokens / med;
-        double gflops = tri_gpt_flops_per_token(&cfg.model) * tps / 1e9;
-        /* every rank measured sgemm with its own threads at the same moment
-         * (they share the machine as the training ranks do): the job's peak is
-         * world times that */
-        double job_peak = peak * rep.world;
-        double mfu = gflops / job_peak;
-        printf("bench %s: %zu params, B=%d T=%d, %d rank(s) (tp=%d pp=%d dp=%d) x %d threads\n", path,
-               tri_gpt_num_params(&cfg.model), cfg.train.global_batch, cfg.model.seq_len, rep.world,
-               cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp, nthreads);
-        printf("  step time   %.1f ms (median of %ld; min %.1f, max %.1f)\n", med * 1e3, steps, times[1] * 1e3,
-               times[steps] * 1e3);
-        printf("  throughput  %.0f tokens/s, %.1f GFLOP/s of model FLOPs (%.1f MFLOP/token)\n", tps, gflops,
-               tri_gpt_flops_per_token(&cfg.model) / 1e6);
-        printf("  sgemm       %.1f GFLOP/s per rank (%zux%dx%d, %d threads), %.1f for %d rank(s)\n", peak, BT,
-               cfg.model.n_embd, 4 * cfg.model.n_embd, nthreads, job_peak, rep.world);
-        printf("  MFU         %.1f%% of the measured sgemm speed\n", 100.0 * mfu);
-        /* rank 0's view of communication: per step, and its share of step time */
-        const char *names[3] = {"tp", "dp", "pp"};
-        const tri_comm_stats *st[3] = {&rep.tp, &rep.dp, &rep.pp};
-        double share[3] = {0, 0, 0};
-        for (int g = 0; g < 3; g++) {
-            if (st[g]->calls == 0 || rep.steps == 0) continue;
-            share[g] = st[g]->seconds / rep.seconds;
-            printf("  comm %s     %.2f MB/step in %.0f calls, %.1f ms/step blocked (%.1f%% of step time)\n", names[g],
-                   (double)st[g]->bytes / rep.steps / 1e6, (double)st[g]->calls / rep.steps,
-                   1e3 * st[g]->seconds / rep.steps, 100.0 * share[g]);
-        }
-        printf("{\"config\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, \"threads\": %d, \"step_ms\": %.2f, "
-               "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, "
-               "\"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f}\n",
-               path, rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads, med * 1e3, tps, gflops, job_peak, mfu,
-               share[0], share[1]);
+    if (rc != 0 || rep.rank != 0) goto out;
+
+    /* the best sgemm seen at any point: before, after every step, at the end */
+    double again = probe_best(&probe, 15);
+    if (again > peak) peak = again;
+    for (long i = 1; i <= steps; i++)
+        if (probe.after[i] > peak) peak = probe.after[i];
+    /* every rank measured sgemm with its own threads at the same moments
+     * (sharing the machine as the training ranks do): the job's peak is world
+     * times one rank's */
+    double job_peak = peak * rep.world;
+    double flops_step = tri_gpt_flops_per_token(&cfg.model) * (double)cfg.train.global_batch * cfg.model.seq_len;
+    /* per step: model GFLOP/s over the job's sgemm GFLOP/s right after it (median) */
+    double *paired = calloc((size_t)steps, sizeof *paired);
+    for (long i = 1; i <= steps; i++) paired[i - 1] = flops_step / times[i] / 1e9 / (probe.after[i] * rep.world);
+    qsort(paired, (size_t)steps, sizeof *paired, cmp_double);
+    double mfu_paired = paired[steps / 2];
+    free(paired);
+    /* the first step warms caches and page-faults the buffers: not counted */
+    qsort(times + 1, (size_t)steps, sizeof *times, cmp_double);
+    double med = times[1 + steps / 2];
+    double tps = (double)cfg.train.global_batch * cfg.model.seq_len / med;
+    double gflops = flops_step / med / 1e9;
+    double mfu = gflops / job_peak;
+
+    printf("bench %s: %zu params, B=%d T=%d, %d rank(s) (tp=%d pp=%d dp=%d) x %d threads\n", path,
+           tri_gpt_num_params(&cfg.model), cfg.train.global_batch, cfg.model.seq_len, rep.world, cfg.parallel.tp,
+           cfg.parallel.pp, cfg.parallel.dp, nthreads);
+    printf("  step time   %.1f ms (median of %ld; min %.1f, max %.1f)\n", med * 1e3, steps, times[1] * 1e3,
+           times[steps] * 1e3);
+    printf("  throughput  %.0f tokens/s, %.1f GFLOP/s of model FLOPs (%.1f MFLOP/token)\n", tps, gflops,
+           tri_gpt_flops_per_token(&cfg.model) / 1e6);
+    printf("  sgemm       best %.1f GFLOP/s per rank (%zux%zux%zu, %d threads), %.1f for %d rank(s)\n", peak, BT, C,
+           4 * C, nthreads, job_peak, rep.world);
+    printf("  MFU         %.1f%% of the best sgemm speed; %.1f%% of the sgemm speed measured right after\n"
+           "              each step (median; cancels this VM's slow phases)\n",
+           100.0 * mfu, 100.0 * mfu_paired);
+    /* rank 0's view of communication: per step, and its share of step time */
+    const char *names[3] = {"tp", "dp", "pp"};
+    const tri_comm_stats *st[3] = {&rep.tp, &rep.dp, &rep.pp};
+    double share[3] = {0, 0, 0};
+    for (int g = 0; g < 3; g++) {
+        if (st[g]->calls == 0 || rep.steps == 0) continue;
+        share[g] = st[g]->seconds / rep.seconds;
+        printf("  comm %s     %.2f MB/step in %.0f calls, %.1f ms/step blocked (%.1f%% of step time)\n", names[g],
+               (double)st[g]->bytes / rep.steps / 1e6, (double)st[g]->calls / rep.steps,
+               1e3 * st[g]->seconds / rep.steps, 100.0 * share[g]);
     }
-    free(times);
+    printf("{\"config\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, \"threads\": %d, \"step_ms\": %.2f, "
+           "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, \"mfu_paired\": %.4f, "
+           "\"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f}\n",
+           path, rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads, med * 1e3, tps, gflops, job_peak, mfu,
+           mfu_paired, share[0], share[1]);
 out:
+    free(times);
+    probe_free(&probe);
     free(sets);
     return rc;
 }

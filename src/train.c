@@ -354,6 +354,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         loss = train_step(t, step, &norm);
         double dt = now_s() - t0;
         if (opts->step_times) opts->step_times[step] = dt;
+        if (opts->after_step) opts->after_step(opts->after_step_ctx, step, dt);
         if (opts->report && step > start) {
             opts->report->world = mesh->world;
             opts->report->rank = mesh->rank;
