@@ -1,0 +1,271 @@
+/* The MPI transport: tri_comm_impl over MPI communicators, and the start-up
+ * functions of comm_mpi.h. The only file of Trident that includes <mpi.h>.
+ *
+ * A tri_comm made here holds a malloc'd MPI_Comm in c->handle (owned by the
+ * tri_comm, released by its free). Every communicator uses MPI_ERRORS_RETURN
+ * so that a failing call comes back to MPI_CHECK, which names the rank, the
+ * call and file:line before aborting the job: a collective that failed on one
+ * rank cannot be finished by the others, so nothing is recoverable here.
+ */
+#include "parallel/comm_mpi.h"
+
+#include <mpi.h>
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(((tri_req *)0)->opaque),
+               "MPI_Request must fit in tri_req.opaque");
+
+static int world_rank_or_minus1(void) {
+    int init = 0, fin = 0, r = -1;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin && MPI_Comm_rank(MPI_COMM_WORLD, &r) != MPI_SUCCESS) r = -1;
+    return r;
+}
+
+static void mpi_check_(int rc, const char *call, const char *file, int line) {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) len = 0;
+    msg[len] = '\0';
+    fprintf(stderr, "trident: rank %d: %s failed at %s:%d: %s (MPI error %d)\n",
+            world_rank_or_minus1(), call, file, line, len ? msg : "unknown error", rc);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort(); /* MPI_Abort should not return */
+}
+
+/* The argument is evaluated once. */
+#define MPI_CHECK(call) mpi_check_((call), #call, __FILE__, __LINE__)
+
+/* Contract violations by the caller (bad count, aliasing): fatal, named. */
+static void fail(const tri_comm *c, const char *what, const char *detail) {
+    fprintf(stderr, "trident: rank %d: %s: %s\n", c->world_rank, what, detail);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort();
+}
+
+static MPI_Comm comm_of(const tri_comm *c) { return *(const MPI_Comm *)c->handle; }
+
+static MPI_Datatype mpi_type(const tri_comm *c, tri_dtype t) {
+    switch (t) {
+    case TRI_F32: return MPI_FLOAT;
+    case TRI_F64: return MPI_DOUBLE;
+    case TRI_I32: return MPI_INT32_T;
+    case TRI_U8: return MPI_UINT8_T;
+    }
+    fail(c, "comm", "unknown dtype");
+    return MPI_DATATYPE_NULL;
+}
+
+static MPI_Op mpi_op(const tri_comm *c, tri_redop op) {
+    switch (op) {
+    case TRI_SUM: return MPI_SUM;
+    case TRI_MAX: return MPI_MAX;
+    }
+    fail(c, "comm", "unknown reduction");
+    return MPI_OP_NULL;
+}
+
+/* MPI counts are int: larger buffers are a fatal error, not a silent wrap. */
+static int count_of(const tri_comm *c, const char *what, size_t n) {
+    if (n > (size_t)INT_MAX) {
+        char d[96];
+        snprintf(d, sizeof d, "count %zu exceeds MPI's limit of %d elements", n, INT_MAX);
+        fail(c, what, d);
+    }
+    return (int)n;
+}
+
+/* Do [a, a+na) and [b, b+nb) (bytes) overlap? */
+static int overlap(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return pa < pb + nb && pb < pa + na;
+}
+
+static void req_store(tri_req *r, MPI_Request q) {
+    memset(r->opaque, 0, sizeof r->opaque);
+    memcpy(r->opaque, &q, sizeof q);
+    r->active = 1;
+}
+
+static void mpi_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count_of(c, "allreduce", n), mpi_type(c, t),
+                            mpi_op(c, op), comm_of(c)));
+}
+
+static void mpi_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op,
+                           tri_req *r) {
+    MPI_Request q = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(c, "iallreduce", n), mpi_type(c, t),
+                             mpi_op(c, op), comm_of(c), &q));
+    req_store(r, q);
+}
+
+/* recv (n) = sum over ranks of their send[rank*n .. rank*n+n); send (size*n).
+ * recv must not overlap send. */
+static void mpi_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
+    size_t esz = tri_dtype_size(t);
+    if (n > 0 && overlap(recv, n * esz, send, (size_t)c->size * n * esz))
+        fail(c, "reduce_scatter", "recv overlaps send (not supported by the MPI transport)");
+    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, count_of(c, "reduce_scatter", n),
+                                       mpi_type(c, t), MPI_SUM, comm_of(c)));
+}
+
+/* recv (size*n) = every rank's send (n) in rank order. send may be exactly
+ * this rank's slot of recv (recv + rank*n: in place); any other overlap is an error. */
+static void mpi_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
+    size_t esz = tri_dtype_size(t);
+    int cnt = count_of(c, "allgather", n);
+    count_of(c, "allgather", (size_t)c->size * n);
+    MPI_Datatype dt = mpi_type(c, t);
+    const char *slot = (const char *)recv + (size_t)c->rank * n * esz;
+    if (n > 0 && (const char *)send == slot) {
+        MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, cnt, dt, comm_of(c)));
+        return;
+    }
+    if (n > 0 && overlap(recv, (size_t)c->size * n * esz, send, n * esz))
+        fail(c, "allgather", "send overlaps recv other than at this rank's slot");
+    MPI_CHECK(MPI_Allgather(send, cnt, dt, recv, cnt, dt, comm_of(c)));
+}
+
+static void mpi_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root) {
+    if (root < 0 || root >= c->size) fail(c, "broadcast", "root outside the group");
+    MPI_CHECK(MPI_Bcast(buf, count_of(c, "broadcast", n), mpi_type(c, t), root, comm_of(c)));
+}
+
+static void mpi_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag,
+                      tri_req *r) {
+    if (peer < 0 || peer >= c->size) fail(c, "isend", "peer outside the group");
+    MPI_Request q = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Isend(buf, count_of(c, "isend", n), mpi_type(c, t), peer, tag, comm_of(c), &q));
+    req_store(r, q);
+}
+
+static void mpi_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag,
+                      tri_req *r) {
+    if (peer < 0 || peer >= c->size) fail(c, "irecv", "peer outside the group");
+    MPI_Request q = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Irecv(buf, count_of(c, "irecv", n), mpi_type(c, t), peer, tag, comm_of(c), &q));
+    req_store(r, q);
+}
+
+static void mpi_wait(tri_comm *c, tri_req *r) {
+    (void)c; /* the request knows its communicator */
+    MPI_Request q;
+    memcpy(&q, r->opaque, sizeof q);
+    MPI_CHECK(MPI_Wait(&q, MPI_STATUS_IGNORE));
+    memset(r->opaque, 0, sizeof r->opaque);
+    r->active = 0;
+}
+
+static void mpi_barrier(tri_comm *c) { MPI_CHECK(MPI_Barrier(comm_of(c))); }
+
+static void mpi_free(tri_comm *c) {
+    if (c->handle == NULL) return;
+    MPI_Comm *h = c->handle;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin && *h != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(h));
+    free(h);
+    c->handle = NULL;
+}
+
+static const tri_comm_impl mpi_impl = {
+    .name = "mpi",
+    .allreduce = mpi_allreduce,
+    .iallreduce = mpi_iallreduce,
+    .reduce_scatter = mpi_reduce_scatter,
+    .allgather = mpi_allgather,
+    .broadcast = mpi_broadcast,
+    .isend = mpi_isend,
+    .irecv = mpi_irecv,
+    .wait = mpi_wait,
+    .barrier = mpi_barrier,
+    .free = mpi_free,
+};
+
+/* Wraps a new communicator (ownership passes to *out); a group of size 1 (or
+ * MPI_COMM_NULL) becomes a group of one without transport. */
+static void adopt(tri_comm *out, MPI_Comm comm, int world_rank) {
+    tri_comm_init_self(out, world_rank);
+    if (comm == MPI_COMM_NULL) return;
+    int size = 0, rank = 0;
+    MPI_CHECK(MPI_Comm_size(comm, &size));
+    if (size == 1) {
+        MPI_CHECK(MPI_Comm_free(&comm));
+        return;
+    }
+    MPI_CHECK(MPI_Comm_rank(comm, &rank));
+    MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    MPI_Comm *h = malloc(sizeof *h);
+    if (h == NULL) {
+        fprintf(stderr, "trident: rank %d: out of memory for a communicator\n", world_rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        abort();
+    }
+    *h = comm;
+    out->size = size;
+    out->rank = rank;
+    out->impl = &mpi_impl;
+    out->handle = h;
+}
+
+int tri_mpi_init(int *world, int *rank) {
+    int provided = 0;
+    /* MPI_Init's own failure cannot be routed to an error handler yet: MPI aborts. */
+    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS) {
+        fprintf(stderr, "trident: MPI_Init_thread failed (MPI error %d)\n", rc);
+        return -1;
+    }
+    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, world));
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, rank));
+    if (provided < MPI_THREAD_FUNNELED && *rank == 0)
+        fprintf(stderr, "trident: note: MPI provides thread level %d < FUNNELED; "
+                        "MPI calls stay on the main thread\n", provided);
+    return 0;
+}
+
+int tri_mpi_split(tri_comm *out, int color, int key) {
+    int wr = 0;
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &wr));
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, key, &comm));
+    adopt(out, comm, wr);
+    return 0;
+}
+
+int tri_mpi_world(tri_comm *out) {
+    int wr = 0;
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &wr));
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+    adopt(out, comm, wr);
+    return 0;
+}
+
+void tri_mpi_finalize(void) {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_CHECK(MPI_Finalize());
+}
+
+void tri_mpi_abort(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
