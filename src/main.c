@@ -33,6 +33,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* under mpirun stdout is a pipe: line-buffer it so that log lines arrive
+     * as they happen and survive a crashing rank */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return argc < 2 ? 2 : 0;

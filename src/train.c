@@ -24,7 +24,7 @@
 #include "parallel/grad_sync.h"
 
 /* The one piece of process state outside the context struct: set by the
- * SIGTERM/SIGINT handler, read at step boundaries. */
+ * SIGTERM/SIGINT/SIGUSR1 handler, read at step boundaries. */
 static volatile sig_atomic_t g_stop_signal = 0;
 
 static void on_signal(int sig) { g_stop_signal = sig; }
@@ -65,26 +65,27 @@ static double now_s(void) {
 
 /* Checks every size that must divide, on every rank, before anything is
  * allocated; the messages name the numbers. */
-static int check_layout(const tri_config *cfg) {
+/* verbose: world rank 0 says why; the other ranks fail just the same, quietly */
+static int check_layout(const tri_config *cfg, int verbose) {
     const tri_parallel_cfg *p = &cfg->parallel;
     const tri_model_cfg *m = &cfg->model;
     if (m->n_head % p->tp) {
-        fprintf(stderr, "trident: model.n_head (%d) is not divisible by parallel.tp (%d)\n", m->n_head, p->tp);
+        if (verbose) fprintf(stderr, "trident: model.n_head (%d) is not divisible by parallel.tp (%d)\n", m->n_head, p->tp);
         return -1;
     }
     if (m->n_layer % p->pp) {
-        fprintf(stderr, "trident: model.n_layer (%d) is not divisible by parallel.pp (%d)\n", m->n_layer, p->pp);
+        if (verbose) fprintf(stderr, "trident: model.n_layer (%d) is not divisible by parallel.pp (%d)\n", m->n_layer, p->pp);
         return -1;
     }
     long per = (long)cfg->train.micro_batch * p->dp;
     if (cfg->train.global_batch % per) {
-        fprintf(stderr,
+        if (verbose) fprintf(stderr,
                 "trident: train.global_batch (%d) is not divisible by train.micro_batch (%d) x parallel.dp (%d) = %ld\n",
                 cfg->train.global_batch, cfg->train.micro_batch, p->dp, per);
         return -1;
     }
     if (p->pp > 1) {
-        fprintf(stderr, "trident: parallel.pp = %d: pipeline parallelism is not implemented yet (use pp = 1)\n",
+        if (verbose) fprintf(stderr, "trident: parallel.pp = %d: pipeline parallelism is not implemented yet (use pp = 1)\n",
                 p->pp);
         return -1;
     }
@@ -231,7 +232,9 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     trainer *t = &tr;
     t->cfg = cfg;
     t->opts = *opts;
-    if (check_layout(cfg) != 0) return 2;
+    int env_world, env_rank;
+    tri_dist_env_world(&env_world, &env_rank);
+    if (check_layout(cfg, env_rank == 0) != 0) return 2;
     char err[512];
     if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
@@ -331,6 +334,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL); /* tridentrun's (and Slurm's --signal) "save and stop" */
 
     double flops_tok = tri_gpt_flops_per_token(&cfg->model);
     double tokens_step = (double)t->G * (double)t->T;

@@ -87,18 +87,27 @@ static int close_enough(double got, double want, double atol, double rtol)
 
 /* Number of elements of got (float) not close to want (double); the first
  * few are logged with their index. */
-static size_t count_far(const char *what, const float *got, const double *want, size_t n,
-                        double atol, double rtol)
+/* Elements of got outside the tolerance of want; the first few are logged
+ * when log != 0 (a logged error makes Criterion's exit code non-zero, so
+ * tests that expect mismatches count quietly). */
+static size_t count_far_log(const char *what, const float *got, const double *want, size_t n,
+                            double atol, double rtol, int log)
 {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         if (!close_enough((double)got[i], want[i], atol, rtol)) {
-            if (bad < 5)
+            if (log && bad < 5)
                 cr_log_error("%s[%zu]: got %.9g, want %.9g", what, i, (double)got[i], want[i]);
             bad++;
         }
     }
     return bad;
+}
+
+static size_t count_far(const char *what, const float *got, const double *want, size_t n,
+                        double atol, double rtol)
+{
+    return count_far_log(what, got, want, n, atol, rtol, 1);
 }
 
 #define EXPECT_CLOSE(what, got, want, n, atol, rtol)                                   \
@@ -156,7 +165,7 @@ Test(ops_check, nan_never_passes_a_comparison)
     cr_expect(close_enough(1.0 + 1e-7, 1.0, 0.0, 1e-6));
     const float got[3] = {1.0f, NAN, 3.0f};
     const double want[3] = {1.0, 2.0, 3.0};
-    cr_expect(count_far("nan-probe", got, want, 3, 1e9, 1e9) == 1);
+    cr_expect(count_far_log("nan-probe", got, want, 3, 1e9, 1e9, 0) == 1);
 }
 
 /* ------------------------------------------------------------ table, memory */
