@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "model/gpt.h"
 #include "src/cli.h"
@@ -158,14 +159,20 @@ int tri_cmd_bench(int argc, char **argv) {
     if (again > peak) peak = again;
     for (long i = 1; i <= steps; i++)
         if (probe.after[i] > peak) peak = probe.after[i];
-    /* every rank measured sgemm with its own threads at the same moments
-     * (sharing the machine as the training ranks do): the job's peak is world
-     * times one rank's */
+    /* one rank's best sgemm times the ranks, but ranks that share a machine
+     * share its cores: with more local ranks x threads than cores (the
+     * oversubscribed quickstart layouts), the machine's cores are the limit */
     double job_peak = peak * rep.world;
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int local = ls ? atoi(ls) : 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (local > 0 && cores > 0 && (long)local * nthreads > cores)
+        job_peak *= (double)cores / ((double)local * nthreads);
     double flops_step = tri_gpt_flops_per_token(&cfg.model) * (double)cfg.train.global_batch * cfg.model.seq_len;
     /* per step: model GFLOP/s over the job's sgemm GFLOP/s right after it (median) */
     double *paired = calloc((size_t)steps, sizeof *paired);
-    for (long i = 1; i <= steps; i++) paired[i - 1] = flops_step / times[i] / 1e9 / (probe.after[i] * rep.world);
+    for (long i = 1; i <= steps; i++)
+        paired[i - 1] = flops_step / times[i] / 1e9 / (probe.after[i] * rep.world); /* all ranks probed at once */
     qsort(paired, (size_t)steps, sizeof *paired, cmp_double);
     double mfu_paired = paired[steps / 2];
     free(paired);
@@ -183,8 +190,8 @@ int tri_cmd_bench(int argc, char **argv) {
            times[steps] * 1e3);
     printf("  throughput  %.0f tokens/s, %.1f GFLOP/s of model FLOPs (%.1f MFLOP/token)\n", tps, gflops,
            tri_gpt_flops_per_token(&cfg.model) / 1e6);
-    printf("  sgemm       best %.1f GFLOP/s per rank (%zux%zux%zu, %d threads), %.1f for %d rank(s)\n", peak, BT, C,
-           4 * C, nthreads, job_peak, rep.world);
+    printf("  sgemm       best %.1f GFLOP/s per rank (%zux%zux%zu, %d threads), %.1f for the job's %d rank(s)\n",
+           peak, BT, C, 4 * C, nthreads, job_peak, rep.world);
     printf("  MFU         %.1f%% of the best sgemm speed; %.1f%% of the sgemm speed measured right after\n"
            "              each step (median; cancels this VM's slow phases)\n",
            100.0 * mfu, 100.0 * mfu_paired);

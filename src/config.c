@@ -104,7 +104,9 @@ static const field fields[] = {
 
     NUM(log, every, 1, 1, 0, POS, "steps between log lines"),
     STR(log, dir, "logs", 0, "directory of metrics.jsonl"),
-    NUM(log, peak_gflops, 200, 0, 0, GT0, "the machine's peak GFLOP/s, for MFU"),
+    NUM(log, peak_gflops, 300, 0, 0, GT0,
+        "peak GFLOP/s of all the job's hardware together, for MFU (`trident bench` measures sgemm; "
+        "300 is a 2-core AVX-512 VM's)"),
 
     NUM(debug, fail_step, -1, -1, 0, R_LO, "test only: at this step ... (-1: never)"),
     NUM(debug, fail_rank, -1, -1, 0, R_LO, "... this rank exits with code 3 (-1: never)"),

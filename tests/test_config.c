@@ -381,7 +381,7 @@ static void check_defaults_except_data(const tri_config *c) {
     cr_expect_eq(c->checkpoint.keep, 0);
     cr_expect_eq(c->log.every, 1);
     cr_expect_str_eq(c->log.dir, "logs");
-    cr_expect(c->log.peak_gflops == 200.0);
+    cr_expect(c->log.peak_gflops == 300.0);
     cr_expect_eq(c->debug.fail_step, -1);
     cr_expect_eq(c->debug.fail_rank, -1);
 }
