@@ -9,8 +9,7 @@ PKGS=(
   libcjson-dev                          # configs
   libcriterion-dev                      # tests
   openmpi-bin libopenmpi-dev            # ranks and the CPU transport
-  bible-kjv                             # the bundled corpus's source (the repo ships it compressed)
-  xz-utils                              # to unpack the corpus
+  xz-utils                              # tokenize reads .xz text through xz -dc
   python3-numpy                         # scripts and independent checks in tests
 )
 
