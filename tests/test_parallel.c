@@ -132,29 +132,32 @@ Test(parallel, every_layout_follows_the_single_rank_run, .timeout = 300) {
     free(dir);
 }
 
-/* Saved at tp=2, dp=2 after 5 of 10 steps, resumed at (1,1) and at (4,1):
- * steps 6..10 follow the uninterrupted single-rank run. */
-Test(parallel, checkpoint_saved_at_tp2_dp2_resumes_at_tp1_and_tp4, .timeout = 300) {
+/* Saved after 5 of 10 steps with one layout, resumed with another: steps
+ * 6..10 follow the uninterrupted single-rank run. Each pair crosses TP sizes
+ * both ways (2 -> 1, 2 -> 4, 1 -> 2, 4 -> 2) and DP sizes. */
+Test(parallel, checkpoints_reshard_between_tp1_tp2_and_tp4, .timeout = 300) {
     char *dir = make_dir(), *out = NULL;
     cr_assert_eq(run(dir, 1, 1, "full", "--set train.steps=10", &out), 0, "%s", out);
     free(out);
     double *ref;
     cr_assert_eq(losses(dir, "full", &ref), 10);
-    int targets[][2] = {{1, 1}, {4, 1}, {2, 2}};
-    for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
-        char ck[64], what[96], cmd[8400];
-        snprintf(ck, sizeof ck, "re_%d_%d", targets[i][0], targets[i][1]);
-        cr_assert_eq(run(dir, 2, 2, ck, "--set train.steps=10 --stop-at-step 5", &out), 0, "%s", out);
+    /* save tp, save dp, resume tp, resume dp */
+    int pairs[][4] = {{2, 2, 1, 1}, {2, 2, 4, 1}, {1, 1, 2, 2}, {4, 1, 2, 1}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        int stp = pairs[i][0], sdp = pairs[i][1], rtp = pairs[i][2], rdp = pairs[i][3];
+        char ck[64], what[128], cmd[8400];
+        snprintf(ck, sizeof ck, "re_%d_%d_to_%d_%d", stp, sdp, rtp, rdp);
+        cr_assert_eq(run(dir, stp, sdp, ck, "--set train.steps=10 --stop-at-step 5", &out), 0, "%s", out);
         free(out);
         /* the resumed run must not see the first run's log lines: move them away */
         snprintf(cmd, sizeof cmd, "mv %s/log_%s/metrics.jsonl %s/log_%s/first.jsonl", dir, ck, dir, ck);
         cr_assert_eq(tt_run(cmd, NULL), 0);
-        cr_assert_eq(run(dir, targets[i][0], targets[i][1], ck, "--set train.steps=10 --resume", &out), 0, "%s", out);
+        cr_assert_eq(run(dir, rtp, rdp, ck, "--set train.steps=10 --resume", &out), 0, "%s", out);
         cr_expect(strstr(out, "resumed from") != NULL, "%s", out);
         free(out);
         double *l;
         cr_assert_eq(losses(dir, ck, &l), 5);
-        snprintf(what, sizeof what, "saved at tp=2 dp=2, resumed at tp=%d dp=%d", targets[i][0], targets[i][1]);
+        snprintf(what, sizeof what, "saved at tp=%d dp=%d, resumed at tp=%d dp=%d", stp, sdp, rtp, rdp);
         expect_losses_close(ref + 5, l, 5, what);
         free(l);
     }
