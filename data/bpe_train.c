@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/hash.h"
 #include "data/tokenizer.h"
 
 /* ---- byte-string -> count map (per-thread word counts) ------------------------ */
@@ -37,28 +38,8 @@ typedef struct wmap {
     size_t pool_len, pool_cap;
 } wmap;
 
-static uint64_t mix(uint64_t h) {
-    h ^= h >> 30;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 27;
-    h *= 0x94D049BB133111EBull;
-    h ^= h >> 31;
-    return h;
-}
-
-static uint64_t hash_word(const uint8_t *p, size_t n) {
-    uint64_t h = 0x2545F4914F6CDD1Dull ^ ((uint64_t)n * 0x9E3779B97F4A7C15ull);
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        h = mix(h ^ v);
-        p += 8;
-        n -= 8;
-    }
-    uint64_t v = 0;
-    memcpy(&v, p, n);
-    return mix(h ^ v) | 1u;
-}
+/* never 0: 0 marks an empty slot */
+static uint64_t hash_word(const uint8_t *p, size_t n) { return tri_hash_bytes(p, n) | 1u; }
 
 static int wmap_init(wmap *m) {
     memset(m, 0, sizeof *m);
@@ -213,7 +194,7 @@ static int pmap_grow(trainer *t) {
     memset(nk, 0xFF, nc * sizeof *nk);
     for (size_t i = 0; i < t->pmap_cap; i++) {
         if (t->pkey[i] == UINT64_MAX) continue;
-        size_t j = (size_t)mix(t->pkey[i]) & (nc - 1);
+        size_t j = (size_t)tri_mix64(t->pkey[i]) & (nc - 1);
         while (nk[j] != UINT64_MAX) j = (j + 1) & (nc - 1);
         nk[j] = t->pkey[i];
         ni[j] = t->pidx[i];
@@ -228,7 +209,7 @@ static int pmap_grow(trainer *t) {
 /* The index of pair (a, b), created with count 0 if new; -1 when out of memory. */
 static int32_t pair_get(trainer *t, int32_t a, int32_t b) {
     uint64_t key = pkey_of(a, b);
-    size_t mask = t->pmap_cap - 1, i = (size_t)mix(key) & mask;
+    size_t mask = t->pmap_cap - 1, i = (size_t)tri_mix64(key) & mask;
     for (;; i = (i + 1) & mask) {
         if (t->pkey[i] == key) return t->pidx[i];
         if (t->pkey[i] == UINT64_MAX) break;

@@ -3,6 +3,8 @@
  * reading. Training is in data/bpe_train.c. */
 #include "data/tokenizer.h"
 
+#include "data/hash.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <spawn.h>
@@ -471,28 +473,6 @@ static size_t put_utf8(char *o, uint32_t cp) {
 
 /* ---- hashing and a byte-string map ---------------------------------------- */
 
-static uint64_t mix64(uint64_t h) {
-    h ^= h >> 30;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 27;
-    h *= 0x94D049BB133111EBull;
-    h ^= h >> 31;
-    return h;
-}
-
-static uint64_t hash_bytes(const uint8_t *p, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ ((uint64_t)n * 0xFF51AFD7ED558CCDull);
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        h = mix64(h ^ v);
-        p += 8;
-        n -= 8;
-    }
-    uint64_t v = 0;
-    memcpy(&v, p, n);
-    return mix64(h ^ v ^ 0x5851F42D4C957F2Dull);
-}
 
 /* Open addressing map from byte strings (copied into a pool) to int64. */
 typedef struct bmap_slot {
@@ -531,7 +511,7 @@ static void bmap_clear(bmap *m) {
     m->pool_len = 0;
 }
 
-static uint64_t bmap_hash(const uint8_t *k, size_t n) { return hash_bytes(k, n) | 1u; }
+static uint64_t bmap_hash(const uint8_t *k, size_t n) { return tri_hash_bytes(k, n) | 1u; }
 
 static int64_t *bmap_find(const bmap *m, const uint8_t *k, size_t n, uint64_t h) {
     size_t mask = m->cap - 1;
@@ -594,7 +574,7 @@ static int32_t pair_rank(const tri_tokenizer *tk, int32_t a, int32_t b) {
     if (!tk->pair_cap) return -1;
     uint64_t key = pair_key(a, b);
     size_t mask = tk->pair_cap - 1;
-    for (size_t i = (size_t)mix64(key) & mask;; i = (i + 1) & mask) {
+    for (size_t i = (size_t)tri_mix64(key) & mask;; i = (i + 1) & mask) {
         if (tk->pair_key[i] == key) return tk->pair_rank[i];
         if (tk->pair_key[i] == UINT64_MAX) return -1;
     }
@@ -611,7 +591,7 @@ static int build_pair_table(tri_tokenizer *tk) {
     tk->pair_cap = cap;
     for (int r = 0; r < tk->n_merges; r++) {
         uint64_t key = pair_key(tk->merges[3 * (size_t)r], tk->merges[3 * (size_t)r + 1]);
-        size_t i = (size_t)mix64(key) & (cap - 1);
+        size_t i = (size_t)tri_mix64(key) & (cap - 1);
         while (tk->pair_key[i] != UINT64_MAX && tk->pair_key[i] != key) i = (i + 1) & (cap - 1);
         if (tk->pair_key[i] == key) continue;
         tk->pair_key[i] = key;
