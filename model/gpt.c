@@ -193,6 +193,14 @@ int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, 
     g->params = t.v;
     g->n_params = t.n;
     g->n_floats = t.offset;
+    g->layer_last_param = malloc(((size_t)g->n_local_layers + 1) * sizeof *g->layer_last_param);
+    if (!g->layer_last_param) {
+        fprintf(stderr, "trident: out of memory (parameter table)\n");
+        tri_gpt_free(g);
+        return -1;
+    }
+    for (int i = 0; i < g->n_params; i++)
+        if (g->params[i].layer >= 0) g->layer_last_param[g->params[i].layer - g->stage.first_layer] = i;
     return 0;
 }
 
@@ -224,6 +232,7 @@ void tri_gpt_free(tri_gpt *g) {
     free(g->w.layers);
     free(g->g.layers);
     free(g->params);
+    free(g->layer_last_param);
     memset(g, 0, sizeof *g);
 }
 
@@ -381,14 +390,6 @@ static void grads_final_upto(tri_gpt *g, int i) {
     g->grads_ready(g->grads_ready_ctx, n);
 }
 
-/* index of the last parameter of local layer l (buffer order) */
-static int last_param_of_layer(const tri_gpt *g, int l) {
-    int global = g->stage.first_layer + l, last = -1;
-    for (int i = 0; i < g->n_params; i++)
-        if (g->params[i].layer == global) last = i;
-    return last;
-}
-
 void tri_gpt_backward(tri_gpt *g, tri_acts *a, const int32_t *ids, const float *dy, float *dx) {
     const tri_ops *ops = g->ops;
     size_t B = a->B, T = a->T, BT = B * T, C = g->C, Cl = g->Cl, Fl = g->Fl;
@@ -425,7 +426,7 @@ void tri_gpt_backward(tri_gpt *g, tri_acts *a, const int32_t *ids, const float *
         copy_to_tp_bwd(g, a->dln, BT * C);
         ops->layernorm_bwd(a->dres, dw->ln1w, dw->ln1b, a->dln, res_in, w->ln1w, a->ln1_mean[l],
                            a->ln1_rstd[l], BT, C);
-        if (g->grads_ready) grads_final_upto(g, last_param_of_layer(g, l));
+        if (g->grads_ready) grads_final_upto(g, g->layer_last_param[l]);
     }
     if (g->stage.has_embedding) {
         /* every TP rank accumulates the (replicated) position-embedding grad,

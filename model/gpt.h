@@ -104,6 +104,8 @@ typedef struct tri_gpt {
     /* parameters */
     tri_param *params;           /* [n_params], in buffer order    */
     int n_params;
+    int *layer_last_param;       /* [n_local_layers]: index of each local layer's
+                                    last tensor in buffer order    */
     size_t n_floats;             /* length of the flat buffers     */
     float *param_mem, *grad_mem; /* (n_floats) each, backend memory */
     tri_weights w, g;            /* views into param_mem, grad_mem */

@@ -1,0 +1,95 @@
+/* Data-parallel gradient buckets, in process, with a recording comm group:
+ * buckets start during the last micro-batch's backward, each only once its
+ * gradients are final, every element is covered exactly once, and with
+ * several micro-batches nothing starts before the last one. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "model/gpt.h"
+#include "parallel/grad_sync.h"
+
+enum { MAX_CALLS = 4096 };
+
+/* A group of 2 whose all-reduces leave the data alone and record what they
+ * saw at launch: the buffer's contents, and whether backward had finished. */
+typedef struct recorder {
+    int n;
+    float *start[MAX_CALLS];
+    size_t len[MAX_CALLS];
+    float *snapshot[MAX_CALLS];
+    int backward_done;
+    int launched_during_backward;
+} recorder;
+
+static recorder g_rec; /* the impl callbacks get only the comm: test-only state */
+
+static void rec_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
+    (void)c; (void)t; (void)op;
+    cr_assert(g_rec.n < MAX_CALLS);
+    g_rec.start[g_rec.n] = buf;
+    g_rec.len[g_rec.n] = n;
+    g_rec.snapshot[g_rec.n] = malloc(n * sizeof(float));
+    memcpy(g_rec.snapshot[g_rec.n], buf, n * sizeof(float));
+    if (!g_rec.backward_done) g_rec.launched_during_backward++;
+    g_rec.n++;
+    r->active = 1;
+}
+
+static void rec_wait(tri_comm *c, tri_req *r) { (void)c; r->active = 0; }
+
+static const tri_comm_impl REC = {.name = "recorder", .iallreduce = rec_iallreduce, .wait = rec_wait};
+
+static void wire(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
+
+static void run(int n_micro, double bucket_mb) {
+    memset(&g_rec, 0, sizeof g_rec);
+    tri_model_cfg cfg = {.n_layer = 3, .n_head = 2, .n_embd = 32, .seq_len = 8, .vocab_size = 256};
+    tri_comm self, dp = {.size = 2, .rank = 0, .impl = &REC};
+    tri_comm_init_self(&self, 0);
+    tri_gpt g;
+    cr_assert_eq(tri_gpt_init(&g, &cfg, tri_ops_cpu(), &self, 1, 0, 1, 0), 0);
+    tri_gpt_init_params(&g, 1);
+    tri_acts a;
+    cr_assert_eq(tri_acts_init(&a, &g, 2, 8), 0);
+    tri_grad_sync s;
+    cr_assert_eq(tri_grad_sync_init(&s, g.grad_mem, g.n_floats, &dp, bucket_mb), 0);
+    g.grads_ready = wire;
+    g.grads_ready_ctx = &s;
+    int32_t ids[16], tg[16];
+    for (int i = 0; i < 16; i++) { ids[i] = (i * 37) % 256; tg[i] = (i * 91 + 5) % 256; }
+    g.ops->zero(g.grad_mem, g.n_floats * sizeof(float));
+    tri_grad_sync_begin(&s);
+    for (int m = 0; m < n_micro; m++) {
+        tri_gpt_forward(&g, &a, ids, NULL, tg, 1.0f / 64);
+        tri_grad_sync_set_last(&s, m == n_micro - 1);
+        tri_gpt_backward(&g, &a, ids, NULL, NULL);
+        if (m < n_micro - 1) cr_expect_eq(g_rec.n, 0, "a bucket started before the last micro-batch");
+    }
+    g_rec.backward_done = 1;
+    tri_grad_sync_finish(&s);
+
+    cr_expect(s.n_buckets > 4, "the test needs several buckets, got %d", s.n_buckets);
+    cr_expect_eq(g_rec.n, s.n_buckets);
+    /* all but the embedding's buckets are final before backward ends */
+    cr_expect(g_rec.launched_during_backward >= s.n_buckets - 3, "only %d of %d buckets started during backward",
+              g_rec.launched_during_backward, s.n_buckets);
+    /* in order, contiguous, covering the buffer once; contents at launch final */
+    size_t next = 0;
+    for (int k = 0; k < g_rec.n; k++) {
+        cr_expect_eq(g_rec.start[k], g.grad_mem + next, "bucket %d does not start where %d ended", k, k - 1);
+        cr_expect(memcmp(g_rec.snapshot[k], g_rec.start[k], g_rec.len[k] * sizeof(float)) == 0,
+                  "bucket %d (floats %zu..%zu) changed after its all-reduce started", k, next, next + g_rec.len[k]);
+        next += g_rec.len[k];
+        free(g_rec.snapshot[k]);
+    }
+    cr_expect_eq(next, g.n_floats);
+    tri_grad_sync_free(&s);
+    tri_acts_free(&a, &g);
+    tri_gpt_free(&g);
+}
+
+Test(grad_sync, buckets_start_during_backward_once_final) { run(1, 0.004); }
+
+Test(grad_sync, with_accumulation_only_the_last_micro_batch_starts_buckets) { run(3, 0.004); }
