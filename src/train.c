@@ -65,27 +65,28 @@ static double now_s(void) {
 
 /* Checks every size that must divide, on every rank, before anything is
  * allocated; the messages name the numbers. */
-/* verbose: world rank 0 says why; the other ranks fail just the same, quietly */
-static int check_layout(const tri_config *cfg, int verbose) {
+/* Every rank says why in its own log: tridentrun's failure summary shows the
+ * log of whichever rank it finds failed first. */
+static int check_layout(const tri_config *cfg) {
     const tri_parallel_cfg *p = &cfg->parallel;
     const tri_model_cfg *m = &cfg->model;
     if (m->n_head % p->tp) {
-        if (verbose) fprintf(stderr, "trident: model.n_head (%d) is not divisible by parallel.tp (%d)\n", m->n_head, p->tp);
+        fprintf(stderr, "trident: model.n_head (%d) is not divisible by parallel.tp (%d)\n", m->n_head, p->tp);
         return -1;
     }
     if (m->n_layer % p->pp) {
-        if (verbose) fprintf(stderr, "trident: model.n_layer (%d) is not divisible by parallel.pp (%d)\n", m->n_layer, p->pp);
+        fprintf(stderr, "trident: model.n_layer (%d) is not divisible by parallel.pp (%d)\n", m->n_layer, p->pp);
         return -1;
     }
     long per = (long)cfg->train.micro_batch * p->dp;
     if (cfg->train.global_batch % per) {
-        if (verbose) fprintf(stderr,
+        fprintf(stderr,
                 "trident: train.global_batch (%d) is not divisible by train.micro_batch (%d) x parallel.dp (%d) = %ld\n",
                 cfg->train.global_batch, cfg->train.micro_batch, p->dp, per);
         return -1;
     }
     if (p->pp > 1) {
-        if (verbose) fprintf(stderr, "trident: parallel.pp = %d: pipeline parallelism is not implemented yet (use pp = 1)\n",
+        fprintf(stderr, "trident: parallel.pp = %d: pipeline parallelism is not implemented yet (use pp = 1)\n",
                 p->pp);
         return -1;
     }
@@ -232,9 +233,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     trainer *t = &tr;
     t->cfg = cfg;
     t->opts = *opts;
-    int env_world, env_rank;
-    tri_dist_env_world(&env_world, &env_rank);
-    if (check_layout(cfg, env_rank == 0) != 0) return 2;
+    if (check_layout(cfg) != 0) return 2;
     char err[512];
     if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
