@@ -70,7 +70,14 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
     init_self_groups(d, rank);
 
     /* The layout is checked against the launcher's world before anything starts. */
-    if (tri_mesh_init(&d->mesh, world, rank, tp, pp, dp, err, errlen) != 0) return -1;
+    if (tri_mesh_init(&d->mesh, world, rank, tp, pp, dp, err, errlen) != 0) {
+        if (world == 1 && !launched) { /* the usual cause: started without the launcher */
+            size_t used = strlen(err);
+            snprintf(err + used, errlen - used, " (start %lld ranks with tridentrun, e.g. `tridentrun -- trident train ...`)",
+                     (long long)tp * pp * dp);
+        }
+        return -1;
+    }
 
     if (!launched && world == 1) return 0; /* a world of one: no transport */
 
