@@ -11,12 +11,14 @@ void tri_ce_combine(tri_comm *tp, float *stats, float *gather, size_t N) {
         float M = -INFINITY;
         for (size_t r = 0; r < R; r++) {
             float m = gather[(r * N + n) * 3];
-            if (m > M) M = m;
+            if (m > M || isnan(m)) M = m; /* a NaN logit on any rank makes the loss NaN, as at tp=1 */
         }
         float S = 0.0f, t = 0.0f;
         for (size_t r = 0; r < R; r++) {
             const float *s = &gather[(r * N + n) * 3];
-            if (s[1] > 0.0f) S += s[1] * expf(s[0] - M);
+            /* a rank whose slice is all padding has (m, S) = (-inf, 0): skip it
+             * (exp(-inf - -inf) is NaN); anything else, NaN included, counts */
+            if (s[1] != 0.0f) S += s[1] * expf(s[0] - M);
             t += s[2];
         }
         stats[3 * n + 0] = M;

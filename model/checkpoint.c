@@ -199,7 +199,8 @@ int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_opti
         free(cj);
         snprintf(path, sizeof path, "%s/state.json", tmp);
         if (!failed && tri_write_file_atomic(path, state_json, strlen(state_json)) != 0) failed = 1;
-        if (!failed && tri_ckpt_commit(root, step, tmp, keep) != 0) failed = 1;
+        /* > 0: committed, only pruning old ones failed (already reported) */
+        if (!failed && tri_ckpt_commit(root, step, tmp, keep) < 0) failed = 1;
     }
     if (agree(d, failed) != 0) goto fail;
     tri_st_layout_free(&Lm);

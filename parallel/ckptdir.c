@@ -499,12 +499,13 @@ int tri_ckpt_commit(const char *root, long step, const char *tmp, int keep)
     if (tri_write_file_atomic(latest, line, (size_t)k) != 0)
         return -1;
 
-    /* The new checkpoint is committed; what follows is housekeeping. */
+    /* The new checkpoint is committed; what follows is housekeeping, whose
+     * failure (reported above) does not undo the save. */
     int rc = 0;
     if (aside[0] && rm_rf(aside) != 0)
-        rc = -1;
+        rc = 1;
     if (prune(root, step, keep) != 0)
-        rc = -1;
+        rc = 1;
     return rc;
 }
 

@@ -40,8 +40,10 @@ int tri_ckpt_begin(const char *root, long step, char *tmp, size_t n);
  *      never touched); always: remove .tmp-step_<N>-* directories with N
  *      below `step` (abandoned saves) and leftover .trash-* directories.
  * Removal renames a directory to .trash-* before deleting its contents, so a
- * half-deleted checkpoint never looks like a checkpoint. Errors in step 4 are
- * reported and returned, but the new checkpoint is already committed then. */
+ * half-deleted checkpoint never looks like a checkpoint.
+ * Returns 0; -1 when the checkpoint was not committed (the previous one is
+ * intact); 1 when it was committed but removing old ones failed (reported,
+ * e.g. files held open on NFS): a warning, not a failed save. */
 int tri_ckpt_commit(const char *root, long step, const char *tmp, int keep);
 
 /* The step directory root/latest names, into path[n]. Errors: no latest

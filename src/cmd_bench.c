@@ -171,6 +171,11 @@ int tri_cmd_bench(int argc, char **argv) {
     double flops_step = tri_gpt_flops_per_token(&cfg.model) * (double)cfg.train.global_batch * cfg.model.seq_len;
     /* per step: model GFLOP/s over the job's sgemm GFLOP/s right after it (median) */
     double *paired = calloc((size_t)steps, sizeof *paired);
+    if (!paired) {
+        fprintf(stderr, "trident: bench: out of memory\n");
+        rc = 1;
+        goto out;
+    }
     for (long i = 1; i <= steps; i++)
         paired[i - 1] = flops_step / times[i] / 1e9 / (probe.after[i] * rep.world); /* all ranks probed at once */
     qsort(paired, (size_t)steps, sizeof *paired, cmp_double);

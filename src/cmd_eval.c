@@ -52,6 +52,14 @@ int tri_cmd_eval(int argc, char **argv) {
     }
     size_t T = (size_t)m.cfg.model.seq_len, n = (size_t)batch * T;
     int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
+    if (!in || !tg) {
+        fprintf(stderr, "trident: eval: out of memory for --batch %ld\n", batch);
+        free(in);
+        free(tg);
+        tri_sampler_free(&s);
+        tri_infer_close(&m);
+        return 1;
+    }
     double sum = 0.0;
     for (long b = 0; b < batches; b++) {
         tri_sampler_fill_eval(&s, (size_t)b, (size_t)batch, in, tg);

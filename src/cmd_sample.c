@@ -108,9 +108,21 @@ int tri_cmd_sample(int argc, char **argv) {
         tri_infer_close(&m);
         return 2;
     }
+    /* draw only ids the tokenizer can turn back into text (the model's
+     * vocabulary may be larger than the tokenizer's) */
+    int Vs = tri_tokenizer_vocab_size(&tk) < V ? tri_tokenizer_vocab_size(&tk) : V;
     size_t T = (size_t)m.cfg.model.seq_len;
     int32_t *ctx = calloc(T, sizeof *ctx), *targets = NULL;
     float *probs = malloc((size_t)V * sizeof *probs);
+    int rc = 0;
+    if (!ctx || !probs) {
+        fprintf(stderr, "trident: sample: out of memory\n");
+        free(ctx);
+        free(probs);
+        tri_tokenizer_free(&tk);
+        tri_infer_close(&m);
+        return 1;
+    }
     int32_t *pids = NULL;
     size_t np = prompt ? tri_tokenizer_encode(&tk, prompt, strlen(prompt), &pids) : 0;
     if (np == SIZE_MAX) {
@@ -131,11 +143,12 @@ int tri_cmd_sample(int argc, char **argv) {
     uint64_t rng = seed;
     for (long n = 0; n < n_tokens; n++) {
         tri_gpt_forward(&m.gpt, &m.acts, ctx, NULL, targets, 0.0f);
-        int32_t next = pick(m.acts.logits + (len - 1) * m.gpt.Vl, probs, V, temp, (int)top_k, &rng);
+        int32_t next = pick(m.acts.logits + (len - 1) * m.gpt.Vl, probs, Vs, temp, (int)top_k, &rng);
         char *text = NULL;
         size_t nt = tri_tokenizer_decode(&tk, &next, 1, &text);
         if (nt == SIZE_MAX) { /* an id the tokenizer has no text for */
             fprintf(stderr, "trident: sample: token %d has no text in the tokenizer\n", (int)next);
+            rc = 1;
             break;
         }
         fwrite(text, 1, nt, stdout);
@@ -152,5 +165,5 @@ int tri_cmd_sample(int argc, char **argv) {
     free(probs);
     tri_tokenizer_free(&tk);
     tri_infer_close(&m);
-    return 0;
+    return rc;
 }

@@ -112,7 +112,8 @@ static void load_batch(trainer *t, int step, int micro) {
 }
 
 /* One optimizer step. Returns the global mean loss; *norm gets the global
- * gradient norm before clipping. */
+ * gradient norm before clipping. When either is not finite the parameters are
+ * left as they were (no update) and the caller stops. */
 static double train_step(trainer *t, int step, double *norm) {
     tri_gpt *g = &t->gpt;
     float dscale = (float)(1.0 / ((double)t->G * (double)t->T));
@@ -133,12 +134,15 @@ static double train_step(trainer *t, int step, double *norm) {
     tri_comm_allreduce(&t->dist.tp, &sumsq, 1, TRI_F64, TRI_SUM);
     tri_comm_allreduce(&t->dist.pp, &sumsq, 1, TRI_F64, TRI_SUM);
     *norm = sqrt(sumsq);
+    double loss = loss_sum / ((double)t->G * (double)t->T);
+    /* every rank holds the same all-reduced values, so all decide alike */
+    if (!isfinite(loss) || !isfinite(*norm)) return loss;
     float clip = 1.0f;
     double max_norm = t->cfg->train.grad_clip;
     if (max_norm > 0.0 && *norm > max_norm) clip = (float)(max_norm / (*norm + 1e-6));
     tri_optim_step(&t->opt, g, tri_lr_at(&t->opt.cfg, step), clip);
     t->consumed += t->G;
-    return loss_sum / ((double)t->G * (double)t->T);
+    return loss;
 }
 
 /* Mean loss over eval_batches micro-batches of the validation data. */
@@ -190,8 +194,8 @@ static int save(trainer *t, int step, double loss) {
     return rc;
 }
 
-/* step and samples_consumed from a checkpoint's state.json */
-static int read_state(const char *dir, int *step, uint64_t *consumed) {
+/* step, samples_consumed and the run's config from a checkpoint's state.json */
+static int read_state(const char *dir, int *step, uint64_t *consumed, tri_config *saved) {
     char path[TRI_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/state.json", dir);
     char *buf = tri_read_file(path, NULL);
@@ -201,6 +205,7 @@ static int read_state(const char *dir, int *step, uint64_t *consumed) {
     const char *keys[2] = {"step", "samples_consumed"};
     double v[2];
     int ok = root != NULL;
+    if (!ok) fprintf(stderr, "trident: %s: not valid JSON\n", path);
     for (int i = 0; i < 2 && ok; i++) {
         cJSON *x = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
         ok = cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble == floor(x->valuedouble) &&
@@ -208,10 +213,47 @@ static int read_state(const char *dir, int *step, uint64_t *consumed) {
         if (!ok) fprintf(stderr, "trident: %s: \"%s\" is missing or not a non-negative integer\n", path, keys[i]);
         else v[i] = x->valuedouble;
     }
+    cJSON *c = ok ? cJSON_GetObjectItemCaseSensitive(root, "config") : NULL;
+    char *cs = cJSON_IsObject(c) ? cJSON_PrintUnformatted(c) : NULL;
+    if (ok && !cs) {
+        fprintf(stderr, "trident: %s: no \"config\" object\n", path);
+        ok = 0;
+    }
     cJSON_Delete(root);
+    if (ok && tri_config_load_string(saved, cs, path) != 0) ok = 0;
+    free(cs);
     if (!ok) return -1;
     *step = (int)v[0];
     *consumed = (uint64_t)v[1];
+    return 0;
+}
+
+/* A resumed run must have the checkpoint's model shape (a different n_head
+ * would load the same tensors and silently compute something else); other
+ * changes are allowed and said. Returns 0 or -1 (printed). */
+static int check_resume(const tri_config *now, const tri_config *saved, const char *dir, int verbose) {
+    struct { const char *key; int a, b; } shape[] = {
+        {"model.n_layer", now->model.n_layer, saved->model.n_layer},
+        {"model.n_head", now->model.n_head, saved->model.n_head},
+        {"model.n_embd", now->model.n_embd, saved->model.n_embd},
+        {"model.seq_len", now->model.seq_len, saved->model.seq_len},
+        {"model.vocab_size", now->model.vocab_size, saved->model.vocab_size},
+    };
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+        if (shape[i].a != shape[i].b) {
+            fprintf(stderr, "trident: --resume: %s is %d, but the checkpoint %s was trained with %d\n", shape[i].key,
+                    shape[i].a, dir, shape[i].b);
+            return -1;
+        }
+    if (!verbose) return 0;
+    if (now->train.seed != saved->train.seed)
+        printf("note: train.seed is %llu, the checkpoint's run used %llu (the data order follows the new seed)\n",
+               (unsigned long long)now->train.seed, (unsigned long long)saved->train.seed);
+    if (strcmp(now->data.train, saved->data.train) != 0)
+        printf("note: data.train is \"%s\", the checkpoint's run used \"%s\"\n", now->data.train, saved->data.train);
+    if (now->train.global_batch != saved->train.global_batch)
+        printf("note: train.global_batch is %d, the checkpoint's run used %d (samples consumed carry over)\n",
+               now->train.global_batch, saved->train.global_batch);
     return 0;
 }
 
@@ -234,6 +276,18 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     t->cfg = cfg;
     t->opts = *opts;
     if (check_layout(cfg) != 0) return 2;
+    {
+        /* a fresh start would take over another run's checkpoints: refuse */
+        char latest0[TRI_PATH_MAX + 16];
+        snprintf(latest0, sizeof latest0, "%s/latest", cfg->checkpoint.dir);
+        if (!opts->resume && !opts->synthetic && access(latest0, F_OK) == 0) {
+            fprintf(stderr,
+                    "trident: %s already holds a run's checkpoints (%s): pass --resume to continue it, or choose "
+                    "another checkpoint.dir\n",
+                    cfg->checkpoint.dir, latest0);
+            return 2;
+        }
+    }
     char err[512];
     if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
@@ -293,7 +347,9 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     int have_ckpt = opts->resume && !opts->synthetic && access(latest, F_OK) == 0;
     if (have_ckpt && tri_ckpt_latest(cfg->checkpoint.dir, ckpt, sizeof ckpt) != 0) { rc = 2; goto done; }
     if (have_ckpt) {
-        if (read_state(ckpt, &start, &t->consumed) != 0) { rc = 2; goto done; }
+        tri_config saved;
+        if (read_state(ckpt, &start, &t->consumed, &saved) != 0) { rc = 2; goto done; }
+        if (check_resume(cfg, &saved, ckpt, t->is_logger && !opts->quiet) != 0) { rc = 2; goto done; }
         if (tri_model_load(ckpt, &t->gpt, &t->opt, &t->dist) != 0) { rc = 2; goto done; }
         t->opt.t = start;
         if (t->is_logger && !opts->quiet)
@@ -356,6 +412,16 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         double norm;
         loss = train_step(t, step, &norm);
         double dt = now_s() - t0;
+        if (!isfinite(loss) || !isfinite(norm)) {
+            if (t->is_logger)
+                fprintf(stderr,
+                        "trident: step %d: the loss (%g) or the gradient norm (%g) is not finite; stopping without "
+                        "an update or a checkpoint (the saved ones are untouched). Lower train.lr, or set "
+                        "train.grad_clip.\n",
+                        step + 1, loss, norm);
+            rc = 1;
+            goto done;
+        }
         if (opts->step_times) opts->step_times[step] = dt;
         if (opts->after_step) opts->after_step(opts->after_step_ctx, step, dt);
         if (opts->report && step > start) {

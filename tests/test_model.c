@@ -223,3 +223,37 @@ Test(model, init_statistics_follow_gpt2) {
     }
     tri_gpt_free(&g);
 }
+
+/* ---- combining the vocab-parallel cross-entropy statistics ---- */
+
+/* A TP group of 2 whose all-gather hands back a fixed "other rank" part. */
+static const float *g_other_stats; /* test-only: the impl gets only the comm */
+
+static void fake_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
+    (void)c;
+    (void)t;
+    memcpy(recv, send, n * sizeof(float));
+    memcpy((float *)recv + n, g_other_stats, n * sizeof(float));
+}
+
+static const tri_comm_impl FAKE2 = {.name = "fake2", .allgather = fake_allgather};
+
+#include "model/ce.h"
+
+Test(model, ce_combine_matches_the_closed_form_propagates_nan_and_skips_padding_only_ranks) {
+    tri_comm tp = {.size = 2, .rank = 0, .impl = &FAKE2};
+    float gather[2 * 3 * 3];
+    /* row 0: both ranks real; row 1: rank 1 owns only padding (-inf, 0, 0);
+     * row 2: rank 1's slice holds a NaN logit */
+    float mine[9] = {2.0f, 3.0f, 0.5f, 1.0f, 2.0f, 1.0f, 0.0f, 1.0f, 0.25f};
+    float other[9] = {3.0f, 1.5f, 0.0f, -INFINITY, 0.0f, 0.0f, NAN, NAN, 0.0f};
+    g_other_stats = other;
+    tri_ce_combine(&tp, mine, gather, 3);
+    /* closed form: M = max, S = sum S_r exp(m_r - M), target from its owner */
+    cr_expect(mine[0] == 3.0f);
+    cr_expect(fabsf(mine[1] - (3.0f * expf(-1.0f) + 1.5f)) <= 1e-6f, "S = %g", mine[1]);
+    cr_expect(mine[2] == 0.5f);
+    cr_expect(mine[3] == 1.0f && mine[4] == 2.0f && mine[5] == 1.0f, "a padding-only rank changes nothing: %g %g %g",
+              mine[3], mine[4], mine[5]);
+    cr_expect(isnan(mine[6]) || isnan(mine[7]), "a NaN on one rank must reach the loss: M %g S %g", mine[6], mine[7]);
+}

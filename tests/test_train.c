@@ -232,3 +232,51 @@ Test(train_errors, layout_that_does_not_divide_is_refused_with_the_numbers) {
              tt_bin("trident"), TRI_SOURCE_DIR);
     expect_error(cmd, "train.global_batch", "micro_batch");
 }
+
+/* A run that diverges stops with exit 1 before any non-finite update or
+ * checkpoint: every tensor of the newest checkpoint is finite. */
+Test(train_errors, a_diverging_run_stops_without_saving_nan, .timeout = 120) {
+    char *dir = make_run_dir(), *out = NULL;
+    int rc = train(dir, "--set train.steps=40 --set train.lr=1e6 --set train.warmup_steps=0 --set train.grad_clip=0 "
+                        "--set checkpoint.every=1 --set checkpoint.keep=1", &out);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "not finite") != NULL, "%s", out);
+    free(out);
+    char cmd[8192];
+    /* every float of the newest checkpoint finite: numpy, independently of our reader */
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import json,struct,sys,numpy as np; p=sys.argv[1]; raw=open(p,'rb').read(); "
+             "n=struct.unpack('<Q',raw[:8])[0]; d=np.frombuffer(raw[8+n:],'<f4'); print(d.size, bool(np.isfinite(d).all()))\" "
+             "%s/ckpt/$(cat %s/ckpt/latest)/model.safetensors",
+             dir, dir);
+    cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
+    cr_expect(strstr(out, "True") != NULL, "the newest checkpoint holds non-finite values: %s", out);
+    free(out);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+Test(train_errors, resume_with_another_model_shape_is_refused, .timeout = 120) {
+    char *dir = make_run_dir(), *out = NULL;
+    cr_assert_eq(train(dir, "--set train.steps=4 --stop-at-step 2", &out), 0, "%s", out);
+    free(out);
+    int rc = train(dir, "--set train.steps=4 --resume --set model.n_head=4", &out);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "model.n_head is 4") != NULL && strstr(out, "trained with 2") != NULL, "%s", out);
+    cr_expect(strstr(out, "step ") == NULL, "training started: %s", out);
+    free(out);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+Test(train_errors, a_fresh_start_over_another_runs_checkpoints_is_refused, .timeout = 120) {
+    char *dir = make_run_dir(), *out = NULL;
+    cr_assert_eq(train(dir, "--set train.steps=2", &out), 0, "%s", out);
+    free(out);
+    int rc = train(dir, "--set train.steps=2", &out);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "already holds") != NULL && strstr(out, "--resume") != NULL, "%s", out);
+    free(out);
+    tt_rmrf(dir);
+    free(dir);
+}
