@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "helpers/testutil.h"
 #include "parallel/ckptdir.h"
 
 static int rm_cb(const char *p, const struct stat *sb, int type, struct FTW *ftw)
@@ -115,36 +116,17 @@ static void save(const char *root, long step, const char *payload, int keep)
     cr_assert(lstat(tmp, &st) != 0 && errno == ENOENT, "%s still exists after commit", tmp);
 }
 
-typedef struct capture {
-    int saved;
-    char path[512];
-} capture;
+/* stderr of the code under test, captured into a file beside the test's files */
+typedef tt_capture capture;
 
 static void cap_begin(capture *c, const char *dir)
 {
-    snprintf(c->path, sizeof c->path, "%s/../%s.stderr", dir, strrchr(dir, '/') + 1);
-    fflush(stderr);
-    c->saved = dup(2);
-    int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    cr_assert(c->saved >= 0 && fd >= 0);
-    cr_assert(dup2(fd, 2) == 2);
-    close(fd);
+    char path[600];
+    snprintf(path, sizeof path, "%s/../%s.stderr", dir, strrchr(dir, '/') + 1);
+    tt_capture_begin(c, path);
 }
 
-static char *cap_end(capture *c)
-{
-    fflush(stderr);
-    cr_assert(dup2(c->saved, 2) == 2);
-    close(c->saved);
-    FILE *f = fopen(c->path, "r");
-    cr_assert_not_null(f);
-    char *buf = calloc(1, 4096);
-    size_t n = fread(buf, 1, 4095, f);
-    buf[n] = '\0';
-    fclose(f);
-    unlink(c->path);
-    return buf;
-}
+#define cap_end tt_capture_end
 
 static void check_message(const char *msg, const char *const *must)
 {

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "helpers/testutil.h"
 #include "parallel/safetensors.h"
 
 /* Exact in F32: an integer in (-2^21, 2^21) plus 0.5. */
@@ -64,36 +65,17 @@ static int run_python(const char *script, const char *arg)
 
 /* ----------------------------------------------------- stderr capture */
 
-typedef struct capture {
-    int saved;
-    char path[512];
-} capture;
+/* stderr of the code under test, captured into a file beside the test's files */
+typedef tt_capture capture;
 
 static void cap_begin(capture *c, const char *dir)
 {
-    snprintf(c->path, sizeof c->path, "%s/stderr.txt", dir);
-    fflush(stderr);
-    c->saved = dup(2);
-    int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    cr_assert(c->saved >= 0 && fd >= 0);
-    cr_assert(dup2(fd, 2) == 2);
-    close(fd);
+    char path[600];
+    snprintf(path, sizeof path, "%s/stderr.txt", dir);
+    tt_capture_begin(c, path);
 }
 
-/* The captured text (malloc'd). */
-static char *cap_end(capture *c)
-{
-    fflush(stderr);
-    cr_assert(dup2(c->saved, 2) == 2);
-    close(c->saved);
-    FILE *f = fopen(c->path, "r");
-    cr_assert_not_null(f);
-    char *buf = calloc(1, 8192);
-    size_t n = fread(buf, 1, 8191, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
+#define cap_end tt_capture_end
 
 /* One line "trident: ..." naming every string in `must` (NULL-terminated). */
 static void check_message(const char *msg, const char *const *must)

@@ -3,7 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 char *tt_mkdtemp(void) {
     char *t = strdup("/tmp/trident-test-XXXXXX");
@@ -105,4 +107,26 @@ int tt_losses(const char *metrics_path, double **out) {
     }
     free(text);
     return n;
+}
+
+void tt_capture_begin(tt_capture *c, const char *path) {
+    snprintf(c->path, sizeof c->path, "%s", path);
+    fflush(stderr);
+    c->saved = dup(2);
+    int fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (c->saved < 0 || fd < 0 || dup2(fd, 2) != 2) {
+        perror(c->path);
+        abort();
+    }
+    close(fd);
+}
+
+char *tt_capture_end(tt_capture *c) {
+    fflush(stderr);
+    if (dup2(c->saved, 2) != 2) abort();
+    close(c->saved);
+    char *text = tt_read(c->path);
+    if (!text) abort();
+    unlink(c->path);
+    return text;
 }

@@ -30,4 +30,14 @@ char *tt_read(const char *path);
  * Returns the count; *out malloc'd. Also gives the exact text of each value in *texts if non-NULL. */
 int tt_losses(const char *metrics_path, double **out);
 
+/* Redirects this process's stderr into the file `path` until tt_capture_end,
+ * which restores it and returns what was written (malloc'd, NUL-terminated)
+ * and removes the file. Aborts on failure. */
+typedef struct tt_capture {
+    int saved;
+    char path[4096];
+} tt_capture;
+void tt_capture_begin(tt_capture *c, const char *path);
+char *tt_capture_end(tt_capture *c);
+
 #endif
