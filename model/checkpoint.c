@@ -35,11 +35,6 @@ static int hf_shape(const tri_param *p, size_t *shape) {
     return 2;
 }
 
-/* The global model's parameter table (tp = pp = 1), for the file layout. */
-static int global_table(const tri_model_cfg *cfg, tri_gpt *full) {
-    return tri_gpt_describe(full, cfg, 1, 0, 1, 0);
-}
-
 static int add_entry(tri_st_layout *L, const char *prefix, const tri_param *p) {
     char name[128];
     size_t shape[2];
@@ -48,11 +43,11 @@ static int add_entry(tri_st_layout *L, const char *prefix, const tri_param *p) {
     return tri_st_layout_add(L, name, nd, shape) < 0 ? -1 : 0;
 }
 
-/* The file layout: wte, wpe, blocks in order, ln_f (Hugging Face's order). */
+/* Appends the global model's tensors to L under `prefix`, in Hugging Face's
+ * order: wte, wpe, blocks in order, ln_f. */
 static int build_layout(const tri_model_cfg *cfg, const char *prefix, tri_st_layout *L) {
-    tri_gpt full;
-    if (global_table(cfg, &full) != 0) return -1;
-    tri_st_layout_init(L);
+    tri_gpt full; /* the global model's table: tp = pp = 1 */
+    if (tri_gpt_describe(&full, cfg, 1, 0, 1, 0) != 0) return -1;
     int rc = 0;
     tri_param_kind head[] = {TRI_P_WTE, TRI_P_WPE};
     for (int k = 0; k < 2 && rc == 0; k++)
@@ -68,7 +63,6 @@ static int build_layout(const tri_model_cfg *cfg, const char *prefix, tri_st_lay
         for (int i = 0; i < full.n_params; i++)
             if (full.params[i].kind == tail[k]) rc |= add_entry(L, prefix, &full.params[i]);
     tri_gpt_free(&full);
-    if (rc) tri_st_layout_free(L);
     return rc;
 }
 
@@ -158,21 +152,10 @@ int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_opti
     tri_st_layout_init(&Lm);
     tri_st_layout_init(&Lo);
     int failed = 0;
-    if (build_layout(&g->cfg, "", &Lm) != 0) failed = 1;
-    /* optimizer layout: exp_avg.* then exp_avg_sq.* */
-    if (!failed) {
-        tri_st_layout a, b;
-        if (build_layout(&g->cfg, "exp_avg.", &a) != 0) failed = 1;
-        else if (build_layout(&g->cfg, "exp_avg_sq.", &b) != 0) { tri_st_layout_free(&a); failed = 1; }
-        else {
-            for (size_t i = 0; i < a.n && !failed; i++)
-                failed |= tri_st_layout_add(&Lo, a.entries[i].name, a.entries[i].ndim, a.entries[i].shape) < 0;
-            for (size_t i = 0; i < b.n && !failed; i++)
-                failed |= tri_st_layout_add(&Lo, b.entries[i].name, b.entries[i].ndim, b.entries[i].shape) < 0;
-            tri_st_layout_free(&a);
-            tri_st_layout_free(&b);
-        }
-    }
+    /* optimizer.safetensors: exp_avg.* then exp_avg_sq.* */
+    if (build_layout(&g->cfg, "", &Lm) != 0 || build_layout(&g->cfg, "exp_avg.", &Lo) != 0 ||
+        build_layout(&g->cfg, "exp_avg_sq.", &Lo) != 0)
+        failed = 1;
     char mpath[4200], opath[4200];
     if (is_root && !failed) {
         if (tri_ckpt_begin(root, step, tmp, sizeof tmp) != 0) failed = 1;

@@ -158,8 +158,7 @@ static void bind(tri_gpt *g, float *mem, tri_weights *w) {
     }
 }
 
-int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, int pp, int pp_rank) {
-    memset(g, 0, sizeof *g);
+int tri_gpt_check_layout(const tri_model_cfg *cfg, int tp, int pp) {
     if (cfg->n_embd % cfg->n_head != 0) {
         fprintf(stderr, "trident: model.n_embd (%d) is not a multiple of model.n_head (%d)\n",
                 cfg->n_embd, cfg->n_head);
@@ -173,6 +172,12 @@ int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, 
         fprintf(stderr, "trident: model.n_layer (%d) is not divisible by parallel.pp (%d)\n", cfg->n_layer, pp);
         return -1;
     }
+    return 0;
+}
+
+int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, int pp, int pp_rank) {
+    memset(g, 0, sizeof *g);
+    if (tri_gpt_check_layout(cfg, tp, pp) != 0) return -1;
     g->cfg = *cfg;
     g->tp = tp;
     g->tp_rank = tp_rank;

@@ -123,6 +123,11 @@ typedef struct tri_gpt {
  * layers by pp, ...). */
 int tri_gpt_init(tri_gpt *g, const tri_model_cfg *cfg, const tri_ops *ops,
                  tri_comm *tp_comm, int tp, int tp_rank, int pp, int pp_rank);
+/* Checks that cfg splits over tp and pp: n_embd by n_head, heads by tp,
+ * layers by pp. Returns 0, or -1 with a message naming the numbers. (The
+ * padded vocabulary divides by tp by construction.) */
+int tri_gpt_check_layout(const tri_model_cfg *cfg, int tp, int pp);
+
 /* The same without memory: sizes and the parameter table only (ops, tp_comm
  * and the buffers stay NULL). For describing the global model (tp = pp = 1)
  * or another rank's shard. tri_gpt_free releases it. */

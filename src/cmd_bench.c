@@ -32,6 +32,7 @@ typedef struct sgemm_probe {
     size_t M, K, N;
     float *A, *B, *C;
     double *after; /* [step]: GFLOP/s measured right after that step */
+    double *times; /* [step]: that step's seconds */
 } sgemm_probe;
 
 static int probe_init(sgemm_probe *p, size_t M, size_t K, size_t N, size_t steps) {
@@ -43,7 +44,8 @@ static int probe_init(sgemm_probe *p, size_t M, size_t K, size_t N, size_t steps
     p->B = malloc(N * K * sizeof(float));
     p->C = malloc(M * N * sizeof(float));
     p->after = calloc(steps, sizeof(double));
-    if (!p->A || !p->B || !p->C || !p->after) return -1;
+    p->times = calloc(steps, sizeof(double));
+    if (!p->A || !p->B || !p->C || !p->after || !p->times) return -1;
     for (size_t i = 0; i < M * K; i++) p->A[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
     for (size_t i = 0; i < N * K; i++) p->B[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
     return 0;
@@ -54,6 +56,7 @@ static void probe_free(sgemm_probe *p) {
     free(p->B);
     free(p->C);
     free(p->after);
+    free(p->times);
     memset(p, 0, sizeof *p);
 }
 
@@ -70,12 +73,13 @@ static double probe_best(sgemm_probe *p, int reps) {
     return best;
 }
 
-/* After each training step: the machine's sgemm speed at that moment. This
- * VM has phases of about half speed lasting seconds; dividing each step's
- * model GFLOP/s by the sgemm speed measured right after it cancels them. */
+/* After each training step: its time, and the machine's sgemm speed at that
+ * moment. This VM has phases of about half speed lasting seconds; dividing
+ * each step's model GFLOP/s by the sgemm speed measured right after it
+ * cancels them. */
 static void after_step(void *ctx, int step, double seconds) {
     sgemm_probe *p = ctx;
-    (void)seconds;
+    p->times[step] = seconds;
     p->after[step] = probe_best(p, 2);
 }
 
@@ -93,7 +97,6 @@ int tri_cmd_bench(int argc, char **argv) {
     int n_sets = 0;
     long steps = 10, threads = 0;
     int rc = 2;
-    double *times = NULL;
     sgemm_probe probe = {0};
     /* the data files are not read: synthetic tokens */
     sets[n_sets++] = "data.train=synthetic";
@@ -135,8 +138,7 @@ int tri_cmd_bench(int argc, char **argv) {
     int nthreads = omp_get_max_threads();
     size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len, C = (size_t)cfg.model.n_embd;
     rc = 1;
-    times = calloc((size_t)steps + 1, sizeof *times);
-    if (!times || probe_init(&probe, BT, C, 4 * C, (size_t)steps + 1) != 0) {
+    if (probe_init(&probe, BT, C, 4 * C, (size_t)steps + 1) != 0) {
         fprintf(stderr, "trident: bench: out of memory\n");
         goto out;
     }
@@ -146,13 +148,13 @@ int tri_cmd_bench(int argc, char **argv) {
     opts.threads = (int)threads;
     opts.synthetic = 1;
     opts.quiet = 1;
-    opts.step_times = times;
     opts.after_step = after_step;
     opts.after_step_ctx = &probe;
     tri_run_report rep = {0};
     opts.report = &rep;
     rc = tri_train(&cfg, &opts);
     if (rc != 0 || rep.rank != 0) goto out;
+    double *times = probe.times;
 
     /* the best sgemm seen at any point: before, after every step, at the end */
     double again = probe_best(&probe, 15);
@@ -217,7 +219,6 @@ int tri_cmd_bench(int argc, char **argv) {
            path, rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads, med * 1e3, tps, gflops, job_peak, mfu,
            mfu_paired, share[0], share[1]);
 out:
-    free(times);
     probe_free(&probe);
     free(sets);
     return rc;

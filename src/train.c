@@ -64,20 +64,11 @@ static double now_s(void) {
 }
 
 /* Checks every size that must divide, on every rank, before anything is
- * allocated; the messages name the numbers. */
-/* Every rank says why in its own log: tridentrun's failure summary shows the
- * log of whichever rank it finds failed first. */
+ * allocated; the messages name the numbers. Every rank says why in its own
+ * log: tridentrun's failure summary shows whichever rank it finds failed first. */
 static int check_layout(const tri_config *cfg) {
     const tri_parallel_cfg *p = &cfg->parallel;
-    const tri_model_cfg *m = &cfg->model;
-    if (m->n_head % p->tp) {
-        fprintf(stderr, "trident: model.n_head (%d) is not divisible by parallel.tp (%d)\n", m->n_head, p->tp);
-        return -1;
-    }
-    if (m->n_layer % p->pp) {
-        fprintf(stderr, "trident: model.n_layer (%d) is not divisible by parallel.pp (%d)\n", m->n_layer, p->pp);
-        return -1;
-    }
+    if (tri_gpt_check_layout(&cfg->model, p->tp, p->pp) != 0) return -1;
     long per = (long)cfg->train.micro_batch * p->dp;
     if (cfg->train.global_batch % per) {
         fprintf(stderr,
@@ -276,17 +267,16 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     t->cfg = cfg;
     t->opts = *opts;
     if (check_layout(cfg) != 0) return 2;
-    {
-        /* a fresh start would take over another run's checkpoints: refuse */
-        char latest0[TRI_PATH_MAX + 16];
-        snprintf(latest0, sizeof latest0, "%s/latest", cfg->checkpoint.dir);
-        if (!opts->resume && !opts->synthetic && access(latest0, F_OK) == 0) {
-            fprintf(stderr,
-                    "trident: %s already holds a run's checkpoints (%s): pass --resume to continue it, or choose "
-                    "another checkpoint.dir\n",
-                    cfg->checkpoint.dir, latest0);
-            return 2;
-        }
+    /* a fresh start would take over another run's checkpoints: refuse */
+    char latest[TRI_PATH_MAX + 16];
+    snprintf(latest, sizeof latest, "%s/latest", cfg->checkpoint.dir);
+    int have_ckpt = !opts->synthetic && access(latest, F_OK) == 0;
+    if (have_ckpt && !opts->resume) {
+        fprintf(stderr,
+                "trident: %s already holds a run's checkpoints (%s): pass --resume to continue it, or choose "
+                "another checkpoint.dir\n",
+                cfg->checkpoint.dir, latest);
+        return 2;
     }
     char err[512];
     if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, err, sizeof err) != 0) {
@@ -342,9 +332,6 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
 
     int start = 0;
     char ckpt[TRI_PATH_MAX];
-    char latest[TRI_PATH_MAX + 16];
-    snprintf(latest, sizeof latest, "%s/latest", cfg->checkpoint.dir);
-    int have_ckpt = opts->resume && !opts->synthetic && access(latest, F_OK) == 0;
     if (have_ckpt && tri_ckpt_latest(cfg->checkpoint.dir, ckpt, sizeof ckpt) != 0) { rc = 2; goto done; }
     if (have_ckpt) {
         tri_config saved;
@@ -393,7 +380,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
 
     double flops_tok = tri_gpt_flops_per_token(&cfg->model);
     double tokens_step = (double)t->G * (double)t->T;
-    double loss = NAN;
+    double loss = NAN, measured = 0.0; /* seconds of the steps after the first */
     int step = start;
     rc = 0;
     for (; step < cfg->train.steps; step++) {
@@ -422,17 +409,8 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             rc = 1;
             goto done;
         }
-        if (opts->step_times) opts->step_times[step] = dt;
         if (opts->after_step) opts->after_step(opts->after_step_ctx, step, dt);
-        if (opts->report && step > start) {
-            opts->report->world = mesh->world;
-            opts->report->rank = mesh->rank;
-            opts->report->steps++;
-            opts->report->seconds += dt;
-            opts->report->tp = t->dist.tp.stats;
-            opts->report->dp = t->dist.dp.stats;
-            opts->report->pp = t->dist.pp.stats;
-        }
+        if (step > start) measured += dt;
         int done_steps = step + 1;
         if (t->is_logger && (done_steps % cfg->log.every == 0 || done_steps == cfg->train.steps)) {
             double tps = tokens_step / dt;
@@ -468,7 +446,6 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             if (t->is_logger) fprintf(stderr, "trident: signal %d: saving a checkpoint at step %d\n", stop, done_steps);
             if (!opts->synthetic && save(t, done_steps, loss) != 0) rc = 1;
             else rc = 128 + stop;
-            step = done_steps;
             goto done;
         }
         if (opts->stop_at > 0 && done_steps == opts->stop_at && done_steps < cfg->train.steps) {
@@ -480,6 +457,16 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         if (!opts->synthetic && every > 0 && done_steps % every == 0 && done_steps < cfg->train.steps) {
             if (save(t, done_steps, loss) != 0) { rc = 1; goto done; }
         }
+    }
+    if (opts->report) {
+        tri_run_report *r = opts->report;
+        r->world = mesh->world;
+        r->rank = mesh->rank;
+        r->steps = step > start ? step - start - 1 : 0;
+        r->seconds = measured;
+        r->tp = t->dist.tp.stats;
+        r->dp = t->dist.dp.stats;
+        r->pp = t->dist.pp.stats;
     }
     /* the final checkpoint (with train.steps = 0: the freshly initialised model) */
     if (!opts->synthetic && save(t, step, loss) != 0) rc = 1;

@@ -22,12 +22,11 @@ typedef struct tri_run_opts {
     int quiet;           /* no per-step lines */
     int stop_at;         /* > 0: save and stop after this step (the schedule still
                             runs to train.steps; resume continues) */
-    double *step_times;  /* if non-NULL: seconds of step i stored at [i] (room for train.steps) */
     /* if non-NULL: called on every rank after each step with its duration
      * (bench measures the machine's sgemm speed right then) */
     void (*after_step)(void *ctx, int step, double seconds);
     void *after_step_ctx;
-    tri_run_report *report; /* if non-NULL: filled at the end, for every step after the first
+    tri_run_report *report; /* if non-NULL: filled when all train.steps ran, for every step after the first
                                (the first warms caches and page-faults the buffers) */
 } tri_run_opts;
 
