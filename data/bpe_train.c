@@ -19,93 +19,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/bytemap.h"
 #include "data/hash.h"
 #include "data/tokenizer.h"
 
-/* ---- byte-string -> count map (per-thread word counts) ------------------------ */
-
-typedef struct wslot {
-    uint64_t hash; /* 0: empty */
-    size_t off;    /* key at pool[off .. off + len) */
-    uint32_t len;
-    uint64_t count;
-} wslot;
-
-typedef struct wmap {
-    wslot *slot; /* (cap) */
-    size_t cap, n;
-    uint8_t *pool; /* (pool_cap) */
-    size_t pool_len, pool_cap;
-} wmap;
-
-/* never 0: 0 marks an empty slot */
-static uint64_t hash_word(const uint8_t *p, size_t n) { return tri_hash_bytes(p, n) | 1u; }
-
-static int wmap_init(wmap *m) {
-    memset(m, 0, sizeof *m);
-    m->cap = 1 << 14;
-    m->slot = calloc(m->cap, sizeof *m->slot);
-    return m->slot ? 0 : -1;
-}
-
-static void wmap_free(wmap *m) {
-    free(m->slot);
-    free(m->pool);
-    memset(m, 0, sizeof *m);
-}
-
-static int wmap_grow(wmap *m) {
-    size_t nc = m->cap * 2;
-    wslot *ns = calloc(nc, sizeof *ns);
-    if (!ns) return -1;
-    for (size_t i = 0; i < m->cap; i++) {
-        if (!m->slot[i].hash) continue;
-        size_t j = (size_t)m->slot[i].hash & (nc - 1);
-        while (ns[j].hash) j = (j + 1) & (nc - 1);
-        ns[j] = m->slot[i];
-    }
-    free(m->slot);
-    m->slot = ns;
-    m->cap = nc;
-    return 0;
-}
+/* ---- per-thread word counts: a tri_bmap from word bytes to count ---------- */
 
 /* Adds c to the count of word k (hash h). Returns 0 or -1 (out of memory). */
-static int wmap_add(wmap *m, const uint8_t *k, size_t n, uint64_t h, uint64_t c) {
-    size_t mask = m->cap - 1, i = (size_t)h & mask;
-    for (;; i = (i + 1) & mask) {
-        wslot *s = &m->slot[i];
-        if (!s->hash) break;
-        if (s->hash == h && s->len == n && memcmp(m->pool + s->off, k, n) == 0) {
-            s->count += c;
-            return 0;
-        }
-    }
-    if (m->pool_len + n > m->pool_cap) {
-        size_t nc = m->pool_cap ? m->pool_cap : 1 << 16;
-        while (nc < m->pool_len + n) nc *= 2;
-        uint8_t *np = realloc(m->pool, nc);
-        if (!np) return -1;
-        m->pool = np;
-        m->pool_cap = nc;
-    }
-    memcpy(m->pool + m->pool_len, k, n);
-    m->slot[i] = (wslot){.hash = h, .off = m->pool_len, .len = (uint32_t)n, .count = c};
-    m->pool_len += n;
-    m->n++;
-    if (2 * m->n > m->cap) return wmap_grow(m);
+static int count_add(tri_bmap *m, const uint8_t *k, size_t n, uint64_t h, int64_t c) {
+    int64_t *v = tri_bmap_upsert(m, k, n, h, 0);
+    if (!v) return -1;
+    *v += c;
     return 0;
 }
 
 /* Counts the pre-tokens of >= 2 bytes in text[0, len) into m. */
-static int count_words(wmap *m, const char *text, size_t len) {
+static int count_words(tri_bmap *m, const char *text, size_t len) {
     size_t pos = 0;
     while (pos < len) {
         size_t end = tri_tokenizer_pretoken_end(text, len, pos);
         size_t n = end - pos;
         if (n >= 2 && n <= UINT32_MAX) {
             const uint8_t *w = (const uint8_t *)text + pos;
-            if (wmap_add(m, w, n, hash_word(w, n), 1)) return -1;
+            if (count_add(m, w, n, tri_bmap_hash(w, n), 1)) return -1;
         }
         pos = end;
     }
@@ -333,7 +269,7 @@ static void pair_add(trainer *t, int32_t a, int32_t b, int64_t d, int32_t w, int
 
 /* The id of the token with bytes s[0, n), or -1; *slot gets its table slot. */
 static int32_t tok_find(const trainer *t, const uint8_t *s, size_t n, size_t *slot) {
-    size_t mask = t->tmap_cap - 1, i = (size_t)hash_word(s, n) & mask;
+    size_t mask = t->tmap_cap - 1, i = (size_t)tri_bmap_hash(s, n) & mask;
     for (;; i = (i + 1) & mask) {
         int32_t id = t->tmap[i];
         if (id < 0) break;
@@ -394,8 +330,8 @@ static void merge_word(trainer *t, int32_t w, int32_t a, int32_t b, int32_t x, i
 }
 
 /* Builds the word arrays from the merged count map and the initial pairs. */
-static int setup(trainer *t, const wmap *m, int max_tok) {
-    t->n_words = m->n;
+static int setup(trainer *t, const tri_bmap *m, int max_tok) {
+    t->n_words = m->count;
     size_t total = 0;
     for (size_t i = 0; i < m->cap; i++)
         if (m->slot[i].hash) total += m->slot[i].len;
@@ -430,11 +366,11 @@ static int setup(trainer *t, const wmap *m, int max_tok) {
     t->n_tok = 256;
     size_t k = 0, w = 0;
     for (size_t i = 0; i < m->cap; i++) {
-        const wslot *e = &m->slot[i];
+        const tri_bmap_slot *e = &m->slot[i];
         if (!e->hash) continue;
         t->w_off[w] = k;
         t->w_len[w] = e->len;
-        t->w_cnt[w] = (int64_t)e->count;
+        t->w_cnt[w] = e->val;
         t->w_stamp[w] = -1;
         for (uint32_t j = 0; j < e->len; j++) t->sym[k + j] = base.byte_id[m->pool[e->off + j]];
         for (uint32_t j = 0; j + 1 < e->len; j++) pair_add(t, t->sym[k + j], t->sym[k + j + 1], t->w_cnt[w], (int32_t)w, -2);
@@ -461,13 +397,13 @@ int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files
         return -1;
     }
     int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
-    wmap *maps = calloc((size_t)nt, sizeof *maps);
+    tri_bmap *maps = calloc((size_t)nt, sizeof *maps);
     int32_t *merges = NULL;
     trainer t = {0};
     int rc = -1;
     if (!maps) goto oom;
     for (int i = 0; i < nt; i++)
-        if (wmap_init(&maps[i])) goto oom;
+        if (tri_bmap_init(&maps[i], 1 << 15)) goto oom;
 
     /* 1. count pre-tokens: blocks cut at safe points, each split into nt parts */
     for (int f = 0; f < n_files; f++) {
@@ -495,16 +431,16 @@ int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files
     }
     for (int i = 1; i < nt; i++) {
         for (size_t s = 0; s < maps[i].cap; s++) {
-            const wslot *e = &maps[i].slot[s];
-            if (e->hash && wmap_add(&maps[0], maps[i].pool + e->off, e->len, e->hash, e->count)) goto oom;
+            const tri_bmap_slot *e = &maps[i].slot[s];
+            if (e->hash && count_add(&maps[0], maps[i].pool + e->off, e->len, e->hash, e->val)) goto oom;
         }
-        wmap_free(&maps[i]);
+        tri_bmap_free(&maps[i]);
     }
 
     /* 2. merge loop */
     int max_tok = vocab_size - 1; /* without <|endoftext|> */
     if (setup(&t, &maps[0], max_tok)) goto oom;
-    wmap_free(&maps[0]);
+    tri_bmap_free(&maps[0]);
     merges = malloc(2 * (size_t)vocab_size * sizeof *merges);
     if (!merges) goto oom;
     int n_merges = 0;
@@ -552,7 +488,7 @@ oom:
     fprintf(stderr, "trident: tokenizer: out of memory while training\n");
 done:
     if (maps)
-        for (int i = 0; i < nt; i++) wmap_free(&maps[i]);
+        for (int i = 0; i < nt; i++) tri_bmap_free(&maps[i]);
     free(maps);
     free(merges);
     trainer_free(&t);

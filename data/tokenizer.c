@@ -3,6 +3,7 @@
  * reading. Training is in data/bpe_train.c. */
 #include "data/tokenizer.h"
 
+#include "data/bytemap.h"
 #include "data/hash.h"
 
 #include <cjson/cJSON.h>
@@ -474,97 +475,6 @@ static size_t put_utf8(char *o, uint32_t cp) {
 /* ---- hashing and a byte-string map ---------------------------------------- */
 
 
-/* Open addressing map from byte strings (copied into a pool) to int64. */
-typedef struct bmap_slot {
-    uint64_t hash; /* 0: empty (real hashes have bit 0 set) */
-    size_t off;    /* key bytes at pool[off .. off + len)  */
-    uint32_t len;
-    int64_t val;
-} bmap_slot;
-
-typedef struct bmap {
-    bmap_slot *slot; /* (cap) */
-    size_t cap, count;
-    uint8_t *pool;   /* (pool_cap) */
-    size_t pool_len, pool_cap;
-} bmap;
-
-static int bmap_init(bmap *m, size_t cap) {
-    memset(m, 0, sizeof *m);
-    size_t c = 64;
-    while (c < cap) c *= 2;
-    m->slot = calloc(c, sizeof *m->slot);
-    if (!m->slot) return -1;
-    m->cap = c;
-    return 0;
-}
-
-static void bmap_free(bmap *m) {
-    free(m->slot);
-    free(m->pool);
-    memset(m, 0, sizeof *m);
-}
-
-static void bmap_clear(bmap *m) {
-    memset(m->slot, 0, m->cap * sizeof *m->slot);
-    m->count = 0;
-    m->pool_len = 0;
-}
-
-static uint64_t bmap_hash(const uint8_t *k, size_t n) { return tri_hash_bytes(k, n) | 1u; }
-
-static int64_t *bmap_find(const bmap *m, const uint8_t *k, size_t n, uint64_t h) {
-    size_t mask = m->cap - 1;
-    for (size_t i = (size_t)(h >> 7) & mask;; i = (i + 1) & mask) {
-        bmap_slot *s = &m->slot[i];
-        if (s->hash == 0) return NULL;
-        if (s->hash == h && s->len == n && memcmp(m->pool + s->off, k, n) == 0) return &s->val;
-    }
-}
-
-static int bmap_grow(bmap *m) {
-    size_t nc = m->cap * 2;
-    bmap_slot *ns = calloc(nc, sizeof *ns);
-    if (!ns) return -1;
-    for (size_t i = 0; i < m->cap; i++) {
-        if (!m->slot[i].hash) continue;
-        size_t j = (size_t)(m->slot[i].hash >> 7) & (nc - 1);
-        while (ns[j].hash) j = (j + 1) & (nc - 1);
-        ns[j] = m->slot[i];
-    }
-    free(m->slot);
-    m->slot = ns;
-    m->cap = nc;
-    return 0;
-}
-
-/* The value slot of key k, inserted with value `init` if absent; NULL on
- * allocation failure. */
-static int64_t *bmap_upsert(bmap *m, const uint8_t *k, size_t n, uint64_t h, int64_t init) {
-    int64_t *v = bmap_find(m, k, n, h);
-    if (v) return v;
-    if (2 * (m->count + 1) > m->cap && bmap_grow(m)) return NULL;
-    if (m->pool_len + n > m->pool_cap) {
-        size_t nc = m->pool_cap ? m->pool_cap : 4096;
-        while (nc < m->pool_len + n) nc *= 2;
-        uint8_t *np = realloc(m->pool, nc);
-        if (!np) return NULL;
-        m->pool = np;
-        m->pool_cap = nc;
-    }
-    if (n) memcpy(m->pool + m->pool_len, k, n);
-    size_t mask = m->cap - 1;
-    size_t i = (size_t)(h >> 7) & mask;
-    while (m->slot[i].hash) i = (i + 1) & mask;
-    m->slot[i].hash = h;
-    m->slot[i].off = m->pool_len;
-    m->slot[i].len = (uint32_t)n;
-    m->slot[i].val = init;
-    m->pool_len += n;
-    m->count++;
-    return &m->slot[i].val;
-}
-
 /* ---- pair -> rank table ----------------------------------------------------- */
 
 static uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
@@ -709,14 +619,14 @@ static long bpe_long(const tri_tokenizer *tk, const uint8_t *w, size_t n, int32_
 #define CACHE_MAX_ENTRIES (1u << 18)
 
 struct tri_tokcache {
-    bmap map;     /* word -> (offset into ids) << 8 | count */
+    tri_bmap map;     /* word -> (offset into ids) << 8 | count */
     int32_t *ids; /* (cap) */
     size_t n, cap;
 };
 
 tri_tokcache *tri_tokcache_new(void) {
     tri_tokcache *c = calloc(1, sizeof *c);
-    if (!c || bmap_init(&c->map, 1u << 12)) {
+    if (!c || tri_bmap_init(&c->map, 1u << 12)) {
         free(c);
         fprintf(stderr, "trident: tokenizer: out of memory for the encode cache\n");
         return NULL;
@@ -726,7 +636,7 @@ tri_tokcache *tri_tokcache_new(void) {
 
 void tri_tokcache_free(tri_tokcache *c) {
     if (!c) return;
-    bmap_free(&c->map);
+    tri_bmap_free(&c->map);
     free(c->ids);
     free(c);
 }
@@ -754,8 +664,8 @@ static long encode_word(const tri_tokenizer *tk, tri_tokcache *c, const uint8_t 
         return 1;
     }
     if (!c || n > CACHE_MAX_WORD) return n <= SMALL_WORD ? (long)bpe_small(tk, w, n, out) : bpe_long(tk, w, n, out);
-    uint64_t h = bmap_hash(w, n);
-    int64_t *v = bmap_find(&c->map, w, n, h);
+    uint64_t h = tri_bmap_hash(w, n);
+    int64_t *v = tri_bmap_find(&c->map, w, n, h);
     if (v) {
         size_t cnt = (size_t)(*v & 0xFF), off = (size_t)(*v >> 8);
         memcpy(out, c->ids + off, cnt * sizeof *out);
@@ -763,11 +673,11 @@ static long encode_word(const tri_tokenizer *tk, tri_tokcache *c, const uint8_t 
     }
     size_t m = bpe_small(tk, w, n, out);
     if (c->map.count >= CACHE_MAX_ENTRIES) {
-        bmap_clear(&c->map);
+        tri_bmap_clear(&c->map);
         c->n = 0;
     }
     if (reserve_ids(&c->ids, &c->cap, c->n + m)) return (long)m; /* caching is optional */
-    v = bmap_upsert(&c->map, w, n, h, 0);
+    v = tri_bmap_upsert(&c->map, w, n, h, 0);
     if (!v) return (long)m;
     memcpy(c->ids + c->n, out, m * sizeof *out);
     *v = (int64_t)((c->n << 8) | m);
@@ -881,14 +791,14 @@ static const char k_eot[] = "<|endoftext|>";
 
 int tri_tokenizer_from_merges(tri_tokenizer *tk, const int32_t *pairs, int n, int with_eot) {
     memset(tk, 0, sizeof *tk);
-    bmap bytes_to_id = {0};
+    tri_bmap bytes_to_id = {0};
     size_t max_ids = 256 + (size_t)(n > 0 ? n : 0) + 1;
     size_t pool_cap = 4096, pool_len = 0;
     tk->flags = calloc(max_ids, 1);
     tk->tok_off = malloc((max_ids + 1) * sizeof *tk->tok_off);
     tk->tok_bytes = malloc(pool_cap);
     tk->merges = malloc(3 * (size_t)(n > 0 ? n : 1) * sizeof *tk->merges);
-    if (!tk->flags || !tk->tok_off || !tk->tok_bytes || !tk->merges || bmap_init(&bytes_to_id, 2 * max_ids)) goto oom;
+    if (!tk->flags || !tk->tok_off || !tk->tok_bytes || !tk->merges || tri_bmap_init(&bytes_to_id, 2 * max_ids)) goto oom;
     int nt = 0;
     tk->tok_off[0] = 0;
     for (int i = 0; i < 256; i++) {
@@ -897,7 +807,7 @@ int tri_tokenizer_from_merges(tri_tokenizer *tk, const int32_t *pairs, int n, in
         tk->tok_off[i + 1] = pool_len;
         tk->flags[i] = TRI_TOK_PRESENT;
         tk->byte_id[b] = i;
-        int64_t *v = bmap_upsert(&bytes_to_id, &b, 1, bmap_hash(&b, 1), i);
+        int64_t *v = tri_bmap_upsert(&bytes_to_id, &b, 1, tri_bmap_hash(&b, 1), i);
         if (!v) goto oom;
         nt++;
     }
@@ -907,7 +817,7 @@ int tri_tokenizer_from_merges(tri_tokenizer *tk, const int32_t *pairs, int n, in
             fprintf(stderr, "trident: tokenizer: merge %d (%ld, %ld) names an id outside [0, %d)\n", k, (long)a,
                     (long)b, nt);
             tri_tokenizer_free(tk);
-            bmap_free(&bytes_to_id);
+            tri_bmap_free(&bytes_to_id);
             return -1;
         }
         size_t la = tk->tok_off[a + 1] - tk->tok_off[a], lb = tk->tok_off[b + 1] - tk->tok_off[b];
@@ -920,7 +830,7 @@ int tri_tokenizer_from_merges(tri_tokenizer *tk, const int32_t *pairs, int n, in
         uint8_t *dst = tk->tok_bytes + pool_len;
         memmove(dst, tk->tok_bytes + tk->tok_off[a], la);
         memmove(dst + la, tk->tok_bytes + tk->tok_off[b], lb);
-        int64_t *v = bmap_upsert(&bytes_to_id, dst, la + lb, bmap_hash(dst, la + lb), nt);
+        int64_t *v = tri_bmap_upsert(&bytes_to_id, dst, la + lb, tri_bmap_hash(dst, la + lb), nt);
         if (!v) goto oom;
         if (*v == nt) { /* a new token */
             pool_len += la + lb;
@@ -948,12 +858,12 @@ int tri_tokenizer_from_merges(tri_tokenizer *tk, const int32_t *pairs, int n, in
         tk->eot = nt++;
     }
     tk->vocab_size = nt;
-    bmap_free(&bytes_to_id);
+    tri_bmap_free(&bytes_to_id);
     if (build_pair_table(tk)) goto oom;
     return 0;
 oom:
     fprintf(stderr, "trident: tokenizer: out of memory building %d merges\n", n);
-    bmap_free(&bytes_to_id);
+    tri_bmap_free(&bytes_to_id);
     tri_tokenizer_free(tk);
     return -1;
 }
@@ -1011,7 +921,7 @@ typedef struct loader {
     int n_tok;
     uint8_t *pool;
     size_t pool_len, pool_cap;
-    bmap by_bytes;     /* token bytes -> id (regular tokens) */
+    tri_bmap by_bytes;     /* token bytes -> id (regular tokens) */
 } loader;
 
 static int pool_add(loader *L, const void *p, size_t n, size_t *off) {
@@ -1044,7 +954,7 @@ static int loader_grow(loader *L, int id) {
 static void loader_free(loader *L) {
     free(L->tok);
     free(L->pool);
-    bmap_free(&L->by_bytes);
+    tri_bmap_free(&L->by_bytes);
 }
 
 #define MAX_VOCAB (1 << 30)
@@ -1095,7 +1005,7 @@ static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
         t->present = 1;
         if (pool_add(L, tmp, (size_t)nb, &t->off)) goto oom;
         t->len = (size_t)nb;
-        int64_t *v = bmap_upsert(&L->by_bytes, tmp, (size_t)nb, bmap_hash(tmp, (size_t)nb), id);
+        int64_t *v = tri_bmap_upsert(&L->by_bytes, tmp, (size_t)nb, tri_bmap_hash(tmp, (size_t)nb), id);
         if (!v) goto oom;
     }
     free(tmp);
@@ -1148,7 +1058,7 @@ oom:
 static int lookup_str(loader *L, const char *s, size_t n, uint8_t *tmp) {
     long nb = bytelevel_decode(s, n, tmp);
     if (nb <= 0) return -1;
-    int64_t *v = bmap_find(&L->by_bytes, tmp, (size_t)nb, bmap_hash(tmp, (size_t)nb));
+    int64_t *v = tri_bmap_find(&L->by_bytes, tmp, (size_t)nb, tri_bmap_hash(tmp, (size_t)nb));
     return v ? (int)*v : -1;
 }
 
@@ -1170,7 +1080,7 @@ static int add_merge(loader *L, tri_tokenizer *tk, const char *a, size_t la, con
     size_t na = L->tok[ia].len, nb = L->tok[ib].len;
     memcpy(tmp, L->pool + L->tok[ia].off, na);
     memcpy(tmp + na, L->pool + L->tok[ib].off, nb);
-    int64_t *v = bmap_find(&L->by_bytes, tmp, na + nb, bmap_hash(tmp, na + nb));
+    int64_t *v = tri_bmap_find(&L->by_bytes, tmp, na + nb, tri_bmap_hash(tmp, na + nb));
     free(tmp);
     if (!v) {
         fprintf(stderr, "trident: %s: %s: the merged token \"%.*s%.*s\" is not in the vocab\n", L->file, where,
@@ -1271,7 +1181,7 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
     int32_t *merges = NULL;
     size_t mcap = 0;
     char where[64];
-    if (bmap_init(&L.by_bytes, 1 << 16)) goto oom;
+    if (tri_bmap_init(&L.by_bytes, 1 << 16)) goto oom;
     if (!cJSON_IsObject(root)) {
         fprintf(stderr, "trident: %s: the top level is not a JSON object\n", path);
         goto fail;
@@ -1378,7 +1288,7 @@ static int load_gpt2_files(tri_tokenizer *tk, const char *vocab_path, const char
         fprintf(stderr, "trident: %s: not valid JSON (near byte %zu)\n", vocab_path, off);
         goto fail;
     }
-    if (bmap_init(&L.by_bytes, 1 << 16)) {
+    if (tri_bmap_init(&L.by_bytes, 1 << 16)) {
         fprintf(stderr, "trident: %s: out of memory\n", vocab_path);
         goto fail;
     }

@@ -254,7 +254,8 @@ Test(parallel_errors, world_size_that_is_not_tp_x_pp_x_dp, .timeout = 60) {
              dir, tt_bin("tridentrun"), tt_bin("trident"), TRI_SOURCE_DIR, dir);
     int rc = tt_run(cmd, &out);
     cr_expect(rc != 0, "%s", out);
-    cr_expect(strstr(out, "3") != NULL && strstr(out, "tp") != NULL, "the message names the numbers: %s", out);
+    cr_expect(strstr(out, "parallel.tp (2)") != NULL && strstr(out, "= 2") != NULL && strstr(out, "3 ranks") != NULL,
+              "the message names the numbers: %s", out);
     cr_expect(strstr(out, "step ") == NULL, "training must not start: %s", out);
     free(out);
     tt_rmrf(dir);
