@@ -308,6 +308,10 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
                                  : tri_sampler_init_split(&t->val_data, dc->train, T, V, seed, dc->split, TRI_SPLIT_VAL);
             if (vrc != 0) goto done;
             t->has_val = 1;
+        } else if (cfg->train.eval_every > 0 && mesh->rank == 0) {
+            printf("note: train.eval_every is %d but there is no validation data (data.val is empty and "
+                   "data.split is 0): no validation loss\n",
+                   cfg->train.eval_every);
         }
     }
 
