@@ -235,7 +235,7 @@ static int64_t token_at(const tri_dataset *ds, size_t i)
     case TRI_DT_I32: return ((const int32_t *)(const void *)p)[i];
     case TRI_DT_U32: return ((const uint32_t *)(const void *)p)[i];
     case TRI_DT_I64: return ((const int64_t *)(const void *)p)[i];
-    default: TRI_DATA_CHECK(!"unsupported dtype"); return 0;
+    default: TRI_CHECK(!"unsupported dtype"); return 0;
     }
 }
 
@@ -264,7 +264,7 @@ static void chunk_minmax(const tri_dataset *ds, size_t lo, size_t hi, int64_t *p
     case TRI_DT_I32: MINMAX_LOOP(int32_t); break;
     case TRI_DT_U32: MINMAX_LOOP(uint32_t); break;
     case TRI_DT_I64: MINMAX_LOOP(int64_t); break;
-    default: TRI_DATA_CHECK(!"unsupported dtype");
+    default: TRI_CHECK(!"unsupported dtype");
     }
 }
 
@@ -300,7 +300,7 @@ static size_t first_bad_token(const tri_dataset *ds, int64_t vocab)
 
 void tri_dataset_minmax(const tri_dataset *ds, int64_t *min_id, int64_t *max_id)
 {
-    TRI_DATA_CHECK(ds != NULL);
+    TRI_CHECK(ds != NULL);
     size_t n = ds->n_tokens;
     size_t n_chunks = (n + SCAN_CHUNK - 1) / SCAN_CHUNK;
     int64_t gmin = INT64_MAX, gmax = INT64_MIN;
@@ -344,7 +344,7 @@ static int check_vocab(const tri_dataset *ds, int vocab_size)
 
 int tri_dataset_open(tri_dataset *ds, const char *path, int vocab_size)
 {
-    TRI_DATA_CHECK(ds != NULL && path != NULL);
+    TRI_CHECK(ds != NULL && path != NULL);
     memset(ds, 0, sizeof *ds);
     const uint16_t one = 1;
     if (*(const unsigned char *)&one != 1) {
@@ -406,8 +406,8 @@ void tri_dataset_close(tri_dataset *ds)
 
 void tri_dataset_read(const tri_dataset *ds, size_t start, size_t n, int32_t *out)
 {
-    TRI_DATA_CHECK(ds != NULL && (out != NULL || n == 0));
-    TRI_DATA_CHECK(start <= ds->n_tokens && n <= ds->n_tokens - start);
+    TRI_CHECK(ds != NULL && (out != NULL || n == 0));
+    TRI_CHECK(start <= ds->n_tokens && n <= ds->n_tokens - start);
     switch (ds->dtype) {
     case TRI_DT_U8: READ_LOOP(uint8_t); break;
     case TRI_DT_I8: READ_LOOP(int8_t); break;
@@ -416,7 +416,7 @@ void tri_dataset_read(const tri_dataset *ds, size_t start, size_t n, int32_t *ou
     case TRI_DT_I32: READ_LOOP(int32_t); break;
     case TRI_DT_U32: READ_LOOP(uint32_t); break;
     case TRI_DT_I64: READ_LOOP(int64_t); break;
-    default: TRI_DATA_CHECK(!"unsupported dtype");
+    default: TRI_CHECK(!"unsupported dtype");
     }
 }
 
@@ -431,7 +431,7 @@ static size_t seq_start(const tri_dataset *ds, uint64_t j)
 
 int tri_dataset_doc(const tri_dataset *ds, size_t doc, size_t *start, size_t *len)
 {
-    TRI_DATA_CHECK(ds != NULL && start != NULL && len != NULL);
+    TRI_CHECK(ds != NULL && start != NULL && len != NULL);
     if (doc >= ds->n_docs)
         return -1;
     if (ds->format == TRI_DATA_LLMC) {

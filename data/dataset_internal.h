@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "data/dataset.h"
+#include "src/base/err.h"
 
 #define TRI_LLMC_MAGIC 20240520
 #define TRI_LLMC_VERSION 1
@@ -26,15 +27,6 @@
 void tri_data_err(const char *file, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Never compiled out: a violated contract is a programming error. */
-#define TRI_DATA_CHECK(cond)                                                   \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "trident: internal error: %s:%d: %s\n", __FILE__,  \
-                    __LINE__, #cond);                                          \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
 
 /* Unaligned little-endian loads (the index arrays start at byte 34). */
 static inline int32_t tri_ld_i32(const unsigned char *p) {

@@ -73,7 +73,7 @@ int tri_llmc_write_header(struct tri_tokwriter *w)
         header[0] = TRI_LLMC_MAGIC;
         header[1] = TRI_LLMC_VERSION;
     }
-    TRI_DATA_CHECK(w->n_tokens <= INT32_MAX); /* add_doc refuses more */
+    TRI_CHECK(w->n_tokens <= INT32_MAX); /* add_doc refuses more */
     header[2] = (int32_t)w->n_tokens;
     if (fseek(w->bin, 0, SEEK_SET) != 0 ||
         fwrite(header, sizeof header, 1, w->bin) != 1) {

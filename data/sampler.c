@@ -232,15 +232,15 @@ static int build_schedule(tri_sampler *s, const uint64_t *W)
             if (best < 0 || m * W[best] < (c[best] + 1) * W[i])
                 best = i;
         }
-        TRI_DATA_CHECK(best >= 0);
+        TRI_CHECK(best >= 0);
         s->slot_source[K - 1] = (uint16_t)best;
         s->slot_rank[K - 1] = (uint32_t)c[best];
         c[best]++;
         for (int i = 0; i < n; i++) /* |c_i - K W_i / S| < 1 */
-            TRI_DATA_CHECK(c[i] * S + S > K * W[i] && c[i] * S < K * W[i] + S);
+            TRI_CHECK(c[i] * S + S > K * W[i] && c[i] * S < K * W[i] + S);
     }
     for (int i = 0; i < n; i++)
-        TRI_DATA_CHECK(c[i] == W[i]);
+        TRI_CHECK(c[i] == W[i]);
     return 0;
 }
 
@@ -249,7 +249,7 @@ static int build_schedule(tri_sampler *s, const uint64_t *W)
 int tri_sampler_init_split(tri_sampler *s, const char *spec, int seq_len, int vocab_size,
                            uint64_t seed, double val_fraction, int part)
 {
-    TRI_DATA_CHECK(s != NULL);
+    TRI_CHECK(s != NULL);
     memset(s, 0, sizeof *s);
     if (!spec || !spec[0]) {
         tri_data_err("(empty)", "no token file given for the data");
@@ -365,7 +365,7 @@ void tri_sampler_free(tri_sampler *s)
 
 void tri_sampler_locate(const tri_sampler *s, uint64_t k, int *source, uint64_t *window)
 {
-    TRI_DATA_CHECK(s != NULL && s->n_sources > 0);
+    TRI_CHECK(s != NULL && s->n_sources > 0);
     uint64_t q = k / s->period, p = k % s->period;
     int d = s->slot_source[p];
     const tri_sampler_source *src = &s->src[d];
@@ -390,8 +390,8 @@ static void read_window(const tri_sampler *s, int d, uint64_t w, int32_t *in, in
 void tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_t count, int32_t *inputs,
                               int32_t *targets)
 {
-    TRI_DATA_CHECK(s != NULL && s->n_sources > 0);
-    TRI_DATA_CHECK(count == 0 || (inputs != NULL && targets != NULL));
+    TRI_CHECK(s != NULL && s->n_sources > 0);
+    TRI_CHECK(count == 0 || (inputs != NULL && targets != NULL));
     size_t T = (size_t)s->seq_len;
     for (size_t r = 0; r < count; r++) {
         int d;
@@ -404,15 +404,15 @@ void tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_
 void tri_sampler_fill(const tri_sampler *s, uint64_t step, size_t global_batch, size_t first,
                       size_t count, int32_t *inputs, int32_t *targets)
 {
-    TRI_DATA_CHECK(first <= global_batch && count <= global_batch - first);
+    TRI_CHECK(first <= global_batch && count <= global_batch - first);
     tri_sampler_fill_samples(s, step * (uint64_t)global_batch + (uint64_t)first, count, inputs, targets);
 }
 
 void tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batch,
                            int32_t *inputs, int32_t *targets)
 {
-    TRI_DATA_CHECK(s != NULL && s->n_sources > 0);
-    TRI_DATA_CHECK(batch == 0 || (inputs != NULL && targets != NULL));
+    TRI_CHECK(s != NULL && s->n_sources > 0);
+    TRI_CHECK(batch == 0 || (inputs != NULL && targets != NULL));
     size_t T = (size_t)s->seq_len;
     uint64_t total = s->total_windows;
     uint64_t g = (uint64_t)(((unsigned __int128)batch_index * batch) % total);
@@ -429,6 +429,6 @@ void tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batc
 
 size_t tri_sampler_eval_batches(const tri_sampler *s, size_t batch)
 {
-    TRI_DATA_CHECK(s != NULL && batch > 0);
+    TRI_CHECK(s != NULL && batch > 0);
     return (size_t)((s->total_windows + batch - 1) / batch);
 }

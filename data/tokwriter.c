@@ -14,7 +14,7 @@
 int tri_tokwriter_open(tri_tokwriter **out, const char *out_prefix, const char *format,
                        int vocab_size)
 {
-    TRI_DATA_CHECK(out != NULL);
+    TRI_CHECK(out != NULL);
     *out = NULL;
     const char *name = out_prefix && out_prefix[0] ? out_prefix : "(empty prefix)";
     if (!out_prefix || !out_prefix[0] || strlen(out_prefix) + 5 > TRI_DATA_PATH_MAX) {
@@ -106,7 +106,7 @@ static int encode(tri_tokwriter *w, const int32_t *tokens, size_t n, size_t firs
 
 int tri_tokwriter_add_doc(tri_tokwriter *w, const int32_t *tokens, size_t n)
 {
-    TRI_DATA_CHECK(w != NULL && (tokens != NULL || n == 0));
+    TRI_CHECK(w != NULL && (tokens != NULL || n == 0));
     if (w->failed)
         return -1;
     if (w->format == TRI_DATA_LLMC && n > (size_t)INT32_MAX - w->n_tokens) {

@@ -34,7 +34,7 @@ static void sqrt_inplace(float *x, size_t n)
 void tri_cpu_adamw(float *param, float *m, float *v, const float *grad, size_t n,
                    float lr, float beta1, float beta2, float eps, float wd, int t)
 {
-    TRI_CPU_CHECK(t >= 1);
+    TRI_CHECK(t >= 1);
     const float ibc1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
     const float ibc2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));
     const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;

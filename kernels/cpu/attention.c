@@ -20,7 +20,7 @@ enum { ATT_BLOCK = 64 };
 
 static blasint blas_dim(size_t n)
 {
-    TRI_CPU_CHECK(n <= (size_t)INT_MAX);
+    TRI_CHECK(n <= (size_t)INT_MAX);
     return (blasint)n;
 }
 
@@ -52,7 +52,7 @@ static void causal_softmax_row(float *p, size_t i, size_t T)
 void tri_cpu_attention_fwd(float *out, float *att, const float *qkv,
                            size_t B, size_t T, int NH, int HS)
 {
-    TRI_CPU_CHECK(NH > 0 && HS > 0);
+    TRI_CHECK(NH > 0 && HS > 0);
     const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C;
     const size_t pairs = B * (size_t)NH;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -100,7 +100,7 @@ void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *att,
                            size_t B, size_t T, int NH, int HS)
 {
-    TRI_CPU_CHECK(NH > 0 && HS > 0);
+    TRI_CHECK(NH > 0 && HS > 0);
     const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C;
     const size_t pairs = B * (size_t)NH;
     const float scale = 1.0f / sqrtf((float)HS);

@@ -22,18 +22,8 @@
 #include <string.h>
 
 #include "kernels/ops.h"
+#include "src/base/err.h"
 
-/* A check that is never compiled out: a violated op precondition (a size
- * too large for BLAS's int, a missing buffer) is a programming error, so it
- * prints one line naming the place and aborts. */
-#define TRI_CPU_CHECK(cond)                                                    \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "trident: %s:%d: check failed: %s\n", __FILE__,    \
-                    __LINE__, #cond);                                          \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
 
 /* An OpenMP loop is worth starting only above this much work (elements). */
 #define TRI_CPU_PAR_MIN 16384

@@ -8,7 +8,7 @@
 /* BLAS takes int sizes: every size (and leading dimension) must fit. */
 static blasint blas_dim(size_t n)
 {
-    TRI_CPU_CHECK(n <= (size_t)INT_MAX);
+    TRI_CHECK(n <= (size_t)INT_MAX);
     return (blasint)n;
 }
 

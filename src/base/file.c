@@ -1,0 +1,86 @@
+#include "src/base/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "src/base/err.h"
+
+int tri_open_regular(const char *path, const char *what, size_t *size)
+{
+    /* O_NONBLOCK: opening a FIFO with no writer would otherwise block forever */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return tri_error("%s %s: cannot open: %s", what, path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return tri_error("%s %s: cannot stat: %s", what, path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return tri_error("%s %s: not a regular file (%s)", what, path,
+                         S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a named pipe" : "a device or socket");
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (size)
+        *size = (size_t)st.st_size;
+    return fd;
+}
+
+FILE *tri_fopen_regular(const char *path, const char *what)
+{
+    int fd = tri_open_regular(path, what, NULL);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        tri_error("%s %s: %s", what, path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
+char *tri_slurp(const char *path, const char *what, size_t max_bytes, size_t *len)
+{
+    size_t size = 0;
+    int fd = tri_open_regular(path, what, &size);
+    if (fd < 0)
+        return NULL;
+    if (max_bytes && size > max_bytes) {
+        close(fd);
+        tri_error("%s %s: %zu bytes, more than the %zu this file may have", what, path, size, max_bytes);
+        return NULL;
+    }
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        close(fd);
+        tri_error("%s %s: out of memory reading %zu bytes", what, path, size);
+        return NULL;
+    }
+    size_t n = 0;
+    while (n < size) {
+        ssize_t r = read(fd, buf + n, size - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : 0;
+            close(fd);
+            free(buf);
+            tri_error("%s %s: %s", what, path, e ? strerror(e) : "file shrank while being read");
+            return NULL;
+        }
+        n += (size_t)r;
+    }
+    close(fd);
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
