@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs the whole test suite through CTest.
-# The suite is one Criterion executable, so the run closes with Criterion's summary.
+# The suite is two Criterion executables (tri_tests, and tri_fault_tests for the
+# fault tests, CTest label `fault`); the run closes with their summaries and one
+# total line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install_deps.sh
@@ -14,5 +16,10 @@ set -e
 # Criterion's own lines (test results and its summary), without CTest's prefix.
 sed -n 's/^[0-9]*: //p' "$log" | grep -v '^Test command' || true
 tail -n 3 "$log"
-grep -h 'Synthesis: Tested' "$log" | sed 's/^[0-9]*: //' | tail -n 1
+syn=$(grep -h 'Synthesis: Tested' "$log" | sed 's/^[0-9]*: //')
+echo "$syn"
+# Criterion: "[====] Synthesis: Tested: N | Passing: P | Failing: F | Crashing: C"
+echo "$syn" | awk -F'|' '{ for (i = 1; i <= NF; i++) { split($i, kv, ":"); k = kv[length(kv) - 1]; v = kv[length(kv)] + 0;
+  if ($i ~ /Passing/) p += v; if ($i ~ /Failing/) f += v; if ($i ~ /Crashing/) f += v } }
+  END { printf "%d passed, %d failed\n", p, f }'
 exit $rc
