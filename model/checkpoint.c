@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "parallel/ckptdir.h"
-#include "parallel/safetensors.h"
+#include "model/ckpt_store.h"
+#include "model/safetensors.h"
 
 enum { MAX_PIECES = 3 };
 

@@ -20,7 +20,7 @@
 #include "parallel/dist.h"
 
 /* Collective over the world. Writes <root>/step_<step> through a temporary
- * directory and the crash-safe commit of parallel/ckptdir.h, then prunes to
+ * directory and the crash-safe commit of model/ckpt_store.h, then prunes to
  * `keep` (0: keep all). Returns 0 on every rank, or -1 on every rank (the
  * previous checkpoint is left intact). */
 int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,

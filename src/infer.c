@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "model/checkpoint.h"
-#include "parallel/ckptdir.h"
+#include "model/ckpt_store.h"
 
 /* The run config stored in state.json, or the model shape of a Hugging Face
  * config.json (everything else at its default). */

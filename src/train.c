@@ -19,7 +19,7 @@
 #include "model/checkpoint.h"
 #include "model/gpt.h"
 #include "model/optim.h"
-#include "parallel/ckptdir.h"
+#include "model/ckpt_store.h"
 #include "parallel/dist.h"
 #include "parallel/grad_sync.h"
 

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "helpers/testutil.h"
-#include "parallel/safetensors.h"
+#include "model/safetensors.h"
 
 #define LOSS_RTOL 1e-6
 #define PARAM_ATOL 1e-5

@@ -1,5 +1,5 @@
-/* The crash-safe checkpoint directory protocol (see ckptdir.h). */
-#include "parallel/ckptdir.h"
+/* The crash-safe checkpoint directory protocol (see ckpt_store.h). */
+#include "model/ckpt_store.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -363,7 +363,7 @@ static int cmp_step(const void *a, const void *b)
     return x < y ? -1 : x > y ? 1 : 0;
 }
 
-/* Pruning and cleaning after a commit of `step` (see ckptdir.h, step 4). */
+/* Pruning and cleaning after a commit of `step` (see ckpt_store.h, step 4). */
 static int prune(const char *root, long step, int keep)
 {
     DIR *d = opendir(root);

@@ -16,8 +16,8 @@
  * between them, separated by barriers). All functions print one line
  * starting "trident: " naming the path and return -1 on error.
  */
-#ifndef TRI_CKPTDIR_H
-#define TRI_CKPTDIR_H
+#ifndef TRI_MODEL_CKPT_STORE_H
+#define TRI_MODEL_CKPT_STORE_H
 
 #include <stddef.h>
 

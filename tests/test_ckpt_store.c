@@ -1,4 +1,4 @@
-/* parallel/ckptdir: the checkpoint directory protocol. Every check looks at
+/* model/ckpt_store: the checkpoint directory protocol. Every check looks at
  * the file system itself (readdir, stat, file contents), not through the
  * functions under test. */
 #include <criterion/criterion.h>
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "helpers/testutil.h"
-#include "parallel/ckptdir.h"
+#include "model/ckpt_store.h"
 
 static int rm_cb(const char *p, const struct stat *sb, int type, struct FTW *ftw)
 {
@@ -137,7 +137,7 @@ static void check_message(const char *msg, const char *const *must)
         cr_assert_not_null(strstr(msg, *must), "message [%s] does not name \"%s\"", msg, *must);
 }
 
-Test(ckptdir, commit_then_latest_resolves)
+Test(ckpt_store, commit_then_latest_resolves)
 {
     char dir[64], root[128], tmp[512], out[512], buf[256], ls[1024];
     make_dir(dir, sizeof dir);
@@ -183,7 +183,7 @@ Test(ckptdir, commit_then_latest_resolves)
     remove_dir(dir);
 }
 
-Test(ckptdir, keep_prunes_the_oldest_step_dirs_only)
+Test(ckpt_store, keep_prunes_the_oldest_step_dirs_only)
 {
     char dir[64], root[128], ls[2048], outside[256], link[300];
     make_dir(dir, sizeof dir);
@@ -241,7 +241,7 @@ Test(ckptdir, keep_prunes_the_oldest_step_dirs_only)
     remove_dir(dir);
 }
 
-Test(ckptdir, crash_between_begin_and_commit_leaves_previous_intact)
+Test(ckpt_store, crash_between_begin_and_commit_leaves_previous_intact)
 {
     char dir[64], root[128], tmp[512], ls[2048], out[512], buf[64];
     make_dir(dir, sizeof dir);
@@ -292,7 +292,7 @@ Test(ckptdir, crash_between_begin_and_commit_leaves_previous_intact)
     remove_dir(dir);
 }
 
-Test(ckptdir, committing_a_step_twice_replaces_it)
+Test(ckpt_store, committing_a_step_twice_replaces_it)
 {
     char dir[64], root[128], tmp[512], ls[2048], step_dir[256], buf[64];
     make_dir(dir, sizeof dir);
@@ -315,7 +315,7 @@ Test(ckptdir, committing_a_step_twice_replaces_it)
     remove_dir(dir);
 }
 
-Test(ckptdir, latest_errors_name_the_root_and_the_step)
+Test(ckpt_store, latest_errors_name_the_root_and_the_step)
 {
     char dir[64], root[128], out[512];
     capture cap;
@@ -385,7 +385,7 @@ Test(ckptdir, latest_errors_name_the_root_and_the_step)
     remove_dir(dir);
 }
 
-Test(ckptdir, write_file_atomic_replaces_whole_files)
+Test(ckpt_store, write_file_atomic_replaces_whole_files)
 {
     char dir[64], path[128], ls[512], buf[256];
     make_dir(dir, sizeof dir);
