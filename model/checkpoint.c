@@ -10,6 +10,7 @@
 
 #include "model/ckpt_store.h"
 #include "model/safetensors.h"
+#include "src/base/fs.h"
 
 enum { MAX_PIECES = 3 };
 

@@ -13,6 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "src/base/file.h"
+#include "src/base/fs.h"
+
 #define STEP_PREFIX "step_"
 #define TMP_PREFIX ".tmp-"
 #define TRASH_PREFIX ".trash-"
@@ -82,42 +85,6 @@ static long parse_tmp_step(const char *name)
     return parse_step(buf);
 }
 
-static int fsync_path(const char *path, int dir)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
-    if (fd < 0) {
-        fprintf(stderr, "trident: %s: cannot open for fsync: %s\n", path, strerror(errno));
-        return -1;
-    }
-    int rc = 0;
-    if (fsync(fd) != 0) {
-        fprintf(stderr, "trident: %s: fsync: %s\n", path, strerror(errno));
-        rc = -1;
-    }
-    if (close(fd) != 0 && rc == 0) {
-        fprintf(stderr, "trident: %s: close: %s\n", path, strerror(errno));
-        rc = -1;
-    }
-    return rc;
-}
-
-/* The directory part of path ("." if none). */
-static void parent_of(char *out, size_t n, const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        snprintf(out, n, ".");
-    } else if (slash == path) {
-        snprintf(out, n, "/");
-    } else {
-        size_t len = (size_t)(slash - path);
-        if (len >= n)
-            len = n - 1;
-        memcpy(out, path, len);
-        out[len] = '\0';
-    }
-}
-
 static int rm_cb(const char *fpath, const struct stat *sb, int type, struct FTW *ftw)
 {
     (void)sb;
@@ -149,9 +116,9 @@ static int sync_cb(const char *fpath, const struct stat *sb, int type, struct FT
     (void)ftw;
     switch (type) {
     case FTW_F:
-        return fsync_path(fpath, 0);
+        return tri_fsync_path(fpath, 0);
     case FTW_DP:
-        return fsync_path(fpath, 1);
+        return tri_fsync_path(fpath, 1);
     case FTW_SL:
         return 0;
     default:
@@ -179,132 +146,9 @@ static int trash(const char *root, const char *name)
         fprintf(stderr, "trident: %s: cannot move it to %s: %s\n", from, to, strerror(errno));
         return -1;
     }
-    if (fsync_path(root, 1) != 0)
+    if (tri_fsync_path(root, 1) != 0)
         return -1;
     return rm_rf(to);
-}
-
-/* ------------------------------------------------------------ small files */
-
-int tri_mkdir_p(const char *path)
-{
-    char buf[PATH_MAX];
-    if (strip_slashes(buf, sizeof buf, path) != 0)
-        return -1;
-    for (char *p = buf + 1;; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char c = *p;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
-            fprintf(stderr, "trident: %s: cannot create directory: %s\n", buf, strerror(errno));
-            return -1;
-        }
-        *p = c;
-        if (c == '\0')
-            break;
-    }
-    struct stat st;
-    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "trident: %s: exists and is not a directory\n", buf);
-        return -1;
-    }
-    return 0;
-}
-
-int tri_write_file_atomic(const char *path, const void *data, size_t len)
-{
-    char tmp[PATH_MAX], dir[PATH_MAX];
-    int k = snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (k < 0 || (size_t)k >= sizeof tmp) {
-        fprintf(stderr, "trident: %s: path too long\n", path);
-        return -1;
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        fprintf(stderr, "trident: %s: cannot create: %s\n", tmp, strerror(errno));
-        return -1;
-    }
-    const char *p = data;
-    size_t left = len;
-    int rc = 0;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            fprintf(stderr, "trident: %s: write of %zu bytes: %s\n", tmp, left,
-                    w < 0 ? strerror(errno) : "no progress");
-            rc = -1;
-            break;
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    if (rc == 0 && fsync(fd) != 0) {
-        fprintf(stderr, "trident: %s: fsync: %s\n", tmp, strerror(errno));
-        rc = -1;
-    }
-    if (close(fd) != 0 && rc == 0) {
-        fprintf(stderr, "trident: %s: close: %s\n", tmp, strerror(errno));
-        rc = -1;
-    }
-    if (rc != 0) {
-        unlink(tmp); /* best effort: the old file is intact */
-        return -1;
-    }
-    if (rename(tmp, path) != 0) {
-        fprintf(stderr, "trident: %s: cannot rename %s over it: %s\n", path, tmp,
-                strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    parent_of(dir, sizeof dir, path);
-    return fsync_path(dir, 1);
-}
-
-char *tri_read_file(const char *path, size_t *len)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fprintf(stderr, "trident: %s: cannot open: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *b = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, buf + n, cap - n - 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            fprintf(stderr, "trident: %s: read: %s\n", path, strerror(errno));
-            free(buf);
-            close(fd);
-            return NULL;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    close(fd); /* read-only */
-    if (!buf) {
-        fprintf(stderr, "trident: %s: out of memory\n", path);
-        return NULL;
-    }
-    buf[n] = '\0';
-    if (len)
-        *len = n;
-    return buf;
 }
 
 /* -------------------------------------------------------------- protocol */
@@ -491,7 +335,7 @@ int tri_ckpt_commit(const char *root, long step, const char *tmp, int keep)
         fprintf(stderr, "trident: cannot exchange %s with %s: %s\n", tmp, final, strerror(errno));
         return -1;
     }
-    if (fsync_path(root, 1) != 0)
+    if (tri_fsync_path(root, 1) != 0)
         return -1;
 
     /* Repoint latest. */
@@ -523,7 +367,7 @@ int tri_ckpt_latest(const char *root, char *path, size_t n)
         return -1;
     }
     size_t len = 0;
-    char *txt = tri_read_file(latest, &len);
+    char *txt = tri_slurp(latest, "checkpoint pointer", 4096, &len);
     if (!txt)
         return -1;
     while (len > 0 && (txt[len - 1] == '\n' || txt[len - 1] == '\r' || txt[len - 1] == ' '))

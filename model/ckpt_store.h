@@ -61,18 +61,4 @@ int tri_ckpt_resolve(const char *path_or_root, char *out, size_t n);
  * if its last component is not step_<digits>. */
 long tri_ckpt_step_of(const char *dir);
 
-/* Writes data[len] to `path` crash-safely: path.tmp is written, fsynced and
- * renamed over path, then the parent directory is fsynced. A reader sees the
- * old content or the new one, never a mix. One writer per path at a time
- * (path.tmp is a fixed name). */
-int tri_write_file_atomic(const char *path, const void *data, size_t len);
-
-/* Reads a whole (small) file: returns a malloc'd buffer with a NUL appended
- * (caller frees), its length (without the NUL) in *len if len != NULL; NULL
- * after printing an error. */
-char *tri_read_file(const char *path, size_t *len);
-
-/* mkdir -p (mode 0755); 0 if it exists already as a directory. */
-int tri_mkdir_p(const char *path);
-
 #endif

@@ -8,6 +8,7 @@
 
 #include "model/checkpoint.h"
 #include "model/ckpt_store.h"
+#include "src/base/file.h"
 
 /* The run config stored in state.json, or the model shape of a Hugging Face
  * config.json (everything else at its default). */
@@ -15,7 +16,7 @@ static int read_config(tri_infer *m) {
     char path[TRI_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/state.json", m->dir);
     if (access(path, F_OK) == 0) {
-        char *text = tri_read_file(path, NULL);
+        char *text = tri_slurp(path, "checkpoint state", (size_t)64 << 20, NULL);
         if (!text) return -1;
         cJSON *root = cJSON_Parse(text);
         free(text);
@@ -31,7 +32,7 @@ static int read_config(tri_infer *m) {
         return rc;
     }
     snprintf(path, sizeof path, "%s/config.json", m->dir);
-    char *text = tri_read_file(path, NULL);
+    char *text = tri_slurp(path, "checkpoint config", (size_t)16 << 20, NULL);
     if (!text) return -1;
     tri_config_defaults(&m->cfg);
     int rc = tri_hf_config_parse(text, path, &m->cfg.model);

@@ -22,6 +22,8 @@
 #include "model/ckpt_store.h"
 #include "parallel/dist.h"
 #include "parallel/grad_sync.h"
+#include "src/base/file.h"
+#include "src/base/fs.h"
 
 /* The one piece of process state outside the context struct: set by the
  * SIGTERM/SIGINT/SIGUSR1 handler, read at step boundaries. */
@@ -189,7 +191,7 @@ static int save(trainer *t, int step, double loss) {
 static int read_state(const char *dir, int *step, uint64_t *consumed, tri_config *saved) {
     char path[TRI_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/state.json", dir);
-    char *buf = tri_read_file(path, NULL);
+    char *buf = tri_slurp(path, "checkpoint state", (size_t)64 << 20, NULL);
     if (!buf) return -1;
     cJSON *root = cJSON_Parse(buf);
     free(buf);

@@ -16,6 +16,7 @@
 
 #include "helpers/testutil.h"
 #include "model/ckpt_store.h"
+#include "src/base/fs.h"
 
 static int rm_cb(const char *p, const struct stat *sb, int type, struct FTW *ftw)
 {
@@ -381,61 +382,6 @@ Test(ckpt_store, latest_errors_name_the_root_and_the_step)
     msg = cap_end(&cap);
     cr_assert_eq(rc, -1);
     check_message(msg, (const char *const[]){"-1", NULL});
-    free(msg);
-    remove_dir(dir);
-}
-
-Test(ckpt_store, write_file_atomic_replaces_whole_files)
-{
-    char dir[64], path[128], ls[512], buf[256];
-    make_dir(dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/state.json", dir);
-    cr_assert_eq(tri_write_file_atomic(path, "{\"step\": 1}", 11), 0);
-    cr_assert_str_eq(get_file(dir, "state.json", buf, sizeof buf), "{\"step\": 1}");
-    cr_assert_eq(tri_write_file_atomic(path, "{}", 2), 0);
-    cr_assert_str_eq(get_file(dir, "state.json", buf, sizeof buf), "{}");
-    cr_assert_eq(tri_write_file_atomic(path, "", 0), 0);
-    cr_assert_str_eq(get_file(dir, "state.json", buf, sizeof buf), "");
-    list_dir(dir, ls, sizeof ls);
-    cr_assert_str_eq(ls, "state.json");
-
-    /* tri_read_file: content, length, NUL */
-    char big[10000];
-    for (size_t i = 0; i < sizeof big; i++)
-        big[i] = (char)('a' + i % 26);
-    cr_assert_eq(tri_write_file_atomic(path, big, sizeof big), 0);
-    size_t n = 0;
-    char *txt = tri_read_file(path, &n);
-    cr_assert_not_null(txt);
-    cr_assert_eq(n, sizeof big);
-    cr_assert_eq(memcmp(txt, big, n), 0);
-    cr_assert_eq(txt[n], '\0');
-    free(txt);
-
-    char bad[200];
-    snprintf(bad, sizeof bad, "%s/no/such/dir/config.json", dir);
-    capture cap;
-    cap_begin(&cap, dir);
-    int rc = tri_write_file_atomic(bad, "{}", 2);
-    char *msg = cap_end(&cap);
-    cr_assert_eq(rc, -1);
-    check_message(msg, (const char *const[]){bad, NULL});
-    free(msg);
-    cap_begin(&cap, dir);
-    txt = tri_read_file(bad, NULL);
-    msg = cap_end(&cap);
-    cr_assert_null(txt);
-    check_message(msg, (const char *const[]){bad, NULL});
-    free(msg);
-
-    /* mkdir -p over a file fails and says which */
-    put_file(dir, "afile", "x");
-    snprintf(bad, sizeof bad, "%s/afile/sub", dir);
-    cap_begin(&cap, dir);
-    rc = tri_mkdir_p(bad);
-    msg = cap_end(&cap);
-    cr_assert_eq(rc, -1);
-    check_message(msg, (const char *const[]){"afile", NULL});
     free(msg);
     remove_dir(dir);
 }
