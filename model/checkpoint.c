@@ -10,6 +10,7 @@
 
 #include "model/ckpt_store.h"
 #include "model/safetensors.h"
+#include "src/base/err.h"
 #include "src/base/fs.h"
 
 enum { MAX_PIECES = 3 };
@@ -145,7 +146,40 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
     return rc;
 }
 
-int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
+int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key, int resume, tri_dist *d,
+                        char *dir, size_t n, int verbose) {
+    char found[TRI_CKPT_PATH_MAX] = "";
+    int failed = 0;
+    memset(store, 0, sizeof *store);
+    if (d->mesh.rank == 0) {
+        tri_ckpt_found f;
+        char newest[TRI_CKPT_PATH_MAX];
+        long held = 0;
+        if (tri_ckpt_store_open(store, root, key) != 0) {
+            failed = 1;
+        } else if (resume) {
+            if (tri_ckpt_find(store->root, &f) != 0 || (f.dir[0] && tri_ckpt_store_adopt(store, f.dir) != 0))
+                failed = 1;
+            else if (verbose && f.note[0])
+                printf("%s\n", f.note);
+            if (!failed) snprintf(found, sizeof found, "%s", f.dir);
+        } else if ((held = tri_ckpt_count(store->root, newest, sizeof newest)) != 0) {
+            if (held > 0)
+                tri_error("%s %s already holds %ld checkpoint%s (the newest: %s): pass --resume to continue from "
+                          "it, or choose another %s",
+                          key, store->root, held, held == 1 ? "" : "s", newest, key);
+            failed = 1;
+        }
+        if (failed) tri_ckpt_store_close(store);
+    }
+    if (agree(d, failed) != 0) return -1;
+    tri_comm_broadcast(&d->world, found, sizeof found, TRI_U8, 0);
+    int k = snprintf(dir, n, "%s", found);
+    TRI_CHECK(k >= 0 && (size_t)k < n);
+    return 0;
+}
+
+int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
                    const char *state_json, int keep) {
     int is_root = d->mesh.rank == 0;
     char tmp[4096] = {0};
@@ -159,7 +193,7 @@ int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_opti
         failed = 1;
     char mpath[4200], opath[4200];
     if (is_root && !failed) {
-        if (tri_ckpt_begin(root, step, tmp, sizeof tmp) != 0) failed = 1;
+        if (tri_ckpt_begin(store, step, tmp, sizeof tmp) != 0) failed = 1;
         snprintf(mpath, sizeof mpath, "%s/model.safetensors", tmp);
         snprintf(opath, sizeof opath, "%s/optimizer.safetensors", tmp);
         if (!failed && tri_st_create(mpath, &Lm, "{\"format\": \"pt\", \"producer\": \"trident\"}") != 0) failed = 1;
@@ -184,14 +218,18 @@ int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_opti
         snprintf(path, sizeof path, "%s/state.json", tmp);
         if (!failed && tri_write_file_atomic(path, state_json, strlen(state_json)) != 0) failed = 1;
         /* > 0: committed, only pruning old ones failed (already reported) */
-        if (!failed && tri_ckpt_commit(root, step, tmp, keep) < 0) failed = 1;
+        if (!failed && tri_ckpt_commit(store, step, tmp, keep) < 0) failed = 1;
     }
     if (agree(d, failed) != 0) goto fail;
     tri_st_layout_free(&Lm);
     tri_st_layout_free(&Lo);
     return 0;
 fail:
-    if (is_root) fprintf(stderr, "trident: checkpoint of step %ld not saved; the previous one is intact\n", step);
+    if (is_root) {
+        tri_ckpt_abort(store, tmp); /* every rank is past its writes: agreed above */
+        tri_error("checkpoint of step %ld not saved (its temporary directory is removed); the checkpoints saved "
+                  "before are intact", step);
+    }
     tri_st_layout_free(&Lm);
     tri_st_layout_free(&Lo);
     return -1;

@@ -11,7 +11,8 @@ static void train_usage(FILE *f) {
     fprintf(f,
             "usage: trident train CONFIG [options]\n"
             "  --set section.key=value   override a config field (repeatable; see `trident config-help`)\n"
-            "  --resume                  continue from <checkpoint.dir>/latest (from scratch if none)\n"
+            "  --resume                  continue from the newest complete checkpoint in checkpoint.dir, verified\n"
+            "                            (from scratch if there is none)\n"
             "  --threads N               OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS or all cores)\n"
             "  --device cpu|cuda         compute backend (default cpu)\n"
             "  --stop-at-step N          save a checkpoint and stop after step N (resume with --resume)\n"

@@ -98,7 +98,7 @@ static const field fields[] = {
     NUM(parallel, dp, 1, 1, 0, POS, "data-parallel replicas"),
     NUM(parallel, bucket_mb, 25, 0, 0, GT0, "gradient all-reduce bucket size, MiB"),
 
-    STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N>, <dir>/latest"),
+    STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),
     NUM(checkpoint, keep, 0, 0, 0, R_LO, "checkpoints to keep (0: all)"),
 

@@ -41,6 +41,7 @@ typedef struct trainer {
     tri_optim opt;
     tri_grad_sync sync;
     tri_sampler train_data, val_data;
+    tri_ckpt_store store;       /* open (locked) on world rank 0 while training */
     int has_train_data, has_val;
     int32_t *inputs, *targets;  /* (micro_batch * T) each */
     size_t G, T, mb;            /* global batch, sequence length, micro-batch */
@@ -180,7 +181,7 @@ static char *state_json(const trainer *t, int step, double loss) {
 static int save(trainer *t, int step, double loss) {
     char *st = state_json(t, step, loss);
     double t0 = now_s();
-    int rc = tri_model_save(t->cfg->checkpoint.dir, step, &t->gpt, &t->opt, &t->dist, st, t->cfg->checkpoint.keep);
+    int rc = tri_model_save(&t->store, step, &t->gpt, &t->opt, &t->dist, st, t->cfg->checkpoint.keep);
     free(st);
     if (rc == 0 && t->is_logger && !t->opts.quiet)
         printf("saved checkpoint %s/step_%08d (%.2f s)\n", t->cfg->checkpoint.dir, step, now_s() - t0);
@@ -260,6 +261,7 @@ static void trainer_free(trainer *t) {
     tri_gpt_free(&t->gpt);
     if (t->has_train_data) tri_sampler_free(&t->train_data);
     if (t->has_val) tri_sampler_free(&t->val_data);
+    tri_ckpt_store_close(&t->store);
 }
 
 int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
@@ -269,17 +271,6 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     t->cfg = cfg;
     t->opts = *opts;
     if (check_layout(cfg) != 0) return 2;
-    /* a fresh start would take over another run's checkpoints: refuse */
-    char latest[TRI_PATH_MAX + 16];
-    snprintf(latest, sizeof latest, "%s/latest", cfg->checkpoint.dir);
-    int have_ckpt = !opts->synthetic && access(latest, F_OK) == 0;
-    if (have_ckpt && !opts->resume) {
-        fprintf(stderr,
-                "trident: %s already holds a run's checkpoints (%s): pass --resume to continue it, or choose "
-                "another checkpoint.dir\n",
-                cfg->checkpoint.dir, latest);
-        return 2;
-    }
     char err[512];
     if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
@@ -288,6 +279,13 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     const tri_mesh *mesh = &t->dist.mesh;
     t->is_logger = mesh->rank == 0;
     int rc = 2;
+    /* the checkpoint store before anything else: validated, locked, and the
+     * checkpoint to resume from found (a fresh start on a store holding one is refused) */
+    char ckpt[TRI_PATH_MAX + 32] = ""; /* checkpoint.dir + "/step_<N>" */
+    if (!opts->synthetic && tri_model_ckpt_open(&t->store, cfg->checkpoint.dir, "checkpoint.dir", opts->resume,
+                                                &t->dist, ckpt, sizeof ckpt, t->is_logger && !opts->quiet) != 0)
+        goto done;
+    int have_ckpt = ckpt[0] != '\0';
     t->ops = tri_ops_get(opts->device ? opts->device : "cpu");
     if (!t->ops) goto done;
     t->ops->init(opts->threads);
@@ -337,8 +335,6 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     if (!t->inputs || !t->targets) goto done;
 
     int start = 0;
-    char ckpt[TRI_PATH_MAX];
-    if (have_ckpt && tri_ckpt_latest(cfg->checkpoint.dir, ckpt, sizeof ckpt) != 0) { rc = 2; goto done; }
     if (have_ckpt) {
         tri_config saved;
         if (read_state(ckpt, &start, &t->consumed, &saved) != 0) { rc = 2; goto done; }

@@ -15,7 +15,7 @@ typedef struct tri_run_report {
 } tri_run_report;
 
 typedef struct tri_run_opts {
-    int resume;          /* continue from <checkpoint.dir>/latest if there is one */
+    int resume;          /* continue from the newest complete checkpoint in checkpoint.dir, if any */
     int threads;         /* OpenMP/OpenBLAS threads; 0: leave as the environment says */
     const char *device;  /* "cpu" (default) or "cuda" */
     int synthetic;       /* bench: random tokens instead of the data files */

@@ -1,11 +1,15 @@
-/* model/ckpt_store: the checkpoint directory protocol. Every check looks at
- * the file system itself (readdir, stat, file contents), not through the
- * functions under test. */
+/* model/ckpt_store: the checkpoint store in one process (the end-to-end
+ * faults are in tests/fault/test_store.c). Checks look at the file system
+ * itself (readdir, stat, contents; the manifest parsed here and its checksums
+ * recomputed bit by bit), not through the functions under test. */
 #include <criterion/criterion.h>
+
+#include <cjson/cJSON.h>
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,17 +109,6 @@ static void check_latest(const char *root, const char *want)
     cr_assert(is_dir(root, want), "latest names %s, which is not a directory", want);
 }
 
-/* begin, write two files, commit. */
-static void save(const char *root, long step, const char *payload, int keep)
-{
-    char tmp[512];
-    cr_assert_eq(tri_ckpt_begin(root, step, tmp, sizeof tmp), 0);
-    put_file(tmp, "model.safetensors", payload);
-    put_file(tmp, "state.json", "{\"step\": 1}\n");
-    cr_assert_eq(tri_ckpt_commit(root, step, tmp, keep), 0);
-    struct stat st;
-    cr_assert(lstat(tmp, &st) != 0 && errno == ENOENT, "%s still exists after commit", tmp);
-}
 
 /* stderr of the code under test, captured into a file beside the test's files */
 typedef tt_capture capture;
@@ -138,60 +131,362 @@ static void check_message(const char *msg, const char *const *must)
         cr_assert_not_null(strstr(msg, *must), "message [%s] does not name \"%s\"", msg, *must);
 }
 
-Test(ckpt_store, commit_then_latest_resolves)
+static int exists(const char *dir, const char *name)
 {
-    char dir[64], root[128], tmp[512], out[512], buf[256], ls[1024];
+    char p[2048];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return lstat(p, &st) == 0;
+}
+
+static tri_ckpt_store open_store(const char *root)
+{
+    tri_ckpt_store s;
+    cr_assert_eq(tri_ckpt_store_open(&s, root, "checkpoint.dir"), 0, "open %s", root);
+    cr_assert(s.is_open && s.locked);
+    return s;
+}
+
+/* begin, write two files, commit. */
+static void save(tri_ckpt_store *s, long step, const char *payload, int keep)
+{
+    char tmp[512];
+    cr_assert_eq(tri_ckpt_begin(s, step, tmp, sizeof tmp), 0);
+    put_file(tmp, "model.safetensors", payload);
+    put_file(tmp, "state.json", "{\"step\": 1}\n");
+    cr_assert_eq(tri_ckpt_commit(s, step, tmp, keep), 0);
+    struct stat st;
+    cr_assert(lstat(tmp, &st) != 0 && errno == ENOENT, "%s still exists after commit", tmp);
+}
+
+/* CRC-32C bit by bit, from the definition (independent of src/base/crc32c.c). */
+static uint32_t crc_bitwise(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int b = 0; b < 8; b++)
+            c = (c & 1u) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+    }
+    return ~c;
+}
+
+/* The manifest of dir lists exactly `names` (in that order) with their real
+ * sizes and checksums, the step and a 16-hex-digit run; returns the run. */
+static void check_manifest(const char *dir, long step, const char *const *names, char run[17])
+{
+    char path[2048];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    char *text = tt_read(path);
+    cr_assert_not_null(text, "%s missing", path);
+    cJSON *m = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(m, "%s is not JSON", path);
+    cr_assert_str_eq(cJSON_GetObjectItem(m, "format")->valuestring, "trident-checkpoint");
+    cr_assert_eq(cJSON_GetObjectItem(m, "version")->valueint, 1);
+    cr_assert_eq(cJSON_GetObjectItem(m, "step")->valuedouble, (double)step);
+    cr_assert_str_eq(cJSON_GetObjectItem(m, "checksum")->valuestring, "crc32c");
+    const char *r = cJSON_GetObjectItem(m, "run")->valuestring;
+    cr_assert_eq(strlen(r), 16, "run [%s]", r);
+    snprintf(run, 17, "%s", r);
+    cJSON *files = cJSON_GetObjectItem(m, "files");
+    int k = 0;
+    for (cJSON *f = files->child; f; f = f->next, k++) {
+        cr_assert_not_null(names[k], "more files listed than the %d expected", k);
+        const char *nm = cJSON_GetObjectItem(f, "name")->valuestring;
+        cr_assert_str_eq(nm, names[k]);
+        snprintf(path, sizeof path, "%s/%s", dir, nm);
+        struct stat st;
+        cr_assert_eq(stat(path, &st), 0);
+        cr_assert_eq(cJSON_GetObjectItem(f, "size")->valuedouble, (double)st.st_size, "%s", nm);
+        char *data = tt_read(path);
+        char want[9];
+        snprintf(want, sizeof want, "%08" PRIx32, crc_bitwise((const unsigned char *)data, (size_t)st.st_size));
+        free(data);
+        cr_assert_str_eq(cJSON_GetObjectItem(f, "crc32c")->valuestring, want, "%s", nm);
+    }
+    cr_assert_null(names[k], "%s not listed", names[k]);
+    cJSON_Delete(m);
+}
+
+/* Overwrites one byte of dir/name at offset with its complement (size unchanged). */
+static void flip_byte(const char *dir, const char *name, long offset)
+{
+    char p[2048];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    int fd = open(p, O_RDWR);
+    cr_assert(fd >= 0, "%s: %s", p, strerror(errno));
+    unsigned char c;
+    cr_assert_eq(pread(fd, &c, 1, offset), 1);
+    c = (unsigned char)~c;
+    cr_assert_eq(pwrite(fd, &c, 1, offset), 1);
+    close(fd);
+}
+
+Test(ckpt_store, commit_writes_a_manifest_of_every_file_and_latest)
+{
+    char dir[64], root[128], tmp[512], out[512], ls[1024], run[17];
     make_dir(dir, sizeof dir);
     snprintf(root, sizeof root, "%s/runs/x/ckpt", dir); /* does not exist yet */
+    tri_ckpt_store s = open_store(root);
 
-    cr_assert_eq(tri_ckpt_begin(root, 100, tmp, sizeof tmp), 0);
+    cr_assert_eq(tri_ckpt_begin(&s, 100, tmp, sizeof tmp), 0);
     char want_tmp[256];
     snprintf(want_tmp, sizeof want_tmp, "%s/.tmp-step_00000100-%ld", root, (long)getpid());
     cr_assert_str_eq(tmp, want_tmp);
-    cr_assert(is_dir(root, strrchr(tmp, '/') + 1));
     put_file(tmp, "model.safetensors", "weights-100");
-    cr_assert_eq(tri_ckpt_commit(root, 100, tmp, 0), 0);
+    put_file(tmp, "state.json", "{}");
+    char sub[600];
+    cr_assert_eq(mkdir(strcat(strcpy(sub, tmp), "/sub"), 0755), 0);
+    put_file(sub, "nested", "y"); /* subdirectories are listed too */
+    cr_assert_eq(tri_ckpt_commit(&s, 100, tmp, 0), 0);
 
     list_dir(root, ls, sizeof ls);
-    cr_assert_str_eq(ls, "latest,step_00000100");
+    cr_assert_str_eq(ls, ".lock,latest,step_00000100");
     check_latest(root, "step_00000100");
     char step_dir[256];
     snprintf(step_dir, sizeof step_dir, "%s/step_00000100", root);
-    cr_assert_str_eq(get_file(step_dir, "model.safetensors", buf, sizeof buf), "weights-100");
+    check_manifest(step_dir, 100, (const char *const[]){"model.safetensors", "state.json", "sub/nested", NULL}, run);
+    cr_assert_str_eq(run, s.run);
+    char why[512];
+    cr_assert_eq(tri_ckpt_verify(step_dir, why, sizeof why), 0, "%s", why);
 
-    cr_assert_eq(tri_ckpt_latest(root, out, sizeof out), 0);
-    cr_assert_str_eq(out, step_dir);
     cr_assert_eq(tri_ckpt_resolve(root, out, sizeof out), 0);
     cr_assert_str_eq(out, step_dir);
     char slashed[300];
     snprintf(slashed, sizeof slashed, "%s//", root);
     cr_assert_eq(tri_ckpt_resolve(slashed, out, sizeof out), 0);
     cr_assert_str_eq(out, step_dir);
-    /* a step directory itself */
-    snprintf(slashed, sizeof slashed, "%s/", step_dir);
+    snprintf(slashed, sizeof slashed, "%s/", step_dir); /* a step directory itself */
     cr_assert_eq(tri_ckpt_resolve(slashed, out, sizeof out), 0);
     cr_assert_str_eq(out, step_dir);
     cr_assert_eq(tri_ckpt_step_of(out), 100);
     cr_assert_eq(tri_ckpt_step_of("a/step_12x"), -1);
     cr_assert_eq(tri_ckpt_step_of("notes"), -1);
-    /* a directory holding a config.json (a copied or Hugging Face style one) */
+    /* a directory holding a config.json (a copied or Hugging Face style one, no manifest) */
     char hf[256];
     snprintf(hf, sizeof hf, "%s/gpt2-copy", dir);
     cr_assert_eq(tri_mkdir_p(hf), 0);
     put_file(hf, "config.json", "{}");
+    cr_assert_eq(tri_ckpt_verify(hf, why, sizeof why), 1, "no manifest: nothing to verify");
     cr_assert_eq(tri_ckpt_resolve(hf, out, sizeof out), 0);
     cr_assert_str_eq(out, hf);
+    tri_ckpt_store_close(&s);
+    tri_ckpt_store_close(&s); /* idempotent */
     remove_dir(dir);
 }
 
-Test(ckpt_store, keep_prunes_the_oldest_step_dirs_only)
+Test(ckpt_store, find_takes_the_newest_complete_checkpoint_whatever_latest_says)
 {
-    char dir[64], root[128], ls[2048], outside[256], link[300];
+    char dir[64], root[128], want[256], p[512];
+    make_dir(dir, sizeof dir);
+    snprintf(root, sizeof root, "%s/ckpt", dir);
+    tri_ckpt_found f;
+    /* nothing there yet, not even the root */
+    cr_assert_eq(tri_ckpt_find(root, &f), 0);
+    cr_assert_str_eq(f.dir, "");
+    cr_assert_eq(tri_ckpt_count(root, NULL, 0), 0);
+
+    tri_ckpt_store s = open_store(root);
+    save(&s, 10, "w10", 0);
+    save(&s, 20, "w20", 0);
+    save(&s, 30, "w30", 0);
+    tri_ckpt_store_close(&s);
+    snprintf(want, sizeof want, "%s/step_00000030", root);
+
+    cr_assert_eq(tri_ckpt_find(root, &f), 0);
+    cr_assert_str_eq(f.dir, want);
+    cr_assert_eq(f.step, 30);
+    cr_assert_eq(f.verified, 1);
+    cr_assert_str_eq(f.note, "", "latest agrees: nothing to say");
+
+    snprintf(p, sizeof p, "%s/latest", root);
+    cr_assert_eq(unlink(p), 0); /* latest deleted */
+    cr_assert_eq(tri_ckpt_find(root, &f), 0);
+    cr_assert_str_eq(f.dir, want);
+    cr_assert_not_null(strstr(f.note, "latest"), "%s", f.note);
+
+    put_file(root, "latest", "step_00000010\n"); /* stale */
+    cr_assert_eq(tri_ckpt_find(root, &f), 0);
+    cr_assert_str_eq(f.dir, want);
+    cr_assert_not_null(strstr(f.note, "step_00000010"), "%s", f.note);
+
+    put_file(root, "latest", "step_00000099\n"); /* names a deleted dir */
+    cr_assert_eq(tri_ckpt_find(root, &f), 0);
+    cr_assert_str_eq(f.dir, want);
+
+    cr_assert_eq(unlink(p), 0);
+    cr_assert_eq(mkfifo(p, 0644), 0); /* a named pipe is never opened blocking */
+    cr_assert_eq(tri_ckpt_find(root, &f), 0);
+    cr_assert_str_eq(f.dir, want);
+    cr_assert_eq(unlink(p), 0);
+
+    /* a newer step dir without a manifest (half copied) that latest does not name */
+    snprintf(p, sizeof p, "%s/step_00000040", root);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    put_file(p, "state.json", "{}");
+    cr_assert_eq(tri_ckpt_find(root, &f), 0);
+    cr_assert_str_eq(f.dir, want);
+    char newest[512];
+    cr_assert_eq(tri_ckpt_count(root, newest, sizeof newest), 4, "it still counts as a checkpoint");
+    cr_assert_str_eq(newest, p);
+    remove_dir(dir);
+}
+
+Test(ckpt_store, a_damaged_newest_checkpoint_is_named_with_the_previous_one_to_use)
+{
+    char dir[64], root[128], p[512], why[1024];
+    capture cap;
+    char *msg;
+    tri_ckpt_found f;
+    make_dir(dir, sizeof dir);
+    snprintf(root, sizeof root, "%s/ckpt", dir);
+    tri_ckpt_store s = open_store(root);
+    save(&s, 10, "w10-weights", 0);
+    save(&s, 20, "w20-weights", 0);
+    save(&s, 30, "w30-weights", 0);
+    tri_ckpt_store_close(&s);
+
+    /* one flipped byte, same size */
+    snprintf(p, sizeof p, "%s/step_00000030", root);
+    flip_byte(p, "model.safetensors", 3);
+    cr_assert_eq(tri_ckpt_verify(p, why, sizeof why), -1);
+    cr_assert_not_null(strstr(why, "step_00000030/model.safetensors"), "%s", why);
+    cr_assert_not_null(strstr(why, "CRC-32C"), "%s", why);
+    cap_begin(&cap, dir);
+    int rc = tri_ckpt_find(root, &f);
+    msg = cap_end(&cap);
+    cr_assert_eq(rc, -1);
+    cr_assert_str_eq(f.dir, "");
+    check_message(msg, (const char *const[]){"step_00000030/model.safetensors", "step_00000020", "mv ",
+                                             "damaged-step_00000030", "--resume", NULL});
+    free(msg);
+
+    /* the one before it truncated: the previous one to use is step 10 */
+    snprintf(p, sizeof p, "%s/step_00000020/state.json", root);
+    cr_assert_eq(truncate(p, 3), 0);
+    snprintf(p, sizeof p, "%s/step_00000020", root);
+    cr_assert_eq(tri_ckpt_verify(p, why, sizeof why), -1);
+    cr_assert_not_null(strstr(why, "3 bytes"), "%s", why);
+    cap_begin(&cap, dir);
+    rc = tri_ckpt_find(root, &f);
+    msg = cap_end(&cap);
+    cr_assert_eq(rc, -1);
+    check_message(msg, (const char *const[]){"step_00000030/model.safetensors", "step_00000010", NULL});
+    free(msg);
+
+    /* and that one misses a file: none verifies */
+    snprintf(p, sizeof p, "%s/step_00000010/state.json", root);
+    cr_assert_eq(unlink(p), 0);
+    cap_begin(&cap, dir);
+    rc = tri_ckpt_find(root, &f);
+    msg = cap_end(&cap);
+    cr_assert_eq(rc, -1);
+    check_message(msg, (const char *const[]){"step_00000030", "no earlier complete checkpoint", NULL});
+    free(msg);
+    snprintf(p, sizeof p, "%s/step_00000010", root);
+    cr_assert_eq(tri_ckpt_verify(p, why, sizeof why), -1);
+    cr_assert_not_null(strstr(why, "state.json: missing"), "%s", why);
+
+    /* sample/eval given the damaged dir itself */
+    snprintf(p, sizeof p, "%s/step_00000030", root);
+    char out[512];
+    cap_begin(&cap, dir);
+    rc = tri_ckpt_resolve(p, out, sizeof out);
+    msg = cap_end(&cap);
+    cr_assert_eq(rc, -1);
+    check_message(msg, (const char *const[]){"does not verify", "model.safetensors", NULL});
+    free(msg);
+    remove_dir(dir);
+}
+
+Test(ckpt_store, a_bad_manifest_is_named)
+{
+    char dir[64], root[128], p[512], why[1024], text[4096];
+    make_dir(dir, sizeof dir);
+    snprintf(root, sizeof root, "%s/ckpt", dir);
+    tri_ckpt_store s = open_store(root);
+    save(&s, 5, "w5", 0);
+    tri_ckpt_store_close(&s);
+    snprintf(p, sizeof p, "%s/step_00000005", root);
+    get_file(p, "manifest.json", text, sizeof text);
+    const struct {
+        const char *from, *to, *must;
+    } cases[] = {
+        {"\"model.safetensors\"", "\"../model.safetensors\"", "not a relative path"},
+        {"\"model.safetensors\"", "\"/etc/passwd\"", "not a relative path"},
+        {"\"crc32c\":\t\"", "\"crc32c\":\t\"zz", "8 hex digits"},
+        {"\"step\":\t5", "\"step\":\t6", "says step 6"},
+        {"\"version\":\t1", "\"version\":\t2", "version"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *at = strstr(text, cases[i].from);
+        cr_assert_not_null(at, "case %zu: [%s] not in %s", i, cases[i].from, text);
+        char bad[4200];
+        snprintf(bad, sizeof bad, "%.*s%s%s", (int)(at - text), text, cases[i].to, at + strlen(cases[i].from));
+        put_file(p, "manifest.json", bad);
+        cr_assert_eq(tri_ckpt_verify(p, why, sizeof why), -1, "case %zu accepted", i);
+        cr_assert_not_null(strstr(why, cases[i].must), "case %zu: %s", i, why);
+    }
+    /* truncated */
+    put_file(p, "manifest.json", "{\"format\": \"trident-checkpoint\", \"ver");
+    cr_assert_eq(tri_ckpt_verify(p, why, sizeof why), -1);
+    cr_assert_not_null(strstr(why, "manifest.json: not valid JSON"), "%s", why);
+    put_file(p, "manifest.json", text);
+    cr_assert_eq(tri_ckpt_verify(p, why, sizeof why), 0, "%s", why);
+    remove_dir(dir);
+}
+
+Test(ckpt_store, pre_manifest_checkpoints_resume_only_when_latest_names_them)
+{
+    char dir[64], root[128], p[512], want[512];
+    capture cap;
+    make_dir(dir, sizeof dir);
+    snprintf(root, sizeof root, "%s/ckpt", dir);
+    /* what a trident from before manifests left: a step dir, no latest (deleted) */
+    snprintf(p, sizeof p, "%s/step_00000005", root);
+    cr_assert_eq(tri_mkdir_p(p), 0);
+    put_file(p, "model.safetensors", "old");
+    put_file(p, "state.json", "{}");
+    tri_ckpt_found f;
+    cap_begin(&cap, dir);
+    int rc = tri_ckpt_find(root, &f);
+    char *msg = cap_end(&cap);
+    cr_assert_eq(rc, -1, "never a silent fresh start");
+    check_message(msg, (const char *const[]){"step_00000005", "echo step_00000005 >", "latest", NULL});
+    free(msg);
+
+    put_file(root, "latest", "step_00000005\n");
+    cr_assert_eq(tri_ckpt_find(root, &f), 0);
+    cr_assert_str_eq(f.dir, p);
+    cr_assert_eq(f.verified, 0);
+    cr_assert_not_null(strstr(f.note, "manifest"), "%s", f.note);
+
+    /* resumed and saved once more: the complete one is newer and wins */
+    tri_ckpt_store s = open_store(root);
+    cr_assert_eq(tri_ckpt_store_adopt(&s, f.dir), 0, "no manifest: keeps its fresh run");
+    save(&s, 6, "w6", 1);
+    save(&s, 7, "w7", 1);
+    save(&s, 8, "w8", 1);
+    tri_ckpt_store_close(&s);
+    put_file(root, "latest", "step_00000005\n");
+    snprintf(want, sizeof want, "%s/step_00000008", root);
+    cr_assert_eq(tri_ckpt_find(root, &f), 0);
+    cr_assert_str_eq(f.dir, want);
+    cr_assert_eq(f.verified, 1);
+    char ls[1024];
+    list_dir(root, ls, sizeof ls);
+    cr_assert_str_eq(ls, ".lock,latest,step_00000005,step_00000008", "keep=1 never prunes the old one");
+    remove_dir(dir);
+}
+
+Test(ckpt_store, pruning_removes_only_this_runs_checkpoints)
+{
+    char dir[64], root[128], ls[2048], outside[256], link[300], p[300], buf[64];
     make_dir(dir, sizeof dir);
     snprintf(root, sizeof root, "%s/ckpt", dir);
     cr_assert_eq(tri_mkdir_p(root), 0);
     /* things in root that are not checkpoints */
-    char p[300];
     snprintf(p, sizeof p, "%s/notes", root);
     cr_assert_eq(mkdir(p, 0755), 0);
     snprintf(p, sizeof p, "%s/step_abc", root);
@@ -200,68 +495,206 @@ Test(ckpt_store, keep_prunes_the_oldest_step_dirs_only)
     snprintf(outside, sizeof outside, "%s/elsewhere", dir);
     cr_assert_eq(mkdir(outside, 0755), 0);
     put_file(outside, "precious", "keep me");
+    put_file(outside, "manifest.json", "{}");
     snprintf(link, sizeof link, "%s/step_00000002", root);
     cr_assert_eq(symlink(outside, link), 0);
+    const char *others = "notes,step_00000001,step_00000002";
 
-    save(root, 10, "w10", 2);
-    save(root, 20, "w20", 2);
-    check_latest(root, "step_00000020");
+    /* run A */
+    tri_ckpt_store a = open_store(root);
+    save(&a, 10, "a10", 0);
+    save(&a, 20, "a20", 0);
+    tri_ckpt_store_close(&a);
+    /* run B, a fresh start over the same dir (as a user's copy would be) */
+    tri_ckpt_store b = open_store(root);
+    cr_assert_str_neq(a.run, b.run);
+    save(&b, 30, "b30", 2);
+    save(&b, 40, "b40", 2);
+    save(&b, 50, "b50", 2);
     list_dir(root, ls, sizeof ls);
-    cr_assert_str_eq(ls, "latest,notes,step_00000001,step_00000002,step_00000010,step_00000020,"
-                         "step_abc");
-    save(root, 30, "w30", 2);
-    check_latest(root, "step_00000030");
+    char want[2048];
+    snprintf(want, sizeof want, ".lock,latest,%s,step_00000010,step_00000020,step_00000040,step_00000050,step_abc",
+             others);
+    cr_assert_str_eq(ls, want, "B prunes its own 30, never A's");
+    save(&b, 60, "b60", 1);
     list_dir(root, ls, sizeof ls);
-    cr_assert_str_eq(ls, "latest,notes,step_00000001,step_00000002,step_00000020,step_00000030,"
-                         "step_abc");
-    save(root, 40, "w40", 2);
-    check_latest(root, "step_00000040");
+    snprintf(want, sizeof want, ".lock,latest,%s,step_00000010,step_00000020,step_00000060,step_abc", others);
+    cr_assert_str_eq(ls, want);
+    /* committing an older step: never pruned, nor the newest */
+    save(&b, 55, "b55", 1);
     list_dir(root, ls, sizeof ls);
-    cr_assert_str_eq(ls, "latest,notes,step_00000001,step_00000002,step_00000030,step_00000040,"
-                         "step_abc");
-    char buf[64];
+    snprintf(want, sizeof want, ".lock,latest,%s,step_00000010,step_00000020,step_00000055,step_00000060,step_abc",
+             others);
+    cr_assert_str_eq(ls, want);
+    tri_ckpt_store_close(&b);
+
+    /* run C resumes B's step 60: B's checkpoints are its run's */
+    tri_ckpt_store c = open_store(root);
+    snprintf(p, sizeof p, "%s/step_00000060", root);
+    cr_assert_eq(tri_ckpt_store_adopt(&c, p), 0);
+    cr_assert_str_eq(c.run, b.run);
+    save(&c, 70, "c70", 1);
+    list_dir(root, ls, sizeof ls);
+    snprintf(want, sizeof want, ".lock,latest,%s,step_00000010,step_00000020,step_00000070,step_abc", others);
+    cr_assert_str_eq(ls, want);
+
+    /* C saving a step A wrote: A's is moved aside and kept, not deleted */
+    save(&c, 10, "c10", 1);
+    list_dir(root, ls, sizeof ls);
+    cr_assert_not_null(strstr(ls, "replaced-step_00000010-"), "%s", ls);
+    char *r = strstr(ls, "replaced-step_00000010-");
+    char rname[128];
+    snprintf(rname, sizeof rname, "%.*s", (int)strcspn(r, ","), r);
+    snprintf(p, sizeof p, "%s/%s", root, rname);
+    cr_assert_str_eq(get_file(p, "model.safetensors", buf, sizeof buf), "a10");
+    snprintf(p, sizeof p, "%s/step_00000010", root);
+    cr_assert_str_eq(get_file(p, "model.safetensors", buf, sizeof buf), "c10");
+    cr_assert(exists(root, "step_00000020") && exists(root, "step_00000070"));
+    tri_ckpt_store_close(&c);
     cr_assert_str_eq(get_file(outside, "precious", buf, sizeof buf), "keep me");
+    remove_dir(dir);
+}
 
-    /* committing an older step: it is never pruned, the newest `keep` stay too */
-    save(root, 35, "w35", 2);
-    check_latest(root, "step_00000035");
+Test(ckpt_store, committing_a_step_twice_replaces_it)
+{
+    char dir[64], root[128], tmp[512], ls[2048], step_dir[256], buf[64];
+    make_dir(dir, sizeof dir);
+    snprintf(root, sizeof root, "%s/ckpt", dir);
+    tri_ckpt_store s = open_store(root);
+    cr_assert_eq(tri_ckpt_begin(&s, 10, tmp, sizeof tmp), 0);
+    put_file(tmp, "model.safetensors", "first");
+    put_file(tmp, "old_only", "x");
+    cr_assert_eq(tri_ckpt_commit(&s, 10, tmp, 0), 0);
+    save(&s, 10, "second", 0);
+    tri_ckpt_store_close(&s);
+
     list_dir(root, ls, sizeof ls);
-    cr_assert_str_eq(ls, "latest,notes,step_00000001,step_00000002,step_00000035,step_00000040,"
-                         "step_abc");
-    /* keep = 0 keeps everything */
-    save(root, 50, "w50", 0);
-    save(root, 60, "w60", 0);
+    cr_assert_str_eq(ls, ".lock,latest,step_00000010"); /* no .tmp or .trash left */
+    check_latest(root, "step_00000010");
+    snprintf(step_dir, sizeof step_dir, "%s/step_00000010", root);
+    list_dir(step_dir, ls, sizeof ls);
+    cr_assert_str_eq(ls, "manifest.json,model.safetensors,state.json");
+    cr_assert_str_eq(get_file(step_dir, "model.safetensors", buf, sizeof buf), "second");
+    remove_dir(dir);
+}
+
+/* A child process holds the store; the parent's open is refused naming it. */
+Test(ckpt_store, a_second_writer_is_refused_naming_the_holder)
+{
+    char dir[64], root[128], host[256] = "", pidtext[64], lockpath[256];
+    make_dir(dir, sizeof dir);
+    snprintf(root, sizeof root, "%s/ckpt", dir);
+    gethostname(host, sizeof host - 1);
+    int ready[2], go[2];
+    cr_assert_eq(pipe(ready), 0);
+    cr_assert_eq(pipe(go), 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        tri_ckpt_store s;
+        char c = tri_ckpt_store_open(&s, root, "checkpoint.dir") == 0 ? 'y' : 'n';
+        if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1)
+            _exit(1);
+        tri_ckpt_store_close(&s);
+        _exit(0);
+    }
+    char c = 0;
+    cr_assert_eq(read(ready[0], &c, 1), 1);
+    cr_assert_eq(c, 'y');
+    snprintf(lockpath, sizeof lockpath, "%s/.lock", root);
+
+    tri_ckpt_store s;
+    capture cap;
+    cap_begin(&cap, dir);
+    int rc = tri_ckpt_store_open(&s, root, "checkpoint.dir");
+    char *msg = cap_end(&cap);
+    cr_assert_eq(rc, -1);
+    snprintf(pidtext, sizeof pidtext, "pid %ld on host ", (long)pid);
+    check_message(msg, (const char *const[]){"checkpoint.dir", root, "in use by another trainer", pidtext, host,
+                                             lockpath, NULL});
+    free(msg);
+    cr_assert_eq(s.is_open, 0);
+    tri_ckpt_store_close(&s); /* closing a refused store is harmless */
+
+    cr_assert_eq(write(go[1], "x", 1), 1);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* released: the next writer gets it, and a second open in one process is refused too */
+    s = open_store(root);
+    char buf[256];
+    snprintf(pidtext, sizeof pidtext, "pid %ld on host %s since ", (long)getpid(), host);
+    cr_assert(strncmp(get_file(root, ".lock", buf, sizeof buf), pidtext, strlen(pidtext)) == 0, "[%s]", buf);
+    tri_ckpt_store s2;
+    cap_begin(&cap, dir);
+    rc = tri_ckpt_store_open(&s2, root, "checkpoint.dir");
+    msg = cap_end(&cap);
+    cr_assert_eq(rc, -1);
+    free(msg);
+    tri_ckpt_store_close(&s);
+    cr_assert_str_eq(get_file(root, ".lock", buf, sizeof buf), "", "the holder's line goes with the lock");
+    remove_dir(dir);
+}
+
+Test(ckpt_store, stale_temp_dirs_go_at_open_and_a_failed_save_by_abort)
+{
+    char dir[64], root[128], p[512], tmp[512], ls[2048];
+    make_dir(dir, sizeof dir);
+    snprintf(root, sizeof root, "%s/ckpt", dir);
+    cr_assert_eq(tri_mkdir_p(root), 0);
+    pid_t dead = fork(); /* a pid that is not alive any more */
+    cr_assert(dead >= 0);
+    if (dead == 0)
+        _exit(0);
+    cr_assert_eq(waitpid(dead, NULL, 0), dead);
+    snprintf(p, sizeof p, "%s/.tmp-step_00000003-%ld", root, (long)dead);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    put_file(p, "model.safetensors", "half");
+    /* a live process's (the test runner's) that holds no lock: abandoned too */
+    snprintf(p, sizeof p, "%s/.tmp-step_00000004-%ld", root, (long)getppid());
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/.trash-step_00000001-%ld", root, (long)dead);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/.tmp-notes", root); /* not a temp dir's name: untouched */
+    cr_assert_eq(mkdir(p, 0755), 0);
+
+    tri_ckpt_store s = open_store(root);
     list_dir(root, ls, sizeof ls);
-    cr_assert_str_eq(ls, "latest,notes,step_00000001,step_00000002,step_00000035,step_00000040,"
-                         "step_00000050,step_00000060,step_abc");
-    /* keep = 1 */
-    save(root, 70, "w70", 1);
+    cr_assert_str_eq(ls, ".lock,.tmp-notes");
+
+    cr_assert_eq(tri_ckpt_begin(&s, 7, tmp, sizeof tmp), 0);
+    put_file(tmp, "model.safetensors", "x");
+    tri_ckpt_abort(&s, tmp);
+    tri_ckpt_abort(&s, "");
     list_dir(root, ls, sizeof ls);
-    cr_assert_str_eq(ls, "latest,notes,step_00000001,step_00000002,step_00000070,step_abc");
-    check_latest(root, "step_00000070");
+    cr_assert_str_eq(ls, ".lock,.tmp-notes");
+    tri_ckpt_store_close(&s);
     remove_dir(dir);
 }
 
 Test(ckpt_store, crash_between_begin_and_commit_leaves_previous_intact)
 {
-    char dir[64], root[128], tmp[512], ls[2048], out[512], buf[64];
+    char dir[64], root[128], ls[2048], out[512], buf[64];
     make_dir(dir, sizeof dir);
     snprintf(root, sizeof root, "%s/ckpt", dir);
-    save(root, 10, "w10", 3);
+    tri_ckpt_store s = open_store(root);
+    save(&s, 10, "w10", 3);
+    tri_ckpt_store_close(&s);
 
     /* a writer process dies after begin, half-way through its files */
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
+        tri_ckpt_store w;
         char t[512];
-        if (tri_ckpt_begin(root, 20, t, sizeof t) != 0)
+        if (tri_ckpt_store_open(&w, root, "checkpoint.dir") != 0 || tri_ckpt_begin(&w, 20, t, sizeof t) != 0)
             _exit(1);
         char f[600];
         snprintf(f, sizeof f, "%s/model.safetensors", t);
         int fd = open(f, O_WRONLY | O_CREAT, 0644);
         if (fd < 0 || write(fd, "half", 4) != 4)
             _exit(1);
-        _exit(0); /* no close, no commit */
+        _exit(0); /* no close, no commit: the kernel drops the lock */
     }
     int st;
     cr_assert_eq(waitpid(pid, &st, 0), pid);
@@ -273,65 +706,68 @@ Test(ckpt_store, crash_between_begin_and_commit_leaves_previous_intact)
     char dead_tmp[128];
     snprintf(dead_tmp, sizeof dead_tmp, ".tmp-step_00000020-%ld", (long)pid);
     cr_assert(is_dir(root, dead_tmp));
-
-    /* begin again for the same step and pid: a fresh, empty directory */
-    cr_assert_eq(tri_ckpt_begin(root, 15, tmp, sizeof tmp), 0);
-    put_file(tmp, "junk", "x");
-    cr_assert_eq(tri_ckpt_begin(root, 15, tmp, sizeof tmp), 0);
-    list_dir(tmp, ls, sizeof ls);
-    cr_assert_str_eq(ls, "");
-    cr_assert_eq(rmdir(tmp), 0);
-
-    /* another run's save of a later step, in progress */
-    cr_assert_eq(mkdir(strcat(strcpy(buf, root), "/.tmp-step_00000050-1"), 0755), 0);
-
-    /* the next commit (step 30) removes abandoned saves of older steps only */
-    save(root, 30, "w30", 3);
+    /* the next writer removes it */
+    s = open_store(root);
     list_dir(root, ls, sizeof ls);
-    cr_assert_str_eq(ls, ".tmp-step_00000050-1,latest,step_00000010,step_00000030");
-    check_latest(root, "step_00000030");
+    cr_assert_str_eq(ls, ".lock,latest,step_00000010");
+    tri_ckpt_store_close(&s);
     remove_dir(dir);
 }
 
-Test(ckpt_store, committing_a_step_twice_replaces_it)
+Test(ckpt_store, open_refuses_a_bad_dir_naming_the_key)
 {
-    char dir[64], root[128], tmp[512], ls[2048], step_dir[256], buf[64];
+    char dir[64], p[512];
+    capture cap;
+    char *msg;
+    tri_ckpt_store s;
     make_dir(dir, sizeof dir);
-    snprintf(root, sizeof root, "%s/ckpt", dir);
-    cr_assert_eq(tri_ckpt_begin(root, 10, tmp, sizeof tmp), 0);
-    put_file(tmp, "model.safetensors", "first");
-    put_file(tmp, "old_only", "x");
-    cr_assert_eq(mkdir(strcat(strcpy(step_dir, tmp), "/sub"), 0755), 0);
-    put_file(step_dir, "nested", "y"); /* subdirectories are synced and removed too */
-    cr_assert_eq(tri_ckpt_commit(root, 10, tmp, 0), 0);
-    save(root, 10, "second", 0);
+    cap_begin(&cap, dir);
+    int rc = tri_ckpt_store_open(&s, "", "checkpoint.dir");
+    msg = cap_end(&cap);
+    cr_assert_eq(rc, -1);
+    check_message(msg, (const char *const[]){"checkpoint.dir", "empty", NULL});
+    free(msg);
 
-    list_dir(root, ls, sizeof ls);
-    cr_assert_str_eq(ls, "latest,step_00000010"); /* no .tmp or .trash left */
-    check_latest(root, "step_00000010");
-    snprintf(step_dir, sizeof step_dir, "%s/step_00000010", root);
-    list_dir(step_dir, ls, sizeof ls);
-    cr_assert_str_eq(ls, "model.safetensors,state.json");
-    cr_assert_str_eq(get_file(step_dir, "model.safetensors", buf, sizeof buf), "second");
+    put_file(dir, "afile", "x");
+    snprintf(p, sizeof p, "%s/afile/ckpt", dir);
+    cap_begin(&cap, dir);
+    rc = tri_ckpt_store_open(&s, p, "checkpoint.dir");
+    msg = cap_end(&cap);
+    cr_assert_eq(rc, -1);
+    char afile[300];
+    snprintf(afile, sizeof afile, "%s/afile is a file", dir);
+    check_message(msg, (const char *const[]){"checkpoint.dir", afile, NULL});
+    free(msg);
+
+    snprintf(p, sizeof p, "%s/ckpt/.lock", dir); /* the lock file's name taken by a directory */
+    cr_assert_eq(tri_mkdir_p(p), 0);
+    snprintf(p, sizeof p, "%s/ckpt", dir);
+    cap_begin(&cap, dir);
+    rc = tri_ckpt_store_open(&s, p, "checkpoint.dir");
+    msg = cap_end(&cap);
+    cr_assert_eq(rc, -1);
+    check_message(msg, (const char *const[]){"checkpoint.dir", ".lock", NULL});
+    free(msg);
     remove_dir(dir);
 }
 
-Test(ckpt_store, latest_errors_name_the_root_and_the_step)
+Test(ckpt_store, resolve_errors_name_the_path)
 {
-    char dir[64], root[128], out[512];
+    char dir[64], root[128], out[512], p[512];
     capture cap;
     char *msg;
     make_dir(dir, sizeof dir);
     snprintf(root, sizeof root, "%s/ckpt", dir);
     cr_assert_eq(tri_mkdir_p(root), 0);
 
-    cap_begin(&cap, dir);
-    int rc = tri_ckpt_latest(root, out, sizeof out);
+    cap_begin(&cap, dir); /* an empty root */
+    int rc = tri_ckpt_resolve(root, out, sizeof out);
     msg = cap_end(&cap);
     cr_assert_eq(rc, -1);
     check_message(msg, (const char *const[]){"no checkpoint in", root, NULL});
     free(msg);
 
+    put_file(root, "latest", "step_00000999\n"); /* latest names a dir that is not there */
     cap_begin(&cap, dir);
     rc = tri_ckpt_resolve(root, out, sizeof out);
     msg = cap_end(&cap);
@@ -339,49 +775,29 @@ Test(ckpt_store, latest_errors_name_the_root_and_the_step)
     check_message(msg, (const char *const[]){"no checkpoint in", root, NULL});
     free(msg);
 
-    /* latest names a directory that is not there */
-    put_file(root, "latest", "step_00000999\n");
+    snprintf(p, sizeof p, "%s/nowhere", dir);
     cap_begin(&cap, dir);
-    rc = tri_ckpt_resolve(root, out, sizeof out);
+    rc = tri_ckpt_resolve(p, out, sizeof out);
     msg = cap_end(&cap);
     cr_assert_eq(rc, -1);
-    check_message(msg, (const char *const[]){root, "step_00000999", "missing", NULL});
+    check_message(msg, (const char *const[]){p, NULL});
     free(msg);
 
-    /* latest that is not a step name (never followed outside root) */
-    put_file(root, "latest", "../elsewhere\n");
+    /* committing something never begun; a negative step */
+    tri_ckpt_store s = open_store(root);
     cap_begin(&cap, dir);
-    rc = tri_ckpt_latest(root, out, sizeof out);
+    rc = tri_ckpt_commit(&s, 5, p, 0);
     msg = cap_end(&cap);
     cr_assert_eq(rc, -1);
-    check_message(msg, (const char *const[]){root, "../elsewhere", NULL});
+    check_message(msg, (const char *const[]){p, NULL});
     free(msg);
-
-    /* a path that does not exist */
-    char nowhere[200];
-    snprintf(nowhere, sizeof nowhere, "%s/nowhere", dir);
-    cap_begin(&cap, dir);
-    rc = tri_ckpt_resolve(nowhere, out, sizeof out);
-    msg = cap_end(&cap);
-    cr_assert_eq(rc, -1);
-    check_message(msg, (const char *const[]){nowhere, NULL});
-    free(msg);
-
-    /* committing something that was never begun */
-    cap_begin(&cap, dir);
-    rc = tri_ckpt_commit(root, 5, nowhere, 0);
-    msg = cap_end(&cap);
-    cr_assert_eq(rc, -1);
-    check_message(msg, (const char *const[]){nowhere, NULL});
-    free(msg);
-
-    /* a negative step */
     char tmp[512];
     cap_begin(&cap, dir);
-    rc = tri_ckpt_begin(root, -1, tmp, sizeof tmp);
+    rc = tri_ckpt_begin(&s, -1, tmp, sizeof tmp);
     msg = cap_end(&cap);
     cr_assert_eq(rc, -1);
     check_message(msg, (const char *const[]){"-1", NULL});
     free(msg);
+    tri_ckpt_store_close(&s);
     remove_dir(dir);
 }
