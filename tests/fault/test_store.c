@@ -431,3 +431,28 @@ Test(store_faults, kill_9_loop_resumes_bit_for_bit, .timeout = 120)
     free(ref);
     free(dir);
 }
+
+/* Issue 13.8, first half: a checkpoint.dir that cannot hold checkpoints is
+ * refused at start, naming the key, instead of failing the first save after
+ * the training it was meant to keep. */
+Test(store_faults, a_bad_checkpoint_dir_is_refused_before_training, .timeout = 60)
+{
+    char *dir = make_run_dir(), *out = NULL, cmd[12000], full[12400], afile[4300], under[4400];
+    snprintf(afile, sizeof afile, "%s/afile", dir);
+    FILE *f = fopen(afile, "w");
+    fclose(f);
+    snprintf(under, sizeof under, "%s/ckpt", afile);
+    const char *bad[] = {"", under};
+    const char *why[] = {"empty", "afile is a file"};
+    for (int i = 0; i < 2; i++) {
+        train_cmd(cmd, sizeof cmd, dir, bad[i], "--set train.steps=3");
+        snprintf(full, sizeof full, "timeout -k 5 %d prlimit --as=" AS_LIMIT " %s", TIME_LIMIT, cmd);
+        int rc = tt_run(full, &out);
+        cr_expect_eq(rc, 2, "checkpoint.dir=\"%s\": %s", bad[i], out);
+        expect_one_error_line(out, "checkpoint.dir", why[i], NULL);
+        cr_expect_null(strstr(out, "step     1"), "it trained first: %s", out);
+        free(out);
+    }
+    tt_rmrf(dir);
+    free(dir);
+}
