@@ -614,8 +614,10 @@ int tri_ckpt_find(const char *root, tri_ckpt_found *f)
         say(f->note, sizeof f->note, "note: %s/latest names step_%08ld, which is not there", r, hint);
     }
     free(L.v);
-    if (rc != 0)
-        memset(f, 0, sizeof *f), f->step = -1;
+    if (rc != 0) {
+        memset(f, 0, sizeof *f);
+        f->step = -1;
+    }
     return rc;
 }
 
