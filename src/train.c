@@ -110,6 +110,12 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             goto done;
         }
         if (opts->after_step) opts->after_step(opts->after_step_ctx, step, dt);
+        if (step == start && t->metrics) { /* every buffer is in use after one step: the peak */
+            char mem[512];
+            tri_mem_json(&t->ctx.mem, mem, sizeof mem);
+            fprintf(t->metrics, "{\"step\": %d, \"mem\": %s}\n", step + 1, mem);
+            fflush(t->metrics);
+        }
         if (step > start) measured += dt;
         int done_steps = step + 1;
         if (t->is_logger && (done_steps % cfg->log.every == 0 || done_steps == cfg->train.steps)) {
@@ -167,6 +173,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         r->tp = t->dist.tp.stats;
         r->dp = t->dist.dp.stats;
         r->pp = t->dist.pp.stats;
+        r->mem = t->ctx.mem;
     }
     /* the final checkpoint (with train.steps = 0: the freshly initialised model) */
     if (!opts->synthetic && save(t, step, loss) != 0) rc = 1;

@@ -16,7 +16,9 @@
 static void grads_ready(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
 
 void tri_set_threads(int n) {
-    tri_ops_cpu()->init(n);
+    /* the thread count and FTZ/DAZ are process-wide: a throwaway context sets them */
+    tri_ctx c;
+    if (tri_ctx_init(&c, "cpu", n) == 0) tri_ctx_free(&c);
 }
 
 /* Checks every size that must divide, on every rank, before anything is
@@ -107,10 +109,16 @@ void trainer_free(trainer *t) {
     free(t->inputs);
     free(t->targets);
     if (t->metrics) fclose(t->metrics);
-    tri_grad_sync_free(&t->sync);
+    for (int k = 0; k < t->gpt.n_chunks; k++) {
+        if (t->sync) tri_grad_sync_free(&t->sync[k]);
+        if (t->pools) tri_slot_pool_free(&t->pools[k], &t->gpt);
+    }
+    free(t->sync);
+    free(t->pools);
     tri_optim_free(&t->opt, &t->gpt);
-    tri_acts_free(&t->acts, &t->gpt);
+    tri_workspace_free(&t->ws, &t->gpt);
     tri_gpt_free(&t->gpt);
+    tri_ctx_free(&t->ctx);
     if (t->has_train_data) tri_sampler_free(&t->train_data);
     if (t->has_val) tri_sampler_free(&t->val_data);
 }
@@ -143,9 +151,9 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     const tri_mesh *mesh = &t->dist.mesh;
     t->is_logger = mesh->rank == 0;
     int rc = 2;
-    t->ops = tri_ops_get(opts->device ? opts->device : "cpu");
-    if (!t->ops) return rc;
-    t->ops->init(opts->threads);
+    if (tri_ctx_init(&t->ctx, opts->device ? opts->device : "cpu", opts->threads) != 0) return rc;
+    tri_dist_bind_ctx(&t->dist, &t->ctx);
+    t->policy = (tri_recompute)tri_recompute_parse(cfg->train.recompute); /* validated by the config */
     t->G = (size_t)cfg->train.global_batch;
     t->T = (size_t)cfg->model.seq_len;
     t->mb = (size_t)cfg->train.micro_batch;
@@ -172,20 +180,35 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         }
     }
 
-    if (tri_gpt_init(&t->gpt, &cfg->model, t->ops, &t->dist.tp, mesh->tp, mesh->tp_rank, mesh->pp,
-                     mesh->pp_rank) != 0)
-        return rc;
+    /* this stage's chunks (one without interleaving) */
+    tri_chunk_spec spec;
+    int *layers = malloc(((size_t)cfg->model.n_layer + 1) * sizeof *layers);
+    if (!layers) return rc;
+    int grc = tri_chunks_even(&cfg->model, mesh->pp, mesh->pp_rank, 1, &spec, layers);
+    if (grc == 0)
+        grc = tri_gpt_init(&t->gpt, &cfg->model, &t->ctx, &t->dist.tp, mesh->tp, mesh->tp_rank, &spec, 1);
+    free(layers);
+    if (grc != 0) return rc;
     rc = 1;
-    if (tri_acts_init(&t->acts, &t->gpt, t->mb, t->T) != 0) return rc;
+    /* one saved slot per chunk: without pipelining one micro-batch is in flight */
+    t->pools = calloc((size_t)t->gpt.n_chunks, sizeof *t->pools);
+    t->sync = calloc((size_t)t->gpt.n_chunks, sizeof *t->sync);
+    if (!t->pools || !t->sync) return rc;
+    for (int k = 0; k < t->gpt.n_chunks; k++)
+        if (tri_slot_pool_init(&t->pools[k], &t->gpt, k, t->mb, t->T, t->policy, 1) != 0) return rc;
+    if (tri_workspace_init(&t->ws, &t->gpt, t->mb, t->T, t->policy) != 0) return rc;
     tri_adamw_cfg oc = {cfg->train.lr, cfg->train.min_lr, cfg->train.warmup_steps, cfg->train.steps,
                         cfg->train.beta1, cfg->train.beta2, cfg->train.eps, cfg->train.weight_decay,
                         cfg->train.grad_clip};
     if (tri_optim_init(&t->opt, &t->gpt, &oc) != 0) return rc;
-    if (tri_grad_sync_init(&t->sync, t->gpt.grad_mem, t->gpt.n_floats, &t->dist.dp, cfg->parallel.bucket_mb) != 0)
-        return rc;
-    if (mesh->dp > 1) {
-        t->gpt.grads_ready = grads_ready;
-        t->gpt.grads_ready_ctx = &t->sync;
+    for (int k = 0; k < t->gpt.n_chunks; k++) {
+        tri_chunk *ch = &t->gpt.chunks[k];
+        if (tri_grad_sync_init(&t->sync[k], ch->grad_mem, ch->n_elems, &t->dist.dp, cfg->parallel.bucket_mb) != 0)
+            return rc;
+        if (mesh->dp > 1) {
+            ch->grads_ready = grads_ready;
+            ch->grads_ready_ctx = &t->sync[k];
+        }
     }
     t->inputs = malloc(t->mb * t->T * sizeof(int32_t));
     t->targets = malloc(t->mb * t->T * sizeof(int32_t));
@@ -205,7 +228,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     } else {
         if (opts->resume && t->is_logger && !opts->synthetic)
             printf("resume: no checkpoint in %s yet, starting from step 0\n", cfg->checkpoint.dir);
-        tri_gpt_init_params(&t->gpt, cfg->train.seed);
+        if (tri_gpt_init_params(&t->gpt, cfg->train.seed) != 0) return 1;
     }
 
     if (t->is_logger && !opts->synthetic) {
@@ -227,6 +250,9 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         printf("trident: %zu parameters, tp=%d pp=%d dp=%d, %d micro-batches of %zu per rank, %d threads\n",
                tri_gpt_num_params(&cfg->model), mesh->tp, mesh->pp, mesh->dp, t->n_micro, t->mb,
                omp_get_max_threads());
+        char mem[256];
+        tri_mem_line(&t->ctx.mem, mem, sizeof mem);
+        printf("trident: memory per rank (recompute %s): %s\n", cfg->train.recompute, mem);
         fflush(stdout);
     }
     return 0;

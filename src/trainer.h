@@ -14,6 +14,7 @@
 
 #include "data/sampler.h"
 #include "model/gpt.h"
+#include "model/runtime.h"
 #include "model/optim.h"
 #include "parallel/dist.h"
 #include "parallel/grad_sync.h"
@@ -23,11 +24,13 @@ typedef struct trainer {
     const tri_config *cfg;
     tri_run_opts opts;
     tri_dist dist;
-    const tri_ops *ops;
-    tri_gpt gpt;
-    tri_acts acts;
+    tri_ctx ctx;                /* the backend of this rank                   */
+    tri_gpt gpt;                /* the chunks this rank holds                 */
+    tri_recompute policy;
+    tri_slot_pool *pools;       /* [gpt.n_chunks]: saved slots per chunk      */
+    tri_workspace ws;
     tri_optim opt;
-    tri_grad_sync sync;
+    tri_grad_sync *sync;        /* [gpt.n_chunks]: DP buckets per chunk       */
     tri_sampler train_data, val_data;
     int has_train_data, has_val;
     int32_t *inputs, *targets;  /* (micro_batch * T) each */

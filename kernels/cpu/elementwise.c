@@ -143,3 +143,27 @@ void tri_cpu_add(float *y, const float *x, size_t n)
     for (size_t i = 0; i < n; i++)
         y[i] += x[i];
 }
+
+/* sum of x (n) in double, in the same fixed chunks as sumsq (deterministic
+ * for any thread count). */
+double tri_cpu_sum(const float *x, size_t n)
+{
+    double part[SUMSQ_CHUNKS];
+    const size_t chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+#pragma omp parallel for schedule(static) if (n >= TRI_CPU_PAR_MIN)
+    for (int c = 0; c < SUMSQ_CHUNKS; c++) {
+        size_t lo = (size_t)c * chunk, hi = lo + chunk;
+        if (lo > n)
+            lo = n;
+        if (hi > n)
+            hi = n;
+        double s = 0.0;
+        for (size_t i = lo; i < hi; i++)
+            s += (double)x[i];
+        part[c] = s;
+    }
+    double total = 0.0;
+    for (int c = 0; c < SUMSQ_CHUNKS; c++)
+        total += part[c];
+    return total;
+}
