@@ -462,3 +462,106 @@ Test(runtime, guarded_backend_faults_on_a_host_read, .signal = SIGSEGV) {
     volatile float x = p[0]; /* a host read outside any op: faults */
     (void)x;
 }
+
+/* ---- chunks ---- */
+
+/* Interleaved specs: stage s of p with v chunks holds blocks c*p + s of
+ * L/(p v) layers; the embedding is on chunk 0 of stage 0, the head on chunk
+ * v-1 of stage p-1, and each chunk's parameter table names exactly its layers. */
+Test(chunks, interleaved_specs_give_each_stage_the_blocks_c_p_plus_s) {
+    tri_model_cfg cfg = {.n_layer = 8, .n_head = 2, .n_embd = 16, .seq_len = 8, .vocab_size = 256};
+    const int p = 2, v = 2;
+    for (int s = 0; s < p; s++) {
+        tri_chunk_spec specs[2];
+        int buf[8];
+        cr_assert_eq(tri_chunks_even(&cfg, p, s, v, specs, buf), 0);
+        for (int c = 0; c < v; c++) {
+            cr_expect_eq(specs[c].n_layers, 2);
+            for (int i = 0; i < 2; i++) cr_expect_eq(specs[c].layers[i], (c * p + s) * 2 + i);
+            cr_expect_eq(specs[c].has_embedding, c == 0 && s == 0);
+            cr_expect_eq(specs[c].has_head, c == v - 1 && s == p - 1);
+        }
+        tri_gpt g;
+        cr_assert_eq(tri_gpt_describe(&g, &cfg, 1, 0, specs, v), 0);
+        for (int c = 0; c < v; c++) {
+            int blocks = 0;
+            for (int i = 0; i < g.chunks[c].n_params; i++) {
+                int l = g.chunks[c].params[i].layer;
+                if (l < 0) continue;
+                cr_expect(l == specs[c].layers[0] || l == specs[c].layers[1], "chunk %d holds a tensor of layer %d", c,
+                          l);
+                blocks++;
+            }
+            cr_expect_eq(blocks, 2 * 12);
+        }
+        tri_gpt_free(&g);
+    }
+    tri_chunk_spec specs[3];
+    int buf[8];
+    cr_expect_neq(tri_chunks_even(&cfg, 3, 0, 1, specs, buf), 0, "8 layers do not split over 3 stages");
+}
+
+/* The model as two chunks on one rank (embedding + layer 0, then layers 1-2 +
+ * head), each with its own slot pool, sharing one workspace, against the
+ * model as one chunk: the same loss, the same gradients tensor by tensor
+ * (the tied embedding is held by both chunks: the sum of its two gradients
+ * is the one-chunk gradient, within rounding). */
+Test(chunks, two_chunks_on_one_rank_match_one_chunk) {
+    fixture f;
+    setup(&f, 3, 2, 32, 16, 300, 2, 21);
+    float dscale = (float)(1.0 / (double)(f.B * f.T));
+    zero_grads(&f);
+    double one = step_mb(&f, f.ids, f.tgt, 1);
+
+    int l0[1] = {0}, l1[2] = {1, 2};
+    tri_chunk_spec specs[2] = {{1, l0, 1, 0}, {2, l1, 0, 1}};
+    tri_gpt g2;
+    cr_assert_eq(tri_gpt_init(&g2, &f.cfg, &f.ctx, &f.self, 1, 0, specs, 2), 0);
+    cr_assert_eq(tri_gpt_init_params(&g2, 21), 0);
+    tri_slot_pool pools[2];
+    tri_workspace ws;
+    for (int k = 0; k < 2; k++) cr_assert_eq(tri_slot_pool_init(&pools[k], &g2, k, f.B, f.T, TRI_RECOMPUTE_NONE, 1), 0);
+    cr_assert_eq(tri_workspace_init(&ws, &g2, f.B, f.T, TRI_RECOMPUTE_NONE), 0);
+    tri_slot *s[2];
+    double two = 0;
+    for (int k = 0; k < 2; k++) {
+        s[k] = tri_slot_acquire(&pools[k], &g2);
+        tri_slot_stage(&g2, &pools[k], s[k], f.ids, f.tgt);
+        two += tri_chunk_forward(&g2, &pools[k], s[k], &ws, k == 0 ? NULL : ws.out, TRI_FWD_TRAIN, dscale);
+    }
+    tri_chunk_backward(&g2, &pools[1], s[1], &ws, NULL);
+    tri_chunk_backward(&g2, &pools[0], s[0], &ws, ws.dres);
+    cr_expect(one == two, "loss %.17g vs %.17g", one, two);
+
+    const tri_chunk *c1 = chunk(&f);
+    int found = 0;
+    for (int i = 0; i < c1->n_params; i++) {
+        const tri_param *p = &c1->params[i];
+        const float *want = grads(&f) + p->offset;
+        const float *got[2] = {NULL, NULL};
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < g2.chunks[k].n_params; j++)
+                if (!strcmp(g2.chunks[k].params[j].name, p->name))
+                    got[k] = g2.chunks[k].grad_mem + g2.chunks[k].params[j].offset;
+        cr_assert(got[0] || got[1], "%s is in neither chunk", p->name);
+        if (p->kind == TRI_P_WTE) {
+            cr_assert(got[0] && got[1], "the tied embedding must be in both chunks");
+            float big = 0;
+            for (size_t e = 0; e < p->numel; e++) big = fmaxf(big, fabsf(want[e]));
+            for (size_t e = 0; e < p->numel; e++)
+                cr_assert(fabsf(got[0][e] + got[1][e] - want[e]) <= 1e-6f * big, "wte[%zu]", e);
+        } else {
+            cr_assert(!(got[0] && got[1]), "%s is in both chunks", p->name);
+            cr_expect(memcmp(got[0] ? got[0] : got[1], want, p->numel * sizeof(float)) == 0, "%s differs", p->name);
+        }
+        found++;
+    }
+    cr_expect_eq(found, c1->n_params);
+    for (int k = 0; k < 2; k++) {
+        tri_slot_release(&pools[k], &g2, s[k]);
+        tri_slot_pool_free(&pools[k], &g2);
+    }
+    tri_workspace_free(&ws, &g2);
+    tri_gpt_free(&g2);
+    teardown(&f);
+}
