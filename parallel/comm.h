@@ -15,7 +15,9 @@
 
 #include <stddef.h>
 
-typedef enum { TRI_F32 = 0, TRI_F64 = 1, TRI_I32 = 2, TRI_U8 = 3 } tri_dtype;
+#include "kernels/ctx.h"
+#include "kernels/dtype.h"
+
 typedef enum { TRI_SUM = 0, TRI_MAX = 1 } tri_redop;
 
 /* A pending non-blocking operation; complete it with tri_comm_wait. */
@@ -60,9 +62,9 @@ typedef struct tri_comm {
     const tri_comm_impl *impl;  /* NULL when size == 1                    */
     void *handle;               /* the transport's communicator           */
     tri_comm_stats stats;       /* zeroed at init; the caller may reset it */
+    tri_ctx *ctx;               /* the backend context whose memory the calls
+                                   touch (stream, guard); NULL: host memory */
 } tri_comm;
-
-size_t tri_dtype_size(tri_dtype t);
 
 /* A group of one: every call below is trivial on it. */
 void tri_comm_init_self(tri_comm *c, int world_rank);

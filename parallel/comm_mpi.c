@@ -60,6 +60,12 @@ static MPI_Datatype mpi_type(const tri_comm *c, tri_dtype t) {
     case TRI_F64: return MPI_DOUBLE;
     case TRI_I32: return MPI_INT32_T;
     case TRI_U8: return MPI_UINT8_T;
+    case TRI_BF16:
+    case TRI_F16:
+        /* MPI has no 16-bit float type to reduce; the CPU backend computes
+         * in fp32, so these never reach this transport today */
+        fail(c, "comm", "16-bit float messages are not supported by the MPI transport");
+        return MPI_DATATYPE_NULL;
     }
     fail(c, "comm", "unknown dtype");
     return MPI_DATATYPE_NULL;

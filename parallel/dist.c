@@ -123,6 +123,11 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
 #endif
 }
 
+void tri_dist_bind_ctx(tri_dist *d, tri_ctx *ctx) {
+    tri_comm *groups[] = {&d->world, &d->tp, &d->dp, &d->pp, &d->emb};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) groups[i]->ctx = ctx;
+}
+
 void tri_dist_free(tri_dist *d) {
     if (d == NULL) return;
     tri_comm_free(&d->emb);

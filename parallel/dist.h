@@ -20,6 +20,9 @@ typedef struct tri_dist {
 /* Validates tp*pp*dp against the world size before anything is allocated.
  * Returns 0, or -1 with a message naming the numbers in err. */
 int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen);
+/* Every group's calls touch the memory of this backend context (its stream,
+ * its guard); set once the context exists. */
+void tri_dist_bind_ctx(tri_dist *d, tri_ctx *ctx);
 /* NULL-safe; finalises the transport. */
 void tri_dist_free(tri_dist *d);
 /* Ends the whole job from any rank after an error (MPI_Abort under MPI, exit otherwise). */

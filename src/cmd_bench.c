@@ -213,11 +213,16 @@ int tri_cmd_bench(int argc, char **argv) {
                (double)st[g]->bytes / rep.steps / 1e6, (double)st[g]->calls / rep.steps,
                1e3 * st[g]->seconds / rep.steps, 100.0 * share[g]);
     }
-    printf("{\"config\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, \"threads\": %d, \"step_ms\": %.2f, "
-           "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, \"mfu_paired\": %.4f, "
-           "\"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f}\n",
-           path, rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads, med * 1e3, tps, gflops, job_peak, mfu,
-           mfu_paired, share[0], share[1]);
+    char memline[512], memjson[512];
+    tri_mem_line(&rep.mem, memline, sizeof memline);
+    tri_mem_json(&rep.mem, memjson, sizeof memjson);
+    printf("  memory      rank 0, recompute %s: %s; saved activations in use at most %.2f MiB\n",
+           cfg.train.recompute, memline, (double)rep.mem.saved_in_use_peak / (1024.0 * 1024.0));
+    printf("{\"config\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, \"threads\": %d, \"recompute\": \"%s\", "
+           "\"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, "
+           "\"mfu_paired\": %.4f, \"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f, \"mem\": %s}\n",
+           path, rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads, cfg.train.recompute, med * 1e3, tps, gflops,
+           job_peak, mfu, mfu_paired, share[0], share[1], memjson);
 out:
     probe_free(&probe);
     free(sets);

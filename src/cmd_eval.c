@@ -63,7 +63,7 @@ int tri_cmd_eval(int argc, char **argv) {
     double sum = 0.0;
     for (long b = 0; b < batches; b++) {
         tri_sampler_fill_eval(&s, (size_t)b, (size_t)batch, in, tg);
-        sum += tri_gpt_forward(&m.gpt, &m.acts, in, NULL, tg, 0.0f);
+        sum += tri_infer_forward(&m, in, tg);
     }
     double tokens = (double)batches * (double)n, loss = sum / tokens;
     if (json)

@@ -112,13 +112,14 @@ int tri_cmd_sample(int argc, char **argv) {
      * vocabulary may be larger than the tokenizer's) */
     int Vs = tri_tokenizer_vocab_size(&tk) < V ? tri_tokenizer_vocab_size(&tk) : V;
     size_t T = (size_t)m.cfg.model.seq_len;
-    int32_t *ctx = calloc(T, sizeof *ctx), *targets = NULL;
-    float *probs = malloc((size_t)V * sizeof *probs);
+    int32_t *ctx = calloc(T, sizeof *ctx);
+    float *probs = malloc((size_t)V * sizeof *probs), *logits = malloc((size_t)V * sizeof *logits);
     int rc = 0;
-    if (!ctx || !probs) {
+    if (!ctx || !probs || !logits) {
         fprintf(stderr, "trident: sample: out of memory\n");
         free(ctx);
         free(probs);
+        free(logits);
         tri_tokenizer_free(&tk);
         tri_infer_close(&m);
         return 1;
@@ -142,8 +143,9 @@ int tri_cmd_sample(int argc, char **argv) {
     free(pids);
     uint64_t rng = seed;
     for (long n = 0; n < n_tokens; n++) {
-        tri_gpt_forward(&m.gpt, &m.acts, ctx, NULL, targets, 0.0f);
-        int32_t next = pick(m.acts.logits + (len - 1) * m.gpt.Vl, probs, Vs, temp, (int)top_k, &rng);
+        tri_infer_forward(&m, ctx, NULL);
+        tri_infer_logits(&m, len - 1, logits);
+        int32_t next = pick(logits, probs, Vs, temp, (int)top_k, &rng);
         char *text = NULL;
         size_t nt = tri_tokenizer_decode(&tk, &next, 1, &text);
         if (nt == SIZE_MAX) { /* an id the tokenizer has no text for */
@@ -163,6 +165,7 @@ int tri_cmd_sample(int argc, char **argv) {
     printf("\n");
     free(ctx);
     free(probs);
+    free(logits);
     tri_tokenizer_free(&tk);
     tri_infer_close(&m);
     return rc;

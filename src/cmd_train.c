@@ -14,7 +14,7 @@ static void train_usage(FILE *f) {
             "  --resume                  continue from the newest complete checkpoint in checkpoint.dir, verified\n"
             "                            (from scratch if there is none)\n"
             "  --threads N               OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS or all cores)\n"
-            "  --device cpu|cuda         compute backend (default cpu)\n"
+            "  --device cpu|cpu-guard|cuda  compute backend (default cpu; cpu-guard: a test mode that faults on host access to backend memory)\n"
             "  --stop-at-step N          save a checkpoint and stop after step N (resume with --resume)\n"
             "  --print-config            print the resolved config and exit\n");
 }

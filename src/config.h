@@ -31,6 +31,7 @@ typedef struct tri_train_cfg {
     uint64_t seed;
     int eval_every;     /* steps between val-loss evaluations; 0: never    */
     int eval_batches;   /* micro-batches per evaluation                    */
+    char recompute[16]; /* activation checkpointing: none | selective | full */
 } tri_train_cfg;
 
 typedef struct tri_data_cfg {

@@ -12,6 +12,7 @@ typedef struct tri_run_report {
     int steps;                   /* steps run (not counting the first, see below) */
     double seconds;              /* their wall time                                */
     tri_comm_stats tp, dp, pp;   /* communication in those steps, per group        */
+    tri_mem_stats mem;           /* this rank's memory accounting (kernels/ctx.h)  */
 } tri_run_report;
 
 typedef struct tri_run_opts {

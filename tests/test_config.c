@@ -26,7 +26,7 @@
 
 #include "src/config.h"
 
-#define N_CONFIG_FIELDS 35 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 36 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -330,6 +330,8 @@ Test(config, override_errors) {
     EXPECT_SET_ERROR("train.seed=1.5", "--set train.seed", "'1.5'");
     /* an override out of range is caught by validation, naming the key */
     EXPECT_SET_ERROR("train.beta2=1", "train.beta2", "[0, 1)", "got 1");
+    /* a word outside its field's choices names them */
+    EXPECT_SET_ERROR("train.recompute=partial", "train.recompute", "\"partial\"", "none|selective|full");
     /* the error stops at the first bad override */
     expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}",
                     OVS("train.lr=0.01", "model.n_layerz=3", "train.lr=oops"),
