@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "data/sampler.h"
+#include "src/base/stop.h"
 #include "src/cli.h"
 #include "src/infer.h"
 #include "src/train.h"
@@ -61,9 +62,26 @@ int tri_cmd_eval(int argc, char **argv) {
         return 1;
     }
     double sum = 0.0;
-    for (long b = 0; b < batches; b++) {
-        tri_sampler_fill_eval(&s, (size_t)b, (size_t)batch, in, tg);
-        sum += tri_gpt_forward(&m.gpt, &m.acts, in, NULL, tg, 0.0f);
+    int rc = 0;
+    tri_stop_install(TRI_STOP_SECOND_KILLS);
+    for (long b = 0; b < batches && rc == 0; b++) {
+        int sig = tri_stop_signal();
+        if (sig) {
+            fprintf(stderr, "trident: eval: %s: stopped after %ld of %ld batches, no result\n", tri_stop_name(sig), b,
+                    batches);
+            rc = 128 + sig;
+        } else if (tri_sampler_fill_eval(&s, (size_t)b, (size_t)batch, in, tg) != 0) {
+            rc = 1; /* said: the file was truncated under us */
+        } else {
+            sum += tri_gpt_forward(&m.gpt, &m.acts, in, NULL, tg, 0.0f);
+        }
+    }
+    if (rc != 0) {
+        free(in);
+        free(tg);
+        tri_sampler_free(&s);
+        tri_infer_close(&m);
+        return rc;
     }
     double tokens = (double)batches * (double)n, loss = sum / tokens;
     if (json)

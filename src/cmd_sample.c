@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "data/tokenizer.h"
+#include "src/base/stop.h"
 #include "src/cli.h"
 #include "src/infer.h"
 #include "src/train.h"
@@ -141,7 +142,17 @@ int tri_cmd_sample(int argc, char **argv) {
     }
     free(pids);
     uint64_t rng = seed;
+    tri_stop_install(TRI_STOP_SECOND_KILLS);
     for (long n = 0; n < n_tokens; n++) {
+        int sig = tri_stop_signal();
+        if (sig) {
+            printf("\n");
+            fflush(stdout);
+            fprintf(stderr, "trident: sample: %s: stopped after %ld of %ld tokens\n", tri_stop_name(sig), n,
+                    n_tokens);
+            rc = 128 + sig;
+            break;
+        }
         tri_gpt_forward(&m.gpt, &m.acts, ctx, NULL, targets, 0.0f);
         int32_t next = pick(m.acts.logits + (len - 1) * m.gpt.Vl, probs, Vs, temp, (int)top_k, &rng);
         char *text = NULL;
@@ -160,7 +171,7 @@ int tri_cmd_sample(int argc, char **argv) {
         }
         ctx[len++] = next;
     }
-    printf("\n");
+    if (rc < 128) printf("\n");
     free(ctx);
     free(probs);
     tri_tokenizer_free(&tk);

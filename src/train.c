@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +16,7 @@
 
 #include "model/checkpoint.h"
 #include "parallel/ckptdir.h"
-
-/* The one piece of process state outside the context struct: set by the
- * SIGTERM/SIGINT/SIGUSR1 handler, read at step boundaries. */
-static volatile sig_atomic_t g_stop_signal = 0;
-
-static void on_signal(int sig) { g_stop_signal = sig; }
+#include "src/base/stop.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -71,12 +65,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     if (rc != 0) goto done;
     const tri_mesh *mesh = &t->dist.mesh;
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL); /* tridentrun's (and Slurm's --signal) "save and stop" */
+    tri_stop_install(0); /* SIGTERM, SIGINT, SIGUSR1 (tridentrun's and Slurm's --signal "save and stop") */
 
     double flops_tok = tri_gpt_flops_per_token(&cfg->model);
     double tokens_step = (double)t->G * (double)t->T;
@@ -99,6 +88,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         double norm;
         loss = train_step(t, step, &norm);
         double dt = now_s() - t0;
+        if (t->data_error) { rc = 1; goto done; } /* said: a token file shrank under the job */
         if (!isfinite(loss) || !isfinite(norm)) {
             if (t->is_logger)
                 fprintf(stderr,
@@ -131,7 +121,11 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         }
         if (t->has_val && done_steps % cfg->train.eval_every == 0) {
             double vl = evaluate(t);
-            if (t->is_logger) {
+            if (t->data_error) { rc = 1; goto done; }
+            if (t->stop && t->is_logger)
+                fprintf(stderr, "trident: %s during validation after step %d: validation abandoned\n",
+                        tri_stop_name(t->stop), done_steps);
+            if (t->is_logger && !t->stop) {
                 if (!opts->quiet) printf("step %5d/%d | val loss %.4f\n", done_steps, cfg->train.steps, vl);
                 if (t->metrics) {
                     fprintf(t->metrics, "{\"step\": %d, \"val_loss\": %.6f}\n", done_steps, vl);
@@ -140,7 +134,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             }
         }
         /* every rank must agree on stopping, or the save below would hang */
-        int stop = g_stop_signal;
+        int stop = tri_stop_signal();
         tri_comm_allreduce(&t->dist.world, &stop, 1, TRI_I32, TRI_MAX);
         if (stop) {
             if (t->is_logger) fprintf(stderr, "trident: signal %d: saving a checkpoint at step %d\n", stop, done_steps);

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "src/base/stop.h"
+
 static void fill_synthetic(int32_t *x, size_t n, uint64_t seed, int vocab) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
     for (size_t i = 0; i < n; i++) {
@@ -13,14 +15,15 @@ static void fill_synthetic(int32_t *x, size_t n, uint64_t seed, int vocab) {
     }
 }
 
-static void load_batch(trainer *t, int step, int micro) {
+/* 0, or -1 when a token file could not be read (printed) */
+static int load_batch(trainer *t, int step, int micro) {
     size_t first = t->first_seq + (size_t)micro * t->mb;
     if (t->opts.synthetic) {
         fill_synthetic(t->inputs, t->mb * t->T, ((uint64_t)step << 20) + first, t->cfg->model.vocab_size);
         fill_synthetic(t->targets, t->mb * t->T, ((uint64_t)step << 20) + first + 0x5555, t->cfg->model.vocab_size);
-        return;
+        return 0;
     }
-    tri_sampler_fill_samples(&t->train_data, t->consumed + first, t->mb, t->inputs, t->targets);
+    return tri_sampler_fill_samples(&t->train_data, t->consumed + first, t->mb, t->inputs, t->targets);
 }
 
 double train_step(trainer *t, int step, double *norm) {
@@ -30,7 +33,11 @@ double train_step(trainer *t, int step, double *norm) {
     tri_grad_sync_begin(&t->sync);
     double loss_sum = 0.0;
     for (int m = 0; m < t->n_micro; m++) {
-        load_batch(t, step, m);
+        if (load_batch(t, step, m) != 0) {
+            t->data_error = 1;
+            *norm = NAN;
+            return NAN;
+        }
         loss_sum += tri_gpt_forward(g, &t->acts, t->inputs, NULL, t->targets, dscale);
         tri_grad_sync_set_last(&t->sync, m == t->n_micro - 1);
         tri_gpt_backward(g, &t->acts, t->inputs, NULL, NULL);
@@ -57,9 +64,22 @@ double train_step(trainer *t, int step, double *norm) {
 double evaluate(trainer *t) {
     double sum = 0.0;
     size_t count = 0;
-    int dp = t->dist.mesh.dp, dpr = t->dist.mesh.dp_rank;
-    for (int i = dpr; i < t->cfg->train.eval_batches; i += dp) {
-        tri_sampler_fill_eval(&t->val_data, (size_t)i, t->mb, t->inputs, t->targets);
+    int dp = t->dist.mesh.dp, dpr = t->dist.mesh.dp_rank, n = t->cfg->train.eval_batches;
+    for (int round = 0; round * dp < n; round++) {
+        /* every rank (with a batch this round or not) takes part, so all
+         * leave together and none waits in a collective for the others */
+        int stop = tri_stop_signal();
+        tri_comm_allreduce(&t->dist.world, &stop, 1, TRI_I32, TRI_MAX);
+        if (stop) {
+            t->stop = stop;
+            return NAN;
+        }
+        int i = round * dp + dpr;
+        if (i >= n) continue;
+        if (tri_sampler_fill_eval(&t->val_data, (size_t)i, t->mb, t->inputs, t->targets) != 0) {
+            t->data_error = 1;
+            return NAN;
+        }
         sum += tri_gpt_forward(&t->gpt, &t->acts, t->inputs, NULL, t->targets, 0.0f);
         count += t->mb * t->T;
     }
