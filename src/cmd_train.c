@@ -15,6 +15,8 @@ static void train_usage(FILE *f) {
             "  --threads N               OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS or all cores)\n"
             "  --device cpu|cuda         compute backend (default cpu)\n"
             "  --stop-at-step N          save a checkpoint and stop after step N (resume with --resume)\n"
+            "  --allow-data-change       with --resume: continue even if a data file's size or fingerprint\n"
+            "                            differs from the one the checkpoint's run read (state.json)\n"
             "  --print-config            print the resolved config and exit\n");
 }
 
@@ -36,6 +38,8 @@ int tri_cmd_train(int argc, char **argv) {
             sets[n_sets++] = a + 6;
         } else if (!strcmp(a, "--resume")) {
             opts.resume = 1;
+        } else if (!strcmp(a, "--allow-data-change")) {
+            opts.allow_data_change = 1;
         } else if (!strcmp(a, "--print-config")) {
             print_only = 1;
         } else if (!strcmp(a, "--threads") && i + 1 < argc) {

@@ -17,6 +17,7 @@
 #include "model/checkpoint.h"
 #include "parallel/ckptdir.h"
 #include "src/base/stop.h"
+#include "src/datafiles.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -41,6 +42,7 @@ static char *state_json(const trainer *t, int step, double loss) {
     cJSON *c = cfgjson ? cJSON_Parse(cfgjson) : NULL;
     free(cfgjson);
     if (c) cJSON_AddItemToObject(root, "config", c);
+    tri_datafiles_to_state(root, t->has_train_data ? &t->train_data : NULL, t->has_val ? &t->val_data : NULL);
     char *s = cJSON_Print(root);
     cJSON_Delete(root);
     return s;

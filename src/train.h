@@ -22,6 +22,8 @@ typedef struct tri_run_opts {
     int quiet;           /* no per-step lines */
     int stop_at;         /* > 0: save and stop after this step (the schedule still
                             runs to train.steps; resume continues) */
+    int allow_data_change; /* --resume even when a data file differs from the one the
+                              checkpoint's run read (src/datafiles.h) */
     /* if non-NULL: called on every rank after each step with its duration
      * (bench measures the machine's sgemm speed right then) */
     void (*after_step)(void *ctx, int step, double seconds);

@@ -12,6 +12,7 @@
 
 #include "model/checkpoint.h"
 #include "parallel/ckptdir.h"
+#include "src/datafiles.h"
 
 static void grads_ready(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
 
@@ -198,6 +199,10 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         tri_config saved;
         if (read_state(ckpt, start, &t->consumed, &saved) != 0) return 2;
         if (check_resume(cfg, &saved, ckpt, t->is_logger && !opts->quiet) != 0) return 2;
+        if (tri_datafiles_check_resume(ckpt, t->has_train_data ? &t->train_data : NULL,
+                                       t->has_val ? &t->val_data : NULL, opts->allow_data_change,
+                                       t->is_logger && !opts->quiet) != 0)
+            return 2;
         if (tri_model_load(ckpt, &t->gpt, &t->opt, &t->dist) != 0) return 2;
         t->opt.t = *start;
         if (t->is_logger && !opts->quiet)
