@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "data/sampler.h"
+#include "src/base/err.h"
 #include "src/base/stop.h"
 #include "src/cli.h"
 #include "src/infer.h"
@@ -15,7 +16,8 @@ static void eval_usage(FILE *f) {
             "usage: trident eval --ckpt DIR --data FILE [options]\n"
             "  --ckpt DIR      checkpoint root (its latest) or one step directory\n"
             "  --data FILE     token file (llm.c .bin or Megatron .bin/.idx)\n"
-            "  --batches N     batches to evaluate (default 20), sequential windows from the start\n"
+            "  --batches N     batches to evaluate (default 20), sequential windows from the start;\n"
+            "                  at most one pass over the file (more is capped, with a note)\n"
             "  --batch B       sequences per batch (default 4)\n"
             "  --threads N     threads\n"
             "  --json          print one JSON object instead of a line\n");
@@ -50,6 +52,24 @@ int tri_cmd_eval(int argc, char **argv) {
     if (tri_sampler_init(&s, data, m.cfg.model.seq_len, m.cfg.model.vocab_size, m.cfg.train.seed) != 0) {
         tri_infer_close(&m);
         return 2;
+    }
+    /* one pass at most: past the end the windows would wrap around and count
+     * twice, biasing the mean */
+    uint64_t fit = s.total_windows / (uint64_t)batch;
+    if (fit == 0) {
+        tri_error("%s: %llu window%s of seq_len + 1 = %d tokens, fewer than --batch %ld: use --batch %llu", data,
+                  (unsigned long long)s.total_windows, s.total_windows == 1 ? "" : "s", m.cfg.model.seq_len + 1,
+                  batch, (unsigned long long)s.total_windows);
+        tri_sampler_free(&s);
+        tri_infer_close(&m);
+        return 2;
+    }
+    if ((uint64_t)batches > fit) {
+        fprintf(stderr,
+                "trident: note: --batches %ld of %ld sequences would pass over the %llu windows of %s more than "
+                "once; evaluating %llu batches (every window at most once)\n",
+                batches, batch, (unsigned long long)s.total_windows, data, (unsigned long long)fit);
+        batches = (long)fit;
     }
     size_t T = (size_t)m.cfg.model.seq_len, n = (size_t)batch * T;
     int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
