@@ -8,6 +8,7 @@
 
 #include "model/checkpoint.h"
 #include "parallel/ckptdir.h"
+#include "src/preflight.h"
 
 /* The run config stored in state.json, or the model shape of a Hugging Face
  * config.json (everything else at its default). */
@@ -47,6 +48,11 @@ int tri_infer_open(tri_infer *m, const char *ckpt, size_t B) {
     const tri_ops *ops = tri_ops_get("cpu");
     if (!ops) return -1;
     tri_comm_init_self(&m->self, 0);
+    /* a checkpoint's config.json may hold any shape: every size checked
+     * before anything is allocated (src/preflight.h) */
+    tri_config one = m->cfg; /* inference runs the whole model on this rank */
+    one.parallel.tp = one.parallel.pp = one.parallel.dp = 1;
+    if (tri_preflight_model(&one, B, 0, 0, 0, 0, 0, NULL) != 0) return -1;
     if (tri_gpt_init(&m->gpt, &m->cfg.model, ops, &m->self, 1, 0, 1, 0) != 0) return -1;
     if (tri_acts_init(&m->acts, &m->gpt, B, (size_t)m->cfg.model.seq_len) != 0) goto fail;
     if (tri_model_load(m->dir, &m->gpt, NULL, NULL) != 0) goto fail;

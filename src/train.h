@@ -24,6 +24,8 @@ typedef struct tri_run_opts {
                             runs to train.steps; resume continues) */
     int allow_data_change; /* --resume even when a data file differs from the one the
                               checkpoint's run read (src/datafiles.h) */
+    int skip_memory_check; /* do not refuse a run the memory estimate says will not fit
+                              (src/preflight.h) */
     /* if non-NULL: called on every rank after each step with its duration
      * (bench measures the machine's sgemm speed right then) */
     void (*after_step)(void *ctx, int step, double seconds);

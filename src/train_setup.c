@@ -13,6 +13,7 @@
 #include "model/checkpoint.h"
 #include "parallel/ckptdir.h"
 #include "src/datafiles.h"
+#include "src/preflight.h"
 
 static void grads_ready(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
 
@@ -172,6 +173,13 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                    cfg->train.eval_every);
         }
     }
+
+    /* everything the run will need, before the model is allocated (src/preflight.h) */
+    tri_preflight pf = {.cfg = cfg, .dist = &t->dist, .synthetic = opts->synthetic,
+                        .skip_memory_check = opts->skip_memory_check, .verbose = t->is_logger && !opts->quiet,
+                        .val = t->has_val ? &t->val_data : NULL};
+    if (tri_preflight_run(&pf) != 0) return rc;
+    t->eval_batches = pf.eval_batches;
 
     if (tri_gpt_init(&t->gpt, &cfg->model, t->ops, &t->dist.tp, mesh->tp, mesh->tp_rank, mesh->pp,
                      mesh->pp_rank) != 0)

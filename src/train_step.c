@@ -64,7 +64,7 @@ double train_step(trainer *t, int step, double *norm) {
 double evaluate(trainer *t) {
     double sum = 0.0;
     size_t count = 0;
-    int dp = t->dist.mesh.dp, dpr = t->dist.mesh.dp_rank, n = t->cfg->train.eval_batches;
+    int dp = t->dist.mesh.dp, dpr = t->dist.mesh.dp_rank, n = t->eval_batches;
     for (int round = 0; round * dp < n; round++) {
         /* every rank (with a batch this round or not) takes part, so all
          * leave together and none waits in a collective for the others */
