@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -475,4 +476,35 @@ int tri_preflight_run(tri_preflight *p) {
         printf("\n");
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* what makes a run diverge                                                  */
+
+const char *tri_preflight_divergence_hint(const tri_config *cfg, int updates_done, char *buf, size_t n) {
+    const tri_train_cfg *t = &cfg->train;
+    if (updates_done == 0) {
+        snprintf(buf, n,
+                 "No update has been made yet, so the optimizer settings are not the cause: the model's initial "
+                 "forward/backward overflowed (check the model shape and the token files).");
+        return buf;
+    }
+    size_t len = 0;
+#define ADD(...) (len += (size_t)snprintf(buf + len, len < n ? n - len : 0, __VA_ARGS__))
+    ADD("Settings of this run that can make AdamW diverge: train.lr = %g (lower it)", t->lr);
+    if (t->grad_clip == 0.0)
+        ADD("; train.grad_clip = 0, clipping is off (e.g. 1.0 bounds each update)");
+    if (t->lr * t->weight_decay >= 1.0)
+        ADD("; train.lr x train.weight_decay = %g >= 1: the decay step alone flips and grows the weights",
+            t->lr * t->weight_decay);
+    if (t->beta2 >= 0.999)
+        ADD("; train.beta2 = %g is close to 1: the second moment follows a sudden large gradient slowly and the "
+            "update spikes (0.95 is usual for GPT)",
+            t->beta2);
+    if (t->beta1 * t->beta1 > t->beta2)
+        ADD("; train.beta1 = %g is above sqrt(train.beta2) = %g: Adam's step is no longer bounded", t->beta1,
+            sqrt(t->beta2));
+    ADD(".");
+#undef ADD
+    return buf;
 }

@@ -107,4 +107,11 @@ void tri_preflight_available(tri_mem_avail *a);
  * bytes (per rank) times local_ranks exceed a->available. */
 int tri_preflight_check_memory(const tri_mem_estimate *e, int local_ranks, const tri_mem_avail *a);
 
+/* The sentence to print when the loss or gradient norm stops being finite
+ * after `updates_done` optimizer updates: the config values that can make
+ * AdamW diverge (a high lr, clipping off, lr x weight_decay, beta2 near 1,
+ * beta1 above sqrt(beta2)), or, before any update, that the optimizer is not
+ * the cause. Written into buf; returns buf. */
+const char *tri_preflight_divergence_hint(const tri_config *cfg, int updates_done, char *buf, size_t n);
+
 #endif

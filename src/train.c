@@ -18,6 +18,7 @@
 #include "parallel/ckptdir.h"
 #include "src/base/stop.h"
 #include "src/datafiles.h"
+#include "src/preflight.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -92,12 +93,13 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         double dt = now_s() - t0;
         if (t->data_error) { rc = 1; goto done; } /* said: a token file shrank under the job */
         if (!isfinite(loss) || !isfinite(norm)) {
-            if (t->is_logger)
+            if (t->is_logger) {
+                char hint[1024];
                 fprintf(stderr,
                         "trident: step %d: the loss (%g) or the gradient norm (%g) is not finite; stopping without "
-                        "an update or a checkpoint (the saved ones are untouched). Lower train.lr, or set "
-                        "train.grad_clip.\n",
-                        step + 1, loss, norm);
+                        "an update or a checkpoint (the saved ones are untouched). %s\n",
+                        step + 1, loss, norm, tri_preflight_divergence_hint(cfg, step, hint, sizeof hint));
+            }
             rc = 1;
             goto done;
         }
