@@ -415,6 +415,37 @@ Test(data_faults, eval_batches_beyond_one_pass_are_capped, .timeout = 90) {
     free(dir);
 }
 
+/* the validation loss of a 1-step run with eval_batches = n */
+static double val_loss(const char *dir, int n, char **out) {
+    char extra[256];
+    snprintf(extra, sizeof extra, "--set train.steps=1 --set train.eval_every=1 --set train.eval_batches=%d", n);
+    char rm[4300];
+    snprintf(rm, sizeof rm, "rm -rf %s/ck %s/log", dir, dir);
+    cr_assert_eq(system(rm), 0);
+    cr_assert_eq(run_train(dir, extra, out), 0, "%s", *out);
+    char path[4200];
+    char *m = tt_read(path_in(path, sizeof path, dir, "log/metrics.jsonl"));
+    const char *p = m ? strstr(m, "\"val_loss\": ") : NULL;
+    cr_assert(p, "no val_loss in metrics.jsonl: %s", *out);
+    double v = strtod(p + 12, NULL);
+    free(m);
+    return v;
+}
+
+Test(data_faults, train_eval_batches_beyond_one_pass_are_capped, .timeout = 90) {
+    /* val: 4000 tokens = 249 windows of 17, 124 micro-batches of 2 */
+    char *dir = run_dir(20000, 4000), *out = NULL;
+    double capped = val_loss(dir, 1000, &out);
+    cr_expect(strstr(out, "train.eval_batches = 1000") && strstr(out, "each evaluation uses 124"), "%s", out);
+    free(out);
+    double one_pass = val_loss(dir, 124, &out);
+    cr_expect(strstr(out, "each evaluation uses") == NULL, "%s", out);
+    free(out);
+    cr_expect_eq(capped, one_pass, "eval_batches 1000 gave %.6f, one pass %.6f", capped, one_pass);
+    tt_rmrf(dir);
+    free(dir);
+}
+
 /* ---- items 4, 6, 8: refused before step 1 ------------------------------------- */
 
 Test(data_faults, a_model_that_does_not_fit_in_memory_is_refused_with_the_figures, .timeout = 90) {
