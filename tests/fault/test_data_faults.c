@@ -14,6 +14,7 @@
  * the machine. */
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -88,14 +89,44 @@ static int wait_for_file(const char *path, double seconds) {
     return 0;
 }
 
+/* Appends pid's descendants (every thread's children, recursively) to
+ * pids[*n < cap]. */
+static void descendants(pid_t pid, pid_t *pids, int *n, int cap) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char cp[600];
+        snprintf(cp, sizeof cp, "%s/%s/children", path, e->d_name);
+        FILE *f = fopen(cp, "r");
+        int c;
+        while (f && fscanf(f, "%d", &c) == 1 && *n < cap) {
+            pids[(*n)++] = (pid_t)c;
+            descendants((pid_t)c, pids, n, cap);
+        }
+        if (f) fclose(f);
+    }
+    closedir(d);
+}
+
 /* The job's exit code; 1000 + signal if a signal killed it; -1 if it was
- * still running after `seconds` (it is then killed). */
+ * still running after `seconds`: it is then killed with everything it
+ * started (mpirun and the ranks under tridentrun), so that a regression
+ * leaves nothing running. */
 static int job_wait(job *j, double seconds) {
     int st;
     for (double t0 = now_s(); now_s() - t0 < seconds; sleep_s(0.01)) {
         pid_t r = waitpid(j->pid, &st, WNOHANG);
         if (r == j->pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
     }
+    pid_t tree[256];
+    int n = 0;
+    kill(j->pid, SIGSTOP); /* no new children while the tree is listed */
+    descendants(j->pid, tree, &n, 256);
+    for (int i = 0; i < n; i++) kill(tree[i], SIGKILL);
     kill(j->pid, SIGKILL);
     waitpid(j->pid, &st, 0);
     return -1;
@@ -184,6 +215,36 @@ Test(data_faults, sigterm_during_validation_saves_a_checkpoint_and_exits_143, .t
     cr_expect(took < 5, "took %.1f s to stop", took);
     cr_expect(strstr(log, "validation abandoned") != NULL, "%s", log);
     cr_expect(strstr(log, "val loss") == NULL, "an abandoned pass logs no loss: %s", log);
+    free(log);
+    char *latest = tt_read(path_in(p, sizeof p, dir, "ck/latest"));
+    cr_expect(latest && strncmp(latest, "step_00000001", 13) == 0, "the checkpoint of step 1: %s", latest);
+    free(latest);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* The same over two data-parallel ranks (tridentrun): the ranks must agree
+ * to leave the pass, or one would wait forever in a collective. */
+Test(data_faults, sigterm_during_validation_on_two_ranks_saves_and_exits_143, .timeout = 120) {
+    char *dir = run_dir(20000, 400000), cmd[8192], p[4200];
+    snprintf(cmd, sizeof cmd,
+             LIMITS " %s --log-dir %s/ranks -- %s train %s/configs/tiny-test.json --threads 1 --set data.train=%s/train.bin "
+                    "--set data.val=%s/val.bin --set checkpoint.dir=%s/ck --set log.dir=%s/log " SLOW_MODEL
+                    " --set parallel.dp=2 --set train.steps=100000 --set train.eval_every=1 "
+                    "--set train.eval_batches=1000000",
+             tt_bin("tridentrun"), dir, tt_bin("trident"), TRI_SOURCE_DIR, dir, dir, dir, dir);
+    job j;
+    job_start(&j, dir, "tridentrun", cmd);
+    int started = wait_for_text(j.log, "step     1/", 60);
+    char *log = job_log(&j);
+    cr_assert(started, "no first step: %s", log);
+    free(log);
+    sleep_s(0.3);
+    kill(j.pid, SIGTERM);
+    int rc = job_wait(&j, 20);
+    log = job_log(&j);
+    cr_expect_eq(rc, 143, "exit code %d (-1: still running 20 s after SIGTERM): %s", rc, log);
+    cr_expect(strstr(log, "validation abandoned") != NULL, "%s", log);
     free(log);
     char *latest = tt_read(path_in(p, sizeof p, dir, "ck/latest"));
     cr_expect(latest && strncmp(latest, "step_00000001", 13) == 0, "the checkpoint of step 1: %s", latest);
