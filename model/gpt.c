@@ -126,16 +126,25 @@ static void build_table(const tri_gpt *g, const tri_chunk *ch, ptable *t) {
     }
 }
 
+/* The chunk-local index of global layer l (the chunk's list is ascending). */
+static int local_layer(const tri_chunk *ch, int l) {
+    int lo = 0, hi = ch->n_layers - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (ch->layers[mid] == l) return mid;
+        if (ch->layers[mid] < l) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    TRI_FAIL("layer %d is not in the chunk", l);
+}
+
 /* Points w's fields at the tensors of ch inside mem (elements of esz bytes). */
 static void bind(const tri_chunk *ch, char *mem, size_t esz, tri_weights *w) {
     memset(w->layers, 0, (size_t)ch->n_layers * sizeof *w->layers);
-    int li = ch->n_layers; /* local index of the layer being bound (tables go last layer first) */
     for (int i = 0; i < ch->n_params; i++) {
         const tri_param *p = &ch->params[i];
         void *x = mem + p->offset * esz;
-        if (p->layer >= 0 && (li == ch->n_layers || ch->layers[li] != p->layer))
-            for (li = 0; li < ch->n_layers && ch->layers[li] != p->layer; li++) {}
-        tri_layer_w *lw = p->layer >= 0 ? &w->layers[li] : NULL;
+        tri_layer_w *lw = p->layer >= 0 ? &w->layers[local_layer(ch, p->layer)] : NULL;
         switch (p->kind) {
         case TRI_P_WTE: w->wte = x; break;
         case TRI_P_WPE: w->wpe = x; break;
@@ -201,11 +210,8 @@ static int describe_chunk(tri_gpt *g, tri_chunk *ch, const tri_chunk_spec *sp) {
     ch->params = t.v;
     ch->n_params = t.n;
     ch->n_elems = t.offset;
-    for (int i = 0; i < ch->n_params; i++) {
-        int l = ch->params[i].layer;
-        for (int j = 0; l >= 0 && j < ch->n_layers; j++)
-            if (ch->layers[j] == l) ch->layer_last_param[j] = i;
-    }
+    for (int i = 0; i < ch->n_params; i++)
+        if (ch->params[i].layer >= 0) ch->layer_last_param[local_layer(ch, ch->params[i].layer)] = i;
     return 0;
 }
 

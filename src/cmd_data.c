@@ -90,7 +90,10 @@ static int dump_doc(const tri_dataset *ds, uint64_t doc) {
     }
     for (size_t off = 0; off < len; off += CHUNK) {
         size_t m = len - off < CHUNK ? len - off : CHUNK;
-        tri_dataset_read(ds, start + off, m, buf);
+        if (tri_dataset_read(ds, start + off, m, buf) != 0) {
+            free(buf);
+            return 1;
+        }
         for (size_t i = 0; i < m; i++)
             printf(off + i ? " %d" : "%d", (int)buf[i]);
     }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "data/tokenizer.h"
+#include "src/base/stop.h"
 #include "src/cli.h"
 #include "src/infer.h"
 #include "src/train.h"
@@ -142,7 +143,17 @@ int tri_cmd_sample(int argc, char **argv) {
     }
     free(pids);
     uint64_t rng = seed;
+    tri_stop_install(TRI_STOP_SECOND_KILLS);
     for (long n = 0; n < n_tokens; n++) {
+        int sig = tri_stop_signal();
+        if (sig) {
+            printf("\n");
+            fflush(stdout);
+            fprintf(stderr, "trident: sample: %s: stopped after %ld of %ld tokens\n", tri_stop_name(sig), n,
+                    n_tokens);
+            rc = 128 + sig;
+            break;
+        }
         tri_infer_forward(&m, ctx, NULL);
         tri_infer_logits(&m, len - 1, logits);
         int32_t next = pick(logits, probs, Vs, temp, (int)top_k, &rng);
@@ -162,7 +173,7 @@ int tri_cmd_sample(int argc, char **argv) {
         }
         ctx[len++] = next;
     }
-    printf("\n");
+    if (rc < 128) printf("\n");
     free(ctx);
     free(probs);
     free(logits);

@@ -21,6 +21,7 @@
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
+#include "src/base/stop.h"
 #include "src/cli.h"
 
 static void tok_usage(FILE *f) {
@@ -129,7 +130,11 @@ static int cmd_train(int argc, char **argv) {
     if (check_inputs(files, n_files, &total)) goto done;
     double t0 = now_s();
     tri_tokenizer tk;
-    if (tri_tokenizer_train(&tk, (const char *const *)files, n_files, (int)vocab, threads)) goto done;
+    tri_stop_install(TRI_STOP_SECOND_KILLS);
+    if (tri_tokenizer_train(&tk, (const char *const *)files, n_files, (int)vocab, threads)) {
+        if (tri_stop_signal()) rc = 128 + tri_stop_signal(); /* said; nothing was written */
+        goto done;
+    }
     double dt = now_s() - t0;
     if (tri_tokenizer_save(&tk, out)) {
         tri_tokenizer_free(&tk);
@@ -222,7 +227,8 @@ typedef struct enc_ctx {
 #define BLOCK_BYTES ((size_t)16 << 20)
 #define SMALL_FILE ((size_t)1 << 20) /* plain files below this are read whole */
 
-/* One document per file. Returns 0, 2 (bad input) or 1 (write failure). */
+/* One document per file. Returns 0, 2 (bad input), 1 (write failure) or
+ * 128 + signal (a stop request). */
 static int encode_plain(enc_ctx *c, const char *path) {
     tri_textblocks tb;
     if (tri_textblocks_open(&tb, path, BLOCK_BYTES, 0)) return 2;
@@ -232,6 +238,10 @@ static int encode_plain(enc_ctx *c, const char *path) {
     const char *text;
     size_t len;
     while ((r = tri_textblocks_next(&tb, &text, &len)) == 1) {
+        if (tri_stop_signal()) {
+            rc = 128 + tri_stop_signal();
+            goto done;
+        }
         int np = len < ((size_t)1 << 20) ? 1 : c->n_parts;
         size_t cuts[257];
         cuts[0] = 0;
@@ -244,11 +254,16 @@ static int encode_plain(enc_ctx *c, const char *path) {
         for (int p = 0; p < np; p++) {
             ivec *v = &c->parts[p];
             v->n = 0;
+            if (tri_stop_signal()) continue; /* the block is dropped below */
             if (tri_tokenizer_encode_append(c->tk, c->cache[omp_get_thread_num()], text + cuts[p],
                                             cuts[p + 1] - cuts[p], &v->ids, &v->n, &v->cap))
                 fail = 1;
         }
         if (fail) goto done;
+        if (tri_stop_signal()) {
+            rc = 128 + tri_stop_signal();
+            goto done;
+        }
         for (int p = 0; p < np; p++) {
             const ivec *v = &c->parts[p];
             if (doc.n + v->n > doc.cap) {
@@ -321,12 +336,14 @@ static void batch_clear(doc_batch *b) {
 }
 
 /* Encodes the batch's documents in parallel, then writes them in order with
- * their <|endoftext|>. Returns 0 or 1 (out of memory, write failure). */
+ * their <|endoftext|>. Returns 0, 1 (out of memory, write failure) or
+ * 128 + signal (a stop request: nothing of the batch is written). */
 static int batch_flush(enc_ctx *c, doc_batch *b) {
     int fail = 0;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(c->nt) reduction(| : fail)
     for (size_t i = 0; i < b->n; i++) {
         doc *d = &b->d[i];
+        if (tri_stop_signal()) continue; /* the caller sees the request and drops the batch */
         if (c->eot >= 0 && c->eot_before && ivec_push(&d->ids, c->eot)) fail = 1;
         if (!fail && tri_tokenizer_encode_append(c->tk, c->cache[omp_get_thread_num()], d->text, d->len,
                                                  &d->ids.ids, &d->ids.n, &d->ids.cap))
@@ -334,6 +351,7 @@ static int batch_flush(enc_ctx *c, doc_batch *b) {
         if (!fail && c->eot >= 0 && !c->eot_before && ivec_push(&d->ids, c->eot)) fail = 1;
     }
     if (fail) fprintf(stderr, "trident: tokenize encode: out of memory\n");
+    if (!fail && tri_stop_signal()) fail = 128 + tri_stop_signal();
     for (size_t i = 0; i < b->n && !fail; i++)
         if (tri_tokwriter_add_doc(c->w, b->d[i].ids.ids, b->d[i].ids.n)) fail = 1;
     c->prog.done += b->bytes;
@@ -369,7 +387,7 @@ static int add_small_file(doc_batch *b, const char *path, size_t size) {
 }
 
 /* One document per line of a JSON Lines file, in batches of one block.
- * Returns 0, 2 (bad input) or 1. */
+ * Returns 0, 2 (bad input), 1 or 128 + signal (a stop request). */
 static int encode_jsonl(enc_ctx *c, const char *path, doc_batch *b) {
     tri_textblocks tb;
     if (tri_textblocks_open(&tb, path, BLOCK_BYTES, 1)) return 2;
@@ -378,6 +396,10 @@ static int encode_jsonl(enc_ctx *c, const char *path, doc_batch *b) {
     const char *text;
     size_t len;
     while ((r = tri_textblocks_next(&tb, &text, &len)) == 1) {
+        if (tri_stop_signal()) {
+            rc = 128 + tri_stop_signal();
+            goto done;
+        }
         for (size_t pos = 0; pos < len;) {
             const char *ln = text + pos, *nl = memchr(ln, '\n', len - pos);
             size_t ll = nl ? (size_t)(nl - ln) : len - pos;
@@ -407,7 +429,11 @@ static int encode_jsonl(enc_ctx *c, const char *path, doc_batch *b) {
             d->len = strlen(t->valuestring);
         }
         b->bytes = len;
-        if (batch_flush(c, b)) goto done;
+        int f = batch_flush(c, b);
+        if (f) {
+            rc = f;
+            goto done;
+        }
     }
     rc = r < 0 ? 2 : 0;
 done:
@@ -514,10 +540,15 @@ static int cmd_encode(int argc, char **argv) {
     if (tri_tokwriter_open(&c.w, out, format, tri_tokenizer_vocab_size(&tk))) goto done;
     c.prog = (progress){.t0 = now_s(), .total = total, .tty = isatty(STDERR_FILENO), .quiet = quiet};
     c.prog.last = c.prog.t0;
+    tri_stop_install(TRI_STOP_SECOND_KILLS);
     rc = 0;
     /* small plain files are read whole and encoded many at a time; big
      * (or compressed) ones block by block, each block split over threads */
     for (int f = 0; f < n_files && !rc; f++) {
+        if (tri_stop_signal()) {
+            rc = 128 + tri_stop_signal();
+            break;
+        }
         struct stat st;
         size_t size = stat(files[f], &st) == 0 ? (size_t)st.st_size : SIZE_MAX;
         if (jsonl) {
@@ -536,6 +567,9 @@ static int cmd_encode(int argc, char **argv) {
     if (rc) {
         if (c.prog.tty && !quiet) fputc('\n', stderr);
         discard_writer(&c);
+        if (rc >= 128)
+            fprintf(stderr, "trident: tokenize encode: %s: stopped; nothing written (%s%s left as it was)\n",
+                    tri_stop_name(rc - 128), out, !strcmp(format, "llmc") ? ".bin" : ".bin/.idx");
         goto done;
     }
     progress_show(&c.prog, 1);
@@ -621,7 +655,11 @@ static int cmd_decode(int argc, char **argv) {
     }
     for (size_t s = 0; s < ds.n_tokens; s += chunk) {
         size_t n = ds.n_tokens - s < chunk ? ds.n_tokens - s : chunk;
-        tri_dataset_read(&ds, s, n, ids);
+        if (tri_dataset_read(&ds, s, n, ids) != 0) {
+            free(ids);
+            rc = 1;
+            goto done;
+        }
         char *text;
         size_t tl = tri_tokenizer_decode(&tk, ids, n, &text);
         if (tl == SIZE_MAX) {

@@ -16,6 +16,10 @@ static void train_usage(FILE *f) {
             "  --threads N               OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS or all cores)\n"
             "  --device cpu|cpu-guard|cuda  compute backend (default cpu; cpu-guard: a test mode that faults on host access to backend memory)\n"
             "  --stop-at-step N          save a checkpoint and stop after step N (resume with --resume)\n"
+            "  --allow-data-change       with --resume: continue even if a data file's size or fingerprint\n"
+            "                            differs from the one the checkpoint's run read (state.json)\n"
+            "  --skip-memory-check       start even if this rank's memory estimate exceeds the memory\n"
+            "                            available (MemAvailable, cgroup limit)\n"
             "  --print-config            print the resolved config and exit\n");
 }
 
@@ -37,6 +41,10 @@ int tri_cmd_train(int argc, char **argv) {
             sets[n_sets++] = a + 6;
         } else if (!strcmp(a, "--resume")) {
             opts.resume = 1;
+        } else if (!strcmp(a, "--allow-data-change")) {
+            opts.allow_data_change = 1;
+        } else if (!strcmp(a, "--skip-memory-check")) {
+            opts.skip_memory_check = 1;
         } else if (!strcmp(a, "--print-config")) {
             print_only = 1;
         } else if (!strcmp(a, "--threads") && i + 1 < argc) {

@@ -9,6 +9,7 @@
 #include "model/checkpoint.h"
 #include "model/ckpt_store.h"
 #include "src/base/file.h"
+#include "src/preflight.h"
 
 /* The run config stored in state.json, or the model shape of a Hugging Face
  * config.json (everything else at its default). */
@@ -50,6 +51,11 @@ int tri_infer_open(tri_infer *m, const char *ckpt, size_t B) {
     m->self.ctx = &m->ctx;
     m->B = B;
     size_t T = (size_t)m->cfg.model.seq_len;
+    /* a checkpoint's config.json may hold any shape: every size checked
+     * before anything is allocated (src/preflight.h) */
+    tri_config one = m->cfg; /* inference runs the whole model on this rank */
+    one.parallel.tp = one.parallel.pp = one.parallel.dp = 1;
+    if (tri_preflight_model(&one, B, 0, 0, 0, 0, 0, NULL) != 0) goto fail;
     if (tri_gpt_init_single(&m->gpt, &m->cfg.model, &m->ctx, &m->self, 1, 0) != 0) goto fail;
     if (tri_slot_pool_init(&m->pool, &m->gpt, 0, B, T, TRI_RECOMPUTE_NONE, 1) != 0) goto fail;
     if (tri_workspace_init(&m->ws, &m->gpt, B, T, TRI_RECOMPUTE_NONE) != 0) goto fail;

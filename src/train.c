@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +15,10 @@
 #include <time.h>
 
 #include "model/checkpoint.h"
-
-/* The one piece of process state outside the context struct: set by the
- * SIGTERM/SIGINT/SIGUSR1 handler, read at step boundaries. */
-static volatile sig_atomic_t g_stop_signal = 0;
-
-static void on_signal(int sig) { g_stop_signal = sig; }
+#include "model/ckpt_store.h"
+#include "src/base/stop.h"
+#include "src/datafiles.h"
+#include "src/preflight.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -46,6 +43,7 @@ static char *state_json(const trainer *t, int step, double loss) {
     cJSON *c = cfgjson ? cJSON_Parse(cfgjson) : NULL;
     free(cfgjson);
     if (c) cJSON_AddItemToObject(root, "config", c);
+    tri_datafiles_to_state(root, t->has_train_data ? &t->train_data : NULL, t->has_val ? &t->val_data : NULL);
     char *s = cJSON_Print(root);
     cJSON_Delete(root);
     return s;
@@ -70,12 +68,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     if (rc != 0) goto done;
     const tri_mesh *mesh = &t->dist.mesh;
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL); /* tridentrun's (and Slurm's --signal) "save and stop" */
+    tri_stop_install(0); /* SIGTERM, SIGINT, SIGUSR1 (tridentrun's and Slurm's --signal "save and stop") */
 
     double flops_tok = tri_gpt_flops_per_token(&cfg->model);
     double tokens_step = (double)t->G * (double)t->T;
@@ -98,13 +91,15 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         double norm;
         loss = train_step(t, step, &norm);
         double dt = now_s() - t0;
+        if (t->data_error) { rc = 1; goto done; } /* said: a token file shrank under the job */
         if (!isfinite(loss) || !isfinite(norm)) {
-            if (t->is_logger)
+            if (t->is_logger) {
+                char hint[1024];
                 fprintf(stderr,
                         "trident: step %d: the loss (%g) or the gradient norm (%g) is not finite; stopping without "
-                        "an update or a checkpoint (the saved ones are untouched). Lower train.lr, or set "
-                        "train.grad_clip.\n",
-                        step + 1, loss, norm);
+                        "an update or a checkpoint (the saved ones are untouched). %s\n",
+                        step + 1, loss, norm, tri_preflight_divergence_hint(cfg, step, hint, sizeof hint));
+            }
             rc = 1;
             goto done;
         }
@@ -136,7 +131,11 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         }
         if (t->has_val && done_steps % cfg->train.eval_every == 0) {
             double vl = evaluate(t);
-            if (t->is_logger) {
+            if (t->data_error) { rc = 1; goto done; }
+            if (t->stop && t->is_logger)
+                fprintf(stderr, "trident: %s during validation after step %d: validation abandoned\n",
+                        tri_stop_name(t->stop), done_steps);
+            if (t->is_logger && !t->stop) {
                 if (!opts->quiet) printf("step %5d/%d | val loss %.4f\n", done_steps, cfg->train.steps, vl);
                 if (t->metrics) {
                     fprintf(t->metrics, "{\"step\": %d, \"val_loss\": %.6f}\n", done_steps, vl);
@@ -145,7 +144,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             }
         }
         /* every rank must agree on stopping, or the save below would hang */
-        int stop = g_stop_signal;
+        int stop = tri_stop_signal();
         tri_comm_allreduce(&t->dist.world, &stop, 1, TRI_I32, TRI_MAX);
         if (stop) {
             if (t->is_logger) fprintf(stderr, "trident: signal %d: saving a checkpoint at step %d\n", stop, done_steps);

@@ -23,6 +23,10 @@ typedef struct tri_run_opts {
     int quiet;           /* no per-step lines */
     int stop_at;         /* > 0: save and stop after this step (the schedule still
                             runs to train.steps; resume continues) */
+    int allow_data_change; /* --resume even when a data file differs from the one the
+                              checkpoint's run read (src/datafiles.h) */
+    int skip_memory_check; /* do not refuse a run the memory estimate says will not fit
+                              (src/preflight.h) */
     /* if non-NULL: called on every rank after each step with its duration
      * (bench measures the machine's sgemm speed right then) */
     void (*after_step)(void *ctx, int step, double seconds);

@@ -14,6 +14,8 @@
 #include "model/ckpt_store.h"
 #include "src/base/file.h"
 #include "src/base/fs.h"
+#include "src/datafiles.h"
+#include "src/preflight.h"
 
 static void grads_ready(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
 
@@ -179,6 +181,13 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         }
     }
 
+    /* everything the run will need, before the model is allocated (src/preflight.h) */
+    tri_preflight pf = {.cfg = cfg, .dist = &t->dist, .synthetic = opts->synthetic,
+                        .skip_memory_check = opts->skip_memory_check, .verbose = t->is_logger && !opts->quiet,
+                        .val = t->has_val ? &t->val_data : NULL};
+    if (tri_preflight_run(&pf) != 0) return rc;
+    t->eval_batches = pf.eval_batches;
+
     /* this stage's chunks (one without interleaving) */
     tri_chunk_spec spec;
     int *layers = malloc(((size_t)cfg->model.n_layer + 1) * sizeof *layers);
@@ -218,6 +227,10 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         tri_config saved;
         if (read_state(ckpt, start, &t->consumed, &saved) != 0) return 2;
         if (check_resume(cfg, &saved, ckpt, t->is_logger && !opts->quiet) != 0) return 2;
+        if (tri_datafiles_check_resume(ckpt, t->has_train_data ? &t->train_data : NULL,
+                                       t->has_val ? &t->val_data : NULL, opts->allow_data_change,
+                                       t->is_logger && !opts->quiet) != 0)
+            return 2;
         if (tri_model_load(ckpt, &t->gpt, &t->opt, &t->dist) != 0) return 2;
         t->opt.t = *start;
         if (t->is_logger && !opts->quiet)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "src/base/err.h"
+#include "src/base/stop.h"
 
 static void fill_synthetic(int32_t *x, size_t n, uint64_t seed, int vocab) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
@@ -15,14 +16,15 @@ static void fill_synthetic(int32_t *x, size_t n, uint64_t seed, int vocab) {
     }
 }
 
-static void load_batch(trainer *t, int step, int micro) {
+/* 0, or -1 when a token file could not be read (printed) */
+static int load_batch(trainer *t, int step, int micro) {
     size_t first = t->first_seq + (size_t)micro * t->mb;
     if (t->opts.synthetic) {
         fill_synthetic(t->inputs, t->mb * t->T, ((uint64_t)step << 20) + first, t->cfg->model.vocab_size);
         fill_synthetic(t->targets, t->mb * t->T, ((uint64_t)step << 20) + first + 0x5555, t->cfg->model.vocab_size);
-        return;
+        return 0;
     }
-    tri_sampler_fill_samples(&t->train_data, t->consumed + first, t->mb, t->inputs, t->targets);
+    return tri_sampler_fill_samples(&t->train_data, t->consumed + first, t->mb, t->inputs, t->targets);
 }
 
 /* One micro-batch through every chunk of this rank, in order (without
@@ -65,7 +67,11 @@ double train_step(trainer *t, int step, double *norm) {
     }
     double loss_sum = 0.0;
     for (int m = 0; m < t->n_micro; m++) {
-        load_batch(t, step, m);
+        if (load_batch(t, step, m) != 0) {
+            t->data_error = 1;
+            *norm = NAN;
+            return NAN;
+        }
         loss_sum += run_micro_batch(t, TRI_FWD_TRAIN, dscale, m == t->n_micro - 1);
     }
     for (int k = 0; k < g->n_chunks; k++) tri_grad_sync_finish(&t->sync[k]);
@@ -90,9 +96,22 @@ double train_step(trainer *t, int step, double *norm) {
 double evaluate(trainer *t) {
     double sum = 0.0;
     size_t count = 0;
-    int dp = t->dist.mesh.dp, dpr = t->dist.mesh.dp_rank;
-    for (int i = dpr; i < t->cfg->train.eval_batches; i += dp) {
-        tri_sampler_fill_eval(&t->val_data, (size_t)i, t->mb, t->inputs, t->targets);
+    int dp = t->dist.mesh.dp, dpr = t->dist.mesh.dp_rank, n = t->eval_batches;
+    for (int round = 0; round * dp < n; round++) {
+        /* every rank (with a batch this round or not) takes part, so all
+         * leave together and none waits in a collective for the others */
+        int stop = tri_stop_signal();
+        tri_comm_allreduce(&t->dist.world, &stop, 1, TRI_I32, TRI_MAX);
+        if (stop) {
+            t->stop = stop;
+            return NAN;
+        }
+        int i = round * dp + dpr;
+        if (i >= n) continue;
+        if (tri_sampler_fill_eval(&t->val_data, (size_t)i, t->mb, t->inputs, t->targets) != 0) {
+            t->data_error = 1;
+            return NAN;
+        }
         sum += run_micro_batch(t, TRI_FWD_LOSS, 0.0f, 0);
         count += t->mb * t->T;
     }

@@ -43,6 +43,12 @@ typedef struct trainer {
     int is_logger;              /* world rank 0                               */
     uint64_t consumed;          /* global samples consumed before this step   */
     FILE *metrics;
+    int eval_batches;           /* train.eval_batches, capped at one pass over
+                                   the validation windows (src/preflight.c)   */
+    int stop;                   /* the stop signal every rank agreed on inside
+                                   evaluate (which then gave up), else 0      */
+    int data_error;             /* a token file could not be read (printed):
+                                   the run ends with exit code 1              */
 } trainer;
 
 
@@ -53,9 +59,14 @@ void trainer_free(trainer *t); /* NULL-safe for whatever setup reached */
 /* train_step.c */
 /* One optimizer step. Returns the global mean loss; *norm gets the global
  * gradient norm before clipping. When either is not finite the parameters are
- * left as they were (no update) and the caller stops. */
+ * left as they were (no update) and the caller stops. A token file that
+ * cannot be read sets t->data_error and returns NaN at once. */
 double train_step(trainer *t, int step, double *norm);
-/* Mean loss over train.eval_batches micro-batches of the validation data. */
+/* Mean loss over t->eval_batches micro-batches of the validation data.
+ * Between batches every rank checks for a stop request together (one int
+ * all-reduced over the world); on one, t->stop gets the signal and NaN is
+ * returned on every rank. A token file that cannot be read sets
+ * t->data_error and returns NaN. */
 double evaluate(trainer *t);
 
 #endif

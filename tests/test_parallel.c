@@ -197,7 +197,7 @@ Test(parallel, a_failing_rank_tears_down_all_and_a_restart_completes_the_run, .t
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "cd %s && timeout 120 %s --max-restarts 1 --log-dir %s/ranks_restart -- %s train %s/configs/tiny-test.json "
-             "--set data.train=%s/train.bin --set model.n_head=4 --set parallel.tp=2 --set parallel.dp=2 "
+             "--set data.train=%s/train.bin --set data.val= --set model.n_head=4 --set parallel.tp=2 --set parallel.dp=2 "
              "--set checkpoint.dir=%s/restart --set log.dir=%s/log_restart %s",
              dir, tt_bin("tridentrun"), dir, tt_bin("trident"), TRI_SOURCE_DIR, dir, dir, dir, extra);
     rc = tt_run(cmd, &out);
@@ -220,7 +220,7 @@ Test(parallel, sigterm_saves_a_checkpoint_before_exiting, .timeout = 120) {
     char *dir = make_dir(), cmd[8192], *out = NULL;
     snprintf(cmd, sizeof cmd,
              "cd %s && (%s --log-dir %s/ranks -- %s train %s/configs/tiny-test.json --set data.train=%s/train.bin "
-             "--set model.n_head=4 --set parallel.dp=2 --set train.steps=1000000 --set checkpoint.dir=%s/ck "
+             "--set data.val= --set model.n_head=4 --set parallel.dp=2 --set train.steps=1000000 --set checkpoint.dir=%s/ck "
              "--set log.dir=%s/log > %s/console.txt 2>&1; echo $? > %s/rc) & "
              "for i in $(seq 1 600); do grep -q '\"step\": 3,' %s/log/metrics.jsonl 2>/dev/null && break; sleep 0.05; done; "
              "pkill -TERM -f '^%s --log-dir %s/ranks' ; "
