@@ -485,6 +485,86 @@ Test(comm, mismatched_world_fails_fast_naming_the_numbers, .timeout = 60) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* The watchdog: a rank that never joins ends the job, named                */
+
+/* mpirun -np N PROBE DIR TP 1 DP --stall OP 0.5: the last world rank never
+ * joins OP on its DP group. The job must end within seconds, exit 124, with
+ * the waiting rank's one-line report containing `want`. Before the watchdog
+ * the waiting ranks spun in MPI forever (the test's 30 s limit fails it). */
+static void expect_watchdog(int tp, int dp, const char *op, const char *want) {
+    need_mpi();
+    tmpdir t = make_tmpdir();
+    char np[16], stp[16], sdp[16];
+    snprintf(np, sizeof np, "%d", tp * dp);
+    snprintf(stp, sizeof stp, "%d", tp);
+    snprintf(sdp, sizeof sdp, "%d", dp);
+    char *argv[20];
+    int a = 0;
+    argv[a++] = "mpirun";
+    argv[a++] = "-np";
+    argv[a++] = np;
+    if (geteuid() == 0) argv[a++] = "--allow-run-as-root";
+    argv[a++] = "--oversubscribe";
+    argv[a++] = "--bind-to";
+    argv[a++] = "none";
+    argv[a++] = (char *)probe_path();
+    argv[a++] = t.path;
+    argv[a++] = stp;
+    argv[a++] = "1";
+    argv[a++] = sdp;
+    argv[a++] = "--stall";
+    argv[a++] = (char *)op;
+    argv[a++] = "0.5";
+    argv[a] = NULL;
+    setenv("OMP_NUM_THREADS", "1", 1);
+    run_out r = run_argv(argv, t.path, 30);
+    cr_assert_eq(r.status, 124, "%s: exit %d:\n%s", op, r.status, r.text);
+    cr_assert_lt(r.secs, 10.0, "%s: took %.1f s", op, r.secs);
+    cr_assert(strstr(r.text, want), "%s: want '%s' in\n%s", op, want, r.text);
+    cr_assert(strstr(r.text, "has waited 0.5 s (parallel.timeout_s = 0.5): waiting for "), "%s", r.text);
+    cr_assert(!strstr(r.text, "was not stopped"), "%s", r.text);
+    free(r.text);
+    remove_tmpdir(&t);
+}
+
+Test(comm_watchdog, blocking_allreduce_names_group_members_as_world_ranks, .timeout = 60) {
+    /* tp=2 x dp=2: rank 1's DP group is world ranks {1, 3}; rank 3 stalls */
+    expect_watchdog(2, 2, "allreduce",
+                    "trident: rank 1: watchdog: step 7 (probe): all-reduce over dp of 8 bytes has waited 0.5 s "
+                    "(parallel.timeout_s = 0.5): waiting for world rank 3 (dp = world ranks 1,3); aborting the job");
+}
+
+Test(comm_watchdog, wait_of_a_nonblocking_allreduce, .timeout = 60) {
+    expect_watchdog(1, 2, "iallreduce", "trident: rank 0: watchdog: step 7 (probe): all-reduce over dp of 12 bytes");
+}
+
+Test(comm_watchdog, reduce_scatter, .timeout = 60) {
+    expect_watchdog(1, 2, "reduce_scatter", "rank 0: watchdog: step 7 (probe): reduce-scatter over dp of 32 bytes");
+}
+
+Test(comm_watchdog, allgather, .timeout = 60) {
+    expect_watchdog(1, 2, "allgather", "rank 0: watchdog: step 7 (probe): all-gather over dp of 20 bytes");
+}
+
+Test(comm_watchdog, broadcast_from_the_stalled_rank, .timeout = 60) {
+    expect_watchdog(1, 2, "broadcast", "rank 0: watchdog: step 7 (probe): broadcast over dp of 24 bytes");
+}
+
+Test(comm_watchdog, barrier, .timeout = 60) {
+    expect_watchdog(1, 2, "barrier", "rank 0: watchdog: step 7 (probe): barrier over dp of 0 bytes");
+}
+
+Test(comm_watchdog, receive_names_the_peer, .timeout = 60) {
+    expect_watchdog(1, 2, "recv",
+                    "rank 0: watchdog: step 7 (probe): receive over dp of 28 bytes from world rank 1 (tag 5) has "
+                    "waited 0.5 s (parallel.timeout_s = 0.5): waiting for world rank 1; aborting the job");
+}
+
+Test(comm_watchdog, send_too_large_to_go_out_eagerly, .timeout = 60) {
+    expect_watchdog(1, 2, "send", "rank 0: watchdog: step 7 (probe): send over dp of 4194304 bytes to world rank 1");
+}
+
+/* ------------------------------------------------------------------------ */
 /* The launcher                                                             */
 
 /* tridentrun ARGS... with a deadline. */
