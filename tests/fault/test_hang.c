@@ -375,8 +375,8 @@ Test(hang, summary_names_the_rank_whose_error_came_first_not_a_follower, .timeou
     setenv("FAKE_EXIT", "1", 1);
     const char *script = "case $OMPI_COMM_WORLD_RANK in "
                          "1) echo 'saving step 600'; echo 'trident: rank 1: ck/step_600: write: disk full' >&2; "
-                         "sleep 0.8; exit 4;; "
-                         "2) sleep 0.3; exit 1;; esac; sleep 1.2; exit 1";
+                         "sleep 1.2; exit 4;; "
+                         "2) sleep 0.6; exit 1;; esac; sleep 1.6; exit 1";
     char *argv[] = {(char *)tt_bin("tridentrun"), "--mpirun", fake, "--log-dir", "ranks", "--nproc-per-node", "3",
                     "--", "/bin/sh", "-c", (char *)script, NULL};
     job j;
