@@ -104,6 +104,9 @@ static const field fields[] = {
     NUM(parallel, pp, 1, 1, 0, POS, "pipeline-parallel stages"),
     NUM(parallel, dp, 1, 1, 0, POS, "data-parallel replicas"),
     NUM(parallel, bucket_mb, 25, 0, 0, GT0, "gradient all-reduce bucket size, MiB"),
+    NUM(parallel, timeout_s, 600, 0, 1e6, R_LO | R_HI,
+        "seconds a rank waits for its peers in one collective or transfer before it names them and "
+        "aborts the job (0: wait forever, e.g. under a debugger)"),
 
     STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),

@@ -45,6 +45,7 @@ typedef struct tri_data_cfg {
 typedef struct tri_parallel_cfg {
     int tp, pp, dp;
     double bucket_mb;   /* gradient all-reduce bucket size, MiB            */
+    double timeout_s;   /* deadline of every communication wait; 0: none  */
 } tri_parallel_cfg;
 
 typedef struct tri_ckpt_cfg {

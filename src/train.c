@@ -50,6 +50,7 @@ static char *state_json(const trainer *t, int step, double loss) {
 }
 
 static int save(trainer *t, int step, double loss) {
+    tri_dist_progress(&t->dist, step, "save");
     char *st = state_json(t, step, loss);
     double t0 = now_s();
     int rc = tri_model_save(&t->store, step, &t->gpt, &t->opt, &t->dist, st, t->cfg->checkpoint.keep);
@@ -89,6 +90,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         }
         double t0 = now_s();
         double norm;
+        tri_dist_progress(&t->dist, step + 1, "train");
         loss = train_step(t, step, &norm);
         double dt = now_s() - t0;
         if (t->data_error) { rc = 1; goto done; } /* said: a token file shrank under the job */
@@ -130,6 +132,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             }
         }
         if (t->has_val && done_steps % cfg->train.eval_every == 0) {
+            tri_dist_progress(&t->dist, done_steps, "eval");
             double vl = evaluate(t);
             if (t->data_error) { rc = 1; goto done; }
             if (t->stop && t->is_logger)

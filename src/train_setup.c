@@ -142,6 +142,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         fprintf(stderr, "%s\n", err);
         return 2;
     }
+    tri_dist_set_timeout(&t->dist, cfg->parallel.timeout_s);
     const tri_mesh *mesh = &t->dist.mesh;
     t->is_logger = mesh->rank == 0;
     int rc = 2;
