@@ -23,6 +23,7 @@
 #include "data/hash.h"
 #include "data/tokenizer.h"
 #include "src/base/stop.h"
+#include "src/base/err.h"
 
 /* ---- per-thread word counts: a tri_bmap from word bytes to count ---------- */
 
@@ -389,12 +390,12 @@ static int setup(trainer *t, const tri_bmap *m, int max_tok) {
 int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files, int vocab_size, int n_threads) {
     memset(tk, 0, sizeof *tk);
     if (vocab_size < 257) {
-        fprintf(stderr, "trident: tokenizer: vocab size %d is too small (>= 257: 256 bytes + <|endoftext|>)\n",
+        tri_error("tokenizer: vocab size %d is too small (>= 257: 256 bytes + <|endoftext|>)",
                 vocab_size);
         return -1;
     }
     if (n_files <= 0) {
-        fprintf(stderr, "trident: tokenizer: no training files\n");
+        tri_error("tokenizer: no training files");
         return -1;
     }
     int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
@@ -489,7 +490,7 @@ int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files
     rc = 0;
     goto done;
 oom:
-    fprintf(stderr, "trident: tokenizer: out of memory while training\n");
+    tri_error("tokenizer: out of memory while training");
     goto done;
 stopped:
     fprintf(stderr, "trident: tokenizer: %s: training stopped after %d merges; nothing written\n",

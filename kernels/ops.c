@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kernels/ops.h"
+#include "src/base/err.h"
 
 /* "cpu" -> the CPU table; "cpu-guard" -> the CPU table with guarded memory
  * (tests and debugging); "cuda" -> NULL until a CUDA build exists; anything
@@ -14,10 +15,10 @@ const tri_ops *tri_ops_get(const char *name)
     if (name != NULL && strcmp(name, "cpu-guard") == 0)
         return tri_ops_cpu_guard();
     if (name != NULL && strcmp(name, "cuda") == 0) {
-        fprintf(stderr, "trident: this build has no CUDA backend (configure with -DTRI_CUDA=ON)\n");
+        tri_error("this build has no CUDA backend (configure with -DTRI_CUDA=ON)");
         return NULL;
     }
-    fprintf(stderr, "trident: unknown device '%s' (expected cpu or cuda)\n",
+    tri_error("unknown device '%s' (expected cpu or cuda)",
             name != NULL ? name : "(null)");
     return NULL;
 }

@@ -124,17 +124,17 @@ int tri_cmd_bench(int argc, char **argv) {
             sets[n_sets++] = v;
             i++;
         } else if (a[0] == '-') {
-            fprintf(stderr, "trident: bench: unknown or incomplete option '%s' (try `trident bench --help`)\n", a);
+            tri_error("bench: unknown or incomplete option '%s' (try `trident bench --help`)", a);
             goto out;
         } else if (!path) {
             path = a;
         } else {
-            fprintf(stderr, "trident: bench: unexpected argument '%s'\n", a);
+            tri_error("bench: unexpected argument '%s'", a);
             goto out;
         }
     }
     if (!path) {
-        fprintf(stderr, "trident: bench: missing CONFIG\n");
+        tri_error("bench: missing CONFIG");
         goto out;
     }
     char steps_set[64];
@@ -169,7 +169,7 @@ int tri_cmd_bench(int argc, char **argv) {
         goto out; /* (a layout that does not fit the world is tri_train's to report) */
     rc = 1;
     if (probe_init(&probe, BT, C, 4 * C, (size_t)steps + 1) != 0) {
-        fprintf(stderr, "trident: bench: out of memory\n");
+        tri_error("bench: out of memory");
         goto out;
     }
     double peak = probe_best(&probe, 15);
@@ -205,7 +205,7 @@ int tri_cmd_bench(int argc, char **argv) {
     /* per step: model GFLOP/s over the job's sgemm GFLOP/s right after it (median) */
     double *paired = calloc((size_t)steps, sizeof *paired);
     if (!paired) {
-        fprintf(stderr, "trident: bench: out of memory\n");
+        tri_error("bench: out of memory");
         rc = 1;
         goto out;
     }

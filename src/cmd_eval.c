@@ -37,12 +37,12 @@ int tri_cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--threads") && v) { if (tri_arg_int(a, v, 1, 1024, &threads)) return 2; i++; }
         else if (!strcmp(a, "--json")) json = 1;
         else {
-            fprintf(stderr, "trident: eval: unknown or incomplete option '%s' (try `trident eval --help`)\n", a);
+            tri_error("eval: unknown or incomplete option '%s' (try `trident eval --help`)", a);
             return 2;
         }
     }
     if (!ckpt || !data) {
-        fprintf(stderr, "trident: eval: --ckpt DIR and --data FILE are required\n");
+        tri_error("eval: --ckpt DIR and --data FILE are required");
         return 2;
     }
     tri_set_threads((int)threads);
@@ -87,7 +87,7 @@ int tri_cmd_eval(int argc, char **argv) {
     for (long b = 0; b < batches && rc == 0; b++) {
         int sig = tri_stop_signal();
         if (sig) {
-            fprintf(stderr, "trident: eval: %s: stopped after %ld of %ld batches, no result\n", tri_stop_name(sig), b,
+            tri_error("eval: %s: stopped after %ld of %ld batches, no result", tri_stop_name(sig), b,
                     batches);
             rc = 128 + sig;
         } else if (tri_sampler_fill_eval(&s, (size_t)b, (size_t)batch, in, tg) != 0) {

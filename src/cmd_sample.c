@@ -10,6 +10,7 @@
 #include "src/cli.h"
 #include "src/infer.h"
 #include "src/train.h"
+#include "src/base/err.h"
 
 static void sample_usage(FILE *f) {
     fprintf(f,
@@ -83,12 +84,12 @@ int tri_cmd_sample(int argc, char **argv) {
         else if (!strcmp(a, "--temperature") && v) { if (tri_arg_double(a, v, 0, 100, &temp)) return 2; i++; }
         else if (!strcmp(a, "--seed") && v) { if (tri_arg_u64(a, v, &seed)) return 2; i++; }
         else {
-            fprintf(stderr, "trident: sample: unknown or incomplete option '%s' (try `trident sample --help`)\n", a);
+            tri_error("sample: unknown or incomplete option '%s' (try `trident sample --help`)", a);
             return 2;
         }
     }
     if (!ckpt) {
-        fprintf(stderr, "trident: sample: --ckpt DIR is required\n");
+        tri_error("sample: --ckpt DIR is required");
         return 2;
     }
     tri_set_threads((int)threads);
@@ -149,7 +150,7 @@ int tri_cmd_sample(int argc, char **argv) {
         if (sig) {
             printf("\n");
             fflush(stdout);
-            fprintf(stderr, "trident: sample: %s: stopped after %ld of %ld tokens\n", tri_stop_name(sig), n,
+            tri_error("sample: %s: stopped after %ld of %ld tokens", tri_stop_name(sig), n,
                     n_tokens);
             rc = 128 + sig;
             break;
@@ -160,7 +161,7 @@ int tri_cmd_sample(int argc, char **argv) {
         char *text = NULL;
         size_t nt = tri_tokenizer_decode(&tk, &next, 1, &text);
         if (nt == SIZE_MAX) { /* an id the tokenizer has no text for */
-            fprintf(stderr, "trident: sample: token %d has no text in the tokenizer\n", (int)next);
+            tri_error("sample: token %d has no text in the tokenizer", (int)next);
             rc = 1;
             break;
         }

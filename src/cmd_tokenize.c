@@ -23,6 +23,7 @@
 #include "data/tokenizer.h"
 #include "src/base/stop.h"
 #include "src/cli.h"
+#include "src/base/err.h"
 
 static void tok_usage(FILE *f) {
     fprintf(f,
@@ -65,11 +66,11 @@ static int check_inputs(char **files, int n, uint64_t *total) {
     for (int i = 0; i < n; i++) {
         struct stat st;
         if (stat(files[i], &st) != 0 || access(files[i], R_OK) != 0) {
-            fprintf(stderr, "trident: %s: cannot read: no such file or no permission\n", files[i]);
+            tri_error("%s: cannot read: no such file or no permission", files[i]);
             return -1;
         }
         if (!S_ISREG(st.st_mode)) {
-            fprintf(stderr, "trident: %s: not a regular file\n", files[i]);
+            tri_error("%s: not a regular file", files[i]);
             return -1;
         }
         if (ends_with(files[i], ".xz")) known = 0;
@@ -107,7 +108,7 @@ static int cmd_train(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--out")) {
             if (!val) {
-                fprintf(stderr, "trident: --out: expected a file name\n");
+                tri_error("--out: expected a file name");
                 goto done;
             }
             out = val;
@@ -116,14 +117,14 @@ static int cmd_train(int argc, char **argv) {
             if (parse_threads(val, &threads)) goto done;
             i++;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "trident: tokenize train: unknown option '%s' (try --help)\n", a);
+            tri_error("tokenize train: unknown option '%s' (try --help)", a);
             goto done;
         } else {
             files[n_files++] = argv[i];
         }
     }
     if (!vocab || !out || !n_files) {
-        fprintf(stderr, "trident: tokenize train: needs --vocab-size N, --out FILE and at least one CORPUS file\n");
+        tri_error("tokenize train: needs --vocab-size N, --out FILE and at least one CORPUS file");
         goto done;
     }
     uint64_t total;
@@ -377,7 +378,7 @@ static int add_small_file(doc_batch *b, const char *path, size_t size) {
     d->buf = buf;
     if (got == SIZE_MAX || rc) return 2;
     if (got > size) { /* the file grew while we read it */
-        fprintf(stderr, "trident: %s: the file changed while being read\n", path);
+        tri_error("%s: the file changed while being read", path);
         return 2;
     }
     d->text = buf;
@@ -410,18 +411,18 @@ static int encode_jsonl(enc_ctx *c, const char *path, doc_batch *b) {
             if (k == ll) continue; /* blank line */
             doc *d = batch_add(b);
             if (!d) {
-                fprintf(stderr, "trident: %s: out of memory\n", path);
+                tri_error("%s: out of memory", path);
                 goto done;
             }
             d->root = cJSON_ParseWithLength(ln, ll);
             if (!d->root || !cJSON_IsObject(d->root)) {
-                fprintf(stderr, "trident: %s: line %ld: not a JSON object\n", path, line_no);
+                tri_error("%s: line %ld: not a JSON object", path, line_no);
                 rc = 2;
                 goto done;
             }
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(d->root, "text");
             if (!cJSON_IsString(t)) {
-                fprintf(stderr, "trident: %s: line %ld: no \"text\" string\n", path, line_no);
+                tri_error("%s: line %ld: no \"text\" string", path, line_no);
                 rc = 2;
                 goto done;
             }
@@ -451,7 +452,7 @@ static void discard_writer(enc_ctx *c) {
 /* --tokenizer PATH or --bytes into *tk; returns 0 or 2. */
 static int get_tokenizer(tri_tokenizer *tk, const char *path, int bytes, const char *cmd) {
     if (bytes && path) {
-        fprintf(stderr, "trident: tokenize %s: give --tokenizer or --bytes, not both\n", cmd);
+        tri_error("tokenize %s: give --tokenizer or --bytes, not both", cmd);
         return 2;
     }
     if (bytes) {
@@ -459,7 +460,7 @@ static int get_tokenizer(tri_tokenizer *tk, const char *path, int bytes, const c
         return 0;
     }
     if (!path) {
-        fprintf(stderr, "trident: tokenize %s: needs --tokenizer FILE (or --bytes)\n", cmd);
+        tri_error("tokenize %s: needs --tokenizer FILE (or --bytes)", cmd);
         return 2;
     }
     return tri_tokenizer_load(tk, path) ? 2 : 0;
@@ -467,7 +468,7 @@ static int get_tokenizer(tri_tokenizer *tk, const char *path, int bytes, const c
 
 static int check_format(const char *f) {
     if (f && strcmp(f, "llmc") != 0 && strcmp(f, "megatron") != 0) {
-        fprintf(stderr, "trident: --format: expected llmc or megatron, got '%s'\n", f);
+        tri_error("--format: expected llmc or megatron, got '%s'", f);
         return -1;
     }
     return 0;
@@ -490,7 +491,7 @@ static int cmd_encode(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--tokenizer") || !strcmp(a, "--format") || !strcmp(a, "--out")) {
             if (!val) {
-                fprintf(stderr, "trident: %s: expected a value\n", a);
+                tri_error("%s: expected a value", a);
                 goto done;
             }
             *(!strcmp(a, "--tokenizer") ? &tok_path : !strcmp(a, "--format") ? &format : &out) = val;
@@ -505,14 +506,14 @@ static int cmd_encode(int argc, char **argv) {
         } else if (!strcmp(a, "--quiet")) {
             quiet = 1;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "trident: tokenize encode: unknown option '%s' (try --help)\n", a);
+            tri_error("tokenize encode: unknown option '%s' (try --help)", a);
             goto done;
         } else {
             files[n_files++] = argv[i];
         }
     }
     if (!format || !out || !n_files) {
-        fprintf(stderr, "trident: tokenize encode: needs --format llmc|megatron, --out PREFIX and at least one INPUT\n");
+        tri_error("tokenize encode: needs --format llmc|megatron, --out PREFIX and at least one INPUT");
         goto done;
     }
     if (check_format(format)) goto done;
@@ -568,7 +569,7 @@ static int cmd_encode(int argc, char **argv) {
         if (c.prog.tty && !quiet) fputc('\n', stderr);
         discard_writer(&c);
         if (rc >= 128)
-            fprintf(stderr, "trident: tokenize encode: %s: stopped; nothing written (%s%s left as it was)\n",
+            tri_error("tokenize encode: %s: stopped; nothing written (%s%s left as it was)",
                     tri_stop_name(rc - 128), out, !strcmp(format, "llmc") ? ".bin" : ".bin/.idx");
         goto done;
     }
@@ -581,9 +582,8 @@ static int cmd_encode(int argc, char **argv) {
     }
     c.w = NULL;
     double dt = now_s() - c.prog.t0;
-    fprintf(stderr,
-            "trident: tokenize encode: %zu document%s, %zu tokens (%.2f bytes/token) from %.1f MB in %.1f s "
-            "(%.1f MB/s, %d thread%s) -> %s%s\n",
+    tri_error("tokenize encode: %zu document%s, %zu tokens (%.2f bytes/token) from %.1f MB in %.1f s "
+            "(%.1f MB/s, %d thread%s) -> %s%s",
             n_doc, n_doc == 1 ? "" : "s", n_tok, n_tok ? (double)c.prog.done / (double)n_tok : 0.0, (double)c.prog.done / 1e6, dt,
             dt > 0 ? (double)c.prog.done / 1e6 / dt : 0.0, c.nt, c.nt == 1 ? "" : "s", out,
             !strcmp(format, "llmc") ? ".bin" : ".bin + .idx");
@@ -613,7 +613,7 @@ static int cmd_decode(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--tokenizer") || !strcmp(a, "--format")) {
             if (!val) {
-                fprintf(stderr, "trident: %s: expected a value\n", a);
+                tri_error("%s: expected a value", a);
                 return 2;
             }
             *(!strcmp(a, "--tokenizer") ? &tok_path : &format) = val;
@@ -621,17 +621,17 @@ static int cmd_decode(int argc, char **argv) {
         } else if (!strcmp(a, "--bytes")) {
             bytes = 1;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "trident: tokenize decode: unknown option '%s' (try --help)\n", a);
+            tri_error("tokenize decode: unknown option '%s' (try --help)", a);
             return 2;
         } else if (input) {
-            fprintf(stderr, "trident: tokenize decode: one INPUT only (got '%s' and '%s')\n", input, a);
+            tri_error("tokenize decode: one INPUT only (got '%s' and '%s')", input, a);
             return 2;
         } else {
             input = a;
         }
     }
     if (!input) {
-        fprintf(stderr, "trident: tokenize decode: needs an INPUT token file\n");
+        tri_error("tokenize decode: needs an INPUT token file");
         return 2;
     }
     if (check_format(format)) return 2;
@@ -643,7 +643,7 @@ static int cmd_decode(int argc, char **argv) {
         return 2;
     }
     if (format && strcmp(format, ds.format == TRI_DATA_LLMC ? "llmc" : "megatron") != 0) {
-        fprintf(stderr, "trident: %s: --format %s, but the file is %s\n", input, format,
+        tri_error("%s: --format %s, but the file is %s", input, format,
                 tri_data_format_name(ds.format));
         goto done;
     }
@@ -693,6 +693,6 @@ int tri_cmd_tokenize(int argc, char **argv) {
     if (!strcmp(sub, "train")) return cmd_train(argc - 1, argv + 1);
     if (!strcmp(sub, "encode")) return cmd_encode(argc - 1, argv + 1);
     if (!strcmp(sub, "decode")) return cmd_decode(argc - 1, argv + 1);
-    fprintf(stderr, "trident: tokenize: unknown subcommand '%s' (train, encode or decode)\n", sub);
+    tri_error("tokenize: unknown subcommand '%s' (train, encode or decode)", sub);
     return 2;
 }

@@ -6,6 +6,7 @@
 #include "src/cli.h"
 #include "src/config.h"
 #include "src/train.h"
+#include "src/base/err.h"
 
 static void train_usage(FILE *f) {
     fprintf(f,
@@ -58,17 +59,17 @@ int tri_cmd_train(int argc, char **argv) {
         } else if (!strcmp(a, "--device") && i + 1 < argc) {
             opts.device = argv[++i];
         } else if (a[0] == '-') {
-            fprintf(stderr, "trident: train: unknown or incomplete option '%s' (try `trident train --help`)\n", a);
+            tri_error("train: unknown or incomplete option '%s' (try `trident train --help`)", a);
             goto out;
         } else if (!path) {
             path = a;
         } else {
-            fprintf(stderr, "trident: train: unexpected argument '%s' (one CONFIG only)\n", a);
+            tri_error("train: unexpected argument '%s' (one CONFIG only)", a);
             goto out;
         }
     }
     if (!path) {
-        fprintf(stderr, "trident: train: missing CONFIG (a JSON file, e.g. configs/quickstart.json)\n");
+        tri_error("train: missing CONFIG (a JSON file, e.g. configs/quickstart.json)");
         goto out;
     }
     tri_config cfg;

@@ -10,6 +10,7 @@
 #include "model/ckpt_store.h"
 #include "src/base/file.h"
 #include "src/preflight.h"
+#include "src/base/err.h"
 
 /* The run config stored in state.json, or the model shape of a Hugging Face
  * config.json (everything else at its default). */
@@ -25,7 +26,7 @@ static int read_config(tri_infer *m) {
         char *cs = cJSON_IsObject(c) ? cJSON_PrintUnformatted(c) : NULL;
         cJSON_Delete(root);
         if (!cs) {
-            fprintf(stderr, "trident: %s: no \"config\" object\n", path);
+            tri_error("%s: no \"config\" object", path);
             return -1;
         }
         int rc = tri_config_load_string(&m->cfg, cs, path);
