@@ -3,7 +3,6 @@
  * accessors shared by both formats. The format-specific header and index
  * checks live in data/llmc.c and data/megatron.c. */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -19,6 +18,7 @@
 #include "data/dataset.h"
 #include "data/dataset_internal.h"
 #include "data/hash.h"
+#include "src/base/file.h"
 
 void tri_data_err(const char *file, const char *fmt, ...)
 {
@@ -98,11 +98,9 @@ static int is_regular_file(const char *path)
  * -1 after printing. */
 static long peek_file(const char *path, unsigned char *buf, size_t cap)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        tri_data_err(path, "cannot open: %s", strerror(errno));
+    int fd = tri_open_regular(path, "token file", NULL);
+    if (fd < 0)
         return -1;
-    }
     size_t got = 0;
     while (got < cap) {
         ssize_t r = read(fd, buf + got, cap - got);
@@ -121,37 +119,25 @@ static long peek_file(const char *path, unsigned char *buf, size_t cap)
     return (long)got;
 }
 
-/* Maps the whole file read-only. An empty file gives *map == NULL. */
+/* Maps the whole file read-only. An empty file gives *map == NULL. A named
+ * pipe (e.g. a PREFIX.bin beside a real PREFIX.idx) is refused at once. */
 static int map_file(const char *path, void **map, size_t *size)
 {
     *map = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        tri_data_err(path, "cannot open: %s", strerror(errno));
+    size_t bytes = 0;
+    int fd = tri_open_regular(path, "token file", &bytes);
+    if (fd < 0)
         return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        tri_data_err(path, "cannot stat: %s", strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        tri_data_err(path, "not a regular file");
-        close(fd);
-        return -1;
-    }
-    if (st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (bytes > 0) {
+        void *p = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
-            tri_data_err(path, "cannot mmap %lld bytes: %s", (long long)st.st_size,
-                         strerror(errno));
+            tri_data_err(path, "cannot mmap %zu bytes: %s", bytes, strerror(errno));
             close(fd);
             return -1;
         }
         *map = p;
-        *size = (size_t)st.st_size;
+        *size = bytes;
     }
     if (close(fd) != 0) {
         tri_data_err(path, "cannot close: %s", strerror(errno));

@@ -5,6 +5,7 @@
 
 #include "data/bytemap.h"
 #include "data/hash.h"
+#include "src/base/file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -870,43 +871,12 @@ oom:
 
 /* ---- loading ----------------------------------------------------------------------- */
 
-/* Reads a whole file (NUL-terminated). Returns 0 or -1 (printed). */
+/* Reads a whole regular file (NUL-terminated); a named pipe or a directory is
+ * refused at once (src/base/file.h). Returns 0 or -1 (printed). */
 static int slurp(const char *path, char **buf, size_t *len) {
-    *buf = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "trident: %s: cannot open: %s\n", path, strerror(errno));
-        return -1;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(b, cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-        size_t got = fread(b + n, 1, cap - 1 - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!b || err) {
-        fprintf(stderr, "trident: %s: %s\n", path, b ? "read error" : "out of memory");
-        free(b);
-        return -1;
-    }
-    b[n] = 0;
-    *buf = b;
-    *len = n;
-    return 0;
+    *buf = tri_slurp(path, "tokenizer", 0, len);
+    return *buf ? 0 : -1;
 }
 
 /* A token being loaded. */

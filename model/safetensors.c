@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "src/base/file.h"
+
 #define ELEM ((size_t)sizeof(float)) /* F32 */
 #define METADATA_KEY "__metadata__"
 
@@ -805,9 +807,9 @@ int tri_st_open(tri_st_file *f, const char *path)
         fprintf(stderr, "trident: %s: out of memory\n", path);
         return -1;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* regular files only: a named pipe is refused, never blocked on */
+    int fd = tri_open_regular(path, "safetensors file", NULL);
     if (fd < 0) {
-        fprintf(stderr, "trident: %s: cannot open: %s\n", path, strerror(errno));
         tri_st_close(f);
         return -1;
     }

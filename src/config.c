@@ -22,6 +22,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "src/base/file.h"
+
 /* ------------------------------------------------------------------------ */
 /* The field table                                                          */
 
@@ -530,44 +532,12 @@ static int apply_json(tri_config *cfg, const char *text, const char *file) {
     return rc;
 }
 
-/* Reads a whole file (malloc'd, NUL-terminated) or prints why not. */
+/* Reads a whole file (malloc'd, NUL-terminated) or prints why not. A named
+ * pipe, a directory or a device is refused at once (src/base/file.h). */
 static char *read_file(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) {
-        report(path, "cannot open: %s", strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    if (buf == NULL) {
-        report(path, "cannot read: out of memory");
-        fclose(fp);
-        return NULL;
-    }
-    for (;;) {
-        if (len + 1 == cap) {
-            if (cap >= MAX_FILE_BYTES) {
-                report(path, "cannot read: larger than %zu bytes", MAX_FILE_BYTES);
-                goto fail;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (nb == NULL) {
-                report(path, "cannot read: out of memory");
-                goto fail;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + len, 1, cap - 1 - len, fp);
-        len += got;
-        if (got == 0) break;
-    }
-    if (ferror(fp)) {
-        report(path, "cannot read: %s", strerror(errno));
-        goto fail;
-    }
-    fclose(fp);
-    buf[len] = '\0';
+    size_t len = 0;
+    char *buf = tri_slurp(path, "config", MAX_FILE_BYTES, &len);
+    if (buf == NULL) return NULL;
     const char *nul = memchr(buf, '\0', len);
     if (nul != NULL) {
         report(path, "JSON syntax error: NUL byte at byte %zu", (size_t)(nul - buf));
@@ -575,10 +545,6 @@ static char *read_file(const char *path) {
         return NULL;
     }
     return buf;
-fail:
-    free(buf);
-    fclose(fp);
-    return NULL;
 }
 
 /* ------------------------------------------------------------------------ */

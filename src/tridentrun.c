@@ -71,6 +71,7 @@
 #include <unistd.h>
 
 #include "parallel/mesh.h"
+#include "src/base/file.h"
 #include "src/config.h"
 
 #define TAIL_LINES 20
@@ -653,9 +654,12 @@ static void plan_free(plan *p) {
  * -H list, so a key it does not honour must not be ignored silently).
  * 0 or -1 (message printed). */
 static int read_hostfile(plan *p, const char *path) {
-    FILE *f = fopen(path, "r");
+    char why[256];
+    int fd = tri_open_regular_why(path, NULL, why, sizeof why); /* a named pipe is refused, not waited on */
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
     if (f == NULL) {
-        fprintf(stderr, "tridentrun: cannot read hostfile %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "tridentrun: cannot read hostfile %s: %s\n", path, fd < 0 ? why : strerror(errno));
+        if (fd >= 0) close(fd);
         return -1;
     }
     p->hosts = xcalloc(MAX_HOSTS, sizeof *p->hosts);

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -9,28 +10,41 @@
 
 #include "src/base/err.h"
 
-int tri_open_regular(const char *path, const char *what, size_t *size)
+int tri_open_regular_why(const char *path, size_t *size, char *why, size_t n)
 {
     /* O_NONBLOCK: opening a FIFO with no writer would otherwise block forever */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return tri_error("%s %s: cannot open: %s", what, path, strerror(errno));
+    if (fd < 0) {
+        snprintf(why, n, "cannot open: %s", strerror(errno));
+        return -1;
+    }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return tri_error("%s %s: cannot stat: %s", what, path, strerror(e));
+        snprintf(why, n, "cannot stat: %s", strerror(e));
+        return -1;
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return tri_error("%s %s: not a regular file (%s)", what, path,
-                         S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a named pipe" : "a device or socket");
+        snprintf(why, n, "not a regular file (%s)",
+                 S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a named pipe" : "a device or socket");
+        return -1;
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0)
         fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     if (size)
         *size = (size_t)st.st_size;
+    return fd;
+}
+
+int tri_open_regular(const char *path, const char *what, size_t *size)
+{
+    char why[256];
+    int fd = tri_open_regular_why(path, size, why, sizeof why);
+    if (fd < 0)
+        return tri_error("%s %s: %s", what, path, why);
     return fd;
 }
 

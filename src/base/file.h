@@ -13,6 +13,11 @@
  * *size (if non-NULL) gets the file's size. */
 int tri_open_regular(const char *path, const char *what, size_t *size);
 
+/* The same check without printing, for a program with its own message
+ * prefix (tridentrun): the fd, or -1 with the reason ("cannot open: No such
+ * file or directory", "not a regular file (a named pipe)") in why[n]. */
+int tri_open_regular_why(const char *path, size_t *size, char *why, size_t n);
+
 /* The same as a stdio stream ("r" or "rb"); NULL after printing. */
 FILE *tri_fopen_regular(const char *path, const char *what);
 
