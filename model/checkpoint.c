@@ -3,6 +3,8 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,12 +343,18 @@ int tri_hf_config_parse(const char *json, const char *name, tri_model_cfg *cfg) 
     int rc = 0;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         cJSON *v = cJSON_GetObjectItemCaseSensitive(c, keys[i].key);
-        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble != (double)(int)v->valuedouble) {
-            fprintf(stderr, "trident: %s: %s: expected a positive integer\n", name, keys[i].key);
+        /* the range check comes before the cast: (int)1e10 is undefined */
+        double x = cJSON_IsNumber(v) ? v->valuedouble : 0;
+        if (!cJSON_IsNumber(v) || !(x >= 1 && x <= INT_MAX) || x != floor(x)) {
+            char got[64];
+            if (cJSON_IsNumber(v)) snprintf(got, sizeof got, "%.17g", x);
+            else snprintf(got, sizeof got, "%s", v ? "not a number" : "missing");
+            fprintf(stderr, "trident: %s: %s: expected a positive integer below 2^31, got %s\n", name,
+                    keys[i].key, got);
             rc = -1;
             break;
         }
-        *keys[i].dst = (int)v->valuedouble;
+        *keys[i].dst = (int)x;
     }
     cJSON_Delete(c);
     return rc;
