@@ -889,6 +889,11 @@ typedef struct loader {
     const char *file;  /* for messages */
     ltok *tok;         /* (n_tok) indexed by id */
     int n_tok;
+    /* Ids must be 0 .. N-1 without gaps, N the number of distinct tokens, so
+     * an id at or above the number of entries in the file leaves a gap: it is
+     * refused before anything is sized by it (memory follows the file, not
+     * the largest id). */
+    size_t id_limit;
     uint8_t *pool;
     size_t pool_len, pool_cap;
     tri_bmap by_bytes;     /* token bytes -> id (regular tokens) */
@@ -929,6 +934,24 @@ static void loader_free(loader *L) {
 
 #define MAX_VOCAB (1 << 30)
 
+/* Entries of a JSON object or array (0 for anything else). */
+static size_t json_count(const cJSON *x) {
+    size_t n = 0;
+    if (cJSON_IsObject(x) || cJSON_IsArray(x))
+        for (const cJSON *e = x->child; e; e = e->next) n++;
+    return n;
+}
+
+/* An id the file cannot fill without a gap; `where` names the entry. */
+static int id_leaves_gap(const loader *L, int id, const char *where) {
+    if ((size_t)id < L->id_limit) return 0;
+    fprintf(stderr,
+            "trident: %s: %s: id %d leaves a gap: the file has %zu token entries, so its ids must be 0 .. %zu "
+            "without gaps\n",
+            L->file, where, id, L->id_limit, L->id_limit ? L->id_limit - 1 : 0);
+    return 1;
+}
+
 /* Reads the vocab object (string -> id); `what` names it in messages. */
 static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
     if (!cJSON_IsObject(vocab)) {
@@ -945,6 +968,9 @@ static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
             goto fail;
         }
         int id = (int)e->valuedouble;
+        char where[96];
+        snprintf(where, sizeof where, "%s[\"%.40s%s\"]", what, s, strlen(s) > 40 ? "..." : "");
+        if (id_leaves_gap(L, id, where)) goto fail;
         size_t sl = strlen(s);
         if (sl > tmp_cap) {
             free(tmp);
@@ -959,8 +985,17 @@ static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
             goto fail;
         }
         long nb = bytelevel_decode(s, sl, tmp);
+        if (t->added) {
+            /* tokenizer.json lists its added tokens in the vocab too, under the
+             * same id, as the raw content or in byte-level characters */
+            const uint8_t *c = L->pool + t->off;
+            if ((t->len == sl && memcmp(c, s, sl) == 0) || (nb >= 0 && (size_t)nb == t->len && memcmp(c, tmp, t->len) == 0))
+                continue;
+            fprintf(stderr, "trident: %s: %s[\"%s\"]: id %d clashes with added_tokens \"%.*s\", which has the same id\n",
+                    L->file, what, s, id, (int)(t->len > 60 ? 60 : t->len), (const char *)c);
+            goto fail;
+        }
         if (nb < 0) {
-            if (t->added) continue; /* an added token's content is its bytes */
             fprintf(stderr,
                     "trident: %s: %s[\"%s\"] (id %d): not a byte-level token (a character outside GPT-2's 256 "
                     "byte characters)\n",
@@ -971,7 +1006,6 @@ static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
             fprintf(stderr, "trident: %s: %s: the empty string is not a token\n", L->file, what);
             goto fail;
         }
-        if (t->added) continue;
         t->present = 1;
         if (pool_add(L, tmp, (size_t)nb, &t->off)) goto oom;
         t->len = (size_t)nb;
@@ -1006,6 +1040,9 @@ static int load_added(loader *L, const cJSON *added) {
             return -1;
         }
         int i = (int)id->valuedouble;
+        char where[48];
+        snprintf(where, sizeof where, "added_tokens[%d]", k);
+        if (id_leaves_gap(L, i, where)) return -1;
         if (loader_grow(L, i)) goto oom;
         ltok *t = &L->tok[i];
         if (t->present) {
@@ -1080,6 +1117,12 @@ static int loader_finish(loader *L, tri_tokenizer *tk) {
     int n = 0;
     for (int i = 0; i < L->n_tok; i++)
         if (L->tok[i].present) n = i + 1;
+    for (int i = 0; i < n; i++)
+        if (!L->tok[i].present) {
+            fprintf(stderr, "trident: %s: no token has id %d, but ids go up to %d: ids must be 0 .. N-1 without gaps\n",
+                    L->file, i, n - 1);
+            return -1;
+        }
     tk->vocab_size = n;
     tk->eot = -1;
     tk->flags = calloc(n > 0 ? (size_t)n : 1, 1);
@@ -1197,8 +1240,11 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
         fprintf(stderr, "trident: %s: model.ignore_merges: only false is supported\n", path);
         goto fail;
     }
-    if (load_added(&L, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"))) goto fail;
-    if (load_vocab(&L, cJSON_GetObjectItemCaseSensitive(model, "vocab"), "model.vocab")) goto fail;
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    L.id_limit = json_count(added) + json_count(vocab);
+    if (load_added(&L, added)) goto fail;
+    if (load_vocab(&L, vocab, "model.vocab")) goto fail;
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(model, "merges");
     if (!cJSON_IsArray(ms)) {
         fprintf(stderr, "trident: %s: model.merges is missing or not an array\n", path);
@@ -1262,6 +1308,7 @@ static int load_gpt2_files(tri_tokenizer *tk, const char *vocab_path, const char
         fprintf(stderr, "trident: %s: out of memory\n", vocab_path);
         goto fail;
     }
+    L.id_limit = json_count(root);
     if (load_vocab(&L, root, "the vocab")) goto fail;
     L.file = merges_path;
     size_t pos = 0;

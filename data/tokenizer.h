@@ -32,7 +32,7 @@
 
 /* Flags of one id (tri_tokenizer.flags). */
 enum {
-    TRI_TOK_PRESENT = 1, /* the id has a token (loaded files may have holes)   */
+    TRI_TOK_PRESENT = 1, /* the id has a token (every id of a loaded file does) */
     TRI_TOK_ADDED = 2,   /* an "added_tokens" entry: bytes are its raw content */
     TRI_TOK_SPECIAL = 4  /* ... marked "special": true                          */
 };
@@ -63,7 +63,12 @@ typedef struct tri_tokenizer {
  *   - a directory holding tokenizer.json, or else vocab.json and merges.txt,
  *   - or a prefix P such that Pvocab.json and Pmerges.txt exist (Megatron's
  *     gpt2-vocab.json / gpt2-merges.txt).
- * Every one of the 256 byte-level characters must be in the vocab. Errors
+ * Every one of the 256 byte-level characters must be in the vocab. Ids must
+ * be 0 .. N-1 without gaps: an id at or above the number of entries in the
+ * file is refused, naming it, before anything is sized by it, so memory
+ * follows the file's size, not its largest id. An added token may share its
+ * id with a vocab entry only when both are the same token (GPT-2's
+ * <|endoftext|>); otherwise the clash is an error naming the id. Errors
  * (unreadable file, bad JSON, a merge whose parts or result are not in the
  * vocab, a vocab string outside the byte-level alphabet, ...) name the file
  * and the entry. Returns 0, or -1 with *tk zeroed. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data/dataset.h"
+#include "data/tokenizer.h"
 #include "helpers/testutil.h"
 #include "model/checkpoint.h"
 
@@ -122,6 +123,110 @@ Test(token_files, empty_megatron_file_reads_nothing) {
     tri_dataset_minmax(&ds, &mn, &mx);
     cr_expect(mn == 0 && mx == 0);
     tri_dataset_close(&ds);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* ---- tokenizer ids ------------------------------------------------------------------- */
+
+/* GPT-2's byte-level character of byte b (its bytes_to_unicode), as UTF-8. */
+static void byte_char(int b, char out[3]) {
+    int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    unsigned cp = (unsigned)b;
+    if (!printable) { /* the 68 others, in increasing order, become U+0100, U+0101, ... */
+        cp = 256;
+        for (int x = 0; x < b; x++)
+            if (!((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE)) cp++;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp, out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
+    }
+}
+
+/* Writes a tokenizer.json: the 256 byte tokens with id = byte value,
+ * `extra_vocab` appended inside model.vocab (e.g. ", \"<|endoftext|>\": 256"),
+ * and `added` as the added_tokens array text. */
+static void write_tokenizer(const char *path, const char *extra_vocab, const char *added) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"added_tokens\": %s, \"model\": {\"type\": \"BPE\", \"vocab\": {", added);
+    for (int b = 0; b < 256; b++) {
+        char c[3];
+        byte_char(b, c);
+        fprintf(f, "%s\"%s%s\": %d", b ? ", " : "", (c[0] == '"' || c[0] == '\\') ? "\\" : "", c, b);
+    }
+    fprintf(f, "%s}, \"merges\": []}}\n", extra_vocab);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* Loads path with stderr captured; returns the result and the message. */
+static int load_tok(const char *dir, const char *path, tri_tokenizer *tk, char **err) {
+    char cap[4200];
+    snprintf(cap, sizeof cap, "%s/stderr", dir);
+    tt_capture c;
+    tt_capture_begin(&c, cap);
+    int rc = tri_tokenizer_load(tk, path);
+    *err = tt_capture_end(&c);
+    return rc;
+}
+
+Test(tokenizer_ids, gpt2_style_end_of_text_in_vocab_and_added_tokens_loads) {
+    char *dir = tt_mkdtemp(), p[4200], *err;
+    snprintf(p, sizeof p, "%s/tok.json", dir);
+    write_tokenizer(p, ", \"<|endoftext|>\": 256", "[{\"id\": 256, \"content\": \"<|endoftext|>\", \"special\": true}]");
+    tri_tokenizer tk;
+    cr_assert_eq(load_tok(dir, p, &tk, &err), 0, "%s", err);
+    cr_expect_eq(tri_tokenizer_vocab_size(&tk), 257);
+    cr_expect_eq(tri_tokenizer_eot(&tk), 256);
+    tri_tokenizer_free(&tk);
+    free(err);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* Item 7 of issue 13: an end-of-text id of 500000000 sized a dense table by
+ * the id (20 GB for a 100 KB file). Any id that leaves a gap is refused now,
+ * naming it, before anything is sized by it (the fault test
+ * tokenizer_memory::huge_end_of_text_id_is_refused_within_a_memory_cap
+ * runs the 500000000 case under a memory cap). */
+Test(tokenizer_ids, an_id_that_leaves_a_gap_is_refused_naming_it) {
+    char *dir = tt_mkdtemp(), p[4200], *err;
+    snprintf(p, sizeof p, "%s/tok.json", dir);
+    tri_tokenizer tk;
+    /* an added token past the end */
+    write_tokenizer(p, "", "[{\"id\": 300, \"content\": \"<|endoftext|>\", \"special\": true}]");
+    cr_expect_eq(load_tok(dir, p, &tk, &err), -1, "id 300 of 257 entries was accepted");
+    cr_expect(strstr(err, "added_tokens[0]: id 300 leaves a gap") != NULL, "%s", err);
+    cr_expect(strstr(err, p) != NULL, "%s", err);
+    free(err);
+    /* a vocab entry past the end */
+    write_tokenizer(p, ", \"<|endoftext|>\": 1000", "[]");
+    cr_expect_eq(load_tok(dir, p, &tk, &err), -1);
+    cr_expect(strstr(err, "model.vocab[\"<|endoftext|>\"]: id 1000 leaves a gap") != NULL, "%s", err);
+    free(err);
+    /* a hole below the largest id: 258 entries (one counted twice), ids 0..255 and 257 */
+    write_tokenizer(p, ", \"<|endoftext|>\": 257", "[{\"id\": 257, \"content\": \"<|endoftext|>\"}]");
+    cr_expect_eq(load_tok(dir, p, &tk, &err), -1);
+    cr_expect(strstr(err, "no token has id 256, but ids go up to 257") != NULL, "%s", err);
+    free(err);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* Item 12: an end-of-text token whose id is already a byte token's was
+ * reported as "the vocab has no token for byte 0x26". */
+Test(tokenizer_ids, a_clashing_end_of_text_id_is_reported_as_a_clash) {
+    char *dir = tt_mkdtemp(), p[4200], *err;
+    snprintf(p, sizeof p, "%s/tok.json", dir);
+    write_tokenizer(p, "", "[{\"id\": 38, \"content\": \"<|endoftext|>\", \"special\": true}]");
+    tri_tokenizer tk;
+    cr_expect_eq(load_tok(dir, p, &tk, &err), -1);
+    cr_expect(strstr(err, "model.vocab[\"&\"]: id 38 clashes with added_tokens \"<|endoftext|>\"") != NULL, "%s",
+              err);
+    cr_expect(strstr(err, "no token for byte") == NULL, "%s", err);
+    free(err);
     tt_rmrf(dir);
     free(dir);
 }

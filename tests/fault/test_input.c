@@ -217,3 +217,52 @@ Test(fifo, launcher_hostfile_is_refused_not_waited_on, .timeout = 60) {
     tt_rmrf(dir);
     free(dir);
 }
+
+/* ---- memory proportional to the input ----------------------------------------- */
+
+/* A cap on the child's memory. prlimit --as in a normal build; ASan reserves
+ * terabytes of address space for its shadow, so a sanitizer build caps the
+ * allocator instead (a bigger malloc returns NULL, as under the rlimit). */
+#if defined(__SANITIZE_ADDRESS__)
+#define TRI_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TRI_ASAN 1
+#endif
+#endif
+static char *capped(const char *cmd, int mib) {
+#ifdef TRI_ASAN
+    const char *prev = getenv("ASAN_OPTIONS");
+    return fmt("ASAN_OPTIONS='%s%smax_allocation_size_mb=%d:allocator_may_return_null=1' %s", prev ? prev : "",
+               prev && *prev ? ":" : "", mib, cmd);
+#else
+    return fmt("prlimit --as=%lld %s", (long long)mib << 20, cmd);
+#endif
+}
+
+/* Item 7 of issue 13: a tokenizer.json whose end-of-text id is 500000000 made
+ * the loader allocate a table sized by the id (20.7 GB for a 100 KB file).
+ * Under a 1 GiB cap it must be refused, naming the id, in well under the
+ * time limit. */
+Test(tokenizer_memory, huge_end_of_text_id_is_refused_within_a_memory_cap, .timeout = 60) {
+    char *dir = tt_mkdtemp(), *out = NULL;
+    char *tok = fmt("%s/tokenizer.json", dir), *txt = fmt("%s/in.txt", dir);
+    FILE *f = fopen(tok, "wb");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"added_tokens\": [{\"id\": 500000000, \"content\": \"<|endoftext|>\", \"special\": true}], "
+               "\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {");
+    for (int b = 0x21; b <= 0x7E; b++) /* a few plain entries; the id check comes first */
+        fprintf(f, "%s\"%s%c\": %d", b > 0x21 ? ", " : "", b == '"' || b == '\\' ? "\\" : "", b, b - 0x21);
+    fputs("}}}\n", f);
+    cr_assert_eq(fclose(f), 0);
+    write_text(txt, "some text\n");
+    char *cmd = fmt("%s tokenize encode --tokenizer %s --format llmc --out %s/out %s", tt_bin("trident"), tok, dir,
+                    txt);
+    char *run = capped(cmd, 1024);
+    int rc = run_capped(run, &out);
+    expect_refused(rc, out, tok, "id 500000000 leaves a gap");
+    cr_expect(strstr(out, "out of memory") == NULL, "%s", out);
+    free(out), free(run), free(cmd), free(tok), free(txt);
+    tt_rmrf(dir);
+    free(dir);
+}
