@@ -14,6 +14,7 @@
 #include "model/ckpt_store.h"
 #include "src/base/file.h"
 #include "src/base/fs.h"
+#include "src/ckpt_state.h"
 #include "src/datafiles.h"
 #include "src/preflight.h"
 
@@ -43,40 +44,6 @@ static int check_layout(const tri_config *cfg) {
                 p->pp);
         return -1;
     }
-    return 0;
-}
-
-/* step, samples_consumed and the run's config from a checkpoint's state.json */
-static int read_state(const char *dir, int *step, uint64_t *consumed, tri_config *saved) {
-    char path[TRI_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/state.json", dir);
-    char *buf = tri_slurp(path, "checkpoint state", (size_t)64 << 20, NULL);
-    if (!buf) return -1;
-    cJSON *root = cJSON_Parse(buf);
-    free(buf);
-    const char *keys[2] = {"step", "samples_consumed"};
-    double v[2];
-    int ok = root != NULL;
-    if (!ok) fprintf(stderr, "trident: %s: not valid JSON\n", path);
-    for (int i = 0; i < 2 && ok; i++) {
-        cJSON *x = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
-        ok = cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble == floor(x->valuedouble) &&
-             x->valuedouble < 9007199254740992.0;
-        if (!ok) fprintf(stderr, "trident: %s: \"%s\" is missing or not a non-negative integer\n", path, keys[i]);
-        else v[i] = x->valuedouble;
-    }
-    cJSON *c = ok ? cJSON_GetObjectItemCaseSensitive(root, "config") : NULL;
-    char *cs = cJSON_IsObject(c) ? cJSON_PrintUnformatted(c) : NULL;
-    if (ok && !cs) {
-        fprintf(stderr, "trident: %s: no \"config\" object\n", path);
-        ok = 0;
-    }
-    cJSON_Delete(root);
-    if (ok && tri_config_load_string(saved, cs, path) != 0) ok = 0;
-    free(cs);
-    if (!ok) return -1;
-    *step = (int)v[0];
-    *consumed = (uint64_t)v[1];
     return 0;
 }
 
@@ -226,7 +193,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     *start = 0;
     if (have_ckpt) {
         tri_config saved;
-        if (read_state(ckpt, start, &t->consumed, &saved) != 0) return 2;
+        if (tri_ckpt_state_read(ckpt, start, &t->consumed, &saved) != 0) return 2;
         if (check_resume(cfg, &saved, ckpt, t->is_logger && !opts->quiet) != 0) return 2;
         if (tri_datafiles_check_resume(ckpt, t->has_train_data ? &t->train_data : NULL,
                                        t->has_val ? &t->val_data : NULL, opts->allow_data_change,

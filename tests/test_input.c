@@ -11,6 +11,7 @@
 #include "data/tokenizer.h"
 #include "helpers/testutil.h"
 #include "model/checkpoint.h"
+#include "src/ckpt_state.h"
 
 /* Runs tri_hf_config_parse on json with stderr captured; returns its result
  * and the message (malloc'd) in *err. */
@@ -229,4 +230,78 @@ Test(tokenizer_ids, a_clashing_end_of_text_id_is_reported_as_a_clash) {
     free(err);
     tt_rmrf(dir);
     free(dir);
+}
+
+/* ---- state.json ------------------------------------------------------------------------- */
+
+static int state_parse(const char *json, int *step, uint64_t *consumed, tri_config *cfg, char **err) {
+    char *dir = tt_mkdtemp(), cap[4200];
+    snprintf(cap, sizeof cap, "%s/stderr", dir);
+    tt_capture c;
+    tt_capture_begin(&c, cap);
+    int rc = tri_ckpt_state_parse(json, "ck/state.json", step, consumed, cfg);
+    *err = tt_capture_end(&c);
+    tt_rmrf(dir);
+    free(dir);
+    return rc;
+}
+
+Test(state_json, reads_step_samples_and_config) {
+    int step = -1;
+    uint64_t consumed = 0;
+    tri_config cfg;
+    char *err;
+    cr_assert_eq(state_parse("{\"step\": 2147483647, \"samples_consumed\": 9007199254740991, "
+                             "\"config\": {\"data\": {\"train\": \"a.bin\"}, \"model\": {\"n_layer\": 3}}}",
+                             &step, &consumed, &cfg, &err),
+                 0, "%s", err);
+    cr_expect_eq(step, 2147483647);
+    cr_expect_eq(consumed, 9007199254740991ull);
+    cr_expect_eq(cfg.model.n_layer, 3);
+    cr_expect_str_eq(cfg.data.train, "a.bin");
+    free(err);
+}
+
+/* "step": 1e10 was cast to int before any range check (undefined). */
+Test(state_json, out_of_range_numbers_are_refused_naming_the_key) {
+    const char *cfg_text = ", \"config\": {\"data\": {\"train\": \"a.bin\"}}}";
+    struct {
+        const char *head, *want;
+    } bad[] = {
+        {"{\"step\": 1e10, \"samples_consumed\": 0", "\"step\" is missing or not an integer in [0, 2^31)"},
+        {"{\"step\": 2147483648, \"samples_consumed\": 0", "\"step\""},
+        {"{\"step\": -1, \"samples_consumed\": 0", "\"step\""},
+        {"{\"step\": 1.5, \"samples_consumed\": 0", "\"step\""},
+        {"{\"samples_consumed\": 0", "\"step\" is missing"},
+        {"{\"step\": 3, \"samples_consumed\": 1e300", "\"samples_consumed\" is missing or not an integer in [0, 2^53)"},
+        {"{\"step\": 3, \"samples_consumed\": \"7\"", "\"samples_consumed\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "%s%s", bad[i].head, cfg_text);
+        int step = -7;
+        uint64_t consumed = 7;
+        tri_config cfg;
+        char *err;
+        cr_expect_eq(state_parse(json, &step, &consumed, &cfg, &err), -1, "accepted: %s", json);
+        cr_expect(strncmp(err, "trident: ck/state.json: ", 24) == 0 && strstr(err, bad[i].want) != NULL,
+                  "%s: want \"%s\" in %s", json, bad[i].want, err);
+        cr_expect(step == -7 && consumed == 7, "outputs written on error");
+        free(err);
+    }
+    int step;
+    uint64_t consumed;
+    tri_config cfg;
+    char *err;
+    cr_expect_eq(state_parse("{\"step\": 3, \"samples_consumed\": 5}", &step, &consumed, &cfg, &err), -1);
+    cr_expect(strstr(err, "no \"config\" object") != NULL, "%s", err);
+    free(err);
+    cr_expect_eq(state_parse("{\"step\": 3, \"samples_consumed\": 5, \"config\": {\"model\": {\"n_head\": 0}}}",
+                             &step, &consumed, &cfg, &err),
+                 -1);
+    cr_expect(strstr(err, "ck/state.json") != NULL && strstr(err, "model.n_head") != NULL, "%s", err);
+    free(err);
+    cr_expect_eq(state_parse("{\"step\": 3,", &step, &consumed, &cfg, &err), -1);
+    cr_expect(strstr(err, "not valid JSON") != NULL, "%s", err);
+    free(err);
 }

@@ -1,0 +1,56 @@
+/* state.json of a checkpoint (see ckpt_state.h). */
+#include "src/ckpt_state.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "src/base/err.h"
+#include "src/base/file.h"
+
+#define TWO_POW_53 9007199254740992.0
+
+int tri_ckpt_state_parse(const char *json, const char *name, int *step, uint64_t *consumed,
+                         tri_config *saved) {
+    cJSON *root = cJSON_Parse(json);
+    if (root == NULL) return tri_error("%s: not valid JSON", name);
+    /* the bounds come before the casts: (int)1e10 is undefined */
+    static const struct {
+        const char *key;
+        double max;
+        const char *bound;
+    } keys[2] = {{"step", INT_MAX, "2^31"}, {"samples_consumed", TWO_POW_53 - 1, "2^53"}};
+    double v[2] = {0, 0};
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(root, keys[i].key);
+        double d = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (!(d >= 0 && d <= keys[i].max) || d != floor(d))
+            rc = tri_error("%s: \"%s\" is missing or not an integer in [0, %s)", name, keys[i].key,
+                           keys[i].bound);
+        v[i] = d;
+    }
+    const cJSON *c = rc == 0 ? cJSON_GetObjectItemCaseSensitive(root, "config") : NULL;
+    char *cs = cJSON_IsObject(c) ? cJSON_PrintUnformatted(c) : NULL;
+    if (rc == 0 && cs == NULL) rc = tri_error("%s: no \"config\" object", name);
+    cJSON_Delete(root);
+    if (rc == 0 && tri_config_load_string(saved, cs, name) != 0) rc = -1;
+    free(cs);
+    if (rc != 0) return -1;
+    *step = (int)v[0];
+    *consumed = (uint64_t)v[1];
+    return 0;
+}
+
+int tri_ckpt_state_read(const char *dir, int *step, uint64_t *consumed, tri_config *saved) {
+    char path[TRI_PATH_MAX + 32];
+    if (snprintf(path, sizeof path, "%s/state.json", dir) >= (int)sizeof path)
+        return tri_error("%s/state.json: path too long", dir);
+    char *text = tri_slurp(path, "checkpoint state", (size_t)64 << 20, NULL);
+    if (text == NULL) return -1;
+    int rc = tri_ckpt_state_parse(text, path, step, consumed, saved);
+    free(text);
+    return rc;
+}
