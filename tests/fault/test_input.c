@@ -233,7 +233,7 @@ Test(fifo, launcher_hostfile_is_refused_not_waited_on, .timeout = 60) {
 static char *capped(const char *cmd, int mib) {
 #ifdef TRI_ASAN
     const char *prev = getenv("ASAN_OPTIONS");
-    return fmt("ASAN_OPTIONS='%s%smax_allocation_size_mb=%d:allocator_may_return_null=1' %s", prev ? prev : "",
+    return fmt("env ASAN_OPTIONS='%s%smax_allocation_size_mb=%d:allocator_may_return_null=1' %s", prev ? prev : "",
                prev && *prev ? ":" : "", mib, cmd);
 #else
     return fmt("prlimit --as=%lld %s", (long long)mib << 20, cmd);
