@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The checked build CI runs: everything compiled with clang's AddressSanitizer
-# + UndefinedBehaviorSanitizer (every UB report fatal) in build-asan/, and
-# the whole CTest suite run there.
+# + UndefinedBehaviorSanitizer (every UB report fatal) in build-asan/, the
+# whole CTest suite run there, then a short fuzzing pass over every harness
+# of tests/fuzz (scripts/fuzz.sh, build-fuzz/).
 #
-# usage: scripts/test_sanitize.sh
+# usage: scripts/test_sanitize.sh [FUZZ_SECONDS]   (default 10 s per harness; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fuzz_secs=${1:-10}
+case "$fuzz_secs" in ''|*[!0-9]*) echo "test_sanitize.sh: FUZZ_SECONDS must be a whole number" >&2; exit 2;; esac
 
 ./scripts/install_deps.sh
 ./scripts/prepare_data.sh >/dev/null
@@ -28,4 +31,9 @@ export LSAN_OPTIONS="suppressions=$(pwd)/tests/sanitize/lsan.supp:print_suppress
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 ctest --test-dir build-asan --output-on-failure
 
-echo "test_sanitize.sh: the suite passed under ASan + UBSan"
+if [ "$fuzz_secs" -gt 0 ]; then
+  ./scripts/fuzz.sh "$fuzz_secs"
+  echo "test_sanitize.sh: the suite passed under ASan + UBSan; $fuzz_secs s of fuzzing per harness found nothing"
+else
+  echo "test_sanitize.sh: the suite passed under ASan + UBSan (no fuzzing)"
+fi
