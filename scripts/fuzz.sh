@@ -55,10 +55,15 @@ for h in "${harnesses[@]}"; do
   grep -E '^stat::number_of_executed_units|^#[0-9]+ +DONE' "$log" | tail -n 1 || true
   if [ $rc -ne 0 ]; then
     failed+=("$h")
-    echo "fuzz.sh: fuzz_$h FOUND A BUG (exit $rc); the report:"
-    grep -E 'ERROR|runtime error|FUZZ_ASSERT|SUMMARY|Test unit written' "$log" | head -n 20
+    if grep -q 'Test unit written' "$log"; then
+      echo "fuzz.sh: fuzz_$h found a bug (exit $rc); the report:"
+      grep -E 'ERROR|runtime error|FUZZ_ASSERT|SUMMARY|Test unit written' "$log" | head -n 20
+      echo "   reproduce: $bin <the test unit above>"
+    else
+      echo "fuzz.sh: fuzz_$h did not run (exit $rc):"
+      tail -n 5 "$log"
+    fi
     echo "   full log: $log"
-    echo "   reproduce: $bin <input above>"
   fi
 done
 
