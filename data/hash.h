@@ -27,7 +27,7 @@ static inline uint64_t tri_hash_bytes(const uint8_t *p, size_t n) {
         n -= 8;
     }
     uint64_t v = 0;
-    memcpy(&v, p, n);
+    if (n) memcpy(&v, p, n); /* p may be NULL when n == 0 (an empty file has no mapping) */
     return tri_mix64(h ^ v ^ 0x5851F42D4C957F2Dull);
 }
 
