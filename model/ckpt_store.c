@@ -496,7 +496,7 @@ static int list_steps(const char *root, step_list *L)
         e->has_state = exists_in(path, "state.json");
     }
     closedir(d);
-    if (rc == 0)
+    if (rc == 0 && L->n > 1) /* an empty list has no array: qsort(NULL, ...) is undefined */
         qsort(L->v, L->n, sizeof *L->v, cmp_step_desc);
     return rc;
 }
