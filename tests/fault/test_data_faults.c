@@ -33,7 +33,7 @@
 #include "src/config.h"
 #include "src/preflight.h"
 
-#define LIMITS "prlimit --as=4000000000 --cpu=60"
+#define LIMITS "prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=60"
 
 /* ---- a child process we can signal --------------------------------------- */
 

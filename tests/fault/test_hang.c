@@ -139,8 +139,8 @@ static void job_start(job *j, const char *dir, int world, char *const argv[]) {
     cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
     if (pid == 0) {
         setpgid(0, 0);
-        struct rlimit as = {(rlim_t)4 << 30, (rlim_t)4 << 30}, cpu = {60, 60};
-        setrlimit(RLIMIT_AS, &as);
+        struct rlimit cpu = {60, 60};
+        tt_limit_as((rlim_t)4 << 30);
         setrlimit(RLIMIT_CPU, &cpu);
         int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         int in = open("/dev/null", O_RDONLY);

@@ -220,18 +220,11 @@ Test(fifo, launcher_hostfile_is_refused_not_waited_on, .timeout = 60) {
 
 /* ---- memory proportional to the input ----------------------------------------- */
 
-/* A cap on the child's memory. prlimit --as in a normal build; ASan reserves
- * terabytes of address space for its shadow, so a sanitizer build caps the
- * allocator instead (a bigger malloc returns NULL, as under the rlimit). */
-#if defined(__SANITIZE_ADDRESS__)
-#define TRI_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TRI_ASAN 1
-#endif
-#endif
+/* A cap on the child's memory: prlimit --as in a normal build; in an ASan
+ * build (see TT_PRLIMIT_AS) the allocator's, with a bigger malloc returning
+ * NULL as it would under the rlimit. */
 static char *capped(const char *cmd, int mib) {
-#ifdef TRI_ASAN
+#ifdef TT_ASAN
     const char *prev = getenv("ASAN_OPTIONS");
     return fmt("env ASAN_OPTIONS='%s%smax_allocation_size_mb=%d:allocator_may_return_null=1' %s", prev ? prev : "",
                prev && *prev ? ":" : "", mib, cmd);

@@ -51,7 +51,7 @@ static int train(const char *dir, const char *extra, char **out)
     char ckpt[4200], cmd[12000], full[12400];
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
     train_cmd(cmd, sizeof cmd, dir, ckpt, extra);
-    snprintf(full, sizeof full, "timeout -k 5 %d prlimit --as=" AS_LIMIT " %s", TIME_LIMIT, cmd);
+    snprintf(full, sizeof full, "timeout -k 5 %d prlimit " TT_PRLIMIT_AS(AS_LIMIT) " %s", TIME_LIMIT, cmd);
     return tt_run(full, out);
 }
 
@@ -71,8 +71,7 @@ static pid_t spawn_train(const char *dir, const char *extra, const char *log)
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
             _exit(126);
-        struct rlimit as = {2000000000UL, 2000000000UL};
-        setrlimit(RLIMIT_AS, &as);
+        tt_limit_as(2000000000UL);
         alarm(TIME_LIMIT);
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() == 1)
             _exit(125);
@@ -243,7 +242,7 @@ Test(store_faults, enospc_on_a_small_tmpfs_leaves_no_temp_dir, .timeout = 90)
              "[ \"$(id -u)\" = 0 ] && command -v unshare >/dev/null && "
              "timeout -k 5 80 unshare -m --propagation private sh -c '"
              "mount -t tmpfs -o size=640k tmpfs %s 2>/dev/null || exit 0; echo MOUNTED; "
-             "ulimit -v 2000000; "
+             TT_SH_LIMIT_AS("2000000")
              "%s; echo \"first rc=$?\"; %s; echo \"again rc=$?\"; %s >/dev/null; echo \"eval rc=$?\"; "
              "echo LISTING; ls -a %s'",
              ckpt, first, again, eval, ckpt);
@@ -288,7 +287,7 @@ Test(store_faults, efbig_under_rlimit_fsize_leaves_no_temp_dir, .timeout = 60)
     train_cmd(cmd, sizeof cmd, dir, ckpt, "--set train.steps=2 --set checkpoint.every=1");
     /* model.safetensors of the tiny model is 139 KB, metrics.jsonl far below 64 KiB */
     snprintf(full, sizeof full,
-             "trap '' XFSZ; exec timeout -k 5 %d prlimit --fsize=65536 --as=" AS_LIMIT " %s", TIME_LIMIT, cmd);
+             "trap '' XFSZ; exec timeout -k 5 %d prlimit --fsize=65536 " TT_PRLIMIT_AS(AS_LIMIT) " %s", TIME_LIMIT, cmd);
     int rc = tt_run(full, &out);
     cr_expect_eq(rc, 1, "%s", out);
     cr_expect_not_null(strstr(out, "File too large"), "%s", out);
@@ -452,7 +451,7 @@ Test(store_faults, a_bad_checkpoint_dir_is_refused_before_training, .timeout = 6
     const char *why[] = {"empty", "afile is a file"};
     for (int i = 0; i < 2; i++) {
         train_cmd(cmd, sizeof cmd, dir, bad[i], "--set train.steps=3");
-        snprintf(full, sizeof full, "timeout -k 5 %d prlimit --as=" AS_LIMIT " %s", TIME_LIMIT, cmd);
+        snprintf(full, sizeof full, "timeout -k 5 %d prlimit " TT_PRLIMIT_AS(AS_LIMIT) " %s", TIME_LIMIT, cmd);
         int rc = tt_run(full, &out);
         cr_expect_eq(rc, 2, "checkpoint.dir=\"%s\": %s", bad[i], out);
         expect_one_error_line(out, "checkpoint.dir", why[i], NULL);

@@ -7,6 +7,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+void tt_limit_as(rlim_t bytes) {
+#ifndef TT_ASAN
+    struct rlimit as = {bytes, bytes};
+    setrlimit(RLIMIT_AS, &as);
+#else
+    (void)bytes;
+#endif
+}
+
 char *tt_mkdtemp(void) {
     char *t = strdup("/tmp/trident-test-XXXXXX");
     if (!mkdtemp(t)) {

@@ -5,6 +5,29 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
+
+/* Address-space caps on a test's children. A normal build caps them with
+ * RLIMIT_AS. An ASan build (scripts/test_sanitize.sh) reserves terabytes of
+ * address space for its shadow memory and cannot even start under such a
+ * limit; there the cap is ASan's own instead (no allocation above 4 GiB,
+ * tests/sanitize/sanitizer_options.c), and these leave RLIMIT_AS alone. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TT_ASAN 1
+#endif
+#endif
+#ifdef TT_ASAN
+#define TT_PRLIMIT_AS(bytes) "" /* prlimit option for `bytes` of address space */
+#define TT_SH_LIMIT_AS(kib) ""  /* shell command for `kib` KiB of address space */
+#else
+#define TT_PRLIMIT_AS(bytes) "--as=" bytes
+#define TT_SH_LIMIT_AS(kib) "ulimit -v " kib "; "
+#endif
+/* setrlimit(RLIMIT_AS) to bytes (soft and hard), except in an ASan build. */
+void tt_limit_as(rlim_t bytes);
 
 /* A fresh directory under /tmp (malloc'd path). */
 char *tt_mkdtemp(void);
