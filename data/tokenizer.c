@@ -6,6 +6,7 @@
 #include "data/bytemap.h"
 #include "data/hash.h"
 #include "src/base/file.h"
+#include "src/base/err.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -629,7 +630,7 @@ tri_tokcache *tri_tokcache_new(void) {
     tri_tokcache *c = calloc(1, sizeof *c);
     if (!c || tri_bmap_init(&c->map, 1u << 12)) {
         free(c);
-        fprintf(stderr, "trident: tokenizer: out of memory for the encode cache\n");
+        tri_error("tokenizer: out of memory for the encode cache");
         return NULL;
     }
     return c;
@@ -707,7 +708,7 @@ int tri_tokenizer_encode_append(const tri_tokenizer *tk, tri_tokcache *cache, co
     }
     return 0;
 oom:
-    fprintf(stderr, "trident: tokenizer: out of memory while encoding %zu bytes\n", len);
+    tri_error("tokenizer: out of memory while encoding %zu bytes", len);
     return -1;
 }
 
@@ -732,7 +733,7 @@ size_t tri_tokenizer_decode(const tri_tokenizer *tk, const int32_t *ids, size_t 
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= tk->vocab_size || !(tk->flags[id] & TRI_TOK_PRESENT)) {
-            fprintf(stderr, "trident: token id %ld at position %zu is not in the vocabulary (size %d)\n", (long)id, i,
+            tri_error("token id %ld at position %zu is not in the vocabulary (size %d)", (long)id, i,
                     tk->vocab_size);
             return SIZE_MAX;
         }
@@ -740,7 +741,7 @@ size_t tri_tokenizer_decode(const tri_tokenizer *tk, const int32_t *ids, size_t 
     }
     char *out = malloc(total + 1);
     if (!out) {
-        fprintf(stderr, "trident: tokenizer: out of memory decoding %zu tokens\n", n);
+        tri_error("tokenizer: out of memory decoding %zu tokens", n);
         return SIZE_MAX;
     }
     size_t k = 0;
@@ -945,9 +946,8 @@ static size_t json_count(const cJSON *x) {
 /* An id the file cannot fill without a gap; `where` names the entry. */
 static int id_leaves_gap(const loader *L, int id, const char *where) {
     if ((size_t)id < L->id_limit) return 0;
-    fprintf(stderr,
-            "trident: %s: %s: id %d leaves a gap: the file has %zu token entries, so its ids must be 0 .. %zu "
-            "without gaps\n",
+    tri_error("%s: %s: id %d leaves a gap: the file has %zu token entries, so its ids must be 0 .. %zu "
+            "without gaps",
             L->file, where, id, L->id_limit, L->id_limit ? L->id_limit - 1 : 0);
     return 1;
 }
@@ -955,7 +955,7 @@ static int id_leaves_gap(const loader *L, int id, const char *where) {
 /* Reads the vocab object (string -> id); `what` names it in messages. */
 static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
     if (!cJSON_IsObject(vocab)) {
-        fprintf(stderr, "trident: %s: %s is not a JSON object\n", L->file, what);
+        tri_error("%s: %s is not a JSON object", L->file, what);
         return -1;
     }
     uint8_t *tmp = NULL;
@@ -964,7 +964,7 @@ static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
         const char *s = e->string;
         if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= MAX_VOCAB ||
             e->valuedouble != (double)(int)e->valuedouble) {
-            fprintf(stderr, "trident: %s: %s[\"%s\"]: expected an integer id in [0, 2^30)\n", L->file, what, s);
+            tri_error("%s: %s[\"%s\"]: expected an integer id in [0, 2^30)", L->file, what, s);
             goto fail;
         }
         int id = (int)e->valuedouble;
@@ -981,7 +981,7 @@ static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
         if (loader_grow(L, id)) goto oom;
         ltok *t = &L->tok[id];
         if (t->present && !t->added) {
-            fprintf(stderr, "trident: %s: %s[\"%s\"]: id %d is already used by another token\n", L->file, what, s, id);
+            tri_error("%s: %s[\"%s\"]: id %d is already used by another token", L->file, what, s, id);
             goto fail;
         }
         long nb = bytelevel_decode(s, sl, tmp);
@@ -991,19 +991,18 @@ static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
             const uint8_t *c = L->pool + t->off;
             if ((t->len == sl && memcmp(c, s, sl) == 0) || (nb >= 0 && (size_t)nb == t->len && memcmp(c, tmp, t->len) == 0))
                 continue;
-            fprintf(stderr, "trident: %s: %s[\"%s\"]: id %d clashes with added_tokens \"%.*s\", which has the same id\n",
+            tri_error("%s: %s[\"%s\"]: id %d clashes with added_tokens \"%.*s\", which has the same id",
                     L->file, what, s, id, (int)(t->len > 60 ? 60 : t->len), (const char *)c);
             goto fail;
         }
         if (nb < 0) {
-            fprintf(stderr,
-                    "trident: %s: %s[\"%s\"] (id %d): not a byte-level token (a character outside GPT-2's 256 "
-                    "byte characters)\n",
+            tri_error("%s: %s[\"%s\"] (id %d): not a byte-level token (a character outside GPT-2's 256 "
+                    "byte characters)",
                     L->file, what, s, id);
             goto fail;
         }
         if (nb == 0) {
-            fprintf(stderr, "trident: %s: %s: the empty string is not a token\n", L->file, what);
+            tri_error("%s: %s: the empty string is not a token", L->file, what);
             goto fail;
         }
         t->present = 1;
@@ -1025,7 +1024,7 @@ fail:
 static int load_added(loader *L, const cJSON *added) {
     if (!added || cJSON_IsNull(added)) return 0;
     if (!cJSON_IsArray(added)) {
-        fprintf(stderr, "trident: %s: added_tokens is not an array\n", L->file);
+        tri_error("%s: added_tokens is not an array", L->file);
         return -1;
     }
     int k = 0;
@@ -1035,7 +1034,7 @@ static int load_added(loader *L, const cJSON *added) {
         const cJSON *special = cJSON_GetObjectItemCaseSensitive(e, "special");
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= MAX_VOCAB ||
             id->valuedouble != (double)(int)id->valuedouble || !cJSON_IsString(content) || !content->valuestring[0]) {
-            fprintf(stderr, "trident: %s: added_tokens[%d]: expected an integer \"id\" and a non-empty \"content\"\n",
+            tri_error("%s: added_tokens[%d]: expected an integer \"id\" and a non-empty \"content\"",
                     L->file, k);
             return -1;
         }
@@ -1046,7 +1045,7 @@ static int load_added(loader *L, const cJSON *added) {
         if (loader_grow(L, i)) goto oom;
         ltok *t = &L->tok[i];
         if (t->present) {
-            fprintf(stderr, "trident: %s: added_tokens[%d]: id %d appears twice\n", L->file, k, i);
+            tri_error("%s: added_tokens[%d]: id %d appears twice", L->file, k, i);
             return -1;
         }
         t->present = t->added = 1;
@@ -1057,7 +1056,7 @@ static int load_added(loader *L, const cJSON *added) {
     }
     return 0;
 oom:
-    fprintf(stderr, "trident: %s: out of memory\n", L->file);
+    tri_error("%s: out of memory", L->file);
     return -1;
 }
 
@@ -1074,7 +1073,7 @@ static int add_merge(loader *L, tri_tokenizer *tk, const char *a, size_t la, con
                      const char *where, int32_t **merges, size_t *cap) {
     uint8_t *tmp = malloc(la + lb + 1);
     if (!tmp) {
-        fprintf(stderr, "trident: %s: out of memory\n", L->file);
+        tri_error("%s: out of memory", L->file);
         return -1;
     }
     int ia = lookup_str(L, a, la, tmp), ib = lookup_str(L, b, lb, tmp);
@@ -1090,7 +1089,7 @@ static int add_merge(loader *L, tri_tokenizer *tk, const char *a, size_t la, con
     int64_t *v = tri_bmap_find(&L->by_bytes, tmp, na + nb, tri_bmap_hash(tmp, na + nb));
     free(tmp);
     if (!v) {
-        fprintf(stderr, "trident: %s: %s: the merged token \"%.*s%.*s\" is not in the vocab\n", L->file, where,
+        tri_error("%s: %s: the merged token \"%.*s%.*s\" is not in the vocab", L->file, where,
                 (int)la, a, (int)lb, b);
         return -1;
     }
@@ -1098,7 +1097,7 @@ static int add_merge(loader *L, tri_tokenizer *tk, const char *a, size_t la, con
         size_t nc = *cap ? *cap * 2 : 1024;
         int32_t *nm = tk->n_merges < MAX_VOCAB ? realloc(*merges, 3 * nc * sizeof *nm) : NULL;
         if (!nm) {
-            fprintf(stderr, "trident: %s: out of memory for %d merges\n", L->file, tk->n_merges);
+            tri_error("%s: out of memory for %d merges", L->file, tk->n_merges);
             return -1;
         }
         *merges = nm;
@@ -1119,7 +1118,7 @@ static int loader_finish(loader *L, tri_tokenizer *tk) {
         if (L->tok[i].present) n = i + 1;
     for (int i = 0; i < n; i++)
         if (!L->tok[i].present) {
-            fprintf(stderr, "trident: %s: no token has id %d, but ids go up to %d: ids must be 0 .. N-1 without gaps\n",
+            tri_error("%s: no token has id %d, but ids go up to %d: ids must be 0 .. N-1 without gaps",
                     L->file, i, n - 1);
             return -1;
         }
@@ -1129,7 +1128,7 @@ static int loader_finish(loader *L, tri_tokenizer *tk) {
     tk->tok_off = malloc(((size_t)n + 1) * sizeof *tk->tok_off);
     tk->tok_bytes = malloc(L->pool_len + 1);
     if (!tk->flags || !tk->tok_off || !tk->tok_bytes) {
-        fprintf(stderr, "trident: %s: out of memory\n", L->file);
+        tri_error("%s: out of memory", L->file);
         return -1;
     }
     for (int b = 0; b < 256; b++) tk->byte_id[b] = -1;
@@ -1154,12 +1153,12 @@ static int loader_finish(loader *L, tri_tokenizer *tk) {
             uint32_t cp = tri_tokenizer_byte_char((uint8_t)b);
             char u[4];
             size_t ul = put_utf8(u, cp);
-            fprintf(stderr, "trident: %s: the vocab has no token for byte 0x%02X (\"%.*s\"); a byte-level BPE vocab "
-                    "needs all 256\n", L->file, b, (int)ul, u);
+            tri_error("%s: the vocab has no token for byte 0x%02X (\"%.*s\"); a byte-level BPE vocab "
+                    "needs all 256", L->file, b, (int)ul, u);
             return -1;
         }
     if (build_pair_table(tk)) {
-        fprintf(stderr, "trident: %s: out of memory\n", L->file);
+        tri_error("%s: out of memory", L->file);
         return -1;
     }
     return 0;
@@ -1169,7 +1168,7 @@ static int check_type(const char *file, const cJSON *obj, const char *what, cons
     if (!obj || cJSON_IsNull(obj)) return 0;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, "type");
     if (!cJSON_IsString(t) || strcmp(t->valuestring, want) != 0) {
-        fprintf(stderr, "trident: %s: %s.type is %s%s%s; only %s is supported\n", file, what,
+        tri_error("%s: %s.type is %s%s%s; only %s is supported", file, what,
                 cJSON_IsString(t) ? "\"" : "", cJSON_IsString(t) ? t->valuestring : "missing",
                 cJSON_IsString(t) ? "\"" : "", want);
         return -1;
@@ -1196,35 +1195,35 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
     char where[64];
     if (tri_bmap_init(&L.by_bytes, 1 << 16)) goto oom;
     if (!cJSON_IsObject(root)) {
-        fprintf(stderr, "trident: %s: the top level is not a JSON object\n", path);
+        tri_error("%s: the top level is not a JSON object", path);
         goto fail;
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!cJSON_IsObject(model)) {
-        fprintf(stderr, "trident: %s: no \"model\" object (not a tokenizer.json?)\n", path);
+        tri_error("%s: no \"model\" object (not a tokenizer.json?)", path);
         goto fail;
     }
     const cJSON *mtype = cJSON_GetObjectItemCaseSensitive(model, "type");
     if (mtype && !(cJSON_IsString(mtype) && strcmp(mtype->valuestring, "BPE") == 0)) {
-        fprintf(stderr, "trident: %s: model.type is %s%s%s; only \"BPE\" is supported\n", path,
+        tri_error("%s: model.type is %s%s%s; only \"BPE\" is supported", path,
                 cJSON_IsString(mtype) ? "\"" : "", cJSON_IsString(mtype) ? mtype->valuestring : "not a string",
                 cJSON_IsString(mtype) ? "\"" : "");
         goto fail;
     }
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (norm && !cJSON_IsNull(norm)) {
-        fprintf(stderr, "trident: %s: normalizer: only null is supported (the GPT-2 scheme has none)\n", path);
+        tri_error("%s: normalizer: only null is supported (the GPT-2 scheme has none)", path);
         goto fail;
     }
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     if (check_type(path, pre, "pre_tokenizer", "ByteLevel")) goto fail;
     if (pre && !cJSON_IsNull(pre)) {
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space"))) {
-            fprintf(stderr, "trident: %s: pre_tokenizer.add_prefix_space: only false is supported\n", path);
+            tri_error("%s: pre_tokenizer.add_prefix_space: only false is supported", path);
             goto fail;
         }
         if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pre, "use_regex"))) {
-            fprintf(stderr, "trident: %s: pre_tokenizer.use_regex: only true (the GPT-2 pattern) is supported\n", path);
+            tri_error("%s: pre_tokenizer.use_regex: only true (the GPT-2 pattern) is supported", path);
             goto fail;
         }
     }
@@ -1232,12 +1231,12 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
     for (int i = 0; i < 2; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, k_empty_keys[i]);
         if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !v->valuestring[0])) {
-            fprintf(stderr, "trident: %s: model.%s: only null or \"\" is supported\n", path, k_empty_keys[i]);
+            tri_error("%s: model.%s: only null or \"\" is supported", path, k_empty_keys[i]);
             goto fail;
         }
     }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"))) {
-        fprintf(stderr, "trident: %s: model.ignore_merges: only false is supported\n", path);
+        tri_error("%s: model.ignore_merges: only false is supported", path);
         goto fail;
     }
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
@@ -1247,7 +1246,7 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
     if (load_vocab(&L, vocab, "model.vocab")) goto fail;
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(model, "merges");
     if (!cJSON_IsArray(ms)) {
-        fprintf(stderr, "trident: %s: model.merges is missing or not an array\n", path);
+        tri_error("%s: model.merges is missing or not an array", path);
         goto fail;
     }
     int k = 0;
@@ -1256,7 +1255,7 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
         if (cJSON_IsString(e)) {
             const char *s = e->valuestring, *sp = strchr(s, ' ');
             if (!sp || sp == s || !sp[1] || strchr(sp + 1, ' ')) {
-                fprintf(stderr, "trident: %s: %s: \"%s\" is not two tokens separated by one space\n", path, where, s);
+                tri_error("%s: %s: \"%s\" is not two tokens separated by one space", path, where, s);
                 goto fail;
             }
             if (add_merge(&L, tk, s, (size_t)(sp - s), sp + 1, strlen(sp + 1), where, &merges, &mcap)) goto fail;
@@ -1265,7 +1264,7 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
             const char *a = e->child->valuestring, *b = e->child->next->valuestring;
             if (add_merge(&L, tk, a, strlen(a), b, strlen(b), where, &merges, &mcap)) goto fail;
         } else {
-            fprintf(stderr, "trident: %s: %s: expected \"a b\" or [\"a\", \"b\"]\n", path, where);
+            tri_error("%s: %s: expected \"a b\" or [\"a\", \"b\"]", path, where);
             goto fail;
         }
     }
@@ -1301,11 +1300,11 @@ static int load_gpt2_files(tri_tokenizer *tk, const char *vocab_path, const char
     root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
         size_t off = end && end >= text ? (size_t)(end - text) : 0;
-        fprintf(stderr, "trident: %s: not valid JSON (near byte %zu)\n", vocab_path, off);
+        tri_error("%s: not valid JSON (near byte %zu)", vocab_path, off);
         goto fail;
     }
     if (tri_bmap_init(&L.by_bytes, 1 << 16)) {
-        fprintf(stderr, "trident: %s: out of memory\n", vocab_path);
+        tri_error("%s: out of memory", vocab_path);
         goto fail;
     }
     L.id_limit = json_count(root);
@@ -1322,7 +1321,7 @@ static int load_gpt2_files(tri_tokenizer *tk, const char *vocab_path, const char
         char *sp = memchr(s, ' ', ll);
         snprintf(where, sizeof where, "line %d", line);
         if (!sp || sp == s || sp + 1 == s + ll || memchr(sp + 1, ' ', (size_t)(s + ll - sp - 1))) {
-            fprintf(stderr, "trident: %s: line %d: \"%.*s\" is not two tokens separated by one space\n", merges_path,
+            tri_error("%s: line %d: \"%.*s\" is not two tokens separated by one space", merges_path,
                     line, (int)ll, s);
             goto fail;
         }
@@ -1363,7 +1362,7 @@ int tri_tokenizer_load(tri_tokenizer *tk, const char *path) {
     char v[2048], m[2048];
     size_t pl = strlen(path);
     if (pl + 16 > sizeof v) {
-        fprintf(stderr, "trident: %s: path too long\n", path);
+        tri_error("%s: path too long", path);
         return -1;
     }
     if (is_dir(path)) {
@@ -1381,7 +1380,7 @@ int tri_tokenizer_load(tri_tokenizer *tk, const char *path) {
     snprintf(v, sizeof v, "%svocab.json", path);
     snprintf(m, sizeof m, "%smerges.txt", path);
     if (exists(v)) return load_gpt2_files(tk, v, m);
-    fprintf(stderr, "trident: %s: no such tokenizer file (nor %s + %s)\n", path, v, m);
+    tri_error("%s: no such tokenizer file (nor %s + %s)", path, v, m);
     return -1;
 }
 
@@ -1416,12 +1415,12 @@ static void tok_str(FILE *f, const tri_tokenizer *tk, int id) {
 int tri_tokenizer_save(const tri_tokenizer *tk, const char *path) {
     char tmp[2048];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        fprintf(stderr, "trident: %s: path too long\n", path);
+        tri_error("%s: path too long", path);
         return -1;
     }
     FILE *f = fopen(tmp, "wb");
     if (!f) {
-        fprintf(stderr, "trident: %s: cannot create: %s\n", tmp, strerror(errno));
+        tri_error("%s: cannot create: %s", tmp, strerror(errno));
         return -1;
     }
     fputs("{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [", f);
@@ -1500,7 +1499,7 @@ int tri_textfile_open(tri_textfile *tf, const char *path) {
     snprintf(tf->path, sizeof tf->path, "%s", path);
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fprintf(stderr, "trident: %s: cannot open: %s\n", path, strerror(errno));
+        tri_error("%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     if (!ends_with(path, ".xz")) {
@@ -1510,7 +1509,7 @@ int tri_textfile_open(tri_textfile *tf, const char *path) {
     fclose(f);
     int fd[2];
     if (pipe(fd) != 0) {
-        fprintf(stderr, "trident: %s: pipe: %s\n", path, strerror(errno));
+        tri_error("%s: pipe: %s", path, strerror(errno));
         return -1;
     }
     posix_spawn_file_actions_t fa;
@@ -1527,7 +1526,7 @@ int tri_textfile_open(tri_textfile *tf, const char *path) {
     close(fd[1]);
     if (rc != 0) {
         close(fd[0]);
-        fprintf(stderr, "trident: %s: cannot run xz to decompress it: %s\n", path, strerror(rc));
+        tri_error("%s: cannot run xz to decompress it: %s", path, strerror(rc));
         return -1;
     }
     tf->f = fdopen(fd[0], "rb");
@@ -1535,7 +1534,7 @@ int tri_textfile_open(tri_textfile *tf, const char *path) {
     if (!tf->f) {
         close(fd[0]);
         tri_textfile_close(tf);
-        fprintf(stderr, "trident: %s: fdopen: %s\n", path, strerror(errno));
+        tri_error("%s: fdopen: %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -1544,7 +1543,7 @@ int tri_textfile_open(tri_textfile *tf, const char *path) {
 size_t tri_textfile_read(tri_textfile *tf, void *buf, size_t n) {
     size_t got = fread(buf, 1, n, tf->f);
     if (got < n && ferror(tf->f)) {
-        fprintf(stderr, "trident: %s: read error: %s\n", tf->path, strerror(errno));
+        tri_error("%s: read error: %s", tf->path, strerror(errno));
         return SIZE_MAX;
     }
     return got;
@@ -1564,7 +1563,7 @@ int tri_textfile_close(tri_textfile *tf) {
             }
         }
         if (st != 0) {
-            fprintf(stderr, "trident: %s: xz -dc failed (%s %d)\n", tf->path,
+            tri_error("%s: xz -dc failed (%s %d)", tf->path,
                     WIFEXITED(st) ? "exit code" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
             rc = -1;
         }
@@ -1580,7 +1579,7 @@ int tri_textblocks_open(tri_textblocks *b, const char *path, size_t block, int b
     b->cap = b->block;
     b->buf = malloc(b->cap);
     if (!b->buf) {
-        fprintf(stderr, "trident: %s: out of memory for a %zu-byte block\n", path, b->cap);
+        tri_error("%s: out of memory for a %zu-byte block", path, b->cap);
         return -1;
     }
     if (tri_textfile_open(&b->tf, path)) {
@@ -1602,7 +1601,7 @@ int tri_textblocks_next(tri_textblocks *b, const char **text, size_t *n) {
             if (want > b->cap) {
                 char *nb = realloc(b->buf, want);
                 if (!nb) {
-                    fprintf(stderr, "trident: %s: out of memory for a %zu-byte block\n", b->tf.path, want);
+                    tri_error("%s: out of memory for a %zu-byte block", b->tf.path, want);
                     return -1;
                 }
                 b->buf = nb;

@@ -143,7 +143,7 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
                         const tri_optim *o, const tri_dist *d, which_buf which) {
     int fd = open(path, O_WRONLY);
     if (fd < 0) {
-        fprintf(stderr, "trident: rank %d: %s: cannot open for writing: %s\n", d->mesh.rank, path, strerror(errno));
+        tri_error("rank %d: %s: cannot open for writing: %s", d->mesh.rank, path, strerror(errno));
         return -1;
     }
     float *host = staging_alloc(g);
@@ -170,7 +170,7 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
     }
     free(host);
     if (close(fd) != 0 && rc == 0) {
-        fprintf(stderr, "trident: %s: close: %s\n", path, strerror(errno));
+        tri_error("%s: close: %s", path, strerror(errno));
         rc = -1;
     }
     return rc;
@@ -333,7 +333,7 @@ char *tri_hf_config_json(const tri_model_cfg *cfg) {
 int tri_hf_config_parse(const char *json, const char *name, tri_model_cfg *cfg) {
     cJSON *c = cJSON_Parse(json);
     if (!c) {
-        fprintf(stderr, "trident: %s: not valid JSON\n", name);
+        tri_error("%s: not valid JSON", name);
         return -1;
     }
     struct { const char *key; int *dst; } keys[] = {
@@ -349,7 +349,7 @@ int tri_hf_config_parse(const char *json, const char *name, tri_model_cfg *cfg) 
             char got[64];
             if (cJSON_IsNumber(v)) snprintf(got, sizeof got, "%.17g", x);
             else snprintf(got, sizeof got, "%s", v ? "not a number" : "missing");
-            fprintf(stderr, "trident: %s: %s: expected a positive integer below 2^31, got %s\n", name,
+            tri_error("%s: %s: expected a positive integer below 2^31, got %s", name,
                     keys[i].key, got);
             rc = -1;
             break;

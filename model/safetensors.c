@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "src/base/file.h"
+#include "src/base/err.h"
 
 #define ELEM ((size_t)sizeof(float)) /* F32 */
 #define METADATA_KEY "__metadata__"
@@ -153,14 +154,14 @@ static int push_entry(tri_st_layout *L, const char *name, int ndim, const size_t
                       size_t rows, size_t cols, uint64_t begin, uint64_t end)
 {
     if (L->n >= (size_t)INT32_MAX) {
-        fprintf(stderr, "trident: safetensors layout: too many tensors\n");
+        tri_error("safetensors layout: too many tensors");
         return -1;
     }
     if (L->n == L->cap) {
         size_t cap = L->cap ? 2 * L->cap : 64;
         tri_st_entry *e = realloc(L->entries, cap * sizeof *e);
         if (!e) {
-            fprintf(stderr, "trident: safetensors layout: out of memory at tensor %s\n", name);
+            tri_error("safetensors layout: out of memory at tensor %s", name);
             return -1;
         }
         L->entries = e;
@@ -170,7 +171,7 @@ static int push_entry(tri_st_layout *L, const char *name, int ndim, const size_t
     memset(e, 0, sizeof *e);
     e->name = strdup(name);
     if (!e->name) {
-        fprintf(stderr, "trident: safetensors layout: out of memory at tensor %s\n", name);
+        tri_error("safetensors layout: out of memory at tensor %s", name);
         return -1;
     }
     e->ndim = ndim;
@@ -186,17 +187,17 @@ static int push_entry(tri_st_layout *L, const char *name, int ndim, const size_t
 int tri_st_layout_add(tri_st_layout *L, const char *name, int ndim, const size_t *shape)
 {
     if (!name || !name[0] || strcmp(name, METADATA_KEY) == 0) {
-        fprintf(stderr, "trident: safetensors layout: invalid tensor name \"%s\"\n",
+        tri_error("safetensors layout: invalid tensor name \"%s\"",
                 name ? name : "(null)");
         return -1;
     }
     if (ndim < 0 || ndim > TRI_ST_MAX_DIM || (ndim > 0 && !shape)) {
-        fprintf(stderr, "trident: safetensors layout: tensor %s: ndim %d not in 0..%d\n",
+        tri_error("safetensors layout: tensor %s: ndim %d not in 0..%d",
                 name, ndim, TRI_ST_MAX_DIM);
         return -1;
     }
     if (tri_st_layout_find(L, name) >= 0) {
-        fprintf(stderr, "trident: safetensors layout: tensor %s added twice\n", name);
+        tri_error("safetensors layout: tensor %s added twice", name);
         return -1;
     }
     size_t rows, cols;
@@ -204,7 +205,7 @@ int tri_st_layout_add(tri_st_layout *L, const char *name, int ndim, const size_t
     char sh[256];
     if (shape_bytes(ndim, shape, &rows, &cols, &bytes) != 0 ||
         bytes > UINT64_MAX - L->data_bytes) {
-        fprintf(stderr, "trident: safetensors layout: tensor %s: shape %s is too large\n",
+        tri_error("safetensors layout: tensor %s: shape %s is too large",
                 name, fmt_shape(sh, sizeof sh, ndim, shape));
         return -1;
     }
@@ -323,7 +324,7 @@ static char *build_header(const char *path, const tri_st_layout *L, const char *
         cJSON_Delete(m);
         if (!txt) {
             free(s.p);
-            fprintf(stderr, "trident: %s: out of memory printing metadata\n", path);
+            tri_error("%s: out of memory printing metadata", path);
             return NULL;
         }
         sb_puts(&s, "\"" METADATA_KEY "\":");
@@ -363,7 +364,7 @@ int tri_st_create(const char *path, const tri_st_layout *L, const char *metadata
     unsigned char *buf = malloc(8 + n);
     if (!buf) {
         free(hdr);
-        fprintf(stderr, "trident: %s: out of memory (header of %zu bytes)\n", path, n);
+        tri_error("%s: out of memory (header of %zu bytes)", path, n);
         return -1;
     }
     put_le64(buf, (uint64_t)n);
@@ -380,7 +381,7 @@ int tri_st_create(const char *path, const tri_st_layout *L, const char *metadata
     int err = 0, rc = 0;
     uint64_t total = 8 + (uint64_t)n + L->data_bytes;
     if (pwrite_all(fd, buf, 8 + n, 0, &err) != 0) {
-        fprintf(stderr, "trident: %s: writing the header (%zu bytes): %s\n", path, 8 + n,
+        tri_error("%s: writing the header (%zu bytes): %s", path, 8 + n,
                 strerror(err));
         rc = -1;
     } else if (ftruncate(fd, (off_t)total) != 0) {
@@ -390,7 +391,7 @@ int tri_st_create(const char *path, const tri_st_layout *L, const char *metadata
     }
     free(buf);
     if (close(fd) != 0 && rc == 0) {
-        fprintf(stderr, "trident: %s: close: %s\n", path, strerror(errno));
+        tri_error("%s: close: %s", path, strerror(errno));
         rc = -1;
     }
     return rc;
@@ -433,7 +434,7 @@ static int prepare(io_ctx *c, int fd, const tri_st_layout *L, int entry,
     c->writing = writing;
     fd_name(fd, c->name, sizeof c->name);
     if (!L || !p || entry < 0 || (size_t)entry >= L->n) {
-        fprintf(stderr, "trident: %s: tensor index %d out of range (layout has %zu)\n", c->name,
+        tri_error("%s: tensor index %d out of range (layout has %zu)", c->name,
                 entry, L ? L->n : (size_t)0);
         return -1;
     }
@@ -441,9 +442,8 @@ static int prepare(io_ctx *c, int fd, const tri_st_layout *L, int entry,
     c->e = e;
     if (p->r0 > e->rows || p->nr > e->rows - p->r0 || p->c0 > e->cols ||
         p->nc > e->cols - p->c0) {
-        fprintf(stderr,
-                "trident: %s: tensor %s [%zu, %zu]: piece rows [%zu, +%zu) cols [%zu, +%zu) "
-                "out of range\n",
+        tri_error("%s: tensor %s [%zu, %zu]: piece rows [%zu, +%zu) cols [%zu, +%zu) "
+                "out of range",
                 c->name, e->name, e->rows, e->cols, p->r0, p->nr, p->c0, p->nc);
         return -1;
     }
@@ -451,7 +451,7 @@ static int prepare(io_ctx *c, int fd, const tri_st_layout *L, int entry,
         return 1; /* nothing to move */
     size_t need = p->transposed ? p->nr : p->nc;
     if (!p->buf || p->ld < need) {
-        fprintf(stderr, "trident: %s: tensor %s: piece buffer %s (ld %zu, need >= %zu)\n",
+        tri_error("%s: tensor %s: piece buffer %s (ld %zu, need >= %zu)",
                 c->name, e->name, p->buf ? "too narrow" : "is NULL", p->ld, need);
         return -1;
     }
@@ -460,7 +460,7 @@ static int prepare(io_ctx *c, int fd, const tri_st_layout *L, int entry,
      * When the fd is readable, the header's own length field must agree. */
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        fprintf(stderr, "trident: %s: tensor %s: stat: %s\n", c->name, e->name,
+        tri_error("%s: tensor %s: stat: %s", c->name, e->name,
                 strerror(errno));
         return -1;
     }
@@ -486,7 +486,7 @@ static int prepare(io_ctx *c, int fd, const tri_st_layout *L, int entry,
             return -1;
         }
     } else if (err != EBADF) {
-        fprintf(stderr, "trident: %s: tensor %s: reading the header length: %s\n", c->name,
+        tri_error("%s: tensor %s: reading the header length: %s", c->name,
                 e->name, err ? strerror(err) : "unexpected end of file");
         return -1;
     }
@@ -541,7 +541,7 @@ static int do_piece(int fd, const tri_st_layout *L, int entry, const tri_st_piec
                 k = nr;
             float *stage = malloc(k * nc * ELEM);
             if (!stage) {
-                fprintf(stderr, "trident: %s: tensor %s: out of memory (staging)\n", c.name,
+                tri_error("%s: tensor %s: out of memory (staging)", c.name,
                         e->name);
                 return -1;
             }
@@ -572,7 +572,7 @@ static int do_piece(int fd, const tri_st_layout *L, int entry, const tri_st_piec
         k = nr;
     float *stage = malloc(k * m * ELEM);
     if (!stage) {
-        fprintf(stderr, "trident: %s: tensor %s: out of memory (staging)\n", c.name, e->name);
+        tri_error("%s: tensor %s: out of memory (staging)", c.name, e->name);
         return -1;
     }
     int rc = 0;
@@ -633,18 +633,18 @@ static int parse_tensor(tri_st_file *f, const cJSON *it, uint64_t data_len)
     const char *path = f->path, *name = it->string;
     char sh[256];
     if (!cJSON_IsObject(it)) {
-        fprintf(stderr, "trident: %s: tensor %s: expected an object\n", path, name);
+        tri_error("%s: tensor %s: expected an object", path, name);
         return -1;
     }
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
     const cJSON *shp = cJSON_GetObjectItemCaseSensitive(it, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
     if (!cJSON_IsString(dt)) {
-        fprintf(stderr, "trident: %s: tensor %s: missing \"dtype\" string\n", path, name);
+        tri_error("%s: tensor %s: missing \"dtype\" string", path, name);
         return -1;
     }
     if (strcmp(dt->valuestring, "F32") != 0) {
-        fprintf(stderr, "trident: %s: tensor %s has dtype %s; only F32 is supported\n", path,
+        tri_error("%s: tensor %s has dtype %s; only F32 is supported", path,
                 name, dt->valuestring);
         return -1;
     }
@@ -658,9 +658,8 @@ static int parse_tensor(tri_st_file *f, const cJSON *it, uint64_t data_len)
             shape[d] = (size_t)v;
     }
     if (!ok) {
-        fprintf(stderr,
-                "trident: %s: tensor %s: \"shape\" must be an array of at most %d "
-                "non-negative integers\n",
+        tri_error("%s: tensor %s: \"shape\" must be an array of at most %d "
+                "non-negative integers",
                 path, name, TRI_ST_MAX_DIM);
         return -1;
     }
@@ -668,16 +667,15 @@ static int parse_tensor(tri_st_file *f, const cJSON *it, uint64_t data_len)
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
         json_uint(cJSON_GetArrayItem(offs, 0), &begin) != 0 ||
         json_uint(cJSON_GetArrayItem(offs, 1), &end) != 0 || begin > end) {
-        fprintf(stderr,
-                "trident: %s: tensor %s: \"data_offsets\" must be [begin, end] with "
-                "0 <= begin <= end\n",
+        tri_error("%s: tensor %s: \"data_offsets\" must be [begin, end] with "
+                "0 <= begin <= end",
                 path, name);
         return -1;
     }
     size_t rows, cols;
     uint64_t bytes;
     if (shape_bytes(ndim, shape, &rows, &cols, &bytes) != 0) {
-        fprintf(stderr, "trident: %s: tensor %s: shape %s is too large\n", path, name,
+        tri_error("%s: tensor %s: shape %s is too large", path, name,
                 fmt_shape(sh, sizeof sh, ndim, shape));
         return -1;
     }
@@ -698,7 +696,7 @@ static int parse_tensor(tri_st_file *f, const cJSON *it, uint64_t data_len)
         return -1;
     }
     if (tri_st_layout_find(&f->layout, name) >= 0) {
-        fprintf(stderr, "trident: %s: tensor %s appears twice in the header\n", path, name);
+        tri_error("%s: tensor %s appears twice in the header", path, name);
         return -1;
     }
     return push_entry(&f->layout, name, ndim, shape, rows, cols, begin, end) < 0 ? -1 : 0;
@@ -709,7 +707,7 @@ static int parse_header(tri_st_file *f, const char *hdr, size_t n, uint64_t data
     const char *path = f->path, *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, n, &end, 0);
     if (!root) {
-        fprintf(stderr, "trident: %s: header is not valid JSON (error at byte %td of %zu)\n",
+        tri_error("%s: header is not valid JSON (error at byte %td of %zu)",
                 path, end ? end - hdr : (ptrdiff_t)0, n);
         return -1;
     }
@@ -745,7 +743,7 @@ static int parse_header(tri_st_file *f, const char *hdr, size_t n, uint64_t data
             if (rc == 0)
                 f->metadata = cJSON_Duplicate(it, 1);
             if (rc == 0 && !f->metadata) {
-                fprintf(stderr, "trident: %s: out of memory (metadata)\n", path);
+                tri_error("%s: out of memory (metadata)", path);
                 rc = -1;
             }
             continue;
@@ -762,7 +760,7 @@ static int parse_header(tri_st_file *f, const char *hdr, size_t n, uint64_t data
     if (L->n > 0) {
         const tri_st_entry **ord = malloc(L->n * sizeof *ord);
         if (!ord) {
-            fprintf(stderr, "trident: %s: out of memory\n", path);
+            tri_error("%s: out of memory", path);
             return -1;
         }
         for (size_t i = 0; i < L->n; i++)
@@ -804,7 +802,7 @@ int tri_st_open(tri_st_file *f, const char *path)
     f->fd = -1;
     f->path = strdup(path);
     if (!f->path) {
-        fprintf(stderr, "trident: %s: out of memory\n", path);
+        tri_error("%s: out of memory", path);
         return -1;
     }
     /* regular files only: a named pipe is refused, never blocked on */
@@ -889,7 +887,7 @@ int tri_st_expect(const tri_st_file *f, const char *name, int ndim, const size_t
     char want[256], got[256];
     fmt_shape(want, sizeof want, ndim, shape);
     if (idx < 0) {
-        fprintf(stderr, "trident: %s: no tensor %s (expected shape %s)\n", f->path, name, want);
+        tri_error("%s: no tensor %s (expected shape %s)", f->path, name, want);
         return -1;
     }
     const tri_st_entry *e = &f->layout.entries[idx];
@@ -897,7 +895,7 @@ int tri_st_expect(const tri_st_file *f, const char *name, int ndim, const size_t
     for (int d = 0; same && d < ndim; d++)
         same = e->shape[d] == shape[d];
     if (!same) {
-        fprintf(stderr, "trident: %s: tensor %s has shape %s, expected %s\n", f->path, name,
+        tri_error("%s: tensor %s has shape %s, expected %s", f->path, name,
                 fmt_shape(got, sizeof got, e->ndim, e->shape), want);
         return -1;
     }

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "parallel/watchdog.h"
+#include "src/base/err.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((tri_req *)0)->opaque),
                "MPI_Request must fit in tri_req.opaque");
@@ -310,7 +311,7 @@ int tri_mpi_init(int *world, int *rank) {
     /* MPI_Init's own failure cannot be routed to an error handler yet: MPI aborts. */
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) {
-        fprintf(stderr, "trident: MPI_Init_thread failed (MPI error %d)\n", rc);
+        tri_error("MPI_Init_thread failed (MPI error %d)", rc);
         return -1;
     }
     MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));

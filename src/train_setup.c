@@ -17,6 +17,7 @@
 #include "src/ckpt_state.h"
 #include "src/datafiles.h"
 #include "src/preflight.h"
+#include "src/base/err.h"
 
 static void grads_ready(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
 
@@ -34,13 +35,12 @@ static int check_layout(const tri_config *cfg) {
     if (tri_gpt_check_layout(&cfg->model, p->tp, p->pp) != 0) return -1;
     long per = (long)cfg->train.micro_batch * p->dp;
     if (cfg->train.global_batch % per) {
-        fprintf(stderr,
-                "trident: train.global_batch (%d) is not divisible by train.micro_batch (%d) x parallel.dp (%d) = %ld\n",
+        tri_error("train.global_batch (%d) is not divisible by train.micro_batch (%d) x parallel.dp (%d) = %ld",
                 cfg->train.global_batch, cfg->train.micro_batch, p->dp, per);
         return -1;
     }
     if (p->pp > 1) {
-        fprintf(stderr, "trident: parallel.pp = %d: pipeline parallelism is not implemented yet (use pp = 1)\n",
+        tri_error("parallel.pp = %d: pipeline parallelism is not implemented yet (use pp = 1)",
                 p->pp);
         return -1;
     }
@@ -60,7 +60,7 @@ static int check_resume(const tri_config *now, const tri_config *saved, const ch
     };
     for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
         if (shape[i].a != shape[i].b) {
-            fprintf(stderr, "trident: --resume: %s is %d, but the checkpoint %s was trained with %d\n", shape[i].key,
+            tri_error("--resume: %s is %d, but the checkpoint %s was trained with %d", shape[i].key,
                     shape[i].a, dir, shape[i].b);
             return -1;
         }
@@ -211,14 +211,14 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
 
     if (t->is_logger && !opts->synthetic) {
         if (tri_mkdir_p(cfg->log.dir) != 0) {
-            fprintf(stderr, "trident: log.dir: cannot create %s: %s\n", cfg->log.dir, strerror(errno));
+            tri_error("log.dir: cannot create %s: %s", cfg->log.dir, strerror(errno));
             return 2;
         }
         char mpath[TRI_PATH_MAX + 32];
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->log.dir);
         t->metrics = fopen(mpath, *start > 0 ? "a" : "w");
         if (!t->metrics) {
-            fprintf(stderr, "trident: %s: cannot open: %s\n", mpath, strerror(errno));
+            tri_error("%s: cannot open: %s", mpath, strerror(errno));
             return 2;
         }
     }
