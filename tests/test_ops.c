@@ -685,6 +685,51 @@ Test(ops_exp, vec_expf_within_1_5_ulp_over_the_whole_range)
     cr_expect(vec_expf(-200.0f) == 0.0f);
 }
 
+Test(ops_exp, vector_exp_gives_vec_expf_bits_in_every_lane)
+{
+#ifdef TRI_CPU_VEC
+    /* every 613th float in [-120, 100] in every lane position, plus the
+     * special values: the vector bodies and scalar tails must agree */
+    const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, -103.97f, -103.96f,
+                             88.7228f, 88.7229f, 1e-30f, -1e-30f, -87.5f, 1e30f, -1e30f};
+    size_t bad = 0, tried = 0;
+    float x[VF_N], y[VF_N];
+    uint32_t lo_bits, hi_bits;
+    const float lo = -120.0f, hi = 100.0f;
+    memcpy(&lo_bits, &lo, 4), memcpy(&hi_bits, &hi, 4);
+    size_t fill = 0, k = 0;
+    const size_t nspecial = sizeof special / sizeof special[0];
+    for (int sign = 0; sign < 2; sign++) {
+        const uint32_t top = sign ? lo_bits : hi_bits, base = sign ? 0x80000000u : 0u;
+        for (uint32_t b = base; b <= top + 613u * nspecial; b += 613) {
+            if (b <= top)
+                memcpy(&x[fill], &b, 4);
+            else
+                x[fill] = special[k++ % nspecial];
+            if (++fill < VF_N)
+                continue;
+            fill = 0;
+            vf_store(y, vec_expf_v(vf_load(x)));
+            for (int l = 0; l < VF_N; l++, tried++) {
+                const float want = vec_expf(x[l]);
+                /* NaN: any NaN (its sign and payload are the hardware's choice) */
+                const int same = isnan(want) ? isnan(y[l]) : memcmp(&y[l], &want, 4) == 0;
+                if (!same) {
+                    if (bad < 5)
+                        cr_log_error("lane %d: exp(%.9g) = %.9g, scalar %.9g", l, (double)x[l],
+                                     (double)y[l], (double)want);
+                    bad++;
+                }
+            }
+        }
+    }
+    cr_expect(tried > 100000, "only %zu values tried", tried);
+    cr_expect(bad == 0, "%zu of %zu vector exp values differ from vec_expf", bad, tried);
+#else
+    cr_skip_test("no vector path in this build (neither AVX-512 nor AVX2+FMA)");
+#endif
+}
+
 /* --------------------------------------------------------------------- gelu */
 
 /* gelu in double; for x < -3 the form e^{2u} / (1 + e^{2u}) replaces
@@ -772,6 +817,35 @@ Test(ops_gelu, backward_matches_finite_differences_and_may_alias_dout)
     for (int i = 0; i < 6; i++)
         cr_expect(tg[i] == (i < 3 ? 0.0f : 1.0f), "gelu'(%g) = %g", (double)tx[i], (double)tg[i]);
     free(x), free(R), free(dx), free(c.x), free(c.R), free(g), free(inplace);
+}
+
+Test(ops_gelu, vector_bodies_and_scalar_tails_give_the_same_bits)
+{
+    /* the whole array (vector bodies, then a tail) against one element at a
+     * time (always the scalar tail), over a range that crosses every branch */
+    const tri_ops *o = cpu();
+    const size_t n = 1003;
+    rng r = {.s = 43};
+    float *x = frand(&r, n, -40, 40), *dy = frand(&r, n, -1, 1);
+    for (size_t i = 0; i < n; i += 7)
+        x[i] *= 0.05f; /* many near 0, where u changes sign */
+    float *y = fvec(n), *dx = fvec(n);
+    o->gelu_fwd(y, x, n);
+    o->gelu_bwd(dx, x, dy, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float y1, dx1;
+        o->gelu_fwd(&y1, &x[i], 1);
+        o->gelu_bwd(&dx1, &x[i], &dy[i], 1);
+        if (memcmp(&y1, &y[i], 4) != 0 || memcmp(&dx1, &dx[i], 4) != 0) {
+            if (bad < 5)
+                cr_log_error("x=%.9g: gelu %.9g vs %.9g, grad %.9g vs %.9g", (double)x[i],
+                             (double)y[i], (double)y1, (double)dx[i], (double)dx1);
+            bad++;
+        }
+    }
+    cr_expect(bad == 0, "%zu elements depend on their position in the array", bad);
+    free(x), free(dy), free(y), free(dx);
 }
 
 /* ------------------------------------------------------- residual and bias */
