@@ -3,7 +3,11 @@
  * where the non-GEMM time of a training step goes and to compare two builds.
  * Not a test: it asserts nothing and is not run by CTest.
  *
- *   ./build/tests/bench_ops [--threads K] [--reps N] [--only NAME]
+ *   ./build/tests/bench_ops [--threads K] [--reps N] [--only NAME] [--cpu]
+ *
+ * --cpu times with the process's CPU clock instead of the wall clock: with
+ * one thread on a machine shared with other jobs, time spent descheduled is
+ * then not counted (with more threads it adds their times, spinning included).
  *
  * Each op runs N times on the same buffers (inputs of in-place ops restored
  * from a copy outside the timed region); the minimum and the median are
@@ -20,10 +24,12 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/ops.h"
 
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
 static double now_s(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock_id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -70,7 +76,7 @@ typedef struct op {
 
 static const op OPS[] = {
     {"layernorm_fwd", 13},  {"layernorm_bwd", 13},  {"attention_fwd", 6},
-    {"attention_bwd", 6},   
+    {"attention_bwd", 6},   {"flash_fwd", 6},       {"flash_bwd", 6},
     {"gelu_fwd", 6},        {"gelu_bwd", 6},        {"residual_fwd", 12},
     {"bias_bwd_C", 12},     {"bias_bwd_3C", 6},     {"bias_bwd_4C", 6},
     {"ce_stats", 1},        {"ce_bwd_inplace", 1},  {"adamw", 1},
@@ -111,6 +117,11 @@ static void run_op(const char *name, const tri_ops *o, const shapes *s, bufs *b)
         o->attention_fwd(b->atty, b->att, b->qkv, s->B, s->T, s->NH, s->HS);
     else if (!strcmp(name, "attention_bwd"))
         o->attention_bwd(b->dqkv, b->scr, b->x2, b->qkv, b->att, s->B, s->T, s->NH, s->HS);
+    else if (!strcmp(name, "flash_fwd"))
+        tri_cpu_attention_flash_fwd(b->atty, b->lse, b->qkv, s->B, s->T, s->NH, s->HS);
+    else if (!strcmp(name, "flash_bwd"))
+        tri_cpu_attention_flash_bwd(b->dqkv, b->fscr, b->x2, b->qkv, b->atty, b->lse, s->B, s->T,
+                                    s->NH, s->HS);
     else if (!strcmp(name, "gelu_fwd"))
         o->gelu_fwd(b->hg, b->h, BT * s->F);
     else if (!strcmp(name, "gelu_bwd"))
@@ -156,8 +167,10 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--cpu"))
+            clock_id = CLOCK_PROCESS_CPUTIME_ID;
         else {
-            fprintf(stderr, "usage: bench_ops [--threads K] [--reps N] [--only NAME]\n");
+            fprintf(stderr, "usage: bench_ops [--threads K] [--reps N] [--only NAME] [--cpu]\n");
             return 2;
         }
     }
@@ -181,6 +194,7 @@ int main(int argc, char **argv)
     b.dqkv = buf(BT * 3 * C, 13, 0, 0);
     b.scr = buf(o->attention_scratch_floats(s.B, s.T, s.NH, s.HS), 14, 0, 0);
     b.lse = buf(s.B * (size_t)s.NH * s.T, 15, 0, 0);
+    b.fscr = buf(tri_cpu_attention_flash_scratch_floats(s.B, s.T, s.NH, s.HS) + 1, 16, 0, 0);
     b.h = buf(BT * s.F, 17, -4, 4), b.hg = buf(BT * s.F, 18, 0, 0), b.dh = buf(BT * s.F, 19, -1, 1);
     b.logits0 = buf(BT * s.V, 20, -8, 8), b.logits = buf(BT * s.V, 21, 0, 0);
     b.stats = buf(3 * BT, 22, 0, 0), b.losses = buf(BT, 23, 0, 0);
@@ -192,11 +206,13 @@ int main(int argc, char **argv)
     memcpy(b.logits, b.logits0, BT * s.V * sizeof(float));
     /* inputs the timed ops read: a forward's outputs, as in a step */
     o->attention_fwd(b.atty, b.att, b.qkv, s.B, s.T, s.NH, s.HS);
+    tri_cpu_attention_flash_fwd(b.atty, b.lse, b.qkv, s.B, s.T, s.NH, s.HS);
     o->layernorm_fwd(b.x2, b.mean, b.rstd, b.x, b.w, b.b, BT, C);
     o->crossentropy_stats(b.stats, b.logits, b.targets, BT, s.V, 0, s.V);
 
-    printf("bench_ops: B=%zu T=%zu C=%zu NH=%d V=%zu, %d threads, %d reps\n", s.B, s.T, s.C, s.NH,
-           s.V, omp_get_max_threads(), reps);
+    printf("bench_ops: B=%zu T=%zu C=%zu NH=%d V=%zu, %d threads, %d reps, %s clock\n", s.B, s.T,
+           s.C, s.NH, s.V, omp_get_max_threads(), reps,
+           clock_id == CLOCK_MONOTONIC ? "wall" : "process CPU");
     printf("%-16s %10s %10s %6s %12s\n", "op", "min ms", "median ms", "calls", "ms/step(min)");
     double *t = malloc((size_t)reps * sizeof(double));
     double total = 0, total_mm = 0;
