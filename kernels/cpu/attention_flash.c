@@ -55,7 +55,7 @@ static size_t key_block(size_t hs)
     size_t bc = FA_BC;
     while (bc > FA_VN && hs * round_up(bc, FA_VN) > FA_KT_FLOATS)
         bc /= 2;
-    TRI_CHECK(hs * round_up(bc, FA_VN) <= FA_KT_FLOATS); /* HS up to 2048 */
+    TRI_CHECK(hs * round_up(bc, FA_VN) <= FA_KT_FLOATS); /* HS <= 16384 / FA_VN */
     return bc;
 }
 
