@@ -32,13 +32,13 @@
 #endif
 
 enum {
-    FA_BR = 32,           /* query rows per block */
-    FA_BC = 64,           /* key columns per block (at most) */
-    FA_KT_FLOATS = 16384, /* a packed (HS, bc) key block, on the forward's stack */
     /* rows of a register tile (with 2 vectors of columns: 2 * FA_MR
      * accumulators of the 16 or 32 vector registers), which is also the row
      * group that causal masking skips work by */
-    FA_MR = FA_VN >= 16 ? 8 : 6
+    FA_MR = FA_VN >= 16 ? 8 : 6,
+    FA_BR = 32,           /* query rows per block */
+    FA_BC = 64,           /* key columns per block (at most) */
+    FA_KT_FLOATS = 16384  /* a packed (HS, bc) key block, on the forward's stack */
 };
 /* a key block's width rounded up to the vector width */
 #define FA_BCP ((FA_BC + FA_VN - 1) / FA_VN * FA_VN)
@@ -67,7 +67,7 @@ static inline __attribute__((always_inline)) void mm_tile(float *c, size_t ldc, 
                                                           size_t ldb, size_t K, int acc,
                                                           const int R, const int NV)
 {
-    vf t[FA_MR > 0 ? FA_MR : 1][2];
+    vf t[8][2]; /* R <= 8 */
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++)
             t[r][v] = acc ? vf_load(c + (size_t)r * ldc + (size_t)v * VF_N) : vf_zero();
@@ -92,25 +92,48 @@ static inline __attribute__((always_inline)) void mm_tile(float *c, size_t ldc, 
  * element (r, k) at a[r * ars + k * aks] (so A or its transpose may be read
  * in place) and B (K, N) has row k at b + k * ldb. Each element of C is
  * c = fma(a_rk, b_kn, c) for k = 0, 1, ..., K-1 from c (acc) or 0. */
+#ifdef TRI_CPU_VEC
+/* The tile of R rows (1 <= R <= FA_MR, known only at run time) and NV column
+ * vectors at c: a switch to the instance with R fixed, so that a leftover
+ * group of rows still keeps its accumulators in registers. */
+static inline __attribute__((always_inline)) void mm_rows(float *c, size_t ldc, const float *a,
+                                                          size_t ars, size_t aks, const float *b,
+                                                          size_t ldb, size_t K, int acc, size_t R,
+                                                          const int NV)
+{
+    switch (R) {
+#define MM_CASE(r)                                                                             \
+    case r:                                                                                    \
+        mm_tile(c, ldc, a, ars, aks, b, ldb, K, acc, r, NV);                                  \
+        break;
+        MM_CASE(1)
+        MM_CASE(2)
+        MM_CASE(3)
+        MM_CASE(4)
+        MM_CASE(5)
+        MM_CASE(6)
+        MM_CASE(7)
+        MM_CASE(8)
+#undef MM_CASE
+    default:
+        TRI_FAIL("register tile of %zu rows", R);
+    }
+}
+#endif
+
 static void mm(float *c, size_t ldc, const float *a, size_t ars, size_t aks, const float *b,
                size_t ldb, size_t M, size_t N, size_t K, int acc)
 {
     size_t n0 = 0;
 #ifdef TRI_CPU_VEC
-    for (; n0 + 2 * VF_N <= N; n0 += 2 * VF_N) {
-        size_t r = 0;
-        for (; r + FA_MR <= M; r += FA_MR)
-            mm_tile(c + r * ldc + n0, ldc, a + r * ars, ars, aks, b + n0, ldb, K, acc, FA_MR, 2);
-        for (; r < M; r++)
-            mm_tile(c + r * ldc + n0, ldc, a + r * ars, ars, aks, b + n0, ldb, K, acc, 1, 2);
-    }
-    for (; n0 + VF_N <= N; n0 += VF_N) {
-        size_t r = 0;
-        for (; r + FA_MR <= M; r += FA_MR)
-            mm_tile(c + r * ldc + n0, ldc, a + r * ars, ars, aks, b + n0, ldb, K, acc, FA_MR, 1);
-        for (; r < M; r++)
-            mm_tile(c + r * ldc + n0, ldc, a + r * ars, ars, aks, b + n0, ldb, K, acc, 1, 1);
-    }
+    for (; n0 + 2 * VF_N <= N; n0 += 2 * VF_N)
+        for (size_t r = 0; r < M; r += FA_MR)
+            mm_rows(c + r * ldc + n0, ldc, a + r * ars, ars, aks, b + n0, ldb, K, acc,
+                    M - r < FA_MR ? M - r : FA_MR, 2);
+    for (; n0 + VF_N <= N; n0 += VF_N)
+        for (size_t r = 0; r < M; r += FA_MR)
+            mm_rows(c + r * ldc + n0, ldc, a + r * ars, ars, aks, b + n0, ldb, K, acc,
+                    M - r < FA_MR ? M - r : FA_MR, 1);
 #endif
     for (; n0 < N; n0++)
         for (size_t r = 0; r < M; r++) {
