@@ -61,7 +61,7 @@ static size_t key_block(size_t hs)
 
 #ifdef TRI_CPU_VEC
 /* One register tile: rows [0, R) x columns [0, NV * VF_N) of C, summed over
- * k in [0, K). R <= FA_MR and NV <= 2 are constants after inlining. */
+ * k in [0, K). R <= 8 and NV <= 2 are constants after inlining. */
 static inline __attribute__((always_inline)) void mm_tile(float *c, size_t ldc, const float *a,
                                                           size_t ars, size_t aks, const float *b,
                                                           size_t ldb, size_t K, int acc,
@@ -88,10 +88,6 @@ static inline __attribute__((always_inline)) void mm_tile(float *c, size_t ldc, 
 }
 #endif
 
-/* C (M, N; rows ldc apart) = A B, or += A B when acc, where A (M, K) has
- * element (r, k) at a[r * ars + k * aks] (so A or its transpose may be read
- * in place) and B (K, N) has row k at b + k * ldb. Each element of C is
- * c = fma(a_rk, b_kn, c) for k = 0, 1, ..., K-1 from c (acc) or 0. */
 #ifdef TRI_CPU_VEC
 /* The tile of R rows (1 <= R <= FA_MR, known only at run time) and NV column
  * vectors at c: a switch to the instance with R fixed, so that a leftover
@@ -121,6 +117,10 @@ static inline __attribute__((always_inline)) void mm_rows(float *c, size_t ldc, 
 }
 #endif
 
+/* C (M, N; rows ldc apart) = A B, or += A B when acc, where A (M, K) has
+ * element (r, k) at a[r * ars + k * aks] (so A or its transpose may be read
+ * in place) and B (K, N) has row k at b + k * ldb. Each element of C is
+ * c = fma(a_rk, b_kn, c) for k = 0, 1, ..., K-1 from c (acc) or 0. */
 static void mm(float *c, size_t ldc, const float *a, size_t ars, size_t aks, const float *b,
                size_t ldb, size_t M, size_t N, size_t K, int acc)
 {
