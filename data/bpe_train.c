@@ -22,6 +22,8 @@
 #include "data/bytemap.h"
 #include "data/hash.h"
 #include "data/tokenizer.h"
+#include "src/base/stop.h"
+#include "src/base/err.h"
 
 /* ---- per-thread word counts: a tri_bmap from word bytes to count ---------- */
 
@@ -388,19 +390,19 @@ static int setup(trainer *t, const tri_bmap *m, int max_tok) {
 int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files, int vocab_size, int n_threads) {
     memset(tk, 0, sizeof *tk);
     if (vocab_size < 257) {
-        fprintf(stderr, "trident: tokenizer: vocab size %d is too small (>= 257: 256 bytes + <|endoftext|>)\n",
+        tri_error("tokenizer: vocab size %d is too small (>= 257: 256 bytes + <|endoftext|>)",
                 vocab_size);
         return -1;
     }
     if (n_files <= 0) {
-        fprintf(stderr, "trident: tokenizer: no training files\n");
+        tri_error("tokenizer: no training files");
         return -1;
     }
     int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
     tri_bmap *maps = calloc((size_t)nt, sizeof *maps);
     int32_t *merges = NULL;
     trainer t = {0};
-    int rc = -1;
+    int rc = -1, n_merges = 0;
     if (!maps) goto oom;
     for (int i = 0; i < nt; i++)
         if (tri_bmap_init(&maps[i], 1 << 15)) goto oom;
@@ -413,6 +415,7 @@ int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files
         size_t len;
         int r, fail = 0;
         while ((r = tri_textblocks_next(&tb, &text, &len)) == 1) {
+            if (tri_stop_signal()) break;
             size_t cuts[257];
             int np = nt > 256 ? 256 : nt;
             cuts[0] = 0;
@@ -426,7 +429,9 @@ int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files
                 if (count_words(&maps[omp_get_thread_num()], text + cuts[p], cuts[p + 1] - cuts[p])) fail = 1;
             if (fail) break;
         }
-        if (tri_textblocks_close(&tb) || r < 0) goto done;
+        if (tri_textblocks_close(&tb) && !tri_stop_signal()) goto done;
+        if (tri_stop_signal()) goto stopped; /* before r: a signal may have ended xz too */
+        if (r < 0) goto done;
         if (fail) goto oom;
     }
     for (int i = 1; i < nt; i++) {
@@ -443,9 +448,9 @@ int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files
     tri_bmap_free(&maps[0]);
     merges = malloc(2 * (size_t)vocab_size * sizeof *merges);
     if (!merges) goto oom;
-    int n_merges = 0;
     size_t merges_cap = (size_t)vocab_size;
     while (t.n_tok < max_tok && t.hn > 0) {
+        if (tri_stop_signal()) goto stopped;
         heap_ent top = heap_pop(&t);
         int32_t p = top.pair;
         if (top.count != t.pcnt[p]) { /* outdated */
@@ -485,7 +490,11 @@ int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files
     rc = 0;
     goto done;
 oom:
-    fprintf(stderr, "trident: tokenizer: out of memory while training\n");
+    tri_error("tokenizer: out of memory while training");
+    goto done;
+stopped:
+    fprintf(stderr, "trident: tokenizer: %s: training stopped after %d merges; nothing written\n",
+            tri_stop_name(tri_stop_signal()), n_merges);
 done:
     if (maps)
         for (int i = 0; i < nt; i++) tri_bmap_free(&maps[i]);

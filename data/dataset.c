@@ -4,6 +4,9 @@
  * checks live in data/llmc.c and data/megatron.c. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +18,7 @@
 
 #include "data/dataset.h"
 #include "data/dataset_internal.h"
+#include "data/hash.h"
 
 void tri_data_err(const char *file, const char *fmt, ...)
 {
@@ -340,6 +344,28 @@ static int check_vocab(const tri_dataset *ds, int vocab_size)
     return 0;
 }
 
+/* ---- fingerprint ------------------------------------------------------- */
+
+#define FP_EDGE ((size_t)64 << 10) /* bytes hashed at each end                */
+#define FP_BLOCK ((size_t)4 << 10) /* bytes of each sample in between        */
+#define FP_SAMPLES 64
+
+/* See tri_dataset.bin_fingerprint. Files up to 2 FP_EDGE + FP_SAMPLES
+ * FP_BLOCK bytes are hashed whole. */
+static uint64_t fingerprint(const unsigned char *p, size_t size)
+{
+    uint64_t h = tri_mix64(0x74726964656e74ull ^ (uint64_t)size);
+    if (size <= 2 * FP_EDGE + FP_SAMPLES * FP_BLOCK)
+        return tri_mix64(h ^ tri_hash_bytes(p, size));
+    h = tri_mix64(h ^ tri_hash_bytes(p, FP_EDGE));
+    size_t span = size - 2 * FP_EDGE - FP_BLOCK; /* sample starts lie in [FP_EDGE, FP_EDGE + span] */
+    for (size_t k = 0; k < FP_SAMPLES; k++) {
+        size_t off = FP_EDGE + (size_t)((unsigned __int128)span * k / (FP_SAMPLES - 1));
+        h = tri_mix64(h ^ tri_hash_bytes(p + off, FP_BLOCK));
+    }
+    return tri_mix64(h ^ tri_hash_bytes(p + size - FP_EDGE, FP_EDGE));
+}
+
 /* ---- open / close ------------------------------------------------------ */
 
 int tri_dataset_open(tri_dataset *ds, const char *path, int vocab_size)
@@ -376,6 +402,8 @@ int tri_dataset_open(tri_dataset *ds, const char *path, int vocab_size)
     int rc = ds->format == TRI_DATA_LLMC ? tri_llmc_parse(ds) : tri_megatron_parse(ds);
     if (rc != 0)
         goto fail;
+    ds->bin_fingerprint = fingerprint(ds->bin_map, ds->bin_size);
+    ds->idx_fingerprint = ds->format == TRI_DATA_MEGATRON ? fingerprint(ds->idx_map, ds->idx_size) : 0;
     if (vocab_size > 0 && check_vocab(ds, vocab_size) != 0)
         goto fail;
     return 0;
@@ -395,7 +423,63 @@ void tri_dataset_close(tri_dataset *ds)
     memset(ds, 0, sizeof *ds);
 }
 
-/* ---- accessors --------------------------------------------------------- */
+/* ---- reads that survive a file truncated under the mapping -------------- */
+
+/* A page of a mapping that lies past the end of its (since truncated) file
+ * raises SIGBUS when touched. tri_dataset_read copies tokens with
+ * guard_jmp pointing at its own sigsetjmp buffer; the handler jumps back
+ * there, and the read reports the file instead of the process dying. A
+ * SIGBUS anywhere else goes to whatever handled it before (Open MPI's
+ * backtrace printer, or the default action). This state is per thread or
+ * written once; a signal handler can reach nothing else. */
+static _Thread_local sigjmp_buf *volatile guard_jmp;
+static struct sigaction prev_sigbus;
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+
+static void on_sigbus(int sig, siginfo_t *info, void *uctx)
+{
+    if (guard_jmp)
+        siglongjmp(*guard_jmp, 1);
+    if (prev_sigbus.sa_flags & SA_SIGINFO) {
+        prev_sigbus.sa_sigaction(sig, info, uctx);
+        return;
+    }
+    if (prev_sigbus.sa_handler != SIG_DFL && prev_sigbus.sa_handler != SIG_IGN) {
+        prev_sigbus.sa_handler(sig);
+        return;
+    }
+    /* the default action: die of SIGBUS, as without this handler */
+    signal(SIGBUS, SIG_DFL);
+    raise(SIGBUS);
+}
+
+static void guard_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sigemptyset(&sa.sa_mask);
+    /* SA_NODEFER: siglongjmp (which does not restore the mask) must not
+     * leave SIGBUS blocked */
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigaction(SIGBUS, &sa, &prev_sigbus);
+}
+
+static void report_truncated(const tri_dataset *ds, size_t start, size_t n)
+{
+    size_t lo = ds->data_offset + start * (size_t)ds->token_bytes;
+    size_t hi = lo + n * (size_t)ds->token_bytes;
+    struct stat st;
+    char now[96];
+    if (stat(ds->bin_path, &st) == 0)
+        snprintf(now, sizeof now, "%lld bytes now", (long long)st.st_size);
+    else
+        snprintf(now, sizeof now, "now: %s", strerror(errno));
+    tri_data_err(ds->bin_path, "truncated under the running job: %zu bytes when opened, %s, so tokens "
+                               "[%zu, %zu) (bytes [%zu, %zu)) cannot be read; token files must not be "
+                               "rewritten while a job reads them (restore it, then resume)",
+                 ds->bin_size, now, start, start + n, lo, hi);
+}
 
 #define READ_LOOP(T)                                                          \
     do {                                                                      \
@@ -404,10 +488,22 @@ void tri_dataset_close(tri_dataset *ds)
             out[i] = (int32_t)v[i];                                           \
     } while (0)
 
-void tri_dataset_read(const tri_dataset *ds, size_t start, size_t n, int32_t *out)
+int tri_dataset_read(const tri_dataset *ds, size_t start, size_t n, int32_t *out)
 {
     TRI_CHECK(ds != NULL && (out != NULL || n == 0));
     TRI_CHECK(start <= ds->n_tokens && n <= ds->n_tokens - start);
+    if (n == 0)
+        return 0;
+    pthread_once(&guard_once, guard_install);
+    sigjmp_buf jb;
+    sigjmp_buf *outer = guard_jmp;
+    /* savemask 0: no system call; SA_NODEFER keeps the mask right */
+    if (sigsetjmp(jb, 0) != 0) {
+        guard_jmp = outer;
+        report_truncated(ds, start, n);
+        return -1;
+    }
+    guard_jmp = &jb;
     switch (ds->dtype) {
     case TRI_DT_U8: READ_LOOP(uint8_t); break;
     case TRI_DT_I8: READ_LOOP(int8_t); break;
@@ -418,6 +514,8 @@ void tri_dataset_read(const tri_dataset *ds, size_t start, size_t n, int32_t *ou
     case TRI_DT_I64: READ_LOOP(int64_t); break;
     default: TRI_CHECK(!"unsupported dtype");
     }
+    guard_jmp = outer;
+    return 0;
 }
 
 /* Stream position of Megatron sequence j (j == n_seqs: the end). Valid

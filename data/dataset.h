@@ -53,10 +53,17 @@ typedef struct tri_dataset {
     size_t n_docs;     /* documents (llm.c: 1)                                */
     size_t n_seqs;     /* Megatron sequences (llm.c: 1)                       */
     size_t data_offset;/* byte offset of token 0 in bin_path (llm.c: 1024)    */
+    /* Fingerprints of bin_path and idx_path (0 for llm.c) as opened: a hash
+     * of the file's size, its first and last 64 KiB and 64 blocks of 4 KiB
+     * spread evenly between them (about 400 KiB read whatever the size).
+     * It notices truncation, appending, re-tokenising and most in-place
+     * edits, not every changed byte; the trainer records it in state.json
+     * so that --resume can tell a changed file (docs/data.md). */
+    uint64_t bin_fingerprint, idx_fingerprint;
     /* private */
     const unsigned char *tokens;   /* token 0 inside the .bin mapping         */
-    void *bin_map;  size_t bin_size;   /* whole-file mappings (NULL if empty) */
-    void *idx_map;  size_t idx_size;
+    void *bin_map;  size_t bin_size;   /* whole-file mappings (NULL if empty); */
+    void *idx_map;  size_t idx_size;   /* the sizes may be read: bytes at open */
     const unsigned char *seq_ptr;  /* Megatron int64 pointers [n_seqs], unaligned */
     const unsigned char *doc_idx;  /* Megatron int64 indices [n_docs + 1], unaligned */
 } tri_dataset;
@@ -80,8 +87,15 @@ void tri_dataset_close(tri_dataset *ds);
 /* Tokens [start, start + n) of the concatenated stream, widened to int32,
  * into out (n entries, overwritten). start + n must be <= n_tokens (checked;
  * a violation is a programming error and aborts). Ids that do not fit in
- * int32 (int64 files) are only safe after an open with vocab_size > 0. */
-void tri_dataset_read(const tri_dataset *ds, size_t start, size_t n, int32_t *out);
+ * int32 (int64 files) are only safe after an open with vocab_size > 0.
+ * Returns 0, or -1 after printing "trident: FILE: truncated under the running
+ * job ..." (with its size then and now) when the file shrank below the
+ * tokens asked for since it was mapped: the read that would have raised
+ * SIGBUS is caught (a SIGBUS handler, installed on first use, jumps out of
+ * the copy; it costs no system call per read). Safe from several threads.
+ * Reads of the open-time checks (vocabulary scan, tri_dataset_minmax) are not
+ * guarded. */
+int tri_dataset_read(const tri_dataset *ds, size_t start, size_t n, int32_t *out);
 
 /* Document `doc` (0-based) as a token range [*start, *start + *len) of the
  * stream. Returns 0, or -1 without printing when doc >= n_docs. */

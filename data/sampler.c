@@ -377,18 +377,20 @@ void tri_sampler_locate(const tri_sampler *s, uint64_t k, int *source, uint64_t 
         *window = src->first_window + permute(r, src->n_windows, epoch_key(s->seed, d, epoch));
 }
 
-/* inputs/targets rows (seq_len,) of window w of source d. */
-static void read_window(const tri_sampler *s, int d, uint64_t w, int32_t *in, int32_t *tg)
+/* inputs/targets rows (seq_len,) of window w of source d; 0 or -1 (printed:
+ * the file was truncated under the job). */
+static int read_window(const tri_sampler *s, int d, uint64_t w, int32_t *in, int32_t *tg)
 {
     const tri_dataset *ds = &s->src[d].ds;
     size_t T = (size_t)s->seq_len;
     size_t start = (size_t)w * T;
-    tri_dataset_read(ds, start, T, in);
-    tri_dataset_read(ds, start + 1, T, tg);
+    if (tri_dataset_read(ds, start, T, in) != 0)
+        return -1;
+    return tri_dataset_read(ds, start + 1, T, tg);
 }
 
-void tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_t count, int32_t *inputs,
-                              int32_t *targets)
+int tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_t count, int32_t *inputs,
+                             int32_t *targets)
 {
     TRI_CHECK(s != NULL && s->n_sources > 0);
     TRI_CHECK(count == 0 || (inputs != NULL && targets != NULL));
@@ -397,19 +399,22 @@ void tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_
         int d;
         uint64_t w;
         tri_sampler_locate(s, first_sample + r, &d, &w);
-        read_window(s, d, w, inputs + r * T, targets + r * T);
+        if (read_window(s, d, w, inputs + r * T, targets + r * T) != 0)
+            return -1;
     }
+    return 0;
 }
 
-void tri_sampler_fill(const tri_sampler *s, uint64_t step, size_t global_batch, size_t first,
-                      size_t count, int32_t *inputs, int32_t *targets)
+int tri_sampler_fill(const tri_sampler *s, uint64_t step, size_t global_batch, size_t first,
+                     size_t count, int32_t *inputs, int32_t *targets)
 {
     TRI_CHECK(first <= global_batch && count <= global_batch - first);
-    tri_sampler_fill_samples(s, step * (uint64_t)global_batch + (uint64_t)first, count, inputs, targets);
+    return tri_sampler_fill_samples(s, step * (uint64_t)global_batch + (uint64_t)first, count, inputs,
+                                    targets);
 }
 
-void tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batch,
-                           int32_t *inputs, int32_t *targets)
+int tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batch,
+                          int32_t *inputs, int32_t *targets)
 {
     TRI_CHECK(s != NULL && s->n_sources > 0);
     TRI_CHECK(batch == 0 || (inputs != NULL && targets != NULL));
@@ -423,8 +428,10 @@ void tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batc
             local -= s->src[d].n_windows;
             d++;
         }
-        read_window(s, d, s->src[d].first_window + local, inputs + r * T, targets + r * T);
+        if (read_window(s, d, s->src[d].first_window + local, inputs + r * T, targets + r * T) != 0)
+            return -1;
     }
+    return 0;
 }
 
 size_t tri_sampler_eval_batches(const tri_sampler *s, size_t batch)

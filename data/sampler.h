@@ -85,24 +85,28 @@ void tri_sampler_locate(const tri_sampler *s, uint64_t k, int *source, uint64_t 
 /* Sequences [first, first + count) of step `step`'s global batch of
  * global_batch sequences (first + count <= global_batch):
  * inputs (count, seq_len) and targets (count, seq_len), overwritten.
- * Reentrant: ranks and threads may call it concurrently. */
-void tri_sampler_fill(const tri_sampler *s, uint64_t step, size_t global_batch, size_t first,
-                      size_t count, int32_t *inputs, int32_t *targets);
+ * Reentrant: ranks and threads may call it concurrently. Returns 0, or -1
+ * after printing when a file was truncated under the job (tri_dataset_read);
+ * the same for the two fill functions below. */
+int tri_sampler_fill(const tri_sampler *s, uint64_t step, size_t global_batch, size_t first,
+                     size_t count, int32_t *inputs, int32_t *targets);
 
 /* Global samples [first_sample, first_sample + count), whatever steps they
  * fall in: the trainer counts samples consumed (as Megatron does), so a run
  * resumed with another global batch still continues the same sample stream.
  * tri_sampler_fill(step, G, first, count) is this with first_sample =
  * step * G + first. */
-void tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_t count,
-                              int32_t *inputs, int32_t *targets);
+int tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_t count,
+                             int32_t *inputs, int32_t *targets);
 
 /* Validation batches: sequences batch_index * batch + r (r < batch) of the
  * sequential list of all windows of the part (source 0's in order, then
- * source 1's, ...), wrapping around at total_windows. No shuffling.
+ * source 1's, ...), wrapping around at total_windows. No shuffling. Callers
+ * that average a loss keep batch_index * batch + batch <= total_windows
+ * (see tri_sampler_eval_batches): past it, windows count twice.
  * inputs, targets: (batch, seq_len), overwritten. */
-void tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batch,
-                           int32_t *inputs, int32_t *targets);
+int tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batch,
+                          int32_t *inputs, int32_t *targets);
 
 /* Batches of `batch` sequences that cover every window once: ceil(total/batch). */
 size_t tri_sampler_eval_batches(const tri_sampler *s, size_t batch);

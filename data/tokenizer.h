@@ -101,7 +101,9 @@ size_t tri_tokenizer_decode(const tri_tokenizer *tk, const int32_t *ids, size_t 
  * the pair whose (left bytes, right bytes) is smallest in lexicographic byte
  * order, so the result depends only on the corpus. A merge whose result
  * equals an existing token's bytes reuses that id. n_threads <= 0 uses
- * omp_get_max_threads(). Returns 0, or -1 (message printed, *tk zeroed). */
+ * omp_get_max_threads(). A stop request (tri_stop_signal(), src/base/stop.h:
+ * SIGTERM/SIGINT once a handler is installed) ends it between blocks of text
+ * or merges. Returns 0, or -1 (message printed, *tk zeroed). */
 int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files, int vocab_size,
                         int n_threads);
 

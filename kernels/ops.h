@@ -2,8 +2,14 @@
  * function pointers chosen at run time (`--device cpu|cuda`).
  *
  * Conventions (all ops):
+ *   - the context first (kernels/ctx.h: stream, library handles, dtypes);
+ *     then outputs, inputs, sizes;
  *   - raw pointers to backend memory, explicit sizes, no tensor library;
- *   - argument order: outputs, inputs, sizes;
+ *   - tensors of the compute dtypes (activations: ctx->act_dtype, weights:
+ *     ctx->param_dtype) are `void *`; what is fp32 whatever the compute dtype
+ *     is `float *`: LayerNorm statistics, cross-entropy statistics and
+ *     losses, gradients of weights (fp32 accumulation) and the optimizer's
+ *     tensors. The CPU backend computes in fp32 everywhere;
  *   - sizes are size_t (int only for small counts such as heads);
  *   - row-major; a linear layer's weight is (OC, C): out = inp @ W^T + b;
  *   - a backward op's comment says which outputs accumulate (+=) and which
@@ -18,103 +24,118 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/ctx.h"
+
 typedef struct tri_ops {
-    const char *name; /* "cpu", "cuda" */
+    const char *name; /* "cpu", "cpu-guard", "cuda" */
 
-    /* Prepares the calling process for this backend; call once before the
-     * first op. threads > 0 sets the worker thread count (0 keeps what the
-     * environment says). On the CPU it also turns on flush-to-zero and
-     * denormals-are-zero on every OpenMP thread: softmax tails that fall into
-     * the denormal range would otherwise slow sgemm several-fold. */
-    void (*init)(int threads);
+    /* Prepares the calling process for this backend and fills the backend's
+     * part of c (handles, dtypes); called once by tri_ctx_init. threads > 0
+     * sets the worker thread count (0 keeps what the environment says). On the
+     * CPU it also turns on flush-to-zero and denormals-are-zero on every
+     * OpenMP thread: softmax tails that fall into the denormal range would
+     * otherwise slow sgemm several-fold. Returns 0 or -1 (printed). */
+    int (*init)(tri_ctx *c, int threads);
+    void (*shutdown)(tri_ctx *c); /* may be NULL */
 
-    /* ---- memory (no-ops / memcpy on CPU) ---- */
-    void *(*alloc)(size_t bytes);          /* zero-filled, 64-byte aligned; NULL on failure */
-    void (*free)(void *p);                 /* NULL-safe */
-    void (*copy)(void *dst, const void *src, size_t bytes);
-    void (*zero)(void *p, size_t bytes);
-    void (*sync)(void);
+    /* ---- memory ---- */
+    void *(*alloc)(tri_ctx *c, size_t bytes);  /* zero-filled, 64-byte aligned; NULL on failure */
+    void (*free)(tri_ctx *c, void *p, size_t bytes); /* NULL-safe */
+    void (*copy)(tri_ctx *c, void *dst, const void *src, size_t bytes); /* backend to backend */
+    void (*to_device)(tri_ctx *c, void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(tri_ctx *c, void *host_dst, const void *src, size_t bytes);
+    void (*zero)(tri_ctx *c, void *p, size_t bytes);
+    void (*sync)(tri_ctx *c);
+    /* opens (1) / closes (0) backend memory to in-place host access by a
+     * transport; NULL where that is always allowed (the plain CPU backend) */
+    void (*host_window)(tri_ctx *c, int open);
 
     /* ---- linear layer ----
      * out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC)     [overwrite]
      * bias may be NULL. */
-    void (*matmul_fwd)(float *out, const float *inp, const float *weight,
-                       const float *bias, size_t N, size_t C, size_t OC);
+    void (*matmul_fwd)(tri_ctx *c, void *out, const void *inp, const void *weight,
+                       const void *bias, size_t N, size_t C, size_t OC);
     /* dinp (N, C)     = dout @ weight               [overwrite; dinp may be NULL]
-     * dweight (OC, C) += dout^T @ inp               [accumulate]
+     * dweight (OC, C) += dout^T @ inp               [accumulate; may be NULL]
      * dbias (OC)      += column sums of dout        [accumulate; may be NULL] */
-    void (*matmul_bwd)(float *dinp, float *dweight, float *dbias,
-                       const float *dout, const float *inp, const float *weight,
+    void (*matmul_bwd)(tri_ctx *c, void *dinp, float *dweight, float *dbias,
+                       const void *dout, const void *inp, const void *weight,
                        size_t N, size_t C, size_t OC);
 
     /* ---- layernorm over the last dim, eps = 1e-5 ----
      * out (N, C) = (inp - mean) * rstd * w + b; mean, rstd (N) saved for backward. */
-    void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp,
-                          const float *w, const float *b, size_t N, size_t C);
+    void (*layernorm_fwd)(tri_ctx *c, void *out, float *mean, float *rstd, const void *inp,
+                          const void *w, const void *b, size_t N, size_t C);
     /* dinp += ..., dw += ..., db += ...                          [all accumulate] */
-    void (*layernorm_bwd)(float *dinp, float *dw, float *db, const float *dout,
-                          const float *inp, const float *w, const float *mean,
+    void (*layernorm_bwd)(tri_ctx *c, void *dinp, float *dw, float *db, const void *dout,
+                          const void *inp, const void *w, const float *mean,
                           const float *rstd, size_t N, size_t C);
 
     /* ---- causal multi-head self-attention ----
      * qkv (B, T, 3, NH, HS): per position all heads' q, then k, then v.
      * out (B, T, NH, HS)                                         [overwrite]
-     * att (B, NH, T, T): softmax probabilities saved for backward (the upper
-     * triangle, j > i, is written as 0). Scale 1/sqrt(HS). */
-    void (*attention_fwd)(float *out, float *att, const float *qkv,
+     * state: what the backend saves for backward, attention_saved_floats(B, T,
+     * NH, HS) fp32 values [overwrite]: the backend's business (the CPU keeps
+     * the softmax probabilities; a flash-style backend keeps one log-sum-exp
+     * per row). Scale 1/sqrt(HS). */
+    void (*attention_fwd)(tri_ctx *c, void *out, float *state, const void *qkv,
                           size_t B, size_t T, int NH, int HS);
     /* dqkv (B, T, 3, NH, HS)                                     [overwrite]
+     * out and state as the forward left them for this qkv;
      * scratch: at least attention_scratch_floats(B, T, NH, HS) floats. */
-    void (*attention_bwd)(float *dqkv, float *scratch, const float *dout,
-                          const float *qkv, const float *att,
+    void (*attention_bwd)(tri_ctx *c, void *dqkv, float *scratch, const void *dout,
+                          const void *qkv, const void *out, const float *state,
                           size_t B, size_t T, int NH, int HS);
+    size_t (*attention_saved_floats)(size_t B, size_t T, int NH, int HS);
     size_t (*attention_scratch_floats)(size_t B, size_t T, int NH, int HS);
 
     /* ---- GELU, tanh approximation ----
      * out (N) = gelu(inp)                                        [overwrite; out != inp] */
-    void (*gelu_fwd)(float *out, const float *inp, size_t N);
+    void (*gelu_fwd)(tri_ctx *c, void *out, const void *inp, size_t N);
     /* dinp (N) = gelu'(inp) * dout                               [overwrite; dinp may alias dout] */
-    void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, size_t N);
+    void (*gelu_bwd)(tri_ctx *c, void *dinp, const void *inp, const void *dout, size_t N);
 
     /* ---- residual with a bias (the bias of a row-parallel linear, added once,
      * after the tensor-parallel reduction) ----
      * out (N, C) = res (N, C) + x (N, C) + bias (C)               [overwrite; bias may be NULL;
      *                                                              out may alias res or x] */
-    void (*residual_fwd)(float *out, const float *res, const float *x,
-                         const float *bias, size_t N, size_t C);
+    void (*residual_fwd)(tri_ctx *c, void *out, const void *res, const void *x,
+                         const void *bias, size_t N, size_t C);
     /* dbias (C) += column sums of dout (N, C)                    [accumulate] */
-    void (*bias_bwd)(float *dbias, const float *dout, size_t N, size_t C);
+    void (*bias_bwd)(tri_ctx *c, float *dbias, const void *dout, size_t N, size_t C);
 
     /* ---- vocab-parallel token + position embedding ----
      * This rank owns token rows [vstart, vstart + Vl) of the (padded) vocabulary;
-     * wte (Vl, C) holds exactly those rows.
+     * wte (Vl, C) holds exactly those rows. ids (B*T) are backend memory.
      * out (B*T, C) = (id in range ? wte[id - vstart] : 0) + (wpe ? wpe[t] : 0)   [overwrite]
      * wpe (T_max, C) may be NULL (only one tensor-parallel rank adds it, so that
      * the sum over ranks holds it once). */
-    void (*embedding_fwd)(float *out, const int32_t *ids, const float *wte,
-                          const float *wpe, size_t B, size_t T, size_t C,
+    void (*embedding_fwd)(tri_ctx *c, void *out, const int32_t *ids, const void *wte,
+                          const void *wpe, size_t B, size_t T, size_t C,
                           size_t vstart, size_t Vl);
     /* dwte rows of in-range ids += dout rows; dwpe[t] += sum over b of dout  [accumulate]
-     * dwpe may be NULL. */
-    void (*embedding_bwd)(float *dwte, float *dwpe, const float *dout,
+     * dwpe may be NULL. Deterministic (no float atomics). */
+    void (*embedding_bwd)(tri_ctx *c, float *dwte, float *dwpe, const void *dout,
                           const int32_t *ids, size_t B, size_t T, size_t C,
                           size_t vstart, size_t Vl);
 
-    /* ---- vocab-parallel softmax cross-entropy, in two passes ----
+    /* ---- vocab-parallel softmax cross-entropy, in three steps ----
      * logits (N, Vl): this rank's slice of the vocabulary, columns [vstart, vstart+Vl).
      * Only columns with global index < V (the real vocabulary) take part: padded
-     * columns are treated as -inf.
-     * Pass 1, one read of the logits, per row n:
+     * columns are treated as -inf. targets (N) are backend memory.
+     * 1. crossentropy_stats, one read of the logits, per row n:
      *   stats[3n+0] = local max m, stats[3n+1] = sum_j exp(l_j - m),
      *   stats[3n+2] = the target's logit if this rank owns targets[n], else 0.
-     * The caller combines the stats over tensor-parallel ranks (see
-     * tri_ce_combine in model/) so that every rank holds the global (M, S, target).
-     * Pass 2, per row: losses[n] = log S + M - target                [overwrite; may be NULL]
+     * 2. the caller all-gathers the stats of the R tensor-parallel ranks into
+     *   gather (R, N, 3), and crossentropy_combine makes stats the global
+     *   (M, S, target) of every row [overwrite]. Not called when R = 1.
+     * 3. crossentropy_bwd, per row: losses[n] = log S + M - target   [overwrite; may be NULL]
      *   and, if dlogits is non-NULL, dlogits (N, Vl) = (softmax - onehot) * dscale  [overwrite;
      *   may alias logits]; padded columns get 0. */
-    void (*crossentropy_stats)(float *stats, const float *logits, const int32_t *targets,
+    void (*crossentropy_stats)(tri_ctx *c, float *stats, const void *logits, const int32_t *targets,
                                size_t N, size_t Vl, size_t vstart, size_t V);
-    void (*crossentropy_bwd)(float *losses, float *dlogits, const float *logits,
+    void (*crossentropy_combine)(tri_ctx *c, float *stats, const float *gather, size_t N, int R);
+    void (*crossentropy_bwd)(tri_ctx *c, float *losses, void *dlogits, const void *logits,
                              const float *stats, const int32_t *targets, float dscale,
                              size_t N, size_t Vl, size_t vstart, size_t V);
 
@@ -122,23 +143,27 @@ typedef struct tri_ops {
      * param, m, v (n) updated in place; grad (n) read. t is the 1-based step
      * used for bias correction; wd is the decoupled weight decay for this span
      * (0 for spans that take none): param -= lr * (mhat / (sqrt(vhat) + eps) + wd * param). */
-    void (*adamw)(float *param, float *m, float *v, const float *grad, size_t n,
+    void (*adamw)(tri_ctx *c, float *param, float *m, float *v, const float *grad, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd, int t);
 
-    /* ---- reductions and elementwise helpers ----
-     * sum of squares in double (for the global grad norm).                */
-    double (*sumsq)(const float *x, size_t n);
+    /* ---- reductions and elementwise helpers on fp32 tensors ----
+     * sum and sum of squares, in double, returned to the host.           */
+    double (*sum)(tri_ctx *c, const float *x, size_t n);
+    double (*sumsq)(tri_ctx *c, const float *x, size_t n);
     /* x (n) *= s                                                          [in place] */
-    void (*scale)(float *x, float s, size_t n);
+    void (*scale)(tri_ctx *c, float *x, float s, size_t n);
     /* y (n) += x (n)                                                      [accumulate] */
-    void (*add)(float *y, const float *x, size_t n);
+    void (*add)(tri_ctx *c, float *y, const float *x, size_t n);
 } tri_ops;
 
 /* The CPU backend (kernels/cpu/). Always available. */
 const tri_ops *tri_ops_cpu(void);
+/* The CPU backend with guarded memory (kernels/cpu/guard.c): a test and
+ * debug mode in which host access to backend memory outside an op faults. */
+const tri_ops *tri_ops_cpu_guard(void);
 
-/* Backend by name ("cpu" or "cuda"); NULL, with a message on stderr, when the
- * name is unknown or the backend was not built or has no device. */
+/* Backend by name ("cpu", "cpu-guard" or "cuda"); NULL, with a message on
+ * stderr, when the name is unknown or the backend was not built or has no device. */
 const tri_ops *tri_ops_get(const char *name);
 
 #endif

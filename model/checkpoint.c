@@ -8,8 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "parallel/ckptdir.h"
-#include "parallel/safetensors.h"
+#include "model/ckpt_store.h"
+#include "model/safetensors.h"
+#include "src/base/err.h"
+#include "src/base/fs.h"
 
 enum { MAX_PIECES = 3 };
 
@@ -46,8 +48,9 @@ static int add_entry(tri_st_layout *L, const char *prefix, const tri_param *p) {
 /* Appends the global model's tensors to L under `prefix`, in Hugging Face's
  * order: wte, wpe, blocks in order, ln_f. */
 static int build_layout(const tri_model_cfg *cfg, const char *prefix, tri_st_layout *L) {
-    tri_gpt full; /* the global model's table: tp = pp = 1 */
-    if (tri_gpt_describe(&full, cfg, 1, 0, 1, 0) != 0) return -1;
+    tri_gpt g1; /* the global model's table: tp = 1, one chunk */
+    if (tri_gpt_describe_single(&g1, cfg, 1, 0) != 0) return -1;
+    const tri_chunk full = g1.chunks[0];
     int rc = 0;
     tri_param_kind head[] = {TRI_P_WTE, TRI_P_WPE};
     for (int k = 0; k < 2 && rc == 0; k++)
@@ -62,7 +65,7 @@ static int build_layout(const tri_model_cfg *cfg, const char *prefix, tri_st_lay
     for (int k = 0; k < 2 && rc == 0; k++)
         for (int i = 0; i < full.n_params; i++)
             if (full.params[i].kind == tail[k]) rc |= add_entry(L, prefix, &full.params[i]);
-    tri_gpt_free(&full);
+    tri_gpt_free(&g1);
     return rc;
 }
 
@@ -101,11 +104,12 @@ static int pieces_of(const tri_gpt *g, const tri_param *p, float *base, tri_st_p
     return n;
 }
 
-/* Whether this rank writes its slice of p (each stored element exactly once). */
-static int owns(const tri_gpt *g, const tri_dist *d, const tri_param *p) {
+/* Whether this rank writes its slice of p of chunk ch (each stored element
+ * exactly once). */
+static int owns(const tri_gpt *g, const tri_chunk *ch, const tri_dist *d, const tri_param *p) {
     if (d->mesh.dp_rank != 0) return 0;
     if (p->split == TRI_SPLIT_NONE && g->tp_rank != 0) return 0;
-    if (p->kind == TRI_P_WTE && !g->stage.has_embedding) return 0; /* the head stage's copy */
+    if (p->kind == TRI_P_WTE && !ch->has_embedding) return 0; /* the head stage's copy */
     return 1;
 }
 
@@ -114,29 +118,55 @@ static int agree(tri_dist *d, int failed) {
     return failed ? -1 : 0;
 }
 
+/* Which flat buffers of a chunk a file holds. */
+typedef enum { BUF_PARAMS, BUF_EXP_AVG, BUF_EXP_AVG_SQ } which_buf;
+
+static float *chunk_buf(const tri_gpt *g, const tri_optim *o, int k, which_buf which) {
+    return which == BUF_PARAMS ? g->chunks[k].param_mem : which == BUF_EXP_AVG ? o->m[k] : o->v[k];
+}
+
+/* A host buffer for the largest tensor of any chunk (the staging copies of
+ * backend memory go through it). */
+static float *staging_alloc(const tri_gpt *g) {
+    size_t most = 1;
+    for (int k = 0; k < g->n_chunks; k++)
+        for (int i = 0; i < g->chunks[k].n_params; i++)
+            if (g->chunks[k].params[i].numel > most) most = g->chunks[k].params[i].numel;
+    float *h = malloc(most * sizeof(float));
+    if (!h) tri_error("out of memory: checkpoint staging buffer of %zu floats", most);
+    return h;
+}
+
 static int write_params(const char *path, const tri_st_layout *L, const char *prefix, const tri_gpt *g,
-                        const tri_dist *d, const float *mem) {
+                        const tri_optim *o, const tri_dist *d, which_buf which) {
     int fd = open(path, O_WRONLY);
     if (fd < 0) {
         fprintf(stderr, "trident: rank %d: %s: cannot open for writing: %s\n", d->mesh.rank, path, strerror(errno));
         return -1;
     }
-    int rc = 0;
-    for (int i = 0; i < g->n_params && rc == 0; i++) {
-        const tri_param *p = &g->params[i];
-        if (!owns(g, d, p)) continue;
-        char name[128];
-        snprintf(name, sizeof name, "%s%s", prefix, p->name);
-        int e = tri_st_layout_find(L, name);
-        if (e < 0) {
-            fprintf(stderr, "trident: internal error: %s: tensor %s is not in the checkpoint layout\n", path, name);
-            rc = -1;
-            break;
+    float *host = staging_alloc(g);
+    int rc = host ? 0 : -1;
+    for (int k = 0; k < g->n_chunks && rc == 0; k++) {
+        const tri_chunk *ch = &g->chunks[k];
+        const float *mem = chunk_buf(g, o, k, which);
+        for (int i = 0; i < ch->n_params && rc == 0; i++) {
+            const tri_param *p = &ch->params[i];
+            if (!owns(g, ch, d, p)) continue;
+            char name[128];
+            snprintf(name, sizeof name, "%s%s", prefix, p->name);
+            int e = tri_st_layout_find(L, name);
+            if (e < 0) {
+                fprintf(stderr, "trident: internal error: %s: tensor %s is not in the checkpoint layout\n", path, name);
+                rc = -1;
+                break;
+            }
+            tri_ctx_to_host(g->ctx, host, mem + p->offset, p->numel * sizeof(float));
+            tri_st_piece pc[MAX_PIECES];
+            int np = pieces_of(g, p, host, pc);
+            for (int q = 0; q < np && rc == 0; q++) rc = tri_st_write_piece(fd, L, e, &pc[q]);
         }
-        tri_st_piece pc[MAX_PIECES];
-        int np = pieces_of(g, p, (float *)mem + p->offset, pc);
-        for (int k = 0; k < np && rc == 0; k++) rc = tri_st_write_piece(fd, L, e, &pc[k]);
     }
+    free(host);
     if (close(fd) != 0 && rc == 0) {
         fprintf(stderr, "trident: %s: close: %s\n", path, strerror(errno));
         rc = -1;
@@ -144,7 +174,40 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
     return rc;
 }
 
-int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
+int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key, int resume, tri_dist *d,
+                        char *dir, size_t n, int verbose) {
+    char found[TRI_CKPT_PATH_MAX] = "";
+    int failed = 0;
+    memset(store, 0, sizeof *store);
+    if (d->mesh.rank == 0) {
+        tri_ckpt_found f;
+        char newest[TRI_CKPT_PATH_MAX];
+        long held = 0;
+        if (tri_ckpt_store_open(store, root, key) != 0) {
+            failed = 1;
+        } else if (resume) {
+            if (tri_ckpt_find(store->root, &f) != 0 || (f.dir[0] && tri_ckpt_store_adopt(store, f.dir) != 0))
+                failed = 1;
+            else if (verbose && f.note[0])
+                printf("%s\n", f.note);
+            if (!failed) snprintf(found, sizeof found, "%s", f.dir);
+        } else if ((held = tri_ckpt_count(store->root, newest, sizeof newest)) != 0) {
+            if (held > 0)
+                tri_error("%s %s already holds %ld checkpoint%s (the newest: %s): pass --resume to continue from "
+                          "it, or choose another %s",
+                          key, store->root, held, held == 1 ? "" : "s", newest, key);
+            failed = 1;
+        }
+        if (failed) tri_ckpt_store_close(store);
+    }
+    if (agree(d, failed) != 0) return -1;
+    tri_comm_broadcast(&d->world, found, sizeof found, TRI_U8, 0);
+    int k = snprintf(dir, n, "%s", found);
+    TRI_CHECK(k >= 0 && (size_t)k < n);
+    return 0;
+}
+
+int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
                    const char *state_json, int keep) {
     int is_root = d->mesh.rank == 0;
     char tmp[4096] = {0};
@@ -158,7 +221,7 @@ int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_opti
         failed = 1;
     char mpath[4200], opath[4200];
     if (is_root && !failed) {
-        if (tri_ckpt_begin(root, step, tmp, sizeof tmp) != 0) failed = 1;
+        if (tri_ckpt_begin(store, step, tmp, sizeof tmp) != 0) failed = 1;
         snprintf(mpath, sizeof mpath, "%s/model.safetensors", tmp);
         snprintf(opath, sizeof opath, "%s/optimizer.safetensors", tmp);
         if (!failed && tri_st_create(mpath, &Lm, "{\"format\": \"pt\", \"producer\": \"trident\"}") != 0) failed = 1;
@@ -170,9 +233,9 @@ int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_opti
     tri_comm_broadcast(&d->world, tmp, sizeof tmp, TRI_U8, 0);
     snprintf(mpath, sizeof mpath, "%s/model.safetensors", tmp);
     snprintf(opath, sizeof opath, "%s/optimizer.safetensors", tmp);
-    failed = write_params(mpath, &Lm, "", g, d, g->param_mem) != 0;
-    if (!failed) failed = write_params(opath, &Lo, "exp_avg.", g, d, o->m) != 0;
-    if (!failed) failed = write_params(opath, &Lo, "exp_avg_sq.", g, d, o->v) != 0;
+    failed = write_params(mpath, &Lm, "", g, o, d, BUF_PARAMS) != 0;
+    if (!failed) failed = write_params(opath, &Lo, "exp_avg.", g, o, d, BUF_EXP_AVG) != 0;
+    if (!failed) failed = write_params(opath, &Lo, "exp_avg_sq.", g, o, d, BUF_EXP_AVG_SQ) != 0;
     if (agree(d, failed) != 0) goto fail;
     if (is_root) {
         char path[4200];
@@ -183,37 +246,47 @@ int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_opti
         snprintf(path, sizeof path, "%s/state.json", tmp);
         if (!failed && tri_write_file_atomic(path, state_json, strlen(state_json)) != 0) failed = 1;
         /* > 0: committed, only pruning old ones failed (already reported) */
-        if (!failed && tri_ckpt_commit(root, step, tmp, keep) < 0) failed = 1;
+        if (!failed && tri_ckpt_commit(store, step, tmp, keep) < 0) failed = 1;
     }
     if (agree(d, failed) != 0) goto fail;
     tri_st_layout_free(&Lm);
     tri_st_layout_free(&Lo);
     return 0;
 fail:
-    if (is_root) fprintf(stderr, "trident: checkpoint of step %ld not saved; the previous one is intact\n", step);
+    if (is_root) {
+        tri_ckpt_abort(store, tmp); /* every rank is past its writes: agreed above */
+        tri_error("checkpoint of step %ld not saved (its temporary directory is removed); the checkpoints saved "
+                  "before are intact", step);
+    }
     tri_st_layout_free(&Lm);
     tri_st_layout_free(&Lo);
     return -1;
 }
 
-static int read_params(const char *path, const char *prefix, tri_gpt *g, float *mem) {
+static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_optim *o, which_buf which) {
     tri_st_file f;
     if (tri_st_open(&f, path) != 0) return -1;
-    int rc = 0;
-    for (int i = 0; i < g->n_params && rc == 0; i++) {
-        const tri_param *p = &g->params[i];
-        char name[128];
-        size_t shape[2];
-        snprintf(name, sizeof name, "%s%s", prefix, p->name);
-        int nd = hf_shape(p, shape);
-        int e = tri_st_expect(&f, name, nd, shape);
-        if (e < 0) { rc = -1; break; }
-        float *base = mem + p->offset;
-        memset(base, 0, p->numel * sizeof(float)); /* padded vocab rows stay 0 */
-        tri_st_piece pc[MAX_PIECES];
-        int np = pieces_of(g, p, base, pc);
-        for (int k = 0; k < np && rc == 0; k++) rc = tri_st_read_piece(f.fd, &f.layout, e, &pc[k]);
+    float *host = staging_alloc(g);
+    int rc = host ? 0 : -1;
+    for (int k = 0; k < g->n_chunks && rc == 0; k++) {
+        const tri_chunk *ch = &g->chunks[k];
+        float *mem = chunk_buf(g, o, k, which);
+        for (int i = 0; i < ch->n_params && rc == 0; i++) {
+            const tri_param *p = &ch->params[i];
+            char name[128];
+            size_t shape[2];
+            snprintf(name, sizeof name, "%s%s", prefix, p->name);
+            int nd = hf_shape(p, shape);
+            int e = tri_st_expect(&f, name, nd, shape);
+            if (e < 0) { rc = -1; break; }
+            memset(host, 0, p->numel * sizeof(float)); /* padded vocab rows stay 0 */
+            tri_st_piece pc[MAX_PIECES];
+            int np = pieces_of(g, p, host, pc);
+            for (int q = 0; q < np && rc == 0; q++) rc = tri_st_read_piece(f.fd, &f.layout, e, &pc[q]);
+            if (rc == 0) tri_ctx_to_device(g->ctx, mem + p->offset, host, p->numel * sizeof(float));
+        }
     }
+    free(host);
     tri_st_close(&f);
     return rc;
 }
@@ -221,11 +294,11 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, float *
 int tri_model_load(const char *dir, tri_gpt *g, tri_optim *o, tri_dist *d) {
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    int failed = read_params(path, "", g, g->param_mem) != 0;
+    int failed = read_params(path, "", g, o, BUF_PARAMS) != 0;
     if (!failed && o) {
         snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-        failed = read_params(path, "exp_avg.", g, o->m) != 0;
-        if (!failed) failed = read_params(path, "exp_avg_sq.", g, o->v) != 0;
+        failed = read_params(path, "exp_avg.", g, o, BUF_EXP_AVG) != 0;
+        if (!failed) failed = read_params(path, "exp_avg_sq.", g, o, BUF_EXP_AVG_SQ) != 0;
     }
     return d ? agree(d, failed) : (failed ? -1 : 0);
 }

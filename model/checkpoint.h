@@ -15,15 +15,31 @@
 #ifndef TRI_MODEL_CHECKPOINT_H
 #define TRI_MODEL_CHECKPOINT_H
 
+#include "model/ckpt_store.h"
 #include "model/gpt.h"
 #include "model/optim.h"
 #include "parallel/dist.h"
 
-/* Collective over the world. Writes <root>/step_<step> through a temporary
- * directory and the crash-safe commit of parallel/ckptdir.h, then prunes to
- * `keep` (0: keep all). Returns 0 on every rank, or -1 on every rank (the
- * previous checkpoint is left intact). */
-int tri_model_save(const char *root, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
+/* Collective over the world, at start-up before anything is trained: the
+ * writing rank (world rank 0) opens the checkpoint store at `root`
+ * (tri_ckpt_store_open: validated with `key` named, locked, stale temp dirs
+ * removed) and then
+ *   resume:    finds the checkpoint to resume from (tri_ckpt_find: the newest
+ *              complete one, verified) and continues its run (pruning);
+ *   no resume: refuses a root that already holds a checkpoint.
+ * Every rank gets the same answer: 0 with dir[n] the step dir to resume from
+ * ("" for a fresh start), or -1 on every rank (rank 0 printed why). Rank 0
+ * says what it chose when `verbose`. Rank 0's *store stays open (holding the
+ * lock) until tri_ckpt_store_close; the other ranks' stays closed. */
+int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key, int resume, tri_dist *d,
+                        char *dir, size_t n, int verbose);
+
+/* Collective over the world. Writes step_<step> into the store (open on world
+ * rank 0, see above) through a temporary directory and the crash-safe commit
+ * of model/ckpt_store.h, then prunes to `keep` (0: keep all). Returns 0 on
+ * every rank, or -1 on every rank: the temporary directory is removed and the
+ * checkpoints saved before are intact. */
+int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
                    const char *state_json, int keep);
 
 /* Collective over the world. Loads this rank's slices from the checkpoint

@@ -9,22 +9,32 @@
  * backend in use. All calls are collective over the group unless they say
  * otherwise. A failure inside a transport is fatal: it prints the rank and the
  * call, and aborts every rank (a half-finished collective cannot be recovered).
+ * So is a wait that outlasts the group's timeout_s (a peer stopped, wedged or
+ * gone): the transport reports it and aborts the job (exit code 124), so no
+ * call here blocks forever.
  */
 #ifndef TRI_COMM_H
 #define TRI_COMM_H
 
 #include <stddef.h>
 
-typedef enum { TRI_F32 = 0, TRI_F64 = 1, TRI_I32 = 2, TRI_U8 = 3 } tri_dtype;
+#include "kernels/ctx.h"
+#include "kernels/dtype.h"
+
 typedef enum { TRI_SUM = 0, TRI_MAX = 1 } tri_redop;
 
 /* A pending non-blocking operation; complete it with tri_comm_wait. */
 typedef struct tri_req {
     unsigned char opaque[16];
     int active;
+    /* what is pending, for the watchdog's report (set by the transport) */
+    const char *op;     /* "all-reduce", "send", "receive"             */
+    size_t bytes;       /* its payload                                  */
+    int peer, tag;      /* p2p: the peer's index in the group; -1 else  */
 } tri_req;
 
 struct tri_comm;
+struct tri_progress;
 
 /* A transport implements these for groups of size > 1. */
 typedef struct tri_comm_impl {
@@ -60,9 +70,16 @@ typedef struct tri_comm {
     const tri_comm_impl *impl;  /* NULL when size == 1                    */
     void *handle;               /* the transport's communicator           */
     tri_comm_stats stats;       /* zeroed at init; the caller may reset it */
+    tri_ctx *ctx;               /* the backend context whose memory the calls
+                                   touch (stream, guard); NULL: host memory */
+    /* The watchdog (parallel/watchdog.h): a transport ends every wait of
+     * this group after timeout_s, printing the rank, *progress, name, the
+     * operation and the peers, and aborts the job. Zeroed at init (no
+     * deadline); tri_dist sets them for its groups. */
+    double timeout_s;                     /* <= 0: no deadline                */
+    const struct tri_progress *progress;  /* where the caller is; may be NULL */
+    char name[8];                         /* "tp", "dp", "pp", "emb", "world" */
 } tri_comm;
-
-size_t tri_dtype_size(tri_dtype t);
 
 /* A group of one: every call below is trivial on it. */
 void tri_comm_init_self(tri_comm *c, int world_rank);

@@ -6,6 +6,15 @@
  * so that a failing call comes back to MPI_CHECK, which names the rank, the
  * call and file:line before aborting the job: a collective that failed on one
  * rank cannot be finished by the others, so nothing is recoverable here.
+ *
+ * Nothing waits forever: a blocking MPI collective cannot be interrupted, so
+ * every collective is issued in its non-blocking form (MPI_Iallreduce, ...)
+ * and completed by polling MPI_Test under the group's watchdog
+ * (parallel/watchdog.h: c->timeout_s, backing off from spinning to yielding
+ * to short sleeps). A wait past the deadline prints one line (rank, step,
+ * group, operation, bytes, the peers as world ranks) and ends the job with
+ * MPI_Abort (exit code TRI_WD_EXIT_CODE). Communicator creation at start-up
+ * (MPI_Comm_split/dup) has no non-blocking form and stays blocking.
  */
 #include "parallel/comm_mpi.h"
 
@@ -16,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "parallel/watchdog.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((tri_req *)0)->opaque),
                "MPI_Request must fit in tri_req.opaque");
@@ -60,6 +71,12 @@ static MPI_Datatype mpi_type(const tri_comm *c, tri_dtype t) {
     case TRI_F64: return MPI_DOUBLE;
     case TRI_I32: return MPI_INT32_T;
     case TRI_U8: return MPI_UINT8_T;
+    case TRI_BF16:
+    case TRI_F16:
+        /* MPI has no 16-bit float type to reduce; the CPU backend computes
+         * in fp32, so these never reach this transport today */
+        fail(c, "comm", "16-bit float messages are not supported by the MPI transport");
+        return MPI_DATATYPE_NULL;
     }
     fail(c, "comm", "unknown dtype");
     return MPI_DATATYPE_NULL;
@@ -90,15 +107,76 @@ static int overlap(const void *a, size_t na, const void *b, size_t nb) {
     return pa < pb + nb && pb < pa + na;
 }
 
-static void req_store(tri_req *r, MPI_Request q) {
+/* Keeps q in r with what it is, for the watchdog's report. */
+static void req_store(tri_req *r, MPI_Request q, const char *op, size_t bytes, int peer, int tag) {
     memset(r->opaque, 0, sizeof r->opaque);
     memcpy(r->opaque, &q, sizeof q);
     r->active = 1;
+    r->op = op;
+    r->bytes = bytes;
+    r->peer = peer;
+    r->tag = tag;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Watched waits                                                            */
+
+/* World rank of index i of c's group, or -1. Local calls only (no peer takes
+ * part), so they are safe when the peers are stuck. */
+static void world_ranks_of(const tri_comm *c, const int *idx, int n, int *out) {
+    for (int i = 0; i < n; i++) out[i] = -1;
+    MPI_Group g = MPI_GROUP_NULL, w = MPI_GROUP_NULL;
+    if (MPI_Comm_group(comm_of(c), &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &w) == MPI_SUCCESS)
+        (void)MPI_Group_translate_ranks(g, n, idx, w, out);
+    if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+    if (w != MPI_GROUP_NULL) MPI_Group_free(&w);
+}
+
+/* A wait ran past c->timeout_s: report it in one line and end the job. */
+_Noreturn static void expired(const tri_comm *c, const char *op, size_t bytes, int peer, int tag,
+                              double waited) {
+    tri_wd_site s = {.world_rank = c->world_rank, .progress = c->progress, .group = c->name, .op = op,
+                     .bytes = bytes, .peer = -1, .tag = tag, .waited_s = waited, .timeout_s = c->timeout_s};
+    int *members = malloc((size_t)c->size * 2 * sizeof *members);
+    if (peer >= 0) {
+        world_ranks_of(c, &peer, 1, &s.peer);
+        if (s.peer < 0) s.peer = peer; /* cannot happen; the index is better than nothing */
+    } else if (members != NULL) {
+        for (int i = 0; i < c->size; i++) members[c->size + i] = i;
+        world_ranks_of(c, members + c->size, c->size, members);
+        s.members = members;
+        s.n_members = c->size;
+    }
+    char line[1024];
+    fprintf(stderr, "%s\n", tri_wd_describe(line, sizeof line, &s));
+    fflush(stdout);
+    fflush(stderr);
+    free(members);
+    MPI_Abort(MPI_COMM_WORLD, TRI_WD_EXIT_CODE);
+    abort(); /* MPI_Abort should not return */
+}
+
+static int req_done(void *ctx) {
+    int flag = 0;
+    MPI_CHECK(MPI_Test((MPI_Request *)ctx, &flag, MPI_STATUS_IGNORE));
+    return flag;
+}
+
+/* Completes *q by polling under the group's deadline; past it, does not return.
+ * peer: the group index of a p2p peer, -1 for a collective. */
+static void wait_watched(const tri_comm *c, MPI_Request *q, const char *op, size_t bytes, int peer, int tag) {
+    double waited = 0;
+    if (tri_wd_wait(c->timeout_s, NULL, req_done, q, &waited) != 0) expired(c, op, bytes, peer, tag, waited);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The operations: each collective non-blocking, then a watched wait        */
+
 static void mpi_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count_of(c, "allreduce", n), mpi_type(c, t),
-                            mpi_op(c, op), comm_of(c)));
+    MPI_Request q = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(c, "allreduce", n), mpi_type(c, t),
+                             mpi_op(c, op), comm_of(c), &q));
+    wait_watched(c, &q, "all-reduce", n * tri_dtype_size(t), -1, 0);
 }
 
 static void mpi_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op,
@@ -106,7 +184,7 @@ static void mpi_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_re
     MPI_Request q = MPI_REQUEST_NULL;
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(c, "iallreduce", n), mpi_type(c, t),
                              mpi_op(c, op), comm_of(c), &q));
-    req_store(r, q);
+    req_store(r, q, "all-reduce", n * tri_dtype_size(t), -1, 0);
 }
 
 /* recv (n) = sum over ranks of their send[rank*n .. rank*n+n); send (size*n).
@@ -115,8 +193,10 @@ static void mpi_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t
     size_t esz = tri_dtype_size(t);
     if (n > 0 && overlap(recv, n * esz, send, (size_t)c->size * n * esz))
         fail(c, "reduce_scatter", "recv overlaps send (not supported by the MPI transport)");
-    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, count_of(c, "reduce_scatter", n),
-                                       mpi_type(c, t), MPI_SUM, comm_of(c)));
+    MPI_Request q = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, count_of(c, "reduce_scatter", n),
+                                        mpi_type(c, t), MPI_SUM, comm_of(c), &q));
+    wait_watched(c, &q, "reduce-scatter", (size_t)c->size * n * esz, -1, 0);
 }
 
 /* recv (size*n) = every rank's send (n) in rank order. send may be exactly
@@ -127,18 +207,22 @@ static void mpi_allgather(tri_comm *c, void *recv, const void *send, size_t n, t
     count_of(c, "allgather", (size_t)c->size * n);
     MPI_Datatype dt = mpi_type(c, t);
     const char *slot = (const char *)recv + (size_t)c->rank * n * esz;
+    MPI_Request q = MPI_REQUEST_NULL;
     if (n > 0 && (const char *)send == slot) {
-        MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, cnt, dt, comm_of(c)));
-        return;
+        MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, cnt, dt, comm_of(c), &q));
+    } else {
+        if (n > 0 && overlap(recv, (size_t)c->size * n * esz, send, n * esz))
+            fail(c, "allgather", "send overlaps recv other than at this rank's slot");
+        MPI_CHECK(MPI_Iallgather(send, cnt, dt, recv, cnt, dt, comm_of(c), &q));
     }
-    if (n > 0 && overlap(recv, (size_t)c->size * n * esz, send, n * esz))
-        fail(c, "allgather", "send overlaps recv other than at this rank's slot");
-    MPI_CHECK(MPI_Allgather(send, cnt, dt, recv, cnt, dt, comm_of(c)));
+    wait_watched(c, &q, "all-gather", n * esz, -1, 0);
 }
 
 static void mpi_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root) {
     if (root < 0 || root >= c->size) fail(c, "broadcast", "root outside the group");
-    MPI_CHECK(MPI_Bcast(buf, count_of(c, "broadcast", n), mpi_type(c, t), root, comm_of(c)));
+    MPI_Request q = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Ibcast(buf, count_of(c, "broadcast", n), mpi_type(c, t), root, comm_of(c), &q));
+    wait_watched(c, &q, "broadcast", n * tri_dtype_size(t), -1, 0);
 }
 
 static void mpi_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag,
@@ -146,7 +230,7 @@ static void mpi_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int p
     if (peer < 0 || peer >= c->size) fail(c, "isend", "peer outside the group");
     MPI_Request q = MPI_REQUEST_NULL;
     MPI_CHECK(MPI_Isend(buf, count_of(c, "isend", n), mpi_type(c, t), peer, tag, comm_of(c), &q));
-    req_store(r, q);
+    req_store(r, q, "send", n * tri_dtype_size(t), peer, tag);
 }
 
 static void mpi_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag,
@@ -154,19 +238,22 @@ static void mpi_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, i
     if (peer < 0 || peer >= c->size) fail(c, "irecv", "peer outside the group");
     MPI_Request q = MPI_REQUEST_NULL;
     MPI_CHECK(MPI_Irecv(buf, count_of(c, "irecv", n), mpi_type(c, t), peer, tag, comm_of(c), &q));
-    req_store(r, q);
+    req_store(r, q, "receive", n * tri_dtype_size(t), peer, tag);
 }
 
 static void mpi_wait(tri_comm *c, tri_req *r) {
-    (void)c; /* the request knows its communicator */
     MPI_Request q;
     memcpy(&q, r->opaque, sizeof q);
-    MPI_CHECK(MPI_Wait(&q, MPI_STATUS_IGNORE));
+    wait_watched(c, &q, r->op, r->bytes, r->peer, r->tag);
     memset(r->opaque, 0, sizeof r->opaque);
     r->active = 0;
 }
 
-static void mpi_barrier(tri_comm *c) { MPI_CHECK(MPI_Barrier(comm_of(c))); }
+static void mpi_barrier(tri_comm *c) {
+    MPI_Request q = MPI_REQUEST_NULL;
+    MPI_CHECK(MPI_Ibarrier(comm_of(c), &q));
+    wait_watched(c, &q, "barrier", 0, -1, 0);
+}
 
 static void mpi_free(tri_comm *c) {
     if (c->handle == NULL) return;

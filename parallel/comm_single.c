@@ -21,15 +21,10 @@ static void count(tri_comm *c, size_t n, tri_dtype t, double t0) {
     if (t0 > 0) c->stats.seconds += now_s() - t0;
 }
 
-size_t tri_dtype_size(tri_dtype t) {
-    switch (t) {
-    case TRI_F32: return 4;
-    case TRI_F64: return 8;
-    case TRI_I32: return 4;
-    case TRI_U8: return 1;
-    }
-    fprintf(stderr, "trident: unknown dtype %d\n", (int)t);
-    abort();
+/* Transports read and write backend memory in place: open it to host access
+ * around the call (a no-op except under the cpu-guard backend). */
+static void window(tri_comm *c, int open) {
+    if (c->ctx) tri_ctx_host_window(c->ctx, open);
 }
 
 void tri_comm_init_self(tri_comm *c, int world_rank) {
@@ -44,7 +39,9 @@ static int trivial(const tri_comm *c) { return c->size == 1 || c->impl == NULL; 
 void tri_comm_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
     if (trivial(c) || n == 0) return;
     double t0 = now_s();
+    window(c, 1);
     c->impl->allreduce(c, buf, n, t, op);
+    window(c, 0);
     count(c, n, t, t0);
 }
 
@@ -52,34 +49,49 @@ void tri_comm_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redo
     r->active = 0;
     if (trivial(c) || n == 0) return;
     double t0 = now_s();
+    window(c, 1); /* closed again by tri_comm_wait */
     c->impl->iallreduce(c, buf, n, t, op, r);
     count(c, n, t, t0);
 }
 
 void tri_comm_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
     if (trivial(c)) {
-        if (recv != send) memmove(recv, send, n * tri_dtype_size(t));
+        if (recv != send) {
+            window(c, 1);
+            memmove(recv, send, n * tri_dtype_size(t));
+            window(c, 0);
+        }
         return;
     }
     double t0 = now_s();
+    window(c, 1);
     c->impl->reduce_scatter(c, recv, send, n, t);
+    window(c, 0);
     count(c, n * (size_t)c->size, t, t0);
 }
 
 void tri_comm_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
     if (trivial(c)) {
-        if (recv != send) memmove(recv, send, n * tri_dtype_size(t));
+        if (recv != send) {
+            window(c, 1);
+            memmove(recv, send, n * tri_dtype_size(t));
+            window(c, 0);
+        }
         return;
     }
     double t0 = now_s();
+    window(c, 1);
     c->impl->allgather(c, recv, send, n, t);
+    window(c, 0);
     count(c, n, t, t0);
 }
 
 void tri_comm_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root) {
     if (trivial(c) || n == 0) return;
     double t0 = now_s();
+    window(c, 1);
     c->impl->broadcast(c, buf, n, t, root);
+    window(c, 0);
     count(c, n, t, t0);
 }
 
@@ -89,6 +101,7 @@ void tri_comm_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int pee
         fprintf(stderr, "trident: rank %d: send to peer %d in a group of one\n", c->world_rank, peer);
         abort();
     }
+    window(c, 1); /* closed again by tri_comm_wait */
     c->impl->isend(c, buf, n, t, peer, tag, r);
     count(c, n, t, 0);
 }
@@ -99,6 +112,7 @@ void tri_comm_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int
         fprintf(stderr, "trident: rank %d: receive from peer %d in a group of one\n", c->world_rank, peer);
         abort();
     }
+    window(c, 1); /* closed again by tri_comm_wait */
     c->impl->irecv(c, buf, n, t, peer, tag, r);
 }
 
@@ -106,6 +120,7 @@ void tri_comm_wait(tri_comm *c, tri_req *r) {
     if (r->active && !trivial(c)) {
         double t0 = now_s();
         c->impl->wait(c, r);
+        window(c, 0);
         c->stats.seconds += now_s() - t0;
     }
     r->active = 0;
@@ -114,7 +129,9 @@ void tri_comm_wait(tri_comm *c, tri_req *r) {
 void tri_comm_barrier(tri_comm *c) {
     if (trivial(c)) return;
     double t0 = now_s();
+    window(c, 1);
     c->impl->barrier(c);
+    window(c, 0);
     c->stats.seconds += now_s() - t0;
 }
 

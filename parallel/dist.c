@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/base/err.h"
+
 #ifdef TRI_HAVE_MPI
 #include "parallel/comm_mpi.h"
 #endif
@@ -63,6 +65,37 @@ static void init_self_groups(tri_dist *d, int world_rank) {
     tri_comm_init_self(&d->emb, world_rank);
 }
 
+/* The groups in a fixed order, with their names for the watchdog's report. */
+#define N_GROUPS 5
+static const char *const group_names[N_GROUPS] = {"world", "tp", "dp", "pp", "emb"};
+static tri_comm *group_at(tri_dist *d, int i) {
+    tri_comm *g[N_GROUPS] = {&d->world, &d->tp, &d->dp, &d->pp, &d->emb};
+    return g[i];
+}
+
+/* Names every group and points it at d->progress, with the default deadline. */
+static void watch_groups(tri_dist *d) {
+    d->progress.step = 0;
+    d->progress.phase = "set-up";
+    for (int i = 0; i < N_GROUPS; i++) {
+        tri_comm *c = group_at(d, i);
+        snprintf(c->name, sizeof c->name, "%s", group_names[i]);
+        c->progress = &d->progress;
+        c->timeout_s = TRI_WD_DEFAULT_TIMEOUT_S;
+    }
+}
+
+void tri_dist_set_timeout(tri_dist *d, double timeout_s) {
+    for (int i = 0; i < N_GROUPS; i++) group_at(d, i)->timeout_s = timeout_s;
+}
+
+void tri_dist_progress(tri_dist *d, long step, const char *phase) {
+    /* the groups point into *d: a copied or moved tri_dist would report stale steps */
+    TRI_CHECK(d->world.progress == &d->progress && d->dp.progress == &d->progress);
+    d->progress.step = step;
+    d->progress.phase = phase;
+}
+
 int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
     int world = 1, rank = 0;
@@ -79,6 +112,7 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
         return -1;
     }
 
+    watch_groups(d);
     if (!launched && world == 1) return 0; /* a world of one: no transport */
 
 #ifdef TRI_HAVE_MPI
@@ -113,6 +147,7 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
         tri_mpi_split(outs[k], tri_mesh_color(&d->mesh, kinds[k]), idx < 0 ? 0 : idx);
     }
     free(members);
+    watch_groups(d); /* the splits made the groups afresh */
     return 0;
 #else
     snprintf(err, errlen,
@@ -123,8 +158,20 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
 #endif
 }
 
+void tri_dist_bind_ctx(tri_dist *d, tri_ctx *ctx) {
+    tri_comm *groups[] = {&d->world, &d->tp, &d->dp, &d->pp, &d->emb};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) groups[i]->ctx = ctx;
+}
+
 void tri_dist_free(tri_dist *d) {
     if (d == NULL) return;
+#ifdef TRI_HAVE_MPI
+    if (d->transport == 1 && d->world.progress == &d->progress) {
+        /* MPI_Finalize synchronises the ranks without a deadline: meet here first */
+        d->progress.phase = "shut-down";
+        tri_comm_barrier(&d->world);
+    }
+#endif
     tri_comm_free(&d->emb);
     tri_comm_free(&d->pp);
     tri_comm_free(&d->dp);

@@ -1,4 +1,5 @@
 #include "src/cli.h"
+#include "src/base/err.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,7 +10,7 @@ int tri_arg_int(const char *opt, const char *val, long min, long max, long *out)
     errno = 0;
     long v = val ? strtol(val, &end, 10) : 0;
     if (!val || !*val || *end || errno || v < min || v > max) {
-        fprintf(stderr, "trident: %s: expected an integer in [%ld, %ld], got '%s'\n", opt, min, max,
+        tri_error("%s: expected an integer in [%ld, %ld], got '%s'", opt, min, max,
                 val ? val : "(nothing)");
         return -1;
     }
@@ -22,7 +23,7 @@ int tri_arg_double(const char *opt, const char *val, double min, double max, dou
     errno = 0;
     double v = val ? strtod(val, &end) : 0;
     if (!val || !*val || *end || errno || !(v >= min && v <= max)) {
-        fprintf(stderr, "trident: %s: expected a number in [%g, %g], got '%s'\n", opt, min, max,
+        tri_error("%s: expected a number in [%g, %g], got '%s'", opt, min, max,
                 val ? val : "(nothing)");
         return -1;
     }
@@ -35,7 +36,7 @@ int tri_arg_u64(const char *opt, const char *val, uint64_t *out) {
     errno = 0;
     unsigned long long v = val ? strtoull(val, &end, 10) : 0;
     if (!val || !*val || *end || errno || val[0] == '-') {
-        fprintf(stderr, "trident: %s: expected a non-negative integer, got '%s'\n", opt, val ? val : "(nothing)");
+        tri_error("%s: expected a non-negative integer, got '%s'", opt, val ? val : "(nothing)");
         return -1;
     }
     *out = (uint64_t)v;

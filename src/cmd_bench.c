@@ -11,8 +11,13 @@
 #include <unistd.h>
 
 #include "model/gpt.h"
+#include "parallel/dist.h"
+#include "parallel/mesh.h"
+#include "src/base/err.h"
+#include "src/base/size.h"
 #include "src/cli.h"
 #include "src/config.h"
+#include "src/preflight.h"
 #include "src/train.h"
 
 static double now_s(void) {
@@ -88,7 +93,8 @@ static void bench_usage(FILE *f) {
             "usage: trident bench CONFIG [--steps N] [--threads K] [--set section.key=value]...\n"
             "  runs N training steps (after one warm-up step) on synthetic tokens and prints tokens/s,\n"
             "  model GFLOP/s, MFU against this machine's measured sgemm speed, communication per group\n"
-            "  (under tridentrun), and a last line of JSON.\n");
+            "  (under tridentrun), and a last line of JSON.\n"
+            "  --skip-memory-check   start even if a rank's memory estimate exceeds the memory available\n");
 }
 
 int tri_cmd_bench(int argc, char **argv) {
@@ -96,7 +102,7 @@ int tri_cmd_bench(int argc, char **argv) {
     const char **sets = calloc((size_t)argc + 2, sizeof *sets);
     int n_sets = 0;
     long steps = 10, threads = 0;
-    int rc = 2;
+    int rc = 2, skip_memory_check = 0;
     sgemm_probe probe = {0};
     /* the data files are not read: synthetic tokens */
     sets[n_sets++] = "data.train=synthetic";
@@ -112,21 +118,23 @@ int tri_cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--threads") && v) {
             if (tri_arg_int(a, v, 1, 1024, &threads)) goto out;
             i++;
+        } else if (!strcmp(a, "--skip-memory-check")) {
+            skip_memory_check = 1;
         } else if (!strcmp(a, "--set") && v) {
             sets[n_sets++] = v;
             i++;
         } else if (a[0] == '-') {
-            fprintf(stderr, "trident: bench: unknown or incomplete option '%s' (try `trident bench --help`)\n", a);
+            tri_error("bench: unknown or incomplete option '%s' (try `trident bench --help`)", a);
             goto out;
         } else if (!path) {
             path = a;
         } else {
-            fprintf(stderr, "trident: bench: unexpected argument '%s'\n", a);
+            tri_error("bench: unexpected argument '%s'", a);
             goto out;
         }
     }
     if (!path) {
-        fprintf(stderr, "trident: bench: missing CONFIG\n");
+        tri_error("bench: missing CONFIG");
         goto out;
     }
     char steps_set[64];
@@ -137,9 +145,31 @@ int tri_cmd_bench(int argc, char **argv) {
     tri_set_threads((int)threads);
     int nthreads = omp_get_max_threads();
     size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len, C = (size_t)cfg.model.n_embd;
+    /* the sgemm probe is allocated before tri_train's own preflight: check
+     * its sizes and this rank's memory with it first (src/preflight.h) */
+    size_t probe_floats = 0;
+    size_t fac[3][2] = {{BT, C}, {4 * C, C}, {BT, 4 * C}};
+    for (int k = 0; k < 3; k++) {
+        size_t x;
+        if (!tri_size_mul(&x, fac[k][0], fac[k][1]) || !tri_size_add(&probe_floats, probe_floats, x) ||
+            probe_floats > SIZE_MAX / sizeof(float)) {
+            tri_error("bench: the sgemm probe (train.micro_batch x model.seq_len x 4 model.n_embd) overflows "
+                      "64-bit sizes (train.micro_batch %d, model.seq_len %d, model.n_embd %d)",
+                      cfg.train.micro_batch, cfg.model.seq_len, cfg.model.n_embd);
+            goto out;
+        }
+    }
+    int world, rank;
+    tri_mesh mesh;
+    char err[256];
+    tri_dist_env_world(&world, &rank);
+    if (tri_mesh_init(&mesh, world, rank, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp, err, sizeof err) == 0 &&
+        tri_preflight_model(&cfg, (size_t)cfg.train.micro_batch, mesh.tp_rank, mesh.pp_rank,
+                            probe_floats * sizeof(float), 1, !skip_memory_check, NULL) != 0)
+        goto out; /* (a layout that does not fit the world is tri_train's to report) */
     rc = 1;
     if (probe_init(&probe, BT, C, 4 * C, (size_t)steps + 1) != 0) {
-        fprintf(stderr, "trident: bench: out of memory\n");
+        tri_error("bench: out of memory");
         goto out;
     }
     double peak = probe_best(&probe, 15);
@@ -148,6 +178,7 @@ int tri_cmd_bench(int argc, char **argv) {
     opts.threads = (int)threads;
     opts.synthetic = 1;
     opts.quiet = 1;
+    opts.skip_memory_check = skip_memory_check;
     opts.after_step = after_step;
     opts.after_step_ctx = &probe;
     tri_run_report rep = {0};
@@ -174,7 +205,7 @@ int tri_cmd_bench(int argc, char **argv) {
     /* per step: model GFLOP/s over the job's sgemm GFLOP/s right after it (median) */
     double *paired = calloc((size_t)steps, sizeof *paired);
     if (!paired) {
-        fprintf(stderr, "trident: bench: out of memory\n");
+        tri_error("bench: out of memory");
         rc = 1;
         goto out;
     }
@@ -213,11 +244,16 @@ int tri_cmd_bench(int argc, char **argv) {
                (double)st[g]->bytes / rep.steps / 1e6, (double)st[g]->calls / rep.steps,
                1e3 * st[g]->seconds / rep.steps, 100.0 * share[g]);
     }
-    printf("{\"config\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, \"threads\": %d, \"step_ms\": %.2f, "
-           "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, \"mfu_paired\": %.4f, "
-           "\"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f}\n",
-           path, rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads, med * 1e3, tps, gflops, job_peak, mfu,
-           mfu_paired, share[0], share[1]);
+    char memline[512], memjson[512];
+    tri_mem_line(&rep.mem, memline, sizeof memline);
+    tri_mem_json(&rep.mem, memjson, sizeof memjson);
+    printf("  memory      rank 0, recompute %s: %s; saved activations in use at most %.2f MiB\n",
+           cfg.train.recompute, memline, (double)rep.mem.saved_in_use_peak / (1024.0 * 1024.0));
+    printf("{\"config\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, \"threads\": %d, \"recompute\": \"%s\", "
+           "\"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, "
+           "\"mfu_paired\": %.4f, \"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f, \"mem\": %s}\n",
+           path, rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads, cfg.train.recompute, med * 1e3, tps, gflops,
+           job_peak, mfu, mfu_paired, share[0], share[1], memjson);
 out:
     probe_free(&probe);
     free(sets);

@@ -8,6 +8,7 @@
 #include "data/dataset.h"
 #include "src/cli.h"
 #include "src/cmd_data.h"
+#include "src/base/err.h"
 
 static void data_usage(FILE *f) {
     fprintf(f,
@@ -78,26 +79,29 @@ static void print_info(const tri_dataset *ds, int json, long seq_len) {
 static int dump_doc(const tri_dataset *ds, uint64_t doc) {
     size_t start, len;
     if (doc > SIZE_MAX || tri_dataset_doc(ds, (size_t)doc, &start, &len) != 0) {
-        fprintf(stderr, "trident: %s: document %llu out of range (the file has %zu document%s)\n",
+        tri_error("%s: document %llu out of range (the file has %zu document%s)",
                 ds->path, (unsigned long long)doc, ds->n_docs, ds->n_docs == 1 ? "" : "s");
         return 2;
     }
     enum { CHUNK = 65536 };
     int32_t *buf = malloc(CHUNK * sizeof *buf); /* (CHUNK,) */
     if (!buf) {
-        fprintf(stderr, "trident: %s: out of memory\n", ds->path);
+        tri_error("%s: out of memory", ds->path);
         return 1;
     }
     for (size_t off = 0; off < len; off += CHUNK) {
         size_t m = len - off < CHUNK ? len - off : CHUNK;
-        tri_dataset_read(ds, start + off, m, buf);
+        if (tri_dataset_read(ds, start + off, m, buf) != 0) {
+            free(buf);
+            return 1;
+        }
         for (size_t i = 0; i < m; i++)
             printf(off + i ? " %d" : "%d", (int)buf[i]);
     }
     putchar('\n');
     free(buf);
     if (fflush(stdout) != 0) {
-        fprintf(stderr, "trident: data dump: cannot write to standard output\n");
+        tri_error("data dump: cannot write to standard output");
         return 1;
     }
     return 0;
@@ -115,7 +119,7 @@ int tri_cmd_data(int argc, char **argv) {
     }
     int is_info = !strcmp(sub, "info"), is_dump = !strcmp(sub, "dump");
     if (!is_info && !is_dump) {
-        fprintf(stderr, "trident: data: unknown subcommand '%s' (expected info or dump)\n", sub);
+        tri_error("data: unknown subcommand '%s' (expected info or dump)", sub);
         return 2;
     }
     const char *path = NULL;
@@ -142,17 +146,17 @@ int tri_cmd_data(int argc, char **argv) {
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            fprintf(stderr, "trident: data %s: unknown or incomplete option '%s' (try `trident data --help`)\n",
+            tri_error("data %s: unknown or incomplete option '%s' (try `trident data --help`)",
                     sub, a);
             return 2;
         }
     }
     if (!path) {
-        fprintf(stderr, "trident: data %s: no token file given\n", sub);
+        tri_error("data %s: no token file given", sub);
         return 2;
     }
     if (is_dump && !have_doc) {
-        fprintf(stderr, "trident: data dump: --doc N is required\n");
+        tri_error("data dump: --doc N is required");
         return 2;
     }
     tri_dataset ds;

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "data/sampler.h"
+#include "src/base/err.h"
+#include "src/base/stop.h"
 #include "src/cli.h"
 #include "src/infer.h"
 #include "src/train.h"
@@ -14,7 +16,8 @@ static void eval_usage(FILE *f) {
             "usage: trident eval --ckpt DIR --data FILE [options]\n"
             "  --ckpt DIR      checkpoint root (its latest) or one step directory\n"
             "  --data FILE     token file (llm.c .bin or Megatron .bin/.idx)\n"
-            "  --batches N     batches to evaluate (default 20), sequential windows from the start\n"
+            "  --batches N     batches to evaluate (default 20), sequential windows from the start;\n"
+            "                  at most one pass over the file (more is capped, with a note)\n"
             "  --batch B       sequences per batch (default 4)\n"
             "  --threads N     threads\n"
             "  --json          print one JSON object instead of a line\n");
@@ -34,12 +37,12 @@ int tri_cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--threads") && v) { if (tri_arg_int(a, v, 1, 1024, &threads)) return 2; i++; }
         else if (!strcmp(a, "--json")) json = 1;
         else {
-            fprintf(stderr, "trident: eval: unknown or incomplete option '%s' (try `trident eval --help`)\n", a);
+            tri_error("eval: unknown or incomplete option '%s' (try `trident eval --help`)", a);
             return 2;
         }
     }
     if (!ckpt || !data) {
-        fprintf(stderr, "trident: eval: --ckpt DIR and --data FILE are required\n");
+        tri_error("eval: --ckpt DIR and --data FILE are required");
         return 2;
     }
     tri_set_threads((int)threads);
@@ -49,6 +52,24 @@ int tri_cmd_eval(int argc, char **argv) {
     if (tri_sampler_init(&s, data, m.cfg.model.seq_len, m.cfg.model.vocab_size, m.cfg.train.seed) != 0) {
         tri_infer_close(&m);
         return 2;
+    }
+    /* one pass at most: past the end the windows would wrap around and count
+     * twice, biasing the mean */
+    uint64_t fit = s.total_windows / (uint64_t)batch;
+    if (fit == 0) {
+        tri_error("%s: %llu window%s of seq_len + 1 = %d tokens, fewer than --batch %ld: use --batch %llu", data,
+                  (unsigned long long)s.total_windows, s.total_windows == 1 ? "" : "s", m.cfg.model.seq_len + 1,
+                  batch, (unsigned long long)s.total_windows);
+        tri_sampler_free(&s);
+        tri_infer_close(&m);
+        return 2;
+    }
+    if ((uint64_t)batches > fit) {
+        fprintf(stderr,
+                "trident: note: --batches %ld of %ld sequences would pass over the %llu windows of %s more than "
+                "once; evaluating %llu batches (every window at most once)\n",
+                batches, batch, (unsigned long long)s.total_windows, data, (unsigned long long)fit);
+        batches = (long)fit;
     }
     size_t T = (size_t)m.cfg.model.seq_len, n = (size_t)batch * T;
     int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
@@ -61,9 +82,26 @@ int tri_cmd_eval(int argc, char **argv) {
         return 1;
     }
     double sum = 0.0;
-    for (long b = 0; b < batches; b++) {
-        tri_sampler_fill_eval(&s, (size_t)b, (size_t)batch, in, tg);
-        sum += tri_gpt_forward(&m.gpt, &m.acts, in, NULL, tg, 0.0f);
+    int rc = 0;
+    tri_stop_install(TRI_STOP_SECOND_KILLS);
+    for (long b = 0; b < batches && rc == 0; b++) {
+        int sig = tri_stop_signal();
+        if (sig) {
+            tri_error("eval: %s: stopped after %ld of %ld batches, no result", tri_stop_name(sig), b,
+                    batches);
+            rc = 128 + sig;
+        } else if (tri_sampler_fill_eval(&s, (size_t)b, (size_t)batch, in, tg) != 0) {
+            rc = 1; /* said: the file was truncated under us */
+        } else {
+            sum += tri_infer_forward(&m, in, tg);
+        }
+    }
+    if (rc != 0) {
+        free(in);
+        free(tg);
+        tri_sampler_free(&s);
+        tri_infer_close(&m);
+        return rc;
     }
     double tokens = (double)batches * (double)n, loss = sum / tokens;
     if (json)

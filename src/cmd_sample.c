@@ -6,9 +6,11 @@
 #include <string.h>
 
 #include "data/tokenizer.h"
+#include "src/base/stop.h"
 #include "src/cli.h"
 #include "src/infer.h"
 #include "src/train.h"
+#include "src/base/err.h"
 
 static void sample_usage(FILE *f) {
     fprintf(f,
@@ -82,12 +84,12 @@ int tri_cmd_sample(int argc, char **argv) {
         else if (!strcmp(a, "--temperature") && v) { if (tri_arg_double(a, v, 0, 100, &temp)) return 2; i++; }
         else if (!strcmp(a, "--seed") && v) { if (tri_arg_u64(a, v, &seed)) return 2; i++; }
         else {
-            fprintf(stderr, "trident: sample: unknown or incomplete option '%s' (try `trident sample --help`)\n", a);
+            tri_error("sample: unknown or incomplete option '%s' (try `trident sample --help`)", a);
             return 2;
         }
     }
     if (!ckpt) {
-        fprintf(stderr, "trident: sample: --ckpt DIR is required\n");
+        tri_error("sample: --ckpt DIR is required");
         return 2;
     }
     tri_set_threads((int)threads);
@@ -112,13 +114,14 @@ int tri_cmd_sample(int argc, char **argv) {
      * vocabulary may be larger than the tokenizer's) */
     int Vs = tri_tokenizer_vocab_size(&tk) < V ? tri_tokenizer_vocab_size(&tk) : V;
     size_t T = (size_t)m.cfg.model.seq_len;
-    int32_t *ctx = calloc(T, sizeof *ctx), *targets = NULL;
-    float *probs = malloc((size_t)V * sizeof *probs);
+    int32_t *ctx = calloc(T, sizeof *ctx);
+    float *probs = malloc((size_t)V * sizeof *probs), *logits = malloc((size_t)V * sizeof *logits);
     int rc = 0;
-    if (!ctx || !probs) {
+    if (!ctx || !probs || !logits) {
         fprintf(stderr, "trident: sample: out of memory\n");
         free(ctx);
         free(probs);
+        free(logits);
         tri_tokenizer_free(&tk);
         tri_infer_close(&m);
         return 1;
@@ -141,13 +144,24 @@ int tri_cmd_sample(int argc, char **argv) {
     }
     free(pids);
     uint64_t rng = seed;
+    tri_stop_install(TRI_STOP_SECOND_KILLS);
     for (long n = 0; n < n_tokens; n++) {
-        tri_gpt_forward(&m.gpt, &m.acts, ctx, NULL, targets, 0.0f);
-        int32_t next = pick(m.acts.logits + (len - 1) * m.gpt.Vl, probs, Vs, temp, (int)top_k, &rng);
+        int sig = tri_stop_signal();
+        if (sig) {
+            printf("\n");
+            fflush(stdout);
+            tri_error("sample: %s: stopped after %ld of %ld tokens", tri_stop_name(sig), n,
+                    n_tokens);
+            rc = 128 + sig;
+            break;
+        }
+        tri_infer_forward(&m, ctx, NULL);
+        tri_infer_logits(&m, len - 1, logits);
+        int32_t next = pick(logits, probs, Vs, temp, (int)top_k, &rng);
         char *text = NULL;
         size_t nt = tri_tokenizer_decode(&tk, &next, 1, &text);
         if (nt == SIZE_MAX) { /* an id the tokenizer has no text for */
-            fprintf(stderr, "trident: sample: token %d has no text in the tokenizer\n", (int)next);
+            tri_error("sample: token %d has no text in the tokenizer", (int)next);
             rc = 1;
             break;
         }
@@ -160,9 +174,10 @@ int tri_cmd_sample(int argc, char **argv) {
         }
         ctx[len++] = next;
     }
-    printf("\n");
+    if (rc < 128) printf("\n");
     free(ctx);
     free(probs);
+    free(logits);
     tri_tokenizer_free(&tk);
     tri_infer_close(&m);
     return rc;

@@ -21,7 +21,9 @@
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
+#include "src/base/stop.h"
 #include "src/cli.h"
+#include "src/base/err.h"
 
 static void tok_usage(FILE *f) {
     fprintf(f,
@@ -64,11 +66,11 @@ static int check_inputs(char **files, int n, uint64_t *total) {
     for (int i = 0; i < n; i++) {
         struct stat st;
         if (stat(files[i], &st) != 0 || access(files[i], R_OK) != 0) {
-            fprintf(stderr, "trident: %s: cannot read: no such file or no permission\n", files[i]);
+            tri_error("%s: cannot read: no such file or no permission", files[i]);
             return -1;
         }
         if (!S_ISREG(st.st_mode)) {
-            fprintf(stderr, "trident: %s: not a regular file\n", files[i]);
+            tri_error("%s: not a regular file", files[i]);
             return -1;
         }
         if (ends_with(files[i], ".xz")) known = 0;
@@ -106,7 +108,7 @@ static int cmd_train(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--out")) {
             if (!val) {
-                fprintf(stderr, "trident: --out: expected a file name\n");
+                tri_error("--out: expected a file name");
                 goto done;
             }
             out = val;
@@ -115,21 +117,25 @@ static int cmd_train(int argc, char **argv) {
             if (parse_threads(val, &threads)) goto done;
             i++;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "trident: tokenize train: unknown option '%s' (try --help)\n", a);
+            tri_error("tokenize train: unknown option '%s' (try --help)", a);
             goto done;
         } else {
             files[n_files++] = argv[i];
         }
     }
     if (!vocab || !out || !n_files) {
-        fprintf(stderr, "trident: tokenize train: needs --vocab-size N, --out FILE and at least one CORPUS file\n");
+        tri_error("tokenize train: needs --vocab-size N, --out FILE and at least one CORPUS file");
         goto done;
     }
     uint64_t total;
     if (check_inputs(files, n_files, &total)) goto done;
     double t0 = now_s();
     tri_tokenizer tk;
-    if (tri_tokenizer_train(&tk, (const char *const *)files, n_files, (int)vocab, threads)) goto done;
+    tri_stop_install(TRI_STOP_SECOND_KILLS);
+    if (tri_tokenizer_train(&tk, (const char *const *)files, n_files, (int)vocab, threads)) {
+        if (tri_stop_signal()) rc = 128 + tri_stop_signal(); /* said; nothing was written */
+        goto done;
+    }
     double dt = now_s() - t0;
     if (tri_tokenizer_save(&tk, out)) {
         tri_tokenizer_free(&tk);
@@ -222,7 +228,8 @@ typedef struct enc_ctx {
 #define BLOCK_BYTES ((size_t)16 << 20)
 #define SMALL_FILE ((size_t)1 << 20) /* plain files below this are read whole */
 
-/* One document per file. Returns 0, 2 (bad input) or 1 (write failure). */
+/* One document per file. Returns 0, 2 (bad input), 1 (write failure) or
+ * 128 + signal (a stop request). */
 static int encode_plain(enc_ctx *c, const char *path) {
     tri_textblocks tb;
     if (tri_textblocks_open(&tb, path, BLOCK_BYTES, 0)) return 2;
@@ -232,6 +239,10 @@ static int encode_plain(enc_ctx *c, const char *path) {
     const char *text;
     size_t len;
     while ((r = tri_textblocks_next(&tb, &text, &len)) == 1) {
+        if (tri_stop_signal()) {
+            rc = 128 + tri_stop_signal();
+            goto done;
+        }
         int np = len < ((size_t)1 << 20) ? 1 : c->n_parts;
         size_t cuts[257];
         cuts[0] = 0;
@@ -244,11 +255,16 @@ static int encode_plain(enc_ctx *c, const char *path) {
         for (int p = 0; p < np; p++) {
             ivec *v = &c->parts[p];
             v->n = 0;
+            if (tri_stop_signal()) continue; /* the block is dropped below */
             if (tri_tokenizer_encode_append(c->tk, c->cache[omp_get_thread_num()], text + cuts[p],
                                             cuts[p + 1] - cuts[p], &v->ids, &v->n, &v->cap))
                 fail = 1;
         }
         if (fail) goto done;
+        if (tri_stop_signal()) {
+            rc = 128 + tri_stop_signal();
+            goto done;
+        }
         for (int p = 0; p < np; p++) {
             const ivec *v = &c->parts[p];
             if (doc.n + v->n > doc.cap) {
@@ -321,12 +337,14 @@ static void batch_clear(doc_batch *b) {
 }
 
 /* Encodes the batch's documents in parallel, then writes them in order with
- * their <|endoftext|>. Returns 0 or 1 (out of memory, write failure). */
+ * their <|endoftext|>. Returns 0, 1 (out of memory, write failure) or
+ * 128 + signal (a stop request: nothing of the batch is written). */
 static int batch_flush(enc_ctx *c, doc_batch *b) {
     int fail = 0;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(c->nt) reduction(| : fail)
     for (size_t i = 0; i < b->n; i++) {
         doc *d = &b->d[i];
+        if (tri_stop_signal()) continue; /* the caller sees the request and drops the batch */
         if (c->eot >= 0 && c->eot_before && ivec_push(&d->ids, c->eot)) fail = 1;
         if (!fail && tri_tokenizer_encode_append(c->tk, c->cache[omp_get_thread_num()], d->text, d->len,
                                                  &d->ids.ids, &d->ids.n, &d->ids.cap))
@@ -334,6 +352,7 @@ static int batch_flush(enc_ctx *c, doc_batch *b) {
         if (!fail && c->eot >= 0 && !c->eot_before && ivec_push(&d->ids, c->eot)) fail = 1;
     }
     if (fail) fprintf(stderr, "trident: tokenize encode: out of memory\n");
+    if (!fail && tri_stop_signal()) fail = 128 + tri_stop_signal();
     for (size_t i = 0; i < b->n && !fail; i++)
         if (tri_tokwriter_add_doc(c->w, b->d[i].ids.ids, b->d[i].ids.n)) fail = 1;
     c->prog.done += b->bytes;
@@ -359,7 +378,7 @@ static int add_small_file(doc_batch *b, const char *path, size_t size) {
     d->buf = buf;
     if (got == SIZE_MAX || rc) return 2;
     if (got > size) { /* the file grew while we read it */
-        fprintf(stderr, "trident: %s: the file changed while being read\n", path);
+        tri_error("%s: the file changed while being read", path);
         return 2;
     }
     d->text = buf;
@@ -369,7 +388,7 @@ static int add_small_file(doc_batch *b, const char *path, size_t size) {
 }
 
 /* One document per line of a JSON Lines file, in batches of one block.
- * Returns 0, 2 (bad input) or 1. */
+ * Returns 0, 2 (bad input), 1 or 128 + signal (a stop request). */
 static int encode_jsonl(enc_ctx *c, const char *path, doc_batch *b) {
     tri_textblocks tb;
     if (tri_textblocks_open(&tb, path, BLOCK_BYTES, 1)) return 2;
@@ -378,6 +397,10 @@ static int encode_jsonl(enc_ctx *c, const char *path, doc_batch *b) {
     const char *text;
     size_t len;
     while ((r = tri_textblocks_next(&tb, &text, &len)) == 1) {
+        if (tri_stop_signal()) {
+            rc = 128 + tri_stop_signal();
+            goto done;
+        }
         for (size_t pos = 0; pos < len;) {
             const char *ln = text + pos, *nl = memchr(ln, '\n', len - pos);
             size_t ll = nl ? (size_t)(nl - ln) : len - pos;
@@ -388,18 +411,18 @@ static int encode_jsonl(enc_ctx *c, const char *path, doc_batch *b) {
             if (k == ll) continue; /* blank line */
             doc *d = batch_add(b);
             if (!d) {
-                fprintf(stderr, "trident: %s: out of memory\n", path);
+                tri_error("%s: out of memory", path);
                 goto done;
             }
             d->root = cJSON_ParseWithLength(ln, ll);
             if (!d->root || !cJSON_IsObject(d->root)) {
-                fprintf(stderr, "trident: %s: line %ld: not a JSON object\n", path, line_no);
+                tri_error("%s: line %ld: not a JSON object", path, line_no);
                 rc = 2;
                 goto done;
             }
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(d->root, "text");
             if (!cJSON_IsString(t)) {
-                fprintf(stderr, "trident: %s: line %ld: no \"text\" string\n", path, line_no);
+                tri_error("%s: line %ld: no \"text\" string", path, line_no);
                 rc = 2;
                 goto done;
             }
@@ -407,7 +430,11 @@ static int encode_jsonl(enc_ctx *c, const char *path, doc_batch *b) {
             d->len = strlen(t->valuestring);
         }
         b->bytes = len;
-        if (batch_flush(c, b)) goto done;
+        int f = batch_flush(c, b);
+        if (f) {
+            rc = f;
+            goto done;
+        }
     }
     rc = r < 0 ? 2 : 0;
 done:
@@ -425,7 +452,7 @@ static void discard_writer(enc_ctx *c) {
 /* --tokenizer PATH or --bytes into *tk; returns 0 or 2. */
 static int get_tokenizer(tri_tokenizer *tk, const char *path, int bytes, const char *cmd) {
     if (bytes && path) {
-        fprintf(stderr, "trident: tokenize %s: give --tokenizer or --bytes, not both\n", cmd);
+        tri_error("tokenize %s: give --tokenizer or --bytes, not both", cmd);
         return 2;
     }
     if (bytes) {
@@ -433,7 +460,7 @@ static int get_tokenizer(tri_tokenizer *tk, const char *path, int bytes, const c
         return 0;
     }
     if (!path) {
-        fprintf(stderr, "trident: tokenize %s: needs --tokenizer FILE (or --bytes)\n", cmd);
+        tri_error("tokenize %s: needs --tokenizer FILE (or --bytes)", cmd);
         return 2;
     }
     return tri_tokenizer_load(tk, path) ? 2 : 0;
@@ -441,7 +468,7 @@ static int get_tokenizer(tri_tokenizer *tk, const char *path, int bytes, const c
 
 static int check_format(const char *f) {
     if (f && strcmp(f, "llmc") != 0 && strcmp(f, "megatron") != 0) {
-        fprintf(stderr, "trident: --format: expected llmc or megatron, got '%s'\n", f);
+        tri_error("--format: expected llmc or megatron, got '%s'", f);
         return -1;
     }
     return 0;
@@ -464,7 +491,7 @@ static int cmd_encode(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--tokenizer") || !strcmp(a, "--format") || !strcmp(a, "--out")) {
             if (!val) {
-                fprintf(stderr, "trident: %s: expected a value\n", a);
+                tri_error("%s: expected a value", a);
                 goto done;
             }
             *(!strcmp(a, "--tokenizer") ? &tok_path : !strcmp(a, "--format") ? &format : &out) = val;
@@ -479,14 +506,14 @@ static int cmd_encode(int argc, char **argv) {
         } else if (!strcmp(a, "--quiet")) {
             quiet = 1;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "trident: tokenize encode: unknown option '%s' (try --help)\n", a);
+            tri_error("tokenize encode: unknown option '%s' (try --help)", a);
             goto done;
         } else {
             files[n_files++] = argv[i];
         }
     }
     if (!format || !out || !n_files) {
-        fprintf(stderr, "trident: tokenize encode: needs --format llmc|megatron, --out PREFIX and at least one INPUT\n");
+        tri_error("tokenize encode: needs --format llmc|megatron, --out PREFIX and at least one INPUT");
         goto done;
     }
     if (check_format(format)) goto done;
@@ -514,10 +541,15 @@ static int cmd_encode(int argc, char **argv) {
     if (tri_tokwriter_open(&c.w, out, format, tri_tokenizer_vocab_size(&tk))) goto done;
     c.prog = (progress){.t0 = now_s(), .total = total, .tty = isatty(STDERR_FILENO), .quiet = quiet};
     c.prog.last = c.prog.t0;
+    tri_stop_install(TRI_STOP_SECOND_KILLS);
     rc = 0;
     /* small plain files are read whole and encoded many at a time; big
      * (or compressed) ones block by block, each block split over threads */
     for (int f = 0; f < n_files && !rc; f++) {
+        if (tri_stop_signal()) {
+            rc = 128 + tri_stop_signal();
+            break;
+        }
         struct stat st;
         size_t size = stat(files[f], &st) == 0 ? (size_t)st.st_size : SIZE_MAX;
         if (jsonl) {
@@ -536,6 +568,9 @@ static int cmd_encode(int argc, char **argv) {
     if (rc) {
         if (c.prog.tty && !quiet) fputc('\n', stderr);
         discard_writer(&c);
+        if (rc >= 128)
+            tri_error("tokenize encode: %s: stopped; nothing written (%s%s left as it was)",
+                    tri_stop_name(rc - 128), out, !strcmp(format, "llmc") ? ".bin" : ".bin/.idx");
         goto done;
     }
     progress_show(&c.prog, 1);
@@ -547,9 +582,8 @@ static int cmd_encode(int argc, char **argv) {
     }
     c.w = NULL;
     double dt = now_s() - c.prog.t0;
-    fprintf(stderr,
-            "trident: tokenize encode: %zu document%s, %zu tokens (%.2f bytes/token) from %.1f MB in %.1f s "
-            "(%.1f MB/s, %d thread%s) -> %s%s\n",
+    tri_error("tokenize encode: %zu document%s, %zu tokens (%.2f bytes/token) from %.1f MB in %.1f s "
+            "(%.1f MB/s, %d thread%s) -> %s%s",
             n_doc, n_doc == 1 ? "" : "s", n_tok, n_tok ? (double)c.prog.done / (double)n_tok : 0.0, (double)c.prog.done / 1e6, dt,
             dt > 0 ? (double)c.prog.done / 1e6 / dt : 0.0, c.nt, c.nt == 1 ? "" : "s", out,
             !strcmp(format, "llmc") ? ".bin" : ".bin + .idx");
@@ -579,7 +613,7 @@ static int cmd_decode(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--tokenizer") || !strcmp(a, "--format")) {
             if (!val) {
-                fprintf(stderr, "trident: %s: expected a value\n", a);
+                tri_error("%s: expected a value", a);
                 return 2;
             }
             *(!strcmp(a, "--tokenizer") ? &tok_path : &format) = val;
@@ -587,17 +621,17 @@ static int cmd_decode(int argc, char **argv) {
         } else if (!strcmp(a, "--bytes")) {
             bytes = 1;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "trident: tokenize decode: unknown option '%s' (try --help)\n", a);
+            tri_error("tokenize decode: unknown option '%s' (try --help)", a);
             return 2;
         } else if (input) {
-            fprintf(stderr, "trident: tokenize decode: one INPUT only (got '%s' and '%s')\n", input, a);
+            tri_error("tokenize decode: one INPUT only (got '%s' and '%s')", input, a);
             return 2;
         } else {
             input = a;
         }
     }
     if (!input) {
-        fprintf(stderr, "trident: tokenize decode: needs an INPUT token file\n");
+        tri_error("tokenize decode: needs an INPUT token file");
         return 2;
     }
     if (check_format(format)) return 2;
@@ -609,7 +643,7 @@ static int cmd_decode(int argc, char **argv) {
         return 2;
     }
     if (format && strcmp(format, ds.format == TRI_DATA_LLMC ? "llmc" : "megatron") != 0) {
-        fprintf(stderr, "trident: %s: --format %s, but the file is %s\n", input, format,
+        tri_error("%s: --format %s, but the file is %s", input, format,
                 tri_data_format_name(ds.format));
         goto done;
     }
@@ -621,7 +655,11 @@ static int cmd_decode(int argc, char **argv) {
     }
     for (size_t s = 0; s < ds.n_tokens; s += chunk) {
         size_t n = ds.n_tokens - s < chunk ? ds.n_tokens - s : chunk;
-        tri_dataset_read(&ds, s, n, ids);
+        if (tri_dataset_read(&ds, s, n, ids) != 0) {
+            free(ids);
+            rc = 1;
+            goto done;
+        }
         char *text;
         size_t tl = tri_tokenizer_decode(&tk, ids, n, &text);
         if (tl == SIZE_MAX) {
@@ -655,6 +693,6 @@ int tri_cmd_tokenize(int argc, char **argv) {
     if (!strcmp(sub, "train")) return cmd_train(argc - 1, argv + 1);
     if (!strcmp(sub, "encode")) return cmd_encode(argc - 1, argv + 1);
     if (!strcmp(sub, "decode")) return cmd_decode(argc - 1, argv + 1);
-    fprintf(stderr, "trident: tokenize: unknown subcommand '%s' (train, encode or decode)\n", sub);
+    tri_error("tokenize: unknown subcommand '%s' (train, encode or decode)", sub);
     return 2;
 }

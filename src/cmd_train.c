@@ -6,15 +6,21 @@
 #include "src/cli.h"
 #include "src/config.h"
 #include "src/train.h"
+#include "src/base/err.h"
 
 static void train_usage(FILE *f) {
     fprintf(f,
             "usage: trident train CONFIG [options]\n"
             "  --set section.key=value   override a config field (repeatable; see `trident config-help`)\n"
-            "  --resume                  continue from <checkpoint.dir>/latest (from scratch if none)\n"
+            "  --resume                  continue from the newest complete checkpoint in checkpoint.dir, verified\n"
+            "                            (from scratch if there is none)\n"
             "  --threads N               OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS or all cores)\n"
-            "  --device cpu|cuda         compute backend (default cpu)\n"
+            "  --device cpu|cpu-guard|cuda  compute backend (default cpu; cpu-guard: a test mode that faults on host access to backend memory)\n"
             "  --stop-at-step N          save a checkpoint and stop after step N (resume with --resume)\n"
+            "  --allow-data-change       with --resume: continue even if a data file's size or fingerprint\n"
+            "                            differs from the one the checkpoint's run read (state.json)\n"
+            "  --skip-memory-check       start even if this rank's memory estimate exceeds the memory\n"
+            "                            available (MemAvailable, cgroup limit)\n"
             "  --print-config            print the resolved config and exit\n");
 }
 
@@ -36,6 +42,10 @@ int tri_cmd_train(int argc, char **argv) {
             sets[n_sets++] = a + 6;
         } else if (!strcmp(a, "--resume")) {
             opts.resume = 1;
+        } else if (!strcmp(a, "--allow-data-change")) {
+            opts.allow_data_change = 1;
+        } else if (!strcmp(a, "--skip-memory-check")) {
+            opts.skip_memory_check = 1;
         } else if (!strcmp(a, "--print-config")) {
             print_only = 1;
         } else if (!strcmp(a, "--threads") && i + 1 < argc) {
@@ -49,17 +59,17 @@ int tri_cmd_train(int argc, char **argv) {
         } else if (!strcmp(a, "--device") && i + 1 < argc) {
             opts.device = argv[++i];
         } else if (a[0] == '-') {
-            fprintf(stderr, "trident: train: unknown or incomplete option '%s' (try `trident train --help`)\n", a);
+            tri_error("train: unknown or incomplete option '%s' (try `trident train --help`)", a);
             goto out;
         } else if (!path) {
             path = a;
         } else {
-            fprintf(stderr, "trident: train: unexpected argument '%s' (one CONFIG only)\n", a);
+            tri_error("train: unexpected argument '%s' (one CONFIG only)", a);
             goto out;
         }
     }
     if (!path) {
-        fprintf(stderr, "trident: train: missing CONFIG (a JSON file, e.g. configs/quickstart.json)\n");
+        tri_error("train: missing CONFIG (a JSON file, e.g. configs/quickstart.json)");
         goto out;
     }
     tri_config cfg;

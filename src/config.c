@@ -46,6 +46,7 @@ typedef struct field {
     double lo, hi;       /* bounds, used as the flags say                   */
     unsigned flags;
     const char *help;
+    const char *choices; /* string fields: "a|b|c", the only values allowed; NULL: any */
 } field;
 
 #define MEMBER(path) (((tri_config *)0)->path)
@@ -53,9 +54,12 @@ typedef struct field {
     _Generic(MEMBER(path), int: FT_INT, uint64_t: FT_U64, double: FT_DOUBLE, char *: FT_STRING)
 #define FIELD(sec, name, dnum, dstr, lo, hi, flags, help)                         \
     { #sec, #name, MEMBER_TYPE(sec.name), offsetof(tri_config, sec.name),         \
-      sizeof MEMBER(sec.name), (dnum), (dstr), (lo), (hi), (flags), (help) }
+      sizeof MEMBER(sec.name), (dnum), (dstr), (lo), (hi), (flags), (help), NULL }
 #define NUM(sec, name, dnum, lo, hi, flags, help) FIELD(sec, name, dnum, NULL, lo, hi, flags, help)
 #define STR(sec, name, dstr, flags, help) FIELD(sec, name, 0, dstr, 0, 0, flags, help)
+#define CHOICE(sec, name, dstr, choices, help)                                   \
+    { #sec, #name, FT_STRING, offsetof(tri_config, sec.name), sizeof MEMBER(sec.name), \
+      0, (dstr), 0, 0, R_REQUIRED, (help), (choices) }
 
 #define POS (R_LO)                     /* with lo = 1: a positive integer    */
 #define GT0 (R_LO | R_LO_OPEN)         /* with lo = 0: a number > 0           */
@@ -85,6 +89,9 @@ static const field fields[] = {
         "RNG seed, 0 .. 2^64-1 (in JSON a number up to 2^53, or a decimal string)"),
     NUM(train, eval_every, 0, 0, 0, R_LO, "steps between validation-loss evaluations (0: never)"),
     NUM(train, eval_batches, 4, 1, 0, POS, "micro-batches per evaluation"),
+    CHOICE(train, recompute, "none", "none|selective|full",
+           "activation checkpointing: none (save every block buffer), selective (recompute attention's "
+           "T x T state in backward), full (save each layer's input, rerun its forward in backward)"),
 
     STR(data, train, "", R_REQUIRED,
         "training token file(s) (required): a.bin, or a weighted blend 0.7:a.bin,0.3:b.bin"),
@@ -97,8 +104,11 @@ static const field fields[] = {
     NUM(parallel, pp, 1, 1, 0, POS, "pipeline-parallel stages"),
     NUM(parallel, dp, 1, 1, 0, POS, "data-parallel replicas"),
     NUM(parallel, bucket_mb, 25, 0, 0, GT0, "gradient all-reduce bucket size, MiB"),
+    NUM(parallel, timeout_s, 600, 0, 1e6, R_LO | R_HI,
+        "seconds a rank waits for its peers in one collective or transfer before it names them and "
+        "aborts the job (0: wait forever, e.g. under a debugger)"),
 
-    STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N>, <dir>/latest"),
+    STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),
     NUM(checkpoint, keep, 0, 0, 0, R_LO, "checkpoints to keep (0: all)"),
 
@@ -199,6 +209,8 @@ static const char *describe_range(const field *f, char *buf, size_t n) {
         snprintf(buf, n, "%s %s", (f->flags & R_LO_OPEN) ? ">" : ">=", lo);
     else if (f->flags & R_HI)
         snprintf(buf, n, "%s %s", (f->flags & R_HI_OPEN) ? "<" : "<=", hi);
+    else if (f->choices)
+        snprintf(buf, n, "one of %s", f->choices);
     else if (f->flags & R_REQUIRED)
         snprintf(buf, n, "non-empty");
     else
@@ -572,12 +584,30 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* Validation                                                               */
 
+/* Whether v is one of the "|"-separated words of choices. */
+static int is_choice(const char *choices, const char *v) {
+    size_t n = strlen(v);
+    for (const char *p = choices; *p;) {
+        const char *e = strchr(p, '|');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
 static int validate(const tri_config *cfg, const char *file) {
     for (size_t i = 0; i < N_FIELDS; i++) {
         const field *f = &fields[i];
         if (f->type == FT_STRING) {
             if ((f->flags & R_REQUIRED) && ((const char *)cmember(cfg, f))[0] == '\0') {
                 report(file, "%s.%s: required, got an empty string", f->section, f->key);
+                return -1;
+            }
+            if (f->choices && !is_choice(f->choices, (const char *)cmember(cfg, f))) {
+                report(file, "%s.%s: \"%s\" is not one of %s", f->section, f->key,
+                       (const char *)cmember(cfg, f), f->choices);
                 return -1;
             }
             continue;

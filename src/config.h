@@ -31,6 +31,7 @@ typedef struct tri_train_cfg {
     uint64_t seed;
     int eval_every;     /* steps between val-loss evaluations; 0: never    */
     int eval_batches;   /* micro-batches per evaluation                    */
+    char recompute[16]; /* activation checkpointing: none | selective | full */
 } tri_train_cfg;
 
 typedef struct tri_data_cfg {
@@ -44,6 +45,7 @@ typedef struct tri_data_cfg {
 typedef struct tri_parallel_cfg {
     int tp, pp, dp;
     double bucket_mb;   /* gradient all-reduce bucket size, MiB            */
+    double timeout_s;   /* deadline of every communication wait; 0: none  */
 } tri_parallel_cfg;
 
 typedef struct tri_ckpt_cfg {

@@ -8,6 +8,7 @@
 #include "src/cmd_data.h"
 #include "src/cmd_tokenize.h"
 #include "src/config.h"
+#include "src/base/err.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -51,6 +52,6 @@ int main(int argc, char **argv) {
         tri_config_help(stdout);
         return 0;
     }
-    fprintf(stderr, "trident: unknown command '%s' (try `trident --help`)\n", cmd);
+    tri_error("unknown command '%s' (try `trident --help`)", cmd);
     return 2;
 }

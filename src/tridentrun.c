@@ -1,35 +1,40 @@
 /* tridentrun: the launcher users see (torchrun-like), built on Open MPI's mpirun.
  *
  *   tridentrun [--nproc-per-node N] [--hostfile FILE] [--log-dir DIR] [--tee]
- *              [--dry-run] [--max-restarts K] [--mpirun PATH] [--mpirun-arg ARG]...
- *              -- COMMAND [ARGS...]
+ *              [--dry-run] [--max-restarts K] [--grace-s S] [--mpirun PATH]
+ *              [--mpirun-arg ARG]... -- COMMAND [ARGS...]
  *
  * What it does, in order:
  *  1. When COMMAND is `trident train CONFIG [--set k=v]...`, it loads CONFIG with
  *     the overrides (src/config.h) and checks tp*pp*dp against the number of
- *     ranks (--nproc-per-node x hosts; by default nproc-per-node = tp*pp*dp / hosts)
- *     before anything starts. Any other COMMAND runs as given (1 rank per node
- *     unless --nproc-per-node says otherwise).
+ *     ranks before anything starts. Ranks per host: --nproc-per-node N on
+ *     every host (a host file's slots=N below N is an error); else the host
+ *     file's slots=N, filled in file order (tp*pp*dp ranks for the trainer,
+ *     every slot for another COMMAND); else tp*pp*dp / hosts for the trainer
+ *     and 1 per host for another COMMAND (see place_ranks).
  *  2. It builds one mpirun command (printed by --dry-run with the rank map):
- *     -np W, -H host:N,... for a host file (so rank r runs on host r / N),
- *     --allow-run-as-root as root, --oversubscribe when ranks per node exceed
- *     this machine's cores, --bind-to none when ranks are oversubscribed or
- *     use more than one thread, -x OMP_NUM_THREADS=max(1, cores/ranks per
- *     node) (the user's value wins) and -x OMP_WAIT_POLICY=PASSIVE (idle
- *     OpenMP workers sleep instead of spinning on a shared core).
+ *     -np W, -H host:N,... for a host file (N: the ranks placed there, so the
+ *     ranks of each host are consecutive), --allow-run-as-root as root,
+ *     --oversubscribe when ranks per node exceed this machine's cores,
+ *     --bind-to none when ranks are oversubscribed or use more than one
+ *     thread, -x OMP_NUM_THREADS=max(1, cores/ranks per node) (the user's
+ *     value wins) and -x OMP_WAIT_POLICY=PASSIVE (idle OpenMP workers sleep
+ *     instead of spinning on a shared core).
  *  3. Each rank runs through `tridentrun --rank-exec`, a thin wrapper that
- *     forks COMMAND with its stdout and stderr going to DIR/rank_<r>.log, and
- *     ends the way COMMAND ended (same exit code, or the same signal), so
- *     mpirun sees COMMAND's fate. Rank 0's output is also shown on the
- *     console; with --tee every rank's is, each line prefixed "[rank r] ".
- *     The wrapper also writes DIR/rank_<r>.status ("<time> exit <code>" or
- *     "<time> signal <n>"). mpirun's own messages go to stderr and to
- *     DIR/mpirun.log. A bare `trident` not on $PATH is taken from the
- *     directory of this tridentrun.
+ *     forks COMMAND with its stdout and stderr going (through pipes) to
+ *     DIR/rank_<r>.log, and ends the way COMMAND ended (same exit code, or the
+ *     same signal), so mpirun sees COMMAND's fate. Rank 0's output is also
+ *     shown on the console; with --tee every rank's is, each line prefixed
+ *     "[rank r] ". The wrapper also writes DIR/rank_<r>.status (its pid and
+ *     host while COMMAND runs, then "<time> exit <code>" or "<time> signal
+ *     <n>", plus the time of COMMAND's first error line). mpirun's own
+ *     messages go to stderr and to DIR/mpirun.log. A bare `trident` not on
+ *     $PATH is taken from the directory of this tridentrun.
  *  4. When a rank fails, mpirun stops the others (Open MPI's default for a
  *     non-zero exit, a signal, MPI_Abort or an exit without MPI_Finalize).
- *     tridentrun names the first failing rank (from mpirun's report, else
- *     from the earliest failure in the status files) and prints the last 20
+ *     tridentrun names the rank that failed first: by the status files, the
+ *     earliest of each failed rank's first error line and exit (mpirun's
+ *     report when no status file shows a failure), and prints the last 20
  *     lines of that rank's log. With --max-restarts K it relaunches up to K
  *     times, appending --resume to COMMAND's arguments (unless present).
  *     The exit code is the failing rank's (128+signal for a signal; 1 when
@@ -39,7 +44,10 @@
  *     SIGUSR1, which mpirun forwards to every rank: the trainer saves a
  *     checkpoint and stops (mpirun would answer SIGTERM itself by killing the
  *     ranks a second later). A second signal goes to mpirun as it is, a hard
- *     stop. tridentrun exits 128+signal after mpirun has stopped the ranks. If
+ *     stop. Ranks still running --grace-s seconds after the first signal (a
+ *     rank stopped, wedged, or ignoring it) are SIGKILLed on this host, and
+ *     mpirun is told to end the rest (and killed 10 s later if it does not).
+ *     tridentrun exits 128+signal after mpirun has stopped the ranks. If
  *     tridentrun itself is killed, mpirun gets SIGTERM (PR_SET_PDEATHSIG).
  * Argument errors: one line "tridentrun: ...", exit 2.
  */
@@ -240,31 +248,93 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* DIR/rank_<r>.status: "<unix time> running", then "<unix time> exit <code>"
- * or "<unix time> signal <n>" when the command ends. The launcher takes the
- * earliest failure as the first failing rank. Written to a temporary name
- * and renamed, so a reader never sees half a line. */
-static void write_status(const char *dir, int rank, const char *what, int value) {
-    char *path = xprintf("%s/rank_%d.status", dir, rank);
-    char *tmp = xprintf("%s/.rank_%d.status.tmp", dir, rank);
+/* What the rank wrapper knows about its command, for DIR/rank_<r>.status. */
+typedef struct rank_status {
+    const char *dir;
+    int rank;
+    double started;      /* when the wrapper started                        */
+    double first_error;  /* when CMD first wrote an error line; 0: never    */
+} rank_status;
+
+/* DIR/rank_<r>.status, one or two lines:
+ *   "<unix time> running <wrapper pid> <host>"   while CMD runs, then
+ *   "<unix time> exit <code>" or "<unix time> signal <n>" when it has ended;
+ *   "<unix time> error"   (second line) when CMD wrote its first error line:
+ *                          a stderr line starting "trident: " or "tridentrun: "
+ *                          that is not a "trident: note".
+ * The launcher blames the rank whose failure came first (the earlier of its
+ * first error line and its exit), and kills the ranks on its own host by the
+ * wrapper's pid (each wrapper leads its rank's process group) when they
+ * outlast --grace-s. Written to a temporary name and renamed, so a reader
+ * never sees half a line. what: "running", "exit" or "signal". */
+static void write_status(const rank_status *s, const char *what, int value) {
+    char *path = xprintf("%s/rank_%d.status", s->dir, s->rank);
+    char *tmp = xprintf("%s/.rank_%d.status.tmp", s->dir, s->rank);
     FILE *f = fopen(tmp, "w");
     if (f != NULL) {
-        if (value >= 0) fprintf(f, "%.6f %s %d\n", now_seconds(), what, value);
-        else fprintf(f, "%.6f %s\n", now_seconds(), what);
+        if (!strcmp(what, "running")) {
+            char host[256] = "?";
+            if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
+            host[sizeof host - 1] = '\0';
+            fprintf(f, "%.6f running %ld %s\n", s->started, (long)getpid(), host);
+        } else {
+            fprintf(f, "%.6f %s %d\n", now_seconds(), what, value);
+        }
+        if (s->first_error > 0) fprintf(f, "%.6f error\n", s->first_error);
         if (fclose(f) == 0) (void)rename(tmp, path);
     }
     free(tmp);
     free(path);
 }
 
+/* Finds the start of each line of CMD's stderr, across reads, to tell an
+ * error line ("trident: ..." or "tridentrun: ...", not "trident: note") from
+ * the rest. */
+typedef struct err_scan {
+    char head[24];       /* the current line's first bytes */
+    size_t n;
+    int decided;         /* the current line is classified */
+} err_scan;
+
+static int is_error_head(const char *h, size_t n) {
+    static const char *const err_prefix[] = {"trident: ", "tridentrun: "};
+    if (n >= 14 && !strncmp(h, "trident: note:", 14)) return 0;
+    for (size_t i = 0; i < sizeof err_prefix / sizeof err_prefix[0]; i++) {
+        size_t l = strlen(err_prefix[i]);
+        if (n >= l && !strncmp(h, err_prefix[i], l)) return 1;
+    }
+    return 0;
+}
+
+/* Feeds stderr bytes; returns 1 when an error line started in them. */
+static int err_scan_put(err_scan *e, const char *data, size_t n) {
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (data[i] == '\n') {
+            if (!e->decided && is_error_head(e->head, e->n)) found = 1;
+            e->n = 0;
+            e->decided = 0;
+            continue;
+        }
+        if (e->decided) continue;
+        e->head[e->n++] = data[i];
+        if (e->n == sizeof e->head) {
+            found |= is_error_head(e->head, e->n);
+            e->decided = 1;
+        }
+    }
+    return found;
+}
+
 /* The rank wrapper: `tridentrun --rank-exec --log-dir DIR [--tee] [--attempt N] -- CMD...`
- * run by mpirun in each rank's place. It forks CMD with stdout and stderr
- * sent to DIR/rank_<r>.log (through a pipe it copies to the console as well
- * for rank 0, or for every rank with --tee), forwards SIGINT/SIGTERM/SIGHUP
- * to CMD, records how CMD ended in DIR/rank_<r>.status, and ends the same way
- * (same exit code, or the same signal), so mpirun sees CMD's fate. CMD stays
- * in the wrapper's process group, so mpirun's teardown signals reach both,
- * and CMD dies with the wrapper (PR_SET_PDEATHSIG). */
+ * run by mpirun in each rank's place. It forks CMD with stdout and stderr on
+ * two pipes, copies both to DIR/rank_<r>.log (and to its own stdout, the
+ * console, for rank 0, or for every rank with --tee), notes when CMD first
+ * writes an error line, forwards SIGINT/SIGTERM/SIGHUP/SIGUSR1 to CMD,
+ * records all that in DIR/rank_<r>.status, and ends the way CMD ended (same
+ * exit code, or the same signal), so mpirun sees CMD's fate. CMD stays in
+ * the wrapper's process group, so mpirun's teardown signals reach both, and
+ * CMD dies with the wrapper (PR_SET_PDEATHSIG). */
 static int rank_exec_main(int argc, char **argv) {
     const char *dir = NULL;
     int tee = 0, attempt = 0, i = 2;
@@ -303,11 +373,12 @@ static int rank_exec_main(int argc, char **argv) {
         (void)write_all(log_fd, hdr, strlen(hdr));
         free(hdr);
     }
-    write_status(dir, rank, "running", -1);
+    rank_status rs = {dir, rank, now_seconds(), 0};
+    write_status(&rs, "running", -1);
 
     const int console = tee || rank == 0;
-    int p[2] = {-1, -1};
-    if (console && pipe2(p, O_CLOEXEC) != 0) {
+    int po[2] = {-1, -1}, pe[2] = {-1, -1}; /* CMD's stdout, stderr */
+    if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0) {
         fprintf(stderr, "tridentrun: rank %d: pipe: %s\n", rank, strerror(errno));
         return 2;
     }
@@ -335,43 +406,58 @@ static int rank_exec_main(int argc, char **argv) {
         signal(SIGHUP, SIG_DFL);
         signal(SIGUSR1, SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
-        int out = console ? p[1] : log_fd;
-        if (dup2(out, STDOUT_FILENO) < 0 || dup2(out, STDERR_FILENO) < 0) _exit(127);
+        if (dup2(po[1], STDOUT_FILENO) < 0 || dup2(pe[1], STDERR_FILENO) < 0) _exit(127);
         execvp(cmd[0], cmd);
         fprintf(stderr, "tridentrun: rank %d: cannot run '%s': %s\n", rank, cmd[0], strerror(errno));
         _exit(127);
     }
     g_child_pid = pid;
     if (g_signal) kill(pid, (int)g_signal);
+    close(po[1]);
+    close(pe[1]);
 
-    int st = 0, done = 0;
-    if (console) {
-        close(p[1]);
-        char prefix[32] = "";
-        if (tee) snprintf(prefix, sizeof prefix, "[rank %d] ", rank);
-        line_buf lb;
-        con_init(&lb, prefix);
-        char buf[65536];
-        /* copy until EOF; once CMD has exited, stop at the first quiet 200 ms
-         * (a leftover grandchild may keep the pipe open) */
-        for (;;) {
-            struct pollfd pfd = {p[0], POLLIN, 0};
-            int n = poll(&pfd, 1, done ? 200 : 100);
-            if (n < 0 && errno != EINTR) break;
-            if (n > 0) {
-                ssize_t k = read(p[0], buf, sizeof buf);
-                if (k < 0 && errno == EINTR) continue;
-                if (k <= 0) break;
-                (void)write_all(log_fd, buf, (size_t)k);
-                con_put(&lb, STDOUT_FILENO, buf, (size_t)k);
-            } else if (n == 0 && done) {
-                break;
+    char prefix[32] = "";
+    if (tee) snprintf(prefix, sizeof prefix, "[rank %d] ", rank);
+    /* one console line buffer per stream, so that their lines never mix */
+    static line_buf lb[2];
+    con_init(&lb[0], prefix);
+    con_init(&lb[1], prefix);
+    err_scan es;
+    memset(&es, 0, sizeof es);
+    struct pollfd pfd[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
+    int open_fds = 2, st = 0, done = 0;
+    static char buf[65536];
+    /* copy until EOF on both; once CMD has exited, stop at the first quiet
+     * 200 ms (a leftover grandchild may keep a pipe open) */
+    while (open_fds > 0) {
+        int n = poll(pfd, 2, done ? 200 : 100);
+        if (n < 0 && errno != EINTR) break;
+        if (n == 0 && done) break;
+        for (int k = 0; k < 2 && n > 0; k++) {
+            if (pfd[k].fd < 0 || !(pfd[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            ssize_t got = read(pfd[k].fd, buf, sizeof buf);
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) {
+                close(pfd[k].fd);
+                pfd[k].fd = -1;
+                open_fds--;
+                continue;
             }
-            if (!done && waitpid(pid, &st, WNOHANG) == pid) done = 1;
+            (void)write_all(log_fd, buf, (size_t)got);
+            if (console) con_put(&lb[k], STDOUT_FILENO, buf, (size_t)got);
+            if (k == 1 && rs.first_error == 0 && err_scan_put(&es, buf, (size_t)got)) {
+                rs.first_error = now_seconds();
+                write_status(&rs, "running", -1);
+            }
         }
-        con_flush(&lb, STDOUT_FILENO);
-        close(p[0]);
+        if (!done && waitpid(pid, &st, WNOHANG) == pid) done = 1;
     }
+    if (console) {
+        con_flush(&lb[0], STDOUT_FILENO);
+        con_flush(&lb[1], STDOUT_FILENO);
+    }
+    for (int k = 0; k < 2; k++)
+        if (pfd[k].fd >= 0) close(pfd[k].fd);
     while (!done) {
         if (waitpid(pid, &st, 0) == pid) done = 1;
         else if (errno != EINTR) break;
@@ -380,7 +466,7 @@ static int rank_exec_main(int argc, char **argv) {
     close(log_fd);
     if (WIFSIGNALED(st)) {
         int sig = WTERMSIG(st);
-        write_status(dir, rank, "signal", sig);
+        write_status(&rs, "signal", sig);
         /* end the same way, without a core file of the wrapper */
         struct rlimit rl = {0, 0};
         (void)setrlimit(RLIMIT_CORE, &rl);
@@ -393,7 +479,7 @@ static int rank_exec_main(int argc, char **argv) {
         return 128 + sig;
     }
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
-    write_status(dir, rank, "exit", code);
+    write_status(&rs, "exit", code);
     return code;
 }
 
@@ -405,6 +491,7 @@ typedef struct opts {
     const char *hostfile;     /* NULL: this machine only                      */
     const char *log_dir;
     int tee, dry_run, max_restarts;
+    double grace_s;           /* after a stop request, SIGKILL the ranks then */
     const char *mpirun;
     const char **extra;       /* --mpirun-arg values (n_extra)                */
     int n_extra;
@@ -417,13 +504,17 @@ static void usage(FILE *f) {
             "usage: tridentrun [options] -- COMMAND [ARGS...]\n"
             "  e.g. tridentrun --nproc-per-node 4 -- trident train configs/x.json --set parallel.tp=2\n"
             "options:\n"
-            "  --nproc-per-node N  ranks per host (default: tp*pp*dp / hosts for `trident train`, else 1)\n"
-            "  --hostfile FILE     one host per line (first word; '#' comments); default: this machine\n"
+            "  --nproc-per-node N  ranks on every host (default: the hostfile's slots, else\n"
+            "                      tp*pp*dp / hosts for `trident train`, else 1)\n"
+            "  --hostfile FILE     one host per line, optionally \"slots=N\" ('#' comments); without\n"
+            "                      --nproc-per-node the ranks fill the slots in order; default: this machine\n"
             "  --log-dir DIR       rank r's stdout+stderr go to DIR/rank_<r>.log (default: logs)\n"
             "  --tee               show every rank's output on the console, as \"[rank r] ...\"\n"
             "                      (default: rank 0's only)\n"
             "  --dry-run           print the rank map and the mpirun command, start nothing\n"
             "  --max-restarts K    after a failure, relaunch up to K times with --resume (default 0)\n"
+            "  --grace-s S         after SIGINT/SIGTERM, give the ranks S seconds to save and stop,\n"
+            "                      then kill them (SIGKILL) (default 60)\n"
             "  --mpirun PATH       the mpirun to use (default: mpirun on PATH)\n"
             "  --mpirun-arg ARG    pass ARG to mpirun as is (repeatable), e.g.\n"
             "                      --mpirun-arg=--mca --mpirun-arg=btl_vader_single_copy_mechanism\n"
@@ -452,6 +543,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->log_dir = "logs";
     o->mpirun = "mpirun";
+    o->grace_s = 60;
     o->extra = (const char **)xcalloc((size_t)argc, sizeof *o->extra);
     int i = 1;
     for (; i < argc; i++) {
@@ -482,6 +574,15 @@ static int parse_opts(int argc, char **argv, opts *o) {
                 return -1;
             }
             o->max_restarts = (int)n;
+        } else if ((v = opt_value(argc, argv, &i, "--grace-s", &bad)) != NULL) {
+            char *end = NULL;
+            errno = 0;
+            double g = strtod(v, &end);
+            if (*v == '\0' || *end != '\0' || errno != 0 || !(g >= 0 && g <= 1e6)) {
+                fprintf(stderr, "tridentrun: --grace-s: expected seconds in [0, 1000000], got '%s'\n", v);
+                return -1;
+            }
+            o->grace_s = g;
         } else if ((v = opt_value(argc, argv, &i, "--hostfile", &bad)) != NULL) {
             o->hostfile = v;
         } else if ((v = opt_value(argc, argv, &i, "--log-dir", &bad)) != NULL) {
@@ -519,7 +620,11 @@ static int parse_opts(int argc, char **argv, opts *o) {
 typedef struct plan {
     char **hosts;       /* (nhosts); "localhost" when no host file        */
     int nhosts;
-    int nproc, world;   /* ranks per host, ranks in all                   */
+    int *slots;         /* (nhosts) the host file's slots=N; 0: not given */
+    int *lines;         /* (nhosts) the host's line in the host file      */
+    int *ranks;         /* (nhosts) ranks placed on each host; the ranks of
+                           host h follow those of hosts 0..h-1           */
+    int nproc, world;   /* most ranks on one host, ranks in all           */
     int have_layout;    /* tp/pp/dp known (COMMAND is `trident train`)    */
     int tp, pp, dp;
     int cores;          /* usable cores on this machine                   */
@@ -535,11 +640,18 @@ static void plan_free(plan *p) {
     if (p == NULL) return;
     for (int i = 0; i < p->nhosts; i++) free(p->hosts[i]);
     free(p->hosts);
+    free(p->slots);
+    free(p->lines);
+    free(p->ranks);
     free(p->cmd0);
     memset(p, 0, sizeof *p);
 }
 
-/* Reads host names (first word per line, '#' starts a comment). 0 or -1. */
+/* Reads the host file: per line a host name and optionally slots=N ('#'
+ * starts a comment), as in Open MPI's host files; anything else on a line is
+ * an error (tridentrun places the ranks itself and passes mpirun an explicit
+ * -H list, so a key it does not honour must not be ignored silently).
+ * 0 or -1 (message printed). */
 static int read_hostfile(plan *p, const char *path) {
     FILE *f = fopen(path, "r");
     if (f == NULL) {
@@ -547,18 +659,17 @@ static int read_hostfile(plan *p, const char *path) {
         return -1;
     }
     p->hosts = xcalloc(MAX_HOSTS, sizeof *p->hosts);
+    p->slots = xcalloc(MAX_HOSTS, sizeof *p->slots);
+    p->lines = xcalloc(MAX_HOSTS, sizeof *p->lines);
     char line[1024];
     int lineno = 0, rc = 0;
     while (fgets(line, sizeof line, f) != NULL) {
         lineno++;
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
-        char *s = line;
-        while (isspace((unsigned char)*s)) s++;
-        size_t len = 0;
-        while (s[len] && !isspace((unsigned char)s[len])) len++;
-        if (len == 0) continue;
-        s[len] = '\0';
+        char *save = NULL;
+        char *s = strtok_r(line, " \t\r\n\v\f", &save);
+        if (s == NULL) continue;
         for (int h = 0; h < p->nhosts; h++)
             if (!strcmp(p->hosts[h], s)) {
                 fprintf(stderr, "tridentrun: %s:%d: host '%s' is listed twice\n", path, lineno, s);
@@ -570,6 +681,20 @@ static int read_hostfile(plan *p, const char *path) {
             rc = -1;
             goto out;
         }
+        int slots = 0;
+        for (char *w = strtok_r(NULL, " \t\r\n\v\f", &save); w; w = strtok_r(NULL, " \t\r\n\v\f", &save)) {
+            long v;
+            if (strncmp(w, "slots=", 6) == 0 && slots == 0 && parse_int(w + 6, 1, 1 << 20, &v) == 0) {
+                slots = (int)v;
+                continue;
+            }
+            fprintf(stderr, "tridentrun: %s:%d: '%s': expected \"HOST [slots=N]\" with N >= 1, once\n", path,
+                    lineno, w);
+            rc = -1;
+            goto out;
+        }
+        p->lines[p->nhosts] = lineno;
+        p->slots[p->nhosts] = slots;
         p->hosts[p->nhosts++] = xstrdup(s);
     }
     if (ferror(f)) {
@@ -632,6 +757,100 @@ static char *resolve_trident(const char *cmd0, const char *self) {
     return xstrdup(cmd0);
 }
 
+/* How many ranks each host runs (p->ranks), the world, and the most on one
+ * host (p->nproc), honouring the host file's slots=N:
+ *  - --nproc-per-node N: N ranks on every host (torchrun's meaning); a host
+ *    whose slots are fewer than N is an error.
+ *  - otherwise, when every host has slots=N: the ranks fill the hosts in file
+ *    order up to their slots (Open MPI's default by-slot placement): all the
+ *    slots for a command that is not the trainer (as mpirun without -np),
+ *    tp x pp x dp ranks for the trainer (an error if they exceed the slots).
+ *  - otherwise (no slots anywhere): tp x pp x dp spread evenly over the hosts
+ *    for the trainer, 1 rank per host for any other command.
+ * Some hosts with slots=N and some without is an error (ambiguous).
+ * 0 or -1 (message printed). */
+static int place_ranks(plan *p, const opts *o) {
+    const char *hf = o->hostfile ? o->hostfile : "";
+    long long need = p->have_layout ? (long long)p->tp * p->pp * p->dp : 0;
+    int with_slots = 0;
+    long long total_slots = 0;
+    for (int h = 0; h < p->nhosts; h++) {
+        with_slots += p->slots[h] > 0;
+        total_slots += p->slots[h];
+    }
+    if (o->nproc > 0) {
+        for (int h = 0; h < p->nhosts; h++) {
+            if (p->slots[h] > 0 && p->slots[h] < o->nproc) {
+                fprintf(stderr, "tridentrun: %s:%d: host %s has slots=%d, fewer than --nproc-per-node %d\n", hf,
+                        p->lines[h], p->hosts[h], p->slots[h], o->nproc);
+                return -1;
+            }
+            p->ranks[h] = o->nproc;
+        }
+    } else if (with_slots > 0) {
+        for (int h = 0; h < p->nhosts; h++)
+            if (p->slots[h] == 0) {
+                fprintf(stderr,
+                        "tridentrun: %s:%d: host %s has no slots=N but other hosts have; give slots=N for "
+                        "every host, or --nproc-per-node\n",
+                        hf, p->lines[h], p->hosts[h]);
+                return -1;
+            }
+        long long want = p->have_layout ? need : total_slots;
+        if (want > total_slots) {
+            fprintf(stderr,
+                    "tridentrun: parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld ranks, but "
+                    "hostfile %s has %lld slots\n",
+                    p->tp, p->pp, p->dp, need, hf, total_slots);
+            return -1;
+        }
+        for (int h = 0; h < p->nhosts; h++) {
+            p->ranks[h] = (int)(want < p->slots[h] ? want : p->slots[h]);
+            want -= p->ranks[h];
+        }
+    } else if (p->have_layout) {
+        if (need % p->nhosts != 0) {
+            fprintf(stderr,
+                    "tridentrun: parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld ranks "
+                    "do not divide over %d hosts; give --nproc-per-node or slots=N in the hostfile\n",
+                    p->tp, p->pp, p->dp, need, p->nhosts);
+            return -1;
+        }
+        for (int h = 0; h < p->nhosts; h++) p->ranks[h] = (int)(need / p->nhosts);
+    } else {
+        for (int h = 0; h < p->nhosts; h++) p->ranks[h] = 1;
+    }
+    long long world = 0;
+    p->nproc = 0;
+    for (int h = 0; h < p->nhosts; h++) {
+        world += p->ranks[h];
+        if (p->ranks[h] > p->nproc) p->nproc = p->ranks[h];
+    }
+    if (world > INT_MAX) {
+        fprintf(stderr, "tridentrun: %lld ranks over %d hosts is too many ranks\n", world, p->nhosts);
+        return -1;
+    }
+    p->world = (int)world;
+    if (p->have_layout && need != world) {
+        fprintf(stderr,
+                "tridentrun: parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld, but "
+                "--nproc-per-node %d x %d host%s = %d ranks\n",
+                p->tp, p->pp, p->dp, need, p->nproc, p->nhosts, p->nhosts == 1 ? "" : "s",
+                p->world);
+        return -1;
+    }
+    return 0;
+}
+
+/* The host that runs rank r. */
+static const char *host_of(const plan *p, int r) {
+    for (int h = 0; h < p->nhosts; h++) {
+        if (r < p->ranks[h]) return p->hosts[h];
+        r -= p->ranks[h];
+    }
+    return "?";
+}
+
 /* 0 or -1 (message printed). */
 static int make_plan(plan *p, const opts *o) {
     memset(p, 0, sizeof *p);
@@ -639,9 +858,12 @@ static int make_plan(plan *p, const opts *o) {
         if (read_hostfile(p, o->hostfile) != 0) return -1;
     } else {
         p->hosts = xcalloc(1, sizeof *p->hosts);
+        p->slots = xcalloc(1, sizeof *p->slots);
+        p->lines = xcalloc(1, sizeof *p->lines);
         p->hosts[0] = xstrdup("localhost");
         p->nhosts = 1;
     }
+    p->ranks = xcalloc((size_t)p->nhosts, sizeof *p->ranks);
 
     const char *config = NULL;
     const char **sets = (const char **)xcalloc((size_t)o->cmd_argc, sizeof *sets);
@@ -665,36 +887,7 @@ static int make_plan(plan *p, const opts *o) {
     }
     free(sets);
 
-    long long need = p->have_layout ? (long long)p->tp * p->pp * p->dp : 0;
-    if (o->nproc > 0) {
-        p->nproc = o->nproc;
-    } else if (p->have_layout) {
-        if (need % p->nhosts != 0) {
-            fprintf(stderr,
-                    "tridentrun: parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld ranks "
-                    "do not divide over %d hosts; give --nproc-per-node\n",
-                    p->tp, p->pp, p->dp, need, p->nhosts);
-            return -1;
-        }
-        p->nproc = (int)(need / p->nhosts);
-    } else {
-        p->nproc = 1;
-    }
-    long long world = (long long)p->nproc * p->nhosts;
-    if (world > INT_MAX) {
-        fprintf(stderr, "tridentrun: %d ranks per host x %d hosts is too many ranks\n", p->nproc,
-                p->nhosts);
-        return -1;
-    }
-    p->world = (int)world;
-    if (p->have_layout && need != world) {
-        fprintf(stderr,
-                "tridentrun: parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld, but "
-                "--nproc-per-node %d x %d host%s = %d ranks\n",
-                p->tp, p->pp, p->dp, need, p->nproc, p->nhosts, p->nhosts == 1 ? "" : "s",
-                p->world);
-        return -1;
-    }
+    if (place_ranks(p, o) != 0) return -1;
 
     p->cores = usable_cores();
     p->oversub = p->nproc > p->cores;
@@ -777,13 +970,15 @@ static void build_command(argv_buf *a, const opts *o, const plan *p, int attempt
     av_push(a, xstrdup("-np"));
     av_push(a, xprintf("%d", p->world));
     if (o->hostfile) {
-        /* explicit slots per host: rank r runs on host r / nproc */
+        /* explicit slots per host (the ranks placed there, in order): mpirun's
+         * by-slot mapping then puts exactly the planned ranks on each host */
         size_t len = 1;
         for (int h = 0; h < p->nhosts; h++) len += strlen(p->hosts[h]) + 16;
         char *hl = xcalloc(len, 1);
         size_t at = 0;
         for (int h = 0; h < p->nhosts; h++)
-            at += (size_t)snprintf(hl + at, len - at, "%s%s:%d", h ? "," : "", p->hosts[h], p->nproc);
+            if (p->ranks[h] > 0)
+                at += (size_t)snprintf(hl + at, len - at, "%s%s:%d", at ? "," : "", p->hosts[h], p->ranks[h]);
         av_push(a, xstrdup("-H"));
         av_push(a, hl);
     }
@@ -839,14 +1034,21 @@ static void print_command(FILE *f, const argv_buf *a) {
 }
 
 static void print_plan(FILE *f, const plan *p, const argv_buf *cmd) {
-    fprintf(f, "tridentrun: %d rank%s = %d per host x %d host%s", p->world, p->world == 1 ? "" : "s",
-            p->nproc, p->nhosts, p->nhosts == 1 ? "" : "s");
+    int uneven = 0;
+    for (int h = 0; h < p->nhosts; h++) uneven |= p->ranks[h] != p->nproc;
+    if (uneven) {
+        fprintf(f, "tridentrun: %d rank%s =", p->world, p->world == 1 ? "" : "s");
+        for (int h = 0; h < p->nhosts; h++) fprintf(f, "%s %d on %s", h ? " +" : "", p->ranks[h], p->hosts[h]);
+    } else {
+        fprintf(f, "tridentrun: %d rank%s = %d per host x %d host%s", p->world, p->world == 1 ? "" : "s",
+                p->nproc, p->nhosts, p->nhosts == 1 ? "" : "s");
+    }
     if (p->have_layout) fprintf(f, "; parallel.tp %d x pp %d x dp %d", p->tp, p->pp, p->dp);
     fprintf(f, "; %d core%s here, OMP_NUM_THREADS=%d%s\n", p->cores, p->cores == 1 ? "" : "s",
             p->threads, p->user_threads ? " (yours)" : "");
     fprintf(f, "%6s  %-24s %4s %4s %4s  %s\n", "rank", "host", "tp", "dp", "pp", "log");
     for (int r = 0; r < p->world; r++) {
-        fprintf(f, "%6d  %-24s ", r, p->hosts[r / p->nproc]);
+        fprintf(f, "%6d  %-24s ", r, host_of(p, r));
         tri_mesh m;
         char err[256];
         if (p->have_layout && tri_mesh_init(&m, p->world, r, p->tp, p->pp, p->dp, err, sizeof err) == 0)
@@ -867,7 +1069,81 @@ typedef struct run_result {
     int exec_errno;           /* mpirun could not be started              */
     char *report;             /* mpirun's stderr (malloc'd, NUL-ended)    */
     size_t report_len;
+    int killed;               /* the ranks outlasted --grace-s: SIGKILLed */
 } run_result;
+
+/* ------------------------------------------------------------------------ */
+/* The wrappers' status files                                               */
+
+/* One rank's DIR/rank_<r>.status (see write_status). */
+typedef struct status_rec {
+    enum { ST_NONE, ST_RUNNING, ST_EXIT, ST_SIGNAL } state;
+    double t;            /* when it entered that state                     */
+    long value;          /* running: the wrapper's pid; exit: code; signal: n */
+    char host[256];      /* running: the wrapper's host                    */
+    double first_error;  /* when the rank wrote its first error line; 0: never */
+} status_rec;
+
+/* Reads rank r's status file; st->state is ST_NONE when it is missing or
+ * unreadable. */
+static void read_status(const plan *p, int r, status_rec *st) {
+    memset(st, 0, sizeof *st);
+    char *path = xprintf("%s/rank_%d.status", p->log_dir, r);
+    FILE *f = fopen(path, "r");
+    free(path);
+    if (f == NULL) return;
+    char line[512];
+    for (int n = 0; fgets(line, sizeof line, f) != NULL; n++) {
+        double t;
+        char what[16];
+        long v = 0;
+        int k = sscanf(line, "%lf %15s %ld %255s", &t, what, &v, st->host);
+        if (k < 2) continue;
+        if (n > 0) {
+            if (!strcmp(what, "error")) st->first_error = t;
+            continue;
+        }
+        st->t = t;
+        st->value = v;
+        if (!strcmp(what, "running") && k == 4) st->state = ST_RUNNING;
+        else if (!strcmp(what, "exit") && k >= 3) st->state = ST_EXIT;
+        else if (!strcmp(what, "signal") && k >= 3) st->state = ST_SIGNAL;
+    }
+    fclose(f);
+}
+
+/* SIGKILLs every rank on this host whose command still runs: the wrapper
+ * leads its rank's process group (mpirun makes one per rank), so the
+ * command and anything it started go too. Returns how many. */
+static int kill_local_ranks(const plan *p) {
+    char me[256] = "";
+    if (gethostname(me, sizeof me - 1) != 0) return 0;
+    int n = 0;
+    for (int r = 0; r < p->world; r++) {
+        status_rec st;
+        read_status(p, r, &st);
+        if (st.state != ST_RUNNING || st.value <= 1 || strcmp(st.host, me) != 0) continue;
+        if (kill(-(pid_t)st.value, SIGKILL) == 0 || kill((pid_t)st.value, SIGKILL) == 0) n++;
+    }
+    return n;
+}
+
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Milliseconds from now to t for poll(), at least 0, at most cap. */
+static int ms_until(double t, double now, int cap) {
+    double ms = (t - now) * 1e3 + 1;
+    if (ms < 0) return 0;
+    return ms > cap ? cap : (int)ms;
+}
+
+/* After the grace period, how long mpirun gets to end the job before it is
+ * killed as well. */
+#define MPIRUN_KILL_WAIT_S 10.0
 
 static void append_report(run_result *r, const char *buf, size_t n) {
     /* keep the last 1 MiB: the failure report comes at the end */
@@ -897,9 +1173,13 @@ static void run_result_free(run_result *r) {
 }
 
 /* Runs mpirun, relaying its stdout to ours and its stderr to ours and to
- * mpirun_log (may be -1). Returns 0 when it ran (status in *r), -1 when it
- * could not be started (r->exec_errno). */
-static int run_mpirun(const argv_buf *cmd, int mpirun_log, run_result *r) {
+ * mpirun_log (may be -1). Once a stop request (SIGINT/SIGTERM/SIGHUP) has
+ * come, the ranks get grace_s seconds to save and stop; then every rank on
+ * this host is SIGKILLed and mpirun told to stop (SIGTERM: it takes down the
+ * ranks on other hosts), and MPIRUN_KILL_WAIT_S later mpirun itself is
+ * SIGKILLed. Returns 0 when it ran (status in *r), -1 when it could not be
+ * started (r->exec_errno). */
+static int run_mpirun(const argv_buf *cmd, int mpirun_log, const plan *p, double grace_s, run_result *r) {
     memset(r, 0, sizeof *r);
     int out[2], err[2], ex[2];
     if (pipe(out) != 0 || pipe(err) != 0 || pipe2(ex, O_CLOEXEC) != 0) {
@@ -955,8 +1235,32 @@ static int run_mpirun(const argv_buf *cmd, int mpirun_log, run_result *r) {
     struct pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
     int open_fds = 2;
     char buf[65536];
+    double stop_deadline = -1, kill_deadline = -1;
+    int mpirun_killed = 0;
     while (open_fds > 0) {
-        int n = poll(fds, 2, -1);
+        /* wake at least twice a second: a signal that lands just before
+         * poll() is noticed without waiting for output */
+        int timeout_ms = 500;
+        double now = mono_now();
+        if (g_requests > 0 && stop_deadline < 0) stop_deadline = now + grace_s;
+        if (stop_deadline >= 0 && !r->killed) timeout_ms = ms_until(stop_deadline, now, 500);
+        else if (r->killed && !mpirun_killed) timeout_ms = ms_until(kill_deadline, now, 500);
+        int n = poll(fds, 2, timeout_ms);
+        now = mono_now();
+        if (stop_deadline >= 0 && !r->killed && now >= stop_deadline) {
+            fprintf(stderr,
+                    "tridentrun: the ranks did not stop within --grace-s %g s of the stop request; "
+                    "killing them (SIGKILL)\n",
+                    grace_s);
+            r->killed = 1;
+            kill_local_ranks(p);
+            kill(pid, SIGTERM);
+            kill_deadline = now + MPIRUN_KILL_WAIT_S;
+        } else if (r->killed && !mpirun_killed && now >= kill_deadline) {
+            fprintf(stderr, "tridentrun: mpirun did not end %g s after that; killing it\n", MPIRUN_KILL_WAIT_S);
+            kill(-pid, SIGKILL);
+            mpirun_killed = 1;
+        }
         if (n < 0) {
             if (errno == EINTR) continue;
             break;
@@ -1055,30 +1359,31 @@ static int parse_failure(const char *report, int *rank, int *code, int *signo, i
 }
 
 /* The first failing rank from the wrappers' DIR/rank_<r>.status files (those
- * of ranks on this host, or all with a shared file system): the earliest
- * "exit <c != 0>" or "signal <n>". Ranks stopped by mpirun's teardown end
- * later than the one that failed. Returns 1 when one was found. */
+ * of ranks on this host, or all with a shared file system). A rank failed
+ * when its command ended with a non-zero exit or a signal, or when it wrote an
+ * error line and was killed before its end was recorded. Its failure time is
+ * the earlier of its first error line and its end, and the earliest wins:
+ * ranks that fail because another did (mpirun's teardown, a collective that
+ * cannot finish, a watchdog) fail later, and when several ranks abort together
+ * after agreeing that something failed, the one that said what failed wrote
+ * its error line first (mpirun's report may name any of them, often one
+ * whose log is empty). *code and *signo are -1 when unknown. Returns 1 when
+ * one was found. */
 static int first_failure_from_status(const plan *p, int *rank, int *code, int *signo) {
     double best = 0;
     *rank = -1;
     for (int r = 0; r < p->world; r++) {
-        char *path = xprintf("%s/rank_%d.status", p->log_dir, r);
-        FILE *f = fopen(path, "r");
-        free(path);
-        if (f == NULL) continue;
-        double t;
-        char what[16];
-        int v;
-        int n = fscanf(f, "%lf %15s %d", &t, what, &v);
-        fclose(f);
-        if (n != 3) continue;
-        int is_sig = !strcmp(what, "signal");
-        if (!is_sig && (strcmp(what, "exit") != 0 || v == 0)) continue;
+        status_rec st;
+        read_status(p, r, &st);
+        int ended_badly = (st.state == ST_EXIT && st.value != 0) || st.state == ST_SIGNAL;
+        if (!ended_badly && !(st.state == ST_RUNNING && st.first_error > 0)) continue;
+        double t = ended_badly ? st.t : st.first_error;
+        if (st.first_error > 0 && st.first_error < t) t = st.first_error;
         if (*rank < 0 || t < best) {
             best = t;
             *rank = r;
-            *code = is_sig ? -1 : v;
-            *signo = is_sig ? v : -1;
+            *code = st.state == ST_EXIT ? (int)st.value : -1;
+            *signo = st.state == ST_SIGNAL ? (int)st.value : -1;
         }
     }
     return *rank >= 0;
@@ -1158,7 +1463,7 @@ static int run(const opts *o, plan *p) {
         if (mlog < 0)
             fprintf(stderr, "tridentrun: warning: cannot write %s: %s\n", mlog_path, strerror(errno));
         run_result r;
-        int rc = run_mpirun(&cmd, mlog, &r);
+        int rc = run_mpirun(&cmd, mlog, p, o->grace_s, &r);
         if (mlog >= 0) close(mlog);
         av_free(&cmd);
         if (rc != 0) {
@@ -1170,8 +1475,8 @@ static int run(const opts *o, plan *p) {
             break;
         }
         if (g_signal) {
-            fprintf(stderr, "tridentrun: stopped by signal %d (%s); the ranks were told to stop\n",
-                    (int)g_signal, strsignal((int)g_signal));
+            fprintf(stderr, "tridentrun: stopped by signal %d (%s); %s\n", (int)g_signal, strsignal((int)g_signal),
+                    r.killed ? "the ranks outlasted --grace-s and were killed" : "the ranks were told to stop");
             final = 128 + (int)g_signal;
             run_result_free(&r);
             break;
@@ -1181,21 +1486,35 @@ static int run(const opts *o, plan *p) {
             run_result_free(&r);
             break;
         }
-        int rank, code, signo, improper = 0;
-        char what[96];
-        /* mpirun's own report names the rank when it can; the wrappers'
-         * status files cover the rest (e.g. a non-MPI command killed by a signal) */
-        if (parse_failure(r.report, &rank, &code, &signo, &improper) ||
-            first_failure_from_status(p, &rank, &code, &signo)) {
+        int rank, code, signo, improper = 0, found = 0;
+        char what[128];
+        /* The status files carry times: the first failure in them wins. mpirun's
+         * report covers the rest (ranks on other hosts without a shared log
+         * dir), and says how a rank ended when its status could not. */
+        if (first_failure_from_status(p, &rank, &code, &signo)) {
+            int rr, rc2, rs2, imp;
+            if (code < 0 && signo < 0 && parse_failure(r.report, &rr, &rc2, &rs2, &imp) && rr == rank) {
+                code = rc2;
+                signo = rs2;
+                improper = imp;
+            }
+            found = 1;
+        } else {
+            found = parse_failure(r.report, &rank, &code, &signo, &improper);
+        }
+        if (found) {
             if (signo >= 0) {
                 snprintf(what, sizeof what, "rank %d failed (signal %d, %s)", rank, signo, strsignal(signo));
                 final = 128 + signo;
             } else if (improper) {
                 snprintf(what, sizeof what, "rank %d failed (exit 0 without finishing MPI)", rank);
                 final = 1;
-            } else {
+            } else if (code >= 0) {
                 snprintf(what, sizeof what, "rank %d failed (exit %d)", rank, code);
                 final = code > 0 && code < 256 ? code : 1;
+            } else {
+                snprintf(what, sizeof what, "rank %d failed (it wrote an error, then was stopped)", rank);
+                final = 1;
             }
         } else {
             rank = -1;

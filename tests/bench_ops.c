@@ -9,7 +9,8 @@
  * one thread on a machine shared with other jobs, time spent descheduled is
  * then not counted (with more threads it adds their times, spinning included).
  *
- * Each op runs N times on the same buffers (inputs of in-place ops restored
+ * The ops are the CPU backend's fp32 functions (tri_cpu_*, cpu_internal.h),
+ * called directly. Each op runs N times on the same buffers (inputs of in-place ops restored
  * from a copy outside the timed region); the minimum and the median are
  * printed, with the calls per training step and min x calls. On a loaded
  * machine compare minima, and alternate the two builds being compared. */
@@ -22,7 +23,7 @@
 #include <time.h>
 
 #include "kernels/cpu/cpu_internal.h"
-#include "kernels/ops.h"
+#include "kernels/ctx.h"
 
 static clockid_t clock_id = CLOCK_MONOTONIC;
 
@@ -106,43 +107,43 @@ static void mm_shape(const char *name, const shapes *s, size_t *C, size_t *OC, i
         *C = s->C, *OC = s->V, *bias = 0;
 }
 
-static void run_op(const char *name, const tri_ops *o, const shapes *s, bufs *b)
+static void run_op(const char *name, const shapes *s, bufs *b)
 {
     const size_t BT = s->BT, C = s->C;
     if (!strcmp(name, "layernorm_fwd"))
-        o->layernorm_fwd(b->x2, b->mean, b->rstd, b->x, b->w, b->b, BT, C);
+        tri_cpu_layernorm_fwd(b->x2, b->mean, b->rstd, b->x, b->w, b->b, BT, C);
     else if (!strcmp(name, "layernorm_bwd"))
-        o->layernorm_bwd(b->dx, b->dw, b->db, b->x2, b->x, b->w, b->mean, b->rstd, BT, C);
+        tri_cpu_layernorm_bwd(b->dx, b->dw, b->db, b->x2, b->x, b->w, b->mean, b->rstd, BT, C);
     else if (!strcmp(name, "attention_fwd"))
-        o->attention_fwd(b->atty, b->att, b->qkv, s->B, s->T, s->NH, s->HS);
+        tri_cpu_attention_fwd(b->atty, b->att, b->qkv, s->B, s->T, s->NH, s->HS);
     else if (!strcmp(name, "attention_bwd"))
-        o->attention_bwd(b->dqkv, b->scr, b->x2, b->qkv, b->att, s->B, s->T, s->NH, s->HS);
+        tri_cpu_attention_bwd(b->dqkv, b->scr, b->x2, b->qkv, b->att, s->B, s->T, s->NH, s->HS);
     else if (!strcmp(name, "flash_fwd"))
         tri_cpu_attention_flash_fwd(b->atty, b->lse, b->qkv, s->B, s->T, s->NH, s->HS);
     else if (!strcmp(name, "flash_bwd"))
         tri_cpu_attention_flash_bwd(b->dqkv, b->fscr, b->x2, b->qkv, b->atty, b->lse, s->B, s->T,
                                     s->NH, s->HS);
     else if (!strcmp(name, "gelu_fwd"))
-        o->gelu_fwd(b->hg, b->h, BT * s->F);
+        tri_cpu_gelu_fwd(b->hg, b->h, BT * s->F);
     else if (!strcmp(name, "gelu_bwd"))
-        o->gelu_bwd(b->dh, b->h, b->dh, BT * s->F);
+        tri_cpu_gelu_bwd(b->dh, b->h, b->dh, BT * s->F);
     else if (!strcmp(name, "residual_fwd"))
-        o->residual_fwd(b->x2, b->x, b->dx, b->b, BT, C);
+        tri_cpu_residual_fwd(b->x2, b->x, b->dx, b->b, BT, C);
     else if (!strcmp(name, "bias_bwd_C"))
-        o->bias_bwd(b->db, b->x, BT, C);
+        tri_cpu_bias_bwd(b->db, b->x, BT, C);
     else if (!strcmp(name, "bias_bwd_3C"))
-        o->bias_bwd(b->dw, b->qkv, BT, 3 * C);
+        tri_cpu_bias_bwd(b->dw, b->qkv, BT, 3 * C);
     else if (!strcmp(name, "bias_bwd_4C"))
-        o->bias_bwd(b->dw, b->h, BT, 4 * C);
+        tri_cpu_bias_bwd(b->dw, b->h, BT, 4 * C);
     else if (!strcmp(name, "ce_stats"))
-        o->crossentropy_stats(b->stats, b->logits, b->targets, BT, s->V, 0, s->V);
+        tri_cpu_crossentropy_stats(b->stats, b->logits, b->targets, BT, s->V, 0, s->V);
     else if (!strcmp(name, "ce_bwd_inplace"))
-        o->crossentropy_bwd(b->losses, b->logits, b->logits, b->stats, b->targets,
+        tri_cpu_crossentropy_bwd(b->losses, b->logits, b->logits, b->stats, b->targets,
                             1.0f / (float)BT, BT, s->V, 0, s->V);
     else if (!strcmp(name, "adamw"))
-        o->adamw(b->p, b->m, b->v, b->g, s->n_params, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+        tri_cpu_adamw(b->p, b->m, b->v, b->g, s->n_params, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
     else if (!strcmp(name, "sumsq"))
-        (void)o->sumsq(b->g, s->n_params);
+        (void)tri_cpu_sumsq(b->g, s->n_params);
     else if (!strncmp(name, "mm_", 3)) {
         size_t Ci, OC;
         int bias;
@@ -150,9 +151,9 @@ static void run_op(const char *name, const tri_ops *o, const shapes *s, bufs *b)
         /* inp (BT, Ci) and dinp in the (BT, F) buffers, out/dout in logits,
          * weight and its gradient in the optimizer's (n_params) buffers */
         if (!strncmp(name, "mm_fwd", 6))
-            o->matmul_fwd(b->logits, b->h, b->p, bias ? b->g : NULL, BT, Ci, OC);
+            tri_cpu_matmul_fwd(b->logits, b->h, b->p, bias ? b->g : NULL, BT, Ci, OC);
         else
-            o->matmul_bwd(b->dh, b->m, bias ? b->dw : NULL, b->logits0, b->h, b->p, BT, Ci, OC);
+            tri_cpu_matmul_bwd(b->dh, b->m, bias ? b->dw : NULL, b->logits0, b->h, b->p, BT, Ci, OC);
     }
 }
 
@@ -178,8 +179,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_ops: --threads and --reps must be >= 1\n");
         return 2;
     }
-    const tri_ops *o = tri_ops_cpu();
-    o->init(threads);
+    tri_ctx ctx; /* the CPU backend's set-up: threads, flush-to-zero */
+    if (tri_ctx_init(&ctx, "cpu", threads) != 0)
+        return 1;
     shapes s = {.B = 8, .T = 256, .C = 384, .V = 8192, .L = 6, .NH = 6, .HS = 64};
     s.F = 4 * s.C, s.BT = s.B * s.T;
     s.n_params = 13891584;
@@ -192,7 +194,7 @@ int main(int argc, char **argv)
     b.qkv = buf(BT * 3 * C, 10, -1.5f, 1.5f), b.atty = buf(BT * C, 11, 0, 0);
     b.att = buf(s.B * (size_t)s.NH * s.T * s.T, 12, 0, 0);
     b.dqkv = buf(BT * 3 * C, 13, 0, 0);
-    b.scr = buf(o->attention_scratch_floats(s.B, s.T, s.NH, s.HS), 14, 0, 0);
+    b.scr = buf(tri_cpu_attention_scratch_floats(s.B, s.T, s.NH, s.HS), 14, 0, 0);
     b.lse = buf(s.B * (size_t)s.NH * s.T, 15, 0, 0);
     b.fscr = buf(tri_cpu_attention_flash_scratch_floats(s.B, s.T, s.NH, s.HS) + 1, 16, 0, 0);
     b.h = buf(BT * s.F, 17, -4, 4), b.hg = buf(BT * s.F, 18, 0, 0), b.dh = buf(BT * s.F, 19, -1, 1);
@@ -205,10 +207,10 @@ int main(int argc, char **argv)
     b.v = buf(s.n_params, 26, 0, 0.001f), b.g = buf(s.n_params, 27, -0.01f, 0.01f);
     memcpy(b.logits, b.logits0, BT * s.V * sizeof(float));
     /* inputs the timed ops read: a forward's outputs, as in a step */
-    o->attention_fwd(b.atty, b.att, b.qkv, s.B, s.T, s.NH, s.HS);
+    tri_cpu_attention_fwd(b.atty, b.att, b.qkv, s.B, s.T, s.NH, s.HS);
     tri_cpu_attention_flash_fwd(b.atty, b.lse, b.qkv, s.B, s.T, s.NH, s.HS);
-    o->layernorm_fwd(b.x2, b.mean, b.rstd, b.x, b.w, b.b, BT, C);
-    o->crossentropy_stats(b.stats, b.logits, b.targets, BT, s.V, 0, s.V);
+    tri_cpu_layernorm_fwd(b.x2, b.mean, b.rstd, b.x, b.w, b.b, BT, C);
+    tri_cpu_crossentropy_stats(b.stats, b.logits, b.targets, BT, s.V, 0, s.V);
 
     printf("bench_ops: B=%zu T=%zu C=%zu NH=%d V=%zu, %d threads, %d reps, %s clock\n", s.B, s.T,
            s.C, s.NH, s.V, omp_get_max_threads(), reps,
@@ -221,12 +223,12 @@ int main(int argc, char **argv)
         if (only != NULL && strstr(name, only) == NULL)
             continue;
         const int inplace = !strcmp(name, "ce_bwd_inplace");
-        run_op(name, o, &s, &b); /* warm-up */
+        run_op(name, &s, &b); /* warm-up */
         for (int r = 0; r < reps; r++) {
             if (inplace)
                 memcpy(b.logits, b.logits0, BT * s.V * sizeof(float));
             const double t0 = now_s();
-            run_op(name, o, &s, &b);
+            run_op(name, &s, &b);
             t[r] = now_s() - t0;
         }
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
@@ -241,5 +243,6 @@ int main(int argc, char **argv)
     printf("%-16s %10s %10s %6s %12.2f\n", "total non-GEMM", "", "", "", total * 1e3);
     printf("%-16s %10s %10s %6s %12.2f\n", "total GEMM", "", "", "", total_mm * 1e3);
     free(t);
+    tri_ctx_free(&ctx);
     return 0;
 }

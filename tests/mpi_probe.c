@@ -5,14 +5,27 @@
  * form and compares.
  *
  *   mpi_probe OUTDIR TP PP DP
+ *   mpi_probe OUTDIR TP PP DP --stall OP TIMEOUT_S
  *
  * Inputs are rank-dependent and exact in floating point (small integers and
  * halves), so sums are exact whatever the reduction order.
  * Exit: 0 on success, 2 when tri_dist_init refuses the layout (message on stderr).
+ *
+ * --stall: the watchdog. The last world rank never joins: it sleeps 30 s.
+ * Every other rank, at "step 7 (probe)", runs OP on its DP group with the
+ * deadline TIMEOUT_S: allreduce, iallreduce (then wait), reduce_scatter,
+ * allgather, broadcast (root: the last DP rank), barrier, recv (DP rank 0
+ * from the last DP rank) or send (DP rank 0 sends 4 MiB, too large to go
+ * out eagerly, to the last DP rank). Ranks of the other DP groups, whose OP
+ * completes, then wait in a world barrier with a 10x longer deadline, so the
+ * stalled group's report comes first. The watchdog must end the job, exit
+ * code 124, with its report on stderr; reaching the end prints "not stopped"
+ * and exits 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "parallel/comm.h"
 #include "parallel/dist.h"
@@ -200,9 +213,62 @@ static void group_ops(FILE *f, const char *name, tri_comm *g, int world_rank) {
     free(members);
 }
 
+/* --stall OP: see the top of the file. */
+static int stall(tri_dist *d, const char *op, double timeout_s) {
+    tri_dist_set_timeout(d, timeout_s);
+    tri_dist_progress(d, 7, "probe");
+    tri_comm *c = &d->dp;
+    if (d->mesh.rank == d->mesh.world - 1) {
+        sleep(30);
+        return 1;
+    }
+    const int last = c->size - 1;
+    const size_t big = (size_t)1 << 20;
+    float *buf = xmalloc(big * (size_t)c->size * sizeof *buf); /* (size * big) */
+    for (size_t i = 0; i < big * (size_t)c->size; i++) buf[i] = 1.0f;
+    tri_req r = {0};
+    if (!strcmp(op, "allreduce")) {
+        tri_comm_allreduce(c, buf, 2, TRI_F32, TRI_SUM);
+    } else if (!strcmp(op, "iallreduce")) {
+        tri_comm_iallreduce(c, buf, 3, TRI_F32, TRI_SUM, &r);
+        tri_comm_wait(c, &r);
+    } else if (!strcmp(op, "reduce_scatter")) {
+        tri_comm_reduce_scatter(c, buf + big * (size_t)(c->size - 1), buf, 4, TRI_F32);
+    } else if (!strcmp(op, "allgather")) {
+        tri_comm_allgather(c, buf + 16, buf, 5, TRI_F32);
+    } else if (!strcmp(op, "broadcast")) {
+        tri_comm_broadcast(c, buf, 6, TRI_F32, last);
+    } else if (!strcmp(op, "barrier")) {
+        tri_comm_barrier(c);
+    } else if (!strcmp(op, "recv") && c->rank == 0) {
+        tri_comm_irecv(c, buf, 7, TRI_F32, last, 5, &r);
+        tri_comm_wait(c, &r);
+    } else if (!strcmp(op, "send") && c->rank == 0) {
+        tri_comm_isend(c, buf, big, TRI_F32, last, 5, &r);
+        tri_comm_wait(c, &r);
+    } else if (strcmp(op, "recv") != 0 && strcmp(op, "send") != 0) {
+        fprintf(stderr, "mpi_probe: unknown --stall op '%s'\n", op);
+        free(buf);
+        return 2;
+    }
+    free(buf);
+    int *members = xmalloc((size_t)d->mesh.world * sizeof *members), me = -1;
+    int n = tri_mesh_group(&d->mesh, TRI_GROUP_DP, members, &me);
+    int stalled_group = 0;
+    for (int i = 0; i < n; i++) stalled_group |= members[i] == d->mesh.world - 1;
+    free(members);
+    if (!stalled_group) {
+        d->world.timeout_s = 10 * timeout_s;
+        tri_comm_barrier(&d->world);
+    }
+    fprintf(stderr, "mpi_probe: rank %d: %s was not stopped by the watchdog\n", d->mesh.rank, op);
+    return 1;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: mpi_probe OUTDIR TP PP DP\n");
+    int stalling = argc == 8 && !strcmp(argv[5], "--stall");
+    if (argc != 5 && !stalling) {
+        fprintf(stderr, "usage: mpi_probe OUTDIR TP PP DP [--stall OP TIMEOUT_S]\n");
         return 2;
     }
     const int tp = atoi(argv[2]), pp = atoi(argv[3]), dp = atoi(argv[4]);
@@ -212,6 +278,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err);
         tri_dist_abort(&d, 2);
     }
+    if (stalling) tri_dist_abort(&d, stall(&d, argv[6], atof(argv[7])));
     const int wr = d.mesh.rank;
     char path[4096];
     snprintf(path, sizeof path, "%s/probe_%d.txt", argv[1], wr);

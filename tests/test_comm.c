@@ -485,6 +485,86 @@ Test(comm, mismatched_world_fails_fast_naming_the_numbers, .timeout = 60) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* The watchdog: a rank that never joins ends the job, named                */
+
+/* mpirun -np N PROBE DIR TP 1 DP --stall OP 0.5: the last world rank never
+ * joins OP on its DP group. The job must end within seconds, exit 124, with
+ * the waiting rank's one-line report containing `want`. Before the watchdog
+ * the waiting ranks spun in MPI forever (the test's 30 s limit fails it). */
+static void expect_watchdog(int tp, int dp, const char *op, const char *want) {
+    need_mpi();
+    tmpdir t = make_tmpdir();
+    char np[16], stp[16], sdp[16];
+    snprintf(np, sizeof np, "%d", tp * dp);
+    snprintf(stp, sizeof stp, "%d", tp);
+    snprintf(sdp, sizeof sdp, "%d", dp);
+    char *argv[20];
+    int a = 0;
+    argv[a++] = "mpirun";
+    argv[a++] = "-np";
+    argv[a++] = np;
+    if (geteuid() == 0) argv[a++] = "--allow-run-as-root";
+    argv[a++] = "--oversubscribe";
+    argv[a++] = "--bind-to";
+    argv[a++] = "none";
+    argv[a++] = (char *)probe_path();
+    argv[a++] = t.path;
+    argv[a++] = stp;
+    argv[a++] = "1";
+    argv[a++] = sdp;
+    argv[a++] = "--stall";
+    argv[a++] = (char *)op;
+    argv[a++] = "0.5";
+    argv[a] = NULL;
+    setenv("OMP_NUM_THREADS", "1", 1);
+    run_out r = run_argv(argv, t.path, 30);
+    cr_assert_eq(r.status, 124, "%s: exit %d:\n%s", op, r.status, r.text);
+    cr_assert_lt(r.secs, 10.0, "%s: took %.1f s", op, r.secs);
+    cr_assert(strstr(r.text, want), "%s: want '%s' in\n%s", op, want, r.text);
+    cr_assert(strstr(r.text, "has waited 0.5 s (parallel.timeout_s = 0.5): waiting for "), "%s", r.text);
+    cr_assert(!strstr(r.text, "was not stopped"), "%s", r.text);
+    free(r.text);
+    remove_tmpdir(&t);
+}
+
+Test(comm_watchdog, blocking_allreduce_names_group_members_as_world_ranks, .timeout = 60) {
+    /* tp=2 x dp=2: rank 1's DP group is world ranks {1, 3}; rank 3 stalls */
+    expect_watchdog(2, 2, "allreduce",
+                    "trident: rank 1: watchdog: step 7 (probe): all-reduce over dp of 8 bytes has waited 0.5 s "
+                    "(parallel.timeout_s = 0.5): waiting for world rank 3 (dp = world ranks 1,3); aborting the job");
+}
+
+Test(comm_watchdog, wait_of_a_nonblocking_allreduce, .timeout = 60) {
+    expect_watchdog(1, 2, "iallreduce", "trident: rank 0: watchdog: step 7 (probe): all-reduce over dp of 12 bytes");
+}
+
+Test(comm_watchdog, reduce_scatter, .timeout = 60) {
+    expect_watchdog(1, 2, "reduce_scatter", "rank 0: watchdog: step 7 (probe): reduce-scatter over dp of 32 bytes");
+}
+
+Test(comm_watchdog, allgather, .timeout = 60) {
+    expect_watchdog(1, 2, "allgather", "rank 0: watchdog: step 7 (probe): all-gather over dp of 20 bytes");
+}
+
+Test(comm_watchdog, broadcast_from_the_stalled_rank, .timeout = 60) {
+    expect_watchdog(1, 2, "broadcast", "rank 0: watchdog: step 7 (probe): broadcast over dp of 24 bytes");
+}
+
+Test(comm_watchdog, barrier, .timeout = 60) {
+    expect_watchdog(1, 2, "barrier", "rank 0: watchdog: step 7 (probe): barrier over dp of 0 bytes");
+}
+
+Test(comm_watchdog, receive_names_the_peer, .timeout = 60) {
+    expect_watchdog(1, 2, "recv",
+                    "rank 0: watchdog: step 7 (probe): receive over dp of 28 bytes from world rank 1 (tag 5) has "
+                    "waited 0.5 s (parallel.timeout_s = 0.5): waiting for world rank 1; aborting the job");
+}
+
+Test(comm_watchdog, send_too_large_to_go_out_eagerly, .timeout = 60) {
+    expect_watchdog(1, 2, "send", "rank 0: watchdog: step 7 (probe): send over dp of 4194304 bytes to world rank 1");
+}
+
+/* ------------------------------------------------------------------------ */
 /* The launcher                                                             */
 
 /* tridentrun ARGS... with a deadline. */
@@ -620,6 +700,92 @@ Test(tridentrun, hostfile_places_nproc_ranks_per_host, .timeout = 30) {
     remove_tmpdir(&t);
 }
 
+/* Before, slots=N was read past and ignored: every host got 1 rank (or
+ * tp*pp*dp / hosts), whatever the host file said. */
+Test(tridentrun, hostfile_slots_are_filled_in_order_without_nproc_per_node, .timeout = 30) {
+    tmpdir t = make_tmpdir();
+    char hf[300], cfg[300];
+    snprintf(hf, sizeof hf, "%s/hosts", t.path);
+    snprintf(cfg, sizeof cfg, "%s/c.json", t.path);
+    /* any command: every slot, as mpirun without -np */
+    write_file(hf, "nodeA slots=2\nnodeB slots=3   # five in all\n");
+    char *args[] = {"--dry-run", "--hostfile", hf, "--", "/bin/true", NULL};
+    run_out r = launcher(&t, args, 20);
+    cr_assert_eq(r.status, 0, "%s", r.text);
+    cr_assert(strstr(r.text, "mpirun -np 5 -H nodeA:2,nodeB:3 "), "%s", r.text);
+    for (int q = 0; q < 5; q++) {
+        char row[128];
+        snprintf(row, sizeof row, "%6d  %-24s", q, q < 2 ? "nodeA" : "nodeB");
+        cr_assert(strstr(r.text, row), "no row '%s' in\n%s", row, r.text);
+    }
+    free(r.text);
+    /* the trainer: tp x dp = 4 ranks fill nodeA's 3 slots, then 1 of nodeB's */
+    write_file(cfg, "{\"data\": {\"train\": \"x.bin\"}, \"parallel\": {\"tp\": 2, \"dp\": 2}}\n");
+    write_file(hf, "nodeA slots=3\nnodeB slots=3\nnodeC slots=8\n");
+    char *train[] = {"--dry-run", "--hostfile", hf, "--", "trident", "train", cfg, NULL};
+    r = launcher(&t, train, 20);
+    cr_assert_eq(r.status, 0, "%s", r.text);
+    cr_assert(strstr(r.text, "mpirun -np 4 -H nodeA:3,nodeB:1 "), "%s", r.text);
+    cr_assert(strstr(r.text, "4 ranks = 3 on nodeA + 1 on nodeB + 0 on nodeC"), "%s", r.text);
+    cr_assert(strstr(r.text, "     3  nodeB "), "%s", r.text);
+    free(r.text);
+    /* with --nproc-per-node N every host runs N, within its slots */
+    char *nproc[] = {"--dry-run", "--hostfile", hf, "--nproc-per-node", "3", "--", "/bin/true", NULL};
+    r = launcher(&t, nproc, 20);
+    cr_assert_eq(r.status, 0, "%s", r.text);
+    cr_assert(strstr(r.text, "mpirun -np 9 -H nodeA:3,nodeB:3,nodeC:3 "), "%s", r.text);
+    free(r.text);
+    remove_tmpdir(&t);
+}
+
+Test(tridentrun, hostfile_slots_errors_name_the_line_and_the_numbers, .timeout = 30) {
+    tmpdir t = make_tmpdir();
+    char hf[300], cfg[300];
+    snprintf(hf, sizeof hf, "%s/hosts", t.path);
+    snprintf(cfg, sizeof cfg, "%s/c.json", t.path);
+    write_file(cfg, "{\"data\": {\"train\": \"x.bin\"}, \"parallel\": {\"tp\": 2, \"dp\": 2}}\n");
+    static const struct {
+        const char *hosts, *nproc, *want;
+        int train;
+    } cases[] = {
+        {"nodeA slots=8\nnodeB slots=2\n", "4", ":2: host nodeB has slots=2, fewer than --nproc-per-node 4", 0},
+        {"nodeA slots=2\n\nnodeB\n", NULL, ":3: host nodeB has no slots=N but other hosts have", 0},
+        {"nodeA slots=1\nnodeB slots=2\n", NULL, "= 4 ranks, but hostfile", 1},
+        {"nodeA slots=0\n", NULL, ":1: 'slots=0': expected \"HOST [slots=N]\"", 0},
+        {"nodeA slots=two\n", NULL, ":1: 'slots=two'", 0},
+        {"nodeA max_slots=4\n", NULL, ":1: 'max_slots=4'", 0},
+        {"nodeA slots=2 slots=3\n", NULL, ":1: 'slots=3'", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_file(hf, cases[i].hosts);
+        char *args[12];
+        int a = 0;
+        args[a++] = "--dry-run";
+        args[a++] = "--hostfile";
+        args[a++] = hf;
+        if (cases[i].nproc) {
+            args[a++] = "--nproc-per-node";
+            args[a++] = (char *)cases[i].nproc;
+        }
+        args[a++] = "--";
+        if (cases[i].train) {
+            args[a++] = "trident";
+            args[a++] = "train";
+            args[a++] = cfg;
+        } else {
+            args[a++] = "/bin/true";
+        }
+        args[a] = NULL;
+        run_out r = launcher(&t, args, 20);
+        cr_assert_eq(r.status, 2, "case %zu: exit %d:\n%s", i, r.status, r.text);
+        cr_assert_eq(count_lines(r.text), 1, "case %zu:\n%s", i, r.text);
+        cr_assert(strncmp(r.text, "tridentrun: ", 12) == 0, "case %zu:\n%s", i, r.text);
+        cr_assert(strstr(r.text, cases[i].want), "case %zu: want '%s' in\n%s", i, cases[i].want, r.text);
+        free(r.text);
+    }
+    remove_tmpdir(&t);
+}
+
 Test(tridentrun, argument_errors_are_one_line_exit_2, .timeout = 30) {
     tmpdir t = make_tmpdir();
     char missing[300];
@@ -633,9 +799,12 @@ Test(tridentrun, argument_errors_are_one_line_exit_2, .timeout = 30) {
         {"--dry-run", "--", NULL},
         {"--hostfile", missing, "--", "/bin/true", NULL},
         {"--dry-run", "--", "trident", "train", NULL},
+        {"--grace-s", "-1", "--", "/bin/true", NULL},
+        {"--grace-s=soon", "--", "/bin/true", NULL},
     };
     const char *want[] = {"'--bogus'", "--nproc-per-node", "'two'", "--max-restarts",
-                          "needs a value", "missing COMMAND", "no_such_hostfile", "CONFIG"};
+                          "needs a value", "missing COMMAND", "no_such_hostfile", "CONFIG",
+                          "--grace-s: expected seconds", "'soon'"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_out r = launcher(&t, cases[i], 20);
         cr_assert_eq(r.status, 2, "case %zu: exit %d:\n%s", i, r.status, r.text);
@@ -894,30 +1063,35 @@ Test(tridentrun, names_the_failing_rank_from_each_kind_of_report, .timeout = 60)
     write_file(fake, fake_mpirun);
     cr_assert_eq(chmod(fake, 0755), 0);
     /* rank 1 fails first (exit 6), rank 2 later (exit 9), rank 0 succeeds */
-    const char *script = "case $OMPI_COMM_WORLD_RANK in 1) echo early; exit 6;; "
-                         "2) sleep 0.5; exit 9;; esac; exit 0";
+    const char *failing = "case $OMPI_COMM_WORLD_RANK in 1) echo early; exit 6;; "
+                          "2) sleep 0.5; exit 9;; esac; exit 0";
+    /* every rank's command succeeds: the status files show no failure, so
+     * mpirun's report (ranks on other hosts, a rank gone before its wrapper
+     * could write) is what names the rank */
+    const char *clean = "exit 0";
     static const struct {
         const char *report, *exit_code, *want;
         int status;
+        int fails; /* the failing script, else the clean one */
     } cases[] = {
         /* no report: the earliest failure in the status files */
-        {"", "1", "tridentrun: rank 1 failed (exit 6)", 6},
+        {"", "1", "tridentrun: rank 1 failed (exit 6)", 6, 1},
         {"MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD\\nwith errorcode 5.\\n",
-         "5", "tridentrun: rank 2 failed (exit 5)", 5},
+         "5", "tridentrun: rank 2 failed (exit 5)", 5, 0},
         {"mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).\\n",
-         "137", "tridentrun: rank 1 failed (signal 9", 137},
+         "137", "tridentrun: rank 1 failed (signal 9", 137, 0},
         {"The first process to do so was:\\n\\n  Process name: [[31663,1],2]\\n  Exit code:    9\\n",
-         "9", "tridentrun: rank 2 failed (exit 9)", 9},
+         "9", "tridentrun: rank 2 failed (exit 9)", 9, 0},
         {"  Process name: [prterun-vm-1234@1,1]\\n  Exit code:    6\\n", "6",
-         "tridentrun: rank 1 failed (exit 6)", 6},
+         "tridentrun: rank 1 failed (exit 6)", 6, 0},
         {"mpirun has exited due to process rank 0 with PID 0 on\\nnode vm exiting improperly.\\n",
-         "1", "tridentrun: rank 0 failed (exit 0 without finishing MPI)", 1},
+         "1", "tridentrun: rank 0 failed (exit 0 without finishing MPI)", 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         setenv("FAKE_REPORT", cases[i].report, 1);
         setenv("FAKE_EXIT", cases[i].exit_code, 1);
         char *args[] = {"--mpirun", fake, "--nproc-per-node", "3", "--log-dir", logs, "--",
-                        "/bin/sh", "-c", (char *)script, NULL};
+                        "/bin/sh", "-c", (char *)(cases[i].fails ? failing : clean), NULL};
         run_out r = launcher(&t, args, 30);
         cr_assert_eq(r.status, cases[i].status, "case %zu: exit %d:\n%s", i, r.status, r.text);
         cr_assert(strstr(r.text, cases[i].want), "case %zu: want '%s' in\n%s", i, cases[i].want,

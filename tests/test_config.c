@@ -6,7 +6,7 @@
  * load_string must give back a config whose every member (listed by hand)
  * is identical, including doubles one ulp off a short decimal and seeds
  * above 2^53. The help text must list every key that to_json writes (an
- * independent path through the table), and that count must be the 35 members
+ * independent path through the table), and that count must be the 37 members
  * of the struct counted by hand.
  *
  * stderr is captured by pointing fd 2 at a file in the test's temporary
@@ -26,7 +26,7 @@
 
 #include "src/config.h"
 
-#define N_CONFIG_FIELDS 35 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 37 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -227,6 +227,10 @@ Test(config, out_of_range_values) {
                  "got 0");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"bucket_mb\": 0}}",
                  "parallel.bucket_mb", "> 0", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": -1}}",
+                 "parallel.timeout_s", "in [0, 1000000]", "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": 2e6}}",
+                 "parallel.timeout_s", "in [0, 1000000]", "got 2000000");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"log\": {\"every\": 0}}", "log.every",
                  "got 0");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"checkpoint\": {\"keep\": -1}}",
@@ -330,6 +334,8 @@ Test(config, override_errors) {
     EXPECT_SET_ERROR("train.seed=1.5", "--set train.seed", "'1.5'");
     /* an override out of range is caught by validation, naming the key */
     EXPECT_SET_ERROR("train.beta2=1", "train.beta2", "[0, 1)", "got 1");
+    /* a word outside its field's choices names them */
+    EXPECT_SET_ERROR("train.recompute=partial", "train.recompute", "\"partial\"", "none|selective|full");
     /* the error stops at the first bad override */
     expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}",
                     OVS("train.lr=0.01", "model.n_layerz=3", "train.lr=oops"),
@@ -376,6 +382,7 @@ static void check_defaults_except_data(const tri_config *c) {
     cr_expect_eq(c->parallel.pp, 1);
     cr_expect_eq(c->parallel.dp, 1);
     cr_expect(c->parallel.bucket_mb == 25.0);
+    cr_expect(c->parallel.timeout_s == 600.0);
     cr_expect_str_eq(c->checkpoint.dir, "checkpoints");
     cr_expect_eq(c->checkpoint.every, 0);
     cr_expect_eq(c->checkpoint.keep, 0);
@@ -532,6 +539,7 @@ static void expect_same(const tri_config *a, const tri_config *b) {
     SAME_I(parallel.pp);
     SAME_I(parallel.dp);
     SAME_D(parallel.bucket_mb);
+    SAME_D(parallel.timeout_s);
     SAME_S(checkpoint.dir);
     SAME_I(checkpoint.every);
     SAME_I(checkpoint.keep);
@@ -576,6 +584,7 @@ static void unusual_config(tri_config *c, uint64_t seed) {
     c->parallel.pp = 4;
     c->parallel.dp = 3;
     c->parallel.bucket_mb = 0.0625;
+    c->parallel.timeout_s = 0.0; /* no deadline */
     snprintf(c->checkpoint.dir, sizeof c->checkpoint.dir, "%s", "");
     c->checkpoint.every = 1000000;
     c->checkpoint.keep = 9;

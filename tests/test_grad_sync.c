@@ -8,6 +8,7 @@
 
 #include "kernels/ops.h"
 #include "model/gpt.h"
+#include "model/runtime.h"
 #include "parallel/grad_sync.h"
 
 enum { MAX_CALLS = 4096 };
@@ -48,23 +49,31 @@ static void run(int n_micro, double bucket_mb) {
     tri_model_cfg cfg = {.n_layer = 3, .n_head = 2, .n_embd = 32, .seq_len = 8, .vocab_size = 256};
     tri_comm self, dp = {.size = 2, .rank = 0, .impl = &REC};
     tri_comm_init_self(&self, 0);
+    tri_ctx ctx;
+    cr_assert_eq(tri_ctx_init(&ctx, "cpu", 0), 0);
     tri_gpt g;
-    cr_assert_eq(tri_gpt_init(&g, &cfg, tri_ops_cpu(), &self, 1, 0, 1, 0), 0);
-    tri_gpt_init_params(&g, 1);
-    tri_acts a;
-    cr_assert_eq(tri_acts_init(&a, &g, 2, 8), 0);
+    cr_assert_eq(tri_gpt_init_single(&g, &cfg, &ctx, &self, 1, 0), 0);
+    cr_assert_eq(tri_gpt_init_params(&g, 1), 0);
+    tri_chunk *ch = &g.chunks[0];
+    tri_slot_pool pool;
+    tri_workspace ws;
+    cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, 2, 8, TRI_RECOMPUTE_NONE, 1), 0);
+    cr_assert_eq(tri_workspace_init(&ws, &g, 2, 8, TRI_RECOMPUTE_NONE), 0);
     tri_grad_sync s;
-    cr_assert_eq(tri_grad_sync_init(&s, g.grad_mem, g.n_floats, &dp, bucket_mb), 0);
-    g.grads_ready = wire;
-    g.grads_ready_ctx = &s;
+    cr_assert_eq(tri_grad_sync_init(&s, ch->grad_mem, ch->n_elems, &dp, bucket_mb), 0);
+    ch->grads_ready = wire;
+    ch->grads_ready_ctx = &s;
     int32_t ids[16], tg[16];
     for (int i = 0; i < 16; i++) { ids[i] = (i * 37) % 256; tg[i] = (i * 91 + 5) % 256; }
-    g.ops->zero(g.grad_mem, g.n_floats * sizeof(float));
+    ctx.ops->zero(&ctx, ch->grad_mem, ch->n_elems * sizeof(float));
     tri_grad_sync_begin(&s);
     for (int m = 0; m < n_micro; m++) {
-        tri_gpt_forward(&g, &a, ids, NULL, tg, 1.0f / 64);
+        tri_slot *sl = tri_slot_acquire(&pool, &g);
+        tri_slot_stage(&g, &pool, sl, ids, tg);
+        tri_chunk_forward(&g, &pool, sl, &ws, NULL, TRI_FWD_TRAIN, 1.0f / 64);
         tri_grad_sync_set_last(&s, m == n_micro - 1);
-        tri_gpt_backward(&g, &a, ids, NULL, NULL);
+        tri_chunk_backward(&g, &pool, sl, &ws, NULL);
+        tri_slot_release(&pool, &g, sl);
         if (m < n_micro - 1) cr_expect_eq(g_rec.n, 0, "a bucket started before the last micro-batch");
     }
     g_rec.backward_done = 1;
@@ -78,16 +87,18 @@ static void run(int n_micro, double bucket_mb) {
     /* in order, contiguous, covering the buffer once; contents at launch final */
     size_t next = 0;
     for (int k = 0; k < g_rec.n; k++) {
-        cr_expect_eq(g_rec.start[k], g.grad_mem + next, "bucket %d does not start where %d ended", k, k - 1);
+        cr_expect_eq(g_rec.start[k], ch->grad_mem + next, "bucket %d does not start where %d ended", k, k - 1);
         cr_expect(memcmp(g_rec.snapshot[k], g_rec.start[k], g_rec.len[k] * sizeof(float)) == 0,
                   "bucket %d (floats %zu..%zu) changed after its all-reduce started", k, next, next + g_rec.len[k]);
         next += g_rec.len[k];
         free(g_rec.snapshot[k]);
     }
-    cr_expect_eq(next, g.n_floats);
+    cr_expect_eq(next, ch->n_elems);
     tri_grad_sync_free(&s);
-    tri_acts_free(&a, &g);
+    tri_slot_pool_free(&pool, &g);
+    tri_workspace_free(&ws, &g);
     tri_gpt_free(&g);
+    tri_ctx_free(&ctx);
 }
 
 Test(grad_sync, buckets_start_during_backward_once_final) { run(1, 0.004); }

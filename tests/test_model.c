@@ -1,8 +1,12 @@
-/* The GPT model on one rank, in process: the analytic gradient of the whole
- * model against finite differences, overfitting one batch, and the
- * layout-independent initialisation. */
+/* The GPT model on one rank, in process, through the stage runtime: the
+ * analytic gradient of the whole model against finite differences (for every
+ * recompute policy), recompute giving bit-identical gradients, two
+ * micro-batches in flight, overfitting one batch, the saved-activation bytes
+ * against their closed form, the guarded backend, and the layout-independent
+ * initialisation. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,48 +14,79 @@
 #include "model/gpt.h"
 #include "model/init.h"
 #include "model/optim.h"
+#include "model/runtime.h"
 
 typedef struct fixture {
     tri_model_cfg cfg;
+    tri_ctx ctx;
     tri_comm self;
     tri_gpt g;
-    tri_acts a;
+    tri_slot_pool pool;
+    tri_workspace ws;
     int32_t *ids, *tgt;
     size_t B, T;
 } fixture;
 
-static void setup(fixture *f, int L, int NH, int C, int T, int V, size_t B, uint64_t seed) {
+static void fill_tokens(int32_t *ids, int32_t *tgt, size_t n, int V, uint64_t s) {
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        ids[i] = (int32_t)((s >> 33) % (uint64_t)V);
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        tgt[i] = (int32_t)((s >> 33) % (uint64_t)V);
+    }
+}
+
+static void setup_with(fixture *f, int L, int NH, int C, int T, int V, size_t B, uint64_t seed, tri_recompute policy,
+                       int n_slots, const char *device) {
     memset(f, 0, sizeof *f);
     f->cfg = (tri_model_cfg){.n_layer = L, .n_head = NH, .n_embd = C, .seq_len = T, .vocab_size = V};
+    cr_assert_eq(tri_ctx_init(&f->ctx, device, 0), 0);
     tri_comm_init_self(&f->self, 0);
-    cr_assert_eq(tri_gpt_init(&f->g, &f->cfg, tri_ops_cpu(), &f->self, 1, 0, 1, 0), 0);
-    cr_assert_eq(tri_acts_init(&f->a, &f->g, B, (size_t)T), 0);
-    tri_gpt_init_params(&f->g, seed);
+    f->self.ctx = &f->ctx;
+    cr_assert_eq(tri_gpt_init_single(&f->g, &f->cfg, &f->ctx, &f->self, 1, 0), 0);
+    cr_assert_eq(tri_slot_pool_init(&f->pool, &f->g, 0, B, (size_t)T, policy, n_slots), 0);
+    cr_assert_eq(tri_workspace_init(&f->ws, &f->g, B, (size_t)T, policy), 0);
+    cr_assert_eq(tri_gpt_init_params(&f->g, seed), 0);
     f->B = B;
     f->T = (size_t)T;
     f->ids = malloc(B * (size_t)T * sizeof(int32_t));
     f->tgt = malloc(B * (size_t)T * sizeof(int32_t));
-    uint64_t s = seed;
-    for (size_t i = 0; i < B * (size_t)T; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        f->ids[i] = (int32_t)((s >> 33) % (uint64_t)V);
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        f->tgt[i] = (int32_t)((s >> 33) % (uint64_t)V);
-    }
+    fill_tokens(f->ids, f->tgt, B * (size_t)T, V, seed);
+}
+
+static void setup(fixture *f, int L, int NH, int C, int T, int V, size_t B, uint64_t seed) {
+    setup_with(f, L, NH, C, T, V, B, seed, TRI_RECOMPUTE_NONE, 1, "cpu");
 }
 
 static void teardown(fixture *f) {
-    tri_acts_free(&f->a, &f->g);
+    tri_slot_pool_free(&f->pool, &f->g);
+    tri_workspace_free(&f->ws, &f->g);
     tri_gpt_free(&f->g);
+    tri_ctx_free(&f->ctx);
     free(f->ids);
     free(f->tgt);
 }
 
-/* mean token loss, forward only */
-static double loss_of(fixture *f) {
-    double sum = tri_gpt_forward(&f->g, &f->a, f->ids, NULL, f->tgt, 0.0f);
-    return sum / (double)(f->B * f->T);
+static tri_chunk *chunk(fixture *f) { return &f->g.chunks[0]; }
+static float *params(fixture *f) { return chunk(f)->param_mem; }
+static float *grads(fixture *f) { return chunk(f)->grad_mem; }
+
+static void zero_grads(fixture *f) { memset(grads(f), 0, chunk(f)->n_elems * sizeof(float)); }
+
+/* One micro-batch, forward (and backward when train), in a slot of its own. */
+static double step_mb(fixture *f, const int32_t *ids, const int32_t *tgt, int train) {
+    tri_slot *s = tri_slot_acquire(&f->pool, &f->g);
+    cr_assert(s != NULL);
+    tri_slot_stage(&f->g, &f->pool, s, ids, tgt);
+    double sum = tri_chunk_forward(&f->g, &f->pool, s, &f->ws, NULL, train ? TRI_FWD_TRAIN : TRI_FWD_LOSS,
+                                   (float)(1.0 / (double)(f->B * f->T)));
+    if (train) tri_chunk_backward(&f->g, &f->pool, s, &f->ws, NULL);
+    tri_slot_release(&f->pool, &f->g, s);
+    return sum;
 }
+
+/* mean token loss, forward only */
+static double loss_of(fixture *f) { return step_mb(f, f->ids, f->tgt, 0) / (double)(f->B * f->T); }
 
 /* The analytic gradient of the mean loss, tensor by tensor, against a central
  * finite difference of the loss along a direction d restricted to that tensor.
@@ -59,22 +94,20 @@ static double loss_of(fixture *f) {
  * directional derivative is well above the float noise of the loss, with a
  * random part so a gradient that is right only up to a scale or on some
  * elements still fails. */
-Test(model, gradient_matches_finite_differences_for_every_tensor) {
+static void gradient_check(tri_recompute policy) {
     fixture f;
     /* V = 300 pads to 384: the padded rows and logits are on the path too */
-    setup(&f, 2, 2, 16, 8, 300, 2, 42);
-    tri_gpt *g = &f.g;
-    size_t BT = f.B * f.T;
-    g->ops->zero(g->grad_mem, g->n_floats * sizeof(float));
-    tri_gpt_forward(g, &f.a, f.ids, NULL, f.tgt, (float)(1.0 / (double)BT));
-    tri_gpt_backward(g, &f.a, f.ids, NULL, NULL);
-    float *grad = malloc(g->n_floats * sizeof(float));
-    memcpy(grad, g->grad_mem, g->n_floats * sizeof(float));
-    float *d = malloc(g->n_floats * sizeof(float));
+    setup_with(&f, 2, 2, 16, 8, 300, 2, 42, policy, 1, "cpu");
+    tri_chunk *ch = chunk(&f);
+    zero_grads(&f);
+    step_mb(&f, f.ids, f.tgt, 1);
+    float *grad = malloc(ch->n_elems * sizeof(float));
+    memcpy(grad, grads(&f), ch->n_elems * sizeof(float));
+    float *d = malloc(ch->n_elems * sizeof(float));
     int checked = 0;
-    for (int i = 0; i < g->n_params; i++) {
-        const tri_param *p = &g->params[i];
-        float *th = g->param_mem + p->offset, *gr = grad + p->offset, *dd = d + p->offset;
+    for (int i = 0; i < ch->n_params; i++) {
+        const tri_param *p = &ch->params[i];
+        float *th = params(&f) + p->offset, *gr = grad + p->offset, *dd = d + p->offset;
         size_t rows_used = p->kind == TRI_P_WTE ? (size_t)f.cfg.vocab_size : p->lrows;
         size_t n = rows_used * p->lcols;
         double gn = 0, rn = 0;
@@ -114,11 +147,16 @@ Test(model, gradient_matches_finite_differences_for_every_tensor) {
                   tol);
         checked++;
     }
-    cr_assert_eq(checked, g->n_params);
+    cr_assert_eq(checked, ch->n_params);
     free(grad);
     free(d);
     teardown(&f);
 }
+
+Test(model, gradient_matches_finite_differences_for_every_tensor) { gradient_check(TRI_RECOMPUTE_NONE); }
+Test(model, gradient_with_selective_recompute_matches_finite_differences) { gradient_check(TRI_RECOMPUTE_SELECTIVE); }
+Test(model, gradient_with_full_recompute_matches_finite_differences) { gradient_check(TRI_RECOMPUTE_FULL); }
+
 
 /* A tiny model memorises one fixed batch of random tokens: AdamW at a constant
  * lr drives the loss from ~log(V) = 5.5 to under 0.05 in 300 steps. A broken
@@ -134,9 +172,8 @@ Test(model, overfits_one_batch) {
     size_t BT = f.B * f.T;
     double first = 0, last = 0;
     for (int s = 0; s < 300; s++) {
-        g->ops->zero(g->grad_mem, g->n_floats * sizeof(float));
-        double l = tri_gpt_forward(g, &f.a, f.ids, NULL, f.tgt, (float)(1.0 / (double)BT)) / (double)BT;
-        tri_gpt_backward(g, &f.a, f.ids, NULL, NULL);
+        zero_grads(&f);
+        double l = step_mb(&f, f.ids, f.tgt, 1) / (double)BT;
         double norm = sqrt(tri_grad_sumsq_local(g));
         float clip = norm > 1.0 ? (float)(1.0 / (norm + 1e-6)) : 1.0f;
         tri_optim_step(&o, g, tri_lr_at(&oc, s), clip);
@@ -154,21 +191,24 @@ Test(model, overfits_one_batch) {
  * model: the initialiser is keyed by global element index, not by rank. */
 Test(model, init_of_a_tensor_parallel_shard_is_the_slice_of_the_full_model) {
     tri_model_cfg cfg = {.n_layer = 2, .n_head = 4, .n_embd = 32, .seq_len = 8, .vocab_size = 300};
+    tri_ctx ctx;
+    cr_assert_eq(tri_ctx_init(&ctx, "cpu", 0), 0);
     tri_comm self;
     tri_comm_init_self(&self, 0);
     tri_gpt full;
-    cr_assert_eq(tri_gpt_init(&full, &cfg, tri_ops_cpu(), &self, 1, 0, 1, 0), 0);
-    tri_gpt_init_params(&full, 99);
+    cr_assert_eq(tri_gpt_init_single(&full, &cfg, &ctx, &self, 1, 0), 0);
+    cr_assert_eq(tri_gpt_init_params(&full, 99), 0);
     for (int tp = 2; tp <= 4; tp *= 2) {
         for (int r = 0; r < tp; r++) {
             tri_gpt sh;
-            cr_assert_eq(tri_gpt_init(&sh, &cfg, tri_ops_cpu(), &self, tp, r, 1, 0), 0);
-            tri_gpt_init_params(&sh, 99);
-            cr_assert_eq(sh.n_params, full.n_params);
-            for (int i = 0; i < sh.n_params; i++) {
-                const tri_param *p = &sh.params[i], *q = &full.params[i];
+            cr_assert_eq(tri_gpt_init_single(&sh, &cfg, &ctx, &self, tp, r), 0);
+            cr_assert_eq(tri_gpt_init_params(&sh, 99), 0);
+            const tri_chunk *a = &sh.chunks[0], *b = &full.chunks[0];
+            cr_assert_eq(a->n_params, b->n_params);
+            for (int i = 0; i < a->n_params; i++) {
+                const tri_param *p = &a->params[i], *q = &b->params[i];
                 cr_assert_str_eq(p->name, q->name);
-                const float *x = sh.param_mem + p->offset, *y = full.param_mem + q->offset;
+                const float *x = (const float *)a->param_mem + p->offset, *y = (const float *)b->param_mem + q->offset;
                 /* the full model's element behind local (r, c), by explicit arithmetic:
                  * each of the `segments` blocks along the split dim is cut in tp parts */
                 for (size_t rr = 0; rr < p->lrows; rr++)
@@ -190,20 +230,24 @@ Test(model, init_of_a_tensor_parallel_shard_is_the_slice_of_the_full_model) {
         }
     }
     tri_gpt_free(&full);
+    tri_ctx_free(&ctx);
 }
 
 /* GPT-2 init statistics, against the closed-form targets: std 0.02, residual
  * projections 0.02/sqrt(2L), LayerNorm weights 1, biases 0, padded vocab rows 0. */
 Test(model, init_statistics_follow_gpt2) {
     tri_model_cfg cfg = {.n_layer = 4, .n_head = 4, .n_embd = 64, .seq_len = 32, .vocab_size = 1000};
+    tri_ctx ctx;
+    cr_assert_eq(tri_ctx_init(&ctx, "cpu", 0), 0);
     tri_comm self;
     tri_comm_init_self(&self, 0);
     tri_gpt g;
-    cr_assert_eq(tri_gpt_init(&g, &cfg, tri_ops_cpu(), &self, 1, 0, 1, 0), 0);
-    tri_gpt_init_params(&g, 5);
-    for (int i = 0; i < g.n_params; i++) {
-        const tri_param *p = &g.params[i];
-        const float *x = g.param_mem + p->offset;
+    cr_assert_eq(tri_gpt_init_single(&g, &cfg, &ctx, &self, 1, 0), 0);
+    cr_assert_eq(tri_gpt_init_params(&g, 5), 0);
+    const tri_chunk *ch = &g.chunks[0];
+    for (int i = 0; i < ch->n_params; i++) {
+        const tri_param *p = &ch->params[i];
+        const float *x = (const float *)ch->param_mem + p->offset;
         size_t rows = p->kind == TRI_P_WTE ? (size_t)cfg.vocab_size : p->lrows, n = rows * p->lcols;
         double mean = 0, sq = 0;
         for (size_t k = 0; k < n; k++) { mean += x[k]; sq += (double)x[k] * x[k]; }
@@ -222,33 +266,21 @@ Test(model, init_statistics_follow_gpt2) {
             for (size_t k = n; k < p->numel; k++) cr_assert(x[k] == 0.0f, "padded wte row value %g", x[k]);
     }
     tri_gpt_free(&g);
+    tri_ctx_free(&ctx);
 }
 
-/* ---- combining the vocab-parallel cross-entropy statistics ---- */
-
-/* A TP group of 2 whose all-gather hands back a fixed "other rank" part. */
-static const float *g_other_stats; /* test-only: the impl gets only the comm */
-
-static void fake_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
-    (void)c;
-    (void)t;
-    memcpy(recv, send, n * sizeof(float));
-    memcpy((float *)recv + n, g_other_stats, n * sizeof(float));
-}
-
-static const tri_comm_impl FAKE2 = {.name = "fake2", .allgather = fake_allgather};
-
-#include "model/ce.h"
+/* ---- combining the vocab-parallel cross-entropy statistics (an op) ---- */
 
 Test(model, ce_combine_matches_the_closed_form_propagates_nan_and_skips_padding_only_ranks) {
-    tri_comm tp = {.size = 2, .rank = 0, .impl = &FAKE2};
-    float gather[2 * 3 * 3];
-    /* row 0: both ranks real; row 1: rank 1 owns only padding (-inf, 0, 0);
-     * row 2: rank 1's slice holds a NaN logit */
-    float mine[9] = {2.0f, 3.0f, 0.5f, 1.0f, 2.0f, 1.0f, 0.0f, 1.0f, 0.25f};
-    float other[9] = {3.0f, 1.5f, 0.0f, -INFINITY, 0.0f, 0.0f, NAN, NAN, 0.0f};
-    g_other_stats = other;
-    tri_ce_combine(&tp, mine, gather, 3);
+    tri_ctx ctx;
+    cr_assert_eq(tri_ctx_init(&ctx, "cpu", 0), 0);
+    /* gather (R=2, N=3, 3): row 0: both ranks real; row 1: rank 1 owns only
+     * padding (-inf, 0, 0); row 2: rank 1's slice holds a NaN logit */
+    float gather[18] = {2.0f, 3.0f, 0.5f, 1.0f, 2.0f, 1.0f, 0.0f, 1.0f, 0.25f,
+                        3.0f, 1.5f, 0.0f, -INFINITY, 0.0f, 0.0f, NAN, NAN, 0.0f};
+    float mine[9];
+    for (int i = 0; i < 9; i++) mine[i] = NAN;
+    ctx.ops->crossentropy_combine(&ctx, mine, gather, 3, 2);
     /* closed form: M = max, S = sum S_r exp(m_r - M), target from its owner */
     cr_expect(mine[0] == 3.0f);
     cr_expect(fabsf(mine[1] - (3.0f * expf(-1.0f) + 1.5f)) <= 1e-6f, "S = %g", mine[1]);
@@ -256,4 +288,280 @@ Test(model, ce_combine_matches_the_closed_form_propagates_nan_and_skips_padding_
     cr_expect(mine[3] == 1.0f && mine[4] == 2.0f && mine[5] == 1.0f, "a padding-only rank changes nothing: %g %g %g",
               mine[3], mine[4], mine[5]);
     cr_expect(isnan(mine[6]) || isnan(mine[7]), "a NaN on one rank must reach the loss: M %g S %g", mine[6], mine[7]);
+    tri_ctx_free(&ctx);
+}
+
+/* ---- the stage runtime: recompute, slots in flight, memory, guard ---- */
+
+/* Gradients of two accumulated micro-batches under a policy, copied out. */
+static float *grads_under(tri_recompute policy, const char *device, size_t *n) {
+    fixture f;
+    setup_with(&f, 3, 4, 32, 16, 300, 2, 11, policy, 1, device);
+    int32_t *ids2 = malloc(f.B * f.T * sizeof(int32_t)), *tgt2 = malloc(f.B * f.T * sizeof(int32_t));
+    fill_tokens(ids2, tgt2, f.B * f.T, 300, 77);
+    tri_chunk *ch = chunk(&f);
+    f.ctx.ops->zero(&f.ctx, ch->grad_mem, ch->n_elems * sizeof(float));
+    step_mb(&f, f.ids, f.tgt, 1);
+    step_mb(&f, ids2, tgt2, 1);
+    *n = ch->n_elems;
+    float *out = malloc(*n * sizeof(float));
+    tri_ctx_to_host(&f.ctx, out, ch->grad_mem, *n * sizeof(float));
+    free(ids2);
+    free(tgt2);
+    teardown(&f);
+    return out;
+}
+
+/* Recompute reruns the very same ops on the very same inputs: the gradients
+ * are bit for bit those of keeping everything. */
+Test(runtime, selective_and_full_recompute_give_bit_identical_gradients) {
+    size_t n0, n1, n2;
+    float *none = grads_under(TRI_RECOMPUTE_NONE, "cpu", &n0);
+    float *sel = grads_under(TRI_RECOMPUTE_SELECTIVE, "cpu", &n1);
+    float *full = grads_under(TRI_RECOMPUTE_FULL, "cpu", &n2);
+    cr_assert(n0 == n1 && n0 == n2);
+    double gn = 0;
+    for (size_t i = 0; i < n0; i++) gn += (double)none[i] * none[i];
+    cr_assert(gn > 0 && isfinite(gn));
+    cr_expect(memcmp(none, sel, n0 * sizeof(float)) == 0, "selective recompute changed the gradients");
+    cr_expect(memcmp(none, full, n0 * sizeof(float)) == 0, "full recompute changed the gradients");
+    free(none);
+    free(sel);
+    free(full);
+}
+
+/* Two micro-batches in flight (two slots: forward A, forward B, backward A,
+ * backward B) against one after the other. Every gradient but the tied
+ * embedding's is accumulated in the same order either way, so it is bit for
+ * bit equal; the embedding takes its head part in forward (model/runtime.h),
+ * so its additions come in another order: equal within float rounding
+ * (relative 1e-6 of the tensor's largest element: a few ulps of fp32 sums of
+ * 4 terms). */
+static void two_in_flight(tri_recompute policy) {
+    fixture f;
+    setup_with(&f, 2, 2, 32, 16, 300, 2, 5, policy, 2, "cpu");
+    tri_chunk *ch = chunk(&f);
+    size_t BT = f.B * f.T;
+    int32_t *ids2 = malloc(BT * sizeof(int32_t)), *tgt2 = malloc(BT * sizeof(int32_t));
+    fill_tokens(ids2, tgt2, BT, 300, 99);
+    float dscale = (float)(1.0 / (double)(2 * BT));
+    /* sequential */
+    zero_grads(&f);
+    double seq = 0;
+    const int32_t *I[2] = {f.ids, ids2}, *G[2] = {f.tgt, tgt2};
+    for (int m = 0; m < 2; m++) {
+        tri_slot *s = tri_slot_acquire(&f.pool, &f.g);
+        tri_slot_stage(&f.g, &f.pool, s, I[m], G[m]);
+        seq += tri_chunk_forward(&f.g, &f.pool, s, &f.ws, NULL, TRI_FWD_TRAIN, dscale);
+        tri_chunk_backward(&f.g, &f.pool, s, &f.ws, NULL);
+        tri_slot_release(&f.pool, &f.g, s);
+    }
+    float *ref = malloc(ch->n_elems * sizeof(float));
+    memcpy(ref, grads(&f), ch->n_elems * sizeof(float));
+    /* interleaved */
+    zero_grads(&f);
+    tri_slot *s[2];
+    double par = 0;
+    for (int m = 0; m < 2; m++) {
+        s[m] = tri_slot_acquire(&f.pool, &f.g);
+        cr_assert(s[m] != NULL, "the pool of two slots ran out");
+        tri_slot_stage(&f.g, &f.pool, s[m], I[m], G[m]);
+        par += tri_chunk_forward(&f.g, &f.pool, s[m], &f.ws, NULL, TRI_FWD_TRAIN, dscale);
+    }
+    cr_expect(tri_slot_acquire(&f.pool, &f.g) == NULL, "a third slot from a pool of two");
+    cr_expect(f.ctx.mem.saved_in_use == 2 * f.pool.slot_bytes);
+    for (int m = 0; m < 2; m++) {
+        tri_chunk_backward(&f.g, &f.pool, s[m], &f.ws, NULL);
+        tri_slot_release(&f.pool, &f.g, s[m]);
+    }
+    cr_expect(f.ctx.mem.saved_in_use == 0 && f.ctx.mem.saved_in_use_peak == 2 * f.pool.slot_bytes);
+    cr_expect(seq == par, "loss sums differ: %.17g vs %.17g", seq, par);
+    int checked = 0;
+    for (int i = 0; i < ch->n_params; i++) {
+        const tri_param *p = &ch->params[i];
+        const float *a = ref + p->offset, *b = grads(&f) + p->offset;
+        if (p->kind != TRI_P_WTE) {
+            cr_expect(memcmp(a, b, p->numel * sizeof(float)) == 0, "%s differs with two micro-batches in flight",
+                      p->name);
+        } else {
+            float big = 0;
+            for (size_t k = 0; k < p->numel; k++) big = fmaxf(big, fabsf(a[k]));
+            for (size_t k = 0; k < p->numel; k++)
+                cr_assert(fabsf(a[k] - b[k]) <= 1e-6f * big, "%s[%zu]: %g vs %g", p->name, k, a[k], b[k]);
+        }
+        checked++;
+    }
+    cr_expect(checked == ch->n_params);
+    free(ref);
+    free(ids2);
+    free(tgt2);
+    teardown(&f);
+}
+
+Test(runtime, two_micro_batches_in_flight_match_one_after_the_other) { two_in_flight(TRI_RECOMPUTE_NONE); }
+Test(runtime, two_in_flight_with_full_recompute_match_one_after_the_other) { two_in_flight(TRI_RECOMPUTE_FULL); }
+
+/* Saved-activation bytes per layer against the closed form of
+ * docs/performance.md (fp32, the CPU keeping attention's probabilities):
+ *   none:      4 [BT (4C + 4 + 12C/t) + B (a/t) T^2]
+ *   selective: 4  BT (4C + 4 + 12C/t)
+ *   full:      4  BT C
+ * and a whole slot (ends included) against the allocator's accounting after
+ * a forward. Shapes with BT a multiple of 16 keep every buffer 64-byte
+ * aligned already, so the match is exact. */
+Test(runtime, saved_bytes_per_layer_match_the_closed_form) {
+    struct { int L, NH, C, T, V; size_t B; } shapes[] = {
+        {2, 2, 32, 16, 256, 2}, {3, 4, 64, 32, 300, 1}, {1, 6, 48, 64, 512, 3}, {2, 8, 128, 16, 1000, 4},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int pol = 0; pol < 3; pol++) {
+            fixture f;
+            setup_with(&f, shapes[i].L, shapes[i].NH, shapes[i].C, shapes[i].T, shapes[i].V, shapes[i].B, 1,
+                       (tri_recompute)pol, 1, "cpu");
+            double B = (double)f.B, T = (double)f.T, BT = B * T, C = shapes[i].C, a = shapes[i].NH, t = 1;
+            double want = pol == TRI_RECOMPUTE_NONE ? 4 * (BT * (4 * C + 4 + 12 * C / t) + B * (a / t) * T * T)
+                          : pol == TRI_RECOMPUTE_SELECTIVE ? 4 * BT * (4 * C + 4 + 12 * C / t)
+                                                           : 4 * BT * C;
+            cr_expect((double)f.pool.layer_bytes == want, "shape %zu, %s: %zu bytes per layer, closed form %.0f", i,
+                      tri_recompute_name((tri_recompute)pol), f.pool.layer_bytes, want);
+            /* ends: ids + targets (4 BT each), head input and dlnf (4 BTC each), LayerNorm stats (8 BT) */
+            double ends = 4 * BT + 4 * BT + 8 * BT * C + 8 * BT;
+            double slot = shapes[i].L * want + ends;
+            cr_expect((double)f.pool.slot_bytes == slot, "slot %zu vs %.0f", f.pool.slot_bytes, slot);
+            step_mb(&f, f.ids, f.tgt, 1);
+            cr_expect(f.ctx.mem.saved_in_use_peak == f.pool.slot_bytes && f.ctx.mem.peak[TRI_MEM_SAVED] == f.pool.slot_bytes,
+                      "accounting: peak in use %zu, allocated %zu, slot %zu", f.ctx.mem.saved_in_use_peak,
+                      f.ctx.mem.peak[TRI_MEM_SAVED], f.pool.slot_bytes);
+            teardown(&f);
+        }
+}
+
+/* Under the guarded backend the same training micro-batches give the same
+ * gradients: no code path of the model reads backend memory from the host
+ * (it would fault). */
+Test(runtime, guarded_backend_runs_the_model_and_matches_the_cpu) {
+    size_t n0, n1;
+    float *cpu = grads_under(TRI_RECOMPUTE_SELECTIVE, "cpu", &n0);
+    float *guard = grads_under(TRI_RECOMPUTE_SELECTIVE, "cpu-guard", &n1);
+    cr_assert(n0 == n1);
+    cr_expect(memcmp(cpu, guard, n0 * sizeof(float)) == 0);
+    free(cpu);
+    free(guard);
+}
+
+/* ... and the guard does catch a host read of backend memory. */
+Test(runtime, guarded_backend_faults_on_a_host_read, .signal = SIGSEGV) {
+    tri_ctx ctx;
+    cr_assert_eq(tri_ctx_init(&ctx, "cpu-guard", 0), 0);
+    float *p = tri_ctx_alloc(&ctx, 64 * sizeof(float), TRI_MEM_OTHER, "probe");
+    cr_assert(p != NULL);
+    float one = 1.0f, back = 0.0f;
+    tri_ctx_to_device(&ctx, p, &one, sizeof one);
+    tri_ctx_to_host(&ctx, &back, p, sizeof back);
+    cr_assert(back == 1.0f, "a staging copy must work");
+    volatile float x = p[0]; /* a host read outside any op: faults */
+    (void)x;
+}
+
+/* ---- chunks ---- */
+
+/* Interleaved specs: stage s of p with v chunks holds blocks c*p + s of
+ * L/(p v) layers; the embedding is on chunk 0 of stage 0, the head on chunk
+ * v-1 of stage p-1, and each chunk's parameter table names exactly its layers. */
+Test(chunks, interleaved_specs_give_each_stage_the_blocks_c_p_plus_s) {
+    tri_model_cfg cfg = {.n_layer = 8, .n_head = 2, .n_embd = 16, .seq_len = 8, .vocab_size = 256};
+    const int p = 2, v = 2;
+    for (int s = 0; s < p; s++) {
+        tri_chunk_spec specs[2];
+        int buf[8];
+        cr_assert_eq(tri_chunks_even(&cfg, p, s, v, specs, buf), 0);
+        for (int c = 0; c < v; c++) {
+            cr_expect_eq(specs[c].n_layers, 2);
+            for (int i = 0; i < 2; i++) cr_expect_eq(specs[c].layers[i], (c * p + s) * 2 + i);
+            cr_expect_eq(specs[c].has_embedding, c == 0 && s == 0);
+            cr_expect_eq(specs[c].has_head, c == v - 1 && s == p - 1);
+        }
+        tri_gpt g;
+        cr_assert_eq(tri_gpt_describe(&g, &cfg, 1, 0, specs, v), 0);
+        for (int c = 0; c < v; c++) {
+            int blocks = 0;
+            for (int i = 0; i < g.chunks[c].n_params; i++) {
+                int l = g.chunks[c].params[i].layer;
+                if (l < 0) continue;
+                cr_expect(l == specs[c].layers[0] || l == specs[c].layers[1], "chunk %d holds a tensor of layer %d", c,
+                          l);
+                blocks++;
+            }
+            cr_expect_eq(blocks, 2 * 12);
+        }
+        tri_gpt_free(&g);
+    }
+    tri_chunk_spec specs[3];
+    int buf[8];
+    cr_expect_neq(tri_chunks_even(&cfg, 3, 0, 1, specs, buf), 0, "8 layers do not split over 3 stages");
+}
+
+/* The model as two chunks on one rank (embedding + layer 0, then layers 1-2 +
+ * head), each with its own slot pool, sharing one workspace, against the
+ * model as one chunk: the same loss, the same gradients tensor by tensor
+ * (the tied embedding is held by both chunks: the sum of its two gradients
+ * is the one-chunk gradient, within rounding). */
+Test(chunks, two_chunks_on_one_rank_match_one_chunk) {
+    fixture f;
+    setup(&f, 3, 2, 32, 16, 300, 2, 21);
+    float dscale = (float)(1.0 / (double)(f.B * f.T));
+    zero_grads(&f);
+    double one = step_mb(&f, f.ids, f.tgt, 1);
+
+    int l0[1] = {0}, l1[2] = {1, 2};
+    tri_chunk_spec specs[2] = {{1, l0, 1, 0}, {2, l1, 0, 1}};
+    tri_gpt g2;
+    cr_assert_eq(tri_gpt_init(&g2, &f.cfg, &f.ctx, &f.self, 1, 0, specs, 2), 0);
+    cr_assert_eq(tri_gpt_init_params(&g2, 21), 0);
+    tri_slot_pool pools[2];
+    tri_workspace ws;
+    for (int k = 0; k < 2; k++) cr_assert_eq(tri_slot_pool_init(&pools[k], &g2, k, f.B, f.T, TRI_RECOMPUTE_NONE, 1), 0);
+    cr_assert_eq(tri_workspace_init(&ws, &g2, f.B, f.T, TRI_RECOMPUTE_NONE), 0);
+    tri_slot *s[2];
+    double two = 0;
+    for (int k = 0; k < 2; k++) {
+        s[k] = tri_slot_acquire(&pools[k], &g2);
+        tri_slot_stage(&g2, &pools[k], s[k], f.ids, f.tgt);
+        two += tri_chunk_forward(&g2, &pools[k], s[k], &ws, k == 0 ? NULL : ws.out, TRI_FWD_TRAIN, dscale);
+    }
+    tri_chunk_backward(&g2, &pools[1], s[1], &ws, NULL);
+    tri_chunk_backward(&g2, &pools[0], s[0], &ws, ws.dres);
+    cr_expect(one == two, "loss %.17g vs %.17g", one, two);
+
+    const tri_chunk *c1 = chunk(&f);
+    int found = 0;
+    for (int i = 0; i < c1->n_params; i++) {
+        const tri_param *p = &c1->params[i];
+        const float *want = grads(&f) + p->offset;
+        const float *got[2] = {NULL, NULL};
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < g2.chunks[k].n_params; j++)
+                if (!strcmp(g2.chunks[k].params[j].name, p->name))
+                    got[k] = g2.chunks[k].grad_mem + g2.chunks[k].params[j].offset;
+        cr_assert(got[0] || got[1], "%s is in neither chunk", p->name);
+        if (p->kind == TRI_P_WTE) {
+            cr_assert(got[0] && got[1], "the tied embedding must be in both chunks");
+            float big = 0;
+            for (size_t e = 0; e < p->numel; e++) big = fmaxf(big, fabsf(want[e]));
+            for (size_t e = 0; e < p->numel; e++)
+                cr_assert(fabsf(got[0][e] + got[1][e] - want[e]) <= 1e-6f * big, "wte[%zu]", e);
+        } else {
+            cr_assert(!(got[0] && got[1]), "%s is in both chunks", p->name);
+            cr_expect(memcmp(got[0] ? got[0] : got[1], want, p->numel * sizeof(float)) == 0, "%s differs", p->name);
+        }
+        found++;
+    }
+    cr_expect_eq(found, c1->n_params);
+    for (int k = 0; k < 2; k++) {
+        tri_slot_release(&pools[k], &g2, s[k]);
+        tri_slot_pool_free(&pools[k], &g2);
+    }
+    tri_workspace_free(&ws, &g2);
+    tri_gpt_free(&g2);
+    teardown(&f);
 }

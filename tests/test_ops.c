@@ -147,11 +147,17 @@ static double dot(const double *a, const double *b, size_t n)
     return s;
 }
 
+/* The context the ops run in. Filled by hand rather than by tri_ctx_init,
+ * whose backend init turns on flush-to-zero: the accuracy tests compare with
+ * denormal results too. (Each Criterion test is its own process.) */
+static tri_ctx g_tctx = {.ops = NULL, .act_dtype = TRI_F32, .param_dtype = TRI_F32, .grad_dtype = TRI_F32,
+                         .master_dtype = TRI_F32};
+#define TC (&g_tctx)
+
 static const tri_ops *cpu(void)
 {
-    const tri_ops *ops = tri_ops_cpu();
-    cr_assert(ops != NULL);
-    return ops;
+    g_tctx.ops = tri_ops_cpu();
+    return g_tctx.ops;
 }
 
 /* ------------------------------------------------------ the comparison itself */
@@ -194,7 +200,12 @@ Test(ops_table, every_entry_is_set)
     EXPECT_SET(embedding_fwd);
     EXPECT_SET(embedding_bwd);
     EXPECT_SET(crossentropy_stats);
+    EXPECT_SET(crossentropy_combine);
     EXPECT_SET(crossentropy_bwd);
+    EXPECT_SET(to_device);
+    EXPECT_SET(to_host);
+    EXPECT_SET(attention_saved_floats);
+    EXPECT_SET(sum);
     EXPECT_SET(adamw);
     EXPECT_SET(sumsq);
     EXPECT_SET(scale);
@@ -231,27 +242,27 @@ Test(ops_memory, alloc_is_zeroed_aligned_and_copy_zero_work)
 {
     const tri_ops *o = cpu();
     const size_t n = 1003;
-    float *a = o->alloc(n * sizeof(float));
-    float *b = o->alloc(n * sizeof(float));
+    float *a = o->alloc(TC, n * sizeof(float));
+    float *b = o->alloc(TC, n * sizeof(float));
     cr_assert(a != NULL && b != NULL);
     cr_expect((uintptr_t)a % 64 == 0 && (uintptr_t)b % 64 == 0);
     for (size_t i = 0; i < n; i++)
         cr_expect(a[i] == 0.0f, "alloc not zero at %zu", i);
     for (size_t i = 0; i < n; i++)
         a[i] = (float)i * 0.5f;
-    o->copy(b, a, n * sizeof(float));
-    o->sync();
+    o->copy(TC, b, a, n * sizeof(float));
+    o->sync(TC);
     cr_expect(memcmp(a, b, n * sizeof(float)) == 0);
-    o->zero(b + 10, 20 * sizeof(float));
+    o->zero(TC, b + 10, 20 * sizeof(float));
     for (size_t i = 0; i < n; i++)
         cr_expect(b[i] == ((i >= 10 && i < 30) ? 0.0f : (float)i * 0.5f), "zero at %zu", i);
-    void *z = o->alloc(0);
+    void *z = o->alloc(TC, 0);
     cr_expect(z != NULL, "alloc(0) should return a unique pointer");
-    cr_expect(o->alloc(SIZE_MAX) == NULL, "alloc(SIZE_MAX) must fail cleanly");
-    o->free(z);
-    o->free(NULL);
-    o->free(a);
-    o->free(b);
+    cr_expect(o->alloc(TC, SIZE_MAX) == NULL, "alloc(SIZE_MAX) must fail cleanly");
+    o->free(TC, z, 0);
+    o->free(TC, NULL, 0);
+    o->free(TC, a, n * sizeof(float));
+    o->free(TC, b, n * sizeof(float));
 }
 
 /* ------------------------------------------------------------------- matmul */
@@ -290,7 +301,7 @@ static void check_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_
     float *R = frand(&r, N * OC, -1, 1);
     float *out = fvec(N * OC);
     ffill(out, N * OC, NAN);
-    o->matmul_fwd(out, inp, w, b, N, C, OC);
+    o->matmul_fwd(TC, out, inp, w, b, N, C, OC);
 
     mm_ctx c = {to_double(inp, N * C), to_double(w, OC * C), b ? to_double(b, OC) : NULL,
                 to_double(R, N * OC), dvec(N * OC), N, C, OC};
@@ -305,7 +316,7 @@ static void check_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_
     float *dw = frand(&r, OC * C, -2, 2), *dw0 = fcopy(dw, OC * C);
     float *db = with_dbias ? frand(&r, OC, -2, 2) : NULL;
     float *db0 = db ? fcopy(db, OC) : NULL;
-    o->matmul_bwd(dinp, dw, db, R, inp, w, N, C, OC);
+    o->matmul_bwd(TC, dinp, dw, db, R, inp, w, N, C, OC);
 
     double *g = dvec(N * C > OC * C ? N * C : OC * C);
     if (dinp) {
@@ -363,7 +374,7 @@ Test(ops_matmul, threaded_size_matches_naive_reference, .timeout = 60)
     float *b = frand(&r, OC, -1, 1), *R = frand(&r, N * OC, -1, 1);
     float *out = fvec(N * OC);
     ffill(out, N * OC, NAN);
-    o->matmul_fwd(out, inp, w, b, N, C, OC);
+    o->matmul_fwd(TC, out, inp, w, b, N, C, OC);
     double *di = to_double(inp, N * C), *dw = to_double(w, OC * C), *dbb = to_double(b, OC);
     double *dR = to_double(R, N * OC), *ref = dvec(N * OC);
     ref_matmul(ref, di, dw, dbb, N, C, OC);
@@ -373,7 +384,7 @@ Test(ops_matmul, threaded_size_matches_naive_reference, .timeout = 60)
     ffill(ginp, N * C, NAN);
     ffill(gw, OC * C, 1.0f);
     ffill(gb, OC, -1.0f);
-    o->matmul_bwd(ginp, gw, gb, R, inp, w, N, C, OC);
+    o->matmul_bwd(TC, ginp, gw, gb, R, inp, w, N, C, OC);
     double *ri = dvec(N * C), *rw = dvec(OC * C), *rb = dvec(OC);
     for (size_t n = 0; n < N; n++)
         for (size_t c = 0; c < C; c++) {
@@ -444,7 +455,7 @@ Test(ops_layernorm, forward_matches_reference_and_normalises)
     float *inp = frand(&r, N * C, -3, 5), *w = frand(&r, C, 0.5, 1.5), *b = frand(&r, C, -1, 1);
     float *out = fvec(N * C), *mean = fvec(N), *rstd = fvec(N);
     ffill(out, N * C, NAN), ffill(mean, N, NAN), ffill(rstd, N, NAN);
-    o->layernorm_fwd(out, mean, rstd, inp, w, b, N, C);
+    o->layernorm_fwd(TC, out, mean, rstd, inp, w, b, N, C);
     double *di = to_double(inp, N * C), *dw = to_double(w, C), *dbb = to_double(b, C);
     double *ref = dvec(N * C), *rm = dvec(N), *rr = dvec(N);
     ref_layernorm(ref, rm, rr, di, dw, dbb, N, C);
@@ -455,7 +466,7 @@ Test(ops_layernorm, forward_matches_reference_and_normalises)
     /* without the affine part every row has mean 0 and variance var/(var+eps) ~ 1 */
     float *ones = fvec(C), *zeros = fvec(C);
     ffill(ones, C, 1.0f), ffill(zeros, C, 0.0f);
-    o->layernorm_fwd(out, mean, rstd, inp, ones, zeros, N, C);
+    o->layernorm_fwd(TC, out, mean, rstd, inp, ones, zeros, N, C);
     for (size_t n = 0; n < N; n++) {
         double m = 0, v = 0;
         for (size_t c = 0; c < C; c++)
@@ -479,10 +490,10 @@ Test(ops_layernorm, backward_accumulates_finite_difference_gradients)
     float *inp = frand(&r, N * C, -2, 3), *w = frand(&r, C, 0.5, 1.5), *b = frand(&r, C, -1, 1);
     float *R = frand(&r, N * C, -1, 1);
     float *out = fvec(N * C), *mean = fvec(N), *rstd = fvec(N);
-    o->layernorm_fwd(out, mean, rstd, inp, w, b, N, C);
+    o->layernorm_fwd(TC, out, mean, rstd, inp, w, b, N, C);
     float *dinp = frand(&r, N * C, -1, 1), *dw = frand(&r, C, -1, 1), *db = frand(&r, C, -1, 1);
     float *dinp0 = fcopy(dinp, N * C), *dw0 = fcopy(dw, C), *db0 = fcopy(db, C);
-    o->layernorm_bwd(dinp, dw, db, R, inp, w, mean, rstd, N, C);
+    o->layernorm_bwd(TC, dinp, dw, db, R, inp, w, mean, rstd, N, C);
 
     ln_ctx c = {to_double(inp, N * C), to_double(w, C), to_double(b, C), to_double(R, N * C),
                 dvec(N * C), N, C};
@@ -568,7 +579,7 @@ static void check_attention(size_t B, size_t T, int NH, int HS, size_t n_samples
     float *qkv = frand(&r, nq, -1.5, 1.5), *R = frand(&r, no, -1, 1);
     float *out = fvec(no), *att = fvec(na);
     ffill(out, no, NAN), ffill(att, na, NAN);
-    o->attention_fwd(out, att, qkv, B, T, NH, HS);
+    o->attention_fwd(TC, out, att, qkv, B, T, NH, HS);
 
     att_ctx c = {to_double(qkv, nq), to_double(R, no), dvec(no), B, T, (size_t)NH,
                  (size_t)HS};
@@ -591,7 +602,7 @@ static void check_attention(size_t B, size_t T, int NH, int HS, size_t n_samples
     const size_t nscr = o->attention_scratch_floats(B, T, NH, HS);
     float *scratch = fvec(nscr), *dqkv = fvec(nq);
     ffill(scratch, nscr, NAN), ffill(dqkv, nq, NAN);
-    o->attention_bwd(dqkv, scratch, R, qkv, att, B, T, NH, HS);
+    o->attention_bwd(TC, dqkv, scratch, R, qkv, out, att, B, T, NH, HS);
     cr_expect(count_nan(dqkv, nq) == 0, "dqkv must be overwritten everywhere");
 
     if (n_samples == 0) {
@@ -621,7 +632,7 @@ static void check_attention(size_t B, size_t T, int NH, int HS, size_t n_samples
     /* bitwise reproducible: a second run into the same (dirty) buffers */
     float *dqkv2 = fvec(nq);
     ffill(dqkv2, nq, NAN);
-    o->attention_bwd(dqkv2, scratch, R, qkv, att, B, T, NH, HS);
+    o->attention_bwd(TC, dqkv2, scratch, R, qkv, out, att, B, T, NH, HS);
     cr_expect(memcmp(dqkv, dqkv2, nq * sizeof(float)) == 0, "attention_bwd not reproducible");
     free(qkv), free(R), free(out), free(att), free(c.qkv), free(c.R), free(c.tmp);
     free(ref_att), free(scratch), free(dqkv), free(dqkv2);
@@ -696,7 +707,7 @@ static void check_attention_flash(size_t B, size_t T, int NH, int HS, size_t n_s
 
     /* the existing attention: same outputs within rounding */
     float *out0 = fvec(no), *att0 = fvec(na);
-    o->attention_fwd(out0, att0, qkv, B, T, NH, HS);
+    o->attention_fwd(TC, out0, att0, qkv, B, T, NH, HS);
     double *out0d = to_double(out0, no);
     EXPECT_CLOSE("flash out vs attention_fwd", out, out0d, no, 2e-6, 1e-5);
 
@@ -708,7 +719,7 @@ static void check_attention_flash(size_t B, size_t T, int NH, int HS, size_t n_s
 
     const size_t nscr0 = o->attention_scratch_floats(B, T, NH, HS);
     float *scratch0 = fvec(nscr0), *dqkv0 = fvec(nq);
-    o->attention_bwd(dqkv0, scratch0, R, qkv, att0, B, T, NH, HS);
+    o->attention_bwd(TC, dqkv0, scratch0, R, qkv, out0, att0, B, T, NH, HS);
     double *dqkv0d = to_double(dqkv0, nq);
     EXPECT_CLOSE("flash dqkv vs attention_bwd", dqkv, dqkv0d, nq, 1e-5, 1e-4);
 
@@ -886,7 +897,7 @@ Test(ops_gelu, forward_within_1e6_relative_over_a_fine_grid)
     const float extra[8] = {0.0f, -0.0f, 1e-30f, -1e-30f, 100.0f, -100.0f, 1e20f, -1e20f};
     memcpy(x + n, extra, sizeof extra);
     ffill(y, m, NAN);
-    o->gelu_fwd(y, x, m);
+    o->gelu_fwd(TC, y, x, m);
     size_t bad = 0;
     for (size_t i = 0; i < m; i++) {
         const double xd = x[i], want = ref_gelu(xd);
@@ -904,7 +915,7 @@ Test(ops_gelu, forward_within_1e6_relative_over_a_fine_grid)
     }
     cr_expect(bad == 0, "%zu gelu values off by more than 1e-6 relative", bad);
     float nanx = NAN, nany = 0.0f;
-    o->gelu_fwd(&nany, &nanx, 1);
+    o->gelu_fwd(TC, &nany, &nanx, 1);
     cr_expect(isnan(nany), "gelu(NaN) must be NaN");
     free(x), free(y);
 }
@@ -932,20 +943,20 @@ Test(ops_gelu, backward_matches_finite_differences_and_may_alias_dout)
     for (size_t i = 0; i < n; i++)
         x[i] = (float)(-8.0 + 16.0 * (double)i / (double)(n - 1));
     ffill(dx, n, NAN);
-    o->gelu_bwd(dx, x, R, n);
+    o->gelu_bwd(TC, dx, x, R, n);
     gelu_ctx c = {to_double(x, n), to_double(R, n), n};
     double *g = dvec(n);
     fd_grad(g, c.x, n, gelu_loss, &c, 1e-6);
     EXPECT_CLOSE("gelu dinp", dx, g, n, 1e-6, 1e-5);
 
     float *inplace = fcopy(R, n); /* dinp aliases dout */
-    o->gelu_bwd(inplace, x, inplace, n);
+    o->gelu_bwd(TC, inplace, x, inplace, n);
     cr_expect(memcmp(inplace, dx, n * sizeof(float)) == 0, "aliased gelu_bwd differs");
 
     /* far tails: the derivative is exactly 0 / 1 in fp32, never NaN */
     float tx[6] = {-1e20f, -50.0f, -INFINITY, 1e20f, 50.0f, INFINITY}, tg[6], ones[6];
     ffill(ones, 6, 1.0f);
-    o->gelu_bwd(tg, tx, ones, 6);
+    o->gelu_bwd(TC, tg, tx, ones, 6);
     for (int i = 0; i < 6; i++)
         cr_expect(tg[i] == (i < 3 ? 0.0f : 1.0f), "gelu'(%g) = %g", (double)tx[i], (double)tg[i]);
     free(x), free(R), free(dx), free(c.x), free(c.R), free(g), free(inplace);
@@ -962,13 +973,13 @@ Test(ops_gelu, vector_bodies_and_scalar_tails_give_the_same_bits)
     for (size_t i = 0; i < n; i += 7)
         x[i] *= 0.05f; /* many near 0, where u changes sign */
     float *y = fvec(n), *dx = fvec(n);
-    o->gelu_fwd(y, x, n);
-    o->gelu_bwd(dx, x, dy, n);
+    o->gelu_fwd(TC, y, x, n);
+    o->gelu_bwd(TC, dx, x, dy, n);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         float y1, dx1;
-        o->gelu_fwd(&y1, &x[i], 1);
-        o->gelu_bwd(&dx1, &x[i], &dy[i], 1);
+        o->gelu_fwd(TC, &y1, &x[i], 1);
+        o->gelu_bwd(TC, &dx1, &x[i], &dy[i], 1);
         if (memcmp(&y1, &y[i], 4) != 0 || memcmp(&dx1, &dx[i], 4) != 0) {
             if (bad < 5)
                 cr_log_error("x=%.9g: gelu %.9g vs %.9g, grad %.9g vs %.9g", (double)x[i],
@@ -996,15 +1007,15 @@ Test(ops_residual, forward_with_and_without_bias_and_aliasing)
         }
     float *out = fvec(N * C);
     ffill(out, N * C, NAN);
-    o->residual_fwd(out, res, x, b, N, C);
+    o->residual_fwd(TC, out, res, x, b, N, C);
     EXPECT_CLOSE("residual out", out, want, N * C, 1e-6, 1e-6);
     ffill(out, N * C, NAN);
-    o->residual_fwd(out, res, x, NULL, N, C);
+    o->residual_fwd(TC, out, res, x, NULL, N, C);
     EXPECT_CLOSE("residual out (no bias)", out, want_nb, N * C, 1e-6, 1e-6);
     float *a1 = fcopy(res, N * C), *a2 = fcopy(x, N * C);
-    o->residual_fwd(a1, a1, x, b, N, C); /* out aliases res */
+    o->residual_fwd(TC, a1, a1, x, b, N, C); /* out aliases res */
     EXPECT_CLOSE("residual out (out == res)", a1, want, N * C, 1e-6, 1e-6);
-    o->residual_fwd(a2, res, a2, b, N, C); /* out aliases x */
+    o->residual_fwd(TC, a2, res, a2, b, N, C); /* out aliases x */
     EXPECT_CLOSE("residual out (out == x)", a2, want, N * C, 1e-6, 1e-6);
     free(res), free(x), free(b), free(want), free(want_nb), free(out), free(a1), free(a2);
 }
@@ -1035,7 +1046,7 @@ Test(ops_residual, bias_backward_accumulates_finite_differences)
         float *res = frand(&r, N * C, -1, 1), *x = frand(&r, N * C, -1, 1);
         float *b = frand(&r, C, -1, 1), *R = frand(&r, N * C, -1, 1);
         float *db = frand(&r, C, -3, 3), *db0 = fcopy(db, C);
-        o->bias_bwd(db, R, N, C);
+        o->bias_bwd(TC, db, R, N, C);
         resid_ctx c = {to_double(res, N * C), to_double(x, N * C), to_double(b, C),
                        to_double(R, N * C), N, C};
         double *g = dvec(C);
@@ -1091,19 +1102,19 @@ Test(ops_embedding, vocab_slice_forward_and_backward)
                  dvec(B * T * C), B, T, C, vstart, Vl};
     for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
         ffill(out, B * T * C, NAN);
-        o->embedding_fwd(out, ids, wte, with_wpe ? wpe : NULL, B, T, C, vstart, Vl);
+        o->embedding_fwd(TC, out, ids, wte, with_wpe ? wpe : NULL, B, T, C, vstart, Vl);
         ref_embedding(c.tmp, ids, c.wte, with_wpe ? c.wpe : NULL, B, T, C, vstart, Vl);
         EXPECT_CLOSE(with_wpe ? "embedding out" : "embedding out (no wpe)", out, c.tmp,
                      B * T * C, 1e-6, 1e-6);
     }
     /* rows of out-of-range ids without wpe are exactly zero */
-    o->embedding_fwd(out, ids, wte, NULL, B, T, C, vstart, Vl);
+    o->embedding_fwd(TC, out, ids, wte, NULL, B, T, C, vstart, Vl);
     for (size_t cc = 0; cc < C; cc++)
         cr_expect(out[0 * C + cc] == 0.0f && out[6 * C + cc] == 0.0f);
 
     float *dwte = frand(&r, Vl * C, -1, 1), *dwpe = frand(&r, T * C, -1, 1);
     float *dwte0 = fcopy(dwte, Vl * C), *dwpe0 = fcopy(dwpe, T * C);
-    o->embedding_bwd(dwte, dwpe, R, ids, B, T, C, vstart, Vl);
+    o->embedding_bwd(TC, dwte, dwpe, R, ids, B, T, C, vstart, Vl);
     double *g = dvec(Vl * C);
     fd_grad(g, c.wte, Vl * C, emb_loss, &c, 1e-3);
     for (size_t i = 0; i < Vl * C; i++)
@@ -1116,7 +1127,7 @@ Test(ops_embedding, vocab_slice_forward_and_backward)
 
     /* dwpe NULL: dwte still accumulates once more */
     float *dwte1 = fcopy(dwte, Vl * C);
-    o->embedding_bwd(dwte, NULL, R, ids, B, T, C, vstart, Vl);
+    o->embedding_bwd(TC, dwte, NULL, R, ids, B, T, C, vstart, Vl);
     fd_grad(g, c.wte, Vl * C, emb_loss, &c, 1e-3);
     for (size_t i = 0; i < Vl * C; i++)
         g[i] += dwte1[i];
@@ -1136,7 +1147,7 @@ Test(ops_embedding, threaded_backward_is_exact_and_thread_count_independent)
     float *R = frand(&r, B * T * C, -1, 1);
     float *dwte = fvec(Vl * C), *dwpe = fvec(T * C);
     ffill(dwte, Vl * C, 0.5f), ffill(dwpe, T * C, -0.5f);
-    o->embedding_bwd(dwte, dwpe, R, ids, B, T, C, vstart, Vl);
+    o->embedding_bwd(TC, dwte, dwpe, R, ids, B, T, C, vstart, Vl);
     double *gw = dvec(Vl * C), *gp = dvec(T * C);
     for (size_t i = 0; i < Vl * C; i++)
         gw[i] = 0.5;
@@ -1157,7 +1168,7 @@ Test(ops_embedding, threaded_backward_is_exact_and_thread_count_independent)
     ffill(w1, Vl * C, 0.5f), ffill(p1, T * C, -0.5f);
     const int saved = omp_get_max_threads();
     omp_set_num_threads(1);
-    o->embedding_bwd(w1, p1, R, ids, B, T, C, vstart, Vl);
+    o->embedding_bwd(TC, w1, p1, R, ids, B, T, C, vstart, Vl);
     omp_set_num_threads(saved);
     cr_expect(memcmp(w1, dwte, Vl * C * sizeof(float)) == 0, "dwte depends on thread count");
     cr_expect(memcmp(p1, dwpe, T * C * sizeof(float)) == 0, "dwpe depends on thread count");
@@ -1231,7 +1242,7 @@ static void check_ce_ranks(size_t N, size_t V, size_t Vl, size_t ranks, float pa
                 const size_t gj = k * Vl + j;
                 slice[k][n * Vl + j] = gj < V ? full[n * V + gj] : pad;
             }
-        o->crossentropy_stats(stats[k], slice[k], targets, N, Vl, k * Vl, V);
+        o->crossentropy_stats(TC, stats[k], slice[k], targets, N, Vl, k * Vl, V);
         /* each rank's stats against its own columns in double */
         for (size_t n = 0; n < N; n++) {
             double m = -INFINITY, s = 0, t = 0;
@@ -1285,7 +1296,7 @@ static void check_ce_ranks(size_t N, size_t V, size_t Vl, size_t ranks, float pa
     float *losses = fvec(N), *dl = fvec(N * Vl), *got = fvec(N * V);
     for (size_t k = 0; k < ranks; k++) {
         ffill(losses, N, NAN), ffill(dl, N * Vl, NAN);
-        o->crossentropy_bwd(losses, dl, slice[k], comb, targets, dscale, N, Vl, k * Vl, V);
+        o->crossentropy_bwd(TC, losses, dl, slice[k], comb, targets, dscale, N, Vl, k * Vl, V);
         EXPECT_CLOSE("ce losses", losses, want_loss, N, 1e-5, 1e-5);
         for (size_t n = 0; n < N; n++)
             for (size_t j = 0; j < Vl; j++) {
@@ -1298,11 +1309,11 @@ static void check_ce_ranks(size_t N, size_t V, size_t Vl, size_t ranks, float pa
             }
         /* in place (dlogits == logits) gives the same bits; losses may be NULL */
         float *inplace = fcopy(slice[k], N * Vl);
-        o->crossentropy_bwd(NULL, inplace, inplace, comb, targets, dscale, N, Vl, k * Vl, V);
+        o->crossentropy_bwd(TC, NULL, inplace, inplace, comb, targets, dscale, N, Vl, k * Vl, V);
         cr_expect(memcmp(inplace, dl, N * Vl * sizeof(float)) == 0, "in-place ce_bwd differs");
         /* dlogits NULL: losses only */
         ffill(losses, N, NAN);
-        o->crossentropy_bwd(losses, NULL, slice[k], comb, targets, dscale, N, Vl, k * Vl, V);
+        o->crossentropy_bwd(TC, losses, NULL, slice[k], comb, targets, dscale, N, Vl, k * Vl, V);
         EXPECT_CLOSE("ce losses (no dlogits)", losses, want_loss, N, 1e-5, 1e-5);
         free(inplace);
     }
@@ -1339,8 +1350,8 @@ Test(ops_crossentropy, nan_logit_gives_nan_loss)
     float logits[2 * 4] = {1, 2, NAN, 0, 1, 2, 3, 4};
     int32_t targets[2] = {1, 2};
     float stats[6], losses[2];
-    o->crossentropy_stats(stats, logits, targets, 2, 4, 0, 4);
-    o->crossentropy_bwd(losses, NULL, logits, stats, targets, 1.0f, 2, 4, 0, 4);
+    o->crossentropy_stats(TC, stats, logits, targets, 2, 4, 0, 4);
+    o->crossentropy_bwd(TC, losses, NULL, logits, stats, targets, 1.0f, 2, 4, 0, 4);
     cr_expect(isnan(losses[0]), "a NaN logit must not be hidden: loss %g", (double)losses[0]);
     cr_expect(!isnan(losses[1]));
 }
@@ -1358,8 +1369,8 @@ Test(ops_adamw, two_steps_match_closed_form)
         const float wd = with_wd ? 0.1f : 0.0f;
         float *p = fcopy(p0, n), *m = fvec(n), *v = fvec(n);
         ffill(m, n, 0.0f), ffill(v, n, 0.0f);
-        o->adamw(p, m, v, g1, n, lr, b1, b2, eps, wd, 1);
-        o->adamw(p, m, v, g2, n, lr, b1, b2, eps, wd, 2);
+        o->adamw(TC, p, m, v, g1, n, lr, b1, b2, eps, wd, 1);
+        o->adamw(TC, p, m, v, g2, n, lr, b1, b2, eps, wd, 2);
         double *wp = dvec(n), *wm = dvec(n), *wv = dvec(n);
         for (size_t i = 0; i < n; i++) {
             const double a = g1[i], b = g2[i], B1 = b1, B2 = b2;
@@ -1381,7 +1392,10 @@ Test(ops_adamw, two_steps_match_closed_form)
 
 /* ------------------------------------------------------ reductions, helpers */
 
-Test(ops_reduce, sumsq_in_double_and_reproducible)
+/* sum (square = 0) or sum of squares (square = 1) against a long double
+ * reference, within 1e-13 of the sum of magnitudes (the double rounding of
+ * ~3e5 terms), reproducible and independent of the thread count */
+static void check_reduction(int square)
 {
     const tri_ops *o = cpu();
     const size_t sizes[4] = {0, 5, 1000, 300007};
@@ -1389,22 +1403,29 @@ Test(ops_reduce, sumsq_in_double_and_reproducible)
     for (int k = 0; k < 4; k++) {
         const size_t n = sizes[k];
         float *x = frand(&r, n, -3, 3);
-        long double want = 0;
-        for (size_t i = 0; i < n; i++)
-            want += (long double)x[i] * (long double)x[i];
-        const double got = o->sumsq(x, n);
-        cr_expect(close_enough(got, (double)want, 1e-300, 1e-13), "n=%zu: %.17g vs %.17Lg", n,
-                  got, want);
-        const double again = o->sumsq(x, n);
-        cr_expect(memcmp(&got, &again, sizeof got) == 0, "sumsq not reproducible");
+        long double want = 0, mag = 0;
+        for (size_t i = 0; i < n; i++) {
+            const long double t = square ? (long double)x[i] * (long double)x[i] : (long double)x[i];
+            want += t;
+            mag += fabsl(t);
+        }
+        double (*f)(tri_ctx *, const float *, size_t) = square ? o->sumsq : o->sum;
+        const double got = f(TC, x, n);
+        cr_expect(fabsl((long double)got - want) <= 1e-13L * mag + 1e-300L, "%s n=%zu: %.17g vs %.17Lg",
+                  square ? "sumsq" : "sum", n, got, want);
+        const double again = f(TC, x, n);
+        cr_expect(memcmp(&got, &again, sizeof got) == 0, "not reproducible");
         const int saved = omp_get_max_threads();
         omp_set_num_threads(1);
-        const double single = o->sumsq(x, n);
+        const double single = f(TC, x, n);
         omp_set_num_threads(saved);
-        cr_expect(memcmp(&got, &single, sizeof got) == 0, "sumsq depends on thread count");
+        cr_expect(memcmp(&got, &single, sizeof got) == 0, "depends on the thread count");
         free(x);
     }
 }
+
+Test(ops_reduce, sumsq_in_double_and_reproducible) { check_reduction(1); }
+Test(ops_reduce, sum_in_double_and_reproducible) { check_reduction(0); }
 
 Test(ops_reduce, scale_and_add)
 {
@@ -1419,9 +1440,9 @@ Test(ops_reduce, scale_and_add)
             wy[i] = (double)y[i] + (double)x[i];
             wx[i] = (double)x[i] * -0.75;
         }
-        o->add(y, x, n);
+        o->add(TC, y, x, n);
         EXPECT_CLOSE("add", y, wy, n, 1e-6, 1e-6);
-        o->scale(x, -0.75f, n);
+        o->scale(TC, x, -0.75f, n);
         EXPECT_CLOSE("scale", x, wx, n, 0, 1e-7);
         free(x), free(y), free(wy), free(wx);
     }
@@ -1436,15 +1457,15 @@ Test(ops_determinism, layernorm_and_bias_reductions_do_not_depend_on_threads)
     rng r = {.s = 101};
     float *inp = frand(&r, N * C, -2, 2), *w = frand(&r, C, 0.5, 1.5), *b = frand(&r, C, -1, 1);
     float *dout = frand(&r, N * C, -1, 1), *out = fvec(N * C), *mean = fvec(N), *rstd = fvec(N);
-    o->layernorm_fwd(out, mean, rstd, inp, w, b, N, C);
+    o->layernorm_fwd(TC, out, mean, rstd, inp, w, b, N, C);
     float *res[2][4];
     const int saved = omp_get_max_threads();
     for (int pass = 0; pass < 2; pass++) {
         omp_set_num_threads(pass == 0 ? saved : 1);
         float *di = fvec(N * C), *dw = fvec(C), *db = fvec(C), *cs = fvec(C);
         ffill(di, N * C, 0.25f), ffill(dw, C, 0.25f), ffill(db, C, 0.25f), ffill(cs, C, 0.0f);
-        o->layernorm_bwd(di, dw, db, dout, inp, w, mean, rstd, N, C);
-        o->bias_bwd(cs, dout, N, C);
+        o->layernorm_bwd(TC, di, dw, db, dout, inp, w, mean, rstd, N, C);
+        o->bias_bwd(TC, cs, dout, N, C);
         res[pass][0] = di, res[pass][1] = dw, res[pass][2] = db, res[pass][3] = cs;
     }
     omp_set_num_threads(saved);

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "helpers/testutil.h"
-#include "parallel/safetensors.h"
+#include "model/safetensors.h"
 
 #define LOSS_RTOL 1e-6
 #define PARAM_ATOL 1e-5
@@ -112,16 +112,22 @@ Test(parallel, every_layout_follows_the_single_rank_run, .timeout = 300) {
     free(out);
     double *ref;
     cr_assert_eq(losses(dir, "ck_1_1", &ref), 10);
-    /* tp, dp, gradient bucket size: the last run cuts the 136 KB of gradients
-     * into ~14 buckets, each all-reduced while backward goes on */
-    struct { int tp, dp; const char *bucket_mb; } layouts[] = {
-        {2, 1, "25"}, {1, 2, "25"}, {2, 2, "25"}, {4, 1, "25"}, {1, 4, "25"}, {1, 2, "0.01"}};
+    /* tp, dp, gradient bucket size, more: the 1x2 run with 0.01 MiB buckets
+     * cuts the 136 KB of gradients into ~14 buckets, each all-reduced while
+     * backward goes on; recompute (whose forward rerun includes the TP
+     * collectives) and the guarded backend (host access to backend memory
+     * faults, also around the MPI transport) must follow the same curve */
+    struct { int tp, dp; const char *bucket_mb, *more; } layouts[] = {
+        {2, 1, "25", ""}, {1, 2, "25", ""}, {2, 2, "25", ""}, {4, 1, "25", ""}, {1, 4, "25", ""},
+        {1, 2, "0.01", ""}, {2, 1, "25", "--set train.recompute=full"},
+        {2, 2, "25", "--set train.recompute=selective --device cpu-guard"}};
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         int tp = layouts[i].tp, dp = layouts[i].dp;
-        char ck[64], what[96], extra[128];
+        char ck[64], what[160], extra[256];
         snprintf(ck, sizeof ck, "ck_%d_%d_%zu", tp, dp, i);
-        snprintf(what, sizeof what, "tp=%d dp=%d bucket_mb=%s", tp, dp, layouts[i].bucket_mb);
-        snprintf(extra, sizeof extra, "--set train.steps=10 --set parallel.bucket_mb=%s", layouts[i].bucket_mb);
+        snprintf(what, sizeof what, "tp=%d dp=%d bucket_mb=%s %s", tp, dp, layouts[i].bucket_mb, layouts[i].more);
+        snprintf(extra, sizeof extra, "--set train.steps=10 --set parallel.bucket_mb=%s %s", layouts[i].bucket_mb,
+                 layouts[i].more);
         cr_assert_eq(run(dir, tp, dp, ck, extra, &out), 0, "%s: %s", what, out);
         cr_expect(strstr(out, "tp=") != NULL, "%s", out);
         free(out);
@@ -191,7 +197,7 @@ Test(parallel, a_failing_rank_tears_down_all_and_a_restart_completes_the_run, .t
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "cd %s && timeout 120 %s --max-restarts 1 --log-dir %s/ranks_restart -- %s train %s/configs/tiny-test.json "
-             "--set data.train=%s/train.bin --set model.n_head=4 --set parallel.tp=2 --set parallel.dp=2 "
+             "--set data.train=%s/train.bin --set data.val= --set model.n_head=4 --set parallel.tp=2 --set parallel.dp=2 "
              "--set checkpoint.dir=%s/restart --set log.dir=%s/log_restart %s",
              dir, tt_bin("tridentrun"), dir, tt_bin("trident"), TRI_SOURCE_DIR, dir, dir, dir, extra);
     rc = tt_run(cmd, &out);
@@ -214,7 +220,7 @@ Test(parallel, sigterm_saves_a_checkpoint_before_exiting, .timeout = 120) {
     char *dir = make_dir(), cmd[8192], *out = NULL;
     snprintf(cmd, sizeof cmd,
              "cd %s && (%s --log-dir %s/ranks -- %s train %s/configs/tiny-test.json --set data.train=%s/train.bin "
-             "--set model.n_head=4 --set parallel.dp=2 --set train.steps=1000000 --set checkpoint.dir=%s/ck "
+             "--set data.val= --set model.n_head=4 --set parallel.dp=2 --set train.steps=1000000 --set checkpoint.dir=%s/ck "
              "--set log.dir=%s/log > %s/console.txt 2>&1; echo $? > %s/rc) & "
              "for i in $(seq 1 600); do grep -q '\"step\": 3,' %s/log/metrics.jsonl 2>/dev/null && break; sleep 0.05; done; "
              "pkill -TERM -f '^%s --log-dir %s/ranks' ; "

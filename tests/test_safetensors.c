@@ -1,4 +1,4 @@
-/* parallel/safetensors: files written in pieces by several processes and
+/* model/safetensors: files written in pieces by several processes and
  * read back by an independent reader (/usr/bin/python3 + numpy parsing the
  * bytes itself), files written by python read by tri_st_open, and every
  * validation error naming the file and the tensor.
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "helpers/testutil.h"
-#include "parallel/safetensors.h"
+#include "model/safetensors.h"
 
 /* Exact in F32: an integer in (-2^21, 2^21) plus 0.5. */
 static float cf(int e, size_t r, size_t c)

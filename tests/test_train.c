@@ -280,3 +280,42 @@ Test(train_errors, a_fresh_start_over_another_runs_checkpoints_is_refused, .time
     tt_rmrf(dir);
     free(dir);
 }
+
+/* The whole run, bit for bit, whatever the recompute policy and under the
+ * guarded backend (where any host access to backend memory, in the step,
+ * evaluation, checkpoint writing or loading, faults): 3 steps, a checkpoint
+ * and evaluation, then --resume for 3 more. The metrics' memory line shows
+ * the saved activations shrinking with the policy. */
+Test(train, recompute_policies_and_the_guarded_backend_give_identical_runs, .timeout = 180) {
+    const char *modes[] = {"--set train.recompute=none", "--set train.recompute=selective",
+                           "--set train.recompute=full", "--set train.recompute=full --device cpu-guard"};
+    double *ref = NULL;
+    long saved[4] = {0};
+    for (int m = 0; m < 4; m++) {
+        char *dir = make_run_dir(), *out = NULL, extra[512];
+        snprintf(extra, sizeof extra,
+                 "%s --set train.steps=6 --set train.eval_every=3 --set checkpoint.every=3 --stop-at-step 3", modes[m]);
+        cr_assert_eq(train(dir, extra, &out), 0, "%s: %s", modes[m], out);
+        free(out);
+        snprintf(extra, sizeof extra, "%s --set train.steps=6 --set train.eval_every=3 --resume", modes[m]);
+        cr_assert_eq(train(dir, extra, &out), 0, "%s: %s", modes[m], out);
+        free(out);
+        double *l;
+        cr_assert_eq(losses_of(dir, &l), 6, "%s", modes[m]);
+        if (m == 0) ref = l;
+        for (int i = 0; i < 6 && m > 0; i++)
+            cr_expect(l[i] == ref[i], "%s: step %d loss %.17g vs %.17g", modes[m], i + 1, l[i], ref[i]);
+        char p[4200], *txt = NULL;
+        snprintf(p, sizeof p, "grep -o '\"saved_act_peak\": [0-9]*' %s/log/metrics.jsonl | head -1 | cut -d' ' -f2", dir);
+        cr_assert_eq(tt_run(p, &txt), 0);
+        saved[m] = atol(txt);
+        free(txt);
+        if (m > 0) free(l);
+        tt_rmrf(dir);
+        free(dir);
+    }
+    cr_expect(saved[0] > saved[1] && saved[1] > saved[2] && saved[2] > 0 && saved[3] == saved[2],
+              "saved activation peaks none %ld, selective %ld, full %ld, guard %ld", saved[0], saved[1], saved[2],
+              saved[3]);
+    free(ref);
+}

@@ -81,6 +81,7 @@ void tri_cpu_residual_fwd(float *out, const float *res, const float *x,
                           const float *bias, size_t N, size_t C);
 void tri_cpu_bias_bwd(float *dbias, const float *dout, size_t N, size_t C);
 double tri_cpu_sumsq(const float *x, size_t n);
+double tri_cpu_sum(const float *x, size_t n);
 void tri_cpu_scale(float *x, float s, size_t n);
 void tri_cpu_add(float *y, const float *x, size_t n);
 
@@ -95,6 +96,7 @@ void tri_cpu_embedding_bwd(float *dwte, float *dwpe, const float *dout,
 /* crossentropy.c */
 void tri_cpu_crossentropy_stats(float *stats, const float *logits, const int32_t *targets,
                                 size_t N, size_t Vl, size_t vstart, size_t V);
+void tri_cpu_crossentropy_combine(float *stats, const float *gather, size_t N, int R);
 void tri_cpu_crossentropy_bwd(float *losses, float *dlogits, const float *logits,
                               const float *stats, const int32_t *targets, float dscale,
                               size_t N, size_t Vl, size_t vstart, size_t V);

@@ -99,3 +99,30 @@ void tri_cpu_crossentropy_bwd(float *losses, float *dlogits, const float *logits
             d[lt] -= dscale;
     }
 }
+
+/* stats (N, 3) = the global (M, S, target) of each row from the R ranks'
+ * local stats in gather (R, N, 3)                              [overwrite] */
+void tri_cpu_crossentropy_combine(float *stats, const float *gather, size_t N, int R)
+{
+#pragma omp parallel for schedule(static) if (N * (size_t)R >= TRI_CPU_PAR_MIN / 16)
+    for (size_t n = 0; n < N; n++) {
+        float M = -INFINITY;
+        for (int r = 0; r < R; r++) {
+            const float m = gather[((size_t)r * N + n) * 3];
+            if (m > M || isnan(m))
+                M = m; /* a NaN logit on any rank makes the loss NaN, as at tp=1 */
+        }
+        float S = 0.0f, t = 0.0f;
+        for (int r = 0; r < R; r++) {
+            const float *s = &gather[((size_t)r * N + n) * 3];
+            /* a rank whose slice is all padding has (m, S) = (-inf, 0): skip it
+             * (exp(-inf - -inf) is NaN); anything else, NaN included, counts */
+            if (s[1] != 0.0f)
+                S += s[1] * expf(s[0] - M);
+            t += s[2];
+        }
+        stats[3 * n + 0] = M;
+        stats[3 * n + 1] = S;
+        stats[3 * n + 2] = t;
+    }
+}

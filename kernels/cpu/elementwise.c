@@ -101,16 +101,17 @@ void tri_cpu_bias_bwd(float *dbias, const float *dout, size_t N, size_t C)
 
 /* ---- reductions and elementwise helpers ---- */
 
-/* The sum of squares is cut into this many fixed chunks whatever the thread
- * count; their double sums are added in chunk order: bitwise reproducible. */
-enum { SUMSQ_CHUNKS = 64 };
+/* Sums are cut into this many fixed chunks whatever the thread count; their
+ * double sums are added in chunk order: bitwise reproducible. */
+enum { SUM_CHUNKS = 64 };
 
-double tri_cpu_sumsq(const float *x, size_t n)
+/* sum of x[i] (square = 0) or of x[i]^2 (square = 1), in double */
+static inline double chunked_sum(const float *x, size_t n, int square)
 {
-    double part[SUMSQ_CHUNKS]; /* per-chunk sums */
-    const size_t chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+    double part[SUM_CHUNKS]; /* per-chunk sums */
+    const size_t chunk = (n + SUM_CHUNKS - 1) / SUM_CHUNKS;
 #pragma omp parallel for schedule(static) if (n >= TRI_CPU_PAR_MIN)
-    for (int c = 0; c < SUMSQ_CHUNKS; c++) {
+    for (int c = 0; c < SUM_CHUNKS; c++) {
         size_t lo = (size_t)c * chunk, hi = lo + chunk;
         if (lo > n)
             lo = n;
@@ -119,13 +120,23 @@ double tri_cpu_sumsq(const float *x, size_t n)
         double s = 0.0;
 #pragma omp simd reduction(+ : s)
         for (size_t i = lo; i < hi; i++)
-            s += (double)x[i] * (double)x[i];
+            s += square ? (double)x[i] * (double)x[i] : (double)x[i];
         part[c] = s;
     }
     double total = 0.0;
-    for (int c = 0; c < SUMSQ_CHUNKS; c++)
+    for (int c = 0; c < SUM_CHUNKS; c++)
         total += part[c];
     return total;
+}
+
+double tri_cpu_sumsq(const float *x, size_t n)
+{
+    return chunked_sum(x, n, 1);
+}
+
+double tri_cpu_sum(const float *x, size_t n)
+{
+    return chunked_sum(x, n, 0);
 }
 
 /* x (n) *= s                                                          [in place] */

@@ -28,8 +28,8 @@
  * Only dtype F32 is supported. All functions print one line starting
  * "trident: " naming the file and the tensor, and return -1, on error.
  */
-#ifndef TRI_SAFETENSORS_H
-#define TRI_SAFETENSORS_H
+#ifndef TRI_MODEL_SAFETENSORS_H
+#define TRI_MODEL_SAFETENSORS_H
 
 #include <stddef.h>
 #include <stdint.h>

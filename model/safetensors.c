@@ -1,5 +1,5 @@
 /* safetensors files written and read in pieces (see safetensors.h). */
-#include "parallel/safetensors.h"
+#include "model/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -1,0 +1,96 @@
+/* The context every op and every comm call runs in.
+ *
+ * A tri_ctx is one backend instance of one rank: the op table, the stream and
+ * library handles a GPU backend needs (a CUDA stream, a cuBLASLt handle; NULL
+ * on the CPU, where the stream is a no-op), the backend's own state, the
+ * compute dtypes, and an allocator with accounting by kind of memory. There
+ * is no global state in a backend: everything an op needs beyond its
+ * arguments is here.
+ *
+ * Memory accounting: every allocation of backend memory names its kind
+ * (parameters, gradients, optimizer state, saved activations, workspace,
+ * other); the context keeps the bytes allocated of each kind and their peak.
+ * `trident bench` prints these, and docs/performance.md checks the saved
+ * activation figures against a closed form.
+ *
+ * Backend memory is not host memory: model code never dereferences it. Ids,
+ * targets, losses and checkpoint tensors cross with tri_ctx_to_device /
+ * tri_ctx_to_host (explicit staging copies). The "cpu-guard" backend enforces
+ * this: its allocations are inaccessible (PROT_NONE) except while an op or a
+ * staging copy runs, so a host read of backend memory faults at once. */
+#ifndef TRI_CTX_H
+#define TRI_CTX_H
+
+#include <stddef.h>
+
+#include "kernels/dtype.h"
+
+struct tri_ops;
+
+typedef enum {
+    TRI_MEM_PARAMS = 0, /* parameters (compute copies)                    */
+    TRI_MEM_GRADS,      /* gradient accumulation buffers                  */
+    TRI_MEM_OPTIM,      /* optimizer state: moments (and master weights)  */
+    TRI_MEM_SAVED,      /* saved-activation slots (what backward needs)   */
+    TRI_MEM_WORKSPACE,  /* per-stage scratch: logits, temporaries, recompute */
+    TRI_MEM_OTHER,      /* staging buffers, ids, communication scratch    */
+    TRI_MEM_KINDS
+} tri_mem_kind;
+
+typedef struct tri_mem_stats {
+    size_t bytes[TRI_MEM_KINDS]; /* allocated now         */
+    size_t peak[TRI_MEM_KINDS];  /* most ever allocated   */
+    /* Saved-activation slots in use (acquired from a slot pool), now and at
+     * most: the pools are allocated up front, this is what the schedule used. */
+    size_t saved_in_use, saved_in_use_peak;
+} tri_mem_stats;
+
+typedef struct tri_ctx {
+    const struct tri_ops *ops;
+    void *stream;            /* backend stream (cudaStream_t); NULL on the CPU    */
+    void *blas;              /* GEMM library handle (cublasLtHandle_t); NULL on the CPU */
+    void *backend;           /* the backend's own state; NULL on the CPU          */
+    tri_dtype act_dtype;     /* activations and activation gradients              */
+    tri_dtype param_dtype;   /* parameters as the ops read them                   */
+    tri_dtype grad_dtype;    /* gradient accumulation                             */
+    tri_dtype master_dtype;  /* optimizer master weights and moments              */
+    tri_mem_stats mem;
+} tri_ctx;
+
+/* Starts the backend named `device` ("cpu", "cpu-guard", "cuda") on this
+ * process with `threads` worker threads (0: as the environment says).
+ * Returns 0, or -1 after a message naming what is missing. */
+int tri_ctx_init(tri_ctx *c, const char *device, int threads);
+/* NULL-safe; frees the backend's state (not memory still allocated). */
+void tri_ctx_free(tri_ctx *c);
+
+/* Backend memory of `bytes` (zero-filled), counted under `kind`. NULL after a
+ * message naming `what` and the size when it cannot be had. */
+void *tri_ctx_alloc(tri_ctx *c, size_t bytes, tri_mem_kind kind, const char *what);
+/* NULL-safe; bytes and kind as given to tri_ctx_alloc. */
+void tri_ctx_release(tri_ctx *c, void *p, size_t bytes, tri_mem_kind kind);
+
+/* Saved-slot bookkeeping (see model/runtime.h): `bytes` of saved activations
+ * start (+) or stop (-) being in use. */
+void tri_ctx_saved_use(tri_ctx *c, size_t bytes, int acquire);
+
+/* Staging copies between host memory and backend memory (synchronous). */
+void tri_ctx_to_device(tri_ctx *c, void *dst, const void *host_src, size_t bytes);
+void tri_ctx_to_host(tri_ctx *c, void *host_dst, const void *src, size_t bytes);
+
+/* Opens (1) or closes (0) backend memory to host access around a transport
+ * call that reads or writes it in place (the CPU backend's MPI transport).
+ * A no-op except under "cpu-guard". NULL-safe. */
+void tri_ctx_host_window(tri_ctx *c, int open);
+
+/* The accounting as JSON: {"params": B, "grads": B, "optim": B,
+ * "saved_act_peak": B (slots in use at most), "saved_act_alloc": B (slots
+ * allocated), "workspace": B}, bytes of this rank. */
+void tri_mem_json(const tri_mem_stats *m, char *buf, size_t n);
+/* The same for people: "params 1.2 MiB, grads ..., workspace ...". */
+void tri_mem_line(const tri_mem_stats *m, char *buf, size_t n);
+
+/* Name of a memory kind: "params", "grads", "optim", "saved", "workspace", "other". */
+const char *tri_mem_kind_name(tri_mem_kind k);
+
+#endif

@@ -1,0 +1,411 @@
+/* The stage runtime: slots, workspace, blocks, chunks. See model/runtime.h. */
+#include "model/runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/base/err.h"
+#include "src/base/size.h"
+
+int tri_recompute_parse(const char *s) {
+    if (strcmp(s, "none") == 0) return TRI_RECOMPUTE_NONE;
+    if (strcmp(s, "selective") == 0) return TRI_RECOMPUTE_SELECTIVE;
+    if (strcmp(s, "full") == 0) return TRI_RECOMPUTE_FULL;
+    return -1;
+}
+
+const char *tri_recompute_name(tri_recompute r) {
+    return r == TRI_RECOMPUTE_FULL ? "full" : r == TRI_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+/* The backend whose ops run (or would run) the model: a description without
+ * a context sizes buffers for the CPU backend. */
+static const tri_ops *ops_of(const tri_gpt *g) { return g->ctx ? g->ctx->ops : tri_ops_cpu(); }
+static size_t act_size(const tri_gpt *g) { return tri_dtype_size(g->ctx ? g->ctx->act_dtype : TRI_F32); }
+
+/* ------------------------------------------------------------------------ */
+/* layouts: one function per buffer set, run twice (sizes, then pointers)    */
+
+typedef struct carver {
+    char *base;         /* NULL: only count       */
+    tri_size_acc acc;   /* bytes so far (aligned) */
+} carver;
+
+/* n elements of esz bytes, 64-byte aligned. NULL when only counting. */
+static void *take(carver *cv, size_t n, size_t esz) {
+    size_t off = cv->acc.total;
+    tri_size_acc_add(&cv->acc, n, esz);
+    tri_size_acc_add(&cv->acc, 1, (64 - cv->acc.total % 64) % 64);
+    return cv->base && cv->acc.ok ? cv->base + off : NULL;
+}
+
+/* B * T * NHl * T fits size_t (the largest attention state any backend keeps),
+ * so that the backend's own size arithmetic cannot wrap. */
+static int att_sizes_ok(const tri_gpt *g, size_t B, size_t T) {
+    size_t f[4] = {B, T, (size_t)g->NHl, T}, n;
+    return tri_size_prod(&n, 4, f) && n <= SIZE_MAX / 8;
+}
+
+static void carve_layer(const tri_gpt *g, carver *cv, tri_layer_acts *a, size_t B, size_t T, int with_att) {
+    size_t BT = B * T, A = act_size(g), F4 = sizeof(float);
+    a->ln1 = take(cv, BT, A * g->C);
+    a->ln1_mean = take(cv, BT, F4);
+    a->ln1_rstd = take(cv, BT, F4);
+    a->qkv = take(cv, BT, A * 3 * g->Cl);
+    a->att = with_att ? take(cv, ops_of(g)->attention_saved_floats(B, T, g->NHl, g->HS), F4) : NULL;
+    a->atty = take(cv, BT, A * g->Cl);
+    a->res2 = take(cv, BT, A * g->C);
+    a->ln2 = take(cv, BT, A * g->C);
+    a->ln2_mean = take(cv, BT, F4);
+    a->ln2_rstd = take(cv, BT, F4);
+    a->fch = take(cv, BT, A * g->Fl);
+    a->fch_gelu = take(cv, BT, A * g->Fl);
+}
+
+/* Lays out slot s (may be NULL when counting) of chunk k; returns the byte
+ * count (SIZE_MAX on overflow); *layer_bytes gets one layer's share. */
+static size_t slot_layout(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, tri_slot *s,
+                          char *base, size_t *layer_bytes) {
+    const tri_chunk *ch = &g->chunks[k];
+    size_t BT = B * T, A = act_size(g), F4 = sizeof(float);
+    carver cv = {base, TRI_SIZE_ACC_INIT};
+    tri_slot dummy;
+    tri_layer_acts la;
+    if (!s) s = &dummy;
+    s->ids = ch->has_embedding ? take(&cv, BT, sizeof(int32_t)) : NULL;
+    s->targets = ch->has_head ? take(&cv, BT, sizeof(int32_t)) : NULL;
+    size_t lb = 0;
+    for (int i = 0; i < ch->n_layers; i++) {
+        size_t before = cv.acc.total;
+        tri_layer_acts *a = s == &dummy ? &la : &s->layer[i];
+        void *x = take(&cv, BT, A * g->C);
+        if (s != &dummy) s->x[i] = x;
+        if (policy == TRI_RECOMPUTE_FULL)
+            memset(a, 0, sizeof *a);
+        else
+            carve_layer(g, &cv, a, B, T, policy == TRI_RECOMPUTE_NONE);
+        if (i == 0) lb = cv.acc.total - before;
+    }
+    if (ch->has_head) {
+        s->x_head = take(&cv, BT, A * g->C);
+        s->lnf_mean = take(&cv, BT, F4);
+        s->lnf_rstd = take(&cv, BT, F4);
+        s->dlnf = take(&cv, BT, A * g->C);
+    } else {
+        s->x_head = NULL;
+        s->lnf_mean = s->lnf_rstd = NULL;
+        s->dlnf = NULL;
+    }
+    if (layer_bytes) *layer_bytes = lb;
+    return cv.acc.ok ? cv.acc.total : SIZE_MAX;
+}
+
+static size_t workspace_layout(const tri_gpt *g, size_t B, size_t T, tri_recompute policy, tri_workspace *w,
+                               char *base) {
+    size_t BT = B * T, A = act_size(g), F4 = sizeof(float);
+    int any_head = 0;
+    for (int k = 0; k < g->n_chunks; k++) any_head |= g->chunks[k].has_head;
+    carver cv = {base, TRI_SIZE_ACC_INIT};
+    tri_workspace dummy;
+    if (!w) w = &dummy;
+    w->logits = any_head ? take(&cv, BT, A * g->Vl) : NULL;
+    w->ce_stats = any_head ? take(&cv, BT, 3 * F4) : NULL;
+    w->ce_gather = any_head ? take(&cv, BT * 3, F4 * (size_t)g->tp) : NULL;
+    w->losses = any_head ? take(&cv, BT, F4) : NULL;
+    w->out = take(&cv, BT, A * g->C);
+    w->dres = take(&cv, BT, A * g->C);
+    w->dln = take(&cv, BT, A * g->C);
+    w->dproj = take(&cv, BT, A * g->C);
+    w->datty = take(&cv, BT, A * g->Cl);
+    w->dqkv = take(&cv, BT, A * 3 * g->Cl);
+    w->dfch = take(&cv, BT, A * g->Fl);
+    w->att_scratch = take(&cv, ops_of(g)->attention_scratch_floats(B, T, g->NHl, g->HS), F4);
+    memset(&w->re, 0, sizeof w->re);
+    w->re_out = NULL;
+    if (policy == TRI_RECOMPUTE_FULL) {
+        carve_layer(g, &cv, &w->re, B, T, 1);
+        w->re_out = take(&cv, BT, A * g->C);
+    } else if (policy == TRI_RECOMPUTE_SELECTIVE) {
+        /* the attention state: forward's target when the slot does not keep
+         * it, rebuilt in backward together with its output */
+        w->re.att = take(&cv, ops_of(g)->attention_saved_floats(B, T, g->NHl, g->HS), F4);
+        w->re.atty = take(&cv, BT, A * g->Cl);
+    }
+    return cv.acc.ok ? cv.acc.total : SIZE_MAX;
+}
+
+size_t tri_slot_bytes(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, size_t *layer_bytes) {
+    size_t n = att_sizes_ok(g, B, T) ? slot_layout(g, k, B, T, policy, NULL, NULL, layer_bytes) : SIZE_MAX;
+    if (n == SIZE_MAX) {
+        tri_error("saved activations of micro-batch %zu x seq_len %zu (n_embd %d, n_head %d, %d layers) overflow "
+                  "a byte count: reduce train.micro_batch or model.seq_len",
+                  B, T, g->cfg.n_embd, g->cfg.n_head, g->chunks[k].n_layers);
+        return 0;
+    }
+    return n;
+}
+
+size_t tri_workspace_bytes(const tri_gpt *g, size_t B, size_t T, tri_recompute policy) {
+    size_t n = att_sizes_ok(g, B, T) ? workspace_layout(g, B, T, policy, NULL, NULL) : SIZE_MAX;
+    if (n == SIZE_MAX) {
+        tri_error("the workspace of micro-batch %zu x seq_len %zu (n_embd %d, n_head %d, vocab %zu per rank) "
+                  "overflows a byte count: reduce train.micro_batch or model.seq_len",
+                  B, T, g->cfg.n_embd, g->cfg.n_head, g->Vl);
+        return 0;
+    }
+    return n;
+}
+
+int tri_slot_pool_init(tri_slot_pool *p, const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy,
+                       int n_slots) {
+    memset(p, 0, sizeof *p);
+    p->chunk = k;
+    p->B = B;
+    p->T = T;
+    p->policy = policy;
+    p->slot_bytes = tri_slot_bytes(g, k, B, T, policy, &p->layer_bytes);
+    if (p->slot_bytes == 0) return -1;
+    p->slots = calloc((size_t)n_slots, sizeof *p->slots);
+    if (!p->slots) return tri_error("out of memory (slot table)");
+    p->n_slots = n_slots;
+    const tri_chunk *ch = &g->chunks[k];
+    for (int i = 0; i < n_slots; i++) {
+        tri_slot *s = &p->slots[i];
+        s->x = calloc((size_t)ch->n_layers + 1, sizeof *s->x);
+        s->layer = calloc((size_t)ch->n_layers + 1, sizeof *s->layer);
+        s->mem = s->x && s->layer ? tri_ctx_alloc(g->ctx, p->slot_bytes, TRI_MEM_SAVED, "saved activations") : NULL;
+        if (!s->mem) {
+            tri_slot_pool_free(p, g);
+            return -1;
+        }
+        size_t again = slot_layout(g, k, B, T, policy, s, s->mem, NULL);
+        TRI_CHECK(again == p->slot_bytes);
+    }
+    return 0;
+}
+
+void tri_slot_pool_free(tri_slot_pool *p, const tri_gpt *g) {
+    if (!p) return;
+    for (int i = 0; i < p->n_slots; i++) {
+        tri_slot *s = &p->slots[i];
+        if (s->in_use) tri_ctx_saved_use(g->ctx, p->slot_bytes, 0);
+        tri_ctx_release(g->ctx, s->mem, p->slot_bytes, TRI_MEM_SAVED);
+        free(s->x);
+        free(s->layer);
+    }
+    free(p->slots);
+    memset(p, 0, sizeof *p);
+}
+
+tri_slot *tri_slot_acquire(tri_slot_pool *p, const tri_gpt *g) {
+    for (int i = 0; i < p->n_slots; i++)
+        if (!p->slots[i].in_use) {
+            p->slots[i].in_use = 1;
+            tri_ctx_saved_use(g->ctx, p->slot_bytes, 1);
+            return &p->slots[i];
+        }
+    return NULL;
+}
+
+void tri_slot_release(tri_slot_pool *p, const tri_gpt *g, tri_slot *s) {
+    TRI_CHECK(s->in_use);
+    s->in_use = 0;
+    tri_ctx_saved_use(g->ctx, p->slot_bytes, 0);
+}
+
+int tri_workspace_init(tri_workspace *w, const tri_gpt *g, size_t B, size_t T, tri_recompute policy) {
+    memset(w, 0, sizeof *w);
+    w->B = B;
+    w->T = T;
+    w->bytes = tri_workspace_bytes(g, B, T, policy);
+    if (w->bytes == 0) return -1;
+    w->mem = tri_ctx_alloc(g->ctx, w->bytes, TRI_MEM_WORKSPACE, "workspace");
+    if (!w->mem) return -1;
+    size_t again = workspace_layout(g, B, T, policy, w, w->mem);
+    TRI_CHECK(again == w->bytes);
+    return 0;
+}
+
+void tri_workspace_free(tri_workspace *w, const tri_gpt *g) {
+    if (!w) return;
+    if (g && g->ctx) tri_ctx_release(g->ctx, w->mem, w->bytes, TRI_MEM_WORKSPACE);
+    memset(w, 0, sizeof *w);
+}
+
+void tri_slot_stage(const tri_gpt *g, const tri_slot_pool *p, tri_slot *s, const int32_t *ids,
+                    const int32_t *targets) {
+    size_t n = p->B * p->T * sizeof(int32_t);
+    if (ids && s->ids) tri_ctx_to_device(g->ctx, s->ids, ids, n);
+    if (targets && s->targets) tri_ctx_to_device(g->ctx, s->targets, targets, n);
+}
+
+/* ------------------------------------------------------------------------ */
+/* tensor-parallel regions (Megatron's f and g)                              */
+
+/* g: forward all-reduce over TP, backward identity (output of a row-parallel
+ * linear). */
+static void reduce_from_tp(tri_gpt *g, void *x, size_t n) {
+    tri_comm_allreduce(g->tp_comm, x, n, g->ctx->act_dtype, TRI_SUM);
+}
+
+/* f, backward half: forward identity, backward all-reduce over TP (input of a
+ * column-parallel linear). */
+static void copy_to_tp_bwd(tri_gpt *g, void *dx, size_t n) {
+    tri_comm_allreduce(g->tp_comm, dx, n, g->ctx->act_dtype, TRI_SUM);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the pieces                                                                */
+
+void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, void *y, tri_workspace *ws,
+                   size_t B, size_t T) {
+    tri_ctx *c = g->ctx;
+    const tri_ops *ops = c->ops;
+    const tri_layer_w *w = &g->chunks[k].w.layers[l];
+    size_t BT = B * T, C = g->C, Cl = g->Cl, Fl = g->Fl;
+    float *att = a->att ? a->att : ws->re.att; /* selective: the state goes to the workspace */
+    ops->layernorm_fwd(c, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, BT, C);
+    ops->matmul_fwd(c, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * Cl);
+    ops->attention_fwd(c, a->atty, att, a->qkv, B, T, g->NHl, g->HS);
+    ops->matmul_fwd(c, ws->dproj, a->atty, w->attprojw, NULL, BT, Cl, C);
+    reduce_from_tp(g, ws->dproj, BT * C);
+    ops->residual_fwd(c, a->res2, x, ws->dproj, w->attprojb, BT, C);
+    ops->layernorm_fwd(c, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, BT, C);
+    ops->matmul_fwd(c, a->fch, a->ln2, w->fcw, w->fcb, BT, C, Fl);
+    ops->gelu_fwd(c, a->fch_gelu, a->fch, BT * Fl);
+    ops->matmul_fwd(c, ws->dproj, a->fch_gelu, w->fcprojw, NULL, BT, Fl, C);
+    reduce_from_tp(g, ws->dproj, BT * C);
+    ops->residual_fwd(c, y, a->res2, ws->dproj, w->fcprojb, BT, C);
+}
+
+void tri_block_bwd(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void *x, tri_workspace *ws, size_t B,
+                   size_t T) {
+    tri_ctx *c = g->ctx;
+    const tri_ops *ops = c->ops;
+    const tri_layer_w *w = &g->chunks[k].w.layers[l];
+    const tri_layer_w *dw = &g->chunks[k].g.layers[l];
+    size_t BT = B * T, C = g->C, Cl = g->Cl, Fl = g->Fl;
+    /* MLP: y = res2 + fcproj(gelu(fc(ln2(res2)))) + b; ws->dres holds dy */
+    ops->bias_bwd(c, dw->fcprojb, ws->dres, BT, C);
+    ops->matmul_bwd(c, ws->dfch, dw->fcprojw, NULL, ws->dres, a->fch_gelu, w->fcprojw, BT, Fl, C);
+    ops->gelu_bwd(c, ws->dfch, a->fch, ws->dfch, BT * Fl);
+    ops->matmul_bwd(c, ws->dln, dw->fcw, dw->fcb, ws->dfch, a->ln2, w->fcw, BT, C, Fl);
+    copy_to_tp_bwd(g, ws->dln, BT * C);
+    ops->layernorm_bwd(c, ws->dres, dw->ln2w, dw->ln2b, ws->dln, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd, BT, C);
+    /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) + b; ws->dres holds dres2 */
+    const float *att = a->att;
+    if (!att) { /* selective recompute: rebuild the state from the saved qkv */
+        ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->HS);
+        att = ws->re.att;
+    }
+    ops->bias_bwd(c, dw->attprojb, ws->dres, BT, C);
+    ops->matmul_bwd(c, ws->datty, dw->attprojw, NULL, ws->dres, a->atty, w->attprojw, BT, Cl, C);
+    ops->attention_bwd(c, ws->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->HS);
+    ops->matmul_bwd(c, ws->dln, dw->qkvw, dw->qkvb, ws->dqkv, a->ln1, w->qkvw, BT, C, 3 * Cl);
+    copy_to_tp_bwd(g, ws->dln, BT * C);
+    ops->layernorm_bwd(c, ws->dres, dw->ln1w, dw->ln1b, ws->dln, x, w->ln1w, a->ln1_mean, a->ln1_rstd, BT, C);
+}
+
+void tri_embed_fwd(tri_gpt *g, int k, const int32_t *ids, void *x, size_t B, size_t T) {
+    const tri_chunk *ch = &g->chunks[k];
+    /* vocab-parallel lookup; only TP rank 0 adds the position embedding so
+     * that the all-reduce holds it once (g: all-reduce forward) */
+    g->ctx->ops->embedding_fwd(g->ctx, x, ids, ch->w.wte, g->tp_rank == 0 ? ch->w.wpe : NULL, B, T, g->C, g->vstart,
+                               g->Vl);
+    reduce_from_tp(g, x, B * T * g->C);
+}
+
+void tri_embed_bwd(tri_gpt *g, int k, const int32_t *ids, const void *dx, size_t B, size_t T) {
+    const tri_chunk *ch = &g->chunks[k];
+    /* every TP rank accumulates the (replicated) position-embedding grad, so
+     * the copies stay identical */
+    g->ctx->ops->embedding_bwd(g->ctx, ch->g.wte, ch->g.wpe, dx, ids, B, T, g->C, g->vstart, g->Vl);
+}
+
+double tri_head_fwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, size_t T, tri_fwd_mode mode,
+                    float dscale) {
+    tri_ctx *c = g->ctx;
+    const tri_ops *ops = c->ops;
+    const tri_chunk *ch = &g->chunks[k];
+    size_t BT = B * T, C = g->C, V = (size_t)g->cfg.vocab_size;
+    void *lnf = ws->dln; /* the LayerNorm output is needed only here: backward restarts from dlnf */
+    ops->layernorm_fwd(c, lnf, s->lnf_mean, s->lnf_rstd, s->x_head, ch->w.lnfw, ch->w.lnfb, BT, C);
+    ops->matmul_fwd(c, ws->logits, lnf, ch->w.wte, NULL, BT, C, g->Vl);
+    if (mode == TRI_FWD_LOGITS) return 0.0;
+    int train = mode == TRI_FWD_TRAIN;
+    ops->crossentropy_stats(c, ws->ce_stats, ws->logits, s->targets, BT, g->Vl, g->vstart, V);
+    if (g->tp_comm->size > 1) {
+        tri_comm_allgather(g->tp_comm, ws->ce_gather, ws->ce_stats, 3 * BT, TRI_F32);
+        ops->crossentropy_combine(c, ws->ce_stats, ws->ce_gather, BT, g->tp_comm->size);
+    }
+    ops->crossentropy_bwd(c, ws->losses, train ? ws->logits : NULL, ws->logits, ws->ce_stats, s->targets,
+                          dscale, BT, g->Vl, g->vstart, V);
+    double sum = ops->sum(c, ws->losses, BT);
+    if (train) {
+        /* logits = lnf @ wte^T; ws->logits now holds dlogits */
+        ops->matmul_bwd(c, s->dlnf, ch->g.wte, NULL, ws->logits, lnf, ch->w.wte, BT, C, g->Vl);
+        copy_to_tp_bwd(g, s->dlnf, BT * C);
+    }
+    return sum;
+}
+
+/* grad_mem[0, end of param i) of chunk k is final */
+static void grads_final_upto(tri_chunk *ch, int i) {
+    if (!ch->grads_ready) return;
+    size_t n = i + 1 < ch->n_params ? ch->params[i + 1].offset : ch->n_elems;
+    ch->grads_ready(ch->grads_ready_ctx, n);
+}
+
+void tri_head_bwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, size_t T) {
+    tri_ctx *c = g->ctx;
+    tri_chunk *ch = &g->chunks[k];
+    size_t BT = B * T, C = g->C;
+    c->ops->zero(c, ws->dres, BT * C * act_size(g));
+    c->ops->layernorm_bwd(c, ws->dres, ch->g.lnfw, ch->g.lnfb, s->dlnf, s->x_head, ch->w.lnfw, s->lnf_mean,
+                          s->lnf_rstd, BT, C);
+    grads_final_upto(ch, 1); /* ln_f weight and bias come first in the buffer */
+}
+
+/* ------------------------------------------------------------------------ */
+/* one chunk                                                                 */
+
+double tri_chunk_forward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws, const void *x_in,
+                         tri_fwd_mode mode, float dscale) {
+    int k = p->chunk;
+    const tri_chunk *ch = &g->chunks[k];
+    size_t B = p->B, T = p->T, xbytes = B * T * g->C * act_size(g);
+    void *first = ch->n_layers > 0 ? s->x[0] : ch->has_head ? s->x_head : ws->out;
+    if (ch->has_embedding)
+        tri_embed_fwd(g, k, s->ids, first, B, T);
+    else if (x_in != first)
+        g->ctx->ops->copy(g->ctx, first, x_in, xbytes);
+    for (int i = 0; i < ch->n_layers; i++) {
+        void *y = i + 1 < ch->n_layers ? s->x[i + 1] : ch->has_head ? s->x_head : ws->out;
+        tri_layer_acts *a = p->policy == TRI_RECOMPUTE_FULL ? &ws->re : &s->layer[i];
+        tri_block_fwd(g, k, i, a, s->x[i], y, ws, B, T);
+    }
+    return ch->has_head ? tri_head_fwd(g, k, s, ws, B, T, mode, dscale) : 0.0;
+}
+
+void tri_chunk_backward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws, const void *dy) {
+    int k = p->chunk;
+    tri_chunk *ch = &g->chunks[k];
+    size_t B = p->B, T = p->T;
+    if (ch->has_head)
+        tri_head_bwd(g, k, s, ws, B, T);
+    else if (dy != ws->dres)
+        g->ctx->ops->copy(g->ctx, ws->dres, dy, B * T * g->C * act_size(g));
+    for (int i = ch->n_layers - 1; i >= 0; i--) {
+        if (p->policy == TRI_RECOMPUTE_FULL) {
+            /* rerun the layer from its saved input (TP collectives included) */
+            tri_block_fwd(g, k, i, &ws->re, s->x[i], ws->re_out, ws, B, T);
+            tri_block_bwd(g, k, i, &ws->re, s->x[i], ws, B, T);
+        } else {
+            tri_block_bwd(g, k, i, &s->layer[i], s->x[i], ws, B, T);
+        }
+        grads_final_upto(ch, ch->layer_last_param[i]);
+    }
+    if (ch->has_embedding) tri_embed_bwd(g, k, s->ids, ws->dres, B, T);
+    if (ch->grads_ready) ch->grads_ready(ch->grads_ready_ctx, ch->n_elems);
+}

@@ -1,0 +1,171 @@
+/* The stage runtime: forward and backward of model chunks, one micro-batch
+ * at a time, with saved slots, one workspace and activation checkpointing.
+ *
+ *   block_fwd / block_bwd   one transformer layer (TP collectives inside);
+ *   embed_fwd / embed_bwd   token + position embedding of a chunk that has it;
+ *   head_fwd / head_bwd     final LayerNorm, tied LM head and loss;
+ *   tri_chunk_forward / tri_chunk_backward   a loop over those for one chunk.
+ *
+ * Memory (all backend memory, from the context's allocator, counted by kind):
+ *   - a saved slot (TRI_MEM_SAVED) holds what one micro-batch's backward of
+ *     one chunk needs, and nothing else, sized by the recompute policy:
+ *       none:      every layer's buffers (input, LayerNorm outputs and
+ *                  statistics, qkv, attention state, attention output,
+ *                  residual, MLP pre- and post-GELU);
+ *       selective: the same without the attention state (the CPU's T x T
+ *                  probabilities), recomputed from qkv in backward;
+ *       full:      each layer's input only; the layer's forward (TP
+ *                  collectives included) reruns inside backward;
+ *     plus, for the chunk's ends, the token ids (embedding), the targets,
+ *     the head input, its LayerNorm statistics and the gradient of the head
+ *     LayerNorm output (head). Slots come from a pool allocated up front with
+ *     as many slots as the schedule keeps micro-batches in flight (1 without
+ *     pipelining); acquire/release never allocate.
+ *   - one workspace per stage (TRI_MEM_WORKSPACE), shared by every chunk and
+ *     micro-batch: logits, cross-entropy statistics, backward temporaries,
+ *     the chunk output to send, and what recompute rebuilds.
+ *
+ * The head never keeps the logits: head_fwd computes the loss and, when
+ * training, the logits' gradient in place and at once its product with the
+ * tied embedding (the gradient of the final LayerNorm output, saved in the
+ * slot, and the embedding's weight gradient). A (B*T, V/tp) tensor per
+ * micro-batch in flight would otherwise dominate the last stage's memory.
+ *
+ * No function here reads backend memory from the host: ids and targets are
+ * staged in (tri_slot_stage), the loss comes back as a sum computed by an op. */
+#ifndef TRI_RUNTIME_H
+#define TRI_RUNTIME_H
+
+#include "model/gpt.h"
+
+typedef enum { TRI_RECOMPUTE_NONE = 0, TRI_RECOMPUTE_SELECTIVE, TRI_RECOMPUTE_FULL } tri_recompute;
+
+/* What a forward computes at the head: the logits only (sampling), the loss
+ * (evaluation), or the loss and the gradient for backward (training). */
+typedef enum { TRI_FWD_LOGITS = 0, TRI_FWD_LOSS, TRI_FWD_TRAIN } tri_fwd_mode;
+
+/* "none" / "selective" / "full" -> the policy; -1 for anything else. */
+int tri_recompute_parse(const char *s);
+const char *tri_recompute_name(tri_recompute r);
+
+/* One layer's buffers (activation dtype unless marked fp32); NULL where the
+ * policy does not keep them. */
+typedef struct tri_layer_acts {
+    void *ln1;                  /* (BT, C)                          */
+    float *ln1_mean, *ln1_rstd; /* (BT) (BT) fp32                   */
+    void *qkv;                  /* (BT, 3*Cl)                       */
+    float *att;                 /* attention_saved_floats(B, T, NHl, HS) fp32 */
+    void *atty;                 /* (BT, Cl)                         */
+    void *res2;                 /* (BT, C) residual after attention */
+    void *ln2;                  /* (BT, C)                          */
+    float *ln2_mean, *ln2_rstd; /* (BT) (BT) fp32                   */
+    void *fch, *fch_gelu;       /* (BT, Fl) (BT, Fl)                */
+} tri_layer_acts;
+
+/* What one micro-batch of one chunk keeps for its backward. */
+typedef struct tri_slot {
+    void *mem;                  /* one allocation, slot_bytes      */
+    int32_t *ids;               /* (BT) embedding chunks           */
+    int32_t *targets;           /* (BT) head chunks                */
+    void **x;                   /* [n_layers]: each layer's input (BT, C) */
+    tri_layer_acts *layer;      /* [n_layers]                      */
+    void *x_head;               /* (BT, C) head input (head chunks) */
+    float *lnf_mean, *lnf_rstd; /* (BT) (BT)                       */
+    void *dlnf;                 /* (BT, C) grad of the head LayerNorm output */
+    int in_use;
+} tri_slot;
+
+typedef struct tri_slot_pool {
+    int chunk;                  /* which chunk of the model        */
+    size_t B, T;
+    tri_recompute policy;
+    size_t slot_bytes;
+    size_t layer_bytes;         /* saved bytes of one layer (the closed form's subject) */
+    int n_slots;
+    tri_slot *slots;            /* [n_slots]                       */
+} tri_slot_pool;
+
+/* The per-stage scratch. */
+typedef struct tri_workspace {
+    size_t B, T;
+    size_t bytes;
+    void *mem;
+    void *logits;               /* (BT, Vl) head                   */
+    float *ce_stats, *ce_gather, *losses; /* (BT, 3) (tp, BT, 3) (BT) */
+    void *out;                  /* (BT, C) output of a chunk without head */
+    void *dres;                 /* (BT, C) gradient of the residual stream */
+    void *dln, *dproj;          /* (BT, C) (BT, C)                 */
+    void *datty, *dqkv, *dfch;  /* (BT, Cl) (BT, 3*Cl) (BT, Fl)    */
+    float *att_scratch;         /* attention_scratch_floats        */
+    tri_layer_acts re;          /* recompute target: selective: att; full: every buffer */
+    void *re_out;               /* (BT, C) full recompute: the layer output (discarded) */
+} tri_workspace;
+
+/* Bytes one slot of chunk k needs (policy, micro-batch B x T); *layer_bytes
+ * (if non-NULL) gets one layer's share. Overflow-checked: 0 with a message
+ * naming the numbers when the sizes do not fit size_t. */
+size_t tri_slot_bytes(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, size_t *layer_bytes);
+/* Bytes of the stage's workspace (max over the chunks' needs). 0 with a
+ * message on overflow. */
+size_t tri_workspace_bytes(const tri_gpt *g, size_t B, size_t T, tri_recompute policy);
+
+int tri_slot_pool_init(tri_slot_pool *p, const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy,
+                       int n_slots);
+void tri_slot_pool_free(tri_slot_pool *p, const tri_gpt *g); /* NULL-safe */
+/* A free slot (accounted as saved activations in use), or NULL when all are
+ * taken (a schedule bug: the pool is sized by the schedule's peak). */
+tri_slot *tri_slot_acquire(tri_slot_pool *p, const tri_gpt *g);
+void tri_slot_release(tri_slot_pool *p, const tri_gpt *g, tri_slot *s);
+
+int tri_workspace_init(tri_workspace *w, const tri_gpt *g, size_t B, size_t T, tri_recompute policy);
+void tri_workspace_free(tri_workspace *w, const tri_gpt *g); /* NULL-safe */
+
+/* Stages host ids and targets (BT each) of one micro-batch into the slot
+ * (either may be NULL; ids are used by embedding chunks, targets by head
+ * chunks). */
+void tri_slot_stage(const tri_gpt *g, const tri_slot_pool *p, tri_slot *s, const int32_t *ids,
+                    const int32_t *targets);
+
+/* ---- the pieces ---- */
+
+/* Layer l (index within chunk k) forward: x (BT, C) -> y (BT, C), keeping
+ * what backward needs in a (the slot's buffers, or the workspace's under
+ * recompute). y may be the next layer's input buffer. */
+void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, void *y, tri_workspace *ws,
+                   size_t B, size_t T);
+/* Layer l backward: ws->dres holds dL/dy on entry and dL/dx on return;
+ * parameter gradients accumulate into chunk k's grad_mem. a and x as the
+ * forward left them. */
+void tri_block_bwd(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void *x, tri_workspace *ws, size_t B,
+                   size_t T);
+
+void tri_embed_fwd(tri_gpt *g, int k, const int32_t *ids, void *x, size_t B, size_t T);
+void tri_embed_bwd(tri_gpt *g, int k, const int32_t *ids, const void *dx, size_t B, size_t T);
+
+/* Head forward of the micro-batch in slot s (its x_head holds the input, its
+ * targets the staged targets). TRI_FWD_LOGITS: only the logits (ws->logits),
+ * returns 0. TRI_FWD_LOSS: the per-token losses (ws->losses). TRI_FWD_TRAIN:
+ * also the gradient of (loss * dscale), carried back through the LM head into
+ * s->dlnf and the embedding's weight gradient. Returns the sum of the token
+ * losses. */
+double tri_head_fwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, size_t T, tri_fwd_mode mode,
+                    float dscale);
+/* Head backward: ws->dres = dL/d(head input) (overwrite). */
+void tri_head_bwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, size_t T);
+
+/* ---- one chunk ---- */
+
+/* Forward of the micro-batch staged in slot s through chunk k.
+ * x_in (BT, C): the chunk input when it has no embedding (backend memory),
+ * else NULL. The output of a chunk without head is left in ws->out.
+ * Returns the micro-batch's loss sum on a head chunk (mode LOSS or TRAIN),
+ * else 0. */
+double tri_chunk_forward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws, const void *x_in,
+                         tri_fwd_mode mode, float dscale);
+/* Backward of the micro-batch in slot s (last run forward in mode TRAIN).
+ * dy (BT, C): gradient of the chunk output when it has no head, else NULL.
+ * On return ws->dres holds the gradient of the chunk input (for a chunk
+ * without embedding, to send back). Parameter gradients accumulate. */
+void tri_chunk_backward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws, const void *dy);
+
+#endif

@@ -1,0 +1,121 @@
+/* The watchdog's deadline, polling policy and report (see watchdog.h). */
+#include "parallel/watchdog.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+const tri_wd_policy tri_wd_default_policy = {
+    .spin_s = 50e-6,
+    .yield_s = 50e-3,
+    .sleep_frac = 1e-3,
+    .min_sleep_s = 20e-6,
+    .max_sleep_s = 1e-3,
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+long tri_wd_pause_ns(const tri_wd_policy *p, double elapsed_s) {
+    if (p == NULL) p = &tri_wd_default_policy;
+    if (elapsed_s < p->spin_s) return 0;
+    if (elapsed_s < p->yield_s) return -1;
+    double s = elapsed_s * p->sleep_frac;
+    if (s < p->min_sleep_s) s = p->min_sleep_s;
+    if (s > p->max_sleep_s) s = p->max_sleep_s;
+    long ns = (long)(s * 1e9 + 0.5);
+    return ns > 0 ? ns : 1;
+}
+
+int tri_wd_expired(double timeout_s, double elapsed_s) {
+    return timeout_s > 0 && elapsed_s >= timeout_s;
+}
+
+int tri_wd_wait(double timeout_s, const tri_wd_policy *p, int (*done)(void *ctx), void *ctx,
+                double *waited_s) {
+    const double t0 = now_s();
+    int rc = 0;
+    for (;;) {
+        if (done(ctx)) break;
+        double elapsed = now_s() - t0;
+        if (tri_wd_expired(timeout_s, elapsed)) {
+            rc = -1;
+            break;
+        }
+        long ns = tri_wd_pause_ns(p, elapsed);
+        if (ns < 0) {
+            sched_yield();
+        } else if (ns > 0) {
+            struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+            /* a signal cuts the sleep short: the loop polls and goes on */
+            (void)nanosleep(&ts, NULL);
+        }
+    }
+    if (waited_s) *waited_s = now_s() - t0;
+    return rc;
+}
+
+/* Appends printf-style text at *at, never past len (the text is cut). */
+static void add(char *buf, size_t len, size_t *at, const char *fmt, ...) {
+    if (*at + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *at, len - *at, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    *at += (size_t)n < len - *at ? (size_t)n : len - *at - 1;
+}
+
+/* The world ranks r[0..n) but `skip` (-1: none), comma-separated, at most 16. */
+static void add_ranks(char *buf, size_t len, size_t *at, const int *r, int n, int skip) {
+    enum { MAX_LISTED = 16 };
+    int listed = 0, first = 1;
+    for (int i = 0; i < n; i++) {
+        if (r[i] == skip) continue;
+        if (listed == MAX_LISTED) {
+            add(buf, len, at, ",... (%d in all)", n - (skip >= 0 ? 1 : 0));
+            return;
+        }
+        add(buf, len, at, first ? "%d" : ",%d", r[i]);
+        first = 0;
+        listed++;
+    }
+}
+
+char *tri_wd_describe(char *buf, size_t len, const tri_wd_site *s) {
+    if (len == 0) return buf;
+    buf[0] = '\0';
+    size_t at = 0;
+    const char *group = s->group && s->group[0] ? s->group : "a group";
+    add(buf, len, &at, "trident: rank %d: watchdog: ", s->world_rank);
+    const tri_progress *p = s->progress;
+    if (p == NULL) add(buf, len, &at, "outside the training loop: ");
+    else if (p->step > 0) add(buf, len, &at, "step %ld (%s): ", p->step, p->phase ? p->phase : "?");
+    else add(buf, len, &at, "%s: ", p->phase ? p->phase : "before the first step");
+    add(buf, len, &at, "%s over %s of %zu bytes", s->op ? s->op : "operation", group, s->bytes);
+    if (s->peer >= 0) add(buf, len, &at, " %s world rank %d (tag %d)",
+                          s->op && !strcmp(s->op, "send") ? "to" : "from", s->peer, s->tag);
+    add(buf, len, &at, " has waited %.1f s (parallel.timeout_s = %g): waiting for ", s->waited_s,
+        s->timeout_s);
+    if (s->peer >= 0) {
+        add(buf, len, &at, "world rank %d", s->peer);
+    } else if (s->n_members > 0 && s->members != NULL) {
+        int others = s->n_members;
+        for (int i = 0; i < s->n_members; i++) others -= s->members[i] == s->world_rank;
+        add(buf, len, &at, "world rank%s ", others == 1 ? "" : "s");
+        add_ranks(buf, len, &at, s->members, s->n_members, s->world_rank);
+        add(buf, len, &at, " (%s = world ranks ", group);
+        add_ranks(buf, len, &at, s->members, s->n_members, -1);
+        add(buf, len, &at, ")");
+    } else {
+        add(buf, len, &at, "the other members of %s", group);
+    }
+    add(buf, len, &at, "; aborting the job");
+    return buf;
+}

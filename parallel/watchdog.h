@@ -1,0 +1,89 @@
+/* The watchdog of every communication wait: a deadline, a polite way to poll
+ * until it, and the one-line report when it passes.
+ *
+ * A transport (parallel/comm_mpi.c) issues each collective in its
+ * non-blocking form and completes it with tri_wd_wait, which polls the
+ * transport's "is it done?" until the group's timeout. Past the deadline the
+ * transport prints tri_wd_describe's line (rank, step, group, operation,
+ * bytes, the peers it waits for) and aborts the job: a rank whose peer is
+ * stopped, wedged or partitioned away must not wait forever.
+ *
+ * Polling backs off as the wait grows (tri_wd_pause_ns): back-to-back polls
+ * for the first microseconds (latency of a normal collective is untouched),
+ * then sched_yield (a rank sharing a core with its peer gives way), then
+ * short sleeps that grow with the time already waited (a rank waiting for a
+ * stalled peer uses a fraction of a percent of a core, not all of it).
+ *
+ * Pure logic, no MPI and no global state: unit-tested in tests/test_watchdog.c.
+ */
+#ifndef TRI_WATCHDOG_H
+#define TRI_WATCHDOG_H
+
+#include <stddef.h>
+
+/* parallel.timeout_s's default, also the deadline of a tri_dist that was
+ * never told otherwise (tools such as tests/mpi_probe.c). */
+#define TRI_WD_DEFAULT_TIMEOUT_S 600.0
+
+/* The exit code of a job aborted by the watchdog (as timeout(1)'s). */
+#define TRI_WD_EXIT_CODE 124
+
+/* Where the caller is, for the report: set by the trainer at each phase
+ * (tri_dist_progress), read by the transport only when a wait expires. */
+typedef struct tri_progress {
+    long step;          /* the step being run (1-based); 0: before the first */
+    const char *phase;  /* static text: "set-up", "train", "eval", "save"; may be NULL */
+} tri_progress;
+
+/* How to pause between two polls, by the time waited so far. */
+typedef struct tri_wd_policy {
+    double spin_s;      /* below: poll again at once                      */
+    double yield_s;     /* below: sched_yield between polls               */
+    double sleep_frac;  /* beyond: sleep this fraction of the time waited, */
+    double min_sleep_s; /*   at least this ...                             */
+    double max_sleep_s; /*   and at most this                              */
+} tri_wd_policy;
+
+/* 50 us of spinning, yielding up to 50 ms, then sleeps of 1/1000 of the
+ * wait so far between 20 us and 1 ms: a wait that has lasted t seconds is
+ * lengthened by at most t/1000 per poll the transport needs once the peer
+ * arrives. */
+extern const tri_wd_policy tri_wd_default_policy;
+
+/* What to do before the next poll after `elapsed_s` of waiting:
+ * 0: poll at once; -1: sched_yield; > 0: sleep that many nanoseconds. */
+long tri_wd_pause_ns(const tri_wd_policy *p, double elapsed_s);
+
+/* Has a wait of `elapsed_s` passed `timeout_s`? Never when timeout_s <= 0
+ * (no deadline). */
+int tri_wd_expired(double timeout_s, double elapsed_s);
+
+/* Polls done(ctx) until it returns non-zero, pausing as the policy says
+ * (NULL: the default). Returns 0 when done, or -1 once timeout_s (<= 0: no
+ * deadline) has passed without it (done is called at least once). *waited_s
+ * (may be NULL) gets the time spent. */
+int tri_wd_wait(double timeout_s, const tri_wd_policy *p, int (*done)(void *ctx), void *ctx,
+                double *waited_s);
+
+/* A wait that expired, as the transport knows it. */
+typedef struct tri_wd_site {
+    int world_rank;                 /* this rank                                  */
+    const tri_progress *progress;   /* may be NULL: "outside the training loop"   */
+    const char *group;              /* "tp", "dp", "pp", "emb", "world"; may be NULL */
+    const char *op;                 /* "all-reduce", "receive", ...               */
+    size_t bytes;                   /* payload of the operation                   */
+    int peer;                       /* p2p: the peer's world rank; -1: a collective */
+    int tag;                        /* p2p only                                   */
+    const int *members;             /* collective: the group's world ranks (n_members) */
+    int n_members;
+    double waited_s, timeout_s;
+} tri_wd_site;
+
+/* The report, one line without the trailing newline, e.g.
+ *   trident: rank 0: watchdog: step 7 (train): all-reduce over dp of 8 bytes has
+ *   waited 3.0 s (parallel.timeout_s = 3): waiting for world rank 2 (dp = world
+ *   ranks 0,2); aborting the job
+ * Long member lists are cut after 16 ranks. Returns buf. */
+char *tri_wd_describe(char *buf, size_t len, const tri_wd_site *s);
+
+#endif

@@ -1,0 +1,270 @@
+/* `trident train`, part 1: everything before step 1. See src/trainer.h. */
+#include "src/trainer.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/checkpoint.h"
+#include "model/ckpt_store.h"
+#include "src/base/file.h"
+#include "src/base/fs.h"
+#include "src/datafiles.h"
+#include "src/preflight.h"
+
+static void grads_ready(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
+
+void tri_set_threads(int n) {
+    /* the thread count and FTZ/DAZ are process-wide: a throwaway context sets them */
+    tri_ctx c;
+    if (tri_ctx_init(&c, "cpu", n) == 0) tri_ctx_free(&c);
+}
+
+/* Checks every size that must divide, on every rank, before anything is
+ * allocated; the messages name the numbers. Every rank says why in its own
+ * log: tridentrun's failure summary shows whichever rank it finds failed first. */
+static int check_layout(const tri_config *cfg) {
+    const tri_parallel_cfg *p = &cfg->parallel;
+    if (tri_gpt_check_layout(&cfg->model, p->tp, p->pp) != 0) return -1;
+    long per = (long)cfg->train.micro_batch * p->dp;
+    if (cfg->train.global_batch % per) {
+        fprintf(stderr,
+                "trident: train.global_batch (%d) is not divisible by train.micro_batch (%d) x parallel.dp (%d) = %ld\n",
+                cfg->train.global_batch, cfg->train.micro_batch, p->dp, per);
+        return -1;
+    }
+    if (p->pp > 1) {
+        fprintf(stderr, "trident: parallel.pp = %d: pipeline parallelism is not implemented yet (use pp = 1)\n",
+                p->pp);
+        return -1;
+    }
+    return 0;
+}
+
+/* step, samples_consumed and the run's config from a checkpoint's state.json */
+static int read_state(const char *dir, int *step, uint64_t *consumed, tri_config *saved) {
+    char path[TRI_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    char *buf = tri_slurp(path, "checkpoint state", (size_t)64 << 20, NULL);
+    if (!buf) return -1;
+    cJSON *root = cJSON_Parse(buf);
+    free(buf);
+    const char *keys[2] = {"step", "samples_consumed"};
+    double v[2];
+    int ok = root != NULL;
+    if (!ok) fprintf(stderr, "trident: %s: not valid JSON\n", path);
+    for (int i = 0; i < 2 && ok; i++) {
+        cJSON *x = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
+        ok = cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble == floor(x->valuedouble) &&
+             x->valuedouble < 9007199254740992.0;
+        if (!ok) fprintf(stderr, "trident: %s: \"%s\" is missing or not a non-negative integer\n", path, keys[i]);
+        else v[i] = x->valuedouble;
+    }
+    cJSON *c = ok ? cJSON_GetObjectItemCaseSensitive(root, "config") : NULL;
+    char *cs = cJSON_IsObject(c) ? cJSON_PrintUnformatted(c) : NULL;
+    if (ok && !cs) {
+        fprintf(stderr, "trident: %s: no \"config\" object\n", path);
+        ok = 0;
+    }
+    cJSON_Delete(root);
+    if (ok && tri_config_load_string(saved, cs, path) != 0) ok = 0;
+    free(cs);
+    if (!ok) return -1;
+    *step = (int)v[0];
+    *consumed = (uint64_t)v[1];
+    return 0;
+}
+
+/* A resumed run must have the checkpoint's model shape (a different n_head
+ * would load the same tensors and silently compute something else); other
+ * changes are allowed and said. Returns 0 or -1 (printed). */
+static int check_resume(const tri_config *now, const tri_config *saved, const char *dir, int verbose) {
+    struct { const char *key; int a, b; } shape[] = {
+        {"model.n_layer", now->model.n_layer, saved->model.n_layer},
+        {"model.n_head", now->model.n_head, saved->model.n_head},
+        {"model.n_embd", now->model.n_embd, saved->model.n_embd},
+        {"model.seq_len", now->model.seq_len, saved->model.seq_len},
+        {"model.vocab_size", now->model.vocab_size, saved->model.vocab_size},
+    };
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+        if (shape[i].a != shape[i].b) {
+            fprintf(stderr, "trident: --resume: %s is %d, but the checkpoint %s was trained with %d\n", shape[i].key,
+                    shape[i].a, dir, shape[i].b);
+            return -1;
+        }
+    if (!verbose) return 0;
+    if (now->train.seed != saved->train.seed)
+        printf("note: train.seed is %llu, the checkpoint's run used %llu (the data order follows the new seed)\n",
+               (unsigned long long)now->train.seed, (unsigned long long)saved->train.seed);
+    if (strcmp(now->data.train, saved->data.train) != 0)
+        printf("note: data.train is \"%s\", the checkpoint's run used \"%s\"\n", now->data.train, saved->data.train);
+    if (now->train.global_batch != saved->train.global_batch)
+        printf("note: train.global_batch is %d, the checkpoint's run used %d (samples consumed carry over)\n",
+               now->train.global_batch, saved->train.global_batch);
+    return 0;
+}
+
+void trainer_free(trainer *t) {
+    free(t->inputs);
+    free(t->targets);
+    if (t->metrics) fclose(t->metrics);
+    for (int k = 0; k < t->gpt.n_chunks; k++) {
+        if (t->sync) tri_grad_sync_free(&t->sync[k]);
+        if (t->pools) tri_slot_pool_free(&t->pools[k], &t->gpt);
+    }
+    free(t->sync);
+    free(t->pools);
+    tri_optim_free(&t->opt, &t->gpt);
+    tri_workspace_free(&t->ws, &t->gpt);
+    tri_gpt_free(&t->gpt);
+    tri_ctx_free(&t->ctx);
+    if (t->has_train_data) tri_sampler_free(&t->train_data);
+    if (t->has_val) tri_sampler_free(&t->val_data);
+    tri_ckpt_store_close(&t->store);
+}
+
+/* Everything before step 1, on every rank: layout checks, the mesh, the
+ * backend, data, model, optimizer, gradient buckets, resume or init, metrics
+ * file and banner. Returns 0, or the exit code (2 bad input, 1 runtime); the
+ * caller frees with trainer_free whatever was set up. *start gets the first
+ * step to run. */
+int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, int *start) {
+    t->cfg = cfg;
+    t->opts = *opts;
+    if (check_layout(cfg) != 0) return 2;
+    char err[512];
+    if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    tri_dist_set_timeout(&t->dist, cfg->parallel.timeout_s);
+    const tri_mesh *mesh = &t->dist.mesh;
+    t->is_logger = mesh->rank == 0;
+    int rc = 2;
+    /* the checkpoint store before anything else: validated, locked, and the
+     * checkpoint to resume from found (a fresh start on a store holding one is refused) */
+    char ckpt[TRI_PATH_MAX + 32] = ""; /* checkpoint.dir + "/step_<N>" */
+    if (!opts->synthetic && tri_model_ckpt_open(&t->store, cfg->checkpoint.dir, "checkpoint.dir", opts->resume,
+                                                &t->dist, ckpt, sizeof ckpt, t->is_logger && !opts->quiet) != 0)
+        return rc;
+    int have_ckpt = ckpt[0] != '\0';
+    if (tri_ctx_init(&t->ctx, opts->device ? opts->device : "cpu", opts->threads) != 0) return rc;
+    tri_dist_bind_ctx(&t->dist, &t->ctx);
+    t->policy = (tri_recompute)tri_recompute_parse(cfg->train.recompute); /* validated by the config */
+    t->G = (size_t)cfg->train.global_batch;
+    t->T = (size_t)cfg->model.seq_len;
+    t->mb = (size_t)cfg->train.micro_batch;
+    t->local_batch = t->G / (size_t)mesh->dp;
+    t->first_seq = (size_t)mesh->dp_rank * t->local_batch;
+    t->n_micro = (int)(t->local_batch / t->mb);
+
+    if (!opts->synthetic) {
+        const tri_data_cfg *dc = &cfg->data;
+        int T = cfg->model.seq_len, V = cfg->model.vocab_size;
+        uint64_t seed = cfg->train.seed;
+        if (tri_sampler_init_split(&t->train_data, dc->train, T, V, seed, dc->split, TRI_SPLIT_TRAIN) != 0)
+            return rc;
+        t->has_train_data = 1;
+        if (cfg->train.eval_every > 0 && (dc->val[0] || dc->split > 0)) {
+            int vrc = dc->val[0] ? tri_sampler_init(&t->val_data, dc->val, T, V, seed)
+                                 : tri_sampler_init_split(&t->val_data, dc->train, T, V, seed, dc->split, TRI_SPLIT_VAL);
+            if (vrc != 0) return rc;
+            t->has_val = 1;
+        } else if (cfg->train.eval_every > 0 && mesh->rank == 0) {
+            printf("note: train.eval_every is %d but there is no validation data (data.val is empty and "
+                   "data.split is 0): no validation loss\n",
+                   cfg->train.eval_every);
+        }
+    }
+
+    /* everything the run will need, before the model is allocated (src/preflight.h) */
+    tri_preflight pf = {.cfg = cfg, .dist = &t->dist, .synthetic = opts->synthetic,
+                        .skip_memory_check = opts->skip_memory_check, .verbose = t->is_logger && !opts->quiet,
+                        .val = t->has_val ? &t->val_data : NULL};
+    if (tri_preflight_run(&pf) != 0) return rc;
+    t->eval_batches = pf.eval_batches;
+
+    /* this stage's chunks (one without interleaving) */
+    tri_chunk_spec spec;
+    int *layers = malloc(((size_t)cfg->model.n_layer + 1) * sizeof *layers);
+    if (!layers) return rc;
+    int grc = tri_chunks_even(&cfg->model, mesh->pp, mesh->pp_rank, 1, &spec, layers);
+    if (grc == 0)
+        grc = tri_gpt_init(&t->gpt, &cfg->model, &t->ctx, &t->dist.tp, mesh->tp, mesh->tp_rank, &spec, 1);
+    free(layers);
+    if (grc != 0) return rc;
+    rc = 1;
+    /* one saved slot per chunk: without pipelining one micro-batch is in flight */
+    t->pools = calloc((size_t)t->gpt.n_chunks, sizeof *t->pools);
+    t->sync = calloc((size_t)t->gpt.n_chunks, sizeof *t->sync);
+    if (!t->pools || !t->sync) return rc;
+    for (int k = 0; k < t->gpt.n_chunks; k++)
+        if (tri_slot_pool_init(&t->pools[k], &t->gpt, k, t->mb, t->T, t->policy, 1) != 0) return rc;
+    if (tri_workspace_init(&t->ws, &t->gpt, t->mb, t->T, t->policy) != 0) return rc;
+    tri_adamw_cfg oc = {cfg->train.lr, cfg->train.min_lr, cfg->train.warmup_steps, cfg->train.steps,
+                        cfg->train.beta1, cfg->train.beta2, cfg->train.eps, cfg->train.weight_decay,
+                        cfg->train.grad_clip};
+    if (tri_optim_init(&t->opt, &t->gpt, &oc) != 0) return rc;
+    for (int k = 0; k < t->gpt.n_chunks; k++) {
+        tri_chunk *ch = &t->gpt.chunks[k];
+        if (tri_grad_sync_init(&t->sync[k], ch->grad_mem, ch->n_elems, &t->dist.dp, cfg->parallel.bucket_mb) != 0)
+            return rc;
+        if (mesh->dp > 1) {
+            ch->grads_ready = grads_ready;
+            ch->grads_ready_ctx = &t->sync[k];
+        }
+    }
+    t->inputs = malloc(t->mb * t->T * sizeof(int32_t));
+    t->targets = malloc(t->mb * t->T * sizeof(int32_t));
+    if (!t->inputs || !t->targets) return rc;
+
+    *start = 0;
+    if (have_ckpt) {
+        tri_config saved;
+        if (read_state(ckpt, start, &t->consumed, &saved) != 0) return 2;
+        if (check_resume(cfg, &saved, ckpt, t->is_logger && !opts->quiet) != 0) return 2;
+        if (tri_datafiles_check_resume(ckpt, t->has_train_data ? &t->train_data : NULL,
+                                       t->has_val ? &t->val_data : NULL, opts->allow_data_change,
+                                       t->is_logger && !opts->quiet) != 0)
+            return 2;
+        if (tri_model_load(ckpt, &t->gpt, &t->opt, &t->dist) != 0) return 2;
+        t->opt.t = *start;
+        if (t->is_logger && !opts->quiet)
+            printf("resumed from %s at step %d (%llu samples consumed)\n", ckpt, *start, (unsigned long long)t->consumed);
+    } else {
+        if (opts->resume && t->is_logger && !opts->synthetic)
+            printf("resume: no checkpoint in %s yet, starting from step 0\n", cfg->checkpoint.dir);
+        if (tri_gpt_init_params(&t->gpt, cfg->train.seed) != 0) return 1;
+    }
+
+    if (t->is_logger && !opts->synthetic) {
+        if (tri_mkdir_p(cfg->log.dir) != 0) {
+            fprintf(stderr, "trident: log.dir: cannot create %s: %s\n", cfg->log.dir, strerror(errno));
+            return 2;
+        }
+        char mpath[TRI_PATH_MAX + 32];
+        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->log.dir);
+        t->metrics = fopen(mpath, *start > 0 ? "a" : "w");
+        if (!t->metrics) {
+            fprintf(stderr, "trident: %s: cannot open: %s\n", mpath, strerror(errno));
+            return 2;
+        }
+    }
+    if (t->is_logger && !opts->quiet) {
+        printf("config %s:\n", cfg->source);
+        tri_config_print(cfg, stdout);
+        printf("trident: %zu parameters, tp=%d pp=%d dp=%d, %d micro-batches of %zu per rank, %d threads\n",
+               tri_gpt_num_params(&cfg->model), mesh->tp, mesh->pp, mesh->dp, t->n_micro, t->mb,
+               omp_get_max_threads());
+        char mem[256];
+        tri_mem_line(&t->ctx.mem, mem, sizeof mem);
+        printf("trident: memory per rank (recompute %s): %s\n", cfg->train.recompute, mem);
+        fflush(stdout);
+    }
+    return 0;
+}

@@ -1,0 +1,395 @@
+/* Fault tests: nothing hangs forever (issue 13, items 2 and 12).
+ *
+ *  - a rank stopped with SIGSTOP in a dp=2 run: the other rank's watchdog
+ *    (parallel.timeout_s) ends the job, naming itself, the group, the
+ *    operation and the stopped rank; before, it spun in MPI forever;
+ *  - SIGTERM to tridentrun while a rank cannot act on it (stopped, or
+ *    ignoring SIGTERM and SIGUSR1): the ranks are killed after --grace-s;
+ *    before, tridentrun waited forever;
+ *  - the failure summary names the rank that failed first (its error line
+ *    came first), not a follower that exited earlier with an empty log and
+ *    that mpirun's report named.
+ *
+ * Every job runs in its own process group under a deadline, with capped
+ * memory and CPU time; at the end (or on a failed assertion) every process of
+ * the job is continued and killed by pid (tridentrun, mpirun, and each rank's
+ * process group, whose leader is the rank wrapper), so nothing is left behind.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers/testutil.h"
+
+#define TIMEOUT_S 2 /* parallel.timeout_s of the stalled runs */
+#define GRACE_S 2   /* --grace-s of the SIGTERM runs          */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------------ */
+/* A job: tridentrun and everything under it                                */
+
+#define MAX_RANKS 4
+
+typedef struct job {
+    char dir[256];          /* the test's directory (logs under dir/ranks) */
+    int world;
+    pid_t launcher;         /* tridentrun, leader of its process group     */
+    pid_t mpirun;           /* 0 until known                               */
+    pid_t wrapper[MAX_RANKS], cmd[MAX_RANKS]; /* 0 until known              */
+    double t_end;           /* when the launcher ended                     */
+} job;
+
+/* The first child of pid (from /proc, whose files have no size: read as a
+ * stream), or 0. */
+static pid_t child_of(pid_t pid) {
+    char path[64], buf[64] = "";
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
+    fclose(f);
+    return (pid_t)atoi(buf);
+}
+
+/* Notes every pid of the job that can be found now. */
+static void job_scan(job *j) {
+    if (!j->mpirun) j->mpirun = child_of(j->launcher);
+    for (int r = 0; r < j->world; r++) {
+        char path[400];
+        snprintf(path, sizeof path, "%s/ranks/rank_%d.status", j->dir, r);
+        char *s = tt_read(path);
+        double t;
+        char what[16];
+        int pid;
+        if (s && !j->wrapper[r] && sscanf(s, "%lf %15s %d", &t, what, &pid) == 3 && !strcmp(what, "running"))
+            j->wrapper[r] = pid;
+        free(s);
+        if (j->wrapper[r] && !j->cmd[r]) j->cmd[r] = child_of(j->wrapper[r]);
+    }
+}
+
+/* Is pid gone (or a zombie)? */
+static int gone(pid_t pid) {
+    if (pid <= 0 || kill(pid, 0) != 0) return 1;
+    char path[64], buf[512] = "";
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 1;
+    if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
+    fclose(f);
+    char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+/* Continues and kills every process of the job (best effort, by pid and
+ * process group: ranks lead their own groups under mpirun). */
+static void job_kill(job *j) {
+    pid_t all[2 + 2 * MAX_RANKS];
+    int n = 0;
+    all[n++] = j->launcher;
+    all[n++] = j->mpirun;
+    for (int r = 0; r < j->world; r++) {
+        all[n++] = j->wrapper[r];
+        all[n++] = j->cmd[r];
+    }
+    for (int i = 0; i < n; i++)
+        if (all[i] > 1 && !gone(all[i])) {
+            kill(all[i], SIGCONT);
+            kill(-all[i], SIGKILL);
+            kill(all[i], SIGKILL);
+        }
+    int st;
+    waitpid(j->launcher, &st, WNOHANG);
+}
+
+/* Fails the test after killing the job. */
+#define JOB_ASSERT(j, cond, ...)      \
+    do {                              \
+        if (!(cond)) {                \
+            job_kill(j);              \
+            cr_assert_fail(__VA_ARGS__); \
+        }                             \
+    } while (0)
+
+/* Starts argv (tridentrun ...) in dir, in its own process group, output to
+ * dir/out.txt, each process capped at 4 GiB of address space and 60 s of CPU. */
+static void job_start(job *j, const char *dir, int world, char *const argv[]) {
+    memset(j, 0, sizeof *j);
+    snprintf(j->dir, sizeof j->dir, "%s", dir);
+    j->world = world;
+    char out[400];
+    snprintf(out, sizeof out, "%s/out.txt", dir);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        setpgid(0, 0);
+        struct rlimit as = {(rlim_t)4 << 30, (rlim_t)4 << 30}, cpu = {60, 60};
+        setrlimit(RLIMIT_AS, &as);
+        setrlimit(RLIMIT_CPU, &cpu);
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int in = open("/dev/null", O_RDONLY);
+        if (fd < 0 || in < 0 || chdir(dir) != 0) _exit(126);
+        dup2(in, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        unsetenv("OMP_NUM_THREADS");
+        unsetenv("OMP_WAIT_POLICY");
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    j->launcher = pid;
+}
+
+/* Waits until every rank's command runs and `ready` (a file under dir, may
+ * be NULL) contains `needle`; at most `limit` seconds. */
+static void job_wait_running(job *j, const char *ready, const char *needle, double limit) {
+    double t0 = now_s();
+    for (;;) {
+        job_scan(j);
+        int all = j->mpirun != 0;
+        for (int r = 0; r < j->world; r++) all &= j->cmd[r] != 0;
+        if (all && ready) {
+            char path[400];
+            snprintf(path, sizeof path, "%s/%s", j->dir, ready);
+            char *s = tt_read(path);
+            all = s && strstr(s, needle);
+            free(s);
+        }
+        if (all) return;
+        int st;
+        JOB_ASSERT(j, waitpid(j->launcher, &st, WNOHANG) == 0, "the job ended before it was ready");
+        JOB_ASSERT(j, now_s() - t0 < limit, "the job was not ready within %.0f s", limit);
+        usleep(20000);
+    }
+}
+
+/* Waits at most `limit` seconds for tridentrun to end; returns its exit code
+ * (128 + signal). On overrun the job is killed and the test fails. */
+static int job_wait(job *j, double limit, const char *what) {
+    double t0 = now_s();
+    int st = 0;
+    for (;;) {
+        job_scan(j);
+        pid_t w = waitpid(j->launcher, &st, WNOHANG);
+        if (w == j->launcher) break;
+        JOB_ASSERT(j, now_s() - t0 < limit, "%s: tridentrun still runs after %.0f s", what, limit);
+        usleep(20000);
+    }
+    j->t_end = now_s();
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* After the job ended: every process of it must be gone within a few
+ * seconds (then everything is killed anyway). */
+static void job_expect_all_gone(job *j) {
+    double t0 = now_s();
+    for (;;) {
+        int alive = !gone(j->mpirun);
+        for (int r = 0; r < j->world; r++) alive |= !gone(j->wrapper[r]) || !gone(j->cmd[r]);
+        if (!alive) return;
+        JOB_ASSERT(j, now_s() - t0 < 5.0, "processes of the job outlived it (mpirun %d, rank 1 %d/%d)",
+                   (int)j->mpirun, (int)j->wrapper[1], (int)j->cmd[1]);
+        usleep(50000);
+    }
+}
+
+static char *job_output(const job *j) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/out.txt", j->dir);
+    char *s = tt_read(path);
+    return s ? s : strdup("");
+}
+
+/* ------------------------------------------------------------------------ */
+/* A dp=2 training run of the tiny config                                   */
+
+/* tridentrun [--grace-s G] -- trident train tiny-test --set parallel.dp=2
+ * --set parallel.timeout_s=T, practically endless, in dir. */
+static void start_training(job *j, const char *dir, const char *timeout_s, const char *grace_s) {
+    char data[300], sets[7][320];
+    snprintf(data, sizeof data, "%s/train.bin", dir);
+    tt_write_llmc_random(data, 20000, 256, 11);
+    snprintf(sets[0], sizeof sets[0], "data.train=%s", data);
+    snprintf(sets[1], sizeof sets[1], "parallel.dp=2");
+    snprintf(sets[2], sizeof sets[2], "parallel.timeout_s=%s", timeout_s);
+    snprintf(sets[3], sizeof sets[3], "train.steps=100000000");
+    snprintf(sets[4], sizeof sets[4], "checkpoint.dir=%s/ck", dir);
+    snprintf(sets[5], sizeof sets[5], "log.dir=%s/log", dir);
+    snprintf(sets[6], sizeof sets[6], "data.val="); /* the config's val file is relative to the source tree */
+    char cfg[300];
+    snprintf(cfg, sizeof cfg, "%s/configs/tiny-test.json", TRI_SOURCE_DIR);
+    char *argv[32];
+    int a = 0;
+    argv[a++] = (char *)tt_bin("tridentrun");
+    argv[a++] = "--log-dir";
+    argv[a++] = "ranks";
+    if (grace_s) {
+        argv[a++] = "--grace-s";
+        argv[a++] = (char *)grace_s;
+    }
+    argv[a++] = "--";
+    argv[a++] = (char *)tt_bin("trident");
+    argv[a++] = "train";
+    argv[a++] = cfg;
+    for (int i = 0; i < 7; i++) {
+        argv[a++] = "--set";
+        argv[a++] = sets[i];
+    }
+    argv[a] = NULL;
+    job_start(j, dir, 2, argv);
+    /* training has begun: the logger wrote step 3 */
+    job_wait_running(j, "log/metrics.jsonl", "\"step\": 3,", 60);
+}
+
+Test(hang, stalled_rank_ends_the_job_within_timeout_naming_the_waiting_rank, .timeout = 120) {
+    char *dir = tt_mkdtemp();
+    job j;
+    start_training(&j, dir, "2", NULL);
+    JOB_ASSERT(&j, kill(j.cmd[1], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+    double t0 = now_s();
+    int rc = job_wait(&j, TIMEOUT_S + 20, "after SIGSTOP of rank 1");
+    double took = j.t_end - t0;
+    kill(j.cmd[1], SIGCONT);
+    char *out = job_output(&j);
+    /* the watchdog's exit code, passed on by tridentrun */
+    JOB_ASSERT(&j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
+    JOB_ASSERT(&j, took >= TIMEOUT_S - 0.5 && took < TIMEOUT_S + 10, "ended %.1f s after the stop:\n%s", took, out);
+    /* rank 0 waited, rank 1 is the one it waited for */
+    JOB_ASSERT(&j, strstr(out, "tridentrun: rank 0 failed (exit 124)"), "%s", out);
+    char *line = strstr(out, "trident: rank 0: watchdog: step ");
+    JOB_ASSERT(&j, line != NULL, "no watchdog report:\n%s", out);
+    char *eol = strchr(line, '\n');
+    if (eol) *eol = '\0';
+    JOB_ASSERT(&j, strstr(line, "(train): all-reduce over dp of ") || strstr(line, "(train): all-reduce over world of "),
+               "the group and the operation: %s", line);
+    JOB_ASSERT(&j, strstr(line, "(parallel.timeout_s = 2): waiting for world rank 1 ("), "the peer: %s", line);
+    JOB_ASSERT(&j, strstr(line, "; aborting the job"), "%s", line);
+    free(out);
+    job_expect_all_gone(&j);
+    job_kill(&j);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* The issue's case: SIGTERM to tridentrun with a stopped rank. Rank 0 is told
+ * to save (SIGUSR1), but the save waits for rank 1; with parallel.timeout_s at
+ * 600 only the grace period can end the job. */
+Test(hang, sigterm_with_a_stopped_rank_kills_the_job_after_the_grace_period, .timeout = 120) {
+    char *dir = tt_mkdtemp();
+    job j;
+    char grace[16];
+    snprintf(grace, sizeof grace, "%d", GRACE_S);
+    start_training(&j, dir, "600", grace);
+    JOB_ASSERT(&j, kill(j.cmd[1], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+    double t0 = now_s();
+    JOB_ASSERT(&j, kill(j.launcher, SIGTERM) == 0, "SIGTERM: %s", strerror(errno));
+    int rc = job_wait(&j, GRACE_S + 20, "after SIGTERM with rank 1 stopped");
+    double took = j.t_end - t0;
+    kill(j.cmd[1], SIGCONT);
+    char *out = job_output(&j);
+    JOB_ASSERT(&j, rc == 128 + SIGTERM, "exit %d (143 expected):\n%s", rc, out);
+    JOB_ASSERT(&j, took >= GRACE_S - 0.5 && took < GRACE_S + 8, "ended %.1f s after SIGTERM:\n%s", took, out);
+    JOB_ASSERT(&j, strstr(out, "tridentrun: the ranks did not stop within --grace-s 2 s of the stop request; "
+                               "killing them (SIGKILL)"),
+               "%s", out);
+    JOB_ASSERT(&j, strstr(out, "tridentrun: stopped by signal 15 (Terminated); the ranks outlasted --grace-s"), "%s",
+               out);
+    free(out);
+    job_expect_all_gone(&j);
+    job_kill(&j);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* Ranks that ignore every stop signal (not only trident): the same. */
+Test(hang, sigterm_to_ranks_that_ignore_it_kills_them_after_the_grace_period, .timeout = 60) {
+    char *dir = tt_mkdtemp();
+    char grace[16];
+    snprintf(grace, sizeof grace, "%d", GRACE_S);
+    char *argv[] = {(char *)tt_bin("tridentrun"), "--log-dir", "ranks", "--nproc-per-node", "2", "--grace-s",
+                    grace, "--", "/bin/sh", "-c", "trap '' TERM INT HUP USR1; exec sleep 60", NULL};
+    job j;
+    job_start(&j, dir, 2, argv);
+    job_wait_running(&j, NULL, NULL, 30);
+    usleep(200000); /* the traps are set once `sleep` runs: give sh its moment */
+    double t0 = now_s();
+    JOB_ASSERT(&j, kill(j.launcher, SIGTERM) == 0, "SIGTERM: %s", strerror(errno));
+    int rc = job_wait(&j, GRACE_S + 20, "after SIGTERM to ranks ignoring it");
+    double took = j.t_end - t0;
+    char *out = job_output(&j);
+    JOB_ASSERT(&j, rc == 128 + SIGTERM, "exit %d:\n%s", rc, out);
+    JOB_ASSERT(&j, took >= GRACE_S - 0.5 && took < GRACE_S + 8, "ended %.1f s after SIGTERM:\n%s", took, out);
+    JOB_ASSERT(&j, strstr(out, "did not stop within --grace-s 2 s"), "%s", out);
+    free(out);
+    job_expect_all_gone(&j);
+    job_kill(&j);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* A stand-in for mpirun (tridentrun --mpirun) that starts the N rank wrappers
+ * itself and then prints the report given in $FAKE_REPORT, exit $FAKE_EXIT:
+ * the report of a real mpirun names whichever aborting rank it heard from
+ * first, which a test cannot choose. */
+static const char fake_mpirun[] = "#!/bin/sh\n"
+                                  "np=$2\n"
+                                  "shift 2\n"
+                                  "while [ \"$#\" -gt 1 ] && [ \"$2\" != \"--rank-exec\" ]; do shift; done\n"
+                                  "r=0\n"
+                                  "while [ $r -lt $np ]; do OMPI_COMM_WORLD_RANK=$r \"$@\" & r=$((r+1)); done\n"
+                                  "wait\n"
+                                  "printf '%b' \"$FAKE_REPORT\" >&2\n"
+                                  "exit $FAKE_EXIT\n";
+
+/* Ranks that abort together after agreeing that something failed (as a
+ * failed checkpoint save does): rank 1 says what failed and exits last; rank
+ * 2, with an empty log, exits first, and mpirun's report names it. The
+ * summary must name rank 1 and show its error. Before, it named rank 2 (from
+ * the report, or as the earliest exit). */
+Test(hang, summary_names_the_rank_whose_error_came_first_not_a_follower, .timeout = 60) {
+    char *dir = tt_mkdtemp();
+    char fake[300];
+    snprintf(fake, sizeof fake, "%s/fake_mpirun", dir);
+    FILE *f = fopen(fake, "w");
+    cr_assert_not_null(f);
+    fputs(fake_mpirun, f);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(chmod(fake, 0755), 0);
+    setenv("FAKE_REPORT", "MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD\\nwith errorcode 1.\\n", 1);
+    setenv("FAKE_EXIT", "1", 1);
+    const char *script = "case $OMPI_COMM_WORLD_RANK in "
+                         "1) echo 'saving step 600'; echo 'trident: rank 1: ck/step_600: write: disk full' >&2; "
+                         "sleep 1.2; exit 4;; "
+                         "2) sleep 0.6; exit 1;; esac; sleep 1.6; exit 1";
+    char *argv[] = {(char *)tt_bin("tridentrun"), "--mpirun", fake, "--log-dir", "ranks", "--nproc-per-node", "3",
+                    "--", "/bin/sh", "-c", (char *)script, NULL};
+    job j;
+    job_start(&j, dir, 3, argv);
+    int rc = job_wait(&j, 30, "three failing ranks");
+    char *out = job_output(&j);
+    JOB_ASSERT(&j, rc == 4, "exit %d (rank 1's 4 expected):\n%s", rc, out);
+    JOB_ASSERT(&j, strstr(out, "tridentrun: rank 1 failed (exit 4)"), "%s", out);
+    JOB_ASSERT(&j, strstr(out, "  | trident: rank 1: ck/step_600: write: disk full\n"), "rank 1's log tail:\n%s", out);
+    JOB_ASSERT(&j, !strstr(out, "rank 2 failed"), "%s", out);
+    free(out);
+    job_kill(&j);
+    tt_rmrf(dir);
+    free(dir);
+}
