@@ -655,6 +655,138 @@ Test(ops_attention, long_sequence_crosses_row_blocks, .timeout = 120)
     check_attention(2, 130, 2, 4, 200);
 }
 
+/* ---------------------------------------------------- flash-style attention */
+
+/* lse (B, NH, T): log sum_{j <= i} exp(s_ij), s = q.k / sqrt(HS), in double */
+static void ref_lse(double *lse, const double *qkv, size_t B, size_t T, size_t NH, size_t HS)
+{
+    const size_t C = NH * HS;
+    const double scale = 1.0 / sqrt((double)HS);
+    double *sc = dvec(T);
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < NH; h++)
+            for (size_t i = 0; i < T; i++) {
+                const double *q = qkv + (b * T + i) * 3 * C + h * HS;
+                double mx = -INFINITY, z = 0;
+                for (size_t j = 0; j <= i; j++) {
+                    const double *k = qkv + (b * T + j) * 3 * C + C + h * HS;
+                    double d = 0;
+                    for (size_t e = 0; e < HS; e++)
+                        d += q[e] * k[e];
+                    sc[j] = d * scale;
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                for (size_t j = 0; j <= i; j++)
+                    z += exp(sc[j] - mx);
+                lse[(b * NH + h) * T + i] = mx + log(z);
+            }
+    free(sc);
+}
+
+/* The flash attention against the double reference (out, lse), the existing
+ * attention (out, dqkv), finite differences (dqkv: all entries when
+ * n_samples == 0, else that many), NaN-poisoned outputs and scratch, and
+ * bitwise equality between 1 thread and the default count. */
+static void check_attention_flash(size_t B, size_t T, int NH, int HS, size_t n_samples)
+{
+    const tri_ops *o = cpu();
+    const size_t C = (size_t)NH * (size_t)HS, nq = B * T * 3 * C, no = B * T * C;
+    const size_t nl = B * (size_t)NH * T, na = nl * T;
+    rng r = {.s = 57 + T + (size_t)HS};
+    float *qkv = frand(&r, nq, -1.5, 1.5), *R = frand(&r, no, -1, 1);
+    float *out = fvec(no), *lse = fvec(nl);
+    ffill(out, no, NAN), ffill(lse, nl, NAN);
+    tri_cpu_attention_flash_fwd(out, lse, qkv, B, T, NH, HS);
+
+    att_ctx c = {to_double(qkv, nq), to_double(R, no), dvec(no), B, T, (size_t)NH, (size_t)HS};
+    double *want_lse = dvec(nl);
+    ref_attention(c.tmp, NULL, c.qkv, B, T, (size_t)NH, (size_t)HS);
+    ref_lse(want_lse, c.qkv, B, T, (size_t)NH, (size_t)HS);
+    EXPECT_CLOSE("flash out", out, c.tmp, no, 1e-5, 1e-5);
+    EXPECT_CLOSE("flash lse", lse, want_lse, nl, 1e-5, 1e-6);
+
+    /* the existing attention: same outputs within rounding */
+    float *out0 = fvec(no), *att0 = fvec(na);
+    o->attention_fwd(TC, out0, att0, qkv, B, T, NH, HS);
+    double *out0d = to_double(out0, no);
+    EXPECT_CLOSE("flash out vs attention_fwd", out, out0d, no, 2e-6, 1e-5);
+
+    const size_t nscr = tri_cpu_attention_flash_scratch_floats(B, T, NH, HS);
+    float *scratch = fvec(nscr), *dqkv = fvec(nq);
+    ffill(scratch, nscr, NAN), ffill(dqkv, nq, NAN);
+    tri_cpu_attention_flash_bwd(dqkv, scratch, R, qkv, out, lse, B, T, NH, HS);
+    cr_expect(count_nan(dqkv, nq) == 0, "flash dqkv must be overwritten everywhere");
+
+    const size_t nscr0 = o->attention_scratch_floats(B, T, NH, HS);
+    float *scratch0 = fvec(nscr0), *dqkv0 = fvec(nq);
+    o->attention_bwd(TC, dqkv0, scratch0, R, qkv, out0, att0, B, T, NH, HS);
+    double *dqkv0d = to_double(dqkv0, nq);
+    EXPECT_CLOSE("flash dqkv vs attention_bwd", dqkv, dqkv0d, nq, 1e-5, 1e-4);
+
+    if (n_samples == 0) {
+        double *g = dvec(nq);
+        fd_grad(g, c.qkv, nq, att_loss, &c, 1e-5);
+        EXPECT_CLOSE("flash dqkv", dqkv, g, nq, 2e-5, 1e-4);
+        free(g);
+    } else {
+        size_t bad = 0;
+        for (size_t s = 0; s < n_samples; s++) {
+            size_t idx = (size_t)(rng_unit(&r) * (double)nq);
+            if (s % 2 == 1) /* half in the last rows, where most keys take part */
+                idx = nq - 1 - (size_t)(rng_unit(&r) * (double)(3 * C * 8));
+            double g;
+            fd_grad(&g, c.qkv + idx, 1, att_loss, &c, 1e-5);
+            if (!close_enough(dqkv[idx], g, 2e-5, 1e-4)) {
+                if (bad < 5)
+                    cr_log_error("flash dqkv[%zu]: got %.9g, want %.9g", idx, (double)dqkv[idx],
+                                 g);
+                bad++;
+            }
+        }
+        cr_expect(bad == 0, "flash dqkv differs from finite differences");
+    }
+
+    /* one thread gives the same bits as the default count (scratch sized for it) */
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    float *out1 = fvec(no), *lse1 = fvec(nl), *dqkv1 = fvec(nq);
+    ffill(out1, no, NAN), ffill(lse1, nl, NAN), ffill(dqkv1, nq, NAN);
+    tri_cpu_attention_flash_fwd(out1, lse1, qkv, B, T, NH, HS);
+    tri_cpu_attention_flash_bwd(dqkv1, scratch, R, qkv, out1, lse1, B, T, NH, HS);
+    omp_set_num_threads(saved);
+    cr_expect(memcmp(out, out1, no * sizeof(float)) == 0, "flash out depends on threads");
+    cr_expect(memcmp(lse, lse1, nl * sizeof(float)) == 0, "flash lse depends on threads");
+    cr_expect(memcmp(dqkv, dqkv1, nq * sizeof(float)) == 0, "flash dqkv depends on threads");
+
+    free(qkv), free(R), free(out), free(lse), free(c.qkv), free(c.R), free(c.tmp);
+    free(want_lse), free(out0), free(att0), free(out0d), free(scratch), free(dqkv);
+    free(scratch0), free(dqkv0), free(dqkv0d), free(out1), free(lse1), free(dqkv1);
+}
+
+Test(ops_attention_flash, awkward_sizes_match_reference_and_finite_differences)
+{
+    check_attention_flash(2, 7, 3, 5, 0);
+}
+
+Test(ops_attention_flash, single_position_and_single_head)
+{
+    check_attention_flash(1, 1, 1, 3, 0);
+    check_attention_flash(3, 4, 1, 2, 0);
+}
+
+Test(ops_attention_flash, blocks_and_vector_tiles_with_partial_edges, .timeout = 120)
+{
+    /* T crosses the 32-row blocks with a partial last one; HS = 24 and 40
+     * take the vector tiles and the scalar columns on AVX2 and AVX-512 */
+    check_attention_flash(2, 70, 2, 24, 150);
+    check_attention_flash(1, 45, 3, 40, 150);
+}
+
+Test(ops_attention_flash, long_sequence_with_gpt2_head_size, .timeout = 120)
+{
+    check_attention_flash(1, 130, 2, 64, 100);
+}
+
 /* ------------------------------------------------------------- vec_expf */
 
 Test(ops_exp, vec_expf_within_1_5_ulp_over_the_whole_range)
@@ -694,6 +826,51 @@ Test(ops_exp, vec_expf_within_1_5_ulp_over_the_whole_range)
     cr_expect(isnan(vec_expf(NAN)));
     cr_expect(vec_expf(0.0f) == 1.0f && vec_expf(-0.0f) == 1.0f);
     cr_expect(vec_expf(-200.0f) == 0.0f);
+}
+
+Test(ops_exp, vector_exp_gives_vec_expf_bits_in_every_lane)
+{
+#ifdef TRI_CPU_VEC
+    /* every 613th float in [-120, 100] in every lane position, plus the
+     * special values: the vector bodies and scalar tails must agree */
+    const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, -103.97f, -103.96f,
+                             88.7228f, 88.7229f, 1e-30f, -1e-30f, -87.5f, 1e30f, -1e30f};
+    size_t bad = 0, tried = 0;
+    float x[VF_N], y[VF_N];
+    uint32_t lo_bits, hi_bits;
+    const float lo = -120.0f, hi = 100.0f;
+    memcpy(&lo_bits, &lo, 4), memcpy(&hi_bits, &hi, 4);
+    size_t fill = 0, k = 0;
+    const size_t nspecial = sizeof special / sizeof special[0];
+    for (int sign = 0; sign < 2; sign++) {
+        const uint32_t top = sign ? lo_bits : hi_bits, base = sign ? 0x80000000u : 0u;
+        for (uint32_t b = base; b <= top + 613u * nspecial; b += 613) {
+            if (b <= top)
+                memcpy(&x[fill], &b, 4);
+            else
+                x[fill] = special[k++ % nspecial];
+            if (++fill < VF_N)
+                continue;
+            fill = 0;
+            vf_store(y, vec_expf_v(vf_load(x)));
+            for (int l = 0; l < VF_N; l++, tried++) {
+                const float want = vec_expf(x[l]);
+                /* NaN: any NaN (its sign and payload are the hardware's choice) */
+                const int same = isnan(want) ? isnan(y[l]) : memcmp(&y[l], &want, 4) == 0;
+                if (!same) {
+                    if (bad < 5)
+                        cr_log_error("lane %d: exp(%.9g) = %.9g, scalar %.9g", l, (double)x[l],
+                                     (double)y[l], (double)want);
+                    bad++;
+                }
+            }
+        }
+    }
+    cr_expect(tried > 100000, "only %zu values tried", tried);
+    cr_expect(bad == 0, "%zu of %zu vector exp values differ from vec_expf", bad, tried);
+#else
+    cr_skip_test("no vector path in this build (neither AVX-512 nor AVX2+FMA)");
+#endif
 }
 
 /* --------------------------------------------------------------------- gelu */
@@ -783,6 +960,35 @@ Test(ops_gelu, backward_matches_finite_differences_and_may_alias_dout)
     for (int i = 0; i < 6; i++)
         cr_expect(tg[i] == (i < 3 ? 0.0f : 1.0f), "gelu'(%g) = %g", (double)tx[i], (double)tg[i]);
     free(x), free(R), free(dx), free(c.x), free(c.R), free(g), free(inplace);
+}
+
+Test(ops_gelu, vector_bodies_and_scalar_tails_give_the_same_bits)
+{
+    /* the whole array (vector bodies, then a tail) against one element at a
+     * time (always the scalar tail), over a range that crosses every branch */
+    const tri_ops *o = cpu();
+    const size_t n = 1003;
+    rng r = {.s = 43};
+    float *x = frand(&r, n, -40, 40), *dy = frand(&r, n, -1, 1);
+    for (size_t i = 0; i < n; i += 7)
+        x[i] *= 0.05f; /* many near 0, where u changes sign */
+    float *y = fvec(n), *dx = fvec(n);
+    o->gelu_fwd(TC, y, x, n);
+    o->gelu_bwd(TC, dx, x, dy, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float y1, dx1;
+        o->gelu_fwd(TC, &y1, &x[i], 1);
+        o->gelu_bwd(TC, &dx1, &x[i], &dy[i], 1);
+        if (memcmp(&y1, &y[i], 4) != 0 || memcmp(&dx1, &dx[i], 4) != 0) {
+            if (bad < 5)
+                cr_log_error("x=%.9g: gelu %.9g vs %.9g, grad %.9g vs %.9g", (double)x[i],
+                             (double)y[i], (double)y1, (double)dx[i], (double)dx1);
+            bad++;
+        }
+    }
+    cr_expect(bad == 0, "%zu elements depend on their position in the array", bad);
+    free(x), free(dy), free(y), free(dx);
 }
 
 /* ------------------------------------------------------- residual and bias */

@@ -29,18 +29,8 @@ static blasint blas_dim(size_t n)
 static void causal_softmax_row(float *p, size_t i, size_t T)
 {
     const size_t n = i + 1;
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (size_t j = 0; j < n; j++)
-        mx = p[j] > mx ? p[j] : mx;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (size_t j = 0; j < n; j++) {
-        const float e = vec_expf(p[j] - mx);
-        p[j] = e;
-        sum += e;
-    }
-    const float inv = 1.0f / sum;
+    const float mx = row_max(p, n);
+    const float inv = 1.0f / row_exp_sum_inplace(p, n, mx);
     for (size_t j = 0; j < n; j++)
         p[j] *= inv;
     if (n < T)

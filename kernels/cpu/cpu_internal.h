@@ -8,8 +8,12 @@
  *     chunks reduced in index order), so every op gives bitwise identical
  *     results run to run; only OpenBLAS's GEMMs depend on the thread count;
  *   - no float atomics, no dynamic scheduling;
- *   - exp is vec_expf below (<= 1.5 ulp, vectorisable), so softmax, GELU and
- *     cross-entropy loops vectorise without -ffast-math. */
+ *   - exp is vec_expf below (<= 1.5 ulp); its vector twin vec_expf_v (vec.h)
+ *     gives the same bits lane by lane, so a loop's vector body and scalar
+ *     tail agree;
+ *   - the exp-heavy loops (GELU, softmax, cross-entropy) are vectorised by
+ *     hand through vec.h (AVX-512 or AVX2+FMA), because gcc leaves them scalar
+ *     on AVX2-only machines (see vec.h). */
 #ifndef TRI_CPU_INTERNAL_H
 #define TRI_CPU_INTERNAL_H
 
@@ -21,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/vec.h"
 #include "kernels/ops.h"
 #include "src/base/err.h"
 
@@ -56,6 +61,16 @@ void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
                            const float *qkv, const float *att,
                            size_t B, size_t T, int NH, int HS);
 size_t tri_cpu_attention_scratch_floats(size_t B, size_t T, int NH, int HS);
+
+/* attention_flash.c: the same attention, saving only the row log-sum-exp
+ * (B, NH, T) instead of the (B, NH, T, T) probabilities; not in the op table
+ * yet (the attention contract is being changed to allow it). */
+void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv,
+                                 size_t B, size_t T, int NH, int HS);
+void tri_cpu_attention_flash_bwd(float *dqkv, float *scratch, const float *dout,
+                                 const float *qkv, const float *out, const float *lse,
+                                 size_t B, size_t T, int NH, int HS);
+size_t tri_cpu_attention_flash_scratch_floats(size_t B, size_t T, int NH, int HS);
 
 /* gelu.c */
 void tri_cpu_gelu_fwd(float *out, const float *inp, size_t N);
@@ -163,5 +178,84 @@ static inline float vec_expf(float x)
     y = x > hi ? INFINITY : y;
     return y;
 }
+
+/* ---- row helpers of the softmax-like loops (vector bodies, scalar tails) ----
+ * Sums run in VF_N lane sums added in a fixed order, then the tail: the same
+ * order for any thread count. */
+
+/* The largest of x[0, n), NaN ignored (as by x > m ? x : m); -inf if none. */
+static inline float row_max(const float *x, size_t n)
+{
+    float m = -INFINITY;
+    size_t j = 0;
+#ifdef TRI_CPU_VEC
+    if (n >= VF_N) {
+        vf acc = vf_set1(-INFINITY);
+        for (; j + VF_N <= n; j += VF_N)
+            acc = vf_max(vf_load(x + j), acc); /* x > acc ? x : acc */
+        m = vf_hmax(acc);
+    }
+#endif
+    for (; j < n; j++)
+        m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+/* sum over j < n of exp(x[j] - m) */
+static inline float row_sumexp(const float *x, size_t n, float m)
+{
+    float s = 0.0f;
+    size_t j = 0;
+#ifdef TRI_CPU_VEC
+    if (n >= VF_N) {
+        const vf mv = vf_set1(m);
+        vf acc = vf_zero();
+        for (; j + VF_N <= n; j += VF_N)
+            acc = vf_add(acc, vec_expf_v(vf_sub(vf_load(x + j), mv)));
+        s = vf_hsum(acc);
+    }
+#endif
+    for (; j < n; j++)
+        s += vec_expf(x[j] - m);
+    return s;
+}
+
+/* x[j] = exp(x[j] - m) for j < n, in place; returns their sum */
+static inline float row_exp_sum_inplace(float *x, size_t n, float m)
+{
+    float s = 0.0f;
+    size_t j = 0;
+#ifdef TRI_CPU_VEC
+    if (n >= VF_N) {
+        const vf mv = vf_set1(m);
+        vf acc = vf_zero();
+        for (; j + VF_N <= n; j += VF_N) {
+            const vf e = vec_expf_v(vf_sub(vf_load(x + j), mv));
+            vf_store(x + j, e);
+            acc = vf_add(acc, e);
+        }
+        s = vf_hsum(acc);
+    }
+#endif
+    for (; j < n; j++) {
+        x[j] = vec_expf(x[j] - m);
+        s += x[j];
+    }
+    return s;
+}
+
+/* y[j] = exp(x[j] - m) * k for j < n (y may equal x, not overlap it otherwise) */
+static inline void row_exp_scale(float *y, const float *x, size_t n, float m, float k)
+{
+    size_t j = 0;
+#ifdef TRI_CPU_VEC
+    const vf mv = vf_set1(m), kv = vf_set1(k);
+    for (; j + VF_N <= n; j += VF_N)
+        vf_store(y + j, vf_mul(vec_expf_v(vf_sub(vf_load(x + j), mv)), kv));
+#endif
+    for (; j < n; j++)
+        y[j] = vec_expf(x[j] - m) * k;
+}
+
 
 #endif

@@ -41,19 +41,12 @@ void tri_cpu_crossentropy_stats(float *stats, const float *logits, const int32_t
         for (size_t j0 = 0; j0 < Vr; j0 += TRI_CPU_CHUNK) {
             const size_t j1 = j0 + TRI_CPU_CHUNK < Vr ? j0 + TRI_CPU_CHUNK : Vr;
             prefetch_read(row + j1, next_chunk_len(j0, Vr));
-            float cm = -INFINITY;
-#pragma omp simd reduction(max : cm)
-            for (size_t j = j0; j < j1; j++)
-                cm = row[j] > cm ? row[j] : cm;
+            const float cm = row_max(row + j0, j1 - j0);
             if (cm > m) {
                 s *= vec_expf(m - cm); /* m = -inf at the start: s = 0 * 0 */
                 m = cm;
             }
-            float cs = 0.0f;
-#pragma omp simd reduction(+ : cs)
-            for (size_t j = j0; j < j1; j++)
-                cs += vec_expf(row[j] - m);
-            s += cs;
+            s += row_sumexp(row + j0, j1 - j0, m);
         }
         const ptrdiff_t lt = local_target(targets[n], vstart, Vr);
         stats[3 * n + 0] = m;
@@ -63,29 +56,18 @@ void tri_cpu_crossentropy_stats(float *stats, const float *logits, const int32_t
 }
 
 /* The gradient of one row: d[j] = exp(l[j] - M) * dscale / S for the real
- * columns, (p - 1) * dscale at the owned target, 0 for padded columns.
- * Two copies of the loop: in place (d == l) and out of place with restrict,
- * so that both vectorise without a runtime overlap test falling back to scalar. */
-static void ce_grad_row_inplace(float *d, size_t Vr, size_t Vl, float M, float k)
+ * columns (k = dscale / S), 0 for padded columns; the caller subtracts dscale
+ * at the owned target. The next chunk is prefetched for writing when in
+ * place, for reading otherwise. */
+static void ce_grad_row(float *d, const float *l, size_t Vr, size_t Vl, float M, float k)
 {
     for (size_t j0 = 0; j0 < Vr; j0 += TRI_CPU_CHUNK) {
         const size_t j1 = j0 + TRI_CPU_CHUNK < Vr ? j0 + TRI_CPU_CHUNK : Vr;
-        prefetch_write(d + j1, next_chunk_len(j0, Vr));
-        for (size_t j = j0; j < j1; j++)
-            d[j] = vec_expf(d[j] - M) * k;
-    }
-    for (size_t j = Vr; j < Vl; j++)
-        d[j] = 0.0f;
-}
-
-static void ce_grad_row(float *restrict d, const float *restrict l, size_t Vr, size_t Vl,
-                        float M, float k)
-{
-    for (size_t j0 = 0; j0 < Vr; j0 += TRI_CPU_CHUNK) {
-        const size_t j1 = j0 + TRI_CPU_CHUNK < Vr ? j0 + TRI_CPU_CHUNK : Vr;
-        prefetch_read(l + j1, next_chunk_len(j0, Vr));
-        for (size_t j = j0; j < j1; j++)
-            d[j] = vec_expf(l[j] - M) * k;
+        if (d == l)
+            prefetch_write(d + j1, next_chunk_len(j0, Vr));
+        else
+            prefetch_read(l + j1, next_chunk_len(j0, Vr));
+        row_exp_scale(d + j0, l + j0, j1 - j0, M, k);
     }
     for (size_t j = Vr; j < Vl; j++)
         d[j] = 0.0f;
@@ -111,10 +93,7 @@ void tri_cpu_crossentropy_bwd(float *losses, float *dlogits, const float *logits
         const float k = dscale / S;
         float *d = dlogits + n * Vl;
         const float *l = logits + n * Vl;
-        if (d == l)
-            ce_grad_row_inplace(d, Vr, Vl, M, k);
-        else
-            ce_grad_row(d, l, Vr, Vl, M, k);
+        ce_grad_row(d, l, Vr, Vl, M, k);
         const ptrdiff_t lt = local_target(targets[n], vstart, Vr);
         if (lt >= 0)
             d[lt] -= dscale;
