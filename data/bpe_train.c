@@ -72,15 +72,15 @@ typedef struct trainer {
     int32_t *w_stamp; /* (n_words) last merge that rewrote the word */
     /* tokens */
     int n_tok;
-    uint8_t *tb;      /* token bytes pool (tb_cap) */
-    size_t *toff;     /* (max_tok + 1) */
+    uint8_t *tb;  /* token bytes pool (tb_cap) */
+    size_t *toff; /* (max_tok + 1) */
     size_t tb_len, tb_cap;
     /* token bytes -> id, open addressing over ids, -1 empty */
-    int32_t *tmap;    /* (tmap_cap) */
+    int32_t *tmap; /* (tmap_cap) */
     size_t tmap_cap;
     /* pairs */
-    uint64_t *pkey;   /* (pmap_cap) pair key, UINT64_MAX empty */
-    int32_t *pidx;    /* (pmap_cap) */
+    uint64_t *pkey; /* (pmap_cap) pair key, UINT64_MAX empty */
+    int32_t *pidx;  /* (pmap_cap) */
     size_t pmap_cap;
     size_t n_pairs, pairs_cap;
     int32_t *pa, *pb; /* (pairs_cap) */
@@ -349,8 +349,7 @@ static int setup(trainer *t, const tri_bmap *m, int max_tok) {
     t->tmap_cap = 1024;
     while (t->tmap_cap < 2 * (size_t)max_tok) t->tmap_cap *= 2;
     t->tmap = malloc(t->tmap_cap * sizeof *t->tmap);
-    if (!t->sym || !t->w_off || !t->w_len || !t->w_cnt || !t->w_stamp || !t->tb || !t->toff || !t->tmap ||
-        pmap_grow(t))
+    if (!t->sym || !t->w_off || !t->w_len || !t->w_cnt || !t->w_stamp || !t->tb || !t->toff || !t->tmap || pmap_grow(t))
         return -1;
     memset(t->tmap, 0xFF, t->tmap_cap * sizeof *t->tmap);
     /* ids 0..255: the bytes in GPT-2's base order, as tri_tokenizer_from_merges
@@ -375,7 +374,8 @@ static int setup(trainer *t, const tri_bmap *m, int max_tok) {
         t->w_cnt[w] = e->val;
         t->w_stamp[w] = -1;
         for (uint32_t j = 0; j < e->len; j++) t->sym[k + j] = base.byte_id[m->pool[e->off + j]];
-        for (uint32_t j = 0; j + 1 < e->len; j++) pair_add(t, t->sym[k + j], t->sym[k + j + 1], t->w_cnt[w], (int32_t)w, -2);
+        for (uint32_t j = 0; j + 1 < e->len; j++)
+            pair_add(t, t->sym[k + j], t->sym[k + j + 1], t->w_cnt[w], (int32_t)w, -2);
         k += e->len;
         w++;
     }
@@ -390,8 +390,7 @@ static int setup(trainer *t, const tri_bmap *m, int max_tok) {
 int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files, int vocab_size, int n_threads) {
     memset(tk, 0, sizeof *tk);
     if (vocab_size < 257) {
-        tri_error("tokenizer: vocab size %d is too small (>= 257: 256 bytes + <|endoftext|>)",
-                vocab_size);
+        tri_error("tokenizer: vocab size %d is too small (>= 257: 256 bytes + <|endoftext|>)", vocab_size);
         return -1;
     }
     if (n_files <= 0) {

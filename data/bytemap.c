@@ -79,4 +79,3 @@ int64_t *tri_bmap_upsert(tri_bmap *m, const uint8_t *k, size_t n, uint64_t h, in
     m->count++;
     return &m->slot[i].val;
 }
-

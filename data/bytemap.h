@@ -16,7 +16,7 @@ typedef struct tri_bmap_slot {
 typedef struct tri_bmap {
     tri_bmap_slot *slot; /* (cap); iterate over it, skipping hash == 0 */
     size_t cap, count;
-    uint8_t *pool;       /* (pool_cap) */
+    uint8_t *pool; /* (pool_cap) */
     size_t pool_len, pool_cap;
 } tri_bmap;
 

@@ -20,8 +20,7 @@
 #include "data/hash.h"
 #include "src/base/file.h"
 
-void tri_data_err(const char *file, const char *fmt, ...)
-{
+void tri_data_err(const char *file, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "trident: %s: ", file);
@@ -30,19 +29,20 @@ void tri_data_err(const char *file, const char *fmt, ...)
     va_end(ap);
 }
 
-int tri_dtype_bytes(int dtype)
-{
+int tri_dtype_bytes(int dtype) {
     switch (dtype) {
-    case TRI_DT_U8: case TRI_DT_I8: return 1;
-    case TRI_DT_I16: case TRI_DT_U16: return 2;
-    case TRI_DT_I32: case TRI_DT_U32: return 4;
+    case TRI_DT_U8:
+    case TRI_DT_I8: return 1;
+    case TRI_DT_I16:
+    case TRI_DT_U16: return 2;
+    case TRI_DT_I32:
+    case TRI_DT_U32: return 4;
     case TRI_DT_I64: return 8;
     default: return 0;
     }
 }
 
-int64_t tri_dtype_max(int dtype)
-{
+int64_t tri_dtype_max(int dtype) {
     switch (dtype) {
     case TRI_DT_U8: return UINT8_MAX;
     case TRI_DT_I8: return INT8_MAX;
@@ -55,8 +55,7 @@ int64_t tri_dtype_max(int dtype)
     }
 }
 
-const char *tri_dtype_name(int dtype)
-{
+const char *tri_dtype_name(int dtype) {
     switch (dtype) {
     case TRI_DT_U8: return "uint8";
     case TRI_DT_I8: return "int8";
@@ -71,8 +70,7 @@ const char *tri_dtype_name(int dtype)
     }
 }
 
-const char *tri_data_format_name(int format)
-{
+const char *tri_data_format_name(int format) {
     switch (format) {
     case TRI_DATA_LLMC: return "llm.c";
     case TRI_DATA_MEGATRON: return "megatron";
@@ -82,37 +80,31 @@ const char *tri_data_format_name(int format)
 
 /* ---- files ------------------------------------------------------------ */
 
-static int ends_with(const char *s, const char *suffix)
-{
+static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-static int is_regular_file(const char *path)
-{
+static int is_regular_file(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 /* Reads up to `cap` leading bytes of `path` into buf. Returns the count, or
  * -1 after printing. */
-static long peek_file(const char *path, unsigned char *buf, size_t cap)
-{
+static long peek_file(const char *path, unsigned char *buf, size_t cap) {
     int fd = tri_open_regular(path, "token file", NULL);
-    if (fd < 0)
-        return -1;
+    if (fd < 0) return -1;
     size_t got = 0;
     while (got < cap) {
         ssize_t r = read(fd, buf + got, cap - got);
-        if (r < 0 && errno == EINTR)
-            continue;
+        if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             tri_data_err(path, "cannot read: %s", strerror(errno));
             close(fd);
             return -1;
         }
-        if (r == 0)
-            break;
+        if (r == 0) break;
         got += (size_t)r;
     }
     close(fd);
@@ -121,14 +113,12 @@ static long peek_file(const char *path, unsigned char *buf, size_t cap)
 
 /* Maps the whole file read-only. An empty file gives *map == NULL. A named
  * pipe (e.g. a PREFIX.bin beside a real PREFIX.idx) is refused at once. */
-static int map_file(const char *path, void **map, size_t *size)
-{
+static int map_file(const char *path, void **map, size_t *size) {
     *map = NULL;
     *size = 0;
     size_t bytes = 0;
     int fd = tri_open_regular(path, "token file", &bytes);
-    if (fd < 0)
-        return -1;
+    if (fd < 0) return -1;
     if (bytes > 0) {
         void *p = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
@@ -141,8 +131,7 @@ static int map_file(const char *path, void **map, size_t *size)
     }
     if (close(fd) != 0) {
         tri_data_err(path, "cannot close: %s", strerror(errno));
-        if (*map)
-            munmap(*map, *size);
+        if (*map) munmap(*map, *size);
         *map = NULL;
         *size = 0;
         return -1;
@@ -151,14 +140,12 @@ static int map_file(const char *path, void **map, size_t *size)
 }
 
 /* Decides the format and fills ds->bin_path / idx_path / format. */
-static int resolve_paths(tri_dataset *ds, const char *path)
-{
+static int resolve_paths(tri_dataset *ds, const char *path) {
     size_t len = strlen(path);
     if (is_regular_file(path)) {
         unsigned char head[16];
         long got = peek_file(path, head, sizeof head);
-        if (got < 0)
-            return -1;
+        if (got < 0) return -1;
         if (got >= TRI_MMIDX_MAGIC_LEN && memcmp(head, TRI_MMIDX_MAGIC, TRI_MMIDX_MAGIC_LEN) == 0) {
             if (!ends_with(path, ".idx")) {
                 tri_data_err(path, "is a Megatron index but not named PREFIX.idx, so its "
@@ -170,8 +157,7 @@ static int resolve_paths(tri_dataset *ds, const char *path)
             snprintf(ds->bin_path, sizeof ds->bin_path, "%.*s.bin", (int)(len - 4), path);
             return 0;
         }
-        if (got >= 4 && (tri_ld_i32(head) == TRI_LLMC_MAGIC ||
-                         tri_ld_i32(head) == TRI_LLMC_MAGIC_U32)) {
+        if (got >= 4 && (tri_ld_i32(head) == TRI_LLMC_MAGIC || tri_ld_i32(head) == TRI_LLMC_MAGIC_U32)) {
             ds->format = TRI_DATA_LLMC;
             snprintf(ds->bin_path, sizeof ds->bin_path, "%s", path);
             return 0;
@@ -187,12 +173,16 @@ static int resolve_paths(tri_dataset *ds, const char *path)
             }
         }
         if (got < 4)
-            tri_data_err(path, "not a token file: %ld bytes is too short for an llm.c header, "
-                               "and there is no Megatron PREFIX.idx beside it", got);
+            tri_data_err(path,
+                         "not a token file: %ld bytes is too short for an llm.c header, "
+                         "and there is no Megatron PREFIX.idx beside it",
+                         got);
         else
-            tri_data_err(path, "not a token file: bad magic %d at byte offset 0 (llm.c token "
-                               "files start with %d) and there is no Megatron PREFIX.idx "
-                               "beside it", (int)tri_ld_i32(head), TRI_LLMC_MAGIC);
+            tri_data_err(path,
+                         "not a token file: bad magic %d at byte offset 0 (llm.c token "
+                         "files start with %d) and there is no Megatron PREFIX.idx "
+                         "beside it",
+                         (int)tri_ld_i32(head), TRI_LLMC_MAGIC);
         return -1;
     }
     struct stat st;
@@ -214,8 +204,7 @@ static int resolve_paths(tri_dataset *ds, const char *path)
 
 /* ---- token access ------------------------------------------------------ */
 
-static int64_t token_at(const tri_dataset *ds, size_t i)
-{
+static int64_t token_at(const tri_dataset *ds, size_t i) {
     const unsigned char *p = ds->tokens;
     switch (ds->dtype) {
     case TRI_DT_U8: return p[i];
@@ -231,21 +220,19 @@ static int64_t token_at(const tri_dataset *ds, size_t i)
 
 /* Min and max of tokens [lo, hi) (hi > lo). Typed loops so that the
  * compiler vectorises them; token 0 is 8-byte aligned in both formats. */
-#define MINMAX_LOOP(T)                                                        \
-    do {                                                                      \
-        const T *v = (const T *)(const void *)ds->tokens;                     \
-        T mn = v[lo], mx = v[lo];                                             \
-        for (size_t i = lo; i < hi; i++) {                                    \
-            mn = v[i] < mn ? v[i] : mn;                                       \
-            mx = v[i] > mx ? v[i] : mx;                                       \
-        }                                                                     \
-        *pmin = (int64_t)mn;                                                  \
-        *pmax = (int64_t)mx;                                                  \
+#define MINMAX_LOOP(T)                                    \
+    do {                                                  \
+        const T *v = (const T *)(const void *)ds->tokens; \
+        T mn = v[lo], mx = v[lo];                         \
+        for (size_t i = lo; i < hi; i++) {                \
+            mn = v[i] < mn ? v[i] : mn;                   \
+            mx = v[i] > mx ? v[i] : mx;                   \
+        }                                                 \
+        *pmin = (int64_t)mn;                              \
+        *pmax = (int64_t)mx;                              \
     } while (0)
 
-static void chunk_minmax(const tri_dataset *ds, size_t lo, size_t hi, int64_t *pmin,
-                         int64_t *pmax)
-{
+static void chunk_minmax(const tri_dataset *ds, size_t lo, size_t hi, int64_t *pmin, int64_t *pmax) {
     switch (ds->dtype) {
     case TRI_DT_U8: MINMAX_LOOP(uint8_t); break;
     case TRI_DT_I8: MINMAX_LOOP(int8_t); break;
@@ -261,8 +248,7 @@ static void chunk_minmax(const tri_dataset *ds, size_t lo, size_t hi, int64_t *p
 #define SCAN_CHUNK ((size_t)1 << 18) /* tokens per parallel work item */
 
 /* Index of the first token outside [0, vocab), or SIZE_MAX if none. */
-static size_t first_bad_token(const tri_dataset *ds, int64_t vocab)
-{
+static size_t first_bad_token(const tri_dataset *ds, int64_t vocab) {
     size_t n = ds->n_tokens;
     size_t n_chunks = (n + SCAN_CHUNK - 1) / SCAN_CHUNK;
     size_t first = SIZE_MAX;
@@ -270,17 +256,14 @@ static size_t first_bad_token(const tri_dataset *ds, int64_t vocab)
     for (size_t c = 0; c < n_chunks; c++) {
         size_t lo = c * SCAN_CHUNK;
         size_t hi = lo + SCAN_CHUNK < n ? lo + SCAN_CHUNK : n;
-        if (lo >= first)
-            continue; /* an earlier bad token is already known here */
+        if (lo >= first) continue; /* an earlier bad token is already known here */
         int64_t mn, mx;
         chunk_minmax(ds, lo, hi, &mn, &mx);
-        if (mn >= 0 && mx < vocab)
-            continue;
+        if (mn >= 0 && mx < vocab) continue;
         for (size_t i = lo; i < hi; i++) {
             int64_t t = token_at(ds, i);
             if (t < 0 || t >= vocab) {
-                if (i < first)
-                    first = i;
+                if (i < first) first = i;
                 break;
             }
         }
@@ -288,8 +271,7 @@ static size_t first_bad_token(const tri_dataset *ds, int64_t vocab)
     return first;
 }
 
-void tri_dataset_minmax(const tri_dataset *ds, int64_t *min_id, int64_t *max_id)
-{
+void tri_dataset_minmax(const tri_dataset *ds, int64_t *min_id, int64_t *max_id) {
     TRI_CHECK(ds != NULL);
     size_t n = ds->n_tokens;
     size_t n_chunks = (n + SCAN_CHUNK - 1) / SCAN_CHUNK;
@@ -303,28 +285,25 @@ void tri_dataset_minmax(const tri_dataset *ds, int64_t *min_id, int64_t *max_id)
         gmin = mn < gmin ? mn : gmin;
         gmax = mx > gmax ? mx : gmax;
     }
-    if (n == 0)
-        gmin = gmax = 0;
-    if (min_id)
-        *min_id = gmin;
-    if (max_id)
-        *max_id = gmax;
+    if (n == 0) gmin = gmax = 0;
+    if (min_id) *min_id = gmin;
+    if (max_id) *max_id = gmax;
 }
 
-static int check_vocab(const tri_dataset *ds, int vocab_size)
-{
+static int check_vocab(const tri_dataset *ds, int vocab_size) {
     if (tri_dtype_max(ds->dtype) < (int64_t)vocab_size - 1) {
-        tri_data_err(ds->bin_path, "token dtype %s holds ids up to %lld, too small for "
-                                   "vocab_size %d", tri_dtype_name(ds->dtype),
-                     (long long)tri_dtype_max(ds->dtype), vocab_size);
+        tri_data_err(ds->bin_path,
+                     "token dtype %s holds ids up to %lld, too small for "
+                     "vocab_size %d",
+                     tri_dtype_name(ds->dtype), (long long)tri_dtype_max(ds->dtype), vocab_size);
         return -1;
     }
     size_t bad = first_bad_token(ds, vocab_size);
     if (bad != SIZE_MAX) {
-        tri_data_err(ds->bin_path, "token id %lld at byte offset %zu (token %zu) is outside "
-                                   "the vocabulary [0, %d)",
-                     (long long)token_at(ds, bad),
-                     ds->data_offset + bad * (size_t)ds->token_bytes, bad, vocab_size);
+        tri_data_err(ds->bin_path,
+                     "token id %lld at byte offset %zu (token %zu) is outside "
+                     "the vocabulary [0, %d)",
+                     (long long)token_at(ds, bad), ds->data_offset + bad * (size_t)ds->token_bytes, bad, vocab_size);
         return -1;
     }
     return 0;
@@ -332,17 +311,15 @@ static int check_vocab(const tri_dataset *ds, int vocab_size)
 
 /* ---- fingerprint ------------------------------------------------------- */
 
-#define FP_EDGE ((size_t)64 << 10) /* bytes hashed at each end                */
-#define FP_BLOCK ((size_t)4 << 10) /* bytes of each sample in between        */
+#define FP_EDGE    ((size_t)64 << 10) /* bytes hashed at each end                */
+#define FP_BLOCK   ((size_t)4 << 10)  /* bytes of each sample in between        */
 #define FP_SAMPLES 64
 
 /* See tri_dataset.bin_fingerprint. Files up to 2 FP_EDGE + FP_SAMPLES
  * FP_BLOCK bytes are hashed whole. */
-static uint64_t fingerprint(const unsigned char *p, size_t size)
-{
+static uint64_t fingerprint(const unsigned char *p, size_t size) {
     uint64_t h = tri_mix64(0x74726964656e74ull ^ (uint64_t)size);
-    if (size <= 2 * FP_EDGE + FP_SAMPLES * FP_BLOCK)
-        return tri_mix64(h ^ tri_hash_bytes(p, size));
+    if (size <= 2 * FP_EDGE + FP_SAMPLES * FP_BLOCK) return tri_mix64(h ^ tri_hash_bytes(p, size));
     h = tri_mix64(h ^ tri_hash_bytes(p, FP_EDGE));
     size_t span = size - 2 * FP_EDGE - FP_BLOCK; /* sample starts lie in [FP_EDGE, FP_EDGE + span] */
     for (size_t k = 0; k < FP_SAMPLES; k++) {
@@ -354,8 +331,7 @@ static uint64_t fingerprint(const unsigned char *p, size_t size)
 
 /* ---- open / close ------------------------------------------------------ */
 
-int tri_dataset_open(tri_dataset *ds, const char *path, int vocab_size)
-{
+int tri_dataset_open(tri_dataset *ds, const char *path, int vocab_size) {
     TRI_CHECK(ds != NULL && path != NULL);
     memset(ds, 0, sizeof *ds);
     const uint16_t one = 1;
@@ -377,35 +353,26 @@ int tri_dataset_open(tri_dataset *ds, const char *path, int vocab_size)
         return -1;
     }
     memcpy(ds->path, path, len + 1);
-    if (resolve_paths(ds, path) != 0)
-        goto fail;
+    if (resolve_paths(ds, path) != 0) goto fail;
     if (ds->format == TRI_DATA_MEGATRON) {
-        if (map_file(ds->idx_path, &ds->idx_map, &ds->idx_size) != 0)
-            goto fail;
+        if (map_file(ds->idx_path, &ds->idx_map, &ds->idx_size) != 0) goto fail;
     }
-    if (map_file(ds->bin_path, &ds->bin_map, &ds->bin_size) != 0)
-        goto fail;
+    if (map_file(ds->bin_path, &ds->bin_map, &ds->bin_size) != 0) goto fail;
     int rc = ds->format == TRI_DATA_LLMC ? tri_llmc_parse(ds) : tri_megatron_parse(ds);
-    if (rc != 0)
-        goto fail;
+    if (rc != 0) goto fail;
     ds->bin_fingerprint = fingerprint(ds->bin_map, ds->bin_size);
     ds->idx_fingerprint = ds->format == TRI_DATA_MEGATRON ? fingerprint(ds->idx_map, ds->idx_size) : 0;
-    if (vocab_size > 0 && check_vocab(ds, vocab_size) != 0)
-        goto fail;
+    if (vocab_size > 0 && check_vocab(ds, vocab_size) != 0) goto fail;
     return 0;
 fail:
     tri_dataset_close(ds);
     return -1;
 }
 
-void tri_dataset_close(tri_dataset *ds)
-{
-    if (!ds)
-        return;
-    if (ds->bin_map)
-        munmap(ds->bin_map, ds->bin_size);
-    if (ds->idx_map)
-        munmap(ds->idx_map, ds->idx_size);
+void tri_dataset_close(tri_dataset *ds) {
+    if (!ds) return;
+    if (ds->bin_map) munmap(ds->bin_map, ds->bin_size);
+    if (ds->idx_map) munmap(ds->idx_map, ds->idx_size);
     memset(ds, 0, sizeof *ds);
 }
 
@@ -422,10 +389,8 @@ static _Thread_local sigjmp_buf *volatile guard_jmp;
 static struct sigaction prev_sigbus;
 static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
 
-static void on_sigbus(int sig, siginfo_t *info, void *uctx)
-{
-    if (guard_jmp)
-        siglongjmp(*guard_jmp, 1);
+static void on_sigbus(int sig, siginfo_t *info, void *uctx) {
+    if (guard_jmp) siglongjmp(*guard_jmp, 1);
     if (prev_sigbus.sa_flags & SA_SIGINFO) {
         prev_sigbus.sa_sigaction(sig, info, uctx);
         return;
@@ -439,8 +404,7 @@ static void on_sigbus(int sig, siginfo_t *info, void *uctx)
     raise(SIGBUS);
 }
 
-static void guard_install(void)
-{
+static void guard_install(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_sigbus;
@@ -451,8 +415,7 @@ static void guard_install(void)
     sigaction(SIGBUS, &sa, &prev_sigbus);
 }
 
-static void report_truncated(const tri_dataset *ds, size_t start, size_t n)
-{
+static void report_truncated(const tri_dataset *ds, size_t start, size_t n) {
     size_t lo = ds->data_offset + start * (size_t)ds->token_bytes;
     size_t hi = lo + n * (size_t)ds->token_bytes;
     struct stat st;
@@ -461,25 +424,23 @@ static void report_truncated(const tri_dataset *ds, size_t start, size_t n)
         snprintf(now, sizeof now, "%lld bytes now", (long long)st.st_size);
     else
         snprintf(now, sizeof now, "now: %s", strerror(errno));
-    tri_data_err(ds->bin_path, "truncated under the running job: %zu bytes when opened, %s, so tokens "
-                               "[%zu, %zu) (bytes [%zu, %zu)) cannot be read; token files must not be "
-                               "rewritten while a job reads them (restore it, then resume)",
+    tri_data_err(ds->bin_path,
+                 "truncated under the running job: %zu bytes when opened, %s, so tokens "
+                 "[%zu, %zu) (bytes [%zu, %zu)) cannot be read; token files must not be "
+                 "rewritten while a job reads them (restore it, then resume)",
                  ds->bin_size, now, start, start + n, lo, hi);
 }
 
-#define READ_LOOP(T)                                                          \
-    do {                                                                      \
-        const T *v = (const T *)(const void *)ds->tokens + start;             \
-        for (size_t i = 0; i < n; i++)                                        \
-            out[i] = (int32_t)v[i];                                           \
+#define READ_LOOP(T)                                              \
+    do {                                                          \
+        const T *v = (const T *)(const void *)ds->tokens + start; \
+        for (size_t i = 0; i < n; i++) out[i] = (int32_t)v[i];    \
     } while (0)
 
-int tri_dataset_read(const tri_dataset *ds, size_t start, size_t n, int32_t *out)
-{
+int tri_dataset_read(const tri_dataset *ds, size_t start, size_t n, int32_t *out) {
     TRI_CHECK(ds != NULL && (out != NULL || n == 0));
     TRI_CHECK(start <= ds->n_tokens && n <= ds->n_tokens - start);
-    if (n == 0)
-        return 0;
+    if (n == 0) return 0;
     pthread_once(&guard_once, guard_install);
     sigjmp_buf jb;
     sigjmp_buf *outer = guard_jmp;
@@ -506,18 +467,14 @@ int tri_dataset_read(const tri_dataset *ds, size_t start, size_t n, int32_t *out
 
 /* Stream position of Megatron sequence j (j == n_seqs: the end). Valid
  * because open checked that the pointers are contiguous from 0. */
-static size_t seq_start(const tri_dataset *ds, uint64_t j)
-{
-    if (j >= ds->n_seqs)
-        return ds->n_tokens;
+static size_t seq_start(const tri_dataset *ds, uint64_t j) {
+    if (j >= ds->n_seqs) return ds->n_tokens;
     return (size_t)tri_ld_i64(ds->seq_ptr + 8 * j) / (size_t)ds->token_bytes;
 }
 
-int tri_dataset_doc(const tri_dataset *ds, size_t doc, size_t *start, size_t *len)
-{
+int tri_dataset_doc(const tri_dataset *ds, size_t doc, size_t *start, size_t *len) {
     TRI_CHECK(ds != NULL && start != NULL && len != NULL);
-    if (doc >= ds->n_docs)
-        return -1;
+    if (doc >= ds->n_docs) return -1;
     if (ds->format == TRI_DATA_LLMC) {
         *start = 0;
         *len = ds->n_tokens;

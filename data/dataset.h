@@ -36,8 +36,14 @@ enum { TRI_DATA_LLMC = 1, TRI_DATA_MEGATRON = 2 };
  * variant (Megatron has no uint32). Float codes 6 and 7 exist in Megatron's
  * table but are not token types: opening such a file is an error. */
 enum {
-    TRI_DT_U8 = 1, TRI_DT_I8 = 2, TRI_DT_I16 = 3, TRI_DT_I32 = 4,
-    TRI_DT_I64 = 5, TRI_DT_F64 = 6, TRI_DT_F32 = 7, TRI_DT_U16 = 8,
+    TRI_DT_U8 = 1,
+    TRI_DT_I8 = 2,
+    TRI_DT_I16 = 3,
+    TRI_DT_I32 = 4,
+    TRI_DT_I64 = 5,
+    TRI_DT_F64 = 6,
+    TRI_DT_F32 = 7,
+    TRI_DT_U16 = 8,
     TRI_DT_U32 = 100
 };
 
@@ -46,13 +52,13 @@ typedef struct tri_dataset {
     char path[TRI_DATA_PATH_MAX];     /* the path as given to open            */
     char bin_path[TRI_DATA_PATH_MAX]; /* the file that holds the tokens       */
     char idx_path[TRI_DATA_PATH_MAX]; /* Megatron index; "" for llm.c         */
-    int format;        /* TRI_DATA_LLMC or TRI_DATA_MEGATRON                  */
-    int dtype;         /* TRI_DT_*                                            */
-    int token_bytes;   /* bytes per stored token: 1, 2, 4 or 8                */
-    size_t n_tokens;   /* tokens in the concatenated stream                   */
-    size_t n_docs;     /* documents (llm.c: 1)                                */
-    size_t n_seqs;     /* Megatron sequences (llm.c: 1)                       */
-    size_t data_offset;/* byte offset of token 0 in bin_path (llm.c: 1024)    */
+    int format;                       /* TRI_DATA_LLMC or TRI_DATA_MEGATRON                  */
+    int dtype;                        /* TRI_DT_*                                            */
+    int token_bytes;                  /* bytes per stored token: 1, 2, 4 or 8                */
+    size_t n_tokens;                  /* tokens in the concatenated stream                   */
+    size_t n_docs;                    /* documents (llm.c: 1)                                */
+    size_t n_seqs;                    /* Megatron sequences (llm.c: 1)                       */
+    size_t data_offset;               /* byte offset of token 0 in bin_path (llm.c: 1024)    */
     /* Fingerprints of bin_path and idx_path (0 for llm.c) as opened: a hash
      * of the file's size, its first and last 64 KiB and 64 blocks of 4 KiB
      * spread evenly between them (about 400 KiB read whatever the size).
@@ -61,11 +67,13 @@ typedef struct tri_dataset {
      * so that --resume can tell a changed file (docs/data.md). */
     uint64_t bin_fingerprint, idx_fingerprint;
     /* private */
-    const unsigned char *tokens;   /* token 0 inside the .bin mapping         */
-    void *bin_map;  size_t bin_size;   /* whole-file mappings (NULL if empty); */
-    void *idx_map;  size_t idx_size;   /* the sizes may be read: bytes at open */
-    const unsigned char *seq_ptr;  /* Megatron int64 pointers [n_seqs], unaligned */
-    const unsigned char *doc_idx;  /* Megatron int64 indices [n_docs + 1], unaligned */
+    const unsigned char *tokens; /* token 0 inside the .bin mapping         */
+    void *bin_map;
+    size_t bin_size; /* whole-file mappings (NULL if empty); */
+    void *idx_map;
+    size_t idx_size;              /* the sizes may be read: bytes at open */
+    const unsigned char *seq_ptr; /* Megatron int64 pointers [n_seqs], unaligned */
+    const unsigned char *doc_idx; /* Megatron int64 indices [n_docs + 1], unaligned */
 } tri_dataset;
 
 /* Opens a token file read-only (memory-mapped). `path` may name
@@ -125,8 +133,7 @@ typedef struct tri_tokwriter tri_tokwriter; /* opaque */
  * Megatron: int32). Output goes to <name>.tmp files that close renames into
  * place, so a failed or interrupted run leaves no half-written final file.
  * Returns 0 and sets *w, or -1 (message printed, *w = NULL). */
-int tri_tokwriter_open(tri_tokwriter **w, const char *out_prefix, const char *format,
-                       int vocab_size);
+int tri_tokwriter_open(tri_tokwriter **w, const char *out_prefix, const char *format, int vocab_size);
 
 /* Appends one document of n tokens (n may be 0). Returns 0, or -1 after
  * printing (token out of range, too many tokens for the format, I/O error);

@@ -11,22 +11,20 @@
 #include "data/dataset.h"
 #include "src/base/err.h"
 
-#define TRI_LLMC_MAGIC 20240520
-#define TRI_LLMC_VERSION 1
-#define TRI_LLMC_MAGIC_U32 20240801   /* llm.c's LLaMA-3 token files */
-#define TRI_LLMC_VERSION_U32 7
-#define TRI_LLMC_HEADER_INTS 256
-#define TRI_LLMC_HEADER_BYTES (TRI_LLMC_HEADER_INTS * 4)
+#define TRI_LLMC_MAGIC         20240520
+#define TRI_LLMC_VERSION       1
+#define TRI_LLMC_MAGIC_U32     20240801 /* llm.c's LLaMA-3 token files */
+#define TRI_LLMC_VERSION_U32   7
+#define TRI_LLMC_HEADER_INTS   256
+#define TRI_LLMC_HEADER_BYTES  (TRI_LLMC_HEADER_INTS * 4)
 
-#define TRI_MMIDX_MAGIC "MMIDIDX\0\0"
-#define TRI_MMIDX_MAGIC_LEN 9
-#define TRI_MMIDX_VERSION 1
+#define TRI_MMIDX_MAGIC        "MMIDIDX\0\0"
+#define TRI_MMIDX_MAGIC_LEN    9
+#define TRI_MMIDX_VERSION      1
 #define TRI_MMIDX_HEADER_BYTES 34 /* magic 9 + version 8 + dtype 1 + N 8 + D 8 */
 
 /* Prints "trident: FILE: <message>\n" to stderr. */
-void tri_data_err(const char *file, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
+void tri_data_err(const char *file, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Unaligned little-endian loads (the index arrays start at byte 34). */
 static inline int32_t tri_ld_i32(const unsigned char *p) {
@@ -60,16 +58,17 @@ int tri_megatron_parse(tri_dataset *ds);
 
 /* Writer state, shared by the format-specific writer halves. */
 struct tri_tokwriter {
-    int format;                       /* TRI_DATA_LLMC / TRI_DATA_MEGATRON      */
-    int vocab_size;                   /* 0: only the dtype range is checked     */
-    int dtype, token_bytes;           /* stored token type                      */
+    int format;             /* TRI_DATA_LLMC / TRI_DATA_MEGATRON      */
+    int vocab_size;         /* 0: only the dtype range is checked     */
+    int dtype, token_bytes; /* stored token type                      */
     char bin_path[TRI_DATA_PATH_MAX + 8], bin_tmp[TRI_DATA_PATH_MAX + 16];
     char idx_path[TRI_DATA_PATH_MAX + 8], idx_tmp[TRI_DATA_PATH_MAX + 16];
-    FILE *bin;                        /* the .bin.tmp being written             */
+    FILE *bin; /* the .bin.tmp being written             */
     size_t n_tokens, n_docs;
-    int32_t *lens; size_t lens_cap;   /* Megatron: sequence lengths [n_docs]    */
-    unsigned char *buf;               /* encode buffer: TRI_TOKW_BUF tokens     */
-    int failed;                       /* poisoned by an error                   */
+    int32_t *lens;
+    size_t lens_cap;    /* Megatron: sequence lengths [n_docs]    */
+    unsigned char *buf; /* encode buffer: TRI_TOKW_BUF tokens     */
+    int failed;         /* poisoned by an error                   */
 };
 #define TRI_TOKW_BUF 65536
 

@@ -21,13 +21,14 @@
 #include "data/dataset.h"
 #include "data/dataset_internal.h"
 
-int tri_megatron_parse(tri_dataset *ds)
-{
+int tri_megatron_parse(tri_dataset *ds) {
     const char *fi = ds->idx_path;
     const unsigned char *x = ds->idx_map;
     if (ds->idx_size < TRI_MMIDX_HEADER_BYTES) {
-        tri_data_err(fi, "truncated header: the file holds %zu bytes, a Megatron index "
-                         "header has %d", ds->idx_size, TRI_MMIDX_HEADER_BYTES);
+        tri_data_err(fi,
+                     "truncated header: the file holds %zu bytes, a Megatron index "
+                     "header has %d",
+                     ds->idx_size, TRI_MMIDX_HEADER_BYTES);
         return -1;
     }
     if (memcmp(x, TRI_MMIDX_MAGIC, TRI_MMIDX_MAGIC_LEN) != 0) {
@@ -37,16 +38,18 @@ int tri_megatron_parse(tri_dataset *ds)
     }
     uint64_t version = tri_ld_u64(x + 9);
     if (version != TRI_MMIDX_VERSION) {
-        tri_data_err(fi, "unsupported version %llu at byte offset 9 (expected %d)",
-                     (unsigned long long)version, TRI_MMIDX_VERSION);
+        tri_data_err(fi, "unsupported version %llu at byte offset 9 (expected %d)", (unsigned long long)version,
+                     TRI_MMIDX_VERSION);
         return -1;
     }
     int code = x[17];
     int tb = tri_dtype_bytes(code);
     if (tb == 0) {
-        tri_data_err(fi, "unsupported dtype code %d (%s) at byte offset 17: tokens must be "
-                         "an integer type (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, "
-                         "8 uint16)", code, tri_dtype_name(code));
+        tri_data_err(fi,
+                     "unsupported dtype code %d (%s) at byte offset 17: tokens must be "
+                     "an integer type (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, "
+                     "8 uint16)",
+                     code, tri_dtype_name(code));
         return -1;
     }
     ds->dtype = code;
@@ -55,8 +58,9 @@ int tri_megatron_parse(tri_dataset *ds)
     /* N <= size/12 and D <= size/8 keep the byte count below from overflowing. */
     uint64_t avail = ds->idx_size - TRI_MMIDX_HEADER_BYTES;
     if (n > avail / 12 || d > avail / 8 || 12 * n + 8 * d > avail) {
-        tri_data_err(fi, "truncated: the header announces %llu sequences and %llu document "
-                         "indices but the file holds only %zu bytes",
+        tri_data_err(fi,
+                     "truncated: the header announces %llu sequences and %llu document "
+                     "indices but the file holds only %zu bytes",
                      (unsigned long long)n, (unsigned long long)d, ds->idx_size);
         return -1;
     }
@@ -67,26 +71,30 @@ int tri_megatron_parse(tri_dataset *ds)
 
     /* Document indices: 0, non-decreasing, ending at N. */
     if (d == 0) {
-        tri_data_err(fi, "the document index is empty (it must start with 0 and end with "
-                         "the sequence count %llu)", (unsigned long long)n);
+        tri_data_err(fi,
+                     "the document index is empty (it must start with 0 and end with "
+                     "the sequence count %llu)",
+                     (unsigned long long)n);
         return -1;
     }
     int64_t prev = 0;
     for (uint64_t j = 0; j < d; j++) {
         int64_t v = tri_ld_i64(docs + 8 * j);
         if ((j == 0 && v != 0) || v < prev || (uint64_t)v > n) {
-            tri_data_err(fi, "document index %llu is %lld at byte offset %zu (expected "
-                             "%s, at most the sequence count %llu)", (unsigned long long)j,
-                         (long long)v, docs_off + 8 * (size_t)j,
+            tri_data_err(fi,
+                         "document index %llu is %lld at byte offset %zu (expected "
+                         "%s, at most the sequence count %llu)",
+                         (unsigned long long)j, (long long)v, docs_off + 8 * (size_t)j,
                          j == 0 ? "0" : "non-decreasing values", (unsigned long long)n);
             return -1;
         }
         prev = v;
     }
     if ((uint64_t)prev != n) {
-        tri_data_err(fi, "the last document index is %lld at byte offset %zu but there are "
-                         "%llu sequences", (long long)prev, docs_off + 8 * (size_t)(d - 1),
-                     (unsigned long long)n);
+        tri_data_err(fi,
+                     "the last document index is %lld at byte offset %zu but there are "
+                     "%llu sequences",
+                     (long long)prev, docs_off + 8 * (size_t)(d - 1), (unsigned long long)n);
         return -1;
     }
 
@@ -96,32 +104,35 @@ int tri_megatron_parse(tri_dataset *ds)
         int32_t len = tri_ld_i32(lens + 4 * i);
         int64_t ptr = tri_ld_i64(ptrs + 8 * i);
         if (len < 0) {
-            tri_data_err(fi, "sequence %llu has negative length %d (byte offset %zu)",
-                         (unsigned long long)i, (int)len,
+            tri_data_err(fi, "sequence %llu has negative length %d (byte offset %zu)", (unsigned long long)i, (int)len,
                          (size_t)TRI_MMIDX_HEADER_BYTES + 4 * (size_t)i);
             return -1;
         }
         uint64_t bytes = (uint64_t)len * (uint64_t)tb;
         if (ptr < 0 || (uint64_t)ptr > ds->bin_size || bytes > ds->bin_size - (uint64_t)ptr) {
-            tri_data_err(fi, "sequence %llu (pointer %lld at byte offset %zu, %d tokens) runs "
-                             "past the end of %s (%zu bytes)", (unsigned long long)i,
-                         (long long)ptr, (size_t)(ptrs - x) + 8 * (size_t)i, (int)len,
+            tri_data_err(fi,
+                         "sequence %llu (pointer %lld at byte offset %zu, %d tokens) runs "
+                         "past the end of %s (%zu bytes)",
+                         (unsigned long long)i, (long long)ptr, (size_t)(ptrs - x) + 8 * (size_t)i, (int)len,
                          ds->bin_path, ds->bin_size);
             return -1;
         }
         if ((uint64_t)ptr != expect) {
-            tri_data_err(fi, "sequence %llu: pointer %lld at byte offset %zu does not follow "
-                             "the previous sequence (expected %llu); only contiguous .bin "
-                             "files are supported", (unsigned long long)i, (long long)ptr,
-                         (size_t)(ptrs - x) + 8 * (size_t)i, (unsigned long long)expect);
+            tri_data_err(fi,
+                         "sequence %llu: pointer %lld at byte offset %zu does not follow "
+                         "the previous sequence (expected %llu); only contiguous .bin "
+                         "files are supported",
+                         (unsigned long long)i, (long long)ptr, (size_t)(ptrs - x) + 8 * (size_t)i,
+                         (unsigned long long)expect);
             return -1;
         }
         expect += bytes;
     }
     if (expect != ds->bin_size) {
-        tri_data_err(ds->bin_path, "holds %zu bytes but its index %s describes %llu: the "
-                                   "two files do not belong together", ds->bin_size, fi,
-                     (unsigned long long)expect);
+        tri_data_err(ds->bin_path,
+                     "holds %zu bytes but its index %s describes %llu: the "
+                     "two files do not belong together",
+                     ds->bin_size, fi, (unsigned long long)expect);
         return -1;
     }
     ds->n_seqs = (size_t)n;
@@ -135,14 +146,11 @@ int tri_megatron_parse(tri_dataset *ds)
 }
 
 /* Buffered little-endian writes to f; *ok becomes 0 on the first error. */
-static void put(FILE *f, const void *p, size_t n, int *ok)
-{
-    if (*ok && n > 0 && fwrite(p, 1, n, f) != n)
-        *ok = 0;
+static void put(FILE *f, const void *p, size_t n, int *ok) {
+    if (*ok && n > 0 && fwrite(p, 1, n, f) != n) *ok = 0;
 }
 
-int tri_megatron_write_index(struct tri_tokwriter *w)
-{
+int tri_megatron_write_index(struct tri_tokwriter *w) {
     FILE *f = fopen(w->idx_tmp, "wb");
     if (!f) {
         tri_data_err(w->idx_tmp, "cannot create: %s", strerror(errno));
@@ -156,10 +164,10 @@ int tri_megatron_write_index(struct tri_tokwriter *w)
     put(f, &code, 1, &ok);
     put(f, &n, 8, &ok);
     put(f, &d, 8, &ok);
-    put(f, w->lens, 4 * (size_t)n, &ok);                 /* int32 lengths [N]   */
+    put(f, w->lens, 4 * (size_t)n, &ok); /* int32 lengths [N]   */
     int64_t chunk[1024];
     int64_t ptr = 0;
-    for (size_t i = 0; i < n;) {                          /* int64 pointers [N]  */
+    for (size_t i = 0; i < n;) { /* int64 pointers [N]  */
         size_t m = 0;
         for (; m < 1024 && i < n; m++, i++) {
             chunk[m] = ptr;
@@ -167,16 +175,13 @@ int tri_megatron_write_index(struct tri_tokwriter *w)
         }
         put(f, chunk, 8 * m, &ok);
     }
-    for (size_t i = 0; i < d;) {                          /* int64 doc idx [N+1] */
+    for (size_t i = 0; i < d;) { /* int64 doc idx [N+1] */
         size_t m = 0;
-        for (; m < 1024 && i < d; m++, i++)
-            chunk[m] = (int64_t)i;
+        for (; m < 1024 && i < d; m++, i++) chunk[m] = (int64_t)i;
         put(f, chunk, 8 * m, &ok);
     }
-    if (ok && fflush(f) != 0)
-        ok = 0;
-    if (ok && fsync(fileno(f)) != 0)
-        ok = 0;
+    if (ok && fflush(f) != 0) ok = 0;
+    if (ok && fsync(fileno(f)) != 0) ok = 0;
     int saved = errno;
     if (fclose(f) != 0 && ok) {
         ok = 0;

@@ -14,8 +14,7 @@
 /* ---- keyed permutation -------------------------------------------------- */
 
 /* SplitMix64's output function: a bijective 64-bit mixer. */
-static uint64_t mix64(uint64_t z)
-{
+static uint64_t mix64(uint64_t z) {
     z += 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -28,16 +27,13 @@ static uint64_t mix64(uint64_t z)
  * network on the smallest even-width power-of-two domain >= n, with cycle
  * walking (re-encrypt until the value lands inside [0, n)). Since the domain
  * is < 4n, a walk takes fewer than 4 steps on average. */
-static uint64_t permute(uint64_t i, uint64_t n, uint64_t key)
-{
-    if (n <= 1)
-        return 0;
+static uint64_t permute(uint64_t i, uint64_t n, uint64_t key) {
+    if (n <= 1) return 0;
     int bits = 64 - __builtin_clzll(n - 1); /* ceil(log2 n), >= 1 */
     int half = (bits + 1) / 2;
     uint64_t mask = (half >= 64) ? ~0ull : ((1ull << half) - 1);
     uint64_t round_key[FEISTEL_ROUNDS];
-    for (int r = 0; r < FEISTEL_ROUNDS; r++)
-        round_key[r] = mix64(key ^ (0xD1B54A32D192ED03ull * (uint64_t)(r + 1)));
+    for (int r = 0; r < FEISTEL_ROUNDS; r++) round_key[r] = mix64(key ^ (0xD1B54A32D192ED03ull * (uint64_t)(r + 1)));
     uint64_t x = i;
     do {
         uint64_t l = x >> half, r = x & mask;
@@ -51,8 +47,7 @@ static uint64_t permute(uint64_t i, uint64_t n, uint64_t key)
     return x;
 }
 
-static uint64_t epoch_key(uint64_t seed, int source, uint64_t epoch)
-{
+static uint64_t epoch_key(uint64_t seed, int source, uint64_t epoch) {
     return mix64(mix64(mix64(seed) ^ (uint64_t)source) ^ epoch);
 }
 
@@ -63,19 +58,15 @@ typedef struct spec_entry {
     double weight; /* 0 when not given */
 } spec_entry;
 
-static char *trim(char *s)
-{
-    while (isspace((unsigned char)*s))
-        s++;
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
     size_t n = strlen(s);
-    while (n > 0 && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
+    while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
     return s;
 }
 
 /* Splits "w:path,w:path" or "path,path" into entries (*n of them). */
-static int parse_spec(const char *spec, spec_entry *e, int *n)
-{
+static int parse_spec(const char *spec, spec_entry *e, int *n) {
     char *copy = strdup(spec);
     if (!copy) {
         tri_data_err(spec, "out of memory");
@@ -87,8 +78,7 @@ static int parse_spec(const char *spec, spec_entry *e, int *n)
     char *item = copy;
     for (;;) {
         char *comma = strchr(item, ',');
-        if (comma)
-            *comma = '\0';
+        if (comma) *comma = '\0';
         char *t = trim(item);
         if (count == TRI_SAMPLER_MAX_DATASETS) {
             tri_data_err(spec, "more than %d datasets in one blend", TRI_SAMPLER_MAX_DATASETS);
@@ -109,8 +99,7 @@ static int parse_spec(const char *spec, spec_entry *e, int *n)
             double v = strtod(t, &end);
             if (end != t && *trim(end) == '\0') {
                 if (!(v > 0.0) || !isfinite(v)) {
-                    tri_data_err(spec, "entry %d: weight %s must be a finite number > 0",
-                                 count + 1, t);
+                    tri_data_err(spec, "entry %d: weight %s must be a finite number > 0", count + 1, t);
                     rc = -1;
                     break;
                 }
@@ -126,14 +115,12 @@ static int parse_spec(const char *spec, spec_entry *e, int *n)
             break;
         }
         if (strlen(path) + 5 > TRI_DATA_PATH_MAX) {
-            tri_data_err(spec, "entry %d: path longer than %d bytes", count + 1,
-                         TRI_DATA_PATH_MAX - 5);
+            tri_data_err(spec, "entry %d: path longer than %d bytes", count + 1, TRI_DATA_PATH_MAX - 5);
             rc = -1;
             break;
         }
         if (count > 0 && (w > 0.0) != with_weight) {
-            tri_data_err(spec, "entry %d (%s): give a weight to every entry or to none",
-                         count + 1, path);
+            tri_data_err(spec, "entry %d (%s): give a weight to every entry or to none", count + 1, path);
             rc = -1;
             break;
         }
@@ -141,8 +128,7 @@ static int parse_spec(const char *spec, spec_entry *e, int *n)
         snprintf(e[count].path, sizeof e[count].path, "%s", path);
         e[count].weight = w;
         count++;
-        if (!comma)
-            break;
+        if (!comma) break;
         item = comma + 1;
     }
     free(copy);
@@ -153,16 +139,14 @@ static int parse_spec(const char *spec, spec_entry *e, int *n)
 /* ---- blend schedule ----------------------------------------------------- */
 
 /* Integer samples per period W[i] (sum S = *period) for normalised weights w. */
-static void quantise_weights(const double *w, int n, uint64_t *W, uint64_t *period)
-{
+static void quantise_weights(const double *w, int n, uint64_t *W, uint64_t *period) {
     for (uint64_t S = 1; S <= TRI_SAMPLER_MAX_PERIOD; S++) {
         uint64_t sum = 0;
         int exact = 1;
         for (int i = 0; i < n && exact; i++) {
             double x = w[i] * (double)S;
             double r = floor(x + 0.5);
-            if (!(fabs(x - r) <= 1e-6) || r < 1.0)
-                exact = 0;
+            if (!(fabs(x - r) <= 1e-6) || r < 1.0) exact = 0;
             W[i] = (uint64_t)r;
             sum += W[i];
         }
@@ -187,8 +171,7 @@ static void quantise_weights(const double *w, int n, uint64_t *W, uint64_t *peri
     while (sum < S) {
         int b = 0;
         for (int i = 1; i < n; i++)
-            if (rem[i] > rem[b])
-                b = i;
+            if (rem[i] > rem[b]) b = i;
         W[b]++;
         rem[b] = -2.0;
         sum++;
@@ -196,8 +179,7 @@ static void quantise_weights(const double *w, int n, uint64_t *W, uint64_t *peri
     while (sum > S) {
         int b = 0;
         for (int i = 1; i < n; i++)
-            if (W[i] > W[b])
-                b = i;
+            if (W[i] > W[b]) b = i;
         W[b]--;
         sum--;
     }
@@ -211,15 +193,13 @@ static void quantise_weights(const double *w, int n, uint64_t *W, uint64_t *peri
  * first (ties: lower index). Earliest-deadline-first meets every deadline
  * when any schedule can, and a quota schedule exists, so every prefix gets
  * floor or ceil of its share; this is verified below, never assumed. */
-static int build_schedule(tri_sampler *s, const uint64_t *W)
-{
+static int build_schedule(tri_sampler *s, const uint64_t *W) {
     int n = s->n_sources;
     uint64_t S = s->period;
     s->slot_source = malloc((size_t)S * sizeof *s->slot_source);
     s->slot_rank = malloc((size_t)S * sizeof *s->slot_rank);
     if (!s->slot_source || !s->slot_rank) {
-        tri_data_err("sampler", "out of memory for a blend period of %llu samples",
-                     (unsigned long long)S);
+        tri_data_err("sampler", "out of memory for a blend period of %llu samples", (unsigned long long)S);
         return -1;
     }
     uint64_t c[TRI_SAMPLER_MAX_DATASETS] = {0};
@@ -227,10 +207,8 @@ static int build_schedule(tri_sampler *s, const uint64_t *W)
         int best = -1;
         for (int i = 0; i < n; i++) {
             uint64_t m = c[i] + 1;
-            if ((m - 1) * S >= K * W[i])
-                continue; /* not released yet */
-            if (best < 0 || m * W[best] < (c[best] + 1) * W[i])
-                best = i;
+            if ((m - 1) * S >= K * W[i]) continue; /* not released yet */
+            if (best < 0 || m * W[best] < (c[best] + 1) * W[i]) best = i;
         }
         TRI_CHECK(best >= 0);
         s->slot_source[K - 1] = (uint16_t)best;
@@ -239,16 +217,14 @@ static int build_schedule(tri_sampler *s, const uint64_t *W)
         for (int i = 0; i < n; i++) /* |c_i - K W_i / S| < 1 */
             TRI_CHECK(c[i] * S + S > K * W[i] && c[i] * S < K * W[i] + S);
     }
-    for (int i = 0; i < n; i++)
-        TRI_CHECK(c[i] == W[i]);
+    for (int i = 0; i < n; i++) TRI_CHECK(c[i] == W[i]);
     return 0;
 }
 
 /* ---- init / free ----------------------------------------------------------- */
 
-int tri_sampler_init_split(tri_sampler *s, const char *spec, int seq_len, int vocab_size,
-                           uint64_t seed, double val_fraction, int part)
-{
+int tri_sampler_init_split(tri_sampler *s, const char *spec, int seq_len, int vocab_size, uint64_t seed,
+                           double val_fraction, int part) {
     TRI_CHECK(s != NULL);
     memset(s, 0, sizeof *s);
     if (!spec || !spec[0]) {
@@ -292,24 +268,22 @@ int tri_sampler_init_split(tri_sampler *s, const char *spec, int seq_len, int vo
     double w[TRI_SAMPLER_MAX_DATASETS], wsum = 0.0;
     for (int i = 0; i < n; i++) {
         tri_sampler_source *src = &s->src[i];
-        if (tri_dataset_open(&src->ds, e[i].path, vocab_size) != 0)
-            goto fail;
+        if (tri_dataset_open(&src->ds, e[i].path, vocab_size) != 0) goto fail;
         s->n_sources = i + 1; /* so that free closes it */
         size_t nt = src->ds.n_tokens;
         uint64_t nw = nt >= 1 ? (uint64_t)(nt - 1) / (uint64_t)seq_len : 0;
         if (nw == 0) {
-            tri_data_err(e[i].path, "%zu tokens hold no window of seq_len + 1 = %d tokens",
-                         nt, seq_len + 1);
+            tri_data_err(e[i].path, "%zu tokens hold no window of seq_len + 1 = %d tokens", nt, seq_len + 1);
             goto fail;
         }
         uint64_t n_val = 0;
         if (val_fraction > 0.0) {
             n_val = (uint64_t)llround((double)nw * val_fraction);
-            if (n_val < 1)
-                n_val = 1;
+            if (n_val < 1) n_val = 1;
             if (n_val >= nw) {
-                tri_data_err(e[i].path, "%llu windows of %d tokens cannot be split into a "
-                                        "train and a val part with fraction %g",
+                tri_data_err(e[i].path,
+                             "%llu windows of %d tokens cannot be split into a "
+                             "train and a val part with fraction %g",
                              (unsigned long long)nw, seq_len + 1, val_fraction);
                 goto fail;
             }
@@ -325,16 +299,14 @@ int tri_sampler_init_split(tri_sampler *s, const char *spec, int seq_len, int vo
         w[i] = e[i].weight > 0.0 ? e[i].weight : (double)src->n_windows;
         wsum += w[i];
     }
-    for (int i = 0; i < n; i++)
-        w[i] /= wsum;
+    for (int i = 0; i < n; i++) w[i] /= wsum;
     uint64_t W[TRI_SAMPLER_MAX_DATASETS];
     quantise_weights(w, n, W, &s->period);
     for (int i = 0; i < n; i++) {
         s->src[i].per_period = W[i];
         s->src[i].weight = (double)W[i] / (double)s->period;
     }
-    if (build_schedule(s, W) != 0)
-        goto fail;
+    if (build_schedule(s, W) != 0) goto fail;
     free(e);
     return 0;
 fail:
@@ -343,18 +315,13 @@ fail:
     return -1;
 }
 
-int tri_sampler_init(tri_sampler *s, const char *spec, int seq_len, int vocab_size,
-                     uint64_t seed)
-{
+int tri_sampler_init(tri_sampler *s, const char *spec, int seq_len, int vocab_size, uint64_t seed) {
     return tri_sampler_init_split(s, spec, seq_len, vocab_size, seed, 0.0, TRI_SPLIT_TRAIN);
 }
 
-void tri_sampler_free(tri_sampler *s)
-{
-    if (!s)
-        return;
-    for (int i = 0; i < s->n_sources; i++)
-        tri_dataset_close(&s->src[i].ds);
+void tri_sampler_free(tri_sampler *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_sources; i++) tri_dataset_close(&s->src[i].ds);
     free(s->src);
     free(s->slot_source);
     free(s->slot_rank);
@@ -363,35 +330,29 @@ void tri_sampler_free(tri_sampler *s)
 
 /* ---- sampling --------------------------------------------------------------- */
 
-void tri_sampler_locate(const tri_sampler *s, uint64_t k, int *source, uint64_t *window)
-{
+void tri_sampler_locate(const tri_sampler *s, uint64_t k, int *source, uint64_t *window) {
     TRI_CHECK(s != NULL && s->n_sources > 0);
     uint64_t q = k / s->period, p = k % s->period;
     int d = s->slot_source[p];
     const tri_sampler_source *src = &s->src[d];
     uint64_t i = q * src->per_period + s->slot_rank[p]; /* d's own sample counter */
     uint64_t epoch = i / src->n_windows, r = i % src->n_windows;
-    if (source)
-        *source = d;
-    if (window)
-        *window = src->first_window + permute(r, src->n_windows, epoch_key(s->seed, d, epoch));
+    if (source) *source = d;
+    if (window) *window = src->first_window + permute(r, src->n_windows, epoch_key(s->seed, d, epoch));
 }
 
 /* inputs/targets rows (seq_len,) of window w of source d; 0 or -1 (printed:
  * the file was truncated under the job). */
-static int read_window(const tri_sampler *s, int d, uint64_t w, int32_t *in, int32_t *tg)
-{
+static int read_window(const tri_sampler *s, int d, uint64_t w, int32_t *in, int32_t *tg) {
     const tri_dataset *ds = &s->src[d].ds;
     size_t T = (size_t)s->seq_len;
     size_t start = (size_t)w * T;
-    if (tri_dataset_read(ds, start, T, in) != 0)
-        return -1;
+    if (tri_dataset_read(ds, start, T, in) != 0) return -1;
     return tri_dataset_read(ds, start + 1, T, tg);
 }
 
 int tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_t count, int32_t *inputs,
-                             int32_t *targets)
-{
+                             int32_t *targets) {
     TRI_CHECK(s != NULL && s->n_sources > 0);
     TRI_CHECK(count == 0 || (inputs != NULL && targets != NULL));
     size_t T = (size_t)s->seq_len;
@@ -399,23 +360,18 @@ int tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_t
         int d;
         uint64_t w;
         tri_sampler_locate(s, first_sample + r, &d, &w);
-        if (read_window(s, d, w, inputs + r * T, targets + r * T) != 0)
-            return -1;
+        if (read_window(s, d, w, inputs + r * T, targets + r * T) != 0) return -1;
     }
     return 0;
 }
 
-int tri_sampler_fill(const tri_sampler *s, uint64_t step, size_t global_batch, size_t first,
-                     size_t count, int32_t *inputs, int32_t *targets)
-{
+int tri_sampler_fill(const tri_sampler *s, uint64_t step, size_t global_batch, size_t first, size_t count,
+                     int32_t *inputs, int32_t *targets) {
     TRI_CHECK(first <= global_batch && count <= global_batch - first);
-    return tri_sampler_fill_samples(s, step * (uint64_t)global_batch + (uint64_t)first, count, inputs,
-                                    targets);
+    return tri_sampler_fill_samples(s, step * (uint64_t)global_batch + (uint64_t)first, count, inputs, targets);
 }
 
-int tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batch,
-                          int32_t *inputs, int32_t *targets)
-{
+int tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batch, int32_t *inputs, int32_t *targets) {
     TRI_CHECK(s != NULL && s->n_sources > 0);
     TRI_CHECK(batch == 0 || (inputs != NULL && targets != NULL));
     size_t T = (size_t)s->seq_len;
@@ -428,14 +384,12 @@ int tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batch
             local -= s->src[d].n_windows;
             d++;
         }
-        if (read_window(s, d, s->src[d].first_window + local, inputs + r * T, targets + r * T) != 0)
-            return -1;
+        if (read_window(s, d, s->src[d].first_window + local, inputs + r * T, targets + r * T) != 0) return -1;
     }
     return 0;
 }
 
-size_t tri_sampler_eval_batches(const tri_sampler *s, size_t batch)
-{
+size_t tri_sampler_eval_batches(const tri_sampler *s, size_t batch) {
     TRI_CHECK(s != NULL && batch > 0);
     return (size_t)((s->total_windows + batch - 1) / batch);
 }

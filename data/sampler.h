@@ -38,7 +38,7 @@
 #include "data/dataset.h"
 
 #define TRI_SAMPLER_MAX_DATASETS 64
-#define TRI_SAMPLER_MAX_PERIOD ((uint64_t)1 << 18)
+#define TRI_SAMPLER_MAX_PERIOD   ((uint64_t)1 << 18)
 
 enum { TRI_SPLIT_TRAIN = 0, TRI_SPLIT_VAL = 1 };
 
@@ -52,27 +52,26 @@ typedef struct tri_sampler_source {
 
 typedef struct tri_sampler {
     int n_sources;
-    tri_sampler_source *src;  /* [n_sources]                                  */
+    tri_sampler_source *src; /* [n_sources]                                  */
     int seq_len;
     uint64_t seed;
-    uint64_t total_windows;   /* sum of n_windows (the eval pass length)      */
-    uint64_t period;          /* S                                            */
-    uint16_t *slot_source;    /* [period] dataset of sample k with k % S == p */
-    uint32_t *slot_rank;      /* [period] its samples of that dataset before p in the period */
+    uint64_t total_windows; /* sum of n_windows (the eval pass length)      */
+    uint64_t period;        /* S                                            */
+    uint16_t *slot_source;  /* [period] dataset of sample k with k % S == p */
+    uint32_t *slot_rank;    /* [period] its samples of that dataset before p in the period */
 } tri_sampler;
 
 /* Opens every file of `spec` (checking ids against vocab_size when > 0),
  * checks each holds at least one window of seq_len + 1 tokens, and builds
  * the blend schedule. Uses every window for training (no split).
  * Returns 0, or -1 after printing one line "trident: ..." (*s zeroed). */
-int tri_sampler_init(tri_sampler *s, const char *spec, int seq_len, int vocab_size,
-                     uint64_t seed);
+int tri_sampler_init(tri_sampler *s, const char *spec, int seq_len, int vocab_size, uint64_t seed);
 
 /* Same, serving one part of a train/val split: val_fraction in [0, 1)
  * (0: no split; then part must be TRI_SPLIT_TRAIN), part TRI_SPLIT_TRAIN or
  * TRI_SPLIT_VAL. Each dataset needs at least one window in each part. */
-int tri_sampler_init_split(tri_sampler *s, const char *spec, int seq_len, int vocab_size,
-                           uint64_t seed, double val_fraction, int part);
+int tri_sampler_init_split(tri_sampler *s, const char *spec, int seq_len, int vocab_size, uint64_t seed,
+                           double val_fraction, int part);
 
 /* Closes the files and zeroes *s. NULL-safe. */
 void tri_sampler_free(tri_sampler *s);
@@ -88,16 +87,16 @@ void tri_sampler_locate(const tri_sampler *s, uint64_t k, int *source, uint64_t 
  * Reentrant: ranks and threads may call it concurrently. Returns 0, or -1
  * after printing when a file was truncated under the job (tri_dataset_read);
  * the same for the two fill functions below. */
-int tri_sampler_fill(const tri_sampler *s, uint64_t step, size_t global_batch, size_t first,
-                     size_t count, int32_t *inputs, int32_t *targets);
+int tri_sampler_fill(const tri_sampler *s, uint64_t step, size_t global_batch, size_t first, size_t count,
+                     int32_t *inputs, int32_t *targets);
 
 /* Global samples [first_sample, first_sample + count), whatever steps they
  * fall in: the trainer counts samples consumed (as Megatron does), so a run
  * resumed with another global batch still continues the same sample stream.
  * tri_sampler_fill(step, G, first, count) is this with first_sample =
  * step * G + first. */
-int tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_t count,
-                             int32_t *inputs, int32_t *targets);
+int tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_t count, int32_t *inputs,
+                             int32_t *targets);
 
 /* Validation batches: sequences batch_index * batch + r (r < batch) of the
  * sequential list of all windows of the part (source 0's in order, then
@@ -105,8 +104,7 @@ int tri_sampler_fill_samples(const tri_sampler *s, uint64_t first_sample, size_t
  * that average a loss keep batch_index * batch + batch <= total_windows
  * (see tri_sampler_eval_batches): past it, windows count twice.
  * inputs, targets: (batch, seq_len), overwritten. */
-int tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batch,
-                          int32_t *inputs, int32_t *targets);
+int tri_sampler_fill_eval(const tri_sampler *s, size_t batch_index, size_t batch, int32_t *inputs, int32_t *targets);
 
 /* Batches of `batch` sequences that cover every window once: ceil(total/batch). */
 size_t tri_sampler_eval_batches(const tri_sampler *s, size_t batch);

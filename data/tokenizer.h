@@ -109,8 +109,7 @@ size_t tri_tokenizer_decode(const tri_tokenizer *tk, const int32_t *ids, size_t 
  * omp_get_max_threads(). A stop request (tri_stop_signal(), src/base/stop.h:
  * SIGTERM/SIGINT once a handler is installed) ends it between blocks of text
  * or merges. Returns 0, or -1 (message printed, *tk zeroed). */
-int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files, int vocab_size,
-                        int n_threads);
+int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files, int vocab_size, int n_threads);
 
 /* Builds *tk (overwritten) from n merges given as id pairs (pairs: (n, 2)).
  * Ids 0..255 are the bytes in GPT-2's base order; merge k joins the bytes
@@ -144,22 +143,22 @@ size_t tri_tokenizer_cut_before(const char *text, size_t len, size_t pos);
 
 /* A per-thread cache of encoded words, for repeated encode calls. */
 typedef struct tri_tokcache tri_tokcache;
-tri_tokcache *tri_tokcache_new(void);     /* NULL on allocation failure (printed) */
-void tri_tokcache_free(tri_tokcache *c);  /* NULL-safe */
+tri_tokcache *tri_tokcache_new(void);    /* NULL on allocation failure (printed) */
+void tri_tokcache_free(tri_tokcache *c); /* NULL-safe */
 
 /* Appends the ids of text to (*ids, *n, *cap), a malloc'd growable array
  * (start with NULL, 0, 0). cache may be NULL; one cache must not be used by
  * two threads at once. Returns 0, or -1 on allocation failure (printed). */
-int tri_tokenizer_encode_append(const tri_tokenizer *tk, tri_tokcache *cache, const char *text,
-                                size_t len, int32_t **ids, size_t *n, size_t *cap);
+int tri_tokenizer_encode_append(const tri_tokenizer *tk, tri_tokcache *cache, const char *text, size_t len,
+                                int32_t **ids, size_t *n, size_t *cap);
 
 /* Reading text files, plain or ".xz" (through `xz -dc`, no shell). */
 typedef struct tri_textfile {
     FILE *f;
-    int pid;          /* xz child process, or 0 */
+    int pid; /* xz child process, or 0 */
     char path[1024];
 } tri_textfile;
-int tri_textfile_open(tri_textfile *tf, const char *path);   /* 0 or -1 (printed) */
+int tri_textfile_open(tri_textfile *tf, const char *path); /* 0 or -1 (printed) */
 /* Reads up to n bytes; returns the count (0 at end of file) or SIZE_MAX on a
  * read error (printed). */
 size_t tri_textfile_read(tri_textfile *tf, void *buf, size_t n);
@@ -172,9 +171,9 @@ int tri_textfile_close(tri_textfile *tf);
  * point is found; the last block ends at the end of the file. */
 typedef struct tri_textblocks {
     tri_textfile tf;
-    char *buf;          /* (cap) */
-    size_t cap, len;    /* bytes held                                   */
-    size_t used;        /* bytes of buf handed out by the last call     */
+    char *buf;       /* (cap) */
+    size_t cap, len; /* bytes held                                   */
+    size_t used;     /* bytes of buf handed out by the last call     */
     size_t block;
     int by_line, eof;
     uint64_t bytes_done; /* bytes handed out so far                      */

@@ -11,9 +11,7 @@
 #include "data/dataset.h"
 #include "data/dataset_internal.h"
 
-int tri_tokwriter_open(tri_tokwriter **out, const char *out_prefix, const char *format,
-                       int vocab_size)
-{
+int tri_tokwriter_open(tri_tokwriter **out, const char *out_prefix, const char *format, int vocab_size) {
     TRI_CHECK(out != NULL);
     *out = NULL;
     const char *name = out_prefix && out_prefix[0] ? out_prefix : "(empty prefix)";
@@ -27,8 +25,7 @@ int tri_tokwriter_open(tri_tokwriter **out, const char *out_prefix, const char *
     } else if (format && strcmp(format, "megatron") == 0) {
         fmt = TRI_DATA_MEGATRON;
     } else {
-        tri_data_err(name, "unknown token-file format \"%s\" (expected llmc or megatron)",
-                     format ? format : "(null)");
+        tri_data_err(name, "unknown token-file format \"%s\" (expected llmc or megatron)", format ? format : "(null)");
         return -1;
     }
     if (vocab_size < 0) {
@@ -82,16 +79,14 @@ int tri_tokwriter_open(tri_tokwriter **out, const char *out_prefix, const char *
 
 /* Encodes tokens[0..n) (n <= TRI_TOKW_BUF) into w->buf; -1 on an id the
  * vocabulary or the dtype cannot hold. */
-static int encode(tri_tokwriter *w, const int32_t *tokens, size_t n, size_t first)
-{
+static int encode(tri_tokwriter *w, const int32_t *tokens, size_t n, size_t first) {
     int64_t limit = w->vocab_size > 0 ? w->vocab_size : tri_dtype_max(w->dtype) + 1;
-    if (limit > tri_dtype_max(w->dtype) + 1)
-        limit = tri_dtype_max(w->dtype) + 1;
+    if (limit > tri_dtype_max(w->dtype) + 1) limit = tri_dtype_max(w->dtype) + 1;
     for (size_t i = 0; i < n; i++) {
         int32_t t = tokens[i];
         if (t < 0 || (int64_t)t >= limit) {
-            tri_data_err(w->bin_path, "document %zu, token %zu: id %d is outside [0, %lld)",
-                         w->n_docs, first + i, (int)t, (long long)limit);
+            tri_data_err(w->bin_path, "document %zu, token %zu: id %d is outside [0, %lld)", w->n_docs, first + i,
+                         (int)t, (long long)limit);
             return -1;
         }
         if (w->token_bytes == 2) {
@@ -104,22 +99,23 @@ static int encode(tri_tokwriter *w, const int32_t *tokens, size_t n, size_t firs
     return 0;
 }
 
-int tri_tokwriter_add_doc(tri_tokwriter *w, const int32_t *tokens, size_t n)
-{
+int tri_tokwriter_add_doc(tri_tokwriter *w, const int32_t *tokens, size_t n) {
     TRI_CHECK(w != NULL && (tokens != NULL || n == 0));
-    if (w->failed)
-        return -1;
+    if (w->failed) return -1;
     if (w->format == TRI_DATA_LLMC && n > (size_t)INT32_MAX - w->n_tokens) {
-        tri_data_err(w->bin_path, "document %zu: more than %d tokens in total, the limit of "
-                                  "an llm.c token file (use the megatron format)",
+        tri_data_err(w->bin_path,
+                     "document %zu: more than %d tokens in total, the limit of "
+                     "an llm.c token file (use the megatron format)",
                      w->n_docs, INT32_MAX);
         w->failed = 1;
         return -1;
     }
     if (w->format == TRI_DATA_MEGATRON) {
         if (n > (size_t)INT32_MAX) {
-            tri_data_err(w->bin_path, "document %zu: %zu tokens, more than a Megatron "
-                                      "sequence can hold (%d)", w->n_docs, n, INT32_MAX);
+            tri_data_err(w->bin_path,
+                         "document %zu: %zu tokens, more than a Megatron "
+                         "sequence can hold (%d)",
+                         w->n_docs, n, INT32_MAX);
             w->failed = 1;
             return -1;
         }
@@ -148,16 +144,14 @@ int tri_tokwriter_add_doc(tri_tokwriter *w, const int32_t *tokens, size_t n)
             return -1;
         }
     }
-    if (w->format == TRI_DATA_MEGATRON)
-        w->lens[w->n_docs] = (int32_t)n;
+    if (w->format == TRI_DATA_MEGATRON) w->lens[w->n_docs] = (int32_t)n;
     w->n_tokens += n;
     w->n_docs++;
     return 0;
 }
 
 /* Flushes, fsyncs and closes w->bin; -1 after printing. */
-static int finish_bin(tri_tokwriter *w)
-{
+static int finish_bin(tri_tokwriter *w) {
     int ok = fflush(w->bin) == 0 && fsync(fileno(w->bin)) == 0;
     int saved = errno;
     if (fclose(w->bin) != 0 && ok) {
@@ -172,13 +166,10 @@ static int finish_bin(tri_tokwriter *w)
     return 0;
 }
 
-int tri_tokwriter_close(tri_tokwriter *w)
-{
-    if (!w)
-        return 0;
+int tri_tokwriter_close(tri_tokwriter *w) {
+    if (!w) return 0;
     int rc = w->failed ? -1 : 0;
-    if (rc == 0 && w->format == TRI_DATA_LLMC)
-        rc = tri_llmc_write_header(w);
+    if (rc == 0 && w->format == TRI_DATA_LLMC) rc = tri_llmc_write_header(w);
     if (w->bin) {
         if (rc == 0)
             rc = finish_bin(w);
@@ -186,23 +177,19 @@ int tri_tokwriter_close(tri_tokwriter *w)
             fclose(w->bin); /* discarding anyway */
         w->bin = NULL;
     }
-    if (rc == 0 && w->format == TRI_DATA_MEGATRON)
-        rc = tri_megatron_write_index(w);
+    if (rc == 0 && w->format == TRI_DATA_MEGATRON) rc = tri_megatron_write_index(w);
     if (rc == 0 && rename(w->bin_tmp, w->bin_path) != 0) {
-        tri_data_err(w->bin_path, "cannot rename %s into place: %s", w->bin_tmp,
-                     strerror(errno));
+        tri_data_err(w->bin_path, "cannot rename %s into place: %s", w->bin_tmp, strerror(errno));
         rc = -1;
     }
     if (rc == 0 && w->format == TRI_DATA_MEGATRON && rename(w->idx_tmp, w->idx_path) != 0) {
-        tri_data_err(w->idx_path, "cannot rename %s into place: %s", w->idx_tmp,
-                     strerror(errno));
+        tri_data_err(w->idx_path, "cannot rename %s into place: %s", w->idx_tmp, strerror(errno));
         unlink(w->bin_path); /* a .bin without its index would be half a dataset */
         rc = -1;
     }
     if (rc != 0) {
         unlink(w->bin_tmp);
-        if (w->format == TRI_DATA_MEGATRON)
-            unlink(w->idx_tmp);
+        if (w->format == TRI_DATA_MEGATRON) unlink(w->idx_tmp);
     }
     free(w->lens);
     free(w->buf);
@@ -210,10 +197,8 @@ int tri_tokwriter_close(tri_tokwriter *w)
     return rc;
 }
 
-void tri_tokwriter_abort(tri_tokwriter *w)
-{
-    if (!w)
-        return;
+void tri_tokwriter_abort(tri_tokwriter *w) {
+    if (!w) return;
     w->failed = 1; /* close then removes the temporary files instead of renaming */
     tri_tokwriter_close(w);
 }

@@ -8,8 +8,7 @@
 #include "src/base/err.h"
 #include "src/base/size.h"
 
-size_t tri_dtype_size(tri_dtype t)
-{
+size_t tri_dtype_size(tri_dtype t) {
     switch (t) {
     case TRI_F32: return 4;
     case TRI_F64: return 8;
@@ -21,8 +20,7 @@ size_t tri_dtype_size(tri_dtype t)
     TRI_FAIL("unknown dtype %d", (int)t);
 }
 
-const char *tri_dtype_str(tri_dtype t)
-{
+const char *tri_dtype_str(tri_dtype t) {
     switch (t) {
     case TRI_F32: return "f32";
     case TRI_F64: return "f64";
@@ -34,18 +32,15 @@ const char *tri_dtype_str(tri_dtype t)
     return "?";
 }
 
-const char *tri_mem_kind_name(tri_mem_kind k)
-{
+const char *tri_mem_kind_name(tri_mem_kind k) {
     static const char *names[TRI_MEM_KINDS] = {"params", "grads", "optim", "saved", "workspace", "other"};
     return k >= 0 && k < TRI_MEM_KINDS ? names[k] : "?";
 }
 
-int tri_ctx_init(tri_ctx *c, const char *device, int threads)
-{
+int tri_ctx_init(tri_ctx *c, const char *device, int threads) {
     memset(c, 0, sizeof *c);
     c->ops = tri_ops_get(device ? device : "cpu");
-    if (!c->ops)
-        return -1;
+    if (!c->ops) return -1;
     if (c->ops->init(c, threads) != 0) {
         memset(c, 0, sizeof *c);
         return -1;
@@ -53,70 +48,56 @@ int tri_ctx_init(tri_ctx *c, const char *device, int threads)
     return 0;
 }
 
-void tri_ctx_free(tri_ctx *c)
-{
-    if (!c)
-        return;
-    if (c->ops && c->ops->shutdown)
-        c->ops->shutdown(c);
+void tri_ctx_free(tri_ctx *c) {
+    if (!c) return;
+    if (c->ops && c->ops->shutdown) c->ops->shutdown(c);
     memset(c, 0, sizeof *c);
 }
 
-void *tri_ctx_alloc(tri_ctx *c, size_t bytes, tri_mem_kind kind, const char *what)
-{
+void *tri_ctx_alloc(tri_ctx *c, size_t bytes, tri_mem_kind kind, const char *what) {
     TRI_CHECK(kind >= 0 && kind < TRI_MEM_KINDS);
     void *p = c->ops->alloc(c, bytes);
     if (!p) {
         char h[32];
-        tri_error("out of memory: %s needs %s (%zu bytes) of %s memory", what, tri_size_human(h, sizeof h, (double)bytes),
-                  bytes, c->ops->name);
+        tri_error("out of memory: %s needs %s (%zu bytes) of %s memory", what,
+                  tri_size_human(h, sizeof h, (double)bytes), bytes, c->ops->name);
         return NULL;
     }
     c->mem.bytes[kind] += bytes;
-    if (c->mem.bytes[kind] > c->mem.peak[kind])
-        c->mem.peak[kind] = c->mem.bytes[kind];
+    if (c->mem.bytes[kind] > c->mem.peak[kind]) c->mem.peak[kind] = c->mem.bytes[kind];
     return p;
 }
 
-void tri_ctx_release(tri_ctx *c, void *p, size_t bytes, tri_mem_kind kind)
-{
-    if (!p)
-        return;
+void tri_ctx_release(tri_ctx *c, void *p, size_t bytes, tri_mem_kind kind) {
+    if (!p) return;
     TRI_CHECK(kind >= 0 && kind < TRI_MEM_KINDS && c->mem.bytes[kind] >= bytes);
     c->mem.bytes[kind] -= bytes;
     c->ops->free(c, p, bytes);
 }
 
-void tri_ctx_saved_use(tri_ctx *c, size_t bytes, int acquire)
-{
+void tri_ctx_saved_use(tri_ctx *c, size_t bytes, int acquire) {
     if (acquire) {
         c->mem.saved_in_use += bytes;
-        if (c->mem.saved_in_use > c->mem.saved_in_use_peak)
-            c->mem.saved_in_use_peak = c->mem.saved_in_use;
+        if (c->mem.saved_in_use > c->mem.saved_in_use_peak) c->mem.saved_in_use_peak = c->mem.saved_in_use;
     } else {
         TRI_CHECK(c->mem.saved_in_use >= bytes);
         c->mem.saved_in_use -= bytes;
     }
 }
 
-void tri_ctx_to_device(tri_ctx *c, void *dst, const void *host_src, size_t bytes)
-{
+void tri_ctx_to_device(tri_ctx *c, void *dst, const void *host_src, size_t bytes) {
     c->ops->to_device(c, dst, host_src, bytes);
 }
 
-void tri_ctx_to_host(tri_ctx *c, void *host_dst, const void *src, size_t bytes)
-{
+void tri_ctx_to_host(tri_ctx *c, void *host_dst, const void *src, size_t bytes) {
     c->ops->to_host(c, host_dst, src, bytes);
 }
 
-void tri_ctx_host_window(tri_ctx *c, int open)
-{
-    if (c && c->ops && c->ops->host_window)
-        c->ops->host_window(c, open);
+void tri_ctx_host_window(tri_ctx *c, int open) {
+    if (c && c->ops && c->ops->host_window) c->ops->host_window(c, open);
 }
 
-void tri_mem_json(const tri_mem_stats *m, char *buf, size_t n)
-{
+void tri_mem_json(const tri_mem_stats *m, char *buf, size_t n) {
     snprintf(buf, n,
              "{\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"saved_act_peak\": %zu, \"saved_act_alloc\": %zu, "
              "\"workspace\": %zu}",
@@ -124,8 +105,7 @@ void tri_mem_json(const tri_mem_stats *m, char *buf, size_t n)
              m->peak[TRI_MEM_SAVED], m->peak[TRI_MEM_WORKSPACE]);
 }
 
-void tri_mem_line(const tri_mem_stats *m, char *buf, size_t n)
-{
+void tri_mem_line(const tri_mem_stats *m, char *buf, size_t n) {
     char a[24], b[24], c[24], d[24], e[24];
     snprintf(buf, n, "params %s, grads %s, optimizer %s, saved activations %s (slots allocated up front), workspace %s",
              tri_size_human(a, sizeof a, (double)m->peak[TRI_MEM_PARAMS]),

@@ -47,13 +47,13 @@ typedef struct tri_mem_stats {
 
 typedef struct tri_ctx {
     const struct tri_ops *ops;
-    void *stream;            /* backend stream (cudaStream_t); NULL on the CPU    */
-    void *blas;              /* GEMM library handle (cublasLtHandle_t); NULL on the CPU */
-    void *backend;           /* the backend's own state; NULL on the CPU          */
-    tri_dtype act_dtype;     /* activations and activation gradients              */
-    tri_dtype param_dtype;   /* parameters as the ops read them                   */
-    tri_dtype grad_dtype;    /* gradient accumulation                             */
-    tri_dtype master_dtype;  /* optimizer master weights and moments              */
+    void *stream;           /* backend stream (cudaStream_t); NULL on the CPU    */
+    void *blas;             /* GEMM library handle (cublasLtHandle_t); NULL on the CPU */
+    void *backend;          /* the backend's own state; NULL on the CPU          */
+    tri_dtype act_dtype;    /* activations and activation gradients              */
+    tri_dtype param_dtype;  /* parameters as the ops read them                   */
+    tri_dtype grad_dtype;   /* gradient accumulation                             */
+    tri_dtype master_dtype; /* optimizer master weights and moments              */
     tri_mem_stats mem;
 } tri_ctx;
 

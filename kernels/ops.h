@@ -39,7 +39,7 @@ typedef struct tri_ops {
     void (*shutdown)(tri_ctx *c); /* may be NULL */
 
     /* ---- memory ---- */
-    void *(*alloc)(tri_ctx *c, size_t bytes);  /* zero-filled, 64-byte aligned; NULL on failure */
+    void *(*alloc)(tri_ctx *c, size_t bytes);        /* zero-filled, 64-byte aligned; NULL on failure */
     void (*free)(tri_ctx *c, void *p, size_t bytes); /* NULL-safe */
     void (*copy)(tri_ctx *c, void *dst, const void *src, size_t bytes); /* backend to backend */
     void (*to_device)(tri_ctx *c, void *dst, const void *host_src, size_t bytes);
@@ -53,23 +53,21 @@ typedef struct tri_ops {
     /* ---- linear layer ----
      * out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC)     [overwrite]
      * bias may be NULL. */
-    void (*matmul_fwd)(tri_ctx *c, void *out, const void *inp, const void *weight,
-                       const void *bias, size_t N, size_t C, size_t OC);
+    void (*matmul_fwd)(tri_ctx *c, void *out, const void *inp, const void *weight, const void *bias, size_t N, size_t C,
+                       size_t OC);
     /* dinp (N, C)     = dout @ weight               [overwrite; dinp may be NULL]
      * dweight (OC, C) += dout^T @ inp               [accumulate; may be NULL]
      * dbias (OC)      += column sums of dout        [accumulate; may be NULL] */
-    void (*matmul_bwd)(tri_ctx *c, void *dinp, float *dweight, float *dbias,
-                       const void *dout, const void *inp, const void *weight,
-                       size_t N, size_t C, size_t OC);
+    void (*matmul_bwd)(tri_ctx *c, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
+                       const void *weight, size_t N, size_t C, size_t OC);
 
     /* ---- layernorm over the last dim, eps = 1e-5 ----
      * out (N, C) = (inp - mean) * rstd * w + b; mean, rstd (N) saved for backward. */
-    void (*layernorm_fwd)(tri_ctx *c, void *out, float *mean, float *rstd, const void *inp,
-                          const void *w, const void *b, size_t N, size_t C);
+    void (*layernorm_fwd)(tri_ctx *c, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                          const void *b, size_t N, size_t C);
     /* dinp += ..., dw += ..., db += ...                          [all accumulate] */
-    void (*layernorm_bwd)(tri_ctx *c, void *dinp, float *dw, float *db, const void *dout,
-                          const void *inp, const void *w, const float *mean,
-                          const float *rstd, size_t N, size_t C);
+    void (*layernorm_bwd)(tri_ctx *c, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                          const void *w, const float *mean, const float *rstd, size_t N, size_t C);
 
     /* ---- causal multi-head self-attention ----
      * qkv (B, T, 3, NH, HS): per position all heads' q, then k, then v.
@@ -78,14 +76,12 @@ typedef struct tri_ops {
      * NH, HS) fp32 values [overwrite]: the backend's business (the CPU keeps
      * the softmax probabilities; a flash-style backend keeps one log-sum-exp
      * per row). Scale 1/sqrt(HS). */
-    void (*attention_fwd)(tri_ctx *c, void *out, float *state, const void *qkv,
-                          size_t B, size_t T, int NH, int HS);
+    void (*attention_fwd)(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS);
     /* dqkv (B, T, 3, NH, HS)                                     [overwrite]
      * out and state as the forward left them for this qkv;
      * scratch: at least attention_scratch_floats(B, T, NH, HS) floats. */
-    void (*attention_bwd)(tri_ctx *c, void *dqkv, float *scratch, const void *dout,
-                          const void *qkv, const void *out, const float *state,
-                          size_t B, size_t T, int NH, int HS);
+    void (*attention_bwd)(tri_ctx *c, void *dqkv, float *scratch, const void *dout, const void *qkv, const void *out,
+                          const float *state, size_t B, size_t T, int NH, int HS);
     size_t (*attention_saved_floats)(size_t B, size_t T, int NH, int HS);
     size_t (*attention_scratch_floats)(size_t B, size_t T, int NH, int HS);
 
@@ -99,8 +95,7 @@ typedef struct tri_ops {
      * after the tensor-parallel reduction) ----
      * out (N, C) = res (N, C) + x (N, C) + bias (C)               [overwrite; bias may be NULL;
      *                                                              out may alias res or x] */
-    void (*residual_fwd)(tri_ctx *c, void *out, const void *res, const void *x,
-                         const void *bias, size_t N, size_t C);
+    void (*residual_fwd)(tri_ctx *c, void *out, const void *res, const void *x, const void *bias, size_t N, size_t C);
     /* dbias (C) += column sums of dout (N, C)                    [accumulate] */
     void (*bias_bwd)(tri_ctx *c, float *dbias, const void *dout, size_t N, size_t C);
 
@@ -110,14 +105,12 @@ typedef struct tri_ops {
      * out (B*T, C) = (id in range ? wte[id - vstart] : 0) + (wpe ? wpe[t] : 0)   [overwrite]
      * wpe (T_max, C) may be NULL (only one tensor-parallel rank adds it, so that
      * the sum over ranks holds it once). */
-    void (*embedding_fwd)(tri_ctx *c, void *out, const int32_t *ids, const void *wte,
-                          const void *wpe, size_t B, size_t T, size_t C,
-                          size_t vstart, size_t Vl);
+    void (*embedding_fwd)(tri_ctx *c, void *out, const int32_t *ids, const void *wte, const void *wpe, size_t B,
+                          size_t T, size_t C, size_t vstart, size_t Vl);
     /* dwte rows of in-range ids += dout rows; dwpe[t] += sum over b of dout  [accumulate]
      * dwpe may be NULL. Deterministic (no float atomics). */
-    void (*embedding_bwd)(tri_ctx *c, float *dwte, float *dwpe, const void *dout,
-                          const int32_t *ids, size_t B, size_t T, size_t C,
-                          size_t vstart, size_t Vl);
+    void (*embedding_bwd)(tri_ctx *c, float *dwte, float *dwpe, const void *dout, const int32_t *ids, size_t B,
+                          size_t T, size_t C, size_t vstart, size_t Vl);
 
     /* ---- vocab-parallel softmax cross-entropy, in three steps ----
      * logits (N, Vl): this rank's slice of the vocabulary, columns [vstart, vstart+Vl).
@@ -132,19 +125,18 @@ typedef struct tri_ops {
      * 3. crossentropy_bwd, per row: losses[n] = log S + M - target   [overwrite; may be NULL]
      *   and, if dlogits is non-NULL, dlogits (N, Vl) = (softmax - onehot) * dscale  [overwrite;
      *   may alias logits]; padded columns get 0. */
-    void (*crossentropy_stats)(tri_ctx *c, float *stats, const void *logits, const int32_t *targets,
-                               size_t N, size_t Vl, size_t vstart, size_t V);
+    void (*crossentropy_stats)(tri_ctx *c, float *stats, const void *logits, const int32_t *targets, size_t N,
+                               size_t Vl, size_t vstart, size_t V);
     void (*crossentropy_combine)(tri_ctx *c, float *stats, const float *gather, size_t N, int R);
-    void (*crossentropy_bwd)(tri_ctx *c, float *losses, void *dlogits, const void *logits,
-                             const float *stats, const int32_t *targets, float dscale,
-                             size_t N, size_t Vl, size_t vstart, size_t V);
+    void (*crossentropy_bwd)(tri_ctx *c, float *losses, void *dlogits, const void *logits, const float *stats,
+                             const int32_t *targets, float dscale, size_t N, size_t Vl, size_t vstart, size_t V);
 
     /* ---- AdamW on a contiguous span ----
      * param, m, v (n) updated in place; grad (n) read. t is the 1-based step
      * used for bias correction; wd is the decoupled weight decay for this span
      * (0 for spans that take none): param -= lr * (mhat / (sqrt(vhat) + eps) + wd * param). */
-    void (*adamw)(tri_ctx *c, float *param, float *m, float *v, const float *grad, size_t n,
-                  float lr, float beta1, float beta2, float eps, float wd, int t);
+    void (*adamw)(tri_ctx *c, float *param, float *m, float *v, const float *grad, size_t n, float lr, float beta1,
+                  float beta2, float eps, float wd, int t);
 
     /* ---- reductions and elementwise helpers on fp32 tensors ----
      * sum and sum of squares, in double, returned to the host.           */

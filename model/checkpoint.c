@@ -176,8 +176,8 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
     return rc;
 }
 
-int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key, int resume, tri_dist *d,
-                        char *dir, size_t n, int verbose) {
+int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key, int resume, tri_dist *d, char *dir,
+                        size_t n, int verbose) {
     char found[TRI_CKPT_PATH_MAX] = "";
     int failed = 0;
     memset(store, 0, sizeof *store);
@@ -258,7 +258,8 @@ fail:
     if (is_root) {
         tri_ckpt_abort(store, tmp); /* every rank is past its writes: agreed above */
         tri_error("checkpoint of step %ld not saved (its temporary directory is removed); the checkpoints saved "
-                  "before are intact", step);
+                  "before are intact",
+                  step);
     }
     tri_st_layout_free(&Lm);
     tri_st_layout_free(&Lo);
@@ -280,7 +281,10 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_opt
             snprintf(name, sizeof name, "%s%s", prefix, p->name);
             int nd = hf_shape(p, shape);
             int e = tri_st_expect(&f, name, nd, shape);
-            if (e < 0) { rc = -1; break; }
+            if (e < 0) {
+                rc = -1;
+                break;
+            }
             memset(host, 0, p->numel * sizeof(float)); /* padded vocab rows stay 0 */
             tri_st_piece pc[MAX_PIECES];
             int np = pieces_of(g, p, host, pc);
@@ -336,8 +340,11 @@ int tri_hf_config_parse(const char *json, const char *name, tri_model_cfg *cfg) 
         tri_error("%s: not valid JSON", name);
         return -1;
     }
-    struct { const char *key; int *dst; } keys[] = {
-        {"n_embd", &cfg->n_embd}, {"n_head", &cfg->n_head}, {"n_layer", &cfg->n_layer},
+    struct {
+        const char *key;
+        int *dst;
+    } keys[] = {
+        {"n_embd", &cfg->n_embd},       {"n_head", &cfg->n_head},         {"n_layer", &cfg->n_layer},
         {"n_positions", &cfg->seq_len}, {"vocab_size", &cfg->vocab_size},
     };
     int rc = 0;
@@ -347,10 +354,11 @@ int tri_hf_config_parse(const char *json, const char *name, tri_model_cfg *cfg) 
         double x = cJSON_IsNumber(v) ? v->valuedouble : 0;
         if (!cJSON_IsNumber(v) || !(x >= 1 && x <= INT_MAX) || x != floor(x)) {
             char got[64];
-            if (cJSON_IsNumber(v)) snprintf(got, sizeof got, "%.17g", x);
-            else snprintf(got, sizeof got, "%s", v ? "not a number" : "missing");
-            tri_error("%s: %s: expected a positive integer below 2^31, got %s", name,
-                    keys[i].key, got);
+            if (cJSON_IsNumber(v))
+                snprintf(got, sizeof got, "%.17g", x);
+            else
+                snprintf(got, sizeof got, "%s", v ? "not a number" : "missing");
+            tri_error("%s: %s: expected a positive integer below 2^31, got %s", name, keys[i].key, got);
             rc = -1;
             break;
         }

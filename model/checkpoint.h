@@ -31,8 +31,8 @@
  * ("" for a fresh start), or -1 on every rank (rank 0 printed why). Rank 0
  * says what it chose when `verbose`. Rank 0's *store stays open (holding the
  * lock) until tri_ckpt_store_close; the other ranks' stays closed. */
-int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key, int resume, tri_dist *d,
-                        char *dir, size_t n, int verbose);
+int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key, int resume, tri_dist *d, char *dir,
+                        size_t n, int verbose);
 
 /* Collective over the world. Writes step_<step> into the store (open on world
  * rank 0, see above) through a temporary directory and the crash-safe commit

@@ -47,7 +47,7 @@
 
 #define TRI_CKPT_PATH_MAX 4096
 #define TRI_CKPT_MANIFEST "manifest.json"
-#define TRI_CKPT_LOCK ".lock"
+#define TRI_CKPT_LOCK     ".lock"
 
 /* A store opened for writing. A zeroed struct is a closed store. */
 typedef struct tri_ckpt_store {
@@ -131,9 +131,9 @@ long tri_ckpt_count(const char *root, char *newest, size_t n);
 
 /* The checkpoint to resume from in root (see the top), verified. */
 typedef struct tri_ckpt_found {
-    char dir[TRI_CKPT_PATH_MAX]; /* the step dir; "" when root holds no checkpoint */
-    long step;                   /* its step; -1 when none */
-    int verified;                /* 1: complete and verified; 0: without a manifest, named by latest */
+    char dir[TRI_CKPT_PATH_MAX];        /* the step dir; "" when root holds no checkpoint */
+    long step;                          /* its step; -1 when none */
+    int verified;                       /* 1: complete and verified; 0: without a manifest, named by latest */
     char note[TRI_CKPT_PATH_MAX + 256]; /* "" or one line for the user (latest stale or ignored) */
 } tri_ckpt_found;
 

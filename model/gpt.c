@@ -23,8 +23,8 @@ size_t tri_padded_vocab(int vocab_size, int tp) {
 size_t tri_param_global_dim(const tri_param *p, int tp_rank, int tp, size_t i) {
     if (p->split == TRI_SPLIT_NONE) return i;
     size_t global = p->split == TRI_SPLIT_ROWS ? p->rows : p->cols;
-    size_t seg_global = global / (size_t)p->segments;      /* e.g. C for q|k|v */
-    size_t seg_local = seg_global / (size_t)tp;            /* this rank's share of one segment */
+    size_t seg_global = global / (size_t)p->segments; /* e.g. C for q|k|v */
+    size_t seg_local = seg_global / (size_t)tp;       /* this rank's share of one segment */
     return (i / seg_local) * seg_global + (size_t)tp_rank * seg_local + i % seg_local;
 }
 
@@ -121,7 +121,8 @@ static void build_table(const tri_gpt *g, const tri_chunk *ch, ptable *t) {
     if (ch->has_embedding)
         padd(t, TRI_P_WPE, -1, "transformer.wpe.weight", T, C, TRI_SPLIT_NONE, 1, tp, 0, std, 0, 0, 1);
     if (ch->has_embedding || ch->has_head) {
-        tri_param *p = padd(t, TRI_P_WTE, -1, "transformer.wte.weight", g->Vp, C, TRI_SPLIT_ROWS, 1, tp, 0, std, 0, 0, 0);
+        tri_param *p =
+            padd(t, TRI_P_WTE, -1, "transformer.wte.weight", g->Vp, C, TRI_SPLIT_ROWS, 1, tp, 0, std, 0, 0, 0);
         p->hf_rows_saved = (size_t)g->cfg.vocab_size;
     }
 }
@@ -132,8 +133,10 @@ static int local_layer(const tri_chunk *ch, int l) {
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
         if (ch->layers[mid] == l) return mid;
-        if (ch->layers[mid] < l) lo = mid + 1;
-        else hi = mid - 1;
+        if (ch->layers[mid] < l)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     TRI_FAIL("layer %d is not in the chunk", l);
 }
@@ -177,11 +180,10 @@ int tri_gpt_check_layout(const tri_model_cfg *cfg, int tp, int pp) {
     return 0;
 }
 
-int tri_chunks_even(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, tri_chunk_spec *specs,
-                    int *layers_buf) {
+int tri_chunks_even(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, tri_chunk_spec *specs, int *layers_buf) {
     if (cfg->n_layer % (pp * vpp) != 0)
-        return tri_error("model.n_layer (%d) is not divisible by parallel.pp (%d) x virtual chunks (%d)",
-                         cfg->n_layer, pp, vpp);
+        return tri_error("model.n_layer (%d) is not divisible by parallel.pp (%d) x virtual chunks (%d)", cfg->n_layer,
+                         pp, vpp);
     int per = cfg->n_layer / (pp * vpp);
     for (int c = 0; c < vpp; c++) {
         int first = (c * pp + pp_rank) * per;
@@ -289,8 +291,7 @@ fail:
     return -1;
 }
 
-int tri_gpt_init_single(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *tp_comm, int tp,
-                        int tp_rank) {
+int tri_gpt_init_single(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *tp_comm, int tp, int tp_rank) {
     tri_chunk_spec sp;
     int *layers;
     memset(g, 0, sizeof *g);
@@ -337,13 +338,14 @@ int tri_gpt_init_params(tri_gpt *g, uint64_t seed) {
             } else {
                 uint64_t key = tri_init_key(seed, p->name);
                 size_t real_rows = p->kind == TRI_P_WTE ? p->hf_rows_saved : p->rows;
-                #pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static)
                 for (size_t r = 0; r < p->lrows; r++) {
                     size_t gr = p->split == TRI_SPLIT_ROWS ? tri_param_global_dim(p, g->tp_rank, g->tp, r) : r;
                     for (size_t c = 0; c < p->lcols; c++) {
                         size_t gc = p->split == TRI_SPLIT_COLS ? tri_param_global_dim(p, g->tp_rank, g->tp, c) : c;
                         float v = 0.0f;
-                        if (gr < real_rows) v = p->init_std * (float)tri_init_normal(key, (uint64_t)(gr * p->cols + gc));
+                        if (gr < real_rows)
+                            v = p->init_std * (float)tri_init_normal(key, (uint64_t)(gr * p->cols + gc));
                         x[r * p->lcols + c] = v;
                     }
                 }

@@ -36,10 +36,22 @@
 size_t tri_padded_vocab(int vocab_size, int tp);
 
 typedef enum {
-    TRI_P_WTE, TRI_P_WPE,
-    TRI_P_LN1W, TRI_P_LN1B, TRI_P_QKVW, TRI_P_QKVB, TRI_P_ATTPROJW, TRI_P_ATTPROJB,
-    TRI_P_LN2W, TRI_P_LN2B, TRI_P_FCW, TRI_P_FCB, TRI_P_FCPROJW, TRI_P_FCPROJB,
-    TRI_P_LNFW, TRI_P_LNFB,
+    TRI_P_WTE,
+    TRI_P_WPE,
+    TRI_P_LN1W,
+    TRI_P_LN1B,
+    TRI_P_QKVW,
+    TRI_P_QKVB,
+    TRI_P_ATTPROJW,
+    TRI_P_ATTPROJB,
+    TRI_P_LN2W,
+    TRI_P_LN2B,
+    TRI_P_FCW,
+    TRI_P_FCB,
+    TRI_P_FCPROJW,
+    TRI_P_FCPROJB,
+    TRI_P_LNFW,
+    TRI_P_LNFB,
     TRI_P_KIND_COUNT
 } tri_param_kind;
 
@@ -47,24 +59,24 @@ typedef enum {
 typedef enum { TRI_SPLIT_NONE = 0, TRI_SPLIT_ROWS, TRI_SPLIT_COLS } tri_split;
 
 typedef struct tri_param {
-    char name[64];        /* Hugging Face name, e.g. "transformer.h.3.attn.c_attn.weight" */
+    char name[64]; /* Hugging Face name, e.g. "transformer.h.3.attn.c_attn.weight" */
     tri_param_kind kind;
-    int layer;            /* global block index, -1 outside the blocks            */
+    int layer; /* global block index, -1 outside the blocks            */
     /* Internal layout: linear weights (out, in); 1-D tensors are (1, n).        */
-    size_t rows, cols;    /* global shape                                         */
-    size_t lrows, lcols;  /* this rank's slice                                    */
-    tri_split split;      /* which dim TP splits                                  */
-    int segments;         /* 3 for QKV (q|k|v are split separately), else 1       */
-    size_t offset;        /* of the slice in the chunk's flat buffers, in elements */
-    size_t numel;         /* lrows * lcols                                        */
-    tri_dtype dtype;      /* of the parameter in param_mem (its gradient: fp32)   */
+    size_t rows, cols;   /* global shape                                         */
+    size_t lrows, lcols; /* this rank's slice                                    */
+    tri_split split;     /* which dim TP splits                                  */
+    int segments;        /* 3 for QKV (q|k|v are split separately), else 1       */
+    size_t offset;       /* of the slice in the chunk's flat buffers, in elements */
+    size_t numel;        /* lrows * lcols                                        */
+    tri_dtype dtype;     /* of the parameter in param_mem (its gradient: fp32)   */
     /* Hugging Face layout: linear weights are Conv1D, stored (in, out).          */
     int hf_transposed;
     size_t hf_rows_saved; /* wte: only the real vocabulary rows are saved; else rows */
     float init_std;       /* normal(0, std); 0 means constant init_value          */
     float init_value;
-    int decay;            /* takes weight decay                                   */
-    int replicated;       /* identical on every TP rank (counted once in norms)   */
+    int decay;      /* takes weight decay                                   */
+    int replicated; /* identical on every TP rank (counted once in norms)   */
 } tri_param;
 
 /* Global index along the split dim of local index i (rows or cols) of p. */
@@ -72,41 +84,41 @@ size_t tri_param_global_dim(const tri_param *p, int tp_rank, int tp, size_t i);
 
 /* Pointers to one layer's tensors (parameters: param dtype; gradients: fp32). */
 typedef struct tri_layer_w {
-    void *ln1w, *ln1b;          /* (C) (C)                        */
-    void *qkvw, *qkvb;          /* (3*Cl, C) (3*Cl), q|k|v rows   */
-    void *attprojw, *attprojb;  /* (C, Cl) (C)                    */
-    void *ln2w, *ln2b;          /* (C) (C)                        */
-    void *fcw, *fcb;            /* (Fl, C) (Fl)                   */
-    void *fcprojw, *fcprojb;    /* (C, Fl) (C)                    */
+    void *ln1w, *ln1b;         /* (C) (C)                        */
+    void *qkvw, *qkvb;         /* (3*Cl, C) (3*Cl), q|k|v rows   */
+    void *attprojw, *attprojb; /* (C, Cl) (C)                    */
+    void *ln2w, *ln2b;         /* (C) (C)                        */
+    void *fcw, *fcb;           /* (Fl, C) (Fl)                   */
+    void *fcprojw, *fcprojb;   /* (C, Fl) (C)                    */
 } tri_layer_w;
 
 typedef struct tri_weights {
-    void *wte;                  /* (Vl, C): padded-vocab rows [vstart, vstart+Vl) */
-    void *wpe;                  /* (T, C)                         */
-    void *lnfw, *lnfb;          /* (C) (C)                        */
-    tri_layer_w *layers;        /* [n_layers] of the chunk        */
+    void *wte;           /* (Vl, C): padded-vocab rows [vstart, vstart+Vl) */
+    void *wpe;           /* (T, C)                         */
+    void *lnfw, *lnfb;   /* (C) (C)                        */
+    tri_layer_w *layers; /* [n_layers] of the chunk        */
 } tri_weights;
 
 /* Which layers and ends a chunk holds. */
 typedef struct tri_chunk_spec {
     int n_layers;
-    const int *layers;          /* [n_layers] global indices, ascending */
+    const int *layers; /* [n_layers] global indices, ascending */
     int has_embedding, has_head;
 } tri_chunk_spec;
 
 typedef struct tri_chunk {
     int n_layers;
-    int *layers;                /* [n_layers] global block indices, ascending */
-    int has_embedding;          /* token + position embedding      */
-    int has_head;               /* final LayerNorm, LM head, loss  */
-    tri_param *params;          /* [n_params], in buffer order     */
+    int *layers;       /* [n_layers] global block indices, ascending */
+    int has_embedding; /* token + position embedding      */
+    int has_head;      /* final LayerNorm, LM head, loss  */
+    tri_param *params; /* [n_params], in buffer order     */
     int n_params;
-    int *layer_last_param;      /* [n_layers]: index of each layer's last tensor in buffer order */
-    size_t n_elems;             /* length of the flat buffers, in elements */
+    int *layer_last_param; /* [n_layers]: index of each layer's last tensor in buffer order */
+    size_t n_elems;        /* length of the flat buffers, in elements */
     tri_dtype param_dtype, grad_dtype;
-    void *param_mem;            /* (n_elems) of param_dtype, backend memory */
-    float *grad_mem;            /* (n_elems) fp32, backend memory  */
-    tri_weights w, g;           /* views into param_mem, grad_mem  */
+    void *param_mem;  /* (n_elems) of param_dtype, backend memory */
+    float *grad_mem;  /* (n_elems) fp32, backend memory  */
+    tri_weights w, g; /* views into param_mem, grad_mem  */
     /* Optional: called during backward each time a prefix of the gradient
      * buffer is final, with its length in elements (grad_mem[0, n) will not be
      * written again in this backward). Data-parallel buckets start their
@@ -117,15 +129,15 @@ typedef struct tri_chunk {
 
 typedef struct tri_gpt {
     tri_model_cfg cfg;
-    tri_ctx *ctx;                /* not owned; NULL for a description */
-    tri_comm *tp_comm;           /* not owned                      */
+    tri_ctx *ctx;      /* not owned; NULL for a description */
+    tri_comm *tp_comm; /* not owned                      */
     int tp, tp_rank;
     /* sizes */
-    size_t C, Cl;                /* channels; channels per TP rank (heads/tp * HS) */
-    size_t F, Fl;                /* MLP width 4C; per TP rank      */
-    size_t Vp, Vl, vstart;       /* padded vocab; this rank's slice */
-    int NH, NHl, HS;             /* heads; heads per TP rank; head size */
-    tri_chunk *chunks;           /* [n_chunks], in the order given */
+    size_t C, Cl;          /* channels; channels per TP rank (heads/tp * HS) */
+    size_t F, Fl;          /* MLP width 4C; per TP rank      */
+    size_t Vp, Vl, vstart; /* padded vocab; this rank's slice */
+    int NH, NHl, HS;       /* heads; heads per TP rank; head size */
+    tri_chunk *chunks;     /* [n_chunks], in the order given */
     int n_chunks;
 } tri_gpt;
 
@@ -135,8 +147,7 @@ typedef struct tri_gpt {
  * the head to chunk vpp-1 of stage pp-1. layers_buf needs n_layer / pp ints,
  * specs vpp entries. Returns 0, or -1 with a message when n_layer does not
  * divide. */
-int tri_chunks_even(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, tri_chunk_spec *specs,
-                    int *layers_buf);
+int tri_chunks_even(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, tri_chunk_spec *specs, int *layers_buf);
 
 /* Builds the parameter tables of the given chunks for this TP rank and
  * allocates their flat parameter and gradient buffers (zeroed) through ctx.
@@ -145,8 +156,7 @@ int tri_chunks_even(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, tri_
 int tri_gpt_init(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *tp_comm, int tp, int tp_rank,
                  const tri_chunk_spec *specs, int n_chunks);
 /* The whole model as one chunk (no pipelining). */
-int tri_gpt_init_single(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *tp_comm, int tp,
-                        int tp_rank);
+int tri_gpt_init_single(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *tp_comm, int tp, int tp_rank);
 /* Checks that cfg splits over tp and pp: n_embd by n_head, heads by tp,
  * layers by pp. Returns 0, or -1 with a message naming the numbers. (The
  * padded vocabulary divides by tp by construction.) */

@@ -15,8 +15,8 @@ typedef struct tri_adamw_cfg {
 typedef struct tri_optim {
     tri_adamw_cfg cfg;
     int n_chunks;
-    float **m, **v;   /* [n_chunks] of (chunk n_elems): exp_avg, exp_avg_sq; backend memory */
-    int t;            /* updates done so far                                     */
+    float **m, **v; /* [n_chunks] of (chunk n_elems): exp_avg, exp_avg_sq; backend memory */
+    int t;          /* updates done so far                                     */
 } tri_optim;
 
 int tri_optim_init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg);

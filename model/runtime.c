@@ -28,8 +28,8 @@ static size_t act_size(const tri_gpt *g) { return tri_dtype_size(g->ctx ? g->ctx
 /* layouts: one function per buffer set, run twice (sizes, then pointers)    */
 
 typedef struct carver {
-    char *base;         /* NULL: only count       */
-    tri_size_acc acc;   /* bytes so far (aligned) */
+    char *base;       /* NULL: only count       */
+    tri_size_acc acc; /* bytes so far (aligned) */
 } carver;
 
 /* n elements of esz bytes, 64-byte aligned. NULL when only counting. */
@@ -65,8 +65,8 @@ static void carve_layer(const tri_gpt *g, carver *cv, tri_layer_acts *a, size_t 
 
 /* Lays out slot s (may be NULL when counting) of chunk k; returns the byte
  * count (SIZE_MAX on overflow); *layer_bytes gets one layer's share. */
-static size_t slot_layout(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, tri_slot *s,
-                          char *base, size_t *layer_bytes) {
+static size_t slot_layout(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, tri_slot *s, char *base,
+                          size_t *layer_bytes) {
     const tri_chunk *ch = &g->chunks[k];
     size_t BT = B * T, A = act_size(g), F4 = sizeof(float);
     carver cv = {base, TRI_SIZE_ACC_INIT};
@@ -233,8 +233,7 @@ void tri_workspace_free(tri_workspace *w, const tri_gpt *g) {
     memset(w, 0, sizeof *w);
 }
 
-void tri_slot_stage(const tri_gpt *g, const tri_slot_pool *p, tri_slot *s, const int32_t *ids,
-                    const int32_t *targets) {
+void tri_slot_stage(const tri_gpt *g, const tri_slot_pool *p, tri_slot *s, const int32_t *ids, const int32_t *targets) {
     size_t n = p->B * p->T * sizeof(int32_t);
     if (ids && s->ids) tri_ctx_to_device(g->ctx, s->ids, ids, n);
     if (targets && s->targets) tri_ctx_to_device(g->ctx, s->targets, targets, n);
@@ -258,8 +257,8 @@ static void copy_to_tp_bwd(tri_gpt *g, void *dx, size_t n) {
 /* ------------------------------------------------------------------------ */
 /* the pieces                                                                */
 
-void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, void *y, tri_workspace *ws,
-                   size_t B, size_t T) {
+void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, void *y, tri_workspace *ws, size_t B,
+                   size_t T) {
     tri_ctx *c = g->ctx;
     const tri_ops *ops = c->ops;
     const tri_layer_w *w = &g->chunks[k].w.layers[l];
@@ -339,8 +338,8 @@ double tri_head_fwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B,
         tri_comm_allgather(g->tp_comm, ws->ce_gather, ws->ce_stats, 3 * BT, TRI_F32);
         ops->crossentropy_combine(c, ws->ce_stats, ws->ce_gather, BT, g->tp_comm->size);
     }
-    ops->crossentropy_bwd(c, ws->losses, train ? ws->logits : NULL, ws->logits, ws->ce_stats, s->targets,
-                          dscale, BT, g->Vl, g->vstart, V);
+    ops->crossentropy_bwd(c, ws->losses, train ? ws->logits : NULL, ws->logits, ws->ce_stats, s->targets, dscale, BT,
+                          g->Vl, g->vstart, V);
     double sum = ops->sum(c, ws->losses, BT);
     if (train) {
         /* logits = lnf @ wte^T; ws->logits now holds dlogits */
@@ -362,8 +361,8 @@ void tri_head_bwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, s
     tri_chunk *ch = &g->chunks[k];
     size_t BT = B * T, C = g->C;
     c->ops->zero(c, ws->dres, BT * C * act_size(g));
-    c->ops->layernorm_bwd(c, ws->dres, ch->g.lnfw, ch->g.lnfb, s->dlnf, s->x_head, ch->w.lnfw, s->lnf_mean,
-                          s->lnf_rstd, BT, C);
+    c->ops->layernorm_bwd(c, ws->dres, ch->g.lnfw, ch->g.lnfb, s->dlnf, s->x_head, ch->w.lnfw, s->lnf_mean, s->lnf_rstd,
+                          BT, C);
     grads_final_upto(ch, 1); /* ln_f weight and bias come first in the buffer */
 }
 

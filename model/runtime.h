@@ -76,13 +76,13 @@ typedef struct tri_slot {
 } tri_slot;
 
 typedef struct tri_slot_pool {
-    int chunk;                  /* which chunk of the model        */
+    int chunk; /* which chunk of the model        */
     size_t B, T;
     tri_recompute policy;
     size_t slot_bytes;
-    size_t layer_bytes;         /* saved bytes of one layer (the closed form's subject) */
+    size_t layer_bytes; /* saved bytes of one layer (the closed form's subject) */
     int n_slots;
-    tri_slot *slots;            /* [n_slots]                       */
+    tri_slot *slots; /* [n_slots]                       */
 } tri_slot_pool;
 
 /* The per-stage scratch. */
@@ -90,15 +90,15 @@ typedef struct tri_workspace {
     size_t B, T;
     size_t bytes;
     void *mem;
-    void *logits;               /* (BT, Vl) head                   */
+    void *logits;                         /* (BT, Vl) head                   */
     float *ce_stats, *ce_gather, *losses; /* (BT, 3) (tp, BT, 3) (BT) */
-    void *out;                  /* (BT, C) output of a chunk without head */
-    void *dres;                 /* (BT, C) gradient of the residual stream */
-    void *dln, *dproj;          /* (BT, C) (BT, C)                 */
-    void *datty, *dqkv, *dfch;  /* (BT, Cl) (BT, 3*Cl) (BT, Fl)    */
-    float *att_scratch;         /* attention_scratch_floats        */
-    tri_layer_acts re;          /* recompute target: selective: att; full: every buffer */
-    void *re_out;               /* (BT, C) full recompute: the layer output (discarded) */
+    void *out;                            /* (BT, C) output of a chunk without head */
+    void *dres;                           /* (BT, C) gradient of the residual stream */
+    void *dln, *dproj;                    /* (BT, C) (BT, C)                 */
+    void *datty, *dqkv, *dfch;            /* (BT, Cl) (BT, 3*Cl) (BT, Fl)    */
+    float *att_scratch;                   /* attention_scratch_floats        */
+    tri_layer_acts re;                    /* recompute target: selective: att; full: every buffer */
+    void *re_out;                         /* (BT, C) full recompute: the layer output (discarded) */
 } tri_workspace;
 
 /* Bytes one slot of chunk k needs (policy, micro-batch B x T); *layer_bytes
@@ -123,16 +123,15 @@ void tri_workspace_free(tri_workspace *w, const tri_gpt *g); /* NULL-safe */
 /* Stages host ids and targets (BT each) of one micro-batch into the slot
  * (either may be NULL; ids are used by embedding chunks, targets by head
  * chunks). */
-void tri_slot_stage(const tri_gpt *g, const tri_slot_pool *p, tri_slot *s, const int32_t *ids,
-                    const int32_t *targets);
+void tri_slot_stage(const tri_gpt *g, const tri_slot_pool *p, tri_slot *s, const int32_t *ids, const int32_t *targets);
 
 /* ---- the pieces ---- */
 
 /* Layer l (index within chunk k) forward: x (BT, C) -> y (BT, C), keeping
  * what backward needs in a (the slot's buffers, or the workspace's under
  * recompute). y may be the next layer's input buffer. */
-void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, void *y, tri_workspace *ws,
-                   size_t B, size_t T);
+void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, void *y, tri_workspace *ws, size_t B,
+                   size_t T);
 /* Layer l backward: ws->dres holds dL/dy on entry and dL/dx on return;
  * parameter gradients accumulate into chunk k's grad_mem. a and x as the
  * forward left them. */

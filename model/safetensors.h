@@ -41,17 +41,17 @@
 #define TRI_ST_STAGE_BYTES ((size_t)4 << 20)
 
 typedef struct tri_st_entry {
-    char *name;                    /* owned                                  */
-    int ndim;                      /* 0 .. TRI_ST_MAX_DIM                    */
-    size_t shape[TRI_ST_MAX_DIM];  /* global shape, as stored                */
-    size_t rows, cols;             /* the 2-D view pieces address            */
-    uint64_t begin, end;           /* byte range within the data section     */
+    char *name;                   /* owned                                  */
+    int ndim;                     /* 0 .. TRI_ST_MAX_DIM                    */
+    size_t shape[TRI_ST_MAX_DIM]; /* global shape, as stored                */
+    size_t rows, cols;            /* the 2-D view pieces address            */
+    uint64_t begin, end;          /* byte range within the data section     */
 } tri_st_entry;
 
 typedef struct tri_st_layout {
-    tri_st_entry *entries;         /* (n) in add order (file: header order)  */
+    tri_st_entry *entries; /* (n) in add order (file: header order)  */
     size_t n, cap;
-    uint64_t data_bytes;           /* length of the data section             */
+    uint64_t data_bytes; /* length of the data section             */
 } tri_st_layout;
 
 /* A zeroed struct ({0}) is an empty layout too. */
@@ -103,11 +103,11 @@ int tri_st_read_piece(int fd, const tri_st_layout *L, int entry, const tri_st_pi
 
 /* A safetensors file open for reading. */
 typedef struct tri_st_file {
-    int fd;                 /* -1 when closed                                */
-    char *path;             /* owned, for messages                           */
-    uint64_t header_len;    /* N; the data section starts at 8 + N           */
-    tri_st_layout layout;   /* every tensor, in header order, with offsets   */
-    void *metadata;         /* cJSON object of "__metadata__", or NULL       */
+    int fd;               /* -1 when closed                                */
+    char *path;           /* owned, for messages                           */
+    uint64_t header_len;  /* N; the data section starts at 8 + N           */
+    tri_st_layout layout; /* every tensor, in header order, with offsets   */
+    void *metadata;       /* cJSON object of "__metadata__", or NULL       */
 } tri_st_file;
 
 /* Opens and validates `path`: header length sane and inside the file, JSON

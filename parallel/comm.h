@@ -28,9 +28,9 @@ typedef struct tri_req {
     unsigned char opaque[16];
     int active;
     /* what is pending, for the watchdog's report (set by the transport) */
-    const char *op;     /* "all-reduce", "send", "receive"             */
-    size_t bytes;       /* its payload                                  */
-    int peer, tag;      /* p2p: the peer's index in the group; -1 else  */
+    const char *op; /* "all-reduce", "send", "receive"             */
+    size_t bytes;   /* its payload                                  */
+    int peer, tag;  /* p2p: the peer's index in the group; -1 else  */
 } tri_req;
 
 struct tri_comm;
@@ -55,30 +55,30 @@ typedef struct tri_comm_impl {
 
 /* What a group's calls cost this rank, counted by the wrappers. */
 typedef struct tri_comm_stats {
-    unsigned long long calls;   /* collective and p2p calls made          */
-    unsigned long long bytes;   /* payload bytes of those calls: all-reduce,
+    unsigned long long calls; /* collective and p2p calls made          */
+    unsigned long long bytes; /* payload bytes of those calls: all-reduce,
                                    broadcast, send: the buffer; reduce-scatter:
                                    its whole input; all-gather: its own part */
-    double seconds;             /* wall time inside blocking calls and
+    double seconds;           /* wall time inside blocking calls and
                                    waits (the exposed communication time) */
 } tri_comm_stats;
 
 typedef struct tri_comm {
-    int size;                   /* ranks in the group                     */
-    int rank;                   /* this rank's index in the group         */
-    int world_rank;             /* for messages                           */
-    const tri_comm_impl *impl;  /* NULL when size == 1                    */
-    void *handle;               /* the transport's communicator           */
-    tri_comm_stats stats;       /* zeroed at init; the caller may reset it */
-    tri_ctx *ctx;               /* the backend context whose memory the calls
+    int size;                  /* ranks in the group                     */
+    int rank;                  /* this rank's index in the group         */
+    int world_rank;            /* for messages                           */
+    const tri_comm_impl *impl; /* NULL when size == 1                    */
+    void *handle;              /* the transport's communicator           */
+    tri_comm_stats stats;      /* zeroed at init; the caller may reset it */
+    tri_ctx *ctx;              /* the backend context whose memory the calls
                                    touch (stream, guard); NULL: host memory */
     /* The watchdog (parallel/watchdog.h): a transport ends every wait of
      * this group after timeout_s, printing the rank, *progress, name, the
      * operation and the peers, and aborts the job. Zeroed at init (no
      * deadline); tri_dist sets them for its groups. */
-    double timeout_s;                     /* <= 0: no deadline                */
-    const struct tri_progress *progress;  /* where the caller is; may be NULL */
-    char name[8];                         /* "tp", "dp", "pp", "emb", "world" */
+    double timeout_s;                    /* <= 0: no deadline                */
+    const struct tri_progress *progress; /* where the caller is; may be NULL */
+    char name[8];                        /* "tp", "dp", "pp", "emb", "world" */
 } tri_comm;
 
 /* A group of one: every call below is trivial on it. */

@@ -29,8 +29,7 @@
 #include "parallel/watchdog.h"
 #include "src/base/err.h"
 
-_Static_assert(sizeof(MPI_Request) <= sizeof(((tri_req *)0)->opaque),
-               "MPI_Request must fit in tri_req.opaque");
+_Static_assert(sizeof(MPI_Request) <= sizeof(((tri_req *)0)->opaque), "MPI_Request must fit in tri_req.opaque");
 
 static int world_rank_or_minus1(void) {
     int init = 0, fin = 0, r = -1;
@@ -46,8 +45,8 @@ static void mpi_check_(int rc, const char *call, const char *file, int line) {
     int len = 0;
     if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) len = 0;
     msg[len] = '\0';
-    fprintf(stderr, "trident: rank %d: %s failed at %s:%d: %s (MPI error %d)\n",
-            world_rank_or_minus1(), call, file, line, len ? msg : "unknown error", rc);
+    fprintf(stderr, "trident: rank %d: %s failed at %s:%d: %s (MPI error %d)\n", world_rank_or_minus1(), call, file,
+            line, len ? msg : "unknown error", rc);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     abort(); /* MPI_Abort should not return */
@@ -134,10 +133,16 @@ static void world_ranks_of(const tri_comm *c, const int *idx, int n, int *out) {
 }
 
 /* A wait ran past c->timeout_s: report it in one line and end the job. */
-_Noreturn static void expired(const tri_comm *c, const char *op, size_t bytes, int peer, int tag,
-                              double waited) {
-    tri_wd_site s = {.world_rank = c->world_rank, .progress = c->progress, .group = c->name, .op = op,
-                     .bytes = bytes, .peer = -1, .tag = tag, .waited_s = waited, .timeout_s = c->timeout_s};
+_Noreturn static void expired(const tri_comm *c, const char *op, size_t bytes, int peer, int tag, double waited) {
+    tri_wd_site s = {.world_rank = c->world_rank,
+                     .progress = c->progress,
+                     .group = c->name,
+                     .op = op,
+                     .bytes = bytes,
+                     .peer = -1,
+                     .tag = tag,
+                     .waited_s = waited,
+                     .timeout_s = c->timeout_s};
     int *members = malloc((size_t)c->size * 2 * sizeof *members);
     if (peer >= 0) {
         world_ranks_of(c, &peer, 1, &s.peer);
@@ -175,16 +180,15 @@ static void wait_watched(const tri_comm *c, MPI_Request *q, const char *op, size
 
 static void mpi_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
     MPI_Request q = MPI_REQUEST_NULL;
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(c, "allreduce", n), mpi_type(c, t),
-                             mpi_op(c, op), comm_of(c), &q));
+    MPI_CHECK(
+        MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(c, "allreduce", n), mpi_type(c, t), mpi_op(c, op), comm_of(c), &q));
     wait_watched(c, &q, "all-reduce", n * tri_dtype_size(t), -1, 0);
 }
 
-static void mpi_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op,
-                           tri_req *r) {
+static void mpi_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
     MPI_Request q = MPI_REQUEST_NULL;
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(c, "iallreduce", n), mpi_type(c, t),
-                             mpi_op(c, op), comm_of(c), &q));
+    MPI_CHECK(
+        MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(c, "iallreduce", n), mpi_type(c, t), mpi_op(c, op), comm_of(c), &q));
     req_store(r, q, "all-reduce", n * tri_dtype_size(t), -1, 0);
 }
 
@@ -195,8 +199,8 @@ static void mpi_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t
     if (n > 0 && overlap(recv, n * esz, send, (size_t)c->size * n * esz))
         fail(c, "reduce_scatter", "recv overlaps send (not supported by the MPI transport)");
     MPI_Request q = MPI_REQUEST_NULL;
-    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, count_of(c, "reduce_scatter", n),
-                                        mpi_type(c, t), MPI_SUM, comm_of(c), &q));
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, count_of(c, "reduce_scatter", n), mpi_type(c, t), MPI_SUM,
+                                        comm_of(c), &q));
     wait_watched(c, &q, "reduce-scatter", (size_t)c->size * n * esz, -1, 0);
 }
 
@@ -226,16 +230,14 @@ static void mpi_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int roo
     wait_watched(c, &q, "broadcast", n * tri_dtype_size(t), -1, 0);
 }
 
-static void mpi_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag,
-                      tri_req *r) {
+static void mpi_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r) {
     if (peer < 0 || peer >= c->size) fail(c, "isend", "peer outside the group");
     MPI_Request q = MPI_REQUEST_NULL;
     MPI_CHECK(MPI_Isend(buf, count_of(c, "isend", n), mpi_type(c, t), peer, tag, comm_of(c), &q));
     req_store(r, q, "send", n * tri_dtype_size(t), peer, tag);
 }
 
-static void mpi_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag,
-                      tri_req *r) {
+static void mpi_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r) {
     if (peer < 0 || peer >= c->size) fail(c, "irecv", "peer outside the group");
     MPI_Request q = MPI_REQUEST_NULL;
     MPI_CHECK(MPI_Irecv(buf, count_of(c, "irecv", n), mpi_type(c, t), peer, tag, comm_of(c), &q));
@@ -318,8 +320,10 @@ int tri_mpi_init(int *world, int *rank) {
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, world));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, rank));
     if (provided < MPI_THREAD_FUNNELED && *rank == 0)
-        fprintf(stderr, "trident: note: MPI provides thread level %d < FUNNELED; "
-                        "MPI calls stay on the main thread\n", provided);
+        fprintf(stderr,
+                "trident: note: MPI provides thread level %d < FUNNELED; "
+                "MPI calls stay on the main thread\n",
+                provided);
     return 0;
 }
 

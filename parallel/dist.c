@@ -106,7 +106,8 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
     if (tri_mesh_init(&d->mesh, world, rank, tp, pp, dp, err, errlen) != 0) {
         if (world == 1 && !launched) { /* the usual cause: started without the launcher */
             size_t used = strlen(err);
-            snprintf(err + used, errlen - used, " (start %lld ranks with tridentrun, e.g. `tridentrun -- trident train ...`)",
+            snprintf(err + used, errlen - used,
+                     " (start %lld ranks with tridentrun, e.g. `tridentrun -- trident train ...`)",
                      (long long)tp * pp * dp);
         }
         return -1;
@@ -125,16 +126,14 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
     if (mworld != world || mrank != rank) {
         /* The launcher's variables and MPI disagree: the caller must end the
          * job with tri_dist_abort (MPI is running on this rank). */
-        snprintf(err, errlen,
-                 "trident: the launcher's environment says rank %d of %d, but MPI says rank %d of %d",
+        snprintf(err, errlen, "trident: the launcher's environment says rank %d of %d, but MPI says rank %d of %d",
                  rank, world, mrank, mworld);
         return -1;
     }
     tri_mpi_world(&d->world);
     /* Every rank takes part in every split, in the same order. key = index in
      * the group, so MPI's group rank equals the mesh's group index. */
-    static const tri_group_kind kinds[4] = {TRI_GROUP_TP, TRI_GROUP_DP, TRI_GROUP_PP,
-                                            TRI_GROUP_EMB};
+    static const tri_group_kind kinds[4] = {TRI_GROUP_TP, TRI_GROUP_DP, TRI_GROUP_PP, TRI_GROUP_EMB};
     tri_comm *outs[4] = {&d->tp, &d->dp, &d->pp, &d->emb};
     int *members = malloc((size_t)world * sizeof *members);
     if (members == NULL) {

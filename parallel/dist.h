@@ -15,7 +15,7 @@
 typedef struct tri_dist {
     tri_mesh mesh;
     tri_comm world, tp, dp, pp, emb;
-    int transport;   /* 0: single process, 1: MPI */
+    int transport; /* 0: single process, 1: MPI */
     /* Where this rank is (step, phase), for the watchdog's report: every
      * group's `progress` points here, so a tri_dist must not be copied or
      * moved after tri_dist_init (tri_dist_progress checks it). */

@@ -19,14 +19,14 @@
 #include "parallel/comm.h"
 
 typedef struct tri_grad_sync {
-    float *grads;        /* (n_floats), not owned */
+    float *grads; /* (n_floats), not owned */
     size_t n_floats;
-    tri_comm *dp;        /* not owned */
-    size_t *bounds;      /* (n_buckets + 1) bucket edges in floats */
-    tri_req *reqs;       /* (n_buckets)                            */
+    tri_comm *dp;   /* not owned */
+    size_t *bounds; /* (n_buckets + 1) bucket edges in floats */
+    tri_req *reqs;  /* (n_buckets)                            */
     int n_buckets;
-    int next;            /* first bucket not started yet           */
-    int armed;           /* the current backward is the last micro-batch's */
+    int next;  /* first bucket not started yet           */
+    int armed; /* the current backward is the last micro-batch's */
 } tri_grad_sync;
 
 /* bucket_mb <= 0: one bucket. */

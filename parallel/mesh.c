@@ -9,13 +9,13 @@
 #include <stdio.h>
 #include <string.h>
 
-int tri_mesh_init(tri_mesh *m, int world, int rank, int tp, int pp, int dp,
-                  char *err, size_t errlen) {
+int tri_mesh_init(tri_mesh *m, int world, int rank, int tp, int pp, int dp, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
     if (tp < 1 || pp < 1 || dp < 1) {
         snprintf(err, errlen,
                  "trident: parallel sizes must be >= 1, got parallel.tp (%d), parallel.pp (%d), "
-                 "parallel.dp (%d)", tp, pp, dp);
+                 "parallel.dp (%d)",
+                 tp, pp, dp);
         return -1;
     }
     if (world < 1) {
@@ -27,12 +27,13 @@ int tri_mesh_init(tri_mesh *m, int world, int rank, int tp, int pp, int dp,
     if (prod != (long long)world) {
         snprintf(err, errlen,
                  "trident: parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld, "
-                 "but the world has %d rank%s", tp, pp, dp, prod, world, world == 1 ? "" : "s");
+                 "but the world has %d rank%s",
+                 tp, pp, dp, prod, world, world == 1 ? "" : "s");
         return -1;
     }
     if (rank < 0 || rank >= world) {
-        snprintf(err, errlen, "trident: rank %d is out of range for a world of %d rank%s",
-                 rank, world, world == 1 ? "" : "s");
+        snprintf(err, errlen, "trident: rank %d is out of range for a world of %d rank%s", rank, world,
+                 world == 1 ? "" : "s");
         return -1;
     }
     m->world = world;
@@ -69,9 +70,12 @@ int tri_mesh_group(const tri_mesh *m, tri_group_kind kind, int *ranks, int *my_i
         /* first stage, then last stage (only one when pp == 1) */
         ranks[n++] = tri_mesh_rank_of(m, m->tp_rank, m->dp_rank, 0);
         if (m->pp > 1) ranks[n++] = tri_mesh_rank_of(m, m->tp_rank, m->dp_rank, m->pp - 1);
-        if (m->pp_rank == 0) me = 0;
-        else if (m->pp_rank == m->pp - 1) me = 1;
-        else me = -1;
+        if (m->pp_rank == 0)
+            me = 0;
+        else if (m->pp_rank == m->pp - 1)
+            me = 1;
+        else
+            me = -1;
         break;
     case TRI_GROUP_MP:
         /* tp x pp ranks of this dp index, in global-rank order (tp fastest) */
@@ -79,9 +83,7 @@ int tri_mesh_group(const tri_mesh *m, tri_group_kind kind, int *ranks, int *my_i
             for (int t = 0; t < m->tp; t++) ranks[n++] = tri_mesh_rank_of(m, t, m->dp_rank, p);
         me = m->tp_rank + m->tp * m->pp_rank;
         break;
-    default:
-        me = -1;
-        break;
+    default: me = -1; break;
     }
     if (my_index) *my_index = me;
     return n;

@@ -11,12 +11,12 @@
 #include <stddef.h>
 
 typedef enum {
-    TRI_GROUP_TP = 0,  /* same dp, pp; ordered by tp_rank            */
-    TRI_GROUP_DP,      /* same tp, pp; ordered by dp_rank            */
-    TRI_GROUP_PP,      /* same tp, dp; ordered by pp_rank            */
-    TRI_GROUP_EMB,     /* first and last pp stage with the same tp, dp
+    TRI_GROUP_TP = 0, /* same dp, pp; ordered by tp_rank            */
+    TRI_GROUP_DP,     /* same tp, pp; ordered by dp_rank            */
+    TRI_GROUP_PP,     /* same tp, dp; ordered by pp_rank            */
+    TRI_GROUP_EMB,    /* first and last pp stage with the same tp, dp
                           (one member when pp == 1)                  */
-    TRI_GROUP_MP,      /* model parallel: same dp (tp x pp ranks)    */
+    TRI_GROUP_MP,     /* model parallel: same dp (tp x pp ranks)    */
     TRI_GROUP_COUNT
 } tri_group_kind;
 
@@ -29,8 +29,7 @@ typedef struct tri_mesh {
 /* Fills *m for `rank` of `world`. Returns 0, or -1 with a message in err
  * (naming the numbers) when a size is < 1, tp*pp*dp != world, or rank is out
  * of range. */
-int tri_mesh_init(tri_mesh *m, int world, int rank, int tp, int pp, int dp,
-                  char *err, size_t errlen);
+int tri_mesh_init(tri_mesh *m, int world, int rank, int tp, int pp, int dp, char *err, size_t errlen);
 
 /* Global rank of the given coordinates. */
 int tri_mesh_rank_of(const tri_mesh *m, int tp_rank, int dp_rank, int pp_rank);

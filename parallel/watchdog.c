@@ -33,12 +33,9 @@ long tri_wd_pause_ns(const tri_wd_policy *p, double elapsed_s) {
     return ns > 0 ? ns : 1;
 }
 
-int tri_wd_expired(double timeout_s, double elapsed_s) {
-    return timeout_s > 0 && elapsed_s >= timeout_s;
-}
+int tri_wd_expired(double timeout_s, double elapsed_s) { return timeout_s > 0 && elapsed_s >= timeout_s; }
 
-int tri_wd_wait(double timeout_s, const tri_wd_policy *p, int (*done)(void *ctx), void *ctx,
-                double *waited_s) {
+int tri_wd_wait(double timeout_s, const tri_wd_policy *p, int (*done)(void *ctx), void *ctx, double *waited_s) {
     const double t0 = now_s();
     int rc = 0;
     for (;;) {
@@ -95,14 +92,17 @@ char *tri_wd_describe(char *buf, size_t len, const tri_wd_site *s) {
     const char *group = s->group && s->group[0] ? s->group : "a group";
     add(buf, len, &at, "trident: rank %d: watchdog: ", s->world_rank);
     const tri_progress *p = s->progress;
-    if (p == NULL) add(buf, len, &at, "outside the training loop: ");
-    else if (p->step > 0) add(buf, len, &at, "step %ld (%s): ", p->step, p->phase ? p->phase : "?");
-    else add(buf, len, &at, "%s: ", p->phase ? p->phase : "before the first step");
+    if (p == NULL)
+        add(buf, len, &at, "outside the training loop: ");
+    else if (p->step > 0)
+        add(buf, len, &at, "step %ld (%s): ", p->step, p->phase ? p->phase : "?");
+    else
+        add(buf, len, &at, "%s: ", p->phase ? p->phase : "before the first step");
     add(buf, len, &at, "%s over %s of %zu bytes", s->op ? s->op : "operation", group, s->bytes);
-    if (s->peer >= 0) add(buf, len, &at, " %s world rank %d (tag %d)",
-                          s->op && !strcmp(s->op, "send") ? "to" : "from", s->peer, s->tag);
-    add(buf, len, &at, " has waited %.1f s (parallel.timeout_s = %g): waiting for ", s->waited_s,
-        s->timeout_s);
+    if (s->peer >= 0)
+        add(buf, len, &at, " %s world rank %d (tag %d)", s->op && !strcmp(s->op, "send") ? "to" : "from", s->peer,
+            s->tag);
+    add(buf, len, &at, " has waited %.1f s (parallel.timeout_s = %g): waiting for ", s->waited_s, s->timeout_s);
     if (s->peer >= 0) {
         add(buf, len, &at, "world rank %d", s->peer);
     } else if (s->n_members > 0 && s->members != NULL) {

@@ -31,8 +31,8 @@
 /* Where the caller is, for the report: set by the trainer at each phase
  * (tri_dist_progress), read by the transport only when a wait expires. */
 typedef struct tri_progress {
-    long step;          /* the step being run (1-based); 0: before the first */
-    const char *phase;  /* static text: "set-up", "train", "eval", "save"; may be NULL */
+    long step;         /* the step being run (1-based); 0: before the first */
+    const char *phase; /* static text: "set-up", "train", "eval", "save"; may be NULL */
 } tri_progress;
 
 /* How to pause between two polls, by the time waited so far. */
@@ -62,19 +62,18 @@ int tri_wd_expired(double timeout_s, double elapsed_s);
  * (NULL: the default). Returns 0 when done, or -1 once timeout_s (<= 0: no
  * deadline) has passed without it (done is called at least once). *waited_s
  * (may be NULL) gets the time spent. */
-int tri_wd_wait(double timeout_s, const tri_wd_policy *p, int (*done)(void *ctx), void *ctx,
-                double *waited_s);
+int tri_wd_wait(double timeout_s, const tri_wd_policy *p, int (*done)(void *ctx), void *ctx, double *waited_s);
 
 /* A wait that expired, as the transport knows it. */
 typedef struct tri_wd_site {
-    int world_rank;                 /* this rank                                  */
-    const tri_progress *progress;   /* may be NULL: "outside the training loop"   */
-    const char *group;              /* "tp", "dp", "pp", "emb", "world"; may be NULL */
-    const char *op;                 /* "all-reduce", "receive", ...               */
-    size_t bytes;                   /* payload of the operation                   */
-    int peer;                       /* p2p: the peer's world rank; -1: a collective */
-    int tag;                        /* p2p only                                   */
-    const int *members;             /* collective: the group's world ranks (n_members) */
+    int world_rank;               /* this rank                                  */
+    const tri_progress *progress; /* may be NULL: "outside the training loop"   */
+    const char *group;            /* "tp", "dp", "pp", "emb", "world"; may be NULL */
+    const char *op;               /* "all-reduce", "receive", ...               */
+    size_t bytes;                 /* payload of the operation                   */
+    int peer;                     /* p2p: the peer's world rank; -1: a collective */
+    int tag;                      /* p2p only                                   */
+    const int *members;           /* collective: the group's world ranks (n_members) */
     int n_members;
     double waited_s, timeout_s;
 } tri_wd_site;

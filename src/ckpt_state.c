@@ -12,8 +12,7 @@
 
 #define TWO_POW_53 9007199254740992.0
 
-int tri_ckpt_state_parse(const char *json, const char *name, int *step, uint64_t *consumed,
-                         tri_config *saved) {
+int tri_ckpt_state_parse(const char *json, const char *name, int *step, uint64_t *consumed, tri_config *saved) {
     cJSON *root = cJSON_Parse(json);
     if (root == NULL) return tri_error("%s: not valid JSON", name);
     /* the bounds come before the casts: (int)1e10 is undefined */
@@ -28,8 +27,7 @@ int tri_ckpt_state_parse(const char *json, const char *name, int *step, uint64_t
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(root, keys[i].key);
         double d = cJSON_IsNumber(x) ? x->valuedouble : -1;
         if (!(d >= 0 && d <= keys[i].max) || d != floor(d))
-            rc = tri_error("%s: \"%s\" is missing or not an integer in [0, %s)", name, keys[i].key,
-                           keys[i].bound);
+            rc = tri_error("%s: \"%s\" is missing or not an integer in [0, %s)", name, keys[i].key, keys[i].bound);
         v[i] = d;
     }
     const cJSON *c = rc == 0 ? cJSON_GetObjectItemCaseSensitive(root, "config") : NULL;

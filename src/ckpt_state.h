@@ -17,8 +17,7 @@
 #include "src/config.h"
 
 /* Parses state.json text; `name` stands for the file in messages. */
-int tri_ckpt_state_parse(const char *json, const char *name, int *step, uint64_t *consumed,
-                         tri_config *saved);
+int tri_ckpt_state_parse(const char *json, const char *name, int *step, uint64_t *consumed, tri_config *saved);
 
 /* Reads <dir>/state.json (a regular file of at most 64 MiB: src/base/file.h)
  * and parses it. */

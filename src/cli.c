@@ -10,8 +10,7 @@ int tri_arg_int(const char *opt, const char *val, long min, long max, long *out)
     errno = 0;
     long v = val ? strtol(val, &end, 10) : 0;
     if (!val || !*val || *end || errno || v < min || v > max) {
-        tri_error("%s: expected an integer in [%ld, %ld], got '%s'", opt, min, max,
-                val ? val : "(nothing)");
+        tri_error("%s: expected an integer in [%ld, %ld], got '%s'", opt, min, max, val ? val : "(nothing)");
         return -1;
     }
     *out = v;
@@ -23,8 +22,7 @@ int tri_arg_double(const char *opt, const char *val, double min, double max, dou
     errno = 0;
     double v = val ? strtod(val, &end) : 0;
     if (!val || !*val || *end || errno || !(v >= min && v <= max)) {
-        tri_error("%s: expected a number in [%g, %g], got '%s'", opt, min, max,
-                val ? val : "(nothing)");
+        tri_error("%s: expected a number in [%g, %g], got '%s'", opt, min, max, val ? val : "(nothing)");
         return -1;
     }
     *out = v;

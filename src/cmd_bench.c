@@ -70,8 +70,8 @@ static double probe_best(sgemm_probe *p, int reps) {
     double best = 0.0;
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->M, (int)p->N, (int)p->K, 1.0f, p->A,
-                    (int)p->K, p->B, (int)p->K, 0.0f, p->C, (int)p->N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->M, (int)p->N, (int)p->K, 1.0f, p->A, (int)p->K,
+                    p->B, (int)p->K, 0.0f, p->C, (int)p->N);
         double g = 2.0 * (double)p->M * (double)p->N * (double)p->K / (now_s() - t0) / 1e9;
         if (g > best) best = g;
     }
@@ -89,12 +89,11 @@ static void after_step(void *ctx, int step, double seconds) {
 }
 
 static void bench_usage(FILE *f) {
-    fprintf(f,
-            "usage: trident bench CONFIG [--steps N] [--threads K] [--set section.key=value]...\n"
-            "  runs N training steps (after one warm-up step) on synthetic tokens and prints tokens/s,\n"
-            "  model GFLOP/s, MFU against this machine's measured sgemm speed, communication per group\n"
-            "  (under tridentrun), and a last line of JSON.\n"
-            "  --skip-memory-check   start even if a rank's memory estimate exceeds the memory available\n");
+    fprintf(f, "usage: trident bench CONFIG [--steps N] [--threads K] [--set section.key=value]...\n"
+               "  runs N training steps (after one warm-up step) on synthetic tokens and prints tokens/s,\n"
+               "  model GFLOP/s, MFU against this machine's measured sgemm speed, communication per group\n"
+               "  (under tridentrun), and a last line of JSON.\n"
+               "  --skip-memory-check   start even if a rank's memory estimate exceeds the memory available\n");
 }
 
 int tri_cmd_bench(int argc, char **argv) {
@@ -228,8 +227,8 @@ int tri_cmd_bench(int argc, char **argv) {
            times[steps] * 1e3);
     printf("  throughput  %.0f tokens/s, %.1f GFLOP/s of model FLOPs (%.1f MFLOP/token)\n", tps, gflops,
            tri_gpt_flops_per_token(&cfg.model) / 1e6);
-    printf("  sgemm       best %.1f GFLOP/s per rank (%zux%zux%zu, %d threads), %.1f for the job's %d rank(s)\n",
-           peak, BT, C, 4 * C, nthreads, job_peak, rep.world);
+    printf("  sgemm       best %.1f GFLOP/s per rank (%zux%zux%zu, %d threads), %.1f for the job's %d rank(s)\n", peak,
+           BT, C, 4 * C, nthreads, job_peak, rep.world);
     printf("  MFU         %.1f%% of the best sgemm speed; %.1f%% of the sgemm speed measured right after\n"
            "              each step (median; cancels this VM's slow phases)\n",
            100.0 * mfu, 100.0 * mfu_paired);
@@ -247,8 +246,8 @@ int tri_cmd_bench(int argc, char **argv) {
     char memline[512], memjson[512];
     tri_mem_line(&rep.mem, memline, sizeof memline);
     tri_mem_json(&rep.mem, memjson, sizeof memjson);
-    printf("  memory      rank 0, recompute %s: %s; saved activations in use at most %.2f MiB\n",
-           cfg.train.recompute, memline, (double)rep.mem.saved_in_use_peak / (1024.0 * 1024.0));
+    printf("  memory      rank 0, recompute %s: %s; saved activations in use at most %.2f MiB\n", cfg.train.recompute,
+           memline, (double)rep.mem.saved_in_use_peak / (1024.0 * 1024.0));
     printf("{\"config\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, \"threads\": %d, \"recompute\": \"%s\", "
            "\"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, "
            "\"mfu_paired\": %.4f, \"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f, \"mem\": %s}\n",

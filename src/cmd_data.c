@@ -11,16 +11,15 @@
 #include "src/base/err.h"
 
 static void data_usage(FILE *f) {
-    fprintf(f,
-            "usage: trident data info PATH [--json] [--vocab V] [--seq-len T]\n"
-            "       trident data dump PATH --doc N [--vocab V]\n"
-            "  PATH          an llm.c token file, or a Megatron PREFIX.bin, PREFIX.idx or PREFIX\n"
-            "  info          format, token dtype, documents, sequences, tokens and id range\n"
-            "  dump          the token ids of one document, space-separated, on one line\n"
-            "  --json        (info) one JSON object instead of lines\n"
-            "  --vocab V     check every token id is below V (errors name the byte offset)\n"
-            "  --seq-len T   (info) also count training windows of T + 1 tokens\n"
-            "  --doc N       (dump) document number, from 0\n");
+    fprintf(f, "usage: trident data info PATH [--json] [--vocab V] [--seq-len T]\n"
+               "       trident data dump PATH --doc N [--vocab V]\n"
+               "  PATH          an llm.c token file, or a Megatron PREFIX.bin, PREFIX.idx or PREFIX\n"
+               "  info          format, token dtype, documents, sequences, tokens and id range\n"
+               "  dump          the token ids of one document, space-separated, on one line\n"
+               "  --json        (info) one JSON object instead of lines\n"
+               "  --vocab V     check every token id is below V (errors name the byte offset)\n"
+               "  --seq-len T   (info) also count training windows of T + 1 tokens\n"
+               "  --doc N       (dump) document number, from 0\n");
 }
 
 /* Prints s as a JSON string literal. */
@@ -41,46 +40,40 @@ static void print_info(const tri_dataset *ds, int json, long seq_len) {
     int64_t mn, mx;
     tri_dataset_minmax(ds, &mn, &mx);
     size_t windows = 0;
-    if (seq_len > 0 && ds->n_tokens > 0)
-        windows = (ds->n_tokens - 1) / (size_t)seq_len;
+    if (seq_len > 0 && ds->n_tokens > 0) windows = (ds->n_tokens - 1) / (size_t)seq_len;
     if (json) {
         printf("{\"path\": ");
         json_string(stdout, ds->path);
         printf(", \"format\": \"%s\", \"dtype\": \"%s\", \"token_bytes\": %d, "
                "\"documents\": %zu, \"sequences\": %zu, \"tokens\": %zu, "
                "\"min_token\": %lld, \"max_token\": %lld, \"bin\": ",
-               ds->format == TRI_DATA_LLMC ? "llmc" : "megatron", tri_dtype_name(ds->dtype),
-               ds->token_bytes, ds->n_docs, ds->n_seqs, ds->n_tokens, (long long)mn,
-               (long long)mx);
+               ds->format == TRI_DATA_LLMC ? "llmc" : "megatron", tri_dtype_name(ds->dtype), ds->token_bytes,
+               ds->n_docs, ds->n_seqs, ds->n_tokens, (long long)mn, (long long)mx);
         json_string(stdout, ds->bin_path);
         if (ds->format == TRI_DATA_MEGATRON) {
             printf(", \"idx\": ");
             json_string(stdout, ds->idx_path);
         }
-        if (seq_len > 0)
-            printf(", \"seq_len\": %ld, \"windows\": %zu", seq_len, windows);
+        if (seq_len > 0) printf(", \"seq_len\": %ld, \"windows\": %zu", seq_len, windows);
         printf("}\n");
         return;
     }
     printf("path:       %s\n", ds->path);
-    if (ds->format == TRI_DATA_MEGATRON)
-        printf("files:      %s + %s\n", ds->bin_path, ds->idx_path);
+    if (ds->format == TRI_DATA_MEGATRON) printf("files:      %s + %s\n", ds->bin_path, ds->idx_path);
     printf("format:     %s\n", tri_data_format_name(ds->format));
     printf("dtype:      %s (%d bytes per token)\n", tri_dtype_name(ds->dtype), ds->token_bytes);
     printf("documents:  %zu\n", ds->n_docs);
     printf("sequences:  %zu\n", ds->n_seqs);
     printf("tokens:     %zu\n", ds->n_tokens);
-    if (ds->n_tokens > 0)
-        printf("token ids:  %lld .. %lld\n", (long long)mn, (long long)mx);
-    if (seq_len > 0)
-        printf("windows:    %zu of %ld + 1 tokens\n", windows, seq_len);
+    if (ds->n_tokens > 0) printf("token ids:  %lld .. %lld\n", (long long)mn, (long long)mx);
+    if (seq_len > 0) printf("windows:    %zu of %ld + 1 tokens\n", windows, seq_len);
 }
 
 static int dump_doc(const tri_dataset *ds, uint64_t doc) {
     size_t start, len;
     if (doc > SIZE_MAX || tri_dataset_doc(ds, (size_t)doc, &start, &len) != 0) {
-        tri_error("%s: document %llu out of range (the file has %zu document%s)",
-                ds->path, (unsigned long long)doc, ds->n_docs, ds->n_docs == 1 ? "" : "s");
+        tri_error("%s: document %llu out of range (the file has %zu document%s)", ds->path, (unsigned long long)doc,
+                  ds->n_docs, ds->n_docs == 1 ? "" : "s");
         return 2;
     }
     enum { CHUNK = 65536 };
@@ -95,8 +88,7 @@ static int dump_doc(const tri_dataset *ds, uint64_t doc) {
             free(buf);
             return 1;
         }
-        for (size_t i = 0; i < m; i++)
-            printf(off + i ? " %d" : "%d", (int)buf[i]);
+        for (size_t i = 0; i < m; i++) printf(off + i ? " %d" : "%d", (int)buf[i]);
     }
     putchar('\n');
     free(buf);
@@ -146,8 +138,7 @@ int tri_cmd_data(int argc, char **argv) {
         } else if (a[0] != '-' && !path) {
             path = a;
         } else {
-            tri_error("data %s: unknown or incomplete option '%s' (try `trident data --help`)",
-                    sub, a);
+            tri_error("data %s: unknown or incomplete option '%s' (try `trident data --help`)", sub, a);
             return 2;
         }
     }
@@ -160,8 +151,7 @@ int tri_cmd_data(int argc, char **argv) {
         return 2;
     }
     tri_dataset ds;
-    if (tri_dataset_open(&ds, path, (int)vocab) != 0)
-        return 2;
+    if (tri_dataset_open(&ds, path, (int)vocab) != 0) return 2;
     int rc = 0;
     if (is_info)
         print_info(&ds, json, seq_len);

@@ -12,15 +12,14 @@
 #include "src/train.h"
 
 static void eval_usage(FILE *f) {
-    fprintf(f,
-            "usage: trident eval --ckpt DIR --data FILE [options]\n"
-            "  --ckpt DIR      checkpoint root (its latest) or one step directory\n"
-            "  --data FILE     token file (llm.c .bin or Megatron .bin/.idx)\n"
-            "  --batches N     batches to evaluate (default 20), sequential windows from the start;\n"
-            "                  at most one pass over the file (more is capped, with a note)\n"
-            "  --batch B       sequences per batch (default 4)\n"
-            "  --threads N     threads\n"
-            "  --json          print one JSON object instead of a line\n");
+    fprintf(f, "usage: trident eval --ckpt DIR --data FILE [options]\n"
+               "  --ckpt DIR      checkpoint root (its latest) or one step directory\n"
+               "  --data FILE     token file (llm.c .bin or Megatron .bin/.idx)\n"
+               "  --batches N     batches to evaluate (default 20), sequential windows from the start;\n"
+               "                  at most one pass over the file (more is capped, with a note)\n"
+               "  --batch B       sequences per batch (default 4)\n"
+               "  --threads N     threads\n"
+               "  --json          print one JSON object instead of a line\n");
 }
 
 int tri_cmd_eval(int argc, char **argv) {
@@ -29,13 +28,26 @@ int tri_cmd_eval(int argc, char **argv) {
     int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { eval_usage(stdout); return 0; }
-        else if (!strcmp(a, "--ckpt") && v) { ckpt = v; i++; }
-        else if (!strcmp(a, "--data") && v) { data = v; i++; }
-        else if (!strcmp(a, "--batches") && v) { if (tri_arg_int(a, v, 1, 1 << 30, &batches)) return 2; i++; }
-        else if (!strcmp(a, "--batch") && v) { if (tri_arg_int(a, v, 1, 1 << 20, &batch)) return 2; i++; }
-        else if (!strcmp(a, "--threads") && v) { if (tri_arg_int(a, v, 1, 1024, &threads)) return 2; i++; }
-        else if (!strcmp(a, "--json")) json = 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            eval_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--ckpt") && v) {
+            ckpt = v;
+            i++;
+        } else if (!strcmp(a, "--data") && v) {
+            data = v;
+            i++;
+        } else if (!strcmp(a, "--batches") && v) {
+            if (tri_arg_int(a, v, 1, 1 << 30, &batches)) return 2;
+            i++;
+        } else if (!strcmp(a, "--batch") && v) {
+            if (tri_arg_int(a, v, 1, 1 << 20, &batch)) return 2;
+            i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            if (tri_arg_int(a, v, 1, 1024, &threads)) return 2;
+            i++;
+        } else if (!strcmp(a, "--json"))
+            json = 1;
         else {
             tri_error("eval: unknown or incomplete option '%s' (try `trident eval --help`)", a);
             return 2;
@@ -58,8 +70,8 @@ int tri_cmd_eval(int argc, char **argv) {
     uint64_t fit = s.total_windows / (uint64_t)batch;
     if (fit == 0) {
         tri_error("%s: %llu window%s of seq_len + 1 = %d tokens, fewer than --batch %ld: use --batch %llu", data,
-                  (unsigned long long)s.total_windows, s.total_windows == 1 ? "" : "s", m.cfg.model.seq_len + 1,
-                  batch, (unsigned long long)s.total_windows);
+                  (unsigned long long)s.total_windows, s.total_windows == 1 ? "" : "s", m.cfg.model.seq_len + 1, batch,
+                  (unsigned long long)s.total_windows);
         tri_sampler_free(&s);
         tri_infer_close(&m);
         return 2;
@@ -87,8 +99,7 @@ int tri_cmd_eval(int argc, char **argv) {
     for (long b = 0; b < batches && rc == 0; b++) {
         int sig = tri_stop_signal();
         if (sig) {
-            tri_error("eval: %s: stopped after %ld of %ld batches, no result", tri_stop_name(sig), b,
-                    batches);
+            tri_error("eval: %s: stopped after %ld of %ld batches, no result", tri_stop_name(sig), b, batches);
             rc = 128 + sig;
         } else if (tri_sampler_fill_eval(&s, (size_t)b, (size_t)batch, in, tg) != 0) {
             rc = 1; /* said: the file was truncated under us */

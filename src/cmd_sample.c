@@ -13,16 +13,15 @@
 #include "src/base/err.h"
 
 static void sample_usage(FILE *f) {
-    fprintf(f,
-            "usage: trident sample --ckpt DIR [options]\n"
-            "  --ckpt DIR          checkpoint root (its latest) or one step directory\n"
-            "  --prompt TEXT       text to continue (default: start of a document)\n"
-            "  --tokens N          tokens to generate (default 256)\n"
-            "  --temperature T     softmax temperature, 0 = greedy (default 0.8)\n"
-            "  --top-k K           sample among the K likeliest tokens, 0 = all (default 40)\n"
-            "  --seed S            random seed (default 1)\n"
-            "  --tokenizer PATH    tokenizer.json (default: the run's data.tokenizer, else bytes)\n"
-            "  --threads N         threads\n");
+    fprintf(f, "usage: trident sample --ckpt DIR [options]\n"
+               "  --ckpt DIR          checkpoint root (its latest) or one step directory\n"
+               "  --prompt TEXT       text to continue (default: start of a document)\n"
+               "  --tokens N          tokens to generate (default 256)\n"
+               "  --temperature T     softmax temperature, 0 = greedy (default 0.8)\n"
+               "  --top-k K           sample among the K likeliest tokens, 0 = all (default 40)\n"
+               "  --seed S            random seed (default 1)\n"
+               "  --tokenizer PATH    tokenizer.json (default: the run's data.tokenizer, else bytes)\n"
+               "  --threads N         threads\n");
 }
 
 static uint64_t next_u64(uint64_t *s) {
@@ -48,7 +47,10 @@ static int32_t pick(const float *logits, float *probs, int V, double temp, int t
             float mid = 0.5f * (lo + hi);
             int count = 0;
             for (int i = 0; i < V; i++) count += probs[i] >= mid;
-            if (count >= top_k) lo = mid; else hi = mid;
+            if (count >= top_k)
+                lo = mid;
+            else
+                hi = mid;
         }
         cut = lo;
     }
@@ -74,16 +76,34 @@ int tri_cmd_sample(int argc, char **argv) {
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { sample_usage(stdout); return 0; }
-        else if (!strcmp(a, "--ckpt") && v) { ckpt = v; i++; }
-        else if (!strcmp(a, "--prompt") && v) { prompt = v; i++; }
-        else if (!strcmp(a, "--tokenizer") && v) { tokpath = v; i++; }
-        else if (!strcmp(a, "--tokens") && v) { if (tri_arg_int(a, v, 0, 1000000, &n_tokens)) return 2; i++; }
-        else if (!strcmp(a, "--top-k") && v) { if (tri_arg_int(a, v, 0, 1 << 30, &top_k)) return 2; i++; }
-        else if (!strcmp(a, "--threads") && v) { if (tri_arg_int(a, v, 1, 1024, &threads)) return 2; i++; }
-        else if (!strcmp(a, "--temperature") && v) { if (tri_arg_double(a, v, 0, 100, &temp)) return 2; i++; }
-        else if (!strcmp(a, "--seed") && v) { if (tri_arg_u64(a, v, &seed)) return 2; i++; }
-        else {
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            sample_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--ckpt") && v) {
+            ckpt = v;
+            i++;
+        } else if (!strcmp(a, "--prompt") && v) {
+            prompt = v;
+            i++;
+        } else if (!strcmp(a, "--tokenizer") && v) {
+            tokpath = v;
+            i++;
+        } else if (!strcmp(a, "--tokens") && v) {
+            if (tri_arg_int(a, v, 0, 1000000, &n_tokens)) return 2;
+            i++;
+        } else if (!strcmp(a, "--top-k") && v) {
+            if (tri_arg_int(a, v, 0, 1 << 30, &top_k)) return 2;
+            i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            if (tri_arg_int(a, v, 1, 1024, &threads)) return 2;
+            i++;
+        } else if (!strcmp(a, "--temperature") && v) {
+            if (tri_arg_double(a, v, 0, 100, &temp)) return 2;
+            i++;
+        } else if (!strcmp(a, "--seed") && v) {
+            if (tri_arg_u64(a, v, &seed)) return 2;
+            i++;
+        } else {
             tri_error("sample: unknown or incomplete option '%s' (try `trident sample --help`)", a);
             return 2;
         }
@@ -98,7 +118,10 @@ int tri_cmd_sample(int argc, char **argv) {
     tri_tokenizer tk;
     if (!tokpath && m.cfg.data.tokenizer[0]) tokpath = m.cfg.data.tokenizer;
     if (tokpath) {
-        if (tri_tokenizer_load(&tk, tokpath) != 0) { tri_infer_close(&m); return 2; }
+        if (tri_tokenizer_load(&tk, tokpath) != 0) {
+            tri_infer_close(&m);
+            return 2;
+        }
     } else {
         tri_tokenizer_bytes(&tk);
     }
@@ -150,8 +173,7 @@ int tri_cmd_sample(int argc, char **argv) {
         if (sig) {
             printf("\n");
             fflush(stdout);
-            tri_error("sample: %s: stopped after %ld of %ld tokens", tri_stop_name(sig), n,
-                    n_tokens);
+            tri_error("sample: %s: stopped after %ld of %ld tokens", tri_stop_name(sig), n, n_tokens);
             rc = 128 + sig;
             break;
         }

@@ -26,25 +26,24 @@
 #include "src/base/err.h"
 
 static void tok_usage(FILE *f) {
-    fprintf(f,
-            "usage: trident tokenize train --vocab-size N --out tok.json [--threads K] CORPUS...\n"
-            "       trident tokenize encode (--tokenizer tok.json | --bytes) --format llmc|megatron --out PREFIX\n"
-            "                               [--jsonl] [--threads K] [--quiet] INPUT...\n"
-            "       trident tokenize decode (--tokenizer tok.json | --bytes) [--format llmc|megatron] INPUT\n"
-            "  train         learn a byte-level BPE tokenizer from text files (.xz read through xz -dc);\n"
-            "                N counts the 256 bytes and <|endoftext|> (N >= 257); writes a Hugging Face\n"
-            "                tokenizer.json\n"
-            "  encode        text -> token file: one document per INPUT file, or with --jsonl one per\n"
-            "                line (its \"text\" field); <|endoftext|> separates documents\n"
-            "                (llmc: PREFIX.bin, EOT before each document; megatron: PREFIX.bin +\n"
-            "                PREFIX.idx, EOT after each document)\n"
-            "  decode        token file -> text on stdout (--format, if given, must match the file)\n"
-            "  --tokenizer   a tokenizer.json, a GPT-2 vocab.json (merges.txt beside it), a directory\n"
-            "                holding tokenizer.json or vocab.json + merges.txt, or a prefix P of\n"
-            "                Pvocab.json + Pmerges.txt\n"
-            "  --bytes       the byte tokenizer instead (id = byte value, vocab 256, no EOT)\n"
-            "  --threads K   threads (default: all cores)\n"
-            "  --quiet       (encode) no progress lines\n");
+    fprintf(f, "usage: trident tokenize train --vocab-size N --out tok.json [--threads K] CORPUS...\n"
+               "       trident tokenize encode (--tokenizer tok.json | --bytes) --format llmc|megatron --out PREFIX\n"
+               "                               [--jsonl] [--threads K] [--quiet] INPUT...\n"
+               "       trident tokenize decode (--tokenizer tok.json | --bytes) [--format llmc|megatron] INPUT\n"
+               "  train         learn a byte-level BPE tokenizer from text files (.xz read through xz -dc);\n"
+               "                N counts the 256 bytes and <|endoftext|> (N >= 257); writes a Hugging Face\n"
+               "                tokenizer.json\n"
+               "  encode        text -> token file: one document per INPUT file, or with --jsonl one per\n"
+               "                line (its \"text\" field); <|endoftext|> separates documents\n"
+               "                (llmc: PREFIX.bin, EOT before each document; megatron: PREFIX.bin +\n"
+               "                PREFIX.idx, EOT after each document)\n"
+               "  decode        token file -> text on stdout (--format, if given, must match the file)\n"
+               "  --tokenizer   a tokenizer.json, a GPT-2 vocab.json (merges.txt beside it), a directory\n"
+               "                holding tokenizer.json or vocab.json + merges.txt, or a prefix P of\n"
+               "                Pvocab.json + Pmerges.txt\n"
+               "  --bytes       the byte tokenizer instead (id = byte value, vocab 256, no EOT)\n"
+               "  --threads K   threads (default: all cores)\n"
+               "  --quiet       (encode) no progress lines\n");
 }
 
 static double now_s(void) {
@@ -142,8 +141,8 @@ static int cmd_train(int argc, char **argv) {
         rc = 1;
         goto done;
     }
-    fprintf(stderr, "trident: tokenize train: %d tokens (%d merges) from %d file%s in %.2f s -> %s\n",
-            tk.vocab_size, tk.n_merges, n_files, n_files == 1 ? "" : "s", dt, out);
+    fprintf(stderr, "trident: tokenize train: %d tokens (%d merges) from %d file%s in %.2f s -> %s\n", tk.vocab_size,
+            tk.n_merges, n_files, n_files == 1 ? "" : "s", dt, out);
     if (tk.vocab_size < vocab)
         fprintf(stderr, "trident: note: the corpus had no pair left to merge; the vocabulary is %d, not %ld\n",
                 tk.vocab_size, vocab);
@@ -203,8 +202,8 @@ static void progress_show(progress *p, int final) {
     if (p->total) {
         char eta[32];
         fmt_eta(eta, sizeof eta, rate > 0 ? ((double)p->total / 1e6 - mb) / rate : -1);
-        snprintf(line, sizeof line, "tokenize: %.1f / %.1f MB (%.0f%%), %.1f MB/s, ETA %s", mb,
-                 (double)p->total / 1e6, 100.0 * (double)p->done / (double)p->total, rate, eta);
+        snprintf(line, sizeof line, "tokenize: %.1f / %.1f MB (%.0f%%), %.1f MB/s, ETA %s", mb, (double)p->total / 1e6,
+                 100.0 * (double)p->done / (double)p->total, rate, eta);
     } else {
         snprintf(line, sizeof line, "tokenize: %.1f MB, %.1f MB/s", mb, rate);
     }
@@ -218,15 +217,15 @@ typedef struct enc_ctx {
     const tri_tokenizer *tk;
     tri_tokcache **cache; /* (nt) one per thread */
     int nt;
-    int eot, eot_before;  /* eot_before: llm.c (EOT first), else Megatron (EOT last) */
+    int eot, eot_before; /* eot_before: llm.c (EOT first), else Megatron (EOT last) */
     tri_tokwriter *w;
     progress prog;
-    ivec *parts;          /* (n_parts) */
+    ivec *parts; /* (n_parts) */
     int n_parts;
 } enc_ctx;
 
 #define BLOCK_BYTES ((size_t)16 << 20)
-#define SMALL_FILE ((size_t)1 << 20) /* plain files below this are read whole */
+#define SMALL_FILE  ((size_t)1 << 20) /* plain files below this are read whole */
 
 /* One document per file. Returns 0, 2 (bad input), 1 (write failure) or
  * 128 + signal (a stop request). */
@@ -308,7 +307,7 @@ typedef struct doc {
 } doc;
 
 typedef struct doc_batch {
-    doc *d;  /* (cap) */
+    doc *d; /* (cap) */
     size_t n, cap;
     size_t bytes;
 } doc_batch;
@@ -346,8 +345,8 @@ static int batch_flush(enc_ctx *c, doc_batch *b) {
         doc *d = &b->d[i];
         if (tri_stop_signal()) continue; /* the caller sees the request and drops the batch */
         if (c->eot >= 0 && c->eot_before && ivec_push(&d->ids, c->eot)) fail = 1;
-        if (!fail && tri_tokenizer_encode_append(c->tk, c->cache[omp_get_thread_num()], d->text, d->len,
-                                                 &d->ids.ids, &d->ids.n, &d->ids.cap))
+        if (!fail && tri_tokenizer_encode_append(c->tk, c->cache[omp_get_thread_num()], d->text, d->len, &d->ids.ids,
+                                                 &d->ids.n, &d->ids.cap))
             fail = 1;
         if (!fail && c->eot >= 0 && !c->eot_before && ivec_push(&d->ids, c->eot)) fail = 1;
     }
@@ -524,8 +523,7 @@ static int cmd_encode(int argc, char **argv) {
     c.nt = threads > 0 ? threads : omp_get_max_threads();
     c.eot = tri_tokenizer_eot(&tk);
     c.eot_before = !strcmp(format, "llmc");
-    if (c.eot < 0)
-        fprintf(stderr, "trident: note: the tokenizer has no <|endoftext|>; documents are not separated\n");
+    if (c.eot < 0) fprintf(stderr, "trident: note: the tokenizer has no <|endoftext|>; documents are not separated\n");
     c.n_parts = c.nt * 4 > 256 ? 256 : c.nt * 4;
     c.cache = calloc((size_t)c.nt, sizeof *c.cache);
     c.parts = calloc((size_t)c.n_parts, sizeof *c.parts);
@@ -569,8 +567,8 @@ static int cmd_encode(int argc, char **argv) {
         if (c.prog.tty && !quiet) fputc('\n', stderr);
         discard_writer(&c);
         if (rc >= 128)
-            tri_error("tokenize encode: %s: stopped; nothing written (%s%s left as it was)",
-                    tri_stop_name(rc - 128), out, !strcmp(format, "llmc") ? ".bin" : ".bin/.idx");
+            tri_error("tokenize encode: %s: stopped; nothing written (%s%s left as it was)", tri_stop_name(rc - 128),
+                      out, !strcmp(format, "llmc") ? ".bin" : ".bin/.idx");
         goto done;
     }
     progress_show(&c.prog, 1);
@@ -583,10 +581,10 @@ static int cmd_encode(int argc, char **argv) {
     c.w = NULL;
     double dt = now_s() - c.prog.t0;
     tri_error("tokenize encode: %zu document%s, %zu tokens (%.2f bytes/token) from %.1f MB in %.1f s "
-            "(%.1f MB/s, %d thread%s) -> %s%s",
-            n_doc, n_doc == 1 ? "" : "s", n_tok, n_tok ? (double)c.prog.done / (double)n_tok : 0.0, (double)c.prog.done / 1e6, dt,
-            dt > 0 ? (double)c.prog.done / 1e6 / dt : 0.0, c.nt, c.nt == 1 ? "" : "s", out,
-            !strcmp(format, "llmc") ? ".bin" : ".bin + .idx");
+              "(%.1f MB/s, %d thread%s) -> %s%s",
+              n_doc, n_doc == 1 ? "" : "s", n_tok, n_tok ? (double)c.prog.done / (double)n_tok : 0.0,
+              (double)c.prog.done / 1e6, dt, dt > 0 ? (double)c.prog.done / 1e6 / dt : 0.0, c.nt, c.nt == 1 ? "" : "s",
+              out, !strcmp(format, "llmc") ? ".bin" : ".bin + .idx");
     rc = 0;
 done:
     if (c.cache)
@@ -643,8 +641,7 @@ static int cmd_decode(int argc, char **argv) {
         return 2;
     }
     if (format && strcmp(format, ds.format == TRI_DATA_LLMC ? "llmc" : "megatron") != 0) {
-        tri_error("%s: --format %s, but the file is %s", input, format,
-                tri_data_format_name(ds.format));
+        tri_error("%s: --format %s, but the file is %s", input, format, tri_data_format_name(ds.format));
         goto done;
     }
     const size_t chunk = (size_t)1 << 20;

@@ -9,19 +9,19 @@
 #include "src/base/err.h"
 
 static void train_usage(FILE *f) {
-    fprintf(f,
-            "usage: trident train CONFIG [options]\n"
-            "  --set section.key=value   override a config field (repeatable; see `trident config-help`)\n"
-            "  --resume                  continue from the newest complete checkpoint in checkpoint.dir, verified\n"
-            "                            (from scratch if there is none)\n"
-            "  --threads N               OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS or all cores)\n"
-            "  --device cpu|cpu-guard|cuda  compute backend (default cpu; cpu-guard: a test mode that faults on host access to backend memory)\n"
-            "  --stop-at-step N          save a checkpoint and stop after step N (resume with --resume)\n"
-            "  --allow-data-change       with --resume: continue even if a data file's size or fingerprint\n"
-            "                            differs from the one the checkpoint's run read (state.json)\n"
-            "  --skip-memory-check       start even if this rank's memory estimate exceeds the memory\n"
-            "                            available (MemAvailable, cgroup limit)\n"
-            "  --print-config            print the resolved config and exit\n");
+    fprintf(f, "usage: trident train CONFIG [options]\n"
+               "  --set section.key=value   override a config field (repeatable; see `trident config-help`)\n"
+               "  --resume                  continue from the newest complete checkpoint in checkpoint.dir, verified\n"
+               "                            (from scratch if there is none)\n"
+               "  --threads N               OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS or all cores)\n"
+               "  --device cpu|cpu-guard|cuda  compute backend (default cpu; cpu-guard: a test mode that faults on "
+               "host access to backend memory)\n"
+               "  --stop-at-step N          save a checkpoint and stop after step N (resume with --resume)\n"
+               "  --allow-data-change       with --resume: continue even if a data file's size or fingerprint\n"
+               "                            differs from the one the checkpoint's run read (state.json)\n"
+               "  --skip-memory-check       start even if this rank's memory estimate exceeds the memory\n"
+               "                            available (MemAvailable, cgroup limit)\n"
+               "  --print-config            print the resolved config and exit\n");
 }
 
 int tri_cmd_train(int argc, char **argv) {

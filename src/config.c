@@ -31,8 +31,8 @@ typedef enum field_type { FT_INT, FT_U64, FT_DOUBLE, FT_STRING } field_type;
 
 /* Range flags: which bounds exist, whether they are open, and "non-empty". */
 enum {
-    R_LO = 1u << 0,       /* value >= lo (or > lo with R_LO_OPEN)          */
-    R_HI = 1u << 1,       /* value <= hi (or < hi with R_HI_OPEN)          */
+    R_LO = 1u << 0, /* value >= lo (or > lo with R_LO_OPEN)          */
+    R_HI = 1u << 1, /* value <= hi (or < hi with R_HI_OPEN)          */
     R_LO_OPEN = 1u << 2,
     R_HI_OPEN = 1u << 3,
     R_REQUIRED = 1u << 4, /* string fields: must not be empty              */
@@ -53,18 +53,22 @@ typedef struct field {
 
 #define MEMBER(path) (((tri_config *)0)->path)
 #define MEMBER_TYPE(path) \
-    _Generic(MEMBER(path), int: FT_INT, uint64_t: FT_U64, double: FT_DOUBLE, char *: FT_STRING)
-#define FIELD(sec, name, dnum, dstr, lo, hi, flags, help)                         \
-    { #sec, #name, MEMBER_TYPE(sec.name), offsetof(tri_config, sec.name),         \
-      sizeof MEMBER(sec.name), (dnum), (dstr), (lo), (hi), (flags), (help), NULL }
+    _Generic(MEMBER(path), int : FT_INT, uint64_t : FT_U64, double : FT_DOUBLE, char * : FT_STRING)
+#define FIELD(sec, name, dnum, dstr, lo, hi, flags, help)                                                            \
+    {                                                                                                                \
+#sec, #name, MEMBER_TYPE(sec.name), offsetof(tri_config, sec.name), sizeof MEMBER(sec.name), (dnum), (dstr), \
+            (lo), (hi), (flags), (help), NULL                                                                        \
+    }
 #define NUM(sec, name, dnum, lo, hi, flags, help) FIELD(sec, name, dnum, NULL, lo, hi, flags, help)
-#define STR(sec, name, dstr, flags, help) FIELD(sec, name, 0, dstr, 0, 0, flags, help)
-#define CHOICE(sec, name, dstr, choices, help)                                   \
-    { #sec, #name, FT_STRING, offsetof(tri_config, sec.name), sizeof MEMBER(sec.name), \
-      0, (dstr), 0, 0, R_REQUIRED, (help), (choices) }
+#define STR(sec, name, dstr, flags, help)         FIELD(sec, name, 0, dstr, 0, 0, flags, help)
+#define CHOICE(sec, name, dstr, choices, help)                                                                        \
+    {                                                                                                                 \
+#sec, #name, FT_STRING, offsetof(tri_config, sec.name), sizeof MEMBER(sec.name), 0, (dstr), 0, 0, R_REQUIRED, \
+            (help), (choices)                                                                                         \
+    }
 
-#define POS (R_LO)                     /* with lo = 1: a positive integer    */
-#define GT0 (R_LO | R_LO_OPEN)         /* with lo = 0: a number > 0           */
+#define POS  (R_LO)                    /* with lo = 1: a positive integer    */
+#define GT0  (R_LO | R_LO_OPEN)        /* with lo = 0: a number > 0           */
 #define UNIT (R_LO | R_HI | R_HI_OPEN) /* with [0, 1)                         */
 
 static const field fields[] = {
@@ -87,8 +91,7 @@ static const field fields[] = {
     NUM(train, beta1, 0.9, 0, 1, UNIT, "AdamW first-moment decay"),
     NUM(train, beta2, 0.95, 0, 1, UNIT, "AdamW second-moment decay"),
     NUM(train, eps, 1e-8, 0, 0, GT0, "AdamW epsilon"),
-    NUM(train, seed, 1337, 0, 0, 0,
-        "RNG seed, 0 .. 2^64-1 (in JSON a number up to 2^53, or a decimal string)"),
+    NUM(train, seed, 1337, 0, 0, 0, "RNG seed, 0 .. 2^64-1 (in JSON a number up to 2^53, or a decimal string)"),
     NUM(train, eval_every, 0, 0, 0, R_LO, "steps between validation-loss evaluations (0: never)"),
     NUM(train, eval_batches, 4, 1, 0, POS, "micro-batches per evaluation"),
     CHOICE(train, recompute, "none", "none|selective|full",
@@ -137,7 +140,7 @@ static const struct rule {
 };
 
 #define MAX_FILE_BYTES ((size_t)16 << 20)
-#define TWO_POW_53 9007199254740992.0
+#define TWO_POW_53     9007199254740992.0
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                            */
@@ -153,9 +156,7 @@ static void report(const char *file, const char *fmt, ...) {
 }
 
 static void *member(tri_config *cfg, const field *f) { return (char *)cfg + f->offset; }
-static const void *cmember(const tri_config *cfg, const field *f) {
-    return (const char *)cfg + f->offset;
-}
+static const void *cmember(const tri_config *cfg, const field *f) { return (const char *)cfg + f->offset; }
 
 /* The shortest of %.15g, %.16g, %.17g that reads back as exactly v.
  * (buf: at least 32 bytes) */
@@ -235,14 +236,13 @@ static int in_range(const field *f, double v) {
 static void report_range(const char *file, const char *prefix, const field *f, double v) {
     char range[96], got[32];
     describe_range(f, range, sizeof range);
-    report(file, "%s%s.%s: expected %s%s%s, got %s", prefix, f->section, f->key,
-           type_noun(f->type), range[0] ? " " : "", range, fmt_double(v, got, sizeof got));
+    report(file, "%s%s.%s: expected %s%s%s, got %s", prefix, f->section, f->key, type_noun(f->type),
+           range[0] ? " " : "", range, fmt_double(v, got, sizeof got));
 }
 
 static const field *find_field(const char *section, size_t section_len, const char *key) {
     for (size_t i = 0; i < N_FIELDS; i++)
-        if (strlen(fields[i].section) == section_len &&
-            memcmp(fields[i].section, section, section_len) == 0 &&
+        if (strlen(fields[i].section) == section_len && memcmp(fields[i].section, section, section_len) == 0 &&
             strcmp(fields[i].key, key) == 0)
             return &fields[i];
     return NULL;
@@ -291,12 +291,10 @@ static const char *value_text(const tri_config *cfg, const field *f, char *buf, 
 
 /* Stores a string into a string field. Returns 0, or -1 after a message.
  * `prefix` is "" for the file and "--set " for overrides. */
-static int set_string(tri_config *cfg, const field *f, const char *s, const char *file,
-                      const char *prefix) {
+static int set_string(tri_config *cfg, const field *f, const char *s, const char *file, const char *prefix) {
     size_t len = strlen(s);
     if (len >= f->size) {
-        report(file, "%s%s.%s: longer than %zu bytes (%zu)", prefix, f->section, f->key,
-               f->size - 1, len);
+        report(file, "%s%s.%s: longer than %zu bytes (%zu)", prefix, f->section, f->key, f->size - 1, len);
         return -1;
     }
     memcpy(member(cfg, f), s, len + 1);
@@ -306,8 +304,7 @@ static int set_string(tri_config *cfg, const field *f, const char *s, const char
 /* Stores a number into an int or double field, checking that it fits the C
  * type (finite; an integer within int for int fields). The field's own range
  * is checked later, at validation, so that an override can fix a file. */
-static int set_number(tri_config *cfg, const field *f, double v, const char *file,
-                      const char *prefix) {
+static int set_number(tri_config *cfg, const field *f, double v, const char *file, const char *prefix) {
     char got[32];
     if (!isfinite(v)) {
         report(file, "%s%s.%s: expected a finite number, got %s", prefix, f->section, f->key,
@@ -328,8 +325,8 @@ static int set_number(tri_config *cfg, const field *f, double v, const char *fil
         if (!in_range(f, v)) {
             report_range(file, prefix, f, v);
         } else {
-            report(file, "%s%s.%s: expected an integer in [%d, %d], got %s", prefix, f->section,
-                   f->key, INT_MIN, INT_MAX, fmt_double(v, got, sizeof got));
+            report(file, "%s%s.%s: expected an integer in [%d, %d], got %s", prefix, f->section, f->key, INT_MIN,
+                   INT_MAX, fmt_double(v, got, sizeof got));
         }
         return -1;
     }
@@ -360,8 +357,7 @@ static int set_from_json(tri_config *cfg, const field *f, const cJSON *item, con
     case FT_INT:
     case FT_DOUBLE:
         if (!cJSON_IsNumber(item)) {
-            report(file, "%s.%s: expected %s, got %s", f->section, f->key, type_noun(f->type),
-                   json_kind(item));
+            report(file, "%s.%s: expected %s, got %s", f->section, f->key, type_noun(f->type), json_kind(item));
             return -1;
         }
         return set_number(cfg, f, item->valuedouble, file, "");
@@ -369,8 +365,8 @@ static int set_from_json(tri_config *cfg, const field *f, const cJSON *item, con
         uint64_t u;
         if (cJSON_IsString(item)) {
             if (parse_u64(item->valuestring, &u) != 0) {
-                report(file, "%s.%s: expected a decimal integer in [0, 2^64-1], got \"%s\"",
-                       f->section, f->key, item->valuestring);
+                report(file, "%s.%s: expected a decimal integer in [0, 2^64-1], got \"%s\"", f->section, f->key,
+                       item->valuestring);
                 return -1;
             }
         } else if (cJSON_IsNumber(item)) {
@@ -387,8 +383,7 @@ static int set_from_json(tri_config *cfg, const field *f, const cJSON *item, con
             }
             u = (uint64_t)v;
         } else {
-            report(file, "%s.%s: expected an integer or a decimal string, got %s", f->section,
-                   f->key, json_kind(item));
+            report(file, "%s.%s: expected an integer or a decimal string, got %s", f->section, f->key, json_kind(item));
             return -1;
         }
         *(uint64_t *)member(cfg, f) = u;
@@ -483,8 +478,7 @@ static int duplicate_before(const cJSON *parent, const cJSON *item) {
 /* Parses `text` (NUL-terminated) and applies it over *cfg. */
 static int apply_json(tri_config *cfg, const char *text, const char *file) {
     const char *start = text;
-    if ((unsigned char)start[0] == 0xEF && (unsigned char)start[1] == 0xBB &&
-        (unsigned char)start[2] == 0xBF)
+    if ((unsigned char)start[0] == 0xEF && (unsigned char)start[1] == 0xBB && (unsigned char)start[2] == 0xBF)
         start += 3; /* UTF-8 byte-order mark */
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(start, &end, 1);
@@ -500,11 +494,11 @@ static int apply_json(tri_config *cfg, const char *text, const char *file) {
         report(file, "expected a JSON object at the top level, got %s", json_kind(root));
         rc = -1;
     }
-    for (const cJSON *sec = rc == 0 ? root->child : NULL; sec != NULL && rc == 0;
-         sec = sec->next) {
+    for (const cJSON *sec = rc == 0 ? root->child : NULL; sec != NULL && rc == 0; sec = sec->next) {
         if (!is_section(sec->string)) {
-            report(file, "%s: unknown section (expected model, train, data, parallel, "
-                         "checkpoint, log or debug)",
+            report(file,
+                   "%s: unknown section (expected model, train, data, parallel, "
+                   "checkpoint, log or debug)",
                    sec->string);
             rc = -1;
         } else if (duplicate_before(root, sec)) {
@@ -514,8 +508,7 @@ static int apply_json(tri_config *cfg, const char *text, const char *file) {
             report(file, "%s: expected an object, got %s", sec->string, json_kind(sec));
             rc = -1;
         }
-        for (const cJSON *kv = rc == 0 ? sec->child : NULL; kv != NULL && rc == 0;
-             kv = kv->next) {
+        for (const cJSON *kv = rc == 0 ? sec->child : NULL; kv != NULL && rc == 0; kv = kv->next) {
             const field *f = find_field(sec->string, strlen(sec->string), kv->string);
             if (f == NULL) {
                 report(file, "%s.%s: unknown key", sec->string, kv->string);
@@ -572,8 +565,8 @@ static int validate(const tri_config *cfg, const char *file) {
                 return -1;
             }
             if (f->choices && !is_choice(f->choices, (const char *)cmember(cfg, f))) {
-                report(file, "%s.%s: \"%s\" is not one of %s", f->section, f->key,
-                       (const char *)cmember(cfg, f), f->choices);
+                report(file, "%s.%s: \"%s\" is not one of %s", f->section, f->key, (const char *)cmember(cfg, f),
+                       f->choices);
                 return -1;
             }
             continue;
@@ -588,8 +581,7 @@ static int validate(const tri_config *cfg, const char *file) {
     for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++) {
         const field *a = find_dotted(rules[i].a), *b = find_dotted(rules[i].b);
         if (a == NULL || b == NULL) { /* a typo in the rule table */
-            report(file, "internal error: config rule %s/%s names no field", rules[i].a,
-                   rules[i].b);
+            report(file, "internal error: config rule %s/%s names no field", rules[i].a, rules[i].b);
             return -1;
         }
         double va = get_number(cfg, a), vb = get_number(cfg, b);
@@ -627,8 +619,7 @@ void tri_config_defaults(tri_config *cfg) {
 
 /* The shared tail of both loaders: JSON text (may be NULL: none), then the
  * overrides, then validation, on a local copy. */
-static int load(tri_config *cfg, const char *text, const char *name, int n_overrides,
-                const char *const *overrides) {
+static int load(tri_config *cfg, const char *text, const char *name, int n_overrides, const char *const *overrides) {
     tri_config *tmp = malloc(sizeof *tmp); /* ~6 KiB; off the stack */
     if (tmp == NULL) {
         report(name, "out of memory");
@@ -657,8 +648,7 @@ static int load(tri_config *cfg, const char *text, const char *name, int n_overr
 }
 
 /* path == NULL: no file, defaults and overrides only (messages say "(no file)"). */
-int tri_config_load(tri_config *cfg, const char *path, int n_overrides,
-                    const char *const *overrides) {
+int tri_config_load(tri_config *cfg, const char *path, int n_overrides, const char *const *overrides) {
     if (path == NULL) return load(cfg, NULL, "(no file)", n_overrides, overrides);
     char *text = read_file(path);
     if (text == NULL) return -1;
@@ -745,8 +735,7 @@ void tri_config_help(FILE *f) {
         else
             fmt_double(fd->def, def, sizeof def);
         describe_range(fd, range, sizeof range);
-        fprintf(f, "  %-24s %-7s %-14s %-20s %s\n", name, type_name(fd->type), def,
-                range[0] ? range : "any", fd->help);
+        fprintf(f, "  %-24s %-7s %-14s %-20s %s\n", name, type_name(fd->type), def, range[0] ? range : "any", fd->help);
     }
     fprintf(f, "\nAlso checked: n_embd %% n_head == 0, global_batch %% micro_batch == 0, "
                "min_lr <= lr.\n");

@@ -20,13 +20,13 @@
 #define TRI_PATH_MAX 1024
 
 typedef struct tri_train_cfg {
-    int global_batch;   /* sequences per optimizer step, over all DP ranks */
-    int micro_batch;    /* sequences per forward/backward on one rank      */
-    int steps;          /* optimizer steps (0: write the initial model)    */
-    double lr, min_lr;  /* peak and final learning rate                    */
-    int warmup_steps;   /* linear warmup, then cosine decay to min_lr      */
+    int global_batch;  /* sequences per optimizer step, over all DP ranks */
+    int micro_batch;   /* sequences per forward/backward on one rank      */
+    int steps;         /* optimizer steps (0: write the initial model)    */
+    double lr, min_lr; /* peak and final learning rate                    */
+    int warmup_steps;  /* linear warmup, then cosine decay to min_lr      */
     double weight_decay;
-    double grad_clip;   /* global-norm clip; 0 disables                    */
+    double grad_clip; /* global-norm clip; 0 disables                    */
     double beta1, beta2, eps;
     uint64_t seed;
     int eval_every;     /* steps between val-loss evaluations; 0: never    */
@@ -35,17 +35,17 @@ typedef struct tri_train_cfg {
 } tri_train_cfg;
 
 typedef struct tri_data_cfg {
-    char train[TRI_PATH_MAX]; /* token file, or a blend "0.7:a.bin,0.3:b.bin" */
-    char val[TRI_PATH_MAX];   /* token file for validation; "" for none    */
+    char train[TRI_PATH_MAX];     /* token file, or a blend "0.7:a.bin,0.3:b.bin" */
+    char val[TRI_PATH_MAX];       /* token file for validation; "" for none    */
     char tokenizer[TRI_PATH_MAX]; /* tokenizer.json; "" for raw bytes (vocab 256) */
-    double split;             /* > 0: this fraction of each train file's windows
+    double split;                 /* > 0: this fraction of each train file's windows
                                  (its tail) is held out for validation when val is "" */
 } tri_data_cfg;
 
 typedef struct tri_parallel_cfg {
     int tp, pp, dp;
-    double bucket_mb;   /* gradient all-reduce bucket size, MiB            */
-    double timeout_s;   /* deadline of every communication wait; 0: none  */
+    double bucket_mb; /* gradient all-reduce bucket size, MiB            */
+    double timeout_s; /* deadline of every communication wait; 0: none  */
 } tri_parallel_cfg;
 
 typedef struct tri_ckpt_cfg {
@@ -55,9 +55,9 @@ typedef struct tri_ckpt_cfg {
 } tri_ckpt_cfg;
 
 typedef struct tri_log_cfg {
-    int every;                /* steps between log lines                      */
-    char dir[TRI_PATH_MAX];   /* metrics.jsonl goes here                      */
-    double peak_gflops;       /* for MFU: the machine's peak, GFLOP/s         */
+    int every;              /* steps between log lines                      */
+    char dir[TRI_PATH_MAX]; /* metrics.jsonl goes here                      */
+    double peak_gflops;     /* for MFU: the machine's peak, GFLOP/s         */
 } tri_log_cfg;
 
 typedef struct tri_config {
@@ -68,8 +68,8 @@ typedef struct tri_config {
     tri_ckpt_cfg checkpoint;
     tri_log_cfg log;
     struct {
-        int fail_step;  /* test-only fault injection: at this step ...     */
-        int fail_rank;  /* ... this rank exits with code 3 (-1: never)     */
+        int fail_step; /* test-only fault injection: at this step ...     */
+        int fail_rank; /* ... this rank exits with code 3 (-1: never)     */
     } debug;
     char source[TRI_PATH_MAX]; /* the file it was read from, for messages */
 } tri_config;
@@ -82,8 +82,7 @@ void tri_config_defaults(tri_config *cfg);
  * every field's range and the cross-field rules (n_embd % n_head == 0,
  * global_batch % micro_batch == 0, min_lr <= lr, ...). Returns 0, or -1 after
  * printing one line to stderr that names the file and the key. */
-int tri_config_load(tri_config *cfg, const char *path, int n_overrides,
-                    const char *const *overrides);
+int tri_config_load(tri_config *cfg, const char *path, int n_overrides, const char *const *overrides);
 
 /* Same, from a JSON string (for state.json, where the config is stored);
  * `name` stands for the file in messages. */

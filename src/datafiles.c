@@ -32,8 +32,7 @@ static int collect(const tri_sampler *train, const tri_sampler *val, datafile *f
         for (int i = 0; s[k] && i < s[k]->n_sources; i++) {
             const tri_dataset *ds = &s[k]->src[i].ds;
             add(f, &n, role[k], ds->bin_path, ds->bin_size, ds->bin_fingerprint);
-            if (ds->format == TRI_DATA_MEGATRON)
-                add(f, &n, role[k], ds->idx_path, ds->idx_size, ds->idx_fingerprint);
+            if (ds->format == TRI_DATA_MEGATRON) add(f, &n, role[k], ds->idx_path, ds->idx_size, ds->idx_fingerprint);
         }
     }
     return n;
@@ -77,8 +76,8 @@ static int parse_entry(const cJSON *e, int i, const char *file, datafile *out) {
     return 0;
 }
 
-int tri_datafiles_check_resume(const char *ckpt_dir, const tri_sampler *train, const tri_sampler *val,
-                               int allow_change, int verbose) {
+int tri_datafiles_check_resume(const char *ckpt_dir, const tri_sampler *train, const tri_sampler *val, int allow_change,
+                               int verbose) {
     char file[4200];
     snprintf(file, sizeof file, "%s/state.json", ckpt_dir);
     char *text = tri_slurp(file, "checkpoint state", (size_t)64 << 20, NULL);
@@ -117,8 +116,8 @@ int tri_datafiles_check_resume(const char *ckpt_dir, const tri_sampler *train, c
         if (!cur || (cur->bytes == was.bytes && cur->fingerprint == was.fingerprint)) continue;
         char what[1024];
         if (cur->bytes != was.bytes)
-            snprintf(what, sizeof what, "%s (data.%s) held %zu bytes then and %zu now", was.path, cur->role,
-                     was.bytes, cur->bytes);
+            snprintf(what, sizeof what, "%s (data.%s) held %zu bytes then and %zu now", was.path, cur->role, was.bytes,
+                     cur->bytes);
         else
             snprintf(what, sizeof what,
                      "%s (data.%s) has the same size (%zu bytes) but other contents (fingerprint %016" PRIx64
@@ -130,7 +129,8 @@ int tri_datafiles_check_resume(const char *ckpt_dir, const tri_sampler *train, c
     }
     if (rc == 0 && n_changed > 0 && !allow_change) {
         char more[64] = "";
-        if (n_changed > 1) snprintf(more, sizeof more, " (and %d more file%s)", n_changed - 1, n_changed > 2 ? "s" : "");
+        if (n_changed > 1)
+            snprintf(more, sizeof more, " (and %d more file%s)", n_changed - 1, n_changed > 2 ? "s" : "");
         rc = tri_error("--resume: a data file changed since the checkpoint %s was saved: %s%s. The resumed run "
                        "would read other samples than the interrupted one; restore the file, or pass "
                        "--allow-data-change to resume with it as it is",

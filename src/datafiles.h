@@ -27,7 +27,7 @@ void tri_datafiles_to_state(cJSON *state, const tri_sampler *train, const tri_sa
  * (when verbose). Files recorded but not used now, or used now but not
  * recorded (the spec changed), are not compared. A state.json without
  * "data_files" (an older trident) is accepted with a note. Returns 0 or -1. */
-int tri_datafiles_check_resume(const char *ckpt_dir, const tri_sampler *train, const tri_sampler *val,
-                               int allow_change, int verbose);
+int tri_datafiles_check_resume(const char *ckpt_dir, const tri_sampler *train, const tri_sampler *val, int allow_change,
+                               int verbose);
 
 #endif

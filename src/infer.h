@@ -7,12 +7,12 @@
 #include "src/config.h"
 
 typedef struct tri_infer {
-    tri_config cfg;           /* the run's config from state.json, or defaults + config.json */
-    char dir[TRI_PATH_MAX];   /* the resolved checkpoint directory */
-    tri_comm self;            /* a TP group of one */
-    tri_ctx ctx;              /* the CPU backend */
-    tri_gpt gpt;              /* the whole model as one chunk */
-    tri_slot_pool pool;       /* one slot of B sequences */
+    tri_config cfg;         /* the run's config from state.json, or defaults + config.json */
+    char dir[TRI_PATH_MAX]; /* the resolved checkpoint directory */
+    tri_comm self;          /* a TP group of one */
+    tri_ctx ctx;            /* the CPU backend */
+    tri_gpt gpt;            /* the whole model as one chunk */
+    tri_slot_pool pool;     /* one slot of B sequences */
     tri_workspace ws;
     size_t B;
 } tri_infer;

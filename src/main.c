@@ -11,26 +11,25 @@
 #include "src/base/err.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: trident <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  train CONFIG [--set section.key=value]... [--resume] [--threads N] [--device cpu]\n"
-            "        train a GPT as the JSON config says (under tridentrun for several ranks)\n"
-            "  sample --ckpt DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
-            "        generate text from a checkpoint\n"
-            "  eval --ckpt DIR --data FILE [--batches N] [--batch B] [--json]\n"
-            "        mean loss of a checkpoint on a token file\n"
-            "  bench CONFIG [--steps N] [--threads K] [--set ...]\n"
-            "        training throughput on synthetic tokens, with the machine's sgemm speed\n"
-            "  tokenize train|encode|decode ...\n"
-            "        byte-level BPE: train a tokenizer, encode text to token files, decode\n"
-            "  data info|dump PATH ...\n"
-            "        inspect a token file (llm.c .bin or Megatron .bin/.idx)\n"
-            "  config-help\n"
-            "        every config key with its type, default, range and meaning\n"
-            "\n"
-            "`trident <command> --help` shows a command's options.\n");
+    fprintf(f, "usage: trident <command> [options]\n"
+               "\n"
+               "commands:\n"
+               "  train CONFIG [--set section.key=value]... [--resume] [--threads N] [--device cpu]\n"
+               "        train a GPT as the JSON config says (under tridentrun for several ranks)\n"
+               "  sample --ckpt DIR [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+               "        generate text from a checkpoint\n"
+               "  eval --ckpt DIR --data FILE [--batches N] [--batch B] [--json]\n"
+               "        mean loss of a checkpoint on a token file\n"
+               "  bench CONFIG [--steps N] [--threads K] [--set ...]\n"
+               "        training throughput on synthetic tokens, with the machine's sgemm speed\n"
+               "  tokenize train|encode|decode ...\n"
+               "        byte-level BPE: train a tokenizer, encode text to token files, decode\n"
+               "  data info|dump PATH ...\n"
+               "        inspect a token file (llm.c .bin or Megatron .bin/.idx)\n"
+               "  config-help\n"
+               "        every config key with its type, default, range and meaning\n"
+               "\n"
+               "`trident <command> --help` shows a command's options.\n");
 }
 
 int main(int argc, char **argv) {

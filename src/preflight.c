@@ -60,9 +60,9 @@ static size_t global_floats_bound(checked *c, const tri_model_cfg *m) {
     size_t C = (size_t)m->n_embd, L = (size_t)m->n_layer, T = (size_t)m->seq_len;
     size_t Vp = tri_padded_vocab(m->vocab_size, 1);
     size_t CC = cmul(c, C, C, "model.n_embd^2");
-    size_t block = cadd(c, cmul(c, 12, CC, "12 x model.n_embd^2 (one block's weights)"),
-                        cadd(c, cmul(c, 13, C, "13 x model.n_embd"), 12 * 16, "one block's parameters"),
-                        "one block's parameters");
+    size_t block =
+        cadd(c, cmul(c, 12, CC, "12 x model.n_embd^2 (one block's weights)"),
+             cadd(c, cmul(c, 13, C, "13 x model.n_embd"), 12 * 16, "one block's parameters"), "one block's parameters");
     size_t n = cmul(c, L, block, "model.n_layer x 12 x model.n_embd^2 (the blocks' parameters)");
     n = cadd(c, n, cmul(c, Vp, C, "model.vocab_size x model.n_embd (the token embedding)"), "the parameter count");
     n = cadd(c, n, cmul(c, T, C, "model.seq_len x model.n_embd (the position embedding)"), "the parameter count");
@@ -455,8 +455,9 @@ int tri_preflight_run(tri_preflight *p) {
     int bad = rc != 0;
     tri_comm_allreduce(&p->dist->world, &bad, 1, TRI_I32, TRI_MAX);
     if (bad && rc == 0)
-        fprintf(stderr, "trident: rank %d: stopping before step 1: another rank failed a preflight check (its log "
-                        "says which)\n",
+        fprintf(stderr,
+                "trident: rank %d: stopping before step 1: another rank failed a preflight check (its log "
+                "says which)\n",
                 mesh->rank);
     if (bad) return -1;
     if (p->verbose) {
@@ -486,8 +487,7 @@ const char *tri_preflight_divergence_hint(const tri_config *cfg, int updates_don
     size_t len = 0;
 #define ADD(...) (len += (size_t)snprintf(buf + len, len < n ? n - len : 0, __VA_ARGS__))
     ADD("Settings of this run that can make AdamW diverge: train.lr = %g (lower it)", t->lr);
-    if (t->grad_clip == 0.0)
-        ADD("; train.grad_clip = 0, clipping is off (e.g. 1.0 bounds each update)");
+    if (t->grad_clip == 0.0) ADD("; train.grad_clip = 0, clipping is off (e.g. 1.0 bounds each update)");
     if (t->lr * t->weight_decay >= 1.0)
         ADD("; train.lr x train.weight_decay = %g >= 1: the decay step alone flips and grows the weights",
             t->lr * t->weight_decay);

@@ -39,21 +39,21 @@
 
 /* One rank's memory, in bytes. */
 typedef struct tri_mem_estimate {
-    size_t params;   /* 4 bytes per float of this rank's parameter slice      */
-    size_t grads;    /* the same for the gradients                            */
-    size_t optim;    /* AdamW's two moments: 2 x 4 bytes per float (training) */
-    size_t acts;     /* activations and workspace of one micro-batch          */
-    size_t other;    /* parameter table, batch buffers, caller's extras       */
-    size_t total;    /* the sum; SIZE_MAX if it overflowed                    */
+    size_t params; /* 4 bytes per float of this rank's parameter slice      */
+    size_t grads;  /* the same for the gradients                            */
+    size_t optim;  /* AdamW's two moments: 2 x 4 bytes per float (training) */
+    size_t acts;   /* activations and workspace of one micro-batch          */
+    size_t other;  /* parameter table, batch buffers, caller's extras       */
+    size_t total;  /* the sum; SIZE_MAX if it overflowed                    */
 } tri_mem_estimate;
 
 /* Memory this process may still use, in bytes; SIZE_MAX where unknown or
  * unlimited. */
 typedef struct tri_mem_avail {
-    size_t meminfo;     /* MemAvailable                                    */
-    size_t cg_limit;    /* the cgroup's limit                              */
-    size_t cg_free;     /* that limit minus the cgroup's current usage     */
-    size_t available;   /* min(meminfo, cg_free)                           */
+    size_t meminfo;   /* MemAvailable                                    */
+    size_t cg_limit;  /* the cgroup's limit                              */
+    size_t cg_free;   /* that limit minus the cgroup's current usage     */
+    size_t available; /* min(meminfo, cg_free)                           */
 } tri_mem_avail;
 
 typedef struct tri_preflight {
@@ -65,8 +65,8 @@ typedef struct tri_preflight {
     int verbose;            /* rank 0 prints notes and the summary line     */
     const tri_sampler *val; /* the validation data the run evaluates, or NULL */
     /* out */
-    int eval_batches;       /* train.eval_batches capped at one pass over val */
-    tri_mem_estimate mem;   /* this rank's estimate                         */
+    int eval_batches;     /* train.eval_batches capped at one pass over val */
+    tri_mem_estimate mem; /* this rank's estimate                         */
 } tri_preflight;
 
 /* Runs the checks above on every rank (collective over p->dist->world).

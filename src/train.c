@@ -93,7 +93,10 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         tri_dist_progress(&t->dist, step + 1, "train");
         loss = train_step(t, step, &norm);
         double dt = now_s() - t0;
-        if (t->data_error) { rc = 1; goto done; } /* said: a token file shrank under the job */
+        if (t->data_error) {
+            rc = 1;
+            goto done;
+        } /* said: a token file shrank under the job */
         if (!isfinite(loss) || !isfinite(norm)) {
             if (t->is_logger) {
                 char hint[1024];
@@ -134,7 +137,10 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         if (t->has_val && done_steps % cfg->train.eval_every == 0) {
             tri_dist_progress(&t->dist, done_steps, "eval");
             double vl = evaluate(t);
-            if (t->data_error) { rc = 1; goto done; }
+            if (t->data_error) {
+                rc = 1;
+                goto done;
+            }
             if (t->stop && t->is_logger)
                 fprintf(stderr, "trident: %s during validation after step %d: validation abandoned\n",
                         tri_stop_name(t->stop), done_steps);
@@ -151,18 +157,25 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         tri_comm_allreduce(&t->dist.world, &stop, 1, TRI_I32, TRI_MAX);
         if (stop) {
             if (t->is_logger) fprintf(stderr, "trident: signal %d: saving a checkpoint at step %d\n", stop, done_steps);
-            if (!opts->synthetic && save(t, done_steps, loss) != 0) rc = 1;
-            else rc = 128 + stop;
+            if (!opts->synthetic && save(t, done_steps, loss) != 0)
+                rc = 1;
+            else
+                rc = 128 + stop;
             goto done;
         }
         if (opts->stop_at > 0 && done_steps == opts->stop_at && done_steps < cfg->train.steps) {
-            if (!opts->synthetic && save(t, done_steps, loss) != 0) rc = 1;
-            else if (t->is_logger && !opts->quiet) printf("stopped at step %d (--stop-at-step)\n", done_steps);
+            if (!opts->synthetic && save(t, done_steps, loss) != 0)
+                rc = 1;
+            else if (t->is_logger && !opts->quiet)
+                printf("stopped at step %d (--stop-at-step)\n", done_steps);
             goto done;
         }
         int every = cfg->checkpoint.every;
         if (!opts->synthetic && every > 0 && done_steps % every == 0 && done_steps < cfg->train.steps) {
-            if (save(t, done_steps, loss) != 0) { rc = 1; goto done; }
+            if (save(t, done_steps, loss) != 0) {
+                rc = 1;
+                goto done;
+            }
         }
     }
     if (opts->report) {

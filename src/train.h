@@ -8,20 +8,20 @@
 
 /* What a run measured on this rank (filled when tri_run_opts.report is set). */
 typedef struct tri_run_report {
-    int world, rank;             /* this rank's place                              */
-    int steps;                   /* steps run (not counting the first, see below) */
-    double seconds;              /* their wall time                                */
-    tri_comm_stats tp, dp, pp;   /* communication in those steps, per group        */
-    tri_mem_stats mem;           /* this rank's memory accounting (kernels/ctx.h)  */
+    int world, rank;           /* this rank's place                              */
+    int steps;                 /* steps run (not counting the first, see below) */
+    double seconds;            /* their wall time                                */
+    tri_comm_stats tp, dp, pp; /* communication in those steps, per group        */
+    tri_mem_stats mem;         /* this rank's memory accounting (kernels/ctx.h)  */
 } tri_run_report;
 
 typedef struct tri_run_opts {
-    int resume;          /* continue from the newest complete checkpoint in checkpoint.dir, if any */
-    int threads;         /* OpenMP/OpenBLAS threads; 0: leave as the environment says */
-    const char *device;  /* "cpu" (default) or "cuda" */
-    int synthetic;       /* bench: random tokens instead of the data files */
-    int quiet;           /* no per-step lines */
-    int stop_at;         /* > 0: save and stop after this step (the schedule still
+    int resume;            /* continue from the newest complete checkpoint in checkpoint.dir, if any */
+    int threads;           /* OpenMP/OpenBLAS threads; 0: leave as the environment says */
+    const char *device;    /* "cpu" (default) or "cuda" */
+    int synthetic;         /* bench: random tokens instead of the data files */
+    int quiet;             /* no per-step lines */
+    int stop_at;           /* > 0: save and stop after this step (the schedule still
                             runs to train.steps; resume continues) */
     int allow_data_change; /* --resume even when a data file differs from the one the
                               checkpoint's run read (src/datafiles.h) */

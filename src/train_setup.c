@@ -36,12 +36,11 @@ static int check_layout(const tri_config *cfg) {
     long per = (long)cfg->train.micro_batch * p->dp;
     if (cfg->train.global_batch % per) {
         tri_error("train.global_batch (%d) is not divisible by train.micro_batch (%d) x parallel.dp (%d) = %ld",
-                cfg->train.global_batch, cfg->train.micro_batch, p->dp, per);
+                  cfg->train.global_batch, cfg->train.micro_batch, p->dp, per);
         return -1;
     }
     if (p->pp > 1) {
-        tri_error("parallel.pp = %d: pipeline parallelism is not implemented yet (use pp = 1)",
-                p->pp);
+        tri_error("parallel.pp = %d: pipeline parallelism is not implemented yet (use pp = 1)", p->pp);
         return -1;
     }
     return 0;
@@ -51,7 +50,10 @@ static int check_layout(const tri_config *cfg) {
  * would load the same tensors and silently compute something else); other
  * changes are allowed and said. Returns 0 or -1 (printed). */
 static int check_resume(const tri_config *now, const tri_config *saved, const char *dir, int verbose) {
-    struct { const char *key; int a, b; } shape[] = {
+    struct {
+        const char *key;
+        int a, b;
+    } shape[] = {
         {"model.n_layer", now->model.n_layer, saved->model.n_layer},
         {"model.n_head", now->model.n_head, saved->model.n_head},
         {"model.n_embd", now->model.n_embd, saved->model.n_embd},
@@ -60,8 +62,8 @@ static int check_resume(const tri_config *now, const tri_config *saved, const ch
     };
     for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
         if (shape[i].a != shape[i].b) {
-            tri_error("--resume: %s is %d, but the checkpoint %s was trained with %d", shape[i].key,
-                    shape[i].a, dir, shape[i].b);
+            tri_error("--resume: %s is %d, but the checkpoint %s was trained with %d", shape[i].key, shape[i].a, dir,
+                      shape[i].b);
             return -1;
         }
     if (!verbose) return 0;
@@ -134,12 +136,12 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         const tri_data_cfg *dc = &cfg->data;
         int T = cfg->model.seq_len, V = cfg->model.vocab_size;
         uint64_t seed = cfg->train.seed;
-        if (tri_sampler_init_split(&t->train_data, dc->train, T, V, seed, dc->split, TRI_SPLIT_TRAIN) != 0)
-            return rc;
+        if (tri_sampler_init_split(&t->train_data, dc->train, T, V, seed, dc->split, TRI_SPLIT_TRAIN) != 0) return rc;
         t->has_train_data = 1;
         if (cfg->train.eval_every > 0 && (dc->val[0] || dc->split > 0)) {
-            int vrc = dc->val[0] ? tri_sampler_init(&t->val_data, dc->val, T, V, seed)
-                                 : tri_sampler_init_split(&t->val_data, dc->train, T, V, seed, dc->split, TRI_SPLIT_VAL);
+            int vrc = dc->val[0]
+                          ? tri_sampler_init(&t->val_data, dc->val, T, V, seed)
+                          : tri_sampler_init_split(&t->val_data, dc->train, T, V, seed, dc->split, TRI_SPLIT_VAL);
             if (vrc != 0) return rc;
             t->has_val = 1;
         } else if (cfg->train.eval_every > 0 && mesh->rank == 0) {
@@ -150,8 +152,11 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     }
 
     /* everything the run will need, before the model is allocated (src/preflight.h) */
-    tri_preflight pf = {.cfg = cfg, .dist = &t->dist, .synthetic = opts->synthetic,
-                        .skip_memory_check = opts->skip_memory_check, .verbose = t->is_logger && !opts->quiet,
+    tri_preflight pf = {.cfg = cfg,
+                        .dist = &t->dist,
+                        .synthetic = opts->synthetic,
+                        .skip_memory_check = opts->skip_memory_check,
+                        .verbose = t->is_logger && !opts->quiet,
                         .val = t->has_val ? &t->val_data : NULL};
     if (tri_preflight_run(&pf) != 0) return rc;
     t->eval_batches = pf.eval_batches;
@@ -161,8 +166,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     int *layers = malloc(((size_t)cfg->model.n_layer + 1) * sizeof *layers);
     if (!layers) return rc;
     int grc = tri_chunks_even(&cfg->model, mesh->pp, mesh->pp_rank, 1, &spec, layers);
-    if (grc == 0)
-        grc = tri_gpt_init(&t->gpt, &cfg->model, &t->ctx, &t->dist.tp, mesh->tp, mesh->tp_rank, &spec, 1);
+    if (grc == 0) grc = tri_gpt_init(&t->gpt, &cfg->model, &t->ctx, &t->dist.tp, mesh->tp, mesh->tp_rank, &spec, 1);
     free(layers);
     if (grc != 0) return rc;
     rc = 1;
@@ -173,9 +177,9 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     for (int k = 0; k < t->gpt.n_chunks; k++)
         if (tri_slot_pool_init(&t->pools[k], &t->gpt, k, t->mb, t->T, t->policy, 1) != 0) return rc;
     if (tri_workspace_init(&t->ws, &t->gpt, t->mb, t->T, t->policy) != 0) return rc;
-    tri_adamw_cfg oc = {cfg->train.lr, cfg->train.min_lr, cfg->train.warmup_steps, cfg->train.steps,
-                        cfg->train.beta1, cfg->train.beta2, cfg->train.eps, cfg->train.weight_decay,
-                        cfg->train.grad_clip};
+    tri_adamw_cfg oc = {cfg->train.lr,    cfg->train.min_lr,       cfg->train.warmup_steps,
+                        cfg->train.steps, cfg->train.beta1,        cfg->train.beta2,
+                        cfg->train.eps,   cfg->train.weight_decay, cfg->train.grad_clip};
     if (tri_optim_init(&t->opt, &t->gpt, &oc) != 0) return rc;
     for (int k = 0; k < t->gpt.n_chunks; k++) {
         tri_chunk *ch = &t->gpt.chunks[k];
@@ -202,7 +206,8 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         if (tri_model_load(ckpt, &t->gpt, &t->opt, &t->dist) != 0) return 2;
         t->opt.t = *start;
         if (t->is_logger && !opts->quiet)
-            printf("resumed from %s at step %d (%llu samples consumed)\n", ckpt, *start, (unsigned long long)t->consumed);
+            printf("resumed from %s at step %d (%llu samples consumed)\n", ckpt, *start,
+                   (unsigned long long)t->consumed);
     } else {
         if (opts->resume && t->is_logger && !opts->synthetic)
             printf("resume: no checkpoint in %s yet, starting from step 0\n", cfg->checkpoint.dir);
@@ -226,8 +231,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         printf("config %s:\n", cfg->source);
         tri_config_print(cfg, stdout);
         printf("trident: %zu parameters, tp=%d pp=%d dp=%d, %d micro-batches of %zu per rank, %d threads\n",
-               tri_gpt_num_params(&cfg->model), mesh->tp, mesh->pp, mesh->dp, t->n_micro, t->mb,
-               omp_get_max_threads());
+               tri_gpt_num_params(&cfg->model), mesh->tp, mesh->pp, mesh->dp, t->n_micro, t->mb, omp_get_max_threads());
         char mem[256];
         tri_mem_line(&t->ctx.mem, mem, sizeof mem);
         printf("trident: memory per rank (recompute %s): %s\n", cfg->train.recompute, mem);

@@ -25,32 +25,31 @@ typedef struct trainer {
     const tri_config *cfg;
     tri_run_opts opts;
     tri_dist dist;
-    tri_ctx ctx;                /* the backend of this rank                   */
-    tri_gpt gpt;                /* the chunks this rank holds                 */
+    tri_ctx ctx; /* the backend of this rank                   */
+    tri_gpt gpt; /* the chunks this rank holds                 */
     tri_recompute policy;
-    tri_slot_pool *pools;       /* [gpt.n_chunks]: saved slots per chunk      */
+    tri_slot_pool *pools; /* [gpt.n_chunks]: saved slots per chunk      */
     tri_workspace ws;
     tri_optim opt;
-    tri_grad_sync *sync;        /* [gpt.n_chunks]: DP buckets per chunk       */
+    tri_grad_sync *sync; /* [gpt.n_chunks]: DP buckets per chunk       */
     tri_sampler train_data, val_data;
-    tri_ckpt_store store;       /* open (locked) on world rank 0 while training */
+    tri_ckpt_store store; /* open (locked) on world rank 0 while training */
     int has_train_data, has_val;
-    int32_t *inputs, *targets;  /* (micro_batch * T) each */
-    size_t G, T, mb;            /* global batch, sequence length, micro-batch */
-    size_t local_batch;         /* G / dp                                     */
-    size_t first_seq;           /* this DP rank's first sequence of a step    */
-    int n_micro;                /* local_batch / mb                           */
-    int is_logger;              /* world rank 0                               */
-    uint64_t consumed;          /* global samples consumed before this step   */
+    int32_t *inputs, *targets; /* (micro_batch * T) each */
+    size_t G, T, mb;           /* global batch, sequence length, micro-batch */
+    size_t local_batch;        /* G / dp                                     */
+    size_t first_seq;          /* this DP rank's first sequence of a step    */
+    int n_micro;               /* local_batch / mb                           */
+    int is_logger;             /* world rank 0                               */
+    uint64_t consumed;         /* global samples consumed before this step   */
     FILE *metrics;
-    int eval_batches;           /* train.eval_batches, capped at one pass over
+    int eval_batches; /* train.eval_batches, capped at one pass over
                                    the validation windows (src/preflight.c)   */
-    int stop;                   /* the stop signal every rank agreed on inside
+    int stop;         /* the stop signal every rank agreed on inside
                                    evaluate (which then gave up), else 0      */
-    int data_error;             /* a token file could not be read (printed):
+    int data_error;   /* a token file could not be read (printed):
                                    the run ends with exit code 1              */
 } trainer;
-
 
 /* train_setup.c */
 int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, int *start);

@@ -75,7 +75,7 @@
 #include "src/config.h"
 
 #define TAIL_LINES 20
-#define MAX_HOSTS 4096
+#define MAX_HOSTS  4096
 
 /* The only mutable file-scope state: what the signal handler needs (a handler
  * cannot be given a context). */
@@ -201,8 +201,7 @@ static const char *base_name(const char *p) {
 /* Rank wrapper: `tridentrun --rank-exec --log-dir DIR [--tee] [--attempt N] -- CMD...` */
 
 static int rank_from_env(void) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
-                                       "SLURM_PROCID"};
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         long v;
         if (parse_int(getenv(vars[i]), 0, INT_MAX, &v) == 0) return (int)v;
@@ -215,7 +214,7 @@ static int rank_from_env(void) {
  * mpirun) never interleave within a line. */
 typedef struct line_buf {
     char buf[8192];
-    size_t plen, n;     /* prefix length; bytes in buf (prefix included) */
+    size_t plen, n; /* prefix length; bytes in buf (prefix included) */
 } line_buf;
 
 static void con_init(line_buf *lb, const char *prefix) {
@@ -253,8 +252,8 @@ static double now_seconds(void) {
 typedef struct rank_status {
     const char *dir;
     int rank;
-    double started;      /* when the wrapper started                        */
-    double first_error;  /* when CMD first wrote an error line; 0: never    */
+    double started;     /* when the wrapper started                        */
+    double first_error; /* when CMD first wrote an error line; 0: never    */
 } rank_status;
 
 /* DIR/rank_<r>.status, one or two lines:
@@ -292,9 +291,9 @@ static void write_status(const rank_status *s, const char *what, int value) {
  * error line ("trident: ..." or "tridentrun: ...", not "trident: note") from
  * the rest. */
 typedef struct err_scan {
-    char head[24];       /* the current line's first bytes */
+    char head[24]; /* the current line's first bytes */
     size_t n;
-    int decided;         /* the current line is classified */
+    int decided; /* the current line is classified */
 } err_scan;
 
 static int is_error_head(const char *h, size_t n) {
@@ -340,13 +339,16 @@ static int rank_exec_main(int argc, char **argv) {
     const char *dir = NULL;
     int tee = 0, attempt = 0, i = 2;
     for (; i < argc; i++) {
-        if (!strcmp(argv[i], "--log-dir") && i + 1 < argc) dir = argv[++i];
-        else if (!strcmp(argv[i], "--tee")) tee = 1;
+        if (!strcmp(argv[i], "--log-dir") && i + 1 < argc)
+            dir = argv[++i];
+        else if (!strcmp(argv[i], "--tee"))
+            tee = 1;
         else if (!strcmp(argv[i], "--attempt") && i + 1 < argc) {
             long v;
             if (parse_int(argv[++i], 0, INT_MAX, &v) != 0) break;
             attempt = (int)v;
-        } else break;
+        } else
+            break;
     }
     if (dir == NULL || i >= argc || strcmp(argv[i], "--") != 0 || i + 1 >= argc) {
         fprintf(stderr, "tridentrun: --rank-exec: usage: --rank-exec --log-dir DIR [--tee] "
@@ -460,8 +462,10 @@ static int rank_exec_main(int argc, char **argv) {
     for (int k = 0; k < 2; k++)
         if (pfd[k].fd >= 0) close(pfd[k].fd);
     while (!done) {
-        if (waitpid(pid, &st, 0) == pid) done = 1;
-        else if (errno != EINTR) break;
+        if (waitpid(pid, &st, 0) == pid)
+            done = 1;
+        else if (errno != EINTR)
+            break;
     }
     g_child_pid = 0;
     close(log_fd);
@@ -488,40 +492,39 @@ static int rank_exec_main(int argc, char **argv) {
 /* Options                                                                  */
 
 typedef struct opts {
-    int nproc;                /* 0: not given                                 */
-    const char *hostfile;     /* NULL: this machine only                      */
+    int nproc;            /* 0: not given                                 */
+    const char *hostfile; /* NULL: this machine only                      */
     const char *log_dir;
     int tee, dry_run, max_restarts;
-    double grace_s;           /* after a stop request, SIGKILL the ranks then */
+    double grace_s; /* after a stop request, SIGKILL the ranks then */
     const char *mpirun;
-    const char **extra;       /* --mpirun-arg values (n_extra)                */
+    const char **extra; /* --mpirun-arg values (n_extra)                */
     int n_extra;
-    char **cmd;               /* COMMAND and its arguments (cmd_argc)         */
+    char **cmd; /* COMMAND and its arguments (cmd_argc)         */
     int cmd_argc;
 } opts;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: tridentrun [options] -- COMMAND [ARGS...]\n"
-            "  e.g. tridentrun --nproc-per-node 4 -- trident train configs/x.json --set parallel.tp=2\n"
-            "options:\n"
-            "  --nproc-per-node N  ranks on every host (default: the hostfile's slots, else\n"
-            "                      tp*pp*dp / hosts for `trident train`, else 1)\n"
-            "  --hostfile FILE     one host per line, optionally \"slots=N\" ('#' comments); without\n"
-            "                      --nproc-per-node the ranks fill the slots in order; default: this machine\n"
-            "  --log-dir DIR       rank r's stdout+stderr go to DIR/rank_<r>.log (default: logs)\n"
-            "  --tee               show every rank's output on the console, as \"[rank r] ...\"\n"
-            "                      (default: rank 0's only)\n"
-            "  --dry-run           print the rank map and the mpirun command, start nothing\n"
-            "  --max-restarts K    after a failure, relaunch up to K times with --resume (default 0)\n"
-            "  --grace-s S         after SIGINT/SIGTERM, give the ranks S seconds to save and stop,\n"
-            "                      then kill them (SIGKILL) (default 60)\n"
-            "  --mpirun PATH       the mpirun to use (default: mpirun on PATH)\n"
-            "  --mpirun-arg ARG    pass ARG to mpirun as is (repeatable), e.g.\n"
-            "                      --mpirun-arg=--mca --mpirun-arg=btl_vader_single_copy_mechanism\n"
-            "                      --mpirun-arg=none  (containers that forbid cross-process reads)\n"
-            "  -h, --help          this text\n"
-            "Exit code: 0 on success, 2 for bad arguments, else the failing rank's code.\n");
+    fprintf(f, "usage: tridentrun [options] -- COMMAND [ARGS...]\n"
+               "  e.g. tridentrun --nproc-per-node 4 -- trident train configs/x.json --set parallel.tp=2\n"
+               "options:\n"
+               "  --nproc-per-node N  ranks on every host (default: the hostfile's slots, else\n"
+               "                      tp*pp*dp / hosts for `trident train`, else 1)\n"
+               "  --hostfile FILE     one host per line, optionally \"slots=N\" ('#' comments); without\n"
+               "                      --nproc-per-node the ranks fill the slots in order; default: this machine\n"
+               "  --log-dir DIR       rank r's stdout+stderr go to DIR/rank_<r>.log (default: logs)\n"
+               "  --tee               show every rank's output on the console, as \"[rank r] ...\"\n"
+               "                      (default: rank 0's only)\n"
+               "  --dry-run           print the rank map and the mpirun command, start nothing\n"
+               "  --max-restarts K    after a failure, relaunch up to K times with --resume (default 0)\n"
+               "  --grace-s S         after SIGINT/SIGTERM, give the ranks S seconds to save and stop,\n"
+               "                      then kill them (SIGKILL) (default 60)\n"
+               "  --mpirun PATH       the mpirun to use (default: mpirun on PATH)\n"
+               "  --mpirun-arg ARG    pass ARG to mpirun as is (repeatable), e.g.\n"
+               "                      --mpirun-arg=--mca --mpirun-arg=btl_vader_single_copy_mechanism\n"
+               "                      --mpirun-arg=none  (containers that forbid cross-process reads)\n"
+               "  -h, --help          this text\n"
+               "Exit code: 0 on success, 2 for bad arguments, else the failing rank's code.\n");
 }
 
 /* "--opt VALUE" or "--opt=VALUE": returns the value and advances *i, or NULL. */
@@ -619,18 +622,18 @@ static int parse_opts(int argc, char **argv, opts *o) {
 /* The plan: hosts, ranks, layout, environment                              */
 
 typedef struct plan {
-    char **hosts;       /* (nhosts); "localhost" when no host file        */
+    char **hosts; /* (nhosts); "localhost" when no host file        */
     int nhosts;
-    int *slots;         /* (nhosts) the host file's slots=N; 0: not given */
-    int *lines;         /* (nhosts) the host's line in the host file      */
-    int *ranks;         /* (nhosts) ranks placed on each host; the ranks of
+    int *slots;       /* (nhosts) the host file's slots=N; 0: not given */
+    int *lines;       /* (nhosts) the host's line in the host file      */
+    int *ranks;       /* (nhosts) ranks placed on each host; the ranks of
                            host h follow those of hosts 0..h-1           */
-    int nproc, world;   /* most ranks on one host, ranks in all           */
-    int have_layout;    /* tp/pp/dp known (COMMAND is `trident train`)    */
+    int nproc, world; /* most ranks on one host, ranks in all           */
+    int have_layout;  /* tp/pp/dp known (COMMAND is `trident train`)    */
     int tp, pp, dp;
-    int cores;          /* usable cores on this machine                   */
-    int threads;        /* OMP_NUM_THREADS per rank                       */
-    int user_threads;   /* 1 when the user set OMP_NUM_THREADS            */
+    int cores;        /* usable cores on this machine                   */
+    int threads;      /* OMP_NUM_THREADS per rank                       */
+    int user_threads; /* 1 when the user set OMP_NUM_THREADS            */
     int oversub, bind_none;
     char log_dir[PATH_MAX]; /* absolute                                   */
     char self[PATH_MAX];    /* this executable (the rank wrapper)         */
@@ -692,8 +695,8 @@ static int read_hostfile(plan *p, const char *path) {
                 slots = (int)v;
                 continue;
             }
-            fprintf(stderr, "tridentrun: %s:%d: '%s': expected \"HOST [slots=N]\" with N >= 1, once\n", path,
-                    lineno, w);
+            fprintf(stderr, "tridentrun: %s:%d: '%s': expected \"HOST [slots=N]\" with N >= 1, once\n", path, lineno,
+                    w);
             rc = -1;
             goto out;
         }
@@ -723,12 +726,16 @@ static int trainer_config(const opts *o, const char **config, const char **sets,
         return 0;
     for (int i = 2; i < o->cmd_argc; i++) {
         const char *a = o->cmd[i];
-        if (!strcmp(a, "--set") && i + 1 < o->cmd_argc) sets[(*n_sets)++] = o->cmd[++i];
-        else if (!strncmp(a, "--set=", 6)) sets[(*n_sets)++] = a + 6;
+        if (!strcmp(a, "--set") && i + 1 < o->cmd_argc)
+            sets[(*n_sets)++] = o->cmd[++i];
+        else if (!strncmp(a, "--set=", 6))
+            sets[(*n_sets)++] = a + 6;
         else if ((!strcmp(a, "--threads") || !strcmp(a, "--device") || !strcmp(a, "--steps") ||
-                  !strcmp(a, "--stop-at-step")) && i + 1 < o->cmd_argc)
+                  !strcmp(a, "--stop-at-step")) &&
+                 i + 1 < o->cmd_argc)
             i++;
-        else if (a[0] != '-' && *config == NULL) *config = a;
+        else if (a[0] != '-' && *config == NULL)
+            *config = a;
     }
     return 1;
 }
@@ -839,8 +846,7 @@ static int place_ranks(plan *p, const opts *o) {
         fprintf(stderr,
                 "tridentrun: parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld, but "
                 "--nproc-per-node %d x %d host%s = %d ranks\n",
-                p->tp, p->pp, p->dp, need, p->nproc, p->nhosts, p->nhosts == 1 ? "" : "s",
-                p->world);
+                p->tp, p->pp, p->dp, need, p->nproc, p->nhosts, p->nhosts == 1 ? "" : "s", p->world);
         return -1;
     }
     return 0;
@@ -916,8 +922,7 @@ static int make_plan(plan *p, const opts *o) {
         /* nothing is created: show where the logs would go */
         char cwd[PATH_MAX];
         if (o->log_dir[0] == '/' || getcwd(cwd, sizeof cwd) == NULL) cwd[0] = '\0';
-        int len = snprintf(p->log_dir, sizeof p->log_dir, "%s%s%s", cwd, cwd[0] ? "/" : "",
-                           o->log_dir);
+        int len = snprintf(p->log_dir, sizeof p->log_dir, "%s%s%s", cwd, cwd[0] ? "/" : "", o->log_dir);
         if (len < 0 || (size_t)len >= sizeof p->log_dir) {
             fprintf(stderr, "tridentrun: --log-dir %s: path too long\n", o->log_dir);
             return -1;
@@ -1023,8 +1028,10 @@ static void print_quoted(FILE *f, const char *s) {
     }
     fputc('\'', f);
     for (const char *c = s; *c; c++) {
-        if (*c == '\'') fputs("'\\''", f);
-        else fputc(*c, f);
+        if (*c == '\'')
+            fputs("'\\''", f);
+        else
+            fputc(*c, f);
     }
     fputc('\'', f);
 }
@@ -1044,12 +1051,12 @@ static void print_plan(FILE *f, const plan *p, const argv_buf *cmd) {
         fprintf(f, "tridentrun: %d rank%s =", p->world, p->world == 1 ? "" : "s");
         for (int h = 0; h < p->nhosts; h++) fprintf(f, "%s %d on %s", h ? " +" : "", p->ranks[h], p->hosts[h]);
     } else {
-        fprintf(f, "tridentrun: %d rank%s = %d per host x %d host%s", p->world, p->world == 1 ? "" : "s",
-                p->nproc, p->nhosts, p->nhosts == 1 ? "" : "s");
+        fprintf(f, "tridentrun: %d rank%s = %d per host x %d host%s", p->world, p->world == 1 ? "" : "s", p->nproc,
+                p->nhosts, p->nhosts == 1 ? "" : "s");
     }
     if (p->have_layout) fprintf(f, "; parallel.tp %d x pp %d x dp %d", p->tp, p->pp, p->dp);
-    fprintf(f, "; %d core%s here, OMP_NUM_THREADS=%d%s\n", p->cores, p->cores == 1 ? "" : "s",
-            p->threads, p->user_threads ? " (yours)" : "");
+    fprintf(f, "; %d core%s here, OMP_NUM_THREADS=%d%s\n", p->cores, p->cores == 1 ? "" : "s", p->threads,
+            p->user_threads ? " (yours)" : "");
     fprintf(f, "%6s  %-24s %4s %4s %4s  %s\n", "rank", "host", "tp", "dp", "pp", "log");
     for (int r = 0; r < p->world; r++) {
         fprintf(f, "%6d  %-24s ", r, host_of(p, r));
@@ -1069,11 +1076,11 @@ static void print_plan(FILE *f, const plan *p, const argv_buf *cmd) {
 /* Running mpirun and reading its report                                    */
 
 typedef struct run_result {
-    int exited, code, signo;  /* mpirun's own status                      */
-    int exec_errno;           /* mpirun could not be started              */
-    char *report;             /* mpirun's stderr (malloc'd, NUL-ended)    */
+    int exited, code, signo; /* mpirun's own status                      */
+    int exec_errno;          /* mpirun could not be started              */
+    char *report;            /* mpirun's stderr (malloc'd, NUL-ended)    */
     size_t report_len;
-    int killed;               /* the ranks outlasted --grace-s: SIGKILLed */
+    int killed; /* the ranks outlasted --grace-s: SIGKILLed */
 } run_result;
 
 /* ------------------------------------------------------------------------ */
@@ -1082,10 +1089,10 @@ typedef struct run_result {
 /* One rank's DIR/rank_<r>.status (see write_status). */
 typedef struct status_rec {
     enum { ST_NONE, ST_RUNNING, ST_EXIT, ST_SIGNAL } state;
-    double t;            /* when it entered that state                     */
-    long value;          /* running: the wrapper's pid; exit: code; signal: n */
-    char host[256];      /* running: the wrapper's host                    */
-    double first_error;  /* when the rank wrote its first error line; 0: never */
+    double t;           /* when it entered that state                     */
+    long value;         /* running: the wrapper's pid; exit: code; signal: n */
+    char host[256];     /* running: the wrapper's host                    */
+    double first_error; /* when the rank wrote its first error line; 0: never */
 } status_rec;
 
 /* Reads rank r's status file; st->state is ST_NONE when it is missing or
@@ -1109,9 +1116,12 @@ static void read_status(const plan *p, int r, status_rec *st) {
         }
         st->t = t;
         st->value = v;
-        if (!strcmp(what, "running") && k == 4) st->state = ST_RUNNING;
-        else if (!strcmp(what, "exit") && k >= 3) st->state = ST_EXIT;
-        else if (!strcmp(what, "signal") && k >= 3) st->state = ST_SIGNAL;
+        if (!strcmp(what, "running") && k == 4)
+            st->state = ST_RUNNING;
+        else if (!strcmp(what, "exit") && k >= 3)
+            st->state = ST_EXIT;
+        else if (!strcmp(what, "signal") && k >= 3)
+            st->state = ST_SIGNAL;
     }
     fclose(f);
 }
@@ -1232,7 +1242,8 @@ static int run_mpirun(const argv_buf *cmd, int mpirun_log, const plan *p, double
     close(ex[1]);
     int e = 0;
     ssize_t got;
-    do got = read(ex[0], &e, sizeof e); while (got < 0 && errno == EINTR);
+    do got = read(ex[0], &e, sizeof e);
+    while (got < 0 && errno == EINTR);
     close(ex[0]);
     if (got == (ssize_t)sizeof e) r->exec_errno = e;
 
@@ -1247,8 +1258,10 @@ static int run_mpirun(const argv_buf *cmd, int mpirun_log, const plan *p, double
         int timeout_ms = 500;
         double now = mono_now();
         if (g_requests > 0 && stop_deadline < 0) stop_deadline = now + grace_s;
-        if (stop_deadline >= 0 && !r->killed) timeout_ms = ms_until(stop_deadline, now, 500);
-        else if (r->killed && !mpirun_killed) timeout_ms = ms_until(kill_deadline, now, 500);
+        if (stop_deadline >= 0 && !r->killed)
+            timeout_ms = ms_until(stop_deadline, now, 500);
+        else if (r->killed && !mpirun_killed)
+            timeout_ms = ms_until(kill_deadline, now, 500);
         int n = poll(fds, 2, timeout_ms);
         now = mono_now();
         if (stop_deadline >= 0 && !r->killed && now >= stop_deadline) {
@@ -1331,12 +1344,10 @@ static int parse_failure(const char *report, int *rank, int *code, int *signo, i
     int found = 0;
     const char *s;
     if ((s = strstr(t, "MPI_ABORT was invoked on rank ")) != NULL &&
-        sscanf(s, "MPI_ABORT was invoked on rank %d in communicator %*s with errorcode %d", rank,
-               code) == 2) {
+        sscanf(s, "MPI_ABORT was invoked on rank %d in communicator %*s with errorcode %d", rank, code) == 2) {
         found = 1;
     } else if ((s = strstr(t, "process rank ")) != NULL && strstr(s, "exited on signal") != NULL &&
-               sscanf(s, "process rank %d with PID %*d on node %*s exited on signal %d", rank,
-                      signo) == 2) {
+               sscanf(s, "process rank %d with PID %*d on node %*s exited on signal %d", rank, signo) == 2) {
         found = 1;
     } else if ((s = strstr(t, "Process name: [")) != NULL) {
         /* "[[jobid,1],R]" (Open MPI 4) or "[prterun-host-N@1,R]" (5): R is the
@@ -1464,8 +1475,7 @@ static int run(const opts *o, plan *p) {
         build_command(&cmd, o, p, attempt);
         clear_status(p);
         int mlog = open(mlog_path, O_WRONLY | O_CREAT | O_CLOEXEC | (attempt ? O_APPEND : O_TRUNC), 0644);
-        if (mlog < 0)
-            fprintf(stderr, "tridentrun: warning: cannot write %s: %s\n", mlog_path, strerror(errno));
+        if (mlog < 0) fprintf(stderr, "tridentrun: warning: cannot write %s: %s\n", mlog_path, strerror(errno));
         run_result r;
         int rc = run_mpirun(&cmd, mlog, p, o->grace_s, &r);
         if (mlog >= 0) close(mlog);

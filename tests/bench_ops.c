@@ -27,21 +27,18 @@
 
 static clockid_t clock_id = CLOCK_MONOTONIC;
 
-static double now_s(void)
-{
+static double now_s(void) {
     struct timespec ts;
     clock_gettime(clock_id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
+static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-static float *buf(size_t n, uint64_t seed, float lo, float hi)
-{
+static float *buf(size_t n, uint64_t seed, float lo, float hi) {
     float *p = tri_cpu_alloc(n * sizeof(float));
     if (p == NULL) {
         fprintf(stderr, "bench_ops: out of memory (%zu floats)\n", n);
@@ -62,12 +59,12 @@ typedef struct shapes {
 
 /* All buffers, made once. */
 typedef struct bufs {
-    float *x, *x2, *dx, *w, *b, *dw, *db, *mean, *rstd;    /* (BT, C), (C), (BT) */
-    float *qkv, *atty, *att, *dqkv, *scr, *lse, *fscr;    /* attention */
-    float *h, *hg, *dh;                                   /* (BT, F) */
-    float *logits, *logits0, *stats, *losses;             /* (BT, V) */
+    float *x, *x2, *dx, *w, *b, *dw, *db, *mean, *rstd; /* (BT, C), (C), (BT) */
+    float *qkv, *atty, *att, *dqkv, *scr, *lse, *fscr;  /* attention */
+    float *h, *hg, *dh;                                 /* (BT, F) */
+    float *logits, *logits0, *stats, *losses;           /* (BT, V) */
     int32_t *targets;
-    float *p, *m, *v, *g;                                 /* (n_params) */
+    float *p, *m, *v, *g; /* (n_params) */
 } bufs;
 
 typedef struct op {
@@ -76,23 +73,38 @@ typedef struct op {
 } op;
 
 static const op OPS[] = {
-    {"layernorm_fwd", 13},  {"layernorm_bwd", 13},  {"attention_fwd", 6},
-    {"attention_bwd", 6},   {"flash_fwd", 6},       {"flash_bwd", 6},
-    {"gelu_fwd", 6},        {"gelu_bwd", 6},        {"residual_fwd", 12},
-    {"bias_bwd_C", 12},     {"bias_bwd_3C", 6},     {"bias_bwd_4C", 6},
-    {"ce_stats", 1},        {"ce_bwd_inplace", 1},  {"adamw", 1},
+    {"layernorm_fwd", 13},
+    {"layernorm_bwd", 13},
+    {"attention_fwd", 6},
+    {"attention_bwd", 6},
+    {"flash_fwd", 6},
+    {"flash_bwd", 6},
+    {"gelu_fwd", 6},
+    {"gelu_bwd", 6},
+    {"residual_fwd", 12},
+    {"bias_bwd_C", 12},
+    {"bias_bwd_3C", 6},
+    {"bias_bwd_4C", 6},
+    {"ce_stats", 1},
+    {"ce_bwd_inplace", 1},
+    {"adamw", 1},
     {"sumsq", 1},
     /* the GEMMs, for scale: (N, C) -> (N, OC) forward and backward */
-    {"mm_fwd_qkv", 6},      {"mm_bwd_qkv", 6},      {"mm_fwd_proj", 6},
-    {"mm_bwd_proj", 6},     {"mm_fwd_fc", 6},       {"mm_bwd_fc", 6},
-    {"mm_fwd_fcproj", 6},   {"mm_bwd_fcproj", 6},   {"mm_fwd_lmhead", 1},
+    {"mm_fwd_qkv", 6},
+    {"mm_bwd_qkv", 6},
+    {"mm_fwd_proj", 6},
+    {"mm_bwd_proj", 6},
+    {"mm_fwd_fc", 6},
+    {"mm_bwd_fc", 6},
+    {"mm_fwd_fcproj", 6},
+    {"mm_bwd_fcproj", 6},
+    {"mm_fwd_lmhead", 1},
     {"mm_bwd_lmhead", 1},
 };
 
 /* The linear layer named by the suffix of an mm_* op: its C and OC, and
  * whether it has a bias (the LM head, tied to the embedding, has none). */
-static void mm_shape(const char *name, const shapes *s, size_t *C, size_t *OC, int *bias)
-{
+static void mm_shape(const char *name, const shapes *s, size_t *C, size_t *OC, int *bias) {
     const char *l = strchr(name + 3, '_') + 1;
     *bias = 1;
     if (!strcmp(l, "qkv"))
@@ -107,8 +119,7 @@ static void mm_shape(const char *name, const shapes *s, size_t *C, size_t *OC, i
         *C = s->C, *OC = s->V, *bias = 0;
 }
 
-static void run_op(const char *name, const shapes *s, bufs *b)
-{
+static void run_op(const char *name, const shapes *s, bufs *b) {
     const size_t BT = s->BT, C = s->C;
     if (!strcmp(name, "layernorm_fwd"))
         tri_cpu_layernorm_fwd(b->x2, b->mean, b->rstd, b->x, b->w, b->b, BT, C);
@@ -121,8 +132,7 @@ static void run_op(const char *name, const shapes *s, bufs *b)
     else if (!strcmp(name, "flash_fwd"))
         tri_cpu_attention_flash_fwd(b->atty, b->lse, b->qkv, s->B, s->T, s->NH, s->HS);
     else if (!strcmp(name, "flash_bwd"))
-        tri_cpu_attention_flash_bwd(b->dqkv, b->fscr, b->x2, b->qkv, b->atty, b->lse, s->B, s->T,
-                                    s->NH, s->HS);
+        tri_cpu_attention_flash_bwd(b->dqkv, b->fscr, b->x2, b->qkv, b->atty, b->lse, s->B, s->T, s->NH, s->HS);
     else if (!strcmp(name, "gelu_fwd"))
         tri_cpu_gelu_fwd(b->hg, b->h, BT * s->F);
     else if (!strcmp(name, "gelu_bwd"))
@@ -138,8 +148,8 @@ static void run_op(const char *name, const shapes *s, bufs *b)
     else if (!strcmp(name, "ce_stats"))
         tri_cpu_crossentropy_stats(b->stats, b->logits, b->targets, BT, s->V, 0, s->V);
     else if (!strcmp(name, "ce_bwd_inplace"))
-        tri_cpu_crossentropy_bwd(b->losses, b->logits, b->logits, b->stats, b->targets,
-                            1.0f / (float)BT, BT, s->V, 0, s->V);
+        tri_cpu_crossentropy_bwd(b->losses, b->logits, b->logits, b->stats, b->targets, 1.0f / (float)BT, BT, s->V, 0,
+                                 s->V);
     else if (!strcmp(name, "adamw"))
         tri_cpu_adamw(b->p, b->m, b->v, b->g, s->n_params, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
     else if (!strcmp(name, "sumsq"))
@@ -157,8 +167,7 @@ static void run_op(const char *name, const shapes *s, bufs *b)
     }
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int threads = 2, reps = 20;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -180,8 +189,7 @@ int main(int argc, char **argv)
         return 2;
     }
     tri_ctx ctx; /* the CPU backend's set-up: threads, flush-to-zero */
-    if (tri_ctx_init(&ctx, "cpu", threads) != 0)
-        return 1;
+    if (tri_ctx_init(&ctx, "cpu", threads) != 0) return 1;
     shapes s = {.B = 8, .T = 256, .C = 384, .V = 8192, .L = 6, .NH = 6, .HS = 64};
     s.F = 4 * s.C, s.BT = s.B * s.T;
     s.n_params = 13891584;
@@ -201,8 +209,7 @@ int main(int argc, char **argv)
     b.logits0 = buf(BT * s.V, 20, -8, 8), b.logits = buf(BT * s.V, 21, 0, 0);
     b.stats = buf(3 * BT, 22, 0, 0), b.losses = buf(BT, 23, 0, 0);
     b.targets = malloc(BT * sizeof(int32_t));
-    for (size_t i = 0; i < BT; i++)
-        b.targets[i] = (int32_t)((i * 7919) % s.V);
+    for (size_t i = 0; i < BT; i++) b.targets[i] = (int32_t)((i * 7919) % s.V);
     b.p = buf(s.n_params, 24, -0.1f, 0.1f), b.m = buf(s.n_params, 25, -0.01f, 0.01f);
     b.v = buf(s.n_params, 26, 0, 0.001f), b.g = buf(s.n_params, 27, -0.01f, 0.01f);
     memcpy(b.logits, b.logits0, BT * s.V * sizeof(float));
@@ -212,21 +219,18 @@ int main(int argc, char **argv)
     tri_cpu_layernorm_fwd(b.x2, b.mean, b.rstd, b.x, b.w, b.b, BT, C);
     tri_cpu_crossentropy_stats(b.stats, b.logits, b.targets, BT, s.V, 0, s.V);
 
-    printf("bench_ops: B=%zu T=%zu C=%zu NH=%d V=%zu, %d threads, %d reps, %s clock\n", s.B, s.T,
-           s.C, s.NH, s.V, omp_get_max_threads(), reps,
-           clock_id == CLOCK_MONOTONIC ? "wall" : "process CPU");
+    printf("bench_ops: B=%zu T=%zu C=%zu NH=%d V=%zu, %d threads, %d reps, %s clock\n", s.B, s.T, s.C, s.NH, s.V,
+           omp_get_max_threads(), reps, clock_id == CLOCK_MONOTONIC ? "wall" : "process CPU");
     printf("%-16s %10s %10s %6s %12s\n", "op", "min ms", "median ms", "calls", "ms/step(min)");
     double *t = malloc((size_t)reps * sizeof(double));
     double total = 0, total_mm = 0;
     for (size_t k = 0; k < sizeof OPS / sizeof OPS[0]; k++) {
         const char *name = OPS[k].name;
-        if (only != NULL && strstr(name, only) == NULL)
-            continue;
+        if (only != NULL && strstr(name, only) == NULL) continue;
         const int inplace = !strcmp(name, "ce_bwd_inplace");
         run_op(name, &s, &b); /* warm-up */
         for (int r = 0; r < reps; r++) {
-            if (inplace)
-                memcpy(b.logits, b.logits0, BT * s.V * sizeof(float));
+            if (inplace) memcpy(b.logits, b.logits0, BT * s.V * sizeof(float));
             const double t0 = now_s();
             run_op(name, &s, &b);
             t[r] = now_s() - t0;
@@ -237,8 +241,8 @@ int main(int argc, char **argv)
             total_mm += t[0] * OPS[k].calls;
         else if (!flash)
             total += t[0] * OPS[k].calls;
-        printf("%-16s %10.3f %10.3f %6d %12.2f%s\n", name, t[0] * 1e3, t[reps / 2] * 1e3,
-               OPS[k].calls, t[0] * OPS[k].calls * 1e3, flash ? "  (not in total)" : "");
+        printf("%-16s %10.3f %10.3f %6d %12.2f%s\n", name, t[0] * 1e3, t[reps / 2] * 1e3, OPS[k].calls,
+               t[0] * OPS[k].calls * 1e3, flash ? "  (not in total)" : "");
     }
     printf("%-16s %10s %10s %6s %12.2f\n", "total non-GEMM", "", "", "", total * 1e3);
     printf("%-16s %10s %10s %6s %12.2f\n", "total GEMM", "", "", "", total_mm * 1e3);

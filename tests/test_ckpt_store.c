@@ -22,26 +22,20 @@
 #include "model/ckpt_store.h"
 #include "src/base/fs.h"
 
-static int rm_cb(const char *p, const struct stat *sb, int type, struct FTW *ftw)
-{
+static int rm_cb(const char *p, const struct stat *sb, int type, struct FTW *ftw) {
     (void)sb;
     (void)ftw;
     return (type == FTW_DP ? rmdir(p) : unlink(p)) == 0 ? 0 : -1;
 }
 
-static void make_dir(char *dir, size_t n)
-{
+static void make_dir(char *dir, size_t n) {
     snprintf(dir, n, "/tmp/tri_ckpt_XXXXXX");
     cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
 }
 
-static void remove_dir(const char *dir)
-{
-    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void remove_dir(const char *dir) { nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 
-static void put_file(const char *dir, const char *name, const char *text)
-{
+static void put_file(const char *dir, const char *name, const char *text) {
     char p[2048];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *f = fopen(p, "w");
@@ -51,70 +45,58 @@ static void put_file(const char *dir, const char *name, const char *text)
 }
 
 /* The content of dir/name ("" if missing), in a static-free caller buffer. */
-static const char *get_file(const char *dir, const char *name, char *buf, size_t n)
-{
+static const char *get_file(const char *dir, const char *name, char *buf, size_t n) {
     char p[2048];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     buf[0] = '\0';
     FILE *f = fopen(p, "r");
-    if (!f)
-        return buf;
+    if (!f) return buf;
     size_t k = fread(buf, 1, n - 1, f);
     buf[k] = '\0';
     fclose(f);
     return buf;
 }
 
-static int is_dir(const char *dir, const char *name)
-{
+static int is_dir(const char *dir, const char *name) {
     char p[2048];
     struct stat st;
     snprintf(p, sizeof p, "%s/%s", dir, name);
     return lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* The sorted names in dir joined by ',' (without . and ..). */
-static void list_dir(const char *dir, char *out, size_t n)
-{
+static void list_dir(const char *dir, char *out, size_t n) {
     DIR *d = opendir(dir);
     cr_assert_not_null(d, "%s: %s", dir, strerror(errno));
     char *names[64];
     size_t k = 0;
     struct dirent *de;
     while ((de = readdir(d)) && k < 64)
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-            names[k++] = strdup(de->d_name);
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) names[k++] = strdup(de->d_name);
     closedir(d);
     qsort(names, k, sizeof *names, cmp_str);
     out[0] = '\0';
     for (size_t i = 0; i < k; i++) {
-        if (i)
-            strncat(out, ",", n - strlen(out) - 1);
+        if (i) strncat(out, ",", n - strlen(out) - 1);
         strncat(out, names[i], n - strlen(out) - 1);
         free(names[i]);
     }
 }
 
 /* root/latest holds "step_<8 digits>\n" naming an existing directory. */
-static void check_latest(const char *root, const char *want)
-{
+static void check_latest(const char *root, const char *want) {
     char buf[256], line[64];
     snprintf(line, sizeof line, "%s\n", want);
     cr_assert_str_eq(get_file(root, "latest", buf, sizeof buf), line);
     cr_assert(is_dir(root, want), "latest names %s, which is not a directory", want);
 }
 
-
 /* stderr of the code under test, captured into a file beside the test's files */
 typedef tt_capture capture;
 
-static void cap_begin(capture *c, const char *dir)
-{
+static void cap_begin(capture *c, const char *dir) {
     char path[600];
     snprintf(path, sizeof path, "%s/../%s.stderr", dir, strrchr(dir, '/') + 1);
     tt_capture_begin(c, path);
@@ -122,25 +104,21 @@ static void cap_begin(capture *c, const char *dir)
 
 #define cap_end tt_capture_end
 
-static void check_message(const char *msg, const char *const *must)
-{
+static void check_message(const char *msg, const char *const *must) {
     cr_assert(strncmp(msg, "trident: ", 9) == 0, "[%s]", msg);
     const char *nl = strchr(msg, '\n');
     cr_assert(nl && nl[1] == '\0', "not one line: [%s]", msg);
-    for (; *must; must++)
-        cr_assert_not_null(strstr(msg, *must), "message [%s] does not name \"%s\"", msg, *must);
+    for (; *must; must++) cr_assert_not_null(strstr(msg, *must), "message [%s] does not name \"%s\"", msg, *must);
 }
 
-static int exists(const char *dir, const char *name)
-{
+static int exists(const char *dir, const char *name) {
     char p[2048];
     struct stat st;
     snprintf(p, sizeof p, "%s/%s", dir, name);
     return lstat(p, &st) == 0;
 }
 
-static tri_ckpt_store open_store(const char *root)
-{
+static tri_ckpt_store open_store(const char *root) {
     tri_ckpt_store s;
     cr_assert_eq(tri_ckpt_store_open(&s, root, "checkpoint.dir"), 0, "open %s", root);
     cr_assert(s.is_open && s.locked);
@@ -148,8 +126,7 @@ static tri_ckpt_store open_store(const char *root)
 }
 
 /* begin, write two files, commit. */
-static void save(tri_ckpt_store *s, long step, const char *payload, int keep)
-{
+static void save(tri_ckpt_store *s, long step, const char *payload, int keep) {
     char tmp[512];
     cr_assert_eq(tri_ckpt_begin(s, step, tmp, sizeof tmp), 0);
     put_file(tmp, "model.safetensors", payload);
@@ -160,21 +137,18 @@ static void save(tri_ckpt_store *s, long step, const char *payload, int keep)
 }
 
 /* CRC-32C bit by bit, from the definition (independent of src/base/crc32c.c). */
-static uint32_t crc_bitwise(const unsigned char *p, size_t n)
-{
+static uint32_t crc_bitwise(const unsigned char *p, size_t n) {
     uint32_t c = 0xffffffffu;
     for (size_t i = 0; i < n; i++) {
         c ^= p[i];
-        for (int b = 0; b < 8; b++)
-            c = (c & 1u) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        for (int b = 0; b < 8; b++) c = (c & 1u) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
     }
     return ~c;
 }
 
 /* The manifest of dir lists exactly `names` (in that order) with their real
  * sizes and checksums, the step and a 16-hex-digit run; returns the run. */
-static void check_manifest(const char *dir, long step, const char *const *names, char run[17])
-{
+static void check_manifest(const char *dir, long step, const char *const *names, char run[17]) {
     char path[2048];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     char *text = tt_read(path);
@@ -210,8 +184,7 @@ static void check_manifest(const char *dir, long step, const char *const *names,
 }
 
 /* Overwrites one byte of dir/name at offset with its complement (size unchanged). */
-static void flip_byte(const char *dir, const char *name, long offset)
-{
+static void flip_byte(const char *dir, const char *name, long offset) {
     char p[2048];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     int fd = open(p, O_RDWR);
@@ -223,8 +196,7 @@ static void flip_byte(const char *dir, const char *name, long offset)
     close(fd);
 }
 
-Test(ckpt_store, commit_writes_a_manifest_of_every_file_and_latest)
-{
+Test(ckpt_store, commit_writes_a_manifest_of_every_file_and_latest) {
     char dir[64], root[128], tmp[512], out[512], ls[1024], run[17];
     make_dir(dir, sizeof dir);
     snprintf(root, sizeof root, "%s/runs/x/ckpt", dir); /* does not exist yet */
@@ -276,8 +248,7 @@ Test(ckpt_store, commit_writes_a_manifest_of_every_file_and_latest)
     remove_dir(dir);
 }
 
-Test(ckpt_store, find_takes_the_newest_complete_checkpoint_whatever_latest_says)
-{
+Test(ckpt_store, find_takes_the_newest_complete_checkpoint_whatever_latest_says) {
     char dir[64], root[128], want[256], p[512];
     make_dir(dir, sizeof dir);
     snprintf(root, sizeof root, "%s/ckpt", dir);
@@ -333,8 +304,7 @@ Test(ckpt_store, find_takes_the_newest_complete_checkpoint_whatever_latest_says)
     remove_dir(dir);
 }
 
-Test(ckpt_store, a_damaged_newest_checkpoint_is_named_with_the_previous_one_to_use)
-{
+Test(ckpt_store, a_damaged_newest_checkpoint_is_named_with_the_previous_one_to_use) {
     char dir[64], root[128], p[512], why[1024];
     capture cap;
     char *msg;
@@ -400,8 +370,7 @@ Test(ckpt_store, a_damaged_newest_checkpoint_is_named_with_the_previous_one_to_u
     remove_dir(dir);
 }
 
-Test(ckpt_store, a_bad_manifest_is_named)
-{
+Test(ckpt_store, a_bad_manifest_is_named) {
     char dir[64], root[128], p[512], why[1024], text[4096];
     make_dir(dir, sizeof dir);
     snprintf(root, sizeof root, "%s/ckpt", dir);
@@ -437,8 +406,7 @@ Test(ckpt_store, a_bad_manifest_is_named)
     remove_dir(dir);
 }
 
-Test(ckpt_store, pre_manifest_checkpoints_resume_only_when_latest_names_them)
-{
+Test(ckpt_store, pre_manifest_checkpoints_resume_only_when_latest_names_them) {
     char dir[64], root[128], p[512], want[512];
     capture cap;
     make_dir(dir, sizeof dir);
@@ -480,8 +448,7 @@ Test(ckpt_store, pre_manifest_checkpoints_resume_only_when_latest_names_them)
     remove_dir(dir);
 }
 
-Test(ckpt_store, pruning_removes_only_this_runs_checkpoints)
-{
+Test(ckpt_store, pruning_removes_only_this_runs_checkpoints) {
     char dir[64], root[128], ls[2048], outside[256], link[300], p[300], buf[64];
     make_dir(dir, sizeof dir);
     snprintf(root, sizeof root, "%s/ckpt", dir);
@@ -555,8 +522,7 @@ Test(ckpt_store, pruning_removes_only_this_runs_checkpoints)
     remove_dir(dir);
 }
 
-Test(ckpt_store, committing_a_step_twice_replaces_it)
-{
+Test(ckpt_store, committing_a_step_twice_replaces_it) {
     char dir[64], root[128], tmp[512], ls[2048], step_dir[256], buf[64];
     make_dir(dir, sizeof dir);
     snprintf(root, sizeof root, "%s/ckpt", dir);
@@ -579,8 +545,7 @@ Test(ckpt_store, committing_a_step_twice_replaces_it)
 }
 
 /* A child process holds the store; the parent's open is refused naming it. */
-Test(ckpt_store, a_second_writer_is_refused_naming_the_holder)
-{
+Test(ckpt_store, a_second_writer_is_refused_naming_the_holder) {
     char dir[64], root[128], host[256] = "", pidtext[64], lockpath[256];
     make_dir(dir, sizeof dir);
     snprintf(root, sizeof root, "%s/ckpt", dir);
@@ -593,8 +558,7 @@ Test(ckpt_store, a_second_writer_is_refused_naming_the_holder)
     if (pid == 0) {
         tri_ckpt_store s;
         char c = tri_ckpt_store_open(&s, root, "checkpoint.dir") == 0 ? 'y' : 'n';
-        if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1)
-            _exit(1);
+        if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1) _exit(1);
         tri_ckpt_store_close(&s);
         _exit(0);
     }
@@ -610,8 +574,8 @@ Test(ckpt_store, a_second_writer_is_refused_naming_the_holder)
     char *msg = cap_end(&cap);
     cr_assert_eq(rc, -1);
     snprintf(pidtext, sizeof pidtext, "pid %ld on host ", (long)pid);
-    check_message(msg, (const char *const[]){"checkpoint.dir", root, "in use by another trainer", pidtext, host,
-                                             lockpath, NULL});
+    check_message(
+        msg, (const char *const[]){"checkpoint.dir", root, "in use by another trainer", pidtext, host, lockpath, NULL});
     free(msg);
     cr_assert_eq(s.is_open, 0);
     tri_ckpt_store_close(&s); /* closing a refused store is harmless */
@@ -636,16 +600,14 @@ Test(ckpt_store, a_second_writer_is_refused_naming_the_holder)
     remove_dir(dir);
 }
 
-Test(ckpt_store, stale_temp_dirs_go_at_open_and_a_failed_save_by_abort)
-{
+Test(ckpt_store, stale_temp_dirs_go_at_open_and_a_failed_save_by_abort) {
     char dir[64], root[128], p[512], tmp[512], ls[2048];
     make_dir(dir, sizeof dir);
     snprintf(root, sizeof root, "%s/ckpt", dir);
     cr_assert_eq(tri_mkdir_p(root), 0);
     pid_t dead = fork(); /* a pid that is not alive any more */
     cr_assert(dead >= 0);
-    if (dead == 0)
-        _exit(0);
+    if (dead == 0) _exit(0);
     cr_assert_eq(waitpid(dead, NULL, 0), dead);
     snprintf(p, sizeof p, "%s/.tmp-step_00000003-%ld", root, (long)dead);
     cr_assert_eq(mkdir(p, 0755), 0);
@@ -672,8 +634,7 @@ Test(ckpt_store, stale_temp_dirs_go_at_open_and_a_failed_save_by_abort)
     remove_dir(dir);
 }
 
-Test(ckpt_store, crash_between_begin_and_commit_leaves_previous_intact)
-{
+Test(ckpt_store, crash_between_begin_and_commit_leaves_previous_intact) {
     char dir[64], root[128], ls[2048], out[512], buf[64];
     make_dir(dir, sizeof dir);
     snprintf(root, sizeof root, "%s/ckpt", dir);
@@ -687,13 +648,11 @@ Test(ckpt_store, crash_between_begin_and_commit_leaves_previous_intact)
     if (pid == 0) {
         tri_ckpt_store w;
         char t[512];
-        if (tri_ckpt_store_open(&w, root, "checkpoint.dir") != 0 || tri_ckpt_begin(&w, 20, t, sizeof t) != 0)
-            _exit(1);
+        if (tri_ckpt_store_open(&w, root, "checkpoint.dir") != 0 || tri_ckpt_begin(&w, 20, t, sizeof t) != 0) _exit(1);
         char f[600];
         snprintf(f, sizeof f, "%s/model.safetensors", t);
         int fd = open(f, O_WRONLY | O_CREAT, 0644);
-        if (fd < 0 || write(fd, "half", 4) != 4)
-            _exit(1);
+        if (fd < 0 || write(fd, "half", 4) != 4) _exit(1);
         _exit(0); /* no close, no commit: the kernel drops the lock */
     }
     int st;
@@ -714,8 +673,7 @@ Test(ckpt_store, crash_between_begin_and_commit_leaves_previous_intact)
     remove_dir(dir);
 }
 
-Test(ckpt_store, open_refuses_a_bad_dir_naming_the_key)
-{
+Test(ckpt_store, open_refuses_a_bad_dir_naming_the_key) {
     char dir[64], p[512];
     capture cap;
     char *msg;
@@ -751,8 +709,7 @@ Test(ckpt_store, open_refuses_a_bad_dir_naming_the_key)
     remove_dir(dir);
 }
 
-Test(ckpt_store, resolve_errors_name_the_path)
-{
+Test(ckpt_store, resolve_errors_name_the_path) {
     char dir[64], root[128], out[512], p[512];
     capture cap;
     char *msg;

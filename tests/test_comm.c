@@ -94,9 +94,9 @@ static char *slurp(const char *path) {
 }
 
 typedef struct run_out {
-    int status;   /* exit code, or 128 + signal */
+    int status; /* exit code, or 128 + signal */
     double secs;
-    char *text;   /* stdout + stderr (malloc'd) */
+    char *text; /* stdout + stderr (malloc'd) */
 } run_out;
 
 static run_out run_argv(char *const argv[], const char *dir, double limit) {
@@ -226,19 +226,18 @@ static int probe_values(const char *dir, int r, const char *key, double *v, int 
     return n;
 }
 
-static void expect_values(const char *dir, int r, const char *key, const double *want, int n,
-                          double tol) {
+static void expect_values(const char *dir, int r, const char *key, const double *want, int n, double tol) {
     double got[4096];
     int m = probe_values(dir, r, key, got, 4096);
     cr_assert_eq(m, n, "rank %d %s: %d values, expected %d", r, key, m, n);
     for (int i = 0; i < n; i++)
-        cr_assert(fabs(got[i] - want[i]) <= tol, "rank %d %s[%d]: got %.17g, expected %.17g", r,
-                  key, i, got[i], want[i]);
+        cr_assert(fabs(got[i] - want[i]) <= tol, "rank %d %s[%d]: got %.17g, expected %.17g", r, key, i, got[i],
+                  want[i]);
 }
 
 /* The large-vector lines: samples at the probe's fixed indices, then the sum. */
-static void expect_big(const char *dir, int r, const char *key, size_t n,
-                       double (*value)(size_t i, int size), int size) {
+static void expect_big(const char *dir, int r, const char *key, size_t n, double (*value)(size_t i, int size),
+                       int size) {
     const size_t idx[] = {0, 1, 6, 7, 999, 1000, 123457, n - 2, n - 1};
     enum { NI = sizeof idx / sizeof idx[0] };
     double want[NI + 1];
@@ -263,7 +262,9 @@ static double iar_max(size_t i, int n) {
     return (double)best;
 }
 
-typedef struct coord { int t, d, p; } coord;
+typedef struct coord {
+    int t, d, p;
+} coord;
 
 /* Rank r's (tp, dp, pp) coordinates by enumeration: pp outermost, tp innermost. */
 static coord coord_of(int r, int tp, int pp, int dp) {
@@ -638,8 +639,7 @@ Test(tridentrun, dry_run_reads_layout_from_config_and_overrides, .timeout = 30) 
     free(r.text);
 
     /* --set overrides change the layout: tp=1, dp=3 x pp=2 = 6 ranks */
-    char *args2[] = {"--dry-run", "--", "trident", "train", cfg, "--set", "parallel.tp=1",
-                     "--set=parallel.dp=3", NULL};
+    char *args2[] = {"--dry-run", "--", "trident", "train", cfg, "--set", "parallel.tp=1", "--set=parallel.dp=3", NULL};
     r = launcher(&t, args2, 20);
     cr_assert_eq(r.status, 0, "%s", r.text);
     cr_assert(strstr(r.text, "mpirun -np 6 "), "%s", r.text);
@@ -802,9 +802,16 @@ Test(tridentrun, argument_errors_are_one_line_exit_2, .timeout = 30) {
         {"--grace-s", "-1", "--", "/bin/true", NULL},
         {"--grace-s=soon", "--", "/bin/true", NULL},
     };
-    const char *want[] = {"'--bogus'", "--nproc-per-node", "'two'", "--max-restarts",
-                          "needs a value", "missing COMMAND", "no_such_hostfile", "CONFIG",
-                          "--grace-s: expected seconds", "'soon'"};
+    const char *want[] = {"'--bogus'",
+                          "--nproc-per-node",
+                          "'two'",
+                          "--max-restarts",
+                          "needs a value",
+                          "missing COMMAND",
+                          "no_such_hostfile",
+                          "CONFIG",
+                          "--grace-s: expected seconds",
+                          "'soon'"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         run_out r = launcher(&t, cases[i], 20);
         cr_assert_eq(r.status, 2, "case %zu: exit %d:\n%s", i, r.status, r.text);
@@ -826,8 +833,15 @@ Test(tridentrun, logs_per_rank_and_rank0_on_console, .timeout = 60) {
     tmpdir t = make_tmpdir();
     char logs[300];
     snprintf(logs, sizeof logs, "%s/logs", t.path);
-    char *args[] = {"--nproc-per-node", "2", "--log-dir", logs, "--", "/bin/sh", "-c",
-                    "echo out-$OMPI_COMM_WORLD_RANK; echo err-$OMPI_COMM_WORLD_RANK >&2", NULL};
+    char *args[] = {"--nproc-per-node",
+                    "2",
+                    "--log-dir",
+                    logs,
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    "echo out-$OMPI_COMM_WORLD_RANK; echo err-$OMPI_COMM_WORLD_RANK >&2",
+                    NULL};
     run_out r = launcher(&t, args, 40);
     cr_assert_eq(r.status, 0, "%s", r.text);
     cr_assert(strstr(r.text, "out-0\n") && strstr(r.text, "err-0\n"), "%s", r.text);
@@ -854,8 +868,16 @@ Test(tridentrun, tee_prefixes_every_rank, .timeout = 60) {
     tmpdir t = make_tmpdir();
     char logs[300];
     snprintf(logs, sizeof logs, "%s/logs", t.path);
-    char *args[] = {"--tee", "--nproc-per-node", "3", "--log-dir", logs, "--", "/bin/sh", "-c",
-                    "echo line-$OMPI_COMM_WORLD_RANK; printf tail-$OMPI_COMM_WORLD_RANK", NULL};
+    char *args[] = {"--tee",
+                    "--nproc-per-node",
+                    "3",
+                    "--log-dir",
+                    logs,
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    "echo line-$OMPI_COMM_WORLD_RANK; printf tail-$OMPI_COMM_WORLD_RANK",
+                    NULL};
     run_out r = launcher(&t, args, 40);
     cr_assert_eq(r.status, 0, "%s", r.text);
     for (int q = 0; q < 3; q++) {
@@ -874,7 +896,13 @@ Test(tridentrun, failing_rank_is_named_with_its_log_tail, .timeout = 60) {
     tmpdir t = make_tmpdir();
     char logs[300];
     snprintf(logs, sizeof logs, "%s/logs", t.path);
-    char *args[] = {"--nproc-per-node", "3", "--log-dir", logs, "--", "/bin/sh", "-c",
+    char *args[] = {"--nproc-per-node",
+                    "3",
+                    "--log-dir",
+                    logs,
+                    "--",
+                    "/bin/sh",
+                    "-c",
                     "if [ $OMPI_COMM_WORLD_RANK = 1 ]; then i=1; while [ $i -le 30 ]; do "
                     "echo line $i; i=$((i+1)); done; exit 3; fi; sleep 30",
                     NULL};
@@ -888,7 +916,13 @@ Test(tridentrun, failing_rank_is_named_with_its_log_tail, .timeout = 60) {
     free(r.text);
 
     /* a rank killed by a signal (not an MPI program: named by its status file) */
-    char *args2[] = {"--nproc-per-node", "2", "--log-dir", logs, "--", "/bin/sh", "-c",
+    char *args2[] = {"--nproc-per-node",
+                     "2",
+                     "--log-dir",
+                     logs,
+                     "--",
+                     "/bin/sh",
+                     "-c",
                      "if [ $OMPI_COMM_WORLD_RANK = 0 ]; then echo dying; kill -SEGV $$; fi; sleep 30",
                      NULL};
     r = launcher(&t, args2, 40);
@@ -906,11 +940,19 @@ Test(tridentrun, restarts_append_resume, .timeout = 90) {
     char logs[300];
     snprintf(logs, sizeof logs, "%s/logs", t.path);
     /* fails unless --resume is among its arguments */
-    char *args[] = {"--max-restarts", "2", "--nproc-per-node", "2", "--log-dir", logs, "--",
-                    "/bin/sh", "-c",
+    char *args[] = {"--max-restarts",
+                    "2",
+                    "--nproc-per-node",
+                    "2",
+                    "--log-dir",
+                    logs,
+                    "--",
+                    "/bin/sh",
+                    "-c",
                     "echo args: \"$*\"; case \"$*\" in *--resume*) exit 0;; esac; "
                     "[ $OMPI_COMM_WORLD_RANK = 1 ] && exit 4; sleep 30",
-                    "sh", NULL};
+                    "sh",
+                    NULL};
     run_out r = launcher(&t, args, 60);
     cr_assert_eq(r.status, 0, "exit %d:\n%s", r.status, r.text);
     cr_assert(strstr(r.text, "tridentrun: rank 1 failed (exit 4); restart 1 of 2"), "%s", r.text);
@@ -923,8 +965,8 @@ Test(tridentrun, restarts_append_resume, .timeout = 90) {
     free(r.text);
 
     /* --resume already given: not appended twice; the restarts run out */
-    char *args2[] = {"--max-restarts", "1", "--nproc-per-node", "2", "--log-dir", logs, "--",
-                     "/bin/sh", "-c", "echo args: \"$*\"; exit 5", "sh", "--resume", NULL};
+    char *args2[] = {"--max-restarts", "1",  "--nproc-per-node",          "2",  "--log-dir", logs, "--",
+                     "/bin/sh",        "-c", "echo args: \"$*\"; exit 5", "sh", "--resume",  NULL};
     r = launcher(&t, args2, 60);
     cr_assert_eq(r.status, 5, "exit %d:\n%s", r.status, r.text);
     cr_assert(strstr(r.text, "restart 1 of 1"), "%s", r.text);
@@ -952,8 +994,8 @@ static pid_t start_sleepers(const tmpdir *t, int rank_pid[2], const char *out) {
     char logs[300], script[600];
     snprintf(logs, sizeof logs, "%s/logs", t->path);
     snprintf(script, sizeof script, "echo $$ > %s/pid_$OMPI_COMM_WORLD_RANK; exec sleep 60", t->path);
-    char *argv[] = {(char *)tridentrun_path(), "--nproc-per-node", "2", "--log-dir", logs, "--",
-                    "/bin/sh", "-c", script, NULL};
+    char *argv[] = {
+        (char *)tridentrun_path(), "--nproc-per-node", "2", "--log-dir", logs, "--", "/bin/sh", "-c", script, NULL};
     clean_env();
     pid_t pid = spawn(argv, out);
     char p[2][400];
@@ -1011,8 +1053,7 @@ Test(tridentrun, sigterm_stops_every_rank, .timeout = 60) {
     char *text = slurp(out);
     cr_assert_eq(status, 128 + SIGTERM, "exit %d:\n%s", status, text);
     cr_assert(strstr(text, "stopped by signal"), "%s", text);
-    for (int q = 0; q < 2; q++)
-        cr_assert(process_gone(rank_pid[q]), "rank %d (pid %d) still runs", q, rank_pid[q]);
+    for (int q = 0; q < 2; q++) cr_assert(process_gone(rank_pid[q]), "rank %d (pid %d) still runs", q, rank_pid[q]);
     free(text);
     remove_tmpdir(&t);
 }
@@ -1022,16 +1063,15 @@ Test(tridentrun, runs_the_probe_over_mpi, .timeout = 90) {
     tmpdir t = make_tmpdir();
     char logs[300];
     snprintf(logs, sizeof logs, "%s/logs", t.path);
-    char *args[] = {"--nproc-per-node", "4", "--log-dir", logs, "--", (char *)probe_path(), t.path,
-                    "2", "1", "2", NULL};
+    char *args[] = {
+        "--nproc-per-node", "4", "--log-dir", logs, "--", (char *)probe_path(), t.path, "2", "1", "2", NULL};
     run_out r = launcher(&t, args, 60);
     cr_assert_eq(r.status, 0, "exit %d:\n%s", r.status, r.text);
     check_probe(t.path, 2, 1, 2, 1);
     free(r.text);
 
     /* the layout error through the launcher: rank named, message shown, exit 2 */
-    char *bad[] = {"--nproc-per-node", "4", "--log-dir", logs, "--", (char *)probe_path(), t.path,
-                   "2", "1", "3", NULL};
+    char *bad[] = {"--nproc-per-node", "4", "--log-dir", logs, "--", (char *)probe_path(), t.path, "2", "1", "3", NULL};
     r = launcher(&t, bad, 60);
     cr_assert_eq(r.status, 2, "exit %d:\n%s", r.status, r.text);
     cr_assert(strstr(r.text, "failed (exit 2)"), "%s", r.text);
@@ -1044,16 +1084,15 @@ Test(tridentrun, runs_the_probe_over_mpi, .timeout = 90) {
  * itself, then prints a canned report ($FAKE_REPORT: the wording of Open MPI's
  * messages) and exits $FAKE_EXIT. It makes every way of naming the failing
  * rank testable without depending on which message a real mpirun races to. */
-static const char fake_mpirun[] =
-    "#!/bin/sh\n"
-    "np=$2\n"
-    "shift 2\n"
-    "while [ \"$#\" -gt 1 ] && [ \"$2\" != \"--rank-exec\" ]; do shift; done\n"
-    "r=0\n"
-    "while [ $r -lt $np ]; do OMPI_COMM_WORLD_RANK=$r \"$@\" & r=$((r+1)); done\n"
-    "wait\n"
-    "[ -n \"$FAKE_REPORT\" ] && printf '%b' \"$FAKE_REPORT\" >&2\n"
-    "exit ${FAKE_EXIT:-1}\n";
+static const char fake_mpirun[] = "#!/bin/sh\n"
+                                  "np=$2\n"
+                                  "shift 2\n"
+                                  "while [ \"$#\" -gt 1 ] && [ \"$2\" != \"--rank-exec\" ]; do shift; done\n"
+                                  "r=0\n"
+                                  "while [ $r -lt $np ]; do OMPI_COMM_WORLD_RANK=$r \"$@\" & r=$((r+1)); done\n"
+                                  "wait\n"
+                                  "[ -n \"$FAKE_REPORT\" ] && printf '%b' \"$FAKE_REPORT\" >&2\n"
+                                  "exit ${FAKE_EXIT:-1}\n";
 
 Test(tridentrun, names_the_failing_rank_from_each_kind_of_report, .timeout = 60) {
     tmpdir t = make_tmpdir();
@@ -1076,26 +1115,26 @@ Test(tridentrun, names_the_failing_rank_from_each_kind_of_report, .timeout = 60)
     } cases[] = {
         /* no report: the earliest failure in the status files */
         {"", "1", "tridentrun: rank 1 failed (exit 6)", 6, 1},
-        {"MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD\\nwith errorcode 5.\\n",
-         "5", "tridentrun: rank 2 failed (exit 5)", 5, 0},
-        {"mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).\\n",
-         "137", "tridentrun: rank 1 failed (signal 9", 137, 0},
-        {"The first process to do so was:\\n\\n  Process name: [[31663,1],2]\\n  Exit code:    9\\n",
-         "9", "tridentrun: rank 2 failed (exit 9)", 9, 0},
-        {"  Process name: [prterun-vm-1234@1,1]\\n  Exit code:    6\\n", "6",
-         "tridentrun: rank 1 failed (exit 6)", 6, 0},
-        {"mpirun has exited due to process rank 0 with PID 0 on\\nnode vm exiting improperly.\\n",
-         "1", "tridentrun: rank 0 failed (exit 0 without finishing MPI)", 1, 0},
+        {"MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD\\nwith errorcode 5.\\n", "5",
+         "tridentrun: rank 2 failed (exit 5)", 5, 0},
+        {"mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).\\n", "137",
+         "tridentrun: rank 1 failed (signal 9", 137, 0},
+        {"The first process to do so was:\\n\\n  Process name: [[31663,1],2]\\n  Exit code:    9\\n", "9",
+         "tridentrun: rank 2 failed (exit 9)", 9, 0},
+        {"  Process name: [prterun-vm-1234@1,1]\\n  Exit code:    6\\n", "6", "tridentrun: rank 1 failed (exit 6)", 6,
+         0},
+        {"mpirun has exited due to process rank 0 with PID 0 on\\nnode vm exiting improperly.\\n", "1",
+         "tridentrun: rank 0 failed (exit 0 without finishing MPI)", 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         setenv("FAKE_REPORT", cases[i].report, 1);
         setenv("FAKE_EXIT", cases[i].exit_code, 1);
-        char *args[] = {"--mpirun", fake, "--nproc-per-node", "3", "--log-dir", logs, "--",
-                        "/bin/sh", "-c", (char *)(cases[i].fails ? failing : clean), NULL};
+        char *args[] = {"--mpirun", fake, "--nproc-per-node", "3",  "--log-dir",
+                        logs,       "--", "/bin/sh",          "-c", (char *)(cases[i].fails ? failing : clean),
+                        NULL};
         run_out r = launcher(&t, args, 30);
         cr_assert_eq(r.status, cases[i].status, "case %zu: exit %d:\n%s", i, r.status, r.text);
-        cr_assert(strstr(r.text, cases[i].want), "case %zu: want '%s' in\n%s", i, cases[i].want,
-                  r.text);
+        cr_assert(strstr(r.text, cases[i].want), "case %zu: want '%s' in\n%s", i, cases[i].want, r.text);
         free(r.text);
     }
     /* every rank succeeded but mpirun says no, without a report */

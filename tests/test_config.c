@@ -97,25 +97,20 @@ static char *capture_end(capture *c) {
 
 /* The message `err` must be one line, "trident: <file>: ..." with every
  * needle (NULL-terminated list) somewhere after the file name. */
-static void check_message(const char *err, const char *file, const char *const *needles,
-                          const char *what) {
+static void check_message(const char *err, const char *file, const char *const *needles, const char *what) {
     size_t len = strlen(err);
-    cr_assert(len > 0 && err[len - 1] == '\n', "[%s] expected one line on stderr, got \"%s\"",
-              what, err);
+    cr_assert(len > 0 && err[len - 1] == '\n', "[%s] expected one line on stderr, got \"%s\"", what, err);
     cr_assert_null(memchr(err, '\n', len - 1), "[%s] more than one line: \"%s\"", what, err);
     char head[600];
     snprintf(head, sizeof head, "trident: %s: ", file);
-    cr_assert(strncmp(err, head, strlen(head)) == 0, "[%s] \"%s\" does not start \"%s\"", what,
-              err, head);
+    cr_assert(strncmp(err, head, strlen(head)) == 0, "[%s] \"%s\" does not start \"%s\"", what, err, head);
     for (const char *const *n = needles; *n != NULL; n++)
-        cr_expect_not_null(strstr(err + strlen(head), *n), "[%s] \"%s\" lacks \"%s\"", what,
-                           err, *n);
+        cr_expect_not_null(strstr(err + strlen(head), *n), "[%s] \"%s\" lacks \"%s\"", what, err, *n);
 }
 
 /* Loads `json` (written to a file) with overrides; expects -1, *cfg untouched
  * and one message naming the file and holding every needle. */
-static void expect_error_ov(const char *json, int n_ov, const char *const *ov,
-                            const char *const *needles) {
+static void expect_error_ov(const char *json, int n_ov, const char *const *ov, const char *const *needles) {
     char path[256];
     write_tmp(json, path);
     tri_config cfg, before;
@@ -132,20 +127,18 @@ static void expect_error_ov(const char *json, int n_ov, const char *const *ov,
 }
 
 #define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})
-#define OVS(...) (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)), \
-                 ((const char *const[]){__VA_ARGS__})
+#define OVS(...) \
+    (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)), ((const char *const[]){__VA_ARGS__})
 #define EXPECT_ERROR(json, ...) expect_error_ov(json, 0, NULL, NEEDLES(__VA_ARGS__))
 /* A valid file (data.train set) with one bad override. */
-#define EXPECT_SET_ERROR(ov, ...) \
-    expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}", OVS(ov), NEEDLES(__VA_ARGS__))
+#define EXPECT_SET_ERROR(ov, ...) expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}", OVS(ov), NEEDLES(__VA_ARGS__))
 
 /* ------------------------------------------------------------------------ */
 /* Error cases                                                              */
 
 Test(config, unknown_section_and_key) {
     EXPECT_ERROR("{\"trainn\": {\"lr\": 1}}", "trainn", "unknown section");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lrr\": 0.1}}", "train.lrr",
-                 "unknown key");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lrr\": 0.1}}", "train.lrr", "unknown key");
     EXPECT_ERROR("{\"model\": {\"N_LAYER\": 2}}", "model.N_LAYER", "unknown key");
     /* the message of the specification, character for character */
     char path[256];
@@ -185,71 +178,52 @@ Test(config, out_of_range_values) {
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": -1}}", "train.lr",
                  "expected a number > 0, got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": 0}}", "train.lr", "got 0");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"min_lr\": -0.5}}", "train.min_lr",
-                 ">= 0", "-0.5");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_layer\": 0}}", "model.n_layer",
-                 ">= 1", "got 0");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_head\": -2}}", "model.n_head",
-                 "got -2");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_embd\": 0}}", "model.n_embd",
-                 "got 0");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"seq_len\": 0}}", "model.seq_len",
-                 ">= 1", "got 0");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"vocab_size\": 1}}",
-                 "model.vocab_size", "[2, 2147483648)", "got 1");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"vocab_size\": 2147483648}}",
-                 "model.vocab_size", "[2, 2147483648)", "got 2147483648");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"global_batch\": 0}}",
-                 "train.global_batch", "got 0");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"micro_batch\": -4}}",
-                 "train.micro_batch", "got -4");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"steps\": -1}}", "train.steps",
-                 ">= 0", "got -1");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"beta1\": 1}}", "train.beta1",
-                 "[0, 1)", "got 1");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"beta2\": -0.01}}", "train.beta2",
-                 "[0, 1)", "got -0.01");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"eps\": 0}}", "train.eps", "> 0",
-                 "got 0");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"warmup_steps\": -1}}",
-                 "train.warmup_steps", ">= 0", "got -1");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"grad_clip\": -0.25}}",
-                 "train.grad_clip", ">= 0", "got -0.25");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"weight_decay\": -1}}",
-                 "train.weight_decay", "got -1");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"eval_batches\": 0}}",
-                 "train.eval_batches", "got 0");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"tp\": 0}}", "parallel.tp",
-                 ">= 1", "got 0");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"pp\": -1}}", "parallel.pp",
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"min_lr\": -0.5}}", "train.min_lr", ">= 0", "-0.5");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_layer\": 0}}", "model.n_layer", ">= 1", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_head\": -2}}", "model.n_head", "got -2");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_embd\": 0}}", "model.n_embd", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"seq_len\": 0}}", "model.seq_len", ">= 1", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"vocab_size\": 1}}", "model.vocab_size",
+                 "[2, 2147483648)", "got 1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"vocab_size\": 2147483648}}", "model.vocab_size",
+                 "[2, 2147483648)", "got 2147483648");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"global_batch\": 0}}", "train.global_batch", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"micro_batch\": -4}}", "train.micro_batch", "got -4");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"steps\": -1}}", "train.steps", ">= 0", "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"beta1\": 1}}", "train.beta1", "[0, 1)", "got 1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"beta2\": -0.01}}", "train.beta2", "[0, 1)", "got -0.01");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"eps\": 0}}", "train.eps", "> 0", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"warmup_steps\": -1}}", "train.warmup_steps", ">= 0",
                  "got -1");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"dp\": 0}}", "parallel.dp",
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"grad_clip\": -0.25}}", "train.grad_clip", ">= 0",
+                 "got -0.25");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"weight_decay\": -1}}", "train.weight_decay", "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"eval_batches\": 0}}", "train.eval_batches", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"tp\": 0}}", "parallel.tp", ">= 1", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"pp\": -1}}", "parallel.pp", "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"dp\": 0}}", "parallel.dp", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"bucket_mb\": 0}}", "parallel.bucket_mb", "> 0",
                  "got 0");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"bucket_mb\": 0}}",
-                 "parallel.bucket_mb", "> 0", "got 0");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": -1}}",
-                 "parallel.timeout_s", "in [0, 1000000]", "got -1");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": 2e6}}",
-                 "parallel.timeout_s", "in [0, 1000000]", "got 2000000");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"log\": {\"every\": 0}}", "log.every",
-                 "got 0");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"checkpoint\": {\"keep\": -1}}",
-                 "checkpoint.keep", "got -1");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"debug\": {\"fail_step\": -2}}",
-                 "debug.fail_step", ">= -1", "got -2");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": -1}}", "parallel.timeout_s",
+                 "in [0, 1000000]", "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": 2e6}}", "parallel.timeout_s",
+                 "in [0, 1000000]", "got 2000000");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"log\": {\"every\": 0}}", "log.every", "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"checkpoint\": {\"keep\": -1}}", "checkpoint.keep", "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"debug\": {\"fail_step\": -2}}", "debug.fail_step", ">= -1",
+                 "got -2");
     /* cJSON reads 1e400 as infinity */
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": 1e400}}", "train.lr",
-                 "finite");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": 1e400}}", "train.lr", "finite");
 }
 
 Test(config, cross_field_rules) {
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_embd\": 130, \"n_head\": 4}}",
-                 "model.n_embd", "130", "model.n_head", "4");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_embd\": 130, \"n_head\": 4}}", "model.n_embd", "130",
+                 "model.n_head", "4");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"global_batch\": 10, "
                  "\"micro_batch\": 4}}",
                  "train.global_batch", "10", "train.micro_batch", "4");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": 0.001, \"min_lr\": 0.01}}",
-                 "train.min_lr", "0.01", "train.lr", "0.001");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": 0.001, \"min_lr\": 0.01}}", "train.min_lr", "0.01",
+                 "train.lr", "0.001");
     /* equal is allowed; divisibility by tp or dp is not checked here */
     char path[256];
     write_tmp("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": 0.001, \"min_lr\": 0.001},"
@@ -282,8 +256,7 @@ Test(config, missing_file) {
 
 Test(config, json_syntax_errors) {
     /* the stray comma is on line 3 */
-    EXPECT_ERROR("{\n  \"data\": {\"train\": \"x\"},\n  \"train\": {\"lr\": 1,}\n}", "syntax",
-                 "line 3");
+    EXPECT_ERROR("{\n  \"data\": {\"train\": \"x\"},\n  \"train\": {\"lr\": 1,}\n}", "syntax", "line 3");
     /* trailing garbage after the object: byte 3, line 1, column 4 */
     EXPECT_ERROR("{} x", "syntax", "line 1", "column 4", "byte 3");
     EXPECT_ERROR("", "syntax", "byte 0");
@@ -312,8 +285,7 @@ Test(config, seed_errors) {
     EXPECT_ERROR("{\"train\": {\"seed\": -1}}", "train.seed", "got -1");
     EXPECT_ERROR("{\"train\": {\"seed\": \"abc\"}}", "train.seed", "\"abc\"");
     EXPECT_ERROR("{\"train\": {\"seed\": \"-1\"}}", "train.seed", "\"-1\"");
-    EXPECT_ERROR("{\"train\": {\"seed\": \"18446744073709551616\"}}", "train.seed",
-                 "18446744073709551616");
+    EXPECT_ERROR("{\"train\": {\"seed\": \"18446744073709551616\"}}", "train.seed", "18446744073709551616");
     EXPECT_ERROR("{\"train\": {\"seed\": \"12 \"}}", "train.seed", "\"12 \"");
 }
 
@@ -332,16 +304,14 @@ Test(config, override_errors) {
     EXPECT_SET_ERROR("train.steps=12x", "--set train.steps", "'12x'");
     EXPECT_SET_ERROR("train.steps=99999999999", "--set train.steps", "99999999999");
     EXPECT_SET_ERROR("train.seed=-1", "--set train.seed", "'-1'");
-    EXPECT_SET_ERROR("train.seed=18446744073709551616", "--set train.seed",
-                     "18446744073709551616");
+    EXPECT_SET_ERROR("train.seed=18446744073709551616", "--set train.seed", "18446744073709551616");
     EXPECT_SET_ERROR("train.seed=1.5", "--set train.seed", "'1.5'");
     /* an override out of range is caught by validation, naming the key */
     EXPECT_SET_ERROR("train.beta2=1", "train.beta2", "[0, 1)", "got 1");
     /* a word outside its field's choices names them */
     EXPECT_SET_ERROR("train.recompute=partial", "train.recompute", "\"partial\"", "none|selective|full");
     /* the error stops at the first bad override */
-    expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}",
-                    OVS("train.lr=0.01", "model.n_layerz=3", "train.lr=oops"),
+    expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}", OVS("train.lr=0.01", "model.n_layerz=3", "train.lr=oops"),
                     NEEDLES("model.n_layerz", "unknown key"));
 }
 
@@ -430,9 +400,8 @@ Test(config, overrides_win_over_the_file) {
     tri_config c;
     /* the file's invalid steps is fixed by an override: validation runs last */
     cr_assert_eq(tri_config_load(&c, path,
-                                 OVS("train.lr=3e-3", "train.steps=5", "train.lr=0.004",
-                                     "data.train=b=c.bin", "train.seed=18446744073709551615",
-                                     "model.n_embd=1e2", "model.n_head=5",
+                                 OVS("train.lr=3e-3", "train.steps=5", "train.lr=0.004", "data.train=b=c.bin",
+                                     "train.seed=18446744073709551615", "model.n_embd=1e2", "model.n_head=5",
                                      "checkpoint.dir=", "log.peak_gflops=12.5")),
                  0);
     cr_expect(c.train.lr == 0.004, "later override wins: %.17g", c.train.lr);
@@ -453,21 +422,16 @@ Test(config, overrides_win_over_the_file) {
 
 Test(config, seed_forms) {
     tri_config c;
-    cr_assert_eq(tri_config_load_string(
-                     &c, "{\"data\": {\"train\": \"x\"}, \"train\": {\"seed\": 9007199254740992}}",
-                     "s"),
-                 0);
+    cr_assert_eq(
+        tri_config_load_string(&c, "{\"data\": {\"train\": \"x\"}, \"train\": {\"seed\": 9007199254740992}}", "s"), 0);
     cr_expect(c.train.seed == ((uint64_t)1 << 53));
-    cr_assert_eq(tri_config_load_string(
-                     &c,
-                     "{\"data\": {\"train\": \"x\"}, \"train\": {\"seed\": "
-                     "\"18446744073709551615\"}}",
-                     "s"),
+    cr_assert_eq(tri_config_load_string(&c,
+                                        "{\"data\": {\"train\": \"x\"}, \"train\": {\"seed\": "
+                                        "\"18446744073709551615\"}}",
+                                        "s"),
                  0);
     cr_expect(c.train.seed == UINT64_MAX);
-    cr_assert_eq(tri_config_load_string(
-                     &c, "{\"data\": {\"train\": \"x\"}, \"train\": {\"seed\": \"0\"}}", "s"),
-                 0);
+    cr_assert_eq(tri_config_load_string(&c, "{\"data\": {\"train\": \"x\"}, \"train\": {\"seed\": \"0\"}}", "s"), 0);
     cr_expect(c.train.seed == 0);
 }
 
@@ -511,8 +475,7 @@ Test(config, tiny_test_config_loads) {
 /* Every member, by hand; doubles compared bit for bit. */
 static void expect_same(const tri_config *a, const tri_config *b) {
 #define SAME_I(m) cr_expect_eq(a->m, b->m, #m ": %d vs %d", a->m, b->m)
-#define SAME_D(m) cr_expect(memcmp(&a->m, &b->m, sizeof(double)) == 0, #m ": %.17g vs %.17g", \
-                            a->m, b->m)
+#define SAME_D(m) cr_expect(memcmp(&a->m, &b->m, sizeof(double)) == 0, #m ": %.17g vs %.17g", a->m, b->m)
 #define SAME_S(m) cr_expect_str_eq(a->m, b->m, #m)
     SAME_I(model.n_layer);
     SAME_I(model.n_head);
@@ -530,8 +493,8 @@ static void expect_same(const tri_config *a, const tri_config *b) {
     SAME_D(train.beta1);
     SAME_D(train.beta2);
     SAME_D(train.eps);
-    cr_expect(a->train.seed == b->train.seed, "seed: %llu vs %llu",
-              (unsigned long long)a->train.seed, (unsigned long long)b->train.seed);
+    cr_expect(a->train.seed == b->train.seed, "seed: %llu vs %llu", (unsigned long long)a->train.seed,
+              (unsigned long long)b->train.seed);
     SAME_I(train.eval_every);
     SAME_I(train.eval_batches);
     SAME_S(data.train);
@@ -674,8 +637,7 @@ Test(config, help_lists_every_key) {
     tri_config_defaults(&c);
     char names[128][64];
     int n = json_keys(&c, names, 128);
-    cr_expect_eq(n, N_CONFIG_FIELDS, "to_json wrote %d keys, the struct has %d", n,
-                 N_CONFIG_FIELDS);
+    cr_expect_eq(n, N_CONFIG_FIELDS, "to_json wrote %d keys, the struct has %d", n, N_CONFIG_FIELDS);
     char *help = capture_stream(help_adapter, &c);
     int total = 0;
     for (int i = 0; i < n; i++) {
@@ -714,8 +676,7 @@ Test(config, print_echoes_every_field) {
     int lines = 0;
     for (const char *p = out; *p != '\0'; p++) lines += *p == '\n';
     cr_expect_eq(lines, n);
-    for (int i = 0; i < n; i++)
-        cr_expect_eq(lines_starting_with(out, names[i]), 1, "print lacks %s", names[i]);
+    for (int i = 0; i < n; i++) cr_expect_eq(lines_starting_with(out, names[i]), 1, "print lacks %s", names[i]);
     cr_expect_not_null(strstr(out, "train.lr = 0.001\n"), "%s", out);
     cr_expect_not_null(strstr(out, "train.seed = 1337\n"));
     cr_expect_not_null(strstr(out, "model.n_embd = 32\n"));

@@ -10,19 +10,16 @@
 #include "src/base/crc32c.h"
 
 /* straight from the definition: reflected, poly 0x82F63B78, init/xorout ~0 */
-static uint32_t crc_bitwise(const unsigned char *p, size_t n)
-{
+static uint32_t crc_bitwise(const unsigned char *p, size_t n) {
     uint32_t c = 0xffffffffu;
     for (size_t i = 0; i < n; i++) {
         c ^= p[i];
-        for (int b = 0; b < 8; b++)
-            c = (c & 1u) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        for (int b = 0; b < 8; b++) c = (c & 1u) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
     }
     return ~c;
 }
 
-Test(crc32c, published_check_values)
-{
+Test(crc32c, published_check_values) {
     cr_assert_eq(tri_crc32c(0, "123456789", 9), 0xe3069283u);
     cr_assert_eq(tri_crc32c_sw(0, "123456789", 9), 0xe3069283u);
     unsigned char buf[32];
@@ -30,17 +27,14 @@ Test(crc32c, published_check_values)
     cr_assert_eq(tri_crc32c(0, buf, 32), 0x8a9136aau);
     memset(buf, 0xff, sizeof buf);
     cr_assert_eq(tri_crc32c(0, buf, 32), 0x62a8ab43u);
-    for (int i = 0; i < 32; i++)
-        buf[i] = (unsigned char)i;
+    for (int i = 0; i < 32; i++) buf[i] = (unsigned char)i;
     cr_assert_eq(tri_crc32c(0, buf, 32), 0x46dd794eu);
-    for (int i = 0; i < 32; i++)
-        buf[i] = (unsigned char)(31 - i);
+    for (int i = 0; i < 32; i++) buf[i] = (unsigned char)(31 - i);
     cr_assert_eq(tri_crc32c(0, buf, 32), 0x113fdb5cu);
     cr_assert_eq(tri_crc32c(0, NULL, 0), 0u);
 }
 
-Test(crc32c, agrees_with_the_bitwise_definition_whole_and_in_chunks)
-{
+Test(crc32c, agrees_with_the_bitwise_definition_whole_and_in_chunks) {
     enum { N = 5003 };
     static unsigned char buf[N + 8];
     uint64_t s = 42;

@@ -13,33 +13,28 @@
 #include "src/base/fs.h"
 
 /* every entry of dir except . and .., joined by ',' in readdir order (<= 1 expected) */
-static void list_dir(const char *dir, char *out, size_t n)
-{
+static void list_dir(const char *dir, char *out, size_t n) {
     DIR *d = opendir(dir);
     cr_assert_not_null(d);
     out[0] = '\0';
     struct dirent *de;
     while ((de = readdir(d)))
         if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-            if (out[0])
-                strncat(out, ",", n - strlen(out) - 1);
+            if (out[0]) strncat(out, ",", n - strlen(out) - 1);
             strncat(out, de->d_name, n - strlen(out) - 1);
         }
     closedir(d);
 }
 
-static void check_one_line(const char *msg, const char *must1, const char *must2)
-{
+static void check_one_line(const char *msg, const char *must1, const char *must2) {
     cr_assert(strncmp(msg, "trident: ", 9) == 0, "[%s]", msg);
     const char *nl = strchr(msg, '\n');
     cr_assert(nl && nl[1] == '\0', "not one line: [%s]", msg);
     cr_assert_not_null(strstr(msg, must1), "[%s] does not name %s", msg, must1);
-    if (must2)
-        cr_assert_not_null(strstr(msg, must2), "[%s] does not name %s", msg, must2);
+    if (must2) cr_assert_not_null(strstr(msg, must2), "[%s] does not name %s", msg, must2);
 }
 
-Test(fs, write_file_atomic_replaces_whole_files)
-{
+Test(fs, write_file_atomic_replaces_whole_files) {
     char *dir = tt_mkdtemp(), path[4200], ls[512];
     snprintf(path, sizeof path, "%s/state.json", dir);
     const char *texts[] = {"{\"step\": 1}", "{}", ""};
@@ -54,8 +49,7 @@ Test(fs, write_file_atomic_replaces_whole_files)
 
     /* content and length through the checked reader, NUL appended */
     char big[10000];
-    for (size_t i = 0; i < sizeof big; i++)
-        big[i] = (char)('a' + i % 26);
+    for (size_t i = 0; i < sizeof big; i++) big[i] = (char)('a' + i % 26);
     cr_assert_eq(tri_write_file_atomic(path, big, sizeof big), 0);
     size_t n = 0;
     char *txt = tri_slurp(path, "test file", 0, &n);
@@ -79,8 +73,7 @@ Test(fs, write_file_atomic_replaces_whole_files)
     free(dir);
 }
 
-Test(fs, mkdir_p_names_the_file_in_the_way_and_the_key)
-{
+Test(fs, mkdir_p_names_the_file_in_the_way_and_the_key) {
     char *dir = tt_mkdtemp(), p[4200], cap_path[4300];
     snprintf(cap_path, sizeof cap_path, "%s.stderr", dir);
     snprintf(p, sizeof p, "%s/a/b/c//", dir);

@@ -27,7 +27,9 @@ typedef struct recorder {
 static recorder g_rec; /* the impl callbacks get only the comm: test-only state */
 
 static void rec_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
-    (void)c; (void)t; (void)op;
+    (void)c;
+    (void)t;
+    (void)op;
     cr_assert(g_rec.n < MAX_CALLS);
     g_rec.start[g_rec.n] = buf;
     g_rec.len[g_rec.n] = n;
@@ -38,7 +40,10 @@ static void rec_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_re
     r->active = 1;
 }
 
-static void rec_wait(tri_comm *c, tri_req *r) { (void)c; r->active = 0; }
+static void rec_wait(tri_comm *c, tri_req *r) {
+    (void)c;
+    r->active = 0;
+}
 
 static const tri_comm_impl REC = {.name = "recorder", .iallreduce = rec_iallreduce, .wait = rec_wait};
 
@@ -64,7 +69,10 @@ static void run(int n_micro, double bucket_mb) {
     ch->grads_ready = wire;
     ch->grads_ready_ctx = &s;
     int32_t ids[16], tg[16];
-    for (int i = 0; i < 16; i++) { ids[i] = (i * 37) % 256; tg[i] = (i * 91 + 5) % 256; }
+    for (int i = 0; i < 16; i++) {
+        ids[i] = (i * 37) % 256;
+        tg[i] = (i * 91 + 5) % 256;
+    }
     ctx.ops->zero(&ctx, ch->grad_mem, ch->n_elems * sizeof(float));
     tri_grad_sync_begin(&s);
     for (int m = 0; m < n_micro; m++) {

@@ -27,8 +27,7 @@ static int hf_parse(const char *json, tri_model_cfg *cfg, char **err) {
     return rc;
 }
 
-#define HF_SHAPE(embd) \
-    "{\"n_embd\": " embd ", \"n_head\": 2, \"n_layer\": 3, \"n_positions\": 64, \"vocab_size\": 300}"
+#define HF_SHAPE(embd) "{\"n_embd\": " embd ", \"n_head\": 2, \"n_layer\": 3, \"n_positions\": 64, \"vocab_size\": 300}"
 
 Test(hf_config, reads_the_shape) {
     tri_model_cfg cfg = {0};
@@ -53,8 +52,12 @@ Test(hf_config, values_outside_int_are_refused_before_the_cast) {
     struct {
         const char *value, *shown;
     } bad[] = {
-        {"1e10", "got 10000000000"}, {"2147483648", "got 2147483648"}, {"-1e300", "got -1.0000000000000001e+300"},
-        {"1e400", "got inf"},        {"0", "got 0"},                   {"2.5", "got 2.5"},
+        {"1e10", "got 10000000000"},
+        {"2147483648", "got 2147483648"},
+        {"-1e300", "got -1.0000000000000001e+300"},
+        {"1e400", "got inf"},
+        {"0", "got 0"},
+        {"2.5", "got 2.5"},
         {"\"16\"", "got not a number"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -177,7 +180,8 @@ static int load_tok(const char *dir, const char *path, tri_tokenizer *tk, char *
 Test(tokenizer_ids, gpt2_style_end_of_text_in_vocab_and_added_tokens_loads) {
     char *dir = tt_mkdtemp(), p[4200], *err;
     snprintf(p, sizeof p, "%s/tok.json", dir);
-    write_tokenizer(p, ", \"<|endoftext|>\": 256", "[{\"id\": 256, \"content\": \"<|endoftext|>\", \"special\": true}]");
+    write_tokenizer(p, ", \"<|endoftext|>\": 256",
+                    "[{\"id\": 256, \"content\": \"<|endoftext|>\", \"special\": true}]");
     tri_tokenizer tk;
     cr_assert_eq(load_tok(dir, p, &tk, &err), 0, "%s", err);
     cr_expect_eq(tri_tokenizer_vocab_size(&tk), 257);
@@ -225,8 +229,7 @@ Test(tokenizer_ids, a_clashing_end_of_text_id_is_reported_as_a_clash) {
     write_tokenizer(p, "", "[{\"id\": 38, \"content\": \"<|endoftext|>\", \"special\": true}]");
     tri_tokenizer tk;
     cr_expect_eq(load_tok(dir, p, &tk, &err), -1);
-    cr_expect(strstr(err, "model.vocab[\"&\"]: id 38 clashes with added_tokens \"<|endoftext|>\"") != NULL, "%s",
-              err);
+    cr_expect(strstr(err, "model.vocab[\"&\"]: id 38 clashes with added_tokens \"<|endoftext|>\"") != NULL, "%s", err);
     cr_expect(strstr(err, "no token for byte") == NULL, "%s", err);
     free(err);
     tt_rmrf(dir);
@@ -297,8 +300,8 @@ Test(state_json, out_of_range_numbers_are_refused_naming_the_key) {
     cr_expect_eq(state_parse("{\"step\": 3, \"samples_consumed\": 5}", &step, &consumed, &cfg, &err), -1);
     cr_expect(strstr(err, "no \"config\" object") != NULL, "%s", err);
     free(err);
-    cr_expect_eq(state_parse("{\"step\": 3, \"samples_consumed\": 5, \"config\": {\"model\": {\"n_head\": 0}}}",
-                             &step, &consumed, &cfg, &err),
+    cr_expect_eq(state_parse("{\"step\": 3, \"samples_consumed\": 5, \"config\": {\"model\": {\"n_head\": 0}}}", &step,
+                             &consumed, &cfg, &err),
                  -1);
     cr_expect(strstr(err, "ck/state.json") != NULL && strstr(err, "model.n_head") != NULL, "%s", err);
     free(err);

@@ -10,7 +10,9 @@
 
 #include "parallel/mesh.h"
 
-typedef struct coord { int t, d, p; } coord;
+typedef struct coord {
+    int t, d, p;
+} coord;
 
 /* coords[r] for every rank r: the r-th triple when pp is the outer loop, dp
  * the middle and tp the inner one (Megatron order). (world) */
@@ -31,8 +33,7 @@ static int same_group(const coord *c, int pp, tri_group_kind kind, int a, int b)
     case TRI_GROUP_DP: return c[a].t == c[b].t && c[a].p == c[b].p;
     case TRI_GROUP_PP: return c[a].t == c[b].t && c[a].d == c[b].d;
     case TRI_GROUP_MP: return c[a].d == c[b].d;
-    case TRI_GROUP_EMB:
-        return c[a].t == c[b].t && c[a].d == c[b].d && (c[b].p == 0 || c[b].p == pp - 1);
+    case TRI_GROUP_EMB: return c[a].t == c[b].t && c[a].d == c[b].d && (c[b].p == 0 || c[b].p == pp - 1);
     default: return 0;
     }
 }
@@ -62,8 +63,8 @@ static void check_layout(int tp, int pp, int dp) {
         cr_assert_eq(m.rank, r);
         cr_assert(m.tp == tp && m.pp == pp && m.dp == dp);
         cr_assert(m.tp_rank == c[r].t && m.dp_rank == c[r].d && m.pp_rank == c[r].p,
-                  "tp=%d pp=%d dp=%d rank %d: got (%d,%d,%d), expected (%d,%d,%d)", tp, pp, dp, r,
-                  m.tp_rank, m.dp_rank, m.pp_rank, c[r].t, c[r].d, c[r].p);
+                  "tp=%d pp=%d dp=%d rank %d: got (%d,%d,%d), expected (%d,%d,%d)", tp, pp, dp, r, m.tp_rank, m.dp_rank,
+                  m.pp_rank, c[r].t, c[r].d, c[r].p);
         cr_assert_eq(tri_mesh_rank_of(&m, c[r].t, c[r].d, c[r].p), r);
 
         for (int k = 0; k < TRI_GROUP_COUNT; k++) {
@@ -76,16 +77,16 @@ static void check_layout(int tp, int pp, int dp) {
             int my = -2;
             for (int i = 0; i < world; i++) ranks[i] = -7;
             int n = tri_mesh_group(&m, (tri_group_kind)k, ranks, &my);
-            cr_assert_eq(n, ne, "tp=%d pp=%d dp=%d rank %d %s: %d members, expected %d", tp, pp,
-                         dp, r, kind_name(k), n, ne);
+            cr_assert_eq(n, ne, "tp=%d pp=%d dp=%d rank %d %s: %d members, expected %d", tp, pp, dp, r, kind_name(k), n,
+                         ne);
             for (int i = 0; i < n; i++)
-                cr_assert_eq(ranks[i], expect[i], "tp=%d pp=%d dp=%d rank %d %s member %d: %d vs %d",
-                             tp, pp, dp, r, kind_name(k), i, ranks[i], expect[i]);
+                cr_assert_eq(ranks[i], expect[i], "tp=%d pp=%d dp=%d rank %d %s member %d: %d vs %d", tp, pp, dp, r,
+                             kind_name(k), i, ranks[i], expect[i]);
             int exp_idx = -1;
             for (int i = 0; i < ne; i++)
                 if (expect[i] == r) exp_idx = i;
-            cr_assert_eq(my, exp_idx, "tp=%d pp=%d dp=%d rank %d %s: index %d, expected %d", tp,
-                         pp, dp, r, kind_name(k), my, exp_idx);
+            cr_assert_eq(my, exp_idx, "tp=%d pp=%d dp=%d rank %d %s: index %d, expected %d", tp, pp, dp, r,
+                         kind_name(k), my, exp_idx);
             /* NULL my_index is allowed */
             cr_assert_eq(tri_mesh_group(&m, (tri_group_kind)k, ranks, NULL), ne);
         }
@@ -101,16 +102,18 @@ static void check_layout(int tp, int pp, int dp) {
             cr_assert_eq(tri_mesh_init(&m, world, r, tp, pp, dp, err, sizeof err), 0);
             color[r] = tri_mesh_color(&m, (tri_group_kind)k);
             int member = k != TRI_GROUP_EMB || is_emb_member(c, pp, r);
-            if (member) cr_assert_geq(color[r], 0, "%s rank %d color %d", kind_name(k), r, color[r]);
-            else cr_assert_eq(color[r], -1, "%s rank %d color %d", kind_name(k), r, color[r]);
+            if (member)
+                cr_assert_geq(color[r], 0, "%s rank %d color %d", kind_name(k), r, color[r]);
+            else
+                cr_assert_eq(color[r], -1, "%s rank %d color %d", kind_name(k), r, color[r]);
         }
         for (int a = 0; a < world; a++)
             for (int b = 0; b < world; b++) {
                 if (color[a] < 0 || color[b] < 0) continue;
                 int same = same_group(c, pp, (tri_group_kind)k, a, b);
                 cr_assert_eq(color[a] == color[b], same,
-                             "tp=%d pp=%d dp=%d %s: ranks %d,%d colors %d,%d, same group %d", tp,
-                             pp, dp, kind_name(k), a, b, color[a], color[b], same);
+                             "tp=%d pp=%d dp=%d %s: ranks %d,%d colors %d,%d, same group %d", tp, pp, dp, kind_name(k),
+                             a, b, color[a], color[b], same);
             }
         /* partition: count, over all groups listed by their members, how often each rank appears */
         memset(seen, 0, (size_t)world * sizeof *seen);
@@ -125,8 +128,8 @@ static void check_layout(int tp, int pp, int dp) {
         }
         for (int r = 0; r < world; r++) {
             int member = k != TRI_GROUP_EMB || is_emb_member(c, pp, r);
-            cr_assert_eq(seen[r], member, "tp=%d pp=%d dp=%d %s: rank %d in %d groups", tp, pp, dp,
-                         kind_name(k), r, seen[r]);
+            cr_assert_eq(seen[r], member, "tp=%d pp=%d dp=%d %s: rank %d in %d groups", tp, pp, dp, kind_name(k), r,
+                         seen[r]);
         }
         free(color);
     }
@@ -138,9 +141,8 @@ static void check_layout(int tp, int pp, int dp) {
 
 /* {tp, pp, dp} */
 static const int layouts[][3] = {
-    {1, 1, 1}, {2, 1, 1}, {1, 1, 2}, {1, 2, 1}, {2, 2, 2}, {4, 2, 1}, {1, 2, 4}, {2, 1, 4},
-    {8, 1, 1}, {1, 8, 1}, {1, 1, 8}, {3, 2, 2}, {2, 4, 3}, {3, 3, 1}, {1, 3, 3}, {5, 1, 3},
-    {2, 3, 2}, {1, 4, 2},
+    {1, 1, 1}, {2, 1, 1}, {1, 1, 2}, {1, 2, 1}, {2, 2, 2}, {4, 2, 1}, {1, 2, 4}, {2, 1, 4}, {8, 1, 1},
+    {1, 8, 1}, {1, 1, 8}, {3, 2, 2}, {2, 4, 3}, {3, 3, 1}, {1, 3, 3}, {5, 1, 3}, {2, 3, 2}, {1, 4, 2},
 };
 
 Test(mesh, layouts_match_enumeration) {
@@ -154,8 +156,7 @@ static const int ref_dp[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
 static const int ref_pp[4][2] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
 static const int ref_mp[2][4] = {{0, 1, 4, 5}, {2, 3, 6, 7}};
 
-static void expect_in_listed(int r, const tri_mesh *m, tri_group_kind k, const int *groups,
-                             int ngroups, int gsize) {
+static void expect_in_listed(int r, const tri_mesh *m, tri_group_kind k, const int *groups, int ngroups, int gsize) {
     int ranks[8], my;
     int n = tri_mesh_group(m, k, ranks, &my);
     cr_assert_eq(n, gsize);
@@ -167,8 +168,7 @@ static void expect_in_listed(int r, const tri_mesh *m, tri_group_kind k, const i
         if (!has) continue;
         found++;
         for (int i = 0; i < gsize; i++)
-            cr_assert_eq(ranks[i], grp[i], "rank %d %s member %d: %d vs %d", r, kind_name(k), i,
-                         ranks[i], grp[i]);
+            cr_assert_eq(ranks[i], grp[i], "rank %d %s member %d: %d vs %d", r, kind_name(k), i, ranks[i], grp[i]);
         cr_assert_eq(ranks[my], r);
     }
     cr_assert_eq(found, 1, "rank %d is in %d listed %s groups", r, found, kind_name(k));
@@ -195,8 +195,7 @@ Test(mesh, reference_example_2x2x2) {
 Test(mesh, embedding_group_first_and_last_stage) {
     /* tp=1, pp=4, dp=2: ranks 0,1 on stage 0 ... 6,7 on stage 3 */
     char err[256];
-    static const int expect[8][2] = {{0, 6}, {1, 7}, {-1, -1}, {-1, -1},
-                                     {-1, -1}, {-1, -1}, {0, 6}, {1, 7}};
+    static const int expect[8][2] = {{0, 6}, {1, 7}, {-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}, {0, 6}, {1, 7}};
     static const int expect_idx[8] = {0, 0, -1, -1, -1, -1, 1, 1};
     for (int r = 0; r < 8; r++) {
         tri_mesh m;
@@ -206,8 +205,8 @@ Test(mesh, embedding_group_first_and_last_stage) {
         cr_assert_eq(n, 2);
         cr_assert_eq(my, expect_idx[r], "rank %d emb index %d", r, my);
         if (my >= 0) {
-            cr_assert(ranks[0] == expect[r][0] && ranks[1] == expect[r][1],
-                      "rank %d emb group [%d,%d]", r, ranks[0], ranks[1]);
+            cr_assert(ranks[0] == expect[r][0] && ranks[1] == expect[r][1], "rank %d emb group [%d,%d]", r, ranks[0],
+                      ranks[1]);
             cr_assert_geq(tri_mesh_color(&m, TRI_GROUP_EMB), 0);
         } else {
             cr_assert_eq(tri_mesh_color(&m, TRI_GROUP_EMB), -1);
@@ -226,8 +225,8 @@ Test(mesh, world_mismatch_names_the_numbers) {
     char err[256] = "";
     cr_assert_eq(tri_mesh_init(&m, 4, 0, 2, 1, 3, err, sizeof err), -1);
     cr_assert(strstr(err, "trident: ") == err, "%s", err);
-    cr_assert(strstr(err, "parallel.tp (2)") && strstr(err, "parallel.pp (1)") &&
-                  strstr(err, "parallel.dp (3)") && strstr(err, "= 6") && strstr(err, "4 ranks"),
+    cr_assert(strstr(err, "parallel.tp (2)") && strstr(err, "parallel.pp (1)") && strstr(err, "parallel.dp (3)") &&
+                  strstr(err, "= 6") && strstr(err, "4 ranks"),
               "%s", err);
 }
 

@@ -143,8 +143,7 @@ static void gradient_check(tri_recompute policy) {
         /* 2% relative: 3.5x the worst truncation error measured above; a
          * missing or mis-scaled gradient term is off by far more */
         double tol = 2e-2 * fabs(an) + 2e-5;
-        cr_expect(fabs(fd - an) <= tol, "%s: finite difference %.6g vs analytic %.6g (tol %.2g)", p->name, fd, an,
-                  tol);
+        cr_expect(fabs(fd - an) <= tol, "%s: finite difference %.6g vs analytic %.6g (tol %.2g)", p->name, fd, an, tol);
         checked++;
     }
     cr_assert_eq(checked, ch->n_params);
@@ -157,7 +156,6 @@ Test(model, gradient_matches_finite_differences_for_every_tensor) { gradient_che
 Test(model, gradient_with_selective_recompute_matches_finite_differences) { gradient_check(TRI_RECOMPUTE_SELECTIVE); }
 Test(model, gradient_with_full_recompute_matches_finite_differences) { gradient_check(TRI_RECOMPUTE_FULL); }
 
-
 /* A tiny model memorises one fixed batch of random tokens: AdamW at a constant
  * lr drives the loss from ~log(V) = 5.5 to under 0.05 in 300 steps. A broken
  * backward, optimizer or decay mask keeps it far above that. */
@@ -166,8 +164,15 @@ Test(model, overfits_one_batch) {
     setup(&f, 2, 2, 32, 16, 256, 2, 3);
     tri_gpt *g = &f.g;
     tri_optim o;
-    tri_adamw_cfg oc = {.lr = 1e-2, .min_lr = 1e-2, .warmup_steps = 0, .total_steps = 300,
-                        .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0, .grad_clip = 1.0};
+    tri_adamw_cfg oc = {.lr = 1e-2,
+                        .min_lr = 1e-2,
+                        .warmup_steps = 0,
+                        .total_steps = 300,
+                        .beta1 = 0.9,
+                        .beta2 = 0.95,
+                        .eps = 1e-8,
+                        .weight_decay = 0.0,
+                        .grad_clip = 1.0};
     cr_assert_eq(tri_optim_init(&o, g, &oc), 0);
     size_t BT = f.B * f.T;
     double first = 0, last = 0;
@@ -222,8 +227,8 @@ Test(model, init_of_a_tensor_parallel_shard_is_the_slice_of_the_full_model) {
                             gc = (cc / part) * (p->cols / (size_t)p->segments) + (size_t)r * part + cc % part;
                         }
                         float want = gr < q->lrows ? y[gr * q->lcols + gc] : 0.0f;
-                        cr_assert(x[rr * p->lcols + cc] == want, "%s tp=%d rank %d (%zu,%zu): %g vs %g", p->name,
-                                  tp, r, rr, cc, x[rr * p->lcols + cc], want);
+                        cr_assert(x[rr * p->lcols + cc] == want, "%s tp=%d rank %d (%zu,%zu): %g vs %g", p->name, tp, r,
+                                  rr, cc, x[rr * p->lcols + cc], want);
                     }
             }
             tri_gpt_free(&sh);
@@ -250,7 +255,10 @@ Test(model, init_statistics_follow_gpt2) {
         const float *x = (const float *)ch->param_mem + p->offset;
         size_t rows = p->kind == TRI_P_WTE ? (size_t)cfg.vocab_size : p->lrows, n = rows * p->lcols;
         double mean = 0, sq = 0;
-        for (size_t k = 0; k < n; k++) { mean += x[k]; sq += (double)x[k] * x[k]; }
+        for (size_t k = 0; k < n; k++) {
+            mean += x[k];
+            sq += (double)x[k] * x[k];
+        }
         mean /= (double)n;
         double sd = sqrt(sq / (double)n - mean * mean);
         if (p->init_std == 0) {
@@ -276,8 +284,8 @@ Test(model, ce_combine_matches_the_closed_form_propagates_nan_and_skips_padding_
     cr_assert_eq(tri_ctx_init(&ctx, "cpu", 0), 0);
     /* gather (R=2, N=3, 3): row 0: both ranks real; row 1: rank 1 owns only
      * padding (-inf, 0, 0); row 2: rank 1's slice holds a NaN logit */
-    float gather[18] = {2.0f, 3.0f, 0.5f, 1.0f, 2.0f, 1.0f, 0.0f, 1.0f, 0.25f,
-                        3.0f, 1.5f, 0.0f, -INFINITY, 0.0f, 0.0f, NAN, NAN, 0.0f};
+    float gather[18] = {2.0f, 3.0f, 0.5f, 1.0f,      2.0f, 1.0f, 0.0f, 1.0f, 0.25f,
+                        3.0f, 1.5f, 0.0f, -INFINITY, 0.0f, 0.0f, NAN,  NAN,  0.0f};
     float mine[9];
     for (int i = 0; i < 9; i++) mine[i] = NAN;
     ctx.ops->crossentropy_combine(&ctx, mine, gather, 3, 2);
@@ -410,8 +418,14 @@ Test(runtime, two_in_flight_with_full_recompute_match_one_after_the_other) { two
  * a forward. Shapes with BT a multiple of 16 keep every buffer 64-byte
  * aligned already, so the match is exact. */
 Test(runtime, saved_bytes_per_layer_match_the_closed_form) {
-    struct { int L, NH, C, T, V; size_t B; } shapes[] = {
-        {2, 2, 32, 16, 256, 2}, {3, 4, 64, 32, 300, 1}, {1, 6, 48, 64, 512, 3}, {2, 8, 128, 16, 1000, 4},
+    struct {
+        int L, NH, C, T, V;
+        size_t B;
+    } shapes[] = {
+        {2, 2, 32, 16, 256, 2},
+        {3, 4, 64, 32, 300, 1},
+        {1, 6, 48, 64, 512, 3},
+        {2, 8, 128, 16, 1000, 4},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int pol = 0; pol < 3; pol++) {
@@ -419,7 +433,7 @@ Test(runtime, saved_bytes_per_layer_match_the_closed_form) {
             setup_with(&f, shapes[i].L, shapes[i].NH, shapes[i].C, shapes[i].T, shapes[i].V, shapes[i].B, 1,
                        (tri_recompute)pol, 1, "cpu");
             double B = (double)f.B, T = (double)f.T, BT = B * T, C = shapes[i].C, a = shapes[i].NH, t = 1;
-            double want = pol == TRI_RECOMPUTE_NONE ? 4 * (BT * (4 * C + 4 + 12 * C / t) + B * (a / t) * T * T)
+            double want = pol == TRI_RECOMPUTE_NONE        ? 4 * (BT * (4 * C + 4 + 12 * C / t) + B * (a / t) * T * T)
                           : pol == TRI_RECOMPUTE_SELECTIVE ? 4 * BT * (4 * C + 4 + 12 * C / t)
                                                            : 4 * BT * C;
             cr_expect((double)f.pool.layer_bytes == want, "shape %zu, %s: %zu bytes per layer, closed form %.0f", i,
@@ -429,7 +443,8 @@ Test(runtime, saved_bytes_per_layer_match_the_closed_form) {
             double slot = shapes[i].L * want + ends;
             cr_expect((double)f.pool.slot_bytes == slot, "slot %zu vs %.0f", f.pool.slot_bytes, slot);
             step_mb(&f, f.ids, f.tgt, 1);
-            cr_expect(f.ctx.mem.saved_in_use_peak == f.pool.slot_bytes && f.ctx.mem.peak[TRI_MEM_SAVED] == f.pool.slot_bytes,
+            cr_expect(f.ctx.mem.saved_in_use_peak == f.pool.slot_bytes &&
+                          f.ctx.mem.peak[TRI_MEM_SAVED] == f.pool.slot_bytes,
                       "accounting: peak in use %zu, allocated %zu, slot %zu", f.ctx.mem.saved_in_use_peak,
                       f.ctx.mem.peak[TRI_MEM_SAVED], f.pool.slot_bytes);
             teardown(&f);
@@ -460,7 +475,7 @@ Test(runtime, guarded_backend_faults_on_a_host_read, .signal = SIGSEGV) {
     tri_ctx_to_host(&ctx, &back, p, sizeof back);
     cr_assert(back == 1.0f, "a staging copy must work");
     signal(SIGSEGV, SIG_DFL); /* a sanitizer's handler would turn the fault into exit 1 */
-    volatile float x = p[0]; /* a host read outside any op: faults */
+    volatile float x = p[0];  /* a host read outside any op: faults */
     (void)x;
 }
 

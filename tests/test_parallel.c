@@ -25,7 +25,7 @@
 #include "helpers/testutil.h"
 #include "model/safetensors.h"
 
-#define LOSS_RTOL 1e-6
+#define LOSS_RTOL  1e-6
 #define PARAM_ATOL 1e-5
 
 /* One run of the tiny config (4 heads, so tp can be 1, 2 or 4) in dir with
@@ -117,10 +117,17 @@ Test(parallel, every_layout_follows_the_single_rank_run, .timeout = 300) {
      * backward goes on; recompute (whose forward rerun includes the TP
      * collectives) and the guarded backend (host access to backend memory
      * faults, also around the MPI transport) must follow the same curve */
-    struct { int tp, dp; const char *bucket_mb, *more; } layouts[] = {
-        {2, 1, "25", ""}, {1, 2, "25", ""}, {2, 2, "25", ""}, {4, 1, "25", ""}, {1, 4, "25", ""},
-        {1, 2, "0.01", ""}, {2, 1, "25", "--set train.recompute=full"},
-        {2, 2, "25", "--set train.recompute=selective --device cpu-guard"}};
+    struct {
+        int tp, dp;
+        const char *bucket_mb, *more;
+    } layouts[] = {{2, 1, "25", ""},
+                   {1, 2, "25", ""},
+                   {2, 2, "25", ""},
+                   {4, 1, "25", ""},
+                   {1, 4, "25", ""},
+                   {1, 2, "0.01", ""},
+                   {2, 1, "25", "--set train.recompute=full"},
+                   {2, 2, "25", "--set train.recompute=selective --device cpu-guard"}};
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
         int tp = layouts[i].tp, dp = layouts[i].dp;
         char ck[64], what[160], extra[256];
@@ -182,8 +189,10 @@ Test(parallel, a_failing_rank_tears_down_all_and_a_restart_completes_the_run, .t
     free(out);
     /* rank 1 exits with code 3 at step 5 (0-based step index 4) */
     time_t t0 = time(NULL);
-    int rc = run(dir, 2, 2, "fail", "--set train.steps=8 --set checkpoint.every=2 --set debug.fail_step=4 "
-                                    "--set debug.fail_rank=1", &out);
+    int rc = run(dir, 2, 2, "fail",
+                 "--set train.steps=8 --set checkpoint.every=2 --set debug.fail_step=4 "
+                 "--set debug.fail_rank=1",
+                 &out);
     time_t took = time(NULL) - t0;
     cr_expect(rc != 0, "a failing rank must make tridentrun fail: %s", out);
     cr_expect(took < 60, "teardown took %lds", (long)took);
@@ -192,14 +201,16 @@ Test(parallel, a_failing_rank_tears_down_all_and_a_restart_completes_the_run, .t
     free(out);
     /* the same with one restart: it resumes from step 4's checkpoint and finishes */
     char extra[512];
-    snprintf(extra, sizeof extra, "--set train.steps=8 --set checkpoint.every=2 --set debug.fail_step=4 "
-                                  "--set debug.fail_rank=1");
+    snprintf(extra, sizeof extra,
+             "--set train.steps=8 --set checkpoint.every=2 --set debug.fail_step=4 "
+             "--set debug.fail_rank=1");
     char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && timeout 120 %s --max-restarts 1 --log-dir %s/ranks_restart -- %s train %s/configs/tiny-test.json "
-             "--set data.train=%s/train.bin --set data.val= --set model.n_head=4 --set parallel.tp=2 --set parallel.dp=2 "
-             "--set checkpoint.dir=%s/restart --set log.dir=%s/log_restart %s",
-             dir, tt_bin("tridentrun"), dir, tt_bin("trident"), TRI_SOURCE_DIR, dir, dir, dir, extra);
+    snprintf(
+        cmd, sizeof cmd,
+        "cd %s && timeout 120 %s --max-restarts 1 --log-dir %s/ranks_restart -- %s train %s/configs/tiny-test.json "
+        "--set data.train=%s/train.bin --set data.val= --set model.n_head=4 --set parallel.tp=2 --set parallel.dp=2 "
+        "--set checkpoint.dir=%s/restart --set log.dir=%s/log_restart %s",
+        dir, tt_bin("tridentrun"), dir, tt_bin("trident"), TRI_SOURCE_DIR, dir, dir, dir, extra);
     rc = tt_run(cmd, &out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "restart 1 of 1") != NULL, "%s", out);
@@ -218,15 +229,16 @@ Test(parallel, a_failing_rank_tears_down_all_and_a_restart_completes_the_run, .t
 
 Test(parallel, sigterm_saves_a_checkpoint_before_exiting, .timeout = 120) {
     char *dir = make_dir(), cmd[8192], *out = NULL;
-    snprintf(cmd, sizeof cmd,
-             "cd %s && (%s --log-dir %s/ranks -- %s train %s/configs/tiny-test.json --set data.train=%s/train.bin "
-             "--set data.val= --set model.n_head=4 --set parallel.dp=2 --set train.steps=1000000 --set checkpoint.dir=%s/ck "
-             "--set log.dir=%s/log > %s/console.txt 2>&1; echo $? > %s/rc) & "
-             "for i in $(seq 1 600); do grep -q '\"step\": 3,' %s/log/metrics.jsonl 2>/dev/null && break; sleep 0.05; done; "
-             "pkill -TERM -f '^%s --log-dir %s/ranks' ; "
-             "for i in $(seq 1 600); do [ -f %s/rc ] && break; sleep 0.05; done; cat %s/rc",
-             dir, tt_bin("tridentrun"), dir, tt_bin("trident"), TRI_SOURCE_DIR, dir, dir, dir, dir, dir, dir,
-             tt_bin("tridentrun"), dir, dir, dir);
+    snprintf(
+        cmd, sizeof cmd,
+        "cd %s && (%s --log-dir %s/ranks -- %s train %s/configs/tiny-test.json --set data.train=%s/train.bin "
+        "--set data.val= --set model.n_head=4 --set parallel.dp=2 --set train.steps=1000000 --set checkpoint.dir=%s/ck "
+        "--set log.dir=%s/log > %s/console.txt 2>&1; echo $? > %s/rc) & "
+        "for i in $(seq 1 600); do grep -q '\"step\": 3,' %s/log/metrics.jsonl 2>/dev/null && break; sleep 0.05; done; "
+        "pkill -TERM -f '^%s --log-dir %s/ranks' ; "
+        "for i in $(seq 1 600); do [ -f %s/rc ] && break; sleep 0.05; done; cat %s/rc",
+        dir, tt_bin("tridentrun"), dir, tt_bin("trident"), TRI_SOURCE_DIR, dir, dir, dir, dir, dir, dir,
+        tt_bin("tridentrun"), dir, dir, dir);
     cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
     int rc = atoi(out);
     free(out);

@@ -44,9 +44,14 @@ Test(preflight, rank_bytes_add_params_grads_and_two_moments) {
  * stage runtime allocate (the context's accounting), for several shapes, TP
  * ranks and recompute policies */
 Test(preflight, estimate_matches_what_the_model_allocates) {
-    struct { int L, NH, C, T, V, tp, tp_rank, B; const char *recompute; } cases[] = {
-        {2, 2, 32, 16, 256, 1, 0, 2, "none"},   {3, 4, 48, 20, 300, 2, 1, 3, "selective"},
-        {1, 6, 96, 33, 1000, 3, 2, 1, "full"},  {4, 4, 64, 64, 50257, 4, 0, 2, "none"},
+    struct {
+        int L, NH, C, T, V, tp, tp_rank, B;
+        const char *recompute;
+    } cases[] = {
+        {2, 2, 32, 16, 256, 1, 0, 2, "none"},
+        {3, 4, 48, 20, 300, 2, 1, 3, "selective"},
+        {1, 6, 96, 33, 1000, 3, 2, 1, "full"},
+        {4, 4, 64, 64, 50257, 4, 0, 2, "none"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         tri_config c = tiny(cases[k].L, cases[k].NH, cases[k].C, cases[k].T, cases[k].V, cases[k].tp);

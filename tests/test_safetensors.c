@@ -23,40 +23,32 @@
 #include "model/safetensors.h"
 
 /* Exact in F32: an integer in (-2^21, 2^21) plus 0.5. */
-static float cf(int e, size_t r, size_t c)
-{
+static float cf(int e, size_t r, size_t c) {
     uint64_t h = ((uint64_t)e * 1000003u + (uint64_t)r * 4099u + (uint64_t)c) % 4194301u;
     return (float)((double)((int64_t)h - 2097150) + 0.5);
 }
 
-static int rm_cb(const char *p, const struct stat *sb, int type, struct FTW *ftw)
-{
+static int rm_cb(const char *p, const struct stat *sb, int type, struct FTW *ftw) {
     (void)sb;
     (void)ftw;
     return (type == FTW_DP ? rmdir(p) : unlink(p)) == 0 ? 0 : -1;
 }
 
-static void make_dir(char *dir, size_t n)
-{
+static void make_dir(char *dir, size_t n) {
     snprintf(dir, n, "/tmp/tri_st_XXXXXX");
     cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
 }
 
-static void remove_dir(const char *dir)
-{
-    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void remove_dir(const char *dir) { nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 
-static void write_text(const char *path, const char *text)
-{
+static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f, "%s: %s", path, strerror(errno));
     cr_assert_eq(fputs(text, f) >= 0, 1);
     cr_assert_eq(fclose(f), 0);
 }
 
-static int run_python(const char *script, const char *arg)
-{
+static int run_python(const char *script, const char *arg) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", script, arg);
     int st = system(cmd);
@@ -68,8 +60,7 @@ static int run_python(const char *script, const char *arg)
 /* stderr of the code under test, captured into a file beside the test's files */
 typedef tt_capture capture;
 
-static void cap_begin(capture *c, const char *dir)
-{
+static void cap_begin(capture *c, const char *dir) {
     char path[600];
     snprintf(path, sizeof path, "%s/stderr.txt", dir);
     tt_capture_begin(c, path);
@@ -78,66 +69,59 @@ static void cap_begin(capture *c, const char *dir)
 #define cap_end tt_capture_end
 
 /* One line "trident: ..." naming every string in `must` (NULL-terminated). */
-static void check_message(const char *msg, const char *const *must)
-{
-    cr_assert(strncmp(msg, "trident: ", 9) == 0, "message does not start with trident: [%s]",
-              msg);
+static void check_message(const char *msg, const char *const *must) {
+    cr_assert(strncmp(msg, "trident: ", 9) == 0, "message does not start with trident: [%s]", msg);
     const char *nl = strchr(msg, '\n');
     cr_assert(nl && nl[1] == '\0', "message is not exactly one line: [%s]", msg);
-    for (; *must; must++)
-        cr_assert_not_null(strstr(msg, *must), "message [%s] does not name \"%s\"", msg, *must);
+    for (; *must; must++) cr_assert_not_null(strstr(msg, *must), "message [%s] does not name \"%s\"", msg, *must);
 }
 
 /* ------------------------------------------ the multi-rank written file */
 
-enum { C = 12, V = 50, T = 20, BIG_R = 3000, BIG_C = 1000, BIG2_R = 1100, BIG2_C = 1000,
-       LONG_N = 1200000, NRANKS = 3 };
+enum { C = 12, V = 50, T = 20, BIG_R = 3000, BIG_C = 1000, BIG2_R = 1100, BIG2_C = 1000, LONG_N = 1200000, NRANKS = 3 };
 
 /* The names and shapes the python reader expects, in the same order. */
-static const char *const NAMES[] = {
-    "transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.attn.c_attn.weight",
-    "transformer.h.0.attn.c_attn.bias", "transformer.h.0.attn.c_proj.weight",
-    "transformer.h.0.ln_1.weight", "big.weight", "big2.weight", "long.bias"};
+static const char *const NAMES[] = {"transformer.wte.weight",
+                                    "transformer.wpe.weight",
+                                    "transformer.h.0.attn.c_attn.weight",
+                                    "transformer.h.0.attn.c_attn.bias",
+                                    "transformer.h.0.attn.c_proj.weight",
+                                    "transformer.h.0.ln_1.weight",
+                                    "big.weight",
+                                    "big2.weight",
+                                    "long.bias"};
 
-static void build_layout(tri_st_layout *L)
-{
-    const size_t shapes[][2] = {{V, C},  {T, C},  {C, 3 * C},  {3 * C, 0},   {C, C},
-                                {C, 0},  {BIG_R, BIG_C}, {BIG2_R, BIG2_C}, {LONG_N, 0}};
+static void build_layout(tri_st_layout *L) {
+    const size_t shapes[][2] = {{V, C}, {T, C},         {C, 3 * C},       {3 * C, 0}, {C, C},
+                                {C, 0}, {BIG_R, BIG_C}, {BIG2_R, BIG2_C}, {LONG_N, 0}};
     const int ndims[] = {2, 2, 2, 1, 2, 1, 2, 2, 1};
     tri_st_layout_init(L);
-    for (int e = 0; e < 9; e++)
-        cr_assert_eq(tri_st_layout_add(L, NAMES[e], ndims[e], shapes[e]), e);
+    for (int e = 0; e < 9; e++) cr_assert_eq(tri_st_layout_add(L, NAMES[e], ndims[e], shapes[e]), e);
 }
 
-static float *alloc_nan(size_t n)
-{
+static float *alloc_nan(size_t n) {
     float *b = malloc(n * sizeof *b);
     cr_assert_not_null(b);
-    for (size_t i = 0; i < n; i++)
-        b[i] = NAN; /* padding that must never reach the file */
+    for (size_t i = 0; i < n; i++) b[i] = NAN; /* padding that must never reach the file */
     return b;
 }
 
-static int put(int fd, const tri_st_layout *L, int e, size_t r0, size_t c0, size_t nr,
-               size_t nc, float *buf, size_t ld, int tr)
-{
+static int put(int fd, const tri_st_layout *L, int e, size_t r0, size_t c0, size_t nr, size_t nc, float *buf, size_t ld,
+               int tr) {
     tri_st_piece p = {r0, c0, nr, nc, buf, ld, tr};
     return tri_st_write_piece(fd, L, e, &p);
 }
 
 /* Output column of the fused [q|k|v] held locally at row o by `rank`. */
-static size_t qkv_col(int rank, size_t o)
-{
+static size_t qkv_col(int rank, size_t o) {
     size_t part = o / 4, k = o % 4;
     return part * C + (size_t)rank * 4 + k;
 }
 
 /* What one rank owns, as it would hold it in memory; returns 0 on success. */
-static int rank_write(int rank, const char *path, const tri_st_layout *L)
-{
+static int rank_write(int rank, const char *path, const tri_st_layout *L) {
     int fd = open(path, O_WRONLY);
-    if (fd < 0)
-        return 1;
+    if (fd < 0) return 1;
     int bad = 0;
 
     /* 0 wte: vocab rows, full width; rank 1 keeps a padded row stride. */
@@ -146,8 +130,7 @@ static int rank_write(int rank, const char *path, const tri_st_layout *L)
         size_t ld = rank == 1 ? 15 : C;
         float *b = alloc_nan(nr * ld);
         for (size_t i = 0; i < nr; i++)
-            for (size_t j = 0; j < C; j++)
-                b[i * ld + j] = cf(0, r0 + i, j);
+            for (size_t j = 0; j < C; j++) b[i * ld + j] = cf(0, r0 + i, j);
         bad |= put(fd, L, 0, r0, 0, nr, C, b, ld, 0);
         free(b);
     }
@@ -156,8 +139,7 @@ static int rank_write(int rank, const char *path, const tri_st_layout *L)
         size_t c0 = rank == 0 ? 0 : 5, nc = rank == 0 ? 5 : 7, ld = rank == 0 ? 7 : 9;
         float *b = alloc_nan(T * ld);
         for (size_t i = 0; i < T; i++)
-            for (size_t j = 0; j < nc; j++)
-                b[i * ld + j] = cf(1, i, c0 + j);
+            for (size_t j = 0; j < nc; j++) b[i * ld + j] = cf(1, i, c0 + j);
         bad |= put(fd, L, 1, 0, c0, T, nc, b, ld, 0);
         free(b);
     }
@@ -166,8 +148,7 @@ static int rank_write(int rank, const char *path, const tri_st_layout *L)
     {
         float *b = alloc_nan(12 * C);
         for (size_t o = 0; o < 12; o++)
-            for (size_t i = 0; i < C; i++)
-                b[o * C + i] = cf(2, i, qkv_col(rank, o));
+            for (size_t i = 0; i < C; i++) b[o * C + i] = cf(2, i, qkv_col(rank, o));
         for (size_t part = 0; part < 3; part++)
             bad |= put(fd, L, 2, 0, qkv_col(rank, 4 * part), C, 4, b + part * 4 * C, C, 1);
         free(b);
@@ -175,8 +156,7 @@ static int rank_write(int rank, const char *path, const tri_st_layout *L)
     /* 3 c_attn.bias: the same split, 1-D. */
     {
         float b[12];
-        for (size_t o = 0; o < 12; o++)
-            b[o] = cf(3, 0, qkv_col(rank, o));
+        for (size_t o = 0; o < 12; o++) b[o] = cf(3, 0, qkv_col(rank, o));
         for (size_t part = 0; part < 3; part++)
             bad |= put(fd, L, 3, 0, qkv_col(rank, 4 * part), 1, 4, b + 4 * part, 4, 0);
     }
@@ -186,16 +166,14 @@ static int rank_write(int rank, const char *path, const tri_st_layout *L)
         size_t ld = 5;
         float *b = alloc_nan(C * ld);
         for (size_t o = 0; o < C; o++)
-            for (size_t ii = 0; ii < 4; ii++)
-                b[o * ld + ii] = cf(4, 4 * (size_t)rank + ii, o);
+            for (size_t ii = 0; ii < 4; ii++) b[o * ld + ii] = cf(4, 4 * (size_t)rank + ii, o);
         bad |= put(fd, L, 4, 4 * (size_t)rank, 0, 4, C, b, ld, 1);
         free(b);
     }
     /* 5 ln_1.weight: replicated, written by its owner (rank 0) only. */
     if (rank == 0) {
         float b[C];
-        for (size_t j = 0; j < C; j++)
-            b[j] = cf(5, 0, j);
+        for (size_t j = 0; j < C; j++) b[j] = cf(5, 0, j);
         bad |= put(fd, L, 5, 0, 0, 1, C, b, C, 0);
     }
     /* 6 big.weight: ranks 1 and 2 own column ranges, transposed (several
@@ -204,8 +182,7 @@ static int rank_write(int rank, const char *path, const tri_st_layout *L)
         size_t c0 = rank == 1 ? 0 : 600, nc = rank == 1 ? 600 : 400;
         float *b = alloc_nan(nc * BIG_R);
         for (size_t j = 0; j < nc; j++)
-            for (size_t i = 0; i < BIG_R; i++)
-                b[j * BIG_R + i] = cf(6, i, c0 + j);
+            for (size_t i = 0; i < BIG_R; i++) b[j * BIG_R + i] = cf(6, i, c0 + j);
         bad |= put(fd, L, 6, 0, c0, BIG_R, nc, b, BIG_R, 1);
         free(b);
     }
@@ -214,21 +191,18 @@ static int rank_write(int rank, const char *path, const tri_st_layout *L)
         size_t ld = BIG2_R + 3;
         float *b = alloc_nan(BIG2_C * ld);
         for (size_t j = 0; j < BIG2_C; j++)
-            for (size_t i = 0; i < BIG2_R; i++)
-                b[j * ld + i] = cf(7, i, j);
+            for (size_t i = 0; i < BIG2_R; i++) b[j * ld + i] = cf(7, i, j);
         bad |= put(fd, L, 7, 0, 0, BIG2_R, BIG2_C, b, ld, 1);
         free(b);
     }
     /* 8 long.bias: a row longer than the staging buffer, transposed [n, 1]. */
     if (rank == 2) {
         float *b = alloc_nan(LONG_N);
-        for (size_t j = 0; j < LONG_N; j++)
-            b[j] = cf(8, 0, j);
+        for (size_t j = 0; j < LONG_N; j++) b[j] = cf(8, 0, j);
         bad |= put(fd, L, 8, 0, 0, 1, LONG_N, b, 1, 1);
         free(b);
     }
-    if (close(fd) != 0)
-        bad = 1;
+    if (close(fd) != 0) bad = 1;
     return bad ? 1 : 0;
 }
 
@@ -284,8 +258,7 @@ static const char CHECK_PY[] =
     "for f in fail: print('python reader:', f)\n"
     "sys.exit(1 if fail else 0)\n";
 
-Test(safetensors, pieces_from_three_processes_read_by_python)
-{
+Test(safetensors, pieces_from_three_processes_read_by_python) {
     char dir[64], path[128], script[128];
     make_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -299,8 +272,7 @@ Test(safetensors, pieces_from_three_processes_read_by_python)
     for (int r = 0; r < NRANKS; r++) {
         pids[r] = fork();
         cr_assert(pids[r] >= 0);
-        if (pids[r] == 0)
-            _exit(rank_write(r, path, &L));
+        if (pids[r] == 0) _exit(rank_write(r, path, &L));
     }
     for (int r = 0; r < NRANKS; r++) {
         int st = 0;
@@ -317,16 +289,14 @@ Test(safetensors, pieces_from_three_processes_read_by_python)
 }
 
 /* Reads back the multi-rank file through tri_st_open and boxes of every kind. */
-Test(safetensors, read_back_boxes_of_every_kind)
-{
+Test(safetensors, read_back_boxes_of_every_kind) {
     char dir[64], path[128];
     make_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     tri_st_layout L;
     build_layout(&L);
     cr_assert_eq(tri_st_create(path, &L, NULL), 0);
-    for (int r = 0; r < NRANKS; r++)
-        cr_assert_eq(rank_write(r, path, &L), 0);
+    for (int r = 0; r < NRANKS; r++) cr_assert_eq(rank_write(r, path, &L), 0);
 
     tri_st_file f;
     cr_assert_eq(tri_st_open(&f, path), 0);
@@ -334,8 +304,8 @@ Test(safetensors, read_back_boxes_of_every_kind)
     for (size_t e = 0; e < L.n; e++) {
         const tri_st_entry *a = &f.layout.entries[e], *b = &L.entries[e];
         cr_assert_str_eq(a->name, b->name);
-        cr_assert(a->begin == b->begin && a->end == b->end && a->rows == b->rows &&
-                  a->cols == b->cols && a->ndim == b->ndim);
+        cr_assert(a->begin == b->begin && a->end == b->end && a->rows == b->rows && a->cols == b->cols &&
+                  a->ndim == b->ndim);
     }
     cr_assert_null(tri_st_get_metadata(&f, "format"));
 
@@ -348,12 +318,14 @@ Test(safetensors, read_back_boxes_of_every_kind)
         for (size_t i = 0; i < t->rows; i++)
             for (size_t j = 0; j < t->cols; j++)
                 if (!(b[i * t->cols + j] == cf(e, i, j)))
-                    cr_assert_fail("%s (%zu, %zu): %g, expected %g", t->name, i, j,
-                                   b[i * t->cols + j], cf(e, i, j));
+                    cr_assert_fail("%s (%zu, %zu): %g, expected %g", t->name, i, j, b[i * t->cols + j], cf(e, i, j));
         free(b);
     }
     /* transposed column ranges with padding that must stay untouched */
-    struct { int e; size_t r0, c0, nr, nc, pad; } boxes[] = {
+    struct {
+        int e;
+        size_t r0, c0, nr, nc, pad;
+    } boxes[] = {
         {2, 0, 5, 12, 24, 1},       /* one tile, per-row reads          */
         {4, 3, 0, 7, 12, 2},        /* full width: one read per tile    */
         {6, 11, 100, 2989, 600, 0}, /* several tiles, per-row reads     */
@@ -372,14 +344,12 @@ Test(safetensors, read_back_boxes_of_every_kind)
             for (size_t q = 0; q < ld; q++) {
                 float got = b[o * ld + q];
                 if (q >= inner) {
-                    if (!isnan(got))
-                        cr_assert_fail("box %zu: padding at (%zu, %zu) overwritten", k, o, q);
+                    if (!isnan(got)) cr_assert_fail("box %zu: padding at (%zu, %zu) overwritten", k, o, q);
                     continue;
                 }
                 size_t i = tr ? q : o, j = tr ? o : q;
                 float want = cf(boxes[k].e, boxes[k].r0 + i, boxes[k].c0 + j);
-                if (!(got == want))
-                    cr_assert_fail("box %zu (%zu, %zu): %g, expected %g", k, i, j, got, want);
+                if (!(got == want)) cr_assert_fail("box %zu (%zu, %zu): %g, expected %g", k, i, j, got, want);
             }
         free(b);
     }
@@ -422,8 +392,7 @@ static const char WRITE_PY[] =
     "with open(sys.argv[1], 'wb') as f:\n"
     "    f.write(struct.pack('<Q', len(h)) + h + b''.join(blobs))\n";
 
-Test(safetensors, reads_a_file_written_by_python)
-{
+Test(safetensors, reads_a_file_written_by_python) {
     char dir[64], path[128], script[128];
     make_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/py.safetensors", dir);
@@ -454,8 +423,7 @@ Test(safetensors, reads_a_file_written_by_python)
         for (size_t i = 0; i < t->rows; i++)
             for (size_t j = 0; j < t->cols; j++)
                 if (!(b[i * t->cols + j] == cf(e, i, j)))
-                    cr_assert_fail("%s (%zu, %zu): %g, expected %g", names[e], i, j,
-                                   b[i * t->cols + j], cf(e, i, j));
+                    cr_assert_fail("%s (%zu, %zu): %g, expected %g", names[e], i, j, b[i * t->cols + j], cf(e, i, j));
         cr_assert(isnan(b[n]), "%s: wrote past the box", names[e]);
         free(b);
     }
@@ -467,8 +435,7 @@ Test(safetensors, reads_a_file_written_by_python)
     cr_assert_eq(tri_st_read_piece(f.fd, &f.layout, idx, &p), 0);
     for (size_t j = 0; j < nc; j++)
         for (size_t i = 0; i < nr; i++)
-            if (!(b[j * ld + i] == cf(5, 17 + i, 3 + j)))
-                cr_assert_fail("f.big T (%zu, %zu): %g", i, j, b[j * ld + i]);
+            if (!(b[j * ld + i] == cf(5, 17 + i, 3 + j))) cr_assert_fail("f.big T (%zu, %zu): %g", i, j, b[j * ld + i]);
     free(b);
     tri_st_close(&f);
     remove_dir(dir);
@@ -478,26 +445,21 @@ Test(safetensors, reads_a_file_written_by_python)
 
 /* A file with header text `json` (padded) and `data` zero bytes; `len` != 0
  * overrides the header length field. */
-static void write_raw(const char *path, const char *json, size_t data, uint64_t len)
-{
+static void write_raw(const char *path, const char *json, size_t data, uint64_t len) {
     size_t h = strlen(json), pad = (8 - (8 + h) % 8) % 8;
     uint64_t n = len ? len : (uint64_t)(h + pad);
     FILE *f = fopen(path, "wb");
     cr_assert_not_null(f);
     unsigned char b8[8];
-    for (int i = 0; i < 8; i++)
-        b8[i] = (unsigned char)(n >> (8 * i));
+    for (int i = 0; i < 8; i++) b8[i] = (unsigned char)(n >> (8 * i));
     cr_assert_eq(fwrite(b8, 1, 8, f), 8);
     cr_assert_eq(fwrite(json, 1, h, f), h);
-    for (size_t i = 0; i < pad; i++)
-        fputc(' ', f);
-    for (size_t i = 0; i < data; i++)
-        fputc(0, f);
+    for (size_t i = 0; i < pad; i++) fputc(' ', f);
+    for (size_t i = 0; i < data; i++) fputc(0, f);
     cr_assert_eq(fclose(f), 0);
 }
 
-static void expect_open_error(const char *dir, const char *path, const char *const *must)
-{
+static void expect_open_error(const char *dir, const char *path, const char *const *must) {
     capture cap;
     tri_st_file f;
     cap_begin(&cap, dir);
@@ -514,8 +476,7 @@ static void expect_open_error(const char *dir, const char *path, const char *con
 #define TENSOR(name, dt, shape, b, e) \
     "\"" name "\": {\"dtype\": \"" dt "\", \"shape\": " shape ", \"data_offsets\": [" #b ", " #e "]}"
 
-Test(safetensors, open_errors_name_file_and_tensor)
-{
+Test(safetensors, open_errors_name_file_and_tensor) {
     char dir[64], path[160];
     make_dir(dir, sizeof dir);
 
@@ -558,16 +519,14 @@ Test(safetensors, open_errors_name_file_and_tensor)
     /* F16 */
     {
         snprintf(path, sizeof path, "%s/f16.safetensors", dir);
-        write_raw(path, "{" TENSOR("ok.w", "F32", "[2]", 0, 8) ", " TENSOR("h.f16", "F16", "[2]", 8, 12) "}",
-                  12, 0);
+        write_raw(path, "{" TENSOR("ok.w", "F32", "[2]", 0, 8) ", " TENSOR("h.f16", "F16", "[2]", 8, 12) "}", 12, 0);
         const char *must[] = {path, "h.f16", "F16", NULL};
         expect_open_error(dir, path, must);
     }
     /* offsets past the data section */
     {
         snprintf(path, sizeof path, "%s/range.safetensors", dir);
-        write_raw(path, "{" TENSOR("x", "F32", "[2]", 0, 8) ", " TENSOR("y.far", "F32", "[2]", 8, 16) "}",
-                  12, 0);
+        write_raw(path, "{" TENSOR("x", "F32", "[2]", 0, 8) ", " TENSOR("y.far", "F32", "[2]", 8, 16) "}", 12, 0);
         const char *must[] = {path, "y.far", "[8, 16]", "12 bytes", NULL};
         expect_open_error(dir, path, must);
     }
@@ -581,8 +540,7 @@ Test(safetensors, open_errors_name_file_and_tensor)
     /* overlapping tensors */
     {
         snprintf(path, sizeof path, "%s/overlap.safetensors", dir);
-        write_raw(path, "{" TENSOR("p.a", "F32", "[2]", 0, 8) ", " TENSOR("p.b", "F32", "[2]", 4, 12) "}",
-                  12, 0);
+        write_raw(path, "{" TENSOR("p.a", "F32", "[2]", 0, 8) ", " TENSOR("p.b", "F32", "[2]", 4, 12) "}", 12, 0);
         const char *must[] = {path, "p.a", "p.b", "overlap", NULL};
         expect_open_error(dir, path, must);
     }
@@ -609,8 +567,7 @@ Test(safetensors, open_errors_name_file_and_tensor)
     remove_dir(dir);
 }
 
-Test(safetensors, shape_check_and_piece_errors_name_both)
-{
+Test(safetensors, shape_check_and_piece_errors_name_both) {
     char dir[64], path[160], other[160];
     make_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/m.safetensors", dir);

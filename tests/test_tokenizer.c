@@ -73,16 +73,16 @@ static char *read_file(const char *path, size_t *n) {
  * Cyrillic, CJK and accented words: n bytes, deterministic in seed. */
 static char *make_corpus(size_t n, uint64_t seed) {
     static const char *const words[] = {
-        "the", "of", "and", "to", "in", "that", "he", "shall", "unto", "for", "his", "they", "be", "is", "him",
-        "LORD", "not", "them", "with", "all", "thou", "thy", "was", "God", "which", "my", "me", "said", "but",
-        "ye", "their", "have", "will", "thee", "from", "as", "are", "when", "this", "out", "were", "upon",
-        "man", "you", "by", "Israel", "king", "son", "up", "there", "hath", "then", "people", "came", "had",
-        "house", "into", "her", "come", "one", "we", "children", "s", "before", "your", "also", "day", "land",
-        "don't", "it's", "we'll", "café", "naïve", "Ελληνικά", "λόγος", "Привет", "мир", "中文", "字符",
-        "1234", "3.14", "42", "2024"};
-    static const char *const seps[] = {" ", " ", " ", " ", " ", ", ", ". ", "; ", ": ", "! ", "? ", "\n",
-                                       "\n\n", "  ", " (", ") ", " \"", "\" ", "\t", " -- "};
-    static const char *const syl[] = {"ka", "lo", "ri", "an", "th", "er", "mi", "su", "ve", "on", "qu", "ix",
+        "the",   "of",       "and",   "to",     "in",     "that", "he",    "shall", "unto",  "for",    "his",   "they",
+        "be",    "is",       "him",   "LORD",   "not",    "them", "with",  "all",   "thou",  "thy",    "was",   "God",
+        "which", "my",       "me",    "said",   "but",    "ye",   "their", "have",  "will",  "thee",   "from",  "as",
+        "are",   "when",     "this",  "out",    "were",   "upon", "man",   "you",   "by",    "Israel", "king",  "son",
+        "up",    "there",    "hath",  "then",   "people", "came", "had",   "house", "into",  "her",    "come",  "one",
+        "we",    "children", "s",     "before", "your",   "also", "day",   "land",  "don't", "it's",   "we'll", "café",
+        "naïve", "Ελληνικά", "λόγος", "Привет", "мир",    "中文", "字符",  "1234",  "3.14",  "42",     "2024"};
+    static const char *const seps[] = {" ",  " ",  " ",    " ",  " ",  ", ", ". ",  "; ",  ": ", "! ",
+                                       "? ", "\n", "\n\n", "  ", " (", ") ", " \"", "\" ", "\t", " -- "};
+    static const char *const syl[] = {"ka", "lo", "ri",  "an", "th", "er", "mi", "su", "ve", "on", "qu", "ix",
                                       "ba", "de", "gor", "ul", "tr", "ph", "ne", "sa", "wy", "zo", "ce", "hi"};
     const size_t nw = sizeof words / sizeof words[0], ns = sizeof seps / sizeof seps[0];
     const size_t nsy = sizeof syl / sizeof syl[0];
@@ -227,8 +227,12 @@ Test(tok_pretokenizer, white_space) {
     expect_split("a \n", (const char *[]){"a", " \n", NULL});
     expect_split("x\r\ny", (const char *[]){"x", "\r", "\n", "y", NULL});
     /* U+00A0 and U+3000 are white space (but only U+0020 joins a word) */
-    expect_split("a\xC2\xA0" "b", (const char *[]){"a", "\xC2\xA0", "b", NULL});
-    expect_split("a \xE3\x80\x80" "b", (const char *[]){"a", " ", "\xE3\x80\x80", "b", NULL});
+    expect_split("a\xC2\xA0"
+                 "b",
+                 (const char *[]){"a", "\xC2\xA0", "b", NULL});
+    expect_split("a \xE3\x80\x80"
+                 "b",
+                 (const char *[]){"a", " ", "\xE3\x80\x80", "b", NULL});
     expect_split(" ", (const char *[]){" ", NULL});
 }
 
@@ -240,14 +244,17 @@ Test(tok_pretokenizer, non_ascii_letters) {
     expect_split("Ωmega2π", (const char *[]){"Ωmega", "2", "π", NULL});
     expect_split("日本語とカタカナ", (const char *[]){"日本語とカタカナ", NULL});
     /* an emoji (So) groups with punctuation */
-    expect_split("hi \xF0\x9F\x98\x80\xF0\x9F\x98\x80!", (const char *[]){"hi", " \xF0\x9F\x98\x80\xF0\x9F\x98\x80!", NULL});
+    expect_split("hi \xF0\x9F\x98\x80\xF0\x9F\x98\x80!",
+                 (const char *[]){"hi", " \xF0\x9F\x98\x80\xF0\x9F\x98\x80!", NULL});
     /* a combining mark (Mn) is not a letter: it splits a word */
     expect_split("e\xCC\x81x", (const char *[]){"e", "\xCC\x81", "x", NULL});
 }
 
 Test(tok_pretokenizer, invalid_utf8) {
     /* each stray byte is a punctuation-like character of its own */
-    expect_split("a\xFF\xFE" "b", (const char *[]){"a", "\xFF\xFE", "b", NULL});
+    expect_split("a\xFF\xFE"
+                 "b",
+                 (const char *[]){"a", "\xFF\xFE", "b", NULL});
     expect_split(" \x80x", (const char *[]){" \x80", "x", NULL});
     /* truncated 3-byte sequence, overlong encoding, surrogate */
     expect_split("a\xE4\xB8", (const char *[]){"a", "\xE4\xB8", NULL});
@@ -257,8 +264,8 @@ Test(tok_pretokenizer, invalid_utf8) {
 
 Test(tok_pretokenizer, cut_points_preserve_splits) {
     uint64_t s = 7;
-    static const char alphabet[][5] = {"a", "b", " ", " ", "\n", "\t", "1", ".", "'", "s", "é", "中", "\xC2\xA0",
-                                       "\xFF", "!", "  "};
+    static const char alphabet[][5] = {"a", "b", " ", " ",  "\n",       "\t",   "1", ".",
+                                       "'", "s", "é", "中", "\xC2\xA0", "\xFF", "!", "  "};
     for (int trial = 0; trial < 200; trial++) {
         char text[400];
         size_t len = 0;
@@ -323,21 +330,21 @@ Test(tok_bytelevel, mapping_matches_gpt2_definition) {
 
 /* merges in rank order, as byte-level strings, and the id each result gets */
 static const char *const k_hand_merges[][2] = {
-    {"h", "e"},      /* 0 -> 256 he     */
-    {"l", "l"},      /* 1 -> 257 ll     */
-    {"Ġ", "t"},      /* 2 -> 258 Ġt     */
-    {"Ġt", "he"},    /* 3 -> 259 Ġthe   */
-    {"he", "ll"},    /* 4 -> 260 hell   */
-    {"hell", "o"},   /* 5 -> 261 hello  */
-    {"Ã", "©"},      /* 6 -> 262 é (C3 A9) */
-    {"f", "Ã©"},     /* 7 -> 263 fé     */
-    {"Ġ", "c"},      /* 8 -> 264 Ġc     */
-    {"Ġc", "a"},     /* 9 -> 265 Ġca    */
-    {"Ġca", "fÃ©"},  /* 10 -> 266 Ġcafé */
-    {"e", "l"},      /* 11 -> 267 el    */
-    {"e", "Ġ"},      /* 12 -> 268 "e "  (can never apply: crosses a pre-token boundary) */
+    {"h", "e"},     /* 0 -> 256 he     */
+    {"l", "l"},     /* 1 -> 257 ll     */
+    {"Ġ", "t"},     /* 2 -> 258 Ġt     */
+    {"Ġt", "he"},   /* 3 -> 259 Ġthe   */
+    {"he", "ll"},   /* 4 -> 260 hell   */
+    {"hell", "o"},  /* 5 -> 261 hello  */
+    {"Ã", "©"},     /* 6 -> 262 é (C3 A9) */
+    {"f", "Ã©"},    /* 7 -> 263 fé     */
+    {"Ġ", "c"},     /* 8 -> 264 Ġc     */
+    {"Ġc", "a"},    /* 9 -> 265 Ġca    */
+    {"Ġca", "fÃ©"}, /* 10 -> 266 Ġcafé */
+    {"e", "l"},     /* 11 -> 267 el    */
+    {"e", "Ġ"},     /* 12 -> 268 "e "  (can never apply: crosses a pre-token boundary) */
 };
-#define N_HAND ((int)(sizeof k_hand_merges / sizeof k_hand_merges[0]))
+#define N_HAND   ((int)(sizeof k_hand_merges / sizeof k_hand_merges[0]))
 #define HAND_EOT (256 + N_HAND)
 
 static void json_escape(FILE *f, const char *s) {
@@ -388,9 +395,10 @@ static void write_hand_hf(const char *path, int pairs) {
     ref_byte_map(cp_of, order);
     FILE *f = fopen(path, "wb");
     cr_assert(f != NULL);
-    fprintf(f, "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": %d, \"content\": \"<|endoftext|>\", "
-               "\"special\": true}], \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
-               "\"add_prefix_space\": false, \"use_regex\": true}, \"model\": {\"type\": \"BPE\", \"vocab\": {",
+    fprintf(f,
+            "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": %d, \"content\": \"<|endoftext|>\", "
+            "\"special\": true}], \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", "
+            "\"add_prefix_space\": false, \"use_regex\": true}, \"model\": {\"type\": \"BPE\", \"vocab\": {",
             HAND_EOT);
     for (int i = 0; i < 256; i++) {
         char u[5] = {0};
@@ -567,8 +575,8 @@ static int32_t *naive_encode(const tri_tokenizer *tk, const char *text, size_t l
 
 /* Random text: UTF-8 from many scripts (valid), or arbitrary bytes. */
 static size_t random_text(char *buf, size_t max, uint64_t *s, int valid) {
-    static const uint32_t starts[] = {0x20, 0x41, 0x61, 0x30, 0xC0, 0x391, 0x410, 0x4E00, 0x3040, 0xAC00,
-                                      0x1F600, 0x2000, 0x600, 0x900, 0x10000};
+    static const uint32_t starts[] = {0x20,   0x41,   0x61,    0x30,   0xC0,  0x391, 0x410,  0x4E00,
+                                      0x3040, 0xAC00, 0x1F600, 0x2000, 0x600, 0x900, 0x10000};
     size_t len = 0, target = 1 + rng_next(s) % (max - 8);
     while (len < target) {
         if (!valid) {
@@ -924,7 +932,8 @@ Test(tok_errors, load_failures_name_the_file, .init = make_dir, .fini = remove_d
     write_str(path_in(p, sizeof p, "wordpiece.json"), "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}");
     cr_assert_eq(tri_tokenizer_load(&tk, p), -1);
     /* a vocab without all 256 byte characters */
-    write_str(path_in(p, sizeof p, "few.json"), "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}");
+    write_str(path_in(p, sizeof p, "few.json"),
+              "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}");
     cr_assert_eq(tri_tokenizer_load(&tk, p), -1);
     /* a merge whose parts are not in the vocab */
     write_hand_hf(path_in(p, sizeof p, "hand.json"), 0);
@@ -997,12 +1006,13 @@ Test(tok_cli, train_encode_decode, .init = make_dir, .fini = remove_dir) {
     cr_assert_eq(fclose(f), 0);
 
     int32_t *e1, *e2;
-    size_t n1 = tri_tokenizer_encode(&tk, doc1, strlen(doc1), &e1), n2 = tri_tokenizer_encode(&tk, doc2, strlen(doc2), &e2);
+    size_t n1 = tri_tokenizer_encode(&tk, doc1, strlen(doc1), &e1),
+           n2 = tri_tokenizer_encode(&tk, doc2, strlen(doc2), &e2);
     for (int mode = 0; mode < 4; mode++) {
         int megatron = mode & 1, jsonl = mode >> 1;
         snprintf(out, sizeof out, "%s/out%d", g_dir, mode);
         const char *eargv[12] = {"tokenize", "encode", "--tokenizer", tok_p, "--format", megatron ? "megatron" : "llmc",
-                                 "--out", out, "--quiet"};
+                                 "--out",    out,      "--quiet"};
         int ea = 9;
         if (jsonl) {
             eargv[ea++] = "--jsonl";
@@ -1055,8 +1065,8 @@ Test(tok_cli, train_encode_decode, .init = make_dir, .fini = remove_dir) {
 
     /* one big document: the parallel split gives the single-call encoding */
     snprintf(out, sizeof out, "%s/big", g_dir);
-    const char *bargv[] = {"tokenize", "encode", "--tokenizer", tok_p, "--format", "megatron", "--out", out,
-                           "--threads", "2", "--quiet", corpus_p};
+    const char *bargv[] = {"tokenize", "encode", "--tokenizer", tok_p, "--format", "megatron",
+                           "--out",    out,      "--threads",   "2",   "--quiet",  corpus_p};
     cr_assert_eq(run_cli(12, bargv), 0);
     snprintf(bin, sizeof bin, "%s.bin", out);
     size_t n, nd;
@@ -1074,8 +1084,8 @@ Test(tok_cli, train_encode_decode, .init = make_dir, .fini = remove_dir) {
     } else {
         strcat(corpus_p, ".xz");
         snprintf(out, sizeof out, "%s/bigxz", g_dir);
-        const char *xargv[] = {"tokenize", "encode", "--tokenizer", tok_p, "--format", "llmc", "--out", out,
-                               "--quiet", corpus_p};
+        const char *xargv[] = {"tokenize", "encode", "--tokenizer", tok_p,     "--format",
+                               "llmc",     "--out",  out,           "--quiet", corpus_p};
         cr_assert_eq(run_cli(10, xargv), 0);
         snprintf(bin, sizeof bin, "%s.bin", out);
         got = read_tokens(bin, &n, &nd);
@@ -1102,15 +1112,15 @@ Test(tok_cli, bad_input_exits_2, .init = make_dir, .fini = remove_dir) {
     const char *a3[] = {"tokenize", "train", "--vocab-size", "300", "--out", tok_p, corpus_p};
     cr_assert_eq(run_cli(7, a3), 0);
     snprintf(out, sizeof out, "%s/o", g_dir);
-    const char *a4[] = {"tokenize", "encode", "--tokenizer", "/nonexistent/tok.json", "--format", "llmc", "--out",
-                        out, corpus_p};
+    const char *a4[] = {"tokenize", "encode", "--tokenizer", "/nonexistent/tok.json", "--format", "llmc",
+                        "--out",    out,      corpus_p};
     cr_assert_eq(run_cli(9, a4), 2);
     const char *a5[] = {"tokenize", "encode", "--tokenizer", tok_p, "--format", "parquet", "--out", out, corpus_p};
     cr_assert_eq(run_cli(9, a5), 2);
     /* a bad JSON line: exit 2 and no output file left behind */
     write_str(path_in(jl, sizeof jl, "bad.jsonl"), "{\"text\": \"ok\"}\n{\"text\": oops}\n");
-    const char *a6[] = {"tokenize", "encode", "--tokenizer", tok_p, "--format", "megatron", "--out", out, "--jsonl",
-                        "--quiet", jl};
+    const char *a6[] = {"tokenize", "encode", "--tokenizer", tok_p,     "--format", "megatron",
+                        "--out",    out,      "--jsonl",     "--quiet", jl};
     cr_assert_eq(run_cli(11, a6), 2);
     cr_assert(stderr_has("bad.jsonl: line 2"));
     snprintf(bin, sizeof bin, "%s.bin", out);

@@ -53,9 +53,15 @@ Test(train, same_seed_gives_bit_identical_losses, .timeout = 120) {
     double *lc;
     cr_assert_eq(losses_of(c, &lc), 2);
     cr_expect(lc[0] != la[0], "a different seed gave the same first loss");
-    free(la); free(lb); free(lc);
-    tt_rmrf(a); tt_rmrf(b); tt_rmrf(c);
-    free(a); free(b); free(c);
+    free(la);
+    free(lb);
+    free(lc);
+    tt_rmrf(a);
+    tt_rmrf(b);
+    tt_rmrf(c);
+    free(a);
+    free(b);
+    free(c);
 }
 
 /* a run of 8 steps against 4 steps + --resume + 4 steps, with `data` the
@@ -84,14 +90,15 @@ static void check_resume(const char *data) {
     cr_assert_eq(na, 8);
     cr_assert_eq(nb, 8, "the resumed run appends to metrics.jsonl: 4 + 4 lines");
     for (int i = 0; i < 8; i++) cr_expect(la[i] == lb[i], "step %d: %.17g vs %.17g", i + 1, la[i], lb[i]);
-    free(la); free(lb);
-    tt_rmrf(a); tt_rmrf(b);
-    free(a); free(b);
+    free(la);
+    free(lb);
+    tt_rmrf(a);
+    tt_rmrf(b);
+    free(a);
+    free(b);
 }
 
-Test(train, stop_and_resume_gives_the_uninterrupted_losses, .timeout = 120) {
-    check_resume("%s/train.bin");
-}
+Test(train, stop_and_resume_gives_the_uninterrupted_losses, .timeout = 120) { check_resume("%s/train.bin"); }
 
 /* the same over a weighted blend of two files: the blend schedule and both
  * files' epoch permutations continue where they stopped */
@@ -116,7 +123,8 @@ static void check_against_numpy(const char *extra) {
     cr_assert(p, "%s", out);
     double ours = strtod(p + 7, NULL);
     free(out);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/gpt2_numpy.py %s/ckpt/$(cat %s/ckpt/latest) %s/val.bin 0 16 32 48",
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 %s/tests/ref/gpt2_numpy.py %s/ckpt/$(cat %s/ckpt/latest) %s/val.bin 0 16 32 48",
              TRI_SOURCE_DIR, dir, dir, dir);
     cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
     p = strstr(out, "\"loss\":");
@@ -149,7 +157,8 @@ Test(train, sample_prints_text_and_is_deterministic_at_temperature_zero, .timeou
     cr_expect(strncmp(out, "In the", 6) == 0, "output starts with the prompt: %s", out);
     cr_expect(strlen(out) >= 6 + 20 + 1, "20 byte tokens after the prompt: '%s'", out);
     cr_expect_str_eq(out, out2);
-    free(out); free(out2);
+    free(out);
+    free(out2);
     tt_rmrf(dir);
     free(dir);
 }
@@ -178,7 +187,8 @@ Test(train_errors, unknown_key_wrong_type_out_of_range_and_missing_config) {
     fprintf(f, "{\"model\": {\"n_layer\": \"four\"}, \"data\": {\"train\": \"x\"}}");
     fclose(f);
     expect_error(cmd, "bad.json", "model.n_layer");
-    snprintf(cmd, sizeof cmd, "%s train %s/configs/tiny-test.json --set train.lr=-1", tt_bin("trident"), TRI_SOURCE_DIR);
+    snprintf(cmd, sizeof cmd, "%s train %s/configs/tiny-test.json --set train.lr=-1", tt_bin("trident"),
+             TRI_SOURCE_DIR);
     expect_error(cmd, "train.lr", NULL);
     snprintf(cmd, sizeof cmd, "%s train %s/nonexistent.json", tt_bin("trident"), dir);
     expect_error(cmd, "nonexistent.json", NULL);
@@ -237,8 +247,10 @@ Test(train_errors, layout_that_does_not_divide_is_refused_with_the_numbers) {
  * checkpoint: every tensor of the newest checkpoint is finite. */
 Test(train_errors, a_diverging_run_stops_without_saving_nan, .timeout = 120) {
     char *dir = make_run_dir(), *out = NULL;
-    int rc = train(dir, "--set train.steps=40 --set train.lr=1e6 --set train.warmup_steps=0 --set train.grad_clip=0 "
-                        "--set checkpoint.every=1 --set checkpoint.keep=1", &out);
+    int rc = train(dir,
+                   "--set train.steps=40 --set train.lr=1e6 --set train.warmup_steps=0 --set train.grad_clip=0 "
+                   "--set checkpoint.every=1 --set checkpoint.keep=1",
+                   &out);
     cr_expect_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "not finite") != NULL, "%s", out);
     free(out);
@@ -246,7 +258,8 @@ Test(train_errors, a_diverging_run_stops_without_saving_nan, .timeout = 120) {
     /* every float of the newest checkpoint finite: numpy, independently of our reader */
     snprintf(cmd, sizeof cmd,
              "/usr/bin/python3 -c \"import json,struct,sys,numpy as np; p=sys.argv[1]; raw=open(p,'rb').read(); "
-             "n=struct.unpack('<Q',raw[:8])[0]; d=np.frombuffer(raw[8+n:],'<f4'); print(d.size, bool(np.isfinite(d).all()))\" "
+             "n=struct.unpack('<Q',raw[:8])[0]; d=np.frombuffer(raw[8+n:],'<f4'); print(d.size, "
+             "bool(np.isfinite(d).all()))\" "
              "%s/ckpt/$(cat %s/ckpt/latest)/model.safetensors",
              dir, dir);
     cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
@@ -306,7 +319,8 @@ Test(train, recompute_policies_and_the_guarded_backend_give_identical_runs, .tim
         for (int i = 0; i < 6 && m > 0; i++)
             cr_expect(l[i] == ref[i], "%s: step %d loss %.17g vs %.17g", modes[m], i + 1, l[i], ref[i]);
         char p[4200], *txt = NULL;
-        snprintf(p, sizeof p, "grep -o '\"saved_act_peak\": [0-9]*' %s/log/metrics.jsonl | head -1 | cut -d' ' -f2", dir);
+        snprintf(p, sizeof p, "grep -o '\"saved_act_peak\": [0-9]*' %s/log/metrics.jsonl | head -1 | cut -d' ' -f2",
+                 dir);
         cr_assert_eq(tt_run(p, &txt), 0);
         saved[m] = atol(txt);
         free(txt);

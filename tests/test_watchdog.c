@@ -86,8 +86,16 @@ Test(watchdog, expired_wait_ends_at_the_deadline_using_little_cpu) {
 Test(watchdog, report_of_a_collective_names_step_group_op_bytes_and_peers) {
     tri_progress p = {7, "train"};
     const int members[] = {0, 2};
-    tri_wd_site s = {.world_rank = 0, .progress = &p, .group = "dp", .op = "all-reduce", .bytes = 8,
-                     .peer = -1, .members = members, .n_members = 2, .waited_s = 3.04, .timeout_s = 3};
+    tri_wd_site s = {.world_rank = 0,
+                     .progress = &p,
+                     .group = "dp",
+                     .op = "all-reduce",
+                     .bytes = 8,
+                     .peer = -1,
+                     .members = members,
+                     .n_members = 2,
+                     .waited_s = 3.04,
+                     .timeout_s = 3};
     char buf[512];
     cr_expect_str_eq(tri_wd_describe(buf, sizeof buf, &s),
                      "trident: rank 0: watchdog: step 7 (train): all-reduce over dp of 8 bytes has waited "
@@ -110,8 +118,15 @@ Test(watchdog, report_of_a_collective_names_step_group_op_bytes_and_peers) {
 }
 
 Test(watchdog, report_of_a_point_to_point_wait_names_the_peer) {
-    tri_wd_site s = {.world_rank = 4, .progress = NULL, .group = "pp", .op = "receive", .bytes = 1024,
-                     .peer = 0, .tag = 3, .waited_s = 600.2, .timeout_s = 600};
+    tri_wd_site s = {.world_rank = 4,
+                     .progress = NULL,
+                     .group = "pp",
+                     .op = "receive",
+                     .bytes = 1024,
+                     .peer = 0,
+                     .tag = 3,
+                     .waited_s = 600.2,
+                     .timeout_s = 600};
     char buf[512];
     cr_expect_str_eq(tri_wd_describe(buf, sizeof buf, &s),
                      "trident: rank 4: watchdog: outside the training loop: receive over pp of 1024 bytes "
@@ -119,22 +134,28 @@ Test(watchdog, report_of_a_point_to_point_wait_names_the_peer) {
                      "world rank 0; aborting the job");
     s.op = "send";
     s.peer = 6;
-    cr_expect(strstr(tri_wd_describe(buf, sizeof buf, &s), "send over pp of 1024 bytes to world rank 6 (tag 3)"),
-              "%s", buf);
+    cr_expect(strstr(tri_wd_describe(buf, sizeof buf, &s), "send over pp of 1024 bytes to world rank 6 (tag 3)"), "%s",
+              buf);
 }
 
 Test(watchdog, report_cuts_long_member_lists_and_never_overflows) {
     int members[40];
     for (int i = 0; i < 40; i++) members[i] = i;
     tri_progress p = {12, "eval"};
-    tri_wd_site s = {.world_rank = 0, .progress = &p, .group = "world", .op = "barrier", .bytes = 0,
-                     .peer = -1, .members = members, .n_members = 40, .waited_s = 1, .timeout_s = 1};
+    tri_wd_site s = {.world_rank = 0,
+                     .progress = &p,
+                     .group = "world",
+                     .op = "barrier",
+                     .bytes = 0,
+                     .peer = -1,
+                     .members = members,
+                     .n_members = 40,
+                     .waited_s = 1,
+                     .timeout_s = 1};
     char buf[1024];
     tri_wd_describe(buf, sizeof buf, &s);
-    cr_expect(strstr(buf, "waiting for world ranks 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,... (39 in all)"), "%s",
-              buf);
-    cr_expect(strstr(buf, "(world = world ranks 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,... (40 in all))"), "%s",
-              buf);
+    cr_expect(strstr(buf, "waiting for world ranks 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,... (39 in all)"), "%s", buf);
+    cr_expect(strstr(buf, "(world = world ranks 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,... (40 in all))"), "%s", buf);
     char small[40];
     memset(small, 'x', sizeof small);
     tri_wd_describe(small, 32, &s);

@@ -12,18 +12,14 @@ enum { ADAMW_BLOCK = 256 };
 /* x (n) = sqrt(x), x >= 0. sqrtf does not vectorise without -fno-math-errno
  * (it may set errno), so the vector square root is spelled out; it is
  * correctly rounded like sqrtf, so every path gives the same bits. */
-static void sqrt_inplace(float *x, size_t n)
-{
+static void sqrt_inplace(float *x, size_t n) {
     size_t i = 0;
 #if defined(__AVX512F__)
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(x + i, _mm512_sqrt_ps(_mm512_loadu_ps(x + i)));
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_sqrt_ps(_mm512_loadu_ps(x + i)));
 #elif defined(__AVX__)
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(x + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_sqrt_ps(_mm256_loadu_ps(x + i)));
 #endif
-    for (; i < n; i++)
-        x[i] = sqrtf(x[i]);
+    for (; i < n; i++) x[i] = sqrtf(x[i]);
 }
 
 /* param, m, v (n) updated in place; grad (n) read.
@@ -31,9 +27,8 @@ static void sqrt_inplace(float *x, size_t n)
  *   param -= lr * (mhat / (sqrt(vhat) + eps) + wd * param)
  * with mhat = m / (1 - b1^t), vhat = v / (1 - b2^t), t >= 1. The bias
  * corrections are computed once in double. */
-void tri_cpu_adamw(float *param, float *m, float *v, const float *grad, size_t n,
-                   float lr, float beta1, float beta2, float eps, float wd, int t)
-{
+void tri_cpu_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr, float beta1, float beta2,
+                   float eps, float wd, int t) {
     TRI_CHECK(t >= 1);
     const float ibc1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
     const float ibc2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));

@@ -36,25 +36,20 @@ enum {
      * accumulators of the 16 or 32 vector registers), which is also the row
      * group that causal masking skips work by */
     FA_MR = FA_VN >= 16 ? 8 : 6,
-    FA_BR = 32,           /* query rows per block */
-    FA_BC = 64,           /* key columns per block (at most) */
-    FA_KT_FLOATS = 16384  /* a packed (HS, bc) key block, on the forward's stack */
+    FA_BR = 32,          /* query rows per block */
+    FA_BC = 64,          /* key columns per block (at most) */
+    FA_KT_FLOATS = 16384 /* a packed (HS, bc) key block, on the forward's stack */
 };
 /* a key block's width rounded up to the vector width */
 #define FA_BCP ((FA_BC + FA_VN - 1) / FA_VN * FA_VN)
 
-static size_t round_up(size_t n, size_t m)
-{
-    return (n + m - 1) / m * m;
-}
+static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
 /* Keys per block for head size hs: FA_BC, halved until a packed (hs, bc)
  * block fits FA_KT_FLOATS (the forward keeps it on the stack). */
-static size_t key_block(size_t hs)
-{
+static size_t key_block(size_t hs) {
     size_t bc = FA_BC;
-    while (bc > FA_VN && hs * round_up(bc, FA_VN) > FA_KT_FLOATS)
-        bc /= 2;
+    while (bc > FA_VN && hs * round_up(bc, FA_VN) > FA_KT_FLOATS) bc /= 2;
     TRI_CHECK(hs * round_up(bc, FA_VN) <= FA_KT_FLOATS); /* HS <= 16384 / FA_VN */
     return bc;
 }
@@ -62,29 +57,23 @@ static size_t key_block(size_t hs)
 #ifdef TRI_CPU_VEC
 /* One register tile: rows [0, R) x columns [0, NV * VF_N) of C, summed over
  * k in [0, K). R <= 8 and NV <= 2 are constants after inlining. */
-static inline __attribute__((always_inline)) void mm_tile(float *c, size_t ldc, const float *a,
-                                                          size_t ars, size_t aks, const float *b,
-                                                          size_t ldb, size_t K, int acc,
-                                                          const int R, const int NV)
-{
+static inline __attribute__((always_inline)) void mm_tile(float *c, size_t ldc, const float *a, size_t ars, size_t aks,
+                                                          const float *b, size_t ldb, size_t K, int acc, const int R,
+                                                          const int NV) {
     vf t[8][2]; /* R <= 8 */
     for (int r = 0; r < R; r++)
-        for (int v = 0; v < NV; v++)
-            t[r][v] = acc ? vf_load(c + (size_t)r * ldc + (size_t)v * VF_N) : vf_zero();
+        for (int v = 0; v < NV; v++) t[r][v] = acc ? vf_load(c + (size_t)r * ldc + (size_t)v * VF_N) : vf_zero();
     for (size_t k = 0; k < K; k++) {
         const float *bk = b + k * ldb;
         vf bv[2];
-        for (int v = 0; v < NV; v++)
-            bv[v] = vf_load(bk + (size_t)v * VF_N);
+        for (int v = 0; v < NV; v++) bv[v] = vf_load(bk + (size_t)v * VF_N);
         for (int r = 0; r < R; r++) {
             const vf av = vf_set1(a[(size_t)r * ars + k * aks]);
-            for (int v = 0; v < NV; v++)
-                t[r][v] = vf_fmadd(av, bv[v], t[r][v]);
+            for (int v = 0; v < NV; v++) t[r][v] = vf_fmadd(av, bv[v], t[r][v]);
         }
     }
     for (int r = 0; r < R; r++)
-        for (int v = 0; v < NV; v++)
-            vf_store(c + (size_t)r * ldc + (size_t)v * VF_N, t[r][v]);
+        for (int v = 0; v < NV; v++) vf_store(c + (size_t)r * ldc + (size_t)v * VF_N, t[r][v]);
 }
 #endif
 
@@ -92,16 +81,12 @@ static inline __attribute__((always_inline)) void mm_tile(float *c, size_t ldc, 
 /* The tile of R rows (1 <= R <= FA_MR, known only at run time) and NV column
  * vectors at c: a switch to the instance with R fixed, so that a leftover
  * group of rows still keeps its accumulators in registers. */
-static inline __attribute__((always_inline)) void mm_rows(float *c, size_t ldc, const float *a,
-                                                          size_t ars, size_t aks, const float *b,
-                                                          size_t ldb, size_t K, int acc, size_t R,
-                                                          const int NV)
-{
+static inline __attribute__((always_inline)) void mm_rows(float *c, size_t ldc, const float *a, size_t ars, size_t aks,
+                                                          const float *b, size_t ldb, size_t K, int acc, size_t R,
+                                                          const int NV) {
     switch (R) {
-#define MM_CASE(r)                                                                             \
-    case r:                                                                                    \
-        mm_tile(c, ldc, a, ars, aks, b, ldb, K, acc, r, NV);                                  \
-        break;
+#define MM_CASE(r) \
+    case r: mm_tile(c, ldc, a, ars, aks, b, ldb, K, acc, r, NV); break;
         MM_CASE(1)
         MM_CASE(2)
         MM_CASE(3)
@@ -111,8 +96,7 @@ static inline __attribute__((always_inline)) void mm_rows(float *c, size_t ldc, 
         MM_CASE(7)
         MM_CASE(8)
 #undef MM_CASE
-    default:
-        TRI_FAIL("register tile of %zu rows", R);
+    default: TRI_FAIL("register tile of %zu rows", R);
     }
 }
 #endif
@@ -121,25 +105,23 @@ static inline __attribute__((always_inline)) void mm_rows(float *c, size_t ldc, 
  * element (r, k) at a[r * ars + k * aks] (so A or its transpose may be read
  * in place) and B (K, N) has row k at b + k * ldb. Each element of C is
  * c = fma(a_rk, b_kn, c) for k = 0, 1, ..., K-1 from c (acc) or 0. */
-static void mm(float *c, size_t ldc, const float *a, size_t ars, size_t aks, const float *b,
-               size_t ldb, size_t M, size_t N, size_t K, int acc)
-{
+static void mm(float *c, size_t ldc, const float *a, size_t ars, size_t aks, const float *b, size_t ldb, size_t M,
+               size_t N, size_t K, int acc) {
     size_t n0 = 0;
 #ifdef TRI_CPU_VEC
     for (; n0 + 2 * VF_N <= N; n0 += 2 * VF_N)
         for (size_t r = 0; r < M; r += FA_MR)
-            mm_rows(c + r * ldc + n0, ldc, a + r * ars, ars, aks, b + n0, ldb, K, acc,
-                    M - r < FA_MR ? M - r : FA_MR, 2);
+            mm_rows(c + r * ldc + n0, ldc, a + r * ars, ars, aks, b + n0, ldb, K, acc, M - r < FA_MR ? M - r : FA_MR,
+                    2);
     for (; n0 + VF_N <= N; n0 += VF_N)
         for (size_t r = 0; r < M; r += FA_MR)
-            mm_rows(c + r * ldc + n0, ldc, a + r * ars, ars, aks, b + n0, ldb, K, acc,
-                    M - r < FA_MR ? M - r : FA_MR, 1);
+            mm_rows(c + r * ldc + n0, ldc, a + r * ars, ars, aks, b + n0, ldb, K, acc, M - r < FA_MR ? M - r : FA_MR,
+                    1);
 #endif
     for (; n0 < N; n0++)
         for (size_t r = 0; r < M; r++) {
             float s = acc ? c[r * ldc + n0] : 0.0f;
-            for (size_t k = 0; k < K; k++)
-                s = fmaf(a[r * ars + k * aks], b[k * ldb + n0], s);
+            for (size_t k = 0; k < K; k++) s = fmaf(a[r * ars + k * aks], b[k * ldb + n0], s);
             c[r * ldc + n0] = s;
         }
 }
@@ -147,12 +129,10 @@ static void mm(float *c, size_t ldc, const float *a, size_t ars, size_t aks, con
 #ifdef __AVX2__
 /* dst rows e = 0..7 (8 floats each, ldd apart) = mult * the transpose of the
  * 8x8 block whose rows c = 0..7 are src + c * lds (8 floats each). */
-static inline void transpose8x8(float *dst, size_t ldd, const float *src, size_t lds, float mult)
-{
+static inline void transpose8x8(float *dst, size_t ldd, const float *src, size_t lds, float mult) {
     const __m256 mv = _mm256_set1_ps(mult);
     __m256 r[8], t[8];
-    for (int i = 0; i < 8; i++)
-        r[i] = _mm256_mul_ps(_mm256_loadu_ps(src + (size_t)i * lds), mv);
+    for (int i = 0; i < 8; i++) r[i] = _mm256_mul_ps(_mm256_loadu_ps(src + (size_t)i * lds), mv);
     for (int i = 0; i < 8; i += 2) {
         t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -172,53 +152,42 @@ static inline void transpose8x8(float *dst, size_t ldd, const float *src, size_t
 
 /* xt (hs, wp) = mult * the transpose of x's rows [0, w) (each hs floats, ld
  * apart), columns [w, wp) zero. Each element is one product x * mult. */
-static void pack_transposed(float *xt, const float *x, size_t ld, size_t w, size_t wp, size_t hs,
-                            float mult)
-{
+static void pack_transposed(float *xt, const float *x, size_t ld, size_t w, size_t wp, size_t hs, float mult) {
     size_t c0 = 0;
 #ifdef __AVX2__
     for (; c0 + 8 <= w; c0 += 8) {
         size_t e0 = 0;
-        for (; e0 + 8 <= hs; e0 += 8)
-            transpose8x8(xt + e0 * wp + c0, wp, x + c0 * ld + e0, ld, mult);
+        for (; e0 + 8 <= hs; e0 += 8) transpose8x8(xt + e0 * wp + c0, wp, x + c0 * ld + e0, ld, mult);
         for (size_t e = e0; e < hs; e++)
-            for (size_t c = c0; c < c0 + 8; c++)
-                xt[e * wp + c] = x[c * ld + e] * mult;
+            for (size_t c = c0; c < c0 + 8; c++) xt[e * wp + c] = x[c * ld + e] * mult;
     }
 #endif
     for (size_t e = 0; e < hs; e++) {
         float *dst = xt + e * wp;
-        for (size_t c = c0; c < w; c++)
-            dst[c] = x[c * ld + e] * mult;
-        for (size_t c = w; c < wp; c++)
-            dst[c] = 0.0f;
+        for (size_t c = c0; c < w; c++) dst[c] = x[c * ld + e] * mult;
+        for (size_t c = w; c < wp; c++) dst[c] = 0.0f;
     }
 }
 
 /* sum_e x[e] y[e] over e < n: lane sums by FMA, the lanes in a fixed order,
  * then the tail */
-static float dot(const float *x, const float *y, size_t n)
-{
+static float dot(const float *x, const float *y, size_t n) {
     float d = 0.0f;
     size_t e = 0;
 #ifdef TRI_CPU_VEC
     if (n >= VF_N) {
         vf acc = vf_zero();
-        for (; e + VF_N <= n; e += VF_N)
-            acc = vf_fmadd(vf_load(x + e), vf_load(y + e), acc);
+        for (; e + VF_N <= n; e += VF_N) acc = vf_fmadd(vf_load(x + e), vf_load(y + e), acc);
         d = vf_hsum(acc);
     }
 #endif
-    for (; e < n; e++)
-        d = fmaf(x[e], y[e], d);
+    for (; e < n; e++) d = fmaf(x[e], y[e], d);
     return d;
 }
 
 /* How many keys of the block starting at key j0 (w keys) query i sees. */
-static size_t keys_seen(size_t i, size_t j0, size_t w)
-{
-    if (i < j0)
-        return 0;
+static size_t keys_seen(size_t i, size_t j0, size_t w) {
+    if (i < j0) return 0;
     return i - j0 + 1 < w ? i - j0 + 1 : w;
 }
 
@@ -226,14 +195,12 @@ static size_t keys_seen(size_t i, size_t j0, size_t w)
  * against a packed, transposed key block bt (hs, wp) starting at key j0. Only
  * the columns each FA_MR-row group needs (rounded up to the vector width) are
  * computed; callers overwrite everything past each row's last key. */
-static void scores(float *s, size_t wp, const float *a, size_t ars, const float *bt, size_t i0,
-                   size_t rows, size_t j0, size_t w, size_t hs)
-{
+static void scores(float *s, size_t wp, const float *a, size_t ars, const float *bt, size_t i0, size_t rows, size_t j0,
+                   size_t w, size_t hs) {
     for (size_t r0 = 0; r0 < rows; r0 += FA_MR) {
         const size_t R = rows - r0 < FA_MR ? rows - r0 : FA_MR;
         const size_t need = keys_seen(i0 + r0 + R - 1, j0, w);
-        if (need == 0)
-            continue;
+        if (need == 0) continue;
         const size_t N = round_up(need, FA_VN) < wp ? round_up(need, FA_VN) : wp;
         mm(s + r0 * wp, wp, a + r0 * ars, ars, 1, bt, wp, R, N, hs, 0);
     }
@@ -242,9 +209,7 @@ static void scores(float *s, size_t wp, const float *a, size_t ars, const float 
 /* out (B, T, NH, HS) = softmax(causal(Q K^T / sqrt(HS))) V          [overwrite]
  * lse (B, NH, T) = log of each row's softmax denominator, with the max
  * folded in (lse_i = m_i + log l_i), saved for the backward     [overwrite] */
-void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T,
-                                 int NH, int HS)
-{
+void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS) {
     TRI_CHECK(NH > 0 && HS > 0);
     const size_t hs = (size_t)HS, C = (size_t)NH * hs, C3 = 3 * C;
     const size_t pairs = B * (size_t)NH, bc = key_block(hs);
@@ -254,11 +219,11 @@ void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv, size_
         const size_t b = bh / (size_t)NH, h = bh % (size_t)NH;
         const float *q = qkv + b * T * C3 + h * hs; /* (T, hs), rows C3 apart */
         const float *k = q + C, *v = q + 2 * C;
-        float *o = out + b * T * C + h * hs;        /* (T, hs), rows C apart */
-        float *ls = lse + bh * T;                   /* (T) */
-        float kt[FA_KT_FLOATS];                     /* (hs, wp) packed keys */
-        float p[FA_BR * FA_BCP];                    /* (rows, wp) scores, then P */
-        float m[FA_BR], l[FA_BR];                   /* running max and sum per row */
+        float *o = out + b * T * C + h * hs; /* (T, hs), rows C apart */
+        float *ls = lse + bh * T;            /* (T) */
+        float kt[FA_KT_FLOATS];              /* (hs, wp) packed keys */
+        float p[FA_BR * FA_BCP];             /* (rows, wp) scores, then P */
+        float m[FA_BR], l[FA_BR];            /* running max and sum per row */
         for (size_t i0 = 0; i0 < T; i0 += FA_BR) {
             const size_t rows = T - i0 < FA_BR ? T - i0 : FA_BR;
             for (size_t r = 0; r < rows; r++) {
@@ -280,8 +245,7 @@ void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv, size_
                     }
                     /* keys past the diagonal (and the padding): -inf, so that
                      * the whole padded row goes through the vector bodies */
-                    for (size_t c = n; c < wp; c++)
-                        pr[c] = -INFINITY;
+                    for (size_t c = n; c < wp; c++) pr[c] = -INFINITY;
                     const float bm = row_max(pr, wp);
                     const float mnew = bm > m[r] ? bm : m[r];
                     const float alpha = vec_expf(m[r] - mnew); /* 0 on the first block */
@@ -289,24 +253,20 @@ void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv, size_
                     m[r] = mnew;
                     if (alpha != 1.0f) {
                         float *orow = o + (i0 + r) * C;
-                        for (size_t e = 0; e < hs; e++)
-                            orow[e] *= alpha;
+                        for (size_t e = 0; e < hs; e++) orow[e] *= alpha;
                     }
                 }
                 /* O[rows] += P V[j0, j0 + w), each row group over the keys it sees */
                 for (size_t r0 = 0; r0 < rows; r0 += FA_MR) {
                     const size_t R = rows - r0 < FA_MR ? rows - r0 : FA_MR;
                     const size_t K = keys_seen(i0 + r0 + R - 1, j0, w);
-                    if (K > 0)
-                        mm(o + (i0 + r0) * C, C, p + r0 * wp, wp, 1, v + j0 * C3, C3, R, hs, K,
-                           1);
+                    if (K > 0) mm(o + (i0 + r0) * C, C, p + r0 * wp, wp, 1, v + j0 * C3, C3, R, hs, K, 1);
                 }
             }
             for (size_t r = 0; r < rows; r++) {
                 const float inv = 1.0f / l[r];
                 float *orow = o + (i0 + r) * C;
-                for (size_t e = 0; e < hs; e++)
-                    orow[e] *= inv;
+                for (size_t e = 0; e < hs; e++) orow[e] *= inv;
                 ls[i0 + r] = m[r] + logf(l[r]);
             }
         }
@@ -317,14 +277,12 @@ void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv, size_
  * (FA_BR, wp) each, and D (T). The backward uses at most
  * omp_get_max_threads() threads, so the thread count must not grow between
  * this call and attention_flash_bwd. */
-static size_t scratch_per_thread(size_t T, size_t hs)
-{
+static size_t scratch_per_thread(size_t T, size_t hs) {
     const size_t wp = round_up(key_block(hs), FA_VN);
     return 2 * hs * wp + 2 * (size_t)FA_BR * wp + T;
 }
 
-size_t tri_cpu_attention_flash_scratch_floats(size_t B, size_t T, int NH, int HS)
-{
+size_t tri_cpu_attention_flash_scratch_floats(size_t B, size_t T, int NH, int HS) {
     TRI_CHECK(HS > 0);
     return (size_t)omp_get_max_threads() * scratch_per_thread(T, (size_t)HS);
 }
@@ -336,10 +294,8 @@ size_t tri_cpu_attention_flash_scratch_floats(size_t B, size_t T, int NH, int HS
  * Key blocks go in the outer loop and query blocks inside it (those with a
  * query >= the block's first key), so dK and dV of a block are finished
  * before the next, and dQ sums the key blocks in increasing order. */
-void tri_cpu_attention_flash_bwd(float *dqkv, float *scratch, const float *dout,
-                                 const float *qkv, const float *out, const float *lse, size_t B,
-                                 size_t T, int NH, int HS)
-{
+void tri_cpu_attention_flash_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                                 const float *lse, size_t B, size_t T, int NH, int HS) {
     TRI_CHECK(NH > 0 && HS > 0);
     const size_t hs = (size_t)HS, C = (size_t)NH * hs, C3 = 3 * C;
     const size_t pairs = B * (size_t)NH, bc = key_block(hs), per = scratch_per_thread(T, hs);
@@ -379,11 +335,9 @@ void tri_cpu_attention_flash_bwd(float *dqkv, float *scratch, const float *dout,
                         float *pr = p + r * wp, *dr = ds + r * wp;
                         const size_t n = keys_seen(i0 + r, j0, w);
                         const float li = L[i0 + r], di = D[i0 + r];
-                        for (size_t c = n; c < wp; c++)
-                            pr[c] = -INFINITY; /* exp gives 0 */
+                        for (size_t c = n; c < wp; c++) pr[c] = -INFINITY; /* exp gives 0 */
                         row_exp_scale(pr, pr, wp, li, 1.0f);
-                        for (size_t c = 0; c < n; c++)
-                            dr[c] = pr[c] * (dr[c] - di) * scale;
+                        for (size_t c = 0; c < n; c++) dr[c] = pr[c] * (dr[c] - di) * scale;
                         memset(dr + n, 0, (wp - n) * sizeof(float));
                     }
                     /* key c of the block is seen by queries from j0 + c on: each
@@ -391,23 +345,19 @@ void tri_cpu_attention_flash_bwd(float *dqkv, float *scratch, const float *dout,
                     for (size_t c0 = 0; c0 < w; c0 += FA_MR) {
                         const size_t R = w - c0 < FA_MR ? w - c0 : FA_MR;
                         const size_t first = j0 + c0 > i0 ? j0 + c0 - i0 : 0;
-                        if (first >= rows)
-                            continue;
+                        if (first >= rows) continue;
                         const size_t K = rows - first;
                         /* dV[c0, c0 + R) += P[first:, c0:]^T dO[i0 + first:] */
-                        mm(dv + (j0 + c0) * C3, C3, p + first * wp + c0, 1, wp,
-                           dO + (i0 + first) * C, C, R, hs, K, 1);
+                        mm(dv + (j0 + c0) * C3, C3, p + first * wp + c0, 1, wp, dO + (i0 + first) * C, C, R, hs, K, 1);
                         /* dK[c0, c0 + R) += dS[first:, c0:]^T Q[i0 + first:] */
-                        mm(dk + (j0 + c0) * C3, C3, ds + first * wp + c0, 1, wp,
-                           q + (i0 + first) * C3, C3, R, hs, K, 1);
+                        mm(dk + (j0 + c0) * C3, C3, ds + first * wp + c0, 1, wp, q + (i0 + first) * C3, C3, R, hs, K,
+                           1);
                     }
                     /* dQ[i0 + r0, + R) += dS[r0:, :K] K[j0, j0 + K) */
                     for (size_t r0 = 0; r0 < rows; r0 += FA_MR) {
                         const size_t R = rows - r0 < FA_MR ? rows - r0 : FA_MR;
                         const size_t K = keys_seen(i0 + r0 + R - 1, j0, w);
-                        if (K > 0)
-                            mm(dq + (i0 + r0) * C3, C3, ds + r0 * wp, wp, 1, k + j0 * C3, C3, R,
-                               hs, K, 1);
+                        if (K > 0) mm(dq + (i0 + r0) * C3, C3, ds + r0 * wp, wp, 1, k + j0 * C3, C3, R, hs, K, 1);
                     }
                 }
             }

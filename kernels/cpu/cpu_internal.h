@@ -29,7 +29,6 @@
 #include "kernels/ops.h"
 #include "src/base/err.h"
 
-
 /* An OpenMP loop is worth starting only above this much work (elements). */
 #define TRI_CPU_PAR_MIN 16384
 
@@ -41,35 +40,29 @@ void tri_cpu_zero(void *p, size_t bytes);
 void tri_cpu_sync(void);
 
 /* matmul.c */
-void tri_cpu_matmul_fwd(float *out, const float *inp, const float *weight,
-                        const float *bias, size_t N, size_t C, size_t OC);
-void tri_cpu_matmul_bwd(float *dinp, float *dweight, float *dbias,
-                        const float *dout, const float *inp, const float *weight,
-                        size_t N, size_t C, size_t OC);
+void tri_cpu_matmul_fwd(float *out, const float *inp, const float *weight, const float *bias, size_t N, size_t C,
+                        size_t OC);
+void tri_cpu_matmul_bwd(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                        const float *weight, size_t N, size_t C, size_t OC);
 
 /* layernorm.c */
-void tri_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
-                           const float *w, const float *b, size_t N, size_t C);
-void tri_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout,
-                           const float *inp, const float *w, const float *mean,
-                           const float *rstd, size_t N, size_t C);
+void tri_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                           size_t N, size_t C);
+void tri_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, size_t N, size_t C);
 
 /* attention.c */
-void tri_cpu_attention_fwd(float *out, float *att, const float *qkv,
-                           size_t B, size_t T, int NH, int HS);
-void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout,
-                           const float *qkv, const float *att,
-                           size_t B, size_t T, int NH, int HS);
+void tri_cpu_attention_fwd(float *out, float *att, const float *qkv, size_t B, size_t T, int NH, int HS);
+void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, size_t B,
+                           size_t T, int NH, int HS);
 size_t tri_cpu_attention_scratch_floats(size_t B, size_t T, int NH, int HS);
 
 /* attention_flash.c: the same attention, saving only the row log-sum-exp
  * (B, NH, T) instead of the (B, NH, T, T) probabilities; not in the op table
  * yet (the attention contract is being changed to allow it). */
-void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv,
-                                 size_t B, size_t T, int NH, int HS);
-void tri_cpu_attention_flash_bwd(float *dqkv, float *scratch, const float *dout,
-                                 const float *qkv, const float *out, const float *lse,
-                                 size_t B, size_t T, int NH, int HS);
+void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS);
+void tri_cpu_attention_flash_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                                 const float *lse, size_t B, size_t T, int NH, int HS);
 size_t tri_cpu_attention_flash_scratch_floats(size_t B, size_t T, int NH, int HS);
 
 /* gelu.c */
@@ -77,8 +70,7 @@ void tri_cpu_gelu_fwd(float *out, const float *inp, size_t N);
 void tri_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t N);
 
 /* elementwise.c */
-void tri_cpu_residual_fwd(float *out, const float *res, const float *x,
-                          const float *bias, size_t N, size_t C);
+void tri_cpu_residual_fwd(float *out, const float *res, const float *x, const float *bias, size_t N, size_t C);
 void tri_cpu_bias_bwd(float *dbias, const float *dout, size_t N, size_t C);
 double tri_cpu_sumsq(const float *x, size_t n);
 double tri_cpu_sum(const float *x, size_t n);
@@ -86,24 +78,21 @@ void tri_cpu_scale(float *x, float s, size_t n);
 void tri_cpu_add(float *y, const float *x, size_t n);
 
 /* embedding.c */
-void tri_cpu_embedding_fwd(float *out, const int32_t *ids, const float *wte,
-                           const float *wpe, size_t B, size_t T, size_t C,
-                           size_t vstart, size_t Vl);
-void tri_cpu_embedding_bwd(float *dwte, float *dwpe, const float *dout,
-                           const int32_t *ids, size_t B, size_t T, size_t C,
-                           size_t vstart, size_t Vl);
+void tri_cpu_embedding_fwd(float *out, const int32_t *ids, const float *wte, const float *wpe, size_t B, size_t T,
+                           size_t C, size_t vstart, size_t Vl);
+void tri_cpu_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *ids, size_t B, size_t T,
+                           size_t C, size_t vstart, size_t Vl);
 
 /* crossentropy.c */
-void tri_cpu_crossentropy_stats(float *stats, const float *logits, const int32_t *targets,
-                                size_t N, size_t Vl, size_t vstart, size_t V);
+void tri_cpu_crossentropy_stats(float *stats, const float *logits, const int32_t *targets, size_t N, size_t Vl,
+                                size_t vstart, size_t V);
 void tri_cpu_crossentropy_combine(float *stats, const float *gather, size_t N, int R);
-void tri_cpu_crossentropy_bwd(float *losses, float *dlogits, const float *logits,
-                              const float *stats, const int32_t *targets, float dscale,
-                              size_t N, size_t Vl, size_t vstart, size_t V);
+void tri_cpu_crossentropy_bwd(float *losses, float *dlogits, const float *logits, const float *stats,
+                              const int32_t *targets, float dscale, size_t N, size_t Vl, size_t vstart, size_t V);
 
 /* adamw.c */
-void tri_cpu_adamw(float *param, float *m, float *v, const float *grad, size_t n,
-                   float lr, float beta1, float beta2, float eps, float wd, int t);
+void tri_cpu_adamw(float *param, float *m, float *v, const float *grad, size_t n, float lr, float beta1, float beta2,
+                   float eps, float wd, int t);
 
 /* dsum (C) += column sums of x (N, C), each column summed over rows in index
  * order (deterministic for any thread count). Used by matmul_bwd and bias_bwd. */
@@ -116,24 +105,19 @@ void tri_cpu_colsum_acc(float *dsum, const float *x, size_t N, size_t C);
  * cross-entropy gradient pass ran 2.4x faster with it). */
 #define TRI_CPU_CHUNK 1024
 
-static inline void prefetch_read(const float *p, size_t n)
-{
+static inline void prefetch_read(const float *p, size_t n) {
     for (size_t q = 0; q < n; q += 16) /* 16 floats: one 64-byte line */
         __builtin_prefetch(p + q, 0, 3);
 }
 
-static inline void prefetch_write(float *p, size_t n)
-{
-    for (size_t q = 0; q < n; q += 16)
-        __builtin_prefetch(p + q, 1, 3);
+static inline void prefetch_write(float *p, size_t n) {
+    for (size_t q = 0; q < n; q += 16) __builtin_prefetch(p + q, 1, 3);
 }
 
 /* The length of the chunk after the one starting at i0, within [0, n). */
-static inline size_t next_chunk_len(size_t i0, size_t n)
-{
+static inline size_t next_chunk_len(size_t i0, size_t n) {
     const size_t next = i0 + TRI_CPU_CHUNK;
-    if (next >= n)
-        return 0;
+    if (next >= n) return 0;
     return n - next < TRI_CPU_CHUNK ? n - next : TRI_CPU_CHUNK;
 }
 
@@ -145,8 +129,7 @@ static inline size_t next_chunk_len(size_t i0, size_t n)
  * e^r by its degree-7 Taylor polynomial (truncation < 1e-8 relative), and
  * 2^k built from exponent bits as 2^(k/2) * 2^(k - k/2) so that k in
  * [-150, 128] never leaves the normal range in either factor. */
-static inline float vec_expf(float x)
-{
+static inline float vec_expf(float x) {
     const float lo = -103.97f, hi = 88.7228f;
     float xc = x < lo ? lo : x; /* comparisons keep NaN as it is */
     xc = xc > hi ? hi : xc;
@@ -184,45 +167,38 @@ static inline float vec_expf(float x)
  * order for any thread count. */
 
 /* The largest of x[0, n), NaN ignored (as by x > m ? x : m); -inf if none. */
-static inline float row_max(const float *x, size_t n)
-{
+static inline float row_max(const float *x, size_t n) {
     float m = -INFINITY;
     size_t j = 0;
 #ifdef TRI_CPU_VEC
     if (n >= VF_N) {
         vf acc = vf_set1(-INFINITY);
-        for (; j + VF_N <= n; j += VF_N)
-            acc = vf_max(vf_load(x + j), acc); /* x > acc ? x : acc */
+        for (; j + VF_N <= n; j += VF_N) acc = vf_max(vf_load(x + j), acc); /* x > acc ? x : acc */
         m = vf_hmax(acc);
     }
 #endif
-    for (; j < n; j++)
-        m = x[j] > m ? x[j] : m;
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
     return m;
 }
 
 /* sum over j < n of exp(x[j] - m) */
-static inline float row_sumexp(const float *x, size_t n, float m)
-{
+static inline float row_sumexp(const float *x, size_t n, float m) {
     float s = 0.0f;
     size_t j = 0;
 #ifdef TRI_CPU_VEC
     if (n >= VF_N) {
         const vf mv = vf_set1(m);
         vf acc = vf_zero();
-        for (; j + VF_N <= n; j += VF_N)
-            acc = vf_add(acc, vec_expf_v(vf_sub(vf_load(x + j), mv)));
+        for (; j + VF_N <= n; j += VF_N) acc = vf_add(acc, vec_expf_v(vf_sub(vf_load(x + j), mv)));
         s = vf_hsum(acc);
     }
 #endif
-    for (; j < n; j++)
-        s += vec_expf(x[j] - m);
+    for (; j < n; j++) s += vec_expf(x[j] - m);
     return s;
 }
 
 /* x[j] = exp(x[j] - m) for j < n, in place; returns their sum */
-static inline float row_exp_sum_inplace(float *x, size_t n, float m)
-{
+static inline float row_exp_sum_inplace(float *x, size_t n, float m) {
     float s = 0.0f;
     size_t j = 0;
 #ifdef TRI_CPU_VEC
@@ -245,17 +221,13 @@ static inline float row_exp_sum_inplace(float *x, size_t n, float m)
 }
 
 /* y[j] = exp(x[j] - m) * k for j < n (y may equal x, not overlap it otherwise) */
-static inline void row_exp_scale(float *y, const float *x, size_t n, float m, float k)
-{
+static inline void row_exp_scale(float *y, const float *x, size_t n, float m, float k) {
     size_t j = 0;
 #ifdef TRI_CPU_VEC
     const vf mv = vf_set1(m), kv = vf_set1(k);
-    for (; j + VF_N <= n; j += VF_N)
-        vf_store(y + j, vf_mul(vec_expf_v(vf_sub(vf_load(x + j), mv)), kv));
+    for (; j + VF_N <= n; j += VF_N) vf_store(y + j, vf_mul(vec_expf_v(vf_sub(vf_load(x + j), mv)), kv));
 #endif
-    for (; j < n; j++)
-        y[j] = vec_expf(x[j] - m) * k;
+    for (; j < n; j++) y[j] = vec_expf(x[j] - m) * k;
 }
-
 
 #endif

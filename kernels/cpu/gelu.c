@@ -19,15 +19,13 @@ enum { GELU_BLOCK = 4096 };
  * operations in the same order (vec_expf_v = vec_expf lane by lane), so every
  * element gets the same bits whichever path computed it. */
 
-static float gelu_one(float x)
-{
+static float gelu_one(float x) {
     const float u = GELU_K0 * (x + GELU_K1 * x * x * x);
     const float a = vec_expf(-2.0f * fabsf(u));
     return x * ((u >= 0.0f ? 1.0f : a) / (1.0f + a));
 }
 
-static float gelu_grad_one(float x, float dy)
-{
+static float gelu_grad_one(float x, float dy) {
     const float x2 = x * x;
     const float u = GELU_K0 * (x + GELU_K1 * x2 * x);
     const float du = GELU_K0 * (1.0f + 3.0f * GELU_K1 * x2);
@@ -41,8 +39,7 @@ static float gelu_grad_one(float x, float dy)
 }
 
 /* out[i0, i1) = gelu(inp[i0, i1)) */
-static void gelu_span(float *out, const float *inp, size_t i0, size_t i1)
-{
+static void gelu_span(float *out, const float *inp, size_t i0, size_t i1) {
     size_t i = i0;
 #ifdef TRI_CPU_VEC
     const vf k0 = vf_set1(GELU_K0), k1 = vf_set1(GELU_K1);
@@ -55,13 +52,11 @@ static void gelu_span(float *out, const float *inp, size_t i0, size_t i1)
         vf_store(out + i, vf_mul(x, vf_div(num, vf_add(one, a))));
     }
 #endif
-    for (; i < i1; i++)
-        out[i] = gelu_one(inp[i]);
+    for (; i < i1; i++) out[i] = gelu_one(inp[i]);
 }
 
 /* dinp[i0, i1) = gelu'(inp) * dout (dinp may alias dout) */
-static void gelu_grad_span(float *dinp, const float *inp, const float *dout, size_t i0, size_t i1)
-{
+static void gelu_grad_span(float *dinp, const float *inp, const float *dout, size_t i0, size_t i1) {
     size_t i = i0;
 #ifdef TRI_CPU_VEC
     const vf k0 = vf_set1(GELU_K0), k1 = vf_set1(GELU_K1), k3 = vf_set1(3.0f * GELU_K1);
@@ -82,13 +77,11 @@ static void gelu_grad_span(float *dinp, const float *inp, const float *dout, siz
         vf_store(dinp + i, vf_mul(g, vf_load(dout + i)));
     }
 #endif
-    for (; i < i1; i++)
-        dinp[i] = gelu_grad_one(inp[i], dout[i]);
+    for (; i < i1; i++) dinp[i] = gelu_grad_one(inp[i], dout[i]);
 }
 
 /* out (N) = gelu(inp)                                        [overwrite; out != inp] */
-void tri_cpu_gelu_fwd(float *out, const float *inp, size_t N)
-{
+void tri_cpu_gelu_fwd(float *out, const float *inp, size_t N) {
     const size_t nblk = (N + GELU_BLOCK - 1) / GELU_BLOCK;
 #pragma omp parallel for schedule(static) if (N >= TRI_CPU_PAR_MIN)
     for (size_t bk = 0; bk < nblk; bk++) {
@@ -100,8 +93,7 @@ void tri_cpu_gelu_fwd(float *out, const float *inp, size_t N)
 /* dinp (N) = gelu'(inp) * dout                               [overwrite; dinp may alias dout]
  * Beyond |x| > 30 the derivative is exactly 0 or 1 in fp32; those are
  * selected so that huge x (where x^2 overflows) cannot produce inf * 0. */
-void tri_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t N)
-{
+void tri_cpu_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t N) {
     const size_t nblk = (N + GELU_BLOCK - 1) / GELU_BLOCK;
 #pragma omp parallel for schedule(static) if (N >= TRI_CPU_PAR_MIN)
     for (size_t bk = 0; bk < nblk; bk++) {

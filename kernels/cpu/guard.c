@@ -23,47 +23,37 @@ typedef struct guard_state {
     int depth; /* nested opens (a transport call inside a window) */
 } guard_state;
 
-static guard_state *state_of(tri_ctx *c)
-{
+static guard_state *state_of(tri_ctx *c) {
     TRI_CHECK(c->backend != NULL);
     return c->backend;
 }
 
-static void protect_all(guard_state *g, int prot)
-{
+static void protect_all(guard_state *g, int prot) {
     for (int i = 0; i < g->n; i++)
         if (mprotect(g->maps[i].p, g->maps[i].len, prot) != 0)
             TRI_FAIL("mprotect failed on a guarded mapping of %zu bytes", g->maps[i].len);
 }
 
-static void open_mem(tri_ctx *c)
-{
+static void open_mem(tri_ctx *c) {
     guard_state *g = state_of(c);
-    if (g->depth++ == 0)
-        protect_all(g, PROT_READ | PROT_WRITE);
+    if (g->depth++ == 0) protect_all(g, PROT_READ | PROT_WRITE);
 }
 
-static void close_mem(tri_ctx *c)
-{
+static void close_mem(tri_ctx *c) {
     guard_state *g = state_of(c);
     TRI_CHECK(g->depth > 0);
-    if (--g->depth == 0)
-        protect_all(g, PROT_NONE);
+    if (--g->depth == 0) protect_all(g, PROT_NONE);
 }
 
-static int guard_init(tri_ctx *c, int threads)
-{
-    if (tri_ops_cpu()->init(c, threads) != 0)
-        return -1;
+static int guard_init(tri_ctx *c, int threads) {
+    if (tri_ops_cpu()->init(c, threads) != 0) return -1;
     guard_state *g = calloc(1, sizeof *g);
-    if (!g)
-        return tri_error("out of memory (cpu-guard state)");
+    if (!g) return tri_error("out of memory (cpu-guard state)");
     c->backend = g;
     return 0;
 }
 
-static void guard_shutdown(tri_ctx *c)
-{
+static void guard_shutdown(tri_ctx *c) {
     guard_state *g = c->backend;
     if (g) {
         free(g->maps);
@@ -72,21 +62,17 @@ static void guard_shutdown(tri_ctx *c)
     c->backend = NULL;
 }
 
-static size_t map_len(size_t bytes)
-{
+static size_t map_len(size_t bytes) {
     const size_t page = 4096;
     return bytes == 0 ? page : (bytes + page - 1) / page * page;
 }
 
-static void *guard_alloc(tri_ctx *c, size_t bytes)
-{
+static void *guard_alloc(tri_ctx *c, size_t bytes) {
     guard_state *g = state_of(c);
-    if (bytes > SIZE_MAX - 4096)
-        return NULL;
+    if (bytes > SIZE_MAX - 4096) return NULL;
     const size_t len = map_len(bytes);
     void *p = mmap(NULL, len, g->depth > 0 ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
+    if (p == MAP_FAILED) return NULL;
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 64;
         guard_map *m = realloc(g->maps, (size_t)cap * sizeof *m);
@@ -101,10 +87,8 @@ static void *guard_alloc(tri_ctx *c, size_t bytes)
     return p; /* anonymous mappings are zero-filled */
 }
 
-static void guard_free(tri_ctx *c, void *p, size_t bytes)
-{
-    if (!p)
-        return;
+static void guard_free(tri_ctx *c, void *p, size_t bytes) {
+    if (!p) return;
     guard_state *g = state_of(c);
     for (int i = 0; i < g->n; i++)
         if (g->maps[i].p == p) {
@@ -115,8 +99,7 @@ static void guard_free(tri_ctx *c, void *p, size_t bytes)
     TRI_FAIL("cpu-guard: free of %p, which it did not allocate", p);
 }
 
-static void guard_host_window(tri_ctx *c, int open)
-{
+static void guard_host_window(tri_ctx *c, int open) {
     if (open)
         open_mem(c);
     else
@@ -125,90 +108,84 @@ static void guard_host_window(tri_ctx *c, int open)
 
 /* Every other entry: open, run the CPU op, close. */
 #define CPU (tri_ops_cpu())
-#define GUARD_VOID(name, params, args)                                         \
-    static void guard_##name params                                            \
-    {                                                                          \
-        open_mem(c);                                                           \
-        CPU->name args;                                                        \
-        close_mem(c);                                                          \
+#define GUARD_VOID(name, params, args) \
+    static void guard_##name params {  \
+        open_mem(c);                   \
+        CPU->name args;                \
+        close_mem(c);                  \
     }
-#define GUARD_RET(type, name, params, args)                                    \
-    static type guard_##name params                                            \
-    {                                                                          \
-        open_mem(c);                                                           \
-        type r = CPU->name args;                                               \
-        close_mem(c);                                                          \
-        return r;                                                              \
+#define GUARD_RET(type, name, params, args) \
+    static type guard_##name params {       \
+        open_mem(c);                        \
+        type r = CPU->name args;            \
+        close_mem(c);                       \
+        return r;                           \
     }
 
-GUARD_VOID(copy, (tri_ctx *c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes))
-GUARD_VOID(to_device, (tri_ctx *c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes))
-GUARD_VOID(to_host, (tri_ctx *c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes))
-GUARD_VOID(zero, (tri_ctx *c, void *p, size_t bytes), (c, p, bytes))
+GUARD_VOID(copy, (tri_ctx * c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes))
+GUARD_VOID(to_device, (tri_ctx * c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes))
+GUARD_VOID(to_host, (tri_ctx * c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes))
+GUARD_VOID(zero, (tri_ctx * c, void *p, size_t bytes), (c, p, bytes))
 GUARD_VOID(matmul_fwd,
-           (tri_ctx *c, void *out, const void *inp, const void *w, const void *b, size_t N, size_t C, size_t OC),
+           (tri_ctx * c, void *out, const void *inp, const void *w, const void *b, size_t N, size_t C, size_t OC),
            (c, out, inp, w, b, N, C, OC))
 GUARD_VOID(matmul_bwd,
-           (tri_ctx *c, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w, size_t N,
+           (tri_ctx * c, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w, size_t N,
             size_t C, size_t OC),
            (c, dinp, dw, db, dout, inp, w, N, C, OC))
 GUARD_VOID(layernorm_fwd,
-           (tri_ctx *c, void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, size_t N,
+           (tri_ctx * c, void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, size_t N,
             size_t C),
            (c, out, mean, rstd, inp, w, b, N, C))
 GUARD_VOID(layernorm_bwd,
-           (tri_ctx *c, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,
+           (tri_ctx * c, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,
             const float *mean, const float *rstd, size_t N, size_t C),
            (c, dinp, dw, db, dout, inp, w, mean, rstd, N, C))
-GUARD_VOID(attention_fwd,
-           (tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS),
+GUARD_VOID(attention_fwd, (tri_ctx * c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS),
            (c, out, state, qkv, B, T, NH, HS))
 GUARD_VOID(attention_bwd,
-           (tri_ctx *c, void *dqkv, float *scratch, const void *dout, const void *qkv, const void *out,
+           (tri_ctx * c, void *dqkv, float *scratch, const void *dout, const void *qkv, const void *out,
             const float *state, size_t B, size_t T, int NH, int HS),
            (c, dqkv, scratch, dout, qkv, out, state, B, T, NH, HS))
-GUARD_VOID(gelu_fwd, (tri_ctx *c, void *out, const void *inp, size_t N), (c, out, inp, N))
-GUARD_VOID(gelu_bwd, (tri_ctx *c, void *dinp, const void *inp, const void *dout, size_t N), (c, dinp, inp, dout, N))
-GUARD_VOID(residual_fwd,
-           (tri_ctx *c, void *out, const void *res, const void *x, const void *bias, size_t N, size_t C),
+GUARD_VOID(gelu_fwd, (tri_ctx * c, void *out, const void *inp, size_t N), (c, out, inp, N))
+GUARD_VOID(gelu_bwd, (tri_ctx * c, void *dinp, const void *inp, const void *dout, size_t N), (c, dinp, inp, dout, N))
+GUARD_VOID(residual_fwd, (tri_ctx * c, void *out, const void *res, const void *x, const void *bias, size_t N, size_t C),
            (c, out, res, x, bias, N, C))
-GUARD_VOID(bias_bwd, (tri_ctx *c, float *db, const void *dout, size_t N, size_t C), (c, db, dout, N, C))
+GUARD_VOID(bias_bwd, (tri_ctx * c, float *db, const void *dout, size_t N, size_t C), (c, db, dout, N, C))
 GUARD_VOID(embedding_fwd,
-           (tri_ctx *c, void *out, const int32_t *ids, const void *wte, const void *wpe, size_t B, size_t T, size_t C,
+           (tri_ctx * c, void *out, const int32_t *ids, const void *wte, const void *wpe, size_t B, size_t T, size_t C,
             size_t vstart, size_t Vl),
            (c, out, ids, wte, wpe, B, T, C, vstart, Vl))
 GUARD_VOID(embedding_bwd,
-           (tri_ctx *c, float *dwte, float *dwpe, const void *dout, const int32_t *ids, size_t B, size_t T, size_t C,
+           (tri_ctx * c, float *dwte, float *dwpe, const void *dout, const int32_t *ids, size_t B, size_t T, size_t C,
             size_t vstart, size_t Vl),
            (c, dwte, dwpe, dout, ids, B, T, C, vstart, Vl))
 GUARD_VOID(crossentropy_stats,
-           (tri_ctx *c, float *stats, const void *logits, const int32_t *targets, size_t N, size_t Vl, size_t vstart,
+           (tri_ctx * c, float *stats, const void *logits, const int32_t *targets, size_t N, size_t Vl, size_t vstart,
             size_t V),
            (c, stats, logits, targets, N, Vl, vstart, V))
-GUARD_VOID(crossentropy_combine, (tri_ctx *c, float *stats, const float *gather, size_t N, int R),
+GUARD_VOID(crossentropy_combine, (tri_ctx * c, float *stats, const float *gather, size_t N, int R),
            (c, stats, gather, N, R))
 GUARD_VOID(crossentropy_bwd,
-           (tri_ctx *c, float *losses, void *dlogits, const void *logits, const float *stats, const int32_t *targets,
+           (tri_ctx * c, float *losses, void *dlogits, const void *logits, const float *stats, const int32_t *targets,
             float dscale, size_t N, size_t Vl, size_t vstart, size_t V),
            (c, losses, dlogits, logits, stats, targets, dscale, N, Vl, vstart, V))
 GUARD_VOID(adamw,
-           (tri_ctx *c, float *param, float *m, float *v, const float *grad, size_t n, float lr, float beta1,
+           (tri_ctx * c, float *param, float *m, float *v, const float *grad, size_t n, float lr, float beta1,
             float beta2, float eps, float wd, int t),
            (c, param, m, v, grad, n, lr, beta1, beta2, eps, wd, t))
-GUARD_RET(double, sum, (tri_ctx *c, const float *x, size_t n), (c, x, n))
-GUARD_RET(double, sumsq, (tri_ctx *c, const float *x, size_t n), (c, x, n))
-GUARD_VOID(scale, (tri_ctx *c, float *x, float s, size_t n), (c, x, s, n))
-GUARD_VOID(add, (tri_ctx *c, float *y, const float *x, size_t n), (c, y, x, n))
+GUARD_RET(double, sum, (tri_ctx * c, const float *x, size_t n), (c, x, n))
+GUARD_RET(double, sumsq, (tri_ctx * c, const float *x, size_t n), (c, x, n))
+GUARD_VOID(scale, (tri_ctx * c, float *x, float s, size_t n), (c, x, s, n))
+GUARD_VOID(add, (tri_ctx * c, float *y, const float *x, size_t n), (c, y, x, n))
 
 static void guard_sync(tri_ctx *c) {}
 
-static size_t guard_attention_saved_floats(size_t B, size_t T, int NH, int HS)
-{
+static size_t guard_attention_saved_floats(size_t B, size_t T, int NH, int HS) {
     return CPU->attention_saved_floats(B, T, NH, HS);
 }
 
-static size_t guard_attention_scratch_floats(size_t B, size_t T, int NH, int HS)
-{
+static size_t guard_attention_scratch_floats(size_t B, size_t T, int NH, int HS) {
     return CPU->attention_scratch_floats(B, T, NH, HS);
 }
 
@@ -248,7 +225,4 @@ static const tri_ops GUARD_OPS = {
     .add = guard_add,
 };
 
-const tri_ops *tri_ops_cpu_guard(void)
-{
-    return &GUARD_OPS;
-}
+const tri_ops *tri_ops_cpu_guard(void) { return &GUARD_OPS; }

@@ -8,11 +8,9 @@ static const float LN_EPS = 1e-5f;
  * mean (N), rstd (N) = 1 / sqrt(var + eps) saved for the backward [overwrite]
  * var is the biased variance (divided by C), from a second pass over the
  * row (still in L1) rather than E[x^2] - mean^2, which cancels. */
-void tri_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
-                           const float *w, const float *b, size_t N, size_t C)
-{
-    if (C == 0)
-        return;
+void tri_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                           size_t N, size_t C) {
+    if (C == 0) return;
     const float invC = 1.0f / (float)C;
 #pragma omp parallel for schedule(static) if (N * C >= TRI_CPU_PAR_MIN)
     for (size_t n = 0; n < N; n++) {
@@ -20,8 +18,7 @@ void tri_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *in
         float *o = out + n * C;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (size_t c = 0; c < C; c++)
-            sum += x[c];
+        for (size_t c = 0; c < C; c++) sum += x[c];
         const float m = sum * invC;
         float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
@@ -30,8 +27,7 @@ void tri_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *in
             ss += d * d;
         }
         const float rs = 1.0f / sqrtf(ss * invC + LN_EPS);
-        for (size_t c = 0; c < C; c++)
-            o[c] = (x[c] - m) * rs * w[c] + b[c];
+        for (size_t c = 0; c < C; c++) o[c] = (x[c] - m) * rs * w[c] + b[c];
         mean[n] = m;
         rstd[n] = rs;
     }
@@ -47,12 +43,9 @@ enum { LN_COL_BLOCK = 64 };
  * The row part runs over rows; dw/db run over column blocks, each column summed
  * over rows in index order, so no partial buffers are needed and the result
  * is bitwise the same for any thread count. */
-void tri_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout,
-                           const float *inp, const float *w, const float *mean,
-                           const float *rstd, size_t N, size_t C)
-{
-    if (C == 0 || N == 0)
-        return;
+void tri_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, size_t N, size_t C) {
+    if (C == 0 || N == 0) return;
     const float invC = 1.0f / (float)C;
     const size_t nblk = (C + LN_COL_BLOCK - 1) / LN_COL_BLOCK;
 #pragma omp parallel if (N * C >= TRI_CPU_PAR_MIN)

@@ -24,7 +24,7 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define TRI_CPU_VEC 1
-#define VF_N 16
+#define VF_N        16
 typedef __m512 vf;
 typedef __m512i vi;
 typedef __mmask16 vmask;
@@ -54,18 +54,16 @@ static inline vi vi_sub(vi a, vi b) { return _mm512_sub_epi32(a, b); }
 static inline vi vi_sra1(vi a) { return _mm512_srai_epi32(a, 1); }
 static inline vi vi_sll23(vi a) { return _mm512_slli_epi32(a, 23); }
 /* The sum of the lanes in a fixed order (halves added pairwise, recursively). */
-static inline float vf_hsum(vf v)
-{
-    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+static inline float vf_hsum(vf v) {
+    const __m256 h =
+        _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
     const __m128 a = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     const __m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a));
     return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
 }
-static inline float vf_hmax(vf v)
-{
-    const __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
-                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+static inline float vf_hmax(vf v) {
+    const __m256 h =
+        _mm256_max_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
     const __m128 a = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     const __m128 b = _mm_max_ps(a, _mm_movehl_ps(a, a));
     return _mm_cvtss_f32(_mm_max_ss(b, _mm_movehdup_ps(b)));
@@ -74,7 +72,7 @@ static inline float vf_hmax(vf v)
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define TRI_CPU_VEC 1
-#define VF_N 8
+#define VF_N        8
 typedef __m256 vf;
 typedef __m256i vi;
 typedef __m256 vmask;
@@ -101,14 +99,12 @@ static inline vi vi_add(vi a, vi b) { return _mm256_add_epi32(a, b); }
 static inline vi vi_sub(vi a, vi b) { return _mm256_sub_epi32(a, b); }
 static inline vi vi_sra1(vi a) { return _mm256_srai_epi32(a, 1); }
 static inline vi vi_sll23(vi a) { return _mm256_slli_epi32(a, 23); }
-static inline float vf_hsum(vf v)
-{
+static inline float vf_hsum(vf v) {
     const __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 b = _mm_add_ps(a, _mm_movehl_ps(a, a));
     return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
 }
-static inline float vf_hmax(vf v)
-{
+static inline float vf_hmax(vf v) {
     const __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     const __m128 b = _mm_max_ps(a, _mm_movehl_ps(a, a));
     return _mm_cvtss_f32(_mm_max_ss(b, _mm_movehdup_ps(b)));
@@ -120,8 +116,7 @@ static inline vf vf_zero(void) { return vf_set1(0.0f); }
 
 /* vec_expf (cpu_internal.h) on VF_N lanes: the same operations in the same
  * order, so every lane has vec_expf's bits. */
-static inline vf vec_expf_v(vf x)
-{
+static inline vf vec_expf_v(vf x) {
     const vf lo = vf_set1(-103.97f), hi = vf_set1(88.7228f), magic = vf_set1(12582912.0f);
     vf xc = vf_max(lo, x); /* x < lo ? lo : x, NaN stays */
     xc = vf_min(hi, xc);   /* xc > hi ? hi : xc */

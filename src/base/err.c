@@ -3,16 +3,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-int tri_verror(const char *fmt, va_list ap)
-{
+int tri_verror(const char *fmt, va_list ap) {
     char msg[2048];
     vsnprintf(msg, sizeof msg, fmt, ap);
     fprintf(stderr, "trident: %s\n", msg);
     return -1;
 }
 
-int tri_error(const char *fmt, ...)
-{
+int tri_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     tri_verror(fmt, ap);
@@ -20,8 +18,7 @@ int tri_error(const char *fmt, ...)
     return -1;
 }
 
-void tri_fail_at(const char *file, int line, const char *fmt, ...)
-{
+void tri_fail_at(const char *file, int line, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);

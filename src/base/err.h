@@ -20,14 +20,12 @@ int tri_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int tri_verror(const char *fmt, va_list ap);
 
 /* Prints "trident: internal error: file:line: <fmt...>" and aborts. */
-_Noreturn void tri_fail_at(const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+_Noreturn void tri_fail_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #define TRI_FAIL(...) tri_fail_at(__FILE__, __LINE__, __VA_ARGS__)
-#define TRI_CHECK(cond)                                                        \
-    do {                                                                       \
-        if (!(cond))                                                           \
-            tri_fail_at(__FILE__, __LINE__, "check failed: %s", #cond);        \
+#define TRI_CHECK(cond)                                                          \
+    do {                                                                         \
+        if (!(cond)) tri_fail_at(__FILE__, __LINE__, "check failed: %s", #cond); \
     } while (0)
 
 #endif

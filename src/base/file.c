@@ -10,8 +10,7 @@
 
 #include "src/base/err.h"
 
-int tri_open_regular_why(const char *path, size_t *size, char *why, size_t n)
-{
+int tri_open_regular_why(const char *path, size_t *size, char *why, size_t n) {
     /* O_NONBLOCK: opening a FIFO with no writer would otherwise block forever */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
@@ -28,31 +27,27 @@ int tri_open_regular_why(const char *path, size_t *size, char *why, size_t n)
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         snprintf(why, n, "not a regular file (%s)",
-                 S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a named pipe" : "a device or socket");
+                 S_ISDIR(st.st_mode)    ? "a directory"
+                 : S_ISFIFO(st.st_mode) ? "a named pipe"
+                                        : "a device or socket");
         return -1;
     }
     int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0)
-        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    if (size)
-        *size = (size_t)st.st_size;
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (size) *size = (size_t)st.st_size;
     return fd;
 }
 
-int tri_open_regular(const char *path, const char *what, size_t *size)
-{
+int tri_open_regular(const char *path, const char *what, size_t *size) {
     char why[256];
     int fd = tri_open_regular_why(path, size, why, sizeof why);
-    if (fd < 0)
-        return tri_error("%s %s: %s", what, path, why);
+    if (fd < 0) return tri_error("%s %s: %s", what, path, why);
     return fd;
 }
 
-FILE *tri_fopen_regular(const char *path, const char *what)
-{
+FILE *tri_fopen_regular(const char *path, const char *what) {
     int fd = tri_open_regular(path, what, NULL);
-    if (fd < 0)
-        return NULL;
+    if (fd < 0) return NULL;
     FILE *f = fdopen(fd, "rb");
     if (!f) {
         tri_error("%s %s: %s", what, path, strerror(errno));
@@ -61,12 +56,10 @@ FILE *tri_fopen_regular(const char *path, const char *what)
     return f;
 }
 
-char *tri_slurp(const char *path, const char *what, size_t max_bytes, size_t *len)
-{
+char *tri_slurp(const char *path, const char *what, size_t max_bytes, size_t *len) {
     size_t size = 0;
     int fd = tri_open_regular(path, what, &size);
-    if (fd < 0)
-        return NULL;
+    if (fd < 0) return NULL;
     if (max_bytes && size > max_bytes) {
         close(fd);
         tri_error("%s %s: %zu bytes, more than the %zu this file may have", what, path, size, max_bytes);
@@ -81,8 +74,7 @@ char *tri_slurp(const char *path, const char *what, size_t max_bytes, size_t *le
     size_t n = 0;
     while (n < size) {
         ssize_t r = read(fd, buf + n, size - n);
-        if (r < 0 && errno == EINTR)
-            continue;
+        if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             int e = r < 0 ? errno : 0;
             close(fd);
@@ -94,7 +86,6 @@ char *tri_slurp(const char *path, const char *what, size_t max_bytes, size_t *le
     }
     close(fd);
     buf[n] = '\0';
-    if (len)
-        *len = n;
+    if (len) *len = n;
     return buf;
 }

@@ -10,8 +10,7 @@
 #include <stdint.h>
 
 /* *out = a * b; false (and *out = SIZE_MAX) on overflow. */
-static inline bool tri_size_mul(size_t *out, size_t a, size_t b)
-{
+static inline bool tri_size_mul(size_t *out, size_t a, size_t b) {
     if (__builtin_mul_overflow(a, b, out)) {
         *out = SIZE_MAX;
         return false;
@@ -20,8 +19,7 @@ static inline bool tri_size_mul(size_t *out, size_t a, size_t b)
 }
 
 /* *out = a + b; false (and *out = SIZE_MAX) on overflow. */
-static inline bool tri_size_add(size_t *out, size_t a, size_t b)
-{
+static inline bool tri_size_add(size_t *out, size_t a, size_t b) {
     if (__builtin_add_overflow(a, b, out)) {
         *out = SIZE_MAX;
         return false;
@@ -39,7 +37,8 @@ typedef struct tri_size_acc {
     bool ok;
 } tri_size_acc;
 
-#define TRI_SIZE_ACC_INIT {0, true}
+#define TRI_SIZE_ACC_INIT \
+    { 0, true }
 
 /* acc += a * b (saturating). */
 void tri_size_acc_add(tri_size_acc *acc, size_t a, size_t b);

@@ -5,14 +5,11 @@
 
 static volatile sig_atomic_t g_stop = 0;
 
-static void on_stop(int sig)
-{
-    if (!g_stop)
-        g_stop = sig;
+static void on_stop(int sig) {
+    if (!g_stop) g_stop = sig;
 }
 
-void tri_stop_install(int flags)
-{
+void tri_stop_install(int flags) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;
@@ -26,8 +23,7 @@ void tri_stop_install(int flags)
 
 int tri_stop_signal(void) { return g_stop; }
 
-const char *tri_stop_name(int sig)
-{
+const char *tri_stop_name(int sig) {
     switch (sig) {
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";

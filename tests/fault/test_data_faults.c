@@ -228,10 +228,11 @@ Test(data_faults, sigterm_during_validation_saves_a_checkpoint_and_exits_143, .t
 Test(data_faults, sigterm_during_validation_on_two_ranks_saves_and_exits_143, .timeout = 120) {
     char *dir = run_dir(20000, 400000), cmd[8192], p[4200];
     snprintf(cmd, sizeof cmd,
-             LIMITS " %s --log-dir %s/ranks -- %s train %s/configs/tiny-test.json --threads 1 --set data.train=%s/train.bin "
-                    "--set data.val=%s/val.bin --set checkpoint.dir=%s/ck --set log.dir=%s/log " SLOW_MODEL
-                    " --set parallel.dp=2 --set train.steps=100000 --set train.eval_every=1 "
-                    "--set train.eval_batches=1000000",
+             LIMITS
+             " %s --log-dir %s/ranks -- %s train %s/configs/tiny-test.json --threads 1 --set data.train=%s/train.bin "
+             "--set data.val=%s/val.bin --set checkpoint.dir=%s/ck --set log.dir=%s/log " SLOW_MODEL
+             " --set parallel.dp=2 --set train.steps=100000 --set train.eval_every=1 "
+             "--set train.eval_batches=1000000",
              tt_bin("tridentrun"), dir, tt_bin("trident"), TRI_SOURCE_DIR, dir, dir, dir, dir);
     job j;
     job_start(&j, dir, "tridentrun", cmd);
@@ -451,7 +452,8 @@ Test(data_faults, eval_batches_beyond_one_pass_are_capped, .timeout = 90) {
     char *dir = run_dir(20000, 1000), *out = NULL, cmd[8192];
     make_checkpoint(dir, "");
     /* 1000 tokens hold (1000 - 1) / 16 = 62 windows: 15 batches of 4 */
-    snprintf(cmd, sizeof cmd, "timeout 60 %s eval --ckpt %s/ck --data %s/val.bin --batch 4 --batches %%d --json --threads 1",
+    snprintf(cmd, sizeof cmd,
+             "timeout 60 %s eval --ckpt %s/ck --data %s/val.bin --batch 4 --batches %%d --json --threads 1",
              tt_bin("trident"), dir, dir);
     char c100[8300], c15[8300];
     snprintf(c100, sizeof c100, cmd, 100);
@@ -516,7 +518,9 @@ Test(data_faults, a_model_that_does_not_fit_in_memory_is_refused_with_the_figure
     expect_refused("train n_layer=100000", rc, out, "not enough memory", "--skip-memory-check");
     cr_expect(strstr(out, "TiB") && strstr(out, "MemAvailable"), "both figures: %s", out);
     free(out);
-    snprintf(cmd, sizeof cmd, "timeout 60 " LIMITS " %s bench %s/configs/bench-gpt.json --steps 2 --threads 1 --set model.n_layer=100000",
+    snprintf(cmd, sizeof cmd,
+             "timeout 60 " LIMITS
+             " %s bench %s/configs/bench-gpt.json --steps 2 --threads 1 --set model.n_layer=100000",
              tt_bin("trident"), TRI_SOURCE_DIR);
     rc = tt_run(cmd, &out);
     expect_refused("bench n_layer=100000", rc, out, "not enough memory", "--skip-memory-check");
@@ -531,14 +535,16 @@ Test(data_faults, sizes_that_overflow_are_refused_naming_the_key, .timeout = 90)
     expect_refused("train n_embd=1e9", rc, out, "model.n_embd", "overflows");
     free(out);
     snprintf(cmd, sizeof cmd,
-             "timeout 60 " LIMITS " %s bench %s/configs/tiny-test.json --steps 2 --threads 1 --set model.seq_len=2147483582 "
+             "timeout 60 " LIMITS
+             " %s bench %s/configs/tiny-test.json --steps 2 --threads 1 --set model.seq_len=2147483582 "
              "--set train.micro_batch=7 --set train.global_batch=7",
              tt_bin("trident"), TRI_SOURCE_DIR);
     rc = tt_run(cmd, &out);
     expect_refused("bench seq_len=2^31-66, batch 7", rc, out, "model.seq_len", "overflows");
     free(out);
     snprintf(cmd, sizeof cmd,
-             "timeout 60 " LIMITS " %s bench %s/configs/tiny-test.json --steps 2 --threads 1 --set model.n_embd=1000000000",
+             "timeout 60 " LIMITS
+             " %s bench %s/configs/tiny-test.json --steps 2 --threads 1 --set model.n_embd=1000000000",
              tt_bin("trident"), TRI_SOURCE_DIR);
     rc = tt_run(cmd, &out);
     expect_refused("bench n_embd=1e9", rc, out, "model.n_embd", "overflows");
@@ -552,8 +558,8 @@ Test(data_faults, a_checkpoint_that_does_not_fit_on_disk_is_refused, .timeout = 
     /* 12 x 4096^2 x 100000 = 2e13 parameters: 240 TB a checkpoint. The memory
      * check is skipped, so the disk check is what stops it, before anything
      * of that size is allocated. */
-    int rc = run_train(dir, "--skip-memory-check --set model.n_layer=100000 --set model.n_embd=4096 --set model.n_head=4",
-                       &out);
+    int rc = run_train(
+        dir, "--skip-memory-check --set model.n_layer=100000 --set model.n_embd=4096 --set model.n_head=4", &out);
     expect_refused("checkpoint of 240 TB", rc, out, "checkpoint.dir", "free");
     free(out);
     tt_rmrf(dir);

@@ -32,7 +32,7 @@
 #include "helpers/testutil.h"
 
 #define TIMEOUT_S 2 /* parallel.timeout_s of the stalled runs */
-#define GRACE_S 2   /* --grace-s of the SIGTERM runs          */
+#define GRACE_S   2 /* --grace-s of the SIGTERM runs          */
 
 static double now_s(void) {
     struct timespec ts;
@@ -46,12 +46,12 @@ static double now_s(void) {
 #define MAX_RANKS 4
 
 typedef struct job {
-    char dir[256];          /* the test's directory (logs under dir/ranks) */
+    char dir[256]; /* the test's directory (logs under dir/ranks) */
     int world;
-    pid_t launcher;         /* tridentrun, leader of its process group     */
-    pid_t mpirun;           /* 0 until known                               */
+    pid_t launcher;                           /* tridentrun, leader of its process group     */
+    pid_t mpirun;                             /* 0 until known                               */
     pid_t wrapper[MAX_RANKS], cmd[MAX_RANKS]; /* 0 until known              */
-    double t_end;           /* when the launcher ended                     */
+    double t_end;                             /* when the launcher ended                     */
 } job;
 
 /* The first child of pid (from /proc, whose files have no size: read as a
@@ -118,12 +118,12 @@ static void job_kill(job *j) {
 }
 
 /* Fails the test after killing the job. */
-#define JOB_ASSERT(j, cond, ...)      \
-    do {                              \
-        if (!(cond)) {                \
-            job_kill(j);              \
+#define JOB_ASSERT(j, cond, ...)         \
+    do {                                 \
+        if (!(cond)) {                   \
+            job_kill(j);                 \
             cr_assert_fail(__VA_ARGS__); \
-        }                             \
+        }                                \
     } while (0)
 
 /* Starts argv (tridentrun ...) in dir, in its own process group, output to
@@ -204,8 +204,8 @@ static void job_expect_all_gone(job *j) {
         int alive = !gone(j->mpirun);
         for (int r = 0; r < j->world; r++) alive |= !gone(j->wrapper[r]) || !gone(j->cmd[r]);
         if (!alive) return;
-        JOB_ASSERT(j, now_s() - t0 < 5.0, "processes of the job outlived it (mpirun %d, rank 1 %d/%d)",
-                   (int)j->mpirun, (int)j->wrapper[1], (int)j->cmd[1]);
+        JOB_ASSERT(j, now_s() - t0 < 5.0, "processes of the job outlived it (mpirun %d, rank 1 %d/%d)", (int)j->mpirun,
+                   (int)j->wrapper[1], (int)j->cmd[1]);
         usleep(50000);
     }
 }
@@ -277,7 +277,8 @@ Test(hang, stalled_rank_ends_the_job_within_timeout_naming_the_waiting_rank, .ti
     JOB_ASSERT(&j, line != NULL, "no watchdog report:\n%s", out);
     char *eol = strchr(line, '\n');
     if (eol) *eol = '\0';
-    JOB_ASSERT(&j, strstr(line, "(train): all-reduce over dp of ") || strstr(line, "(train): all-reduce over world of "),
+    JOB_ASSERT(&j,
+               strstr(line, "(train): all-reduce over dp of ") || strstr(line, "(train): all-reduce over world of "),
                "the group and the operation: %s", line);
     JOB_ASSERT(&j, strstr(line, "(parallel.timeout_s = 2): waiting for world rank 1 ("), "the peer: %s", line);
     JOB_ASSERT(&j, strstr(line, "; aborting the job"), "%s", line);
@@ -306,8 +307,9 @@ Test(hang, sigterm_with_a_stopped_rank_kills_the_job_after_the_grace_period, .ti
     char *out = job_output(&j);
     JOB_ASSERT(&j, rc == 128 + SIGTERM, "exit %d (143 expected):\n%s", rc, out);
     JOB_ASSERT(&j, took >= GRACE_S - 0.5 && took < GRACE_S + 8, "ended %.1f s after SIGTERM:\n%s", took, out);
-    JOB_ASSERT(&j, strstr(out, "tridentrun: the ranks did not stop within --grace-s 2 s of the stop request; "
-                               "killing them (SIGKILL)"),
+    JOB_ASSERT(&j,
+               strstr(out, "tridentrun: the ranks did not stop within --grace-s 2 s of the stop request; "
+                           "killing them (SIGKILL)"),
                "%s", out);
     JOB_ASSERT(&j, strstr(out, "tridentrun: stopped by signal 15 (Terminated); the ranks outlasted --grace-s"), "%s",
                out);
@@ -323,8 +325,18 @@ Test(hang, sigterm_to_ranks_that_ignore_it_kills_them_after_the_grace_period, .t
     char *dir = tt_mkdtemp();
     char grace[16];
     snprintf(grace, sizeof grace, "%d", GRACE_S);
-    char *argv[] = {(char *)tt_bin("tridentrun"), "--log-dir", "ranks", "--nproc-per-node", "2", "--grace-s",
-                    grace, "--", "/bin/sh", "-c", "trap '' TERM INT HUP USR1; exec sleep 60", NULL};
+    char *argv[] = {(char *)tt_bin("tridentrun"),
+                    "--log-dir",
+                    "ranks",
+                    "--nproc-per-node",
+                    "2",
+                    "--grace-s",
+                    grace,
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    "trap '' TERM INT HUP USR1; exec sleep 60",
+                    NULL};
     job j;
     job_start(&j, dir, 2, argv);
     job_wait_running(&j, NULL, NULL, 30);
@@ -378,8 +390,18 @@ Test(hang, summary_names_the_rank_whose_error_came_first_not_a_follower, .timeou
                          "1) echo 'saving step 600'; echo 'trident: rank 1: ck/step_600: write: disk full' >&2; "
                          "sleep 1.2; exit 4;; "
                          "2) sleep 0.6; exit 1;; esac; sleep 1.6; exit 1";
-    char *argv[] = {(char *)tt_bin("tridentrun"), "--mpirun", fake, "--log-dir", "ranks", "--nproc-per-node", "3",
-                    "--", "/bin/sh", "-c", (char *)script, NULL};
+    char *argv[] = {(char *)tt_bin("tridentrun"),
+                    "--mpirun",
+                    fake,
+                    "--log-dir",
+                    "ranks",
+                    "--nproc-per-node",
+                    "3",
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    (char *)script,
+                    NULL};
     job j;
     job_start(&j, dir, 3, argv);
     int rc = job_wait(&j, 30, "three failing ranks");

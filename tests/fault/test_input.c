@@ -59,9 +59,8 @@ static void expect_refused(int rc, const char *out, const char *path, const char
 }
 
 /* A small model's Hugging Face config.json (what `sample` needs to size it). */
-static const char k_hf_config[] =
-    "{\"model_type\": \"gpt2\", \"n_embd\": 16, \"n_head\": 2, \"n_layer\": 1, "
-    "\"n_positions\": 16, \"vocab_size\": 256}\n";
+static const char k_hf_config[] = "{\"model_type\": \"gpt2\", \"n_embd\": 16, \"n_head\": 2, \"n_layer\": 1, "
+                                  "\"n_positions\": 16, \"vocab_size\": 256}\n";
 
 /* ---- named pipes given as user files ------------------------------------- */
 
@@ -82,8 +81,8 @@ Test(fifo, tokenizer_file_is_refused_not_waited_on, .timeout = 60) {
     char *tok = fmt("%s/tokenizer.json", dir), *txt = fmt("%s/in.txt", dir);
     make_fifo(tok);
     write_text(txt, "some text\n");
-    char *cmd = fmt("%s tokenize encode --tokenizer %s --format llmc --out %s/out %s", tt_bin("trident"),
-                    tok, dir, txt);
+    char *cmd =
+        fmt("%s tokenize encode --tokenizer %s --format llmc --out %s/out %s", tt_bin("trident"), tok, dir, txt);
     int rc = run_capped(cmd, &out);
     expect_refused(rc, out, tok, "named pipe");
     free(out), free(cmd);
@@ -91,8 +90,7 @@ Test(fifo, tokenizer_file_is_refused_not_waited_on, .timeout = 60) {
     char *vocab = fmt("%s/vocab.json", dir), *merges = fmt("%s/merges.txt", dir);
     write_text(vocab, "{}");
     make_fifo(merges);
-    cmd = fmt("%s tokenize encode --tokenizer %s --format llmc --out %s/out %s", tt_bin("trident"), vocab,
-              dir, txt);
+    cmd = fmt("%s tokenize encode --tokenizer %s --format llmc --out %s/out %s", tt_bin("trident"), vocab, dir, txt);
     rc = run_capped(cmd, &out);
     expect_refused(rc, out, merges, "named pipe");
     free(out), free(cmd), free(vocab), free(merges), free(tok), free(txt);
@@ -189,8 +187,8 @@ Test(fifo, megatron_bin_beside_its_index_is_refused, .timeout = 60) {
      * N = 0 sequences, D = 2 document indices), then the indices [0, 0] */
     FILE *f = fopen(idx, "wb");
     cr_assert_not_null(f);
-    const unsigned char hdr[34] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 8,
-                                   0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0};
+    const unsigned char hdr[34] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+                                   8,   0,   0,   0,   0,   0,   0,   0, 0, 2, 0, 0, 0, 0, 0, 0, 0};
     const unsigned char docs[16] = {0};
     cr_assert_eq(fwrite(hdr, 1, sizeof hdr, f), sizeof hdr);
     cr_assert_eq(fwrite(docs, 1, sizeof docs, f), sizeof docs);
@@ -249,8 +247,8 @@ Test(tokenizer_memory, huge_end_of_text_id_is_refused_within_a_memory_cap, .time
     fputs("}}}\n", f);
     cr_assert_eq(fclose(f), 0);
     write_text(txt, "some text\n");
-    char *cmd = fmt("%s tokenize encode --tokenizer %s --format llmc --out %s/out %s", tt_bin("trident"), tok, dir,
-                    txt);
+    char *cmd =
+        fmt("%s tokenize encode --tokenizer %s --format llmc --out %s/out %s", tt_bin("trident"), tok, dir, txt);
     char *run = capped(cmd, 1024);
     int rc = run_capped(run, &out);
     expect_refused(rc, out, tok, "id 500000000 leaves a gap");

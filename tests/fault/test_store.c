@@ -21,12 +21,11 @@
 
 #include "helpers/testutil.h"
 
-#define AS_LIMIT "2000000000" /* bytes of address space per trident */
-#define TIME_LIMIT 60         /* seconds per trident */
+#define AS_LIMIT   "2000000000" /* bytes of address space per trident */
+#define TIME_LIMIT 60           /* seconds per trident */
 
 /* A run directory with its own token files (as tests/test_train.c makes them). */
-static char *make_run_dir(void)
-{
+static char *make_run_dir(void) {
     char *dir = tt_mkdtemp(), p[4200];
     snprintf(p, sizeof p, "%s/train.bin", dir);
     tt_write_llmc_random(p, 20000, 256, 1);
@@ -36,8 +35,7 @@ static char *make_run_dir(void)
 }
 
 /* The trident command line for a tiny run in dir (no prefix, no redirection). */
-static void train_cmd(char *cmd, size_t n, const char *dir, const char *ckpt, const char *extra)
-{
+static void train_cmd(char *cmd, size_t n, const char *dir, const char *ckpt, const char *extra) {
     snprintf(cmd, n,
              "%s train %s/configs/tiny-test.json --threads 1 --set data.train=%s/train.bin --set data.val= "
              "--set checkpoint.dir=%s --set log.dir=%s/log %s",
@@ -46,8 +44,7 @@ static void train_cmd(char *cmd, size_t n, const char *dir, const char *ckpt, co
 
 /* Runs a tiny training in dir (checkpoints in dir/ckpt), capped; stdout and
  * stderr together in *out. Returns the exit code. */
-static int train(const char *dir, const char *extra, char **out)
-{
+static int train(const char *dir, const char *extra, char **out) {
     char ckpt[4200], cmd[12000], full[12400];
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
     train_cmd(cmd, sizeof cmd, dir, ckpt, extra);
@@ -59,8 +56,7 @@ static int train(const char *dir, const char *extra, char **out)
  * own (so that kill hits it), output into log; capped by RLIMIT_AS and an
  * alarm, which both survive exec, and killed if this test's process ends
  * first (a failed assertion must not leave it running). */
-static pid_t spawn_train(const char *dir, const char *extra, const char *log)
-{
+static pid_t spawn_train(const char *dir, const char *extra, const char *log) {
     char ckpt[4200], cmd[12000], full[12100];
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
     train_cmd(cmd, sizeof cmd, dir, ckpt, extra);
@@ -69,27 +65,23 @@ static pid_t spawn_train(const char *dir, const char *extra, const char *log)
     cr_assert(pid >= 0);
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
-            _exit(126);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(126);
         tt_limit_as(2000000000UL);
         alarm(TIME_LIMIT);
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() == 1)
-            _exit(125);
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() == 1) _exit(125);
         execl("/bin/sh", "sh", "-c", full, (char *)NULL);
         _exit(127);
     }
     return pid;
 }
 
-static int losses_of(const char *dir, double **out)
-{
+static int losses_of(const char *dir, double **out) {
     char p[4200];
     snprintf(p, sizeof p, "%s/log/metrics.jsonl", dir);
     return tt_losses(p, out);
 }
 
-static int path_exists(const char *dir, const char *name)
-{
+static int path_exists(const char *dir, const char *name) {
     char p[4200];
     struct stat st;
     cr_assert(snprintf(p, sizeof p, "%s/%s", dir, name) < (int)sizeof p);
@@ -97,34 +89,29 @@ static int path_exists(const char *dir, const char *name)
 }
 
 /* Whether dir holds an entry whose name starts with prefix (its name into found). */
-static int has_entry(const char *dir, const char *prefix, char *found, size_t n)
-{
+static int has_entry(const char *dir, const char *prefix, char *found, size_t n) {
     DIR *d = opendir(dir);
-    if (!d)
-        return 0;
+    if (!d) return 0;
     int hit = 0;
     struct dirent *de;
     while (!hit && (de = readdir(d)))
         if (strncmp(de->d_name, prefix, strlen(prefix)) == 0) {
             hit = 1;
-            if (found)
-                snprintf(found, n, "%s", de->d_name);
+            if (found) snprintf(found, n, "%s", de->d_name);
         }
     closedir(d);
     return hit;
 }
 
 /* The whole content of dir/name compared with other/name, byte for byte. */
-static void expect_same_file(const char *a, const char *b, const char *name)
-{
+static void expect_same_file(const char *a, const char *b, const char *name) {
     char pa[4200], pb[4200];
     snprintf(pa, sizeof pa, "%s/%s", a, name);
     snprintf(pb, sizeof pb, "%s/%s", b, name);
     struct stat sa, sb;
     cr_assert_eq(stat(pa, &sa), 0, "%s", pa);
     cr_assert_eq(stat(pb, &sb), 0, "%s", pb);
-    cr_assert_eq(sa.st_size, sb.st_size, "%s: %lld vs %lld bytes", name, (long long)sa.st_size,
-                 (long long)sb.st_size);
+    cr_assert_eq(sa.st_size, sb.st_size, "%s: %lld vs %lld bytes", name, (long long)sa.st_size, (long long)sb.st_size);
     char *x = tt_read(pa), *y = tt_read(pb);
     cr_expect(memcmp(x, y, (size_t)sa.st_size) == 0, "%s differs between %s and %s", name, a, b);
     free(x);
@@ -132,20 +119,17 @@ static void expect_same_file(const char *a, const char *b, const char *name)
 }
 
 /* The one line of out that starts with "trident: " (the error), for messages. */
-static void expect_one_error_line(const char *out, const char *must1, const char *must2, const char *must3)
-{
+static void expect_one_error_line(const char *out, const char *must1, const char *must2, const char *must3) {
     const char *e = strstr(out, "trident: ");
     cr_assert_not_null(e, "no error line in: %s", out);
     cr_assert_null(strstr(e + 1, "trident: "), "more than one error line: %s", out);
     const char *musts[] = {must1, must2, must3};
     for (int i = 0; i < 3; i++)
-        if (musts[i])
-            cr_expect_not_null(strstr(e, musts[i]), "the error does not name '%s': %s", musts[i], e);
+        if (musts[i]) cr_expect_not_null(strstr(e, musts[i]), "the error does not name '%s': %s", musts[i], e);
 }
 
 /* Issue 13.1: a checkpoint dir with its newest step but no `latest`. */
-Test(store_faults, no_latest_resume_keeps_and_resumes_the_newest_checkpoint, .timeout = 60)
-{
+Test(store_faults, no_latest_resume_keeps_and_resumes_the_newest_checkpoint, .timeout = 60) {
     char *a = make_run_dir(), *b = make_run_dir(), *out = NULL, ckpt[4200], p[4300];
     const char *cfg = "--set train.steps=8 --set checkpoint.every=2 --set checkpoint.keep=2";
     cr_assert_eq(train(a, cfg, &out), 0, "%s", out);
@@ -176,8 +160,7 @@ Test(store_faults, no_latest_resume_keeps_and_resumes_the_newest_checkpoint, .ti
     int na = losses_of(a, &la), nb = losses_of(b, &lb);
     cr_assert_eq(na, 8);
     cr_assert_eq(nb, 8, "6 steps, then the 2 after the newest checkpoint");
-    for (int i = 0; i < 8; i++)
-        cr_expect(la[i] == lb[i], "step %d: %.17g vs %.17g", i + 1, la[i], lb[i]);
+    for (int i = 0; i < 8; i++) cr_expect(la[i] == lb[i], "step %d: %.17g vs %.17g", i + 1, la[i], lb[i]);
     free(la);
     free(lb);
     /* pruning (keep 2) did not delete the checkpoint it resumed from */
@@ -190,8 +173,7 @@ Test(store_faults, no_latest_resume_keeps_and_resumes_the_newest_checkpoint, .ti
     free(b);
 }
 
-Test(store_faults, a_damaged_newest_checkpoint_is_named_with_the_previous_step, .timeout = 60)
-{
+Test(store_faults, a_damaged_newest_checkpoint_is_named_with_the_previous_step, .timeout = 60) {
     char *dir = make_run_dir(), *out = NULL, ckpt[4200], p[4300];
     cr_assert_eq(train(dir, "--set train.steps=6 --set checkpoint.every=2", &out), 0, "%s", out);
     free(out);
@@ -229,8 +211,7 @@ Test(store_faults, a_damaged_newest_checkpoint_is_named_with_the_previous_step, 
  * save fails (the preflight saw room for one), the resumed run is refused by
  * the preflight. Needs root and a mount
  * namespace (unshare -m), so that the mount vanishes with the test. */
-Test(store_faults, enospc_on_a_small_tmpfs_leaves_no_temp_dir, .timeout = 90)
-{
+Test(store_faults, enospc_on_a_small_tmpfs_leaves_no_temp_dir, .timeout = 90) {
     char *dir = make_run_dir(), *out = NULL, ckpt[4200], first[12000], again[12000], eval[9000], cmd[40000];
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
     cr_assert_eq(mkdir(ckpt, 0755), 0);
@@ -238,14 +219,14 @@ Test(store_faults, enospc_on_a_small_tmpfs_leaves_no_temp_dir, .timeout = 90)
     train_cmd(again, sizeof again, dir, ckpt, "--set train.steps=3 --set checkpoint.every=1 --resume");
     snprintf(eval, sizeof eval, "%s eval --ckpt %s --data %s/val.bin --batches 1 --batch 1 --threads 1",
              tt_bin("trident"), ckpt, dir);
-    int k = snprintf(cmd, sizeof cmd,
-             "[ \"$(id -u)\" = 0 ] && command -v unshare >/dev/null && "
-             "timeout -k 5 80 unshare -m --propagation private sh -c '"
-             "mount -t tmpfs -o size=640k tmpfs %s 2>/dev/null || exit 0; echo MOUNTED; "
-             TT_SH_LIMIT_AS("2000000")
-             "%s; echo \"first rc=$?\"; %s; echo \"again rc=$?\"; %s >/dev/null; echo \"eval rc=$?\"; "
-             "echo LISTING; ls -a %s'",
-             ckpt, first, again, eval, ckpt);
+    int k = snprintf(
+        cmd, sizeof cmd,
+        "[ \"$(id -u)\" = 0 ] && command -v unshare >/dev/null && "
+        "timeout -k 5 80 unshare -m --propagation private sh -c '"
+        "mount -t tmpfs -o size=640k tmpfs %s 2>/dev/null || exit 0; echo MOUNTED; " TT_SH_LIMIT_AS(
+            "2000000") "%s; echo \"first rc=$?\"; %s; echo \"again rc=$?\"; %s >/dev/null; echo \"eval rc=$?\"; "
+                       "echo LISTING; ls -a %s'",
+        ckpt, first, again, eval, ckpt);
     cr_assert(k < (int)sizeof cmd);
     tt_run(cmd, &out);
     if (!strstr(out, "MOUNTED")) {
@@ -275,8 +256,7 @@ Test(store_faults, enospc_on_a_small_tmpfs_leaves_no_temp_dir, .timeout = 90)
 
 /* Issue 13.9 where no tmpfs can be mounted: RLIMIT_FSIZE (with SIGXFSZ
  * ignored, writes past it fail with EFBIG) makes the first save fail. */
-Test(store_faults, efbig_under_rlimit_fsize_leaves_no_temp_dir, .timeout = 60)
-{
+Test(store_faults, efbig_under_rlimit_fsize_leaves_no_temp_dir, .timeout = 60) {
     char *dir = make_run_dir(), *out = NULL, ckpt[4200], cmd[12000], full[12400];
     if (tt_run("command -v prlimit", NULL) != 0) {
         tt_rmrf(dir);
@@ -287,7 +267,8 @@ Test(store_faults, efbig_under_rlimit_fsize_leaves_no_temp_dir, .timeout = 60)
     train_cmd(cmd, sizeof cmd, dir, ckpt, "--set train.steps=2 --set checkpoint.every=1");
     /* model.safetensors of the tiny model is 139 KB, metrics.jsonl far below 64 KiB */
     snprintf(full, sizeof full,
-             "trap '' XFSZ; exec timeout -k 5 %d prlimit --fsize=65536 " TT_PRLIMIT_AS(AS_LIMIT) " %s", TIME_LIMIT, cmd);
+             "trap '' XFSZ; exec timeout -k 5 %d prlimit --fsize=65536 " TT_PRLIMIT_AS(AS_LIMIT) " %s", TIME_LIMIT,
+             cmd);
     int rc = tt_run(full, &out);
     cr_expect_eq(rc, 1, "%s", out);
     cr_expect_not_null(strstr(out, "File too large"), "%s", out);
@@ -301,8 +282,7 @@ Test(store_faults, efbig_under_rlimit_fsize_leaves_no_temp_dir, .timeout = 60)
 }
 
 /* Issue 13.10: a second trainer on a dir in use is refused naming the first. */
-Test(store_faults, a_second_trainer_is_refused_naming_the_holder, .timeout = 60)
-{
+Test(store_faults, a_second_trainer_is_refused_naming_the_holder, .timeout = 60) {
     char *dir = make_run_dir(), *out = NULL, log[4300], lock[4300], want[128], host[256] = "";
     gethostname(host, sizeof host - 1);
     snprintf(log, sizeof log, "%s/first.log", dir);
@@ -314,8 +294,7 @@ Test(store_faults, a_second_trainer_is_refused_naming_the_holder, .timeout = 60)
         char *txt = tt_read(log);
         training = txt && strstr(txt, "step     1/") != NULL;
         free(txt);
-        if (!training)
-            usleep(50000);
+        if (!training) usleep(50000);
     }
     cr_assert(training, "the first trainer did not start (see %s)", log);
     char *holder = tt_read(lock);
@@ -345,15 +324,13 @@ Test(store_faults, a_second_trainer_is_refused_naming_the_holder, .timeout = 60)
 
 /* Issue 13.9, second half: temp dirs of writers that died (or hold no lock)
  * are removed when the next trainer starts, not left to fill the disk. */
-Test(store_faults, stale_temp_dirs_are_removed_at_start, .timeout = 60)
-{
+Test(store_faults, stale_temp_dirs_are_removed_at_start, .timeout = 60) {
     char *dir = make_run_dir(), *out = NULL, ckpt[4200], p[4400];
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
     cr_assert_eq(mkdir(ckpt, 0755), 0);
     pid_t dead = fork();
     cr_assert(dead >= 0);
-    if (dead == 0)
-        _exit(0);
+    if (dead == 0) _exit(0);
     cr_assert_eq(waitpid(dead, NULL, 0), dead);
     char dead_tmp[128], live_tmp[128];
     /* steps above the run's own, so that no save of this run would reach them */
@@ -384,8 +361,7 @@ Test(store_faults, stale_temp_dirs_are_removed_at_start, .timeout = 60)
 /* kill -9 at random moments (start-up, a step, the middle of a save), resume
  * each time: the final checkpoint equals an uninterrupted run's, bit for bit,
  * and no temp dir is left. */
-Test(store_faults, kill_9_loop_resumes_bit_for_bit, .timeout = 120)
-{
+Test(store_faults, kill_9_loop_resumes_bit_for_bit, .timeout = 120) {
     const char *cfg = "--set train.steps=20 --set checkpoint.every=1 --set checkpoint.keep=2";
     char *ref = make_run_dir(), *dir = make_run_dir(), *out = NULL, log[4300], extra[512];
     cr_assert_eq(train(ref, cfg, &out), 0, "%s", out);
@@ -409,10 +385,8 @@ Test(store_faults, kill_9_loop_resumes_bit_for_bit, .timeout = 120)
     /* how many kills landed inside a save (their temp dir was found and removed) */
     int mid_save = 0;
     char *killed = tt_read(log);
-    for (const char *c = killed; c && (c = strstr(c, "the temporary directory of a save")); c++)
-        mid_save++;
-    for (const char *c = out; (c = strstr(c, "the temporary directory of a save")); c++)
-        mid_save++;
+    for (const char *c = killed; c && (c = strstr(c, "the temporary directory of a save")); c++) mid_save++;
+    for (const char *c = out; (c = strstr(c, "the temporary directory of a save")); c++) mid_save++;
     free(killed);
     free(out);
     cr_log_info("kill -9 loop: %d kills, %d inside a save, seed %u", kills, mid_save, seed);
@@ -440,8 +414,7 @@ Test(store_faults, kill_9_loop_resumes_bit_for_bit, .timeout = 120)
 /* Issue 13.8, first half: a checkpoint.dir that cannot hold checkpoints is
  * refused at start, naming the key, instead of failing the first save after
  * the training it was meant to keep. */
-Test(store_faults, a_bad_checkpoint_dir_is_refused_before_training, .timeout = 60)
-{
+Test(store_faults, a_bad_checkpoint_dir_is_refused_before_training, .timeout = 60) {
     char *dir = make_run_dir(), *out = NULL, cmd[12000], full[12400], afile[4300], under[4400];
     snprintf(afile, sizeof afile, "%s/afile", dir);
     FILE *f = fopen(afile, "w");

@@ -83,7 +83,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int32_t *in = malloc(4 * (size_t)seq_len * sizeof *in), *tg = malloc(4 * (size_t)seq_len * sizeof *tg);
         FUZZ_ASSERT(in && tg);
         FUZZ_ASSERT(tri_sampler_fill(&s, 3, 8, 2, 4, in, tg) == 0);
-        for (size_t i = 0; i < 4 * (size_t)seq_len; i++) FUZZ_ASSERT(in[i] >= 0 && in[i] < 256 && tg[i] >= 0 && tg[i] < 256);
+        for (size_t i = 0; i < 4 * (size_t)seq_len; i++)
+            FUZZ_ASSERT(in[i] >= 0 && in[i] < 256 && tg[i] >= 0 && tg[i] < 256);
         size_t nb = tri_sampler_eval_batches(&s, 4);
         FUZZ_ASSERT(nb >= 1);
         FUZZ_ASSERT(tri_sampler_fill_eval(&s, nb - 1, 4, in, tg) == 0);

@@ -18,12 +18,12 @@
 #include <stdlib.h>
 
 /* A property an accepted input must have; aborts (a finding) when it does not. */
-#define FUZZ_ASSERT(cond)                                                                     \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            tri_fuzz_report("%s:%d: FUZZ_ASSERT(%s) failed", __FILE__, __LINE__, #cond);      \
-            abort();                                                                          \
-        }                                                                                     \
+#define FUZZ_ASSERT(cond)                                                                \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            tri_fuzz_report("%s:%d: FUZZ_ASSERT(%s) failed", __FILE__, __LINE__, #cond); \
+            abort();                                                                     \
+        }                                                                                \
     } while (0)
 
 /* Prints a line to fd 2 (which tri_fuzz_quiet leaves open). */

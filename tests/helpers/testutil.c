@@ -48,8 +48,10 @@ int tt_run(const char *cmd, char **out) {
     }
     buf[len] = 0;
     int st = pclose(p);
-    if (out) *out = buf;
-    else free(buf);
+    if (out)
+        *out = buf;
+    else
+        free(buf);
     if (WIFEXITED(st)) return WEXITSTATUS(st);
     if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
     return -1;
@@ -65,12 +67,18 @@ const char *tt_bin(const char *name) {
 
 void tt_write_llmc(const char *path, const uint16_t *tok, size_t n) {
     FILE *f = fopen(path, "wb");
-    if (!f) { perror(path); abort(); }
+    if (!f) {
+        perror(path);
+        abort();
+    }
     int32_t h[256] = {0};
     h[0] = 20240520;
     h[1] = 1;
     h[2] = (int32_t)n;
-    if (fwrite(h, sizeof h, 1, f) != 1 || fwrite(tok, sizeof *tok, n, f) != n) { perror(path); abort(); }
+    if (fwrite(h, sizeof h, 1, f) != 1 || fwrite(tok, sizeof *tok, n, f) != n) {
+        perror(path);
+        abort();
+    }
     fclose(f);
 }
 

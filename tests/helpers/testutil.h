@@ -21,10 +21,10 @@
 #endif
 #ifdef TT_ASAN
 #define TT_PRLIMIT_AS(bytes) "" /* prlimit option for `bytes` of address space */
-#define TT_SH_LIMIT_AS(kib) ""  /* shell command for `kib` KiB of address space */
+#define TT_SH_LIMIT_AS(kib)  "" /* shell command for `kib` KiB of address space */
 #else
 #define TT_PRLIMIT_AS(bytes) "--as=" bytes
-#define TT_SH_LIMIT_AS(kib) "ulimit -v " kib "; "
+#define TT_SH_LIMIT_AS(kib)  "ulimit -v " kib "; "
 #endif
 /* setrlimit(RLIMIT_AS) to bytes (soft and hard), except in an ASan build. */
 void tt_limit_as(rlim_t bytes);
