@@ -21,12 +21,12 @@
 #include "src/base/file.h"
 
 void tri_data_err(const char *file, const char *fmt, ...) {
+    char msg[1536];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "trident: %s: ", file);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    tri_error("%s: %s", file, msg);
 }
 
 int tri_dtype_bytes(int dtype) {

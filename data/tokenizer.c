@@ -778,7 +778,7 @@ void tri_tokenizer_bytes(tri_tokenizer *tk) {
     tk->tok_bytes = malloc(256);
     if (!tk->flags || !tk->tok_off || !tk->tok_bytes) {
         /* 2.6 KB: the contract says this cannot fail, so failing is fatal */
-        fprintf(stderr, "trident: tokenizer: out of memory for the byte tokenizer\n");
+        tri_error("tokenizer: out of memory for the byte tokenizer");
         abort();
     }
     for (int b = 0; b < 256; b++) {
@@ -818,8 +818,7 @@ int tri_tokenizer_from_merges(tri_tokenizer *tk, const int32_t *pairs, int n, in
     for (int k = 0; k < n; k++) {
         int32_t a = pairs[2 * (size_t)k], b = pairs[2 * (size_t)k + 1];
         if (a < 0 || a >= nt || b < 0 || b >= nt) {
-            fprintf(stderr, "trident: tokenizer: merge %d (%ld, %ld) names an id outside [0, %d)\n", k, (long)a,
-                    (long)b, nt);
+            tri_error("tokenizer: merge %d (%ld, %ld) names an id outside [0, %d)", k, (long)a, (long)b, nt);
             tri_tokenizer_free(tk);
             tri_bmap_free(&bytes_to_id);
             return -1;
@@ -866,7 +865,7 @@ int tri_tokenizer_from_merges(tri_tokenizer *tk, const int32_t *pairs, int n, in
     if (build_pair_table(tk)) goto oom;
     return 0;
 oom:
-    fprintf(stderr, "trident: tokenizer: out of memory building %d merges\n", n);
+    tri_error("tokenizer: out of memory building %d merges", n);
     tri_bmap_free(&bytes_to_id);
     tri_tokenizer_free(tk);
     return -1;
@@ -1017,7 +1016,7 @@ static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
     free(tmp);
     return 0;
 oom:
-    fprintf(stderr, "trident: %s: out of memory\n", L->file);
+    tri_error("%s: out of memory", L->file);
 fail:
     free(tmp);
     return -1;
@@ -1080,8 +1079,8 @@ static int add_merge(loader *L, tri_tokenizer *tk, const char *a, size_t la, con
     }
     int ia = lookup_str(L, a, la, tmp), ib = lookup_str(L, b, lb, tmp);
     if (ia < 0 || ib < 0) {
-        fprintf(stderr, "trident: %s: %s: token \"%.*s\" is not in the vocab\n", L->file, where,
-                (int)(ia < 0 ? la : lb), ia < 0 ? a : b);
+        tri_error("%s: %s: token \"%.*s\" is not in the vocab", L->file, where, (int)(ia < 0 ? la : lb),
+                  ia < 0 ? a : b);
         free(tmp);
         return -1;
     }
@@ -1184,7 +1183,7 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
         size_t off = end && end >= text ? (size_t)(end - text) : 0;
-        fprintf(stderr, "trident: %s: not valid JSON (near byte %zu)\n", path, off);
+        tri_error("%s: not valid JSON (near byte %zu)", path, off);
         free(text);
         return -1;
     }
@@ -1274,7 +1273,7 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
     cJSON_Delete(root);
     return 0;
 oom:
-    fprintf(stderr, "trident: %s: out of memory\n", path);
+    tri_error("%s: out of memory", path);
 fail:
     free(merges);
     loader_free(&L);
@@ -1474,12 +1473,12 @@ int tri_tokenizer_save(const tri_tokenizer *tk, const char *path) {
     if (fsync(fileno(f)) != 0) err = 1;
     if (fclose(f) != 0) err = 1;
     if (err) {
-        fprintf(stderr, "trident: %s: write error: %s\n", tmp, strerror(errno));
+        tri_error("%s: write error: %s", tmp, strerror(errno));
         remove(tmp);
         return -1;
     }
     if (rename(tmp, path) != 0) {
-        fprintf(stderr, "trident: %s: cannot rename %s into place: %s\n", path, tmp, strerror(errno));
+        tri_error("%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
         remove(tmp);
         return -1;
     }

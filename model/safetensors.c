@@ -255,17 +255,17 @@ static char *build_header(const char *path, const tri_st_layout *L, const char *
         cJSON *m = cJSON_ParseWithOpts(metadata, &end, 1);
         if (!m || !cJSON_IsObject(m)) {
             if (!m)
-                fprintf(stderr, "trident: %s: metadata is not valid JSON (error at byte %td)\n", path,
-                        end ? end - metadata : (ptrdiff_t)0);
+                tri_error("%s: metadata is not valid JSON (error at byte %td)", path,
+                          end ? end - metadata : (ptrdiff_t)0);
             else
-                fprintf(stderr, "trident: %s: metadata is not a JSON object\n", path);
+                tri_error("%s: metadata is not a JSON object", path);
             cJSON_Delete(m);
             free(s.p);
             return NULL;
         }
         for (cJSON *it = m->child; it; it = it->next) {
             if (!cJSON_IsString(it)) {
-                fprintf(stderr, "trident: %s: metadata key \"%s\": expected a string value\n", path, it->string);
+                tri_error("%s: metadata key \"%s\": expected a string value", path, it->string);
                 cJSON_Delete(m);
                 free(s.p);
                 return NULL;
@@ -294,7 +294,7 @@ static char *build_header(const char *path, const tri_st_layout *L, const char *
     }
     sb_puts(&s, "}");
     if (s.oom) {
-        fprintf(stderr, "trident: %s: out of memory building the header\n", path);
+        tri_error("%s: out of memory building the header", path);
         free(s.p);
         return NULL;
     }
@@ -321,7 +321,7 @@ int tri_st_create(const char *path, const tri_st_layout *L, const char *metadata
 
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        fprintf(stderr, "trident: %s: cannot create: %s\n", path, strerror(errno));
+        tri_error("%s: cannot create: %s", path, strerror(errno));
         free(buf);
         return -1;
     }
@@ -616,13 +616,13 @@ static int parse_header(tri_st_file *f, const char *hdr, size_t n, uint64_t data
     }
     for (const char *q = end; q < hdr + n; q++) {
         if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
-            fprintf(stderr, "trident: %s: unexpected bytes after the header JSON (at byte %td)\n", path, q - hdr);
+            tri_error("%s: unexpected bytes after the header JSON (at byte %td)", path, q - hdr);
             cJSON_Delete(root);
             return -1;
         }
     }
     if (!cJSON_IsObject(root)) {
-        fprintf(stderr, "trident: %s: header is not a JSON object\n", path);
+        tri_error("%s: header is not a JSON object", path);
         cJSON_Delete(root);
         return -1;
     }
@@ -708,7 +708,7 @@ int tri_st_open(tri_st_file *f, const char *path) {
     f->fd = fd;
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        fprintf(stderr, "trident: %s: stat: %s\n", path, strerror(errno));
+        tri_error("%s: stat: %s", path, strerror(errno));
         tri_st_close(f);
         return -1;
     }
@@ -739,7 +739,7 @@ int tri_st_open(tri_st_file *f, const char *path) {
         return -1;
     }
     if (pread_all(fd, hdr, (size_t)n, 8, &err) != 0) {
-        fprintf(stderr, "trident: %s: reading the header: %s\n", path, err ? strerror(err) : "unexpected end of file");
+        tri_error("%s: reading the header: %s", path, err ? strerror(err) : "unexpected end of file");
         free(hdr);
         tri_st_close(f);
         return -1;

@@ -1,4 +1,5 @@
 #include "parallel/grad_sync.h"
+#include "src/base/err.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@ int tri_grad_sync_init(tri_grad_sync *s, float *grads, size_t n_floats, tri_comm
     s->bounds = calloc((size_t)s->n_buckets + 1, sizeof *s->bounds);
     s->reqs = calloc((size_t)s->n_buckets, sizeof *s->reqs);
     if (!s->bounds || !s->reqs) {
-        fprintf(stderr, "trident: out of memory (gradient buckets)\n");
+        tri_error("out of memory (gradient buckets)");
         tri_grad_sync_free(s);
         return -1;
     }

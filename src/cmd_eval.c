@@ -86,7 +86,7 @@ int tri_cmd_eval(int argc, char **argv) {
     size_t T = (size_t)m.cfg.model.seq_len, n = (size_t)batch * T;
     int32_t *in = malloc(n * sizeof *in), *tg = malloc(n * sizeof *tg);
     if (!in || !tg) {
-        fprintf(stderr, "trident: eval: out of memory for --batch %ld\n", batch);
+        tri_error("eval: out of memory for --batch %ld", batch);
         free(in);
         free(tg);
         tri_sampler_free(&s);

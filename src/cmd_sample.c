@@ -127,8 +127,8 @@ int tri_cmd_sample(int argc, char **argv) {
     }
     int V = m.cfg.model.vocab_size;
     if (tri_tokenizer_vocab_size(&tk) > V) {
-        fprintf(stderr, "trident: %s: tokenizer has %d tokens but the model's vocab_size is %d\n",
-                tokpath ? tokpath : "(bytes)", tri_tokenizer_vocab_size(&tk), V);
+        tri_error("%s: tokenizer has %d tokens but the model's vocab_size is %d", tokpath ? tokpath : "(bytes)",
+                  tri_tokenizer_vocab_size(&tk), V);
         tri_tokenizer_free(&tk);
         tri_infer_close(&m);
         return 2;
@@ -141,7 +141,7 @@ int tri_cmd_sample(int argc, char **argv) {
     float *probs = malloc((size_t)V * sizeof *probs), *logits = malloc((size_t)V * sizeof *logits);
     int rc = 0;
     if (!ctx || !probs || !logits) {
-        fprintf(stderr, "trident: sample: out of memory\n");
+        tri_error("sample: out of memory");
         free(ctx);
         free(probs);
         free(logits);
@@ -152,7 +152,7 @@ int tri_cmd_sample(int argc, char **argv) {
     int32_t *pids = NULL;
     size_t np = prompt ? tri_tokenizer_encode(&tk, prompt, strlen(prompt), &pids) : 0;
     if (np == SIZE_MAX) {
-        fprintf(stderr, "trident: sample: out of memory encoding the prompt\n");
+        tri_error("sample: out of memory encoding the prompt");
         np = 0;
         prompt = NULL;
     }

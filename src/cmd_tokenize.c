@@ -289,7 +289,7 @@ static int encode_plain(enc_ctx *c, const char *path) {
     rc = 0;
     goto done;
 oom:
-    fprintf(stderr, "trident: %s: out of memory\n", path);
+    tri_error("%s: out of memory", path);
 done:
     if (tri_textblocks_close(&tb) && rc == 0) rc = 2;
     free(doc.ids);
@@ -350,7 +350,7 @@ static int batch_flush(enc_ctx *c, doc_batch *b) {
             fail = 1;
         if (!fail && c->eot >= 0 && !c->eot_before && ivec_push(&d->ids, c->eot)) fail = 1;
     }
-    if (fail) fprintf(stderr, "trident: tokenize encode: out of memory\n");
+    if (fail) tri_error("tokenize encode: out of memory");
     if (!fail && tri_stop_signal()) fail = 128 + tri_stop_signal();
     for (size_t i = 0; i < b->n && !fail; i++)
         if (tri_tokwriter_add_doc(c->w, b->d[i].ids.ids, b->d[i].ids.n)) fail = 1;
@@ -369,7 +369,7 @@ static int add_small_file(doc_batch *b, const char *path, size_t size) {
     size_t got = buf ? tri_textfile_read(&tf, buf, size + 1) : SIZE_MAX;
     int rc = tri_textfile_close(&tf);
     if (!d || !buf) {
-        fprintf(stderr, "trident: %s: out of memory\n", path);
+        tri_error("%s: out of memory", path);
         free(buf);
         if (d) b->n--;
         return 2;
@@ -666,7 +666,7 @@ static int cmd_decode(int argc, char **argv) {
         size_t wr = fwrite(text, 1, tl, stdout);
         free(text);
         if (wr != tl) {
-            fprintf(stderr, "trident: tokenize decode: error writing to stdout\n");
+            tri_error("tokenize decode: error writing to stdout");
             free(ids);
             rc = 1;
             goto done;
@@ -674,7 +674,7 @@ static int cmd_decode(int argc, char **argv) {
     }
     free(ids);
     rc = fflush(stdout) == 0 ? 0 : 1;
-    if (rc) fprintf(stderr, "trident: tokenize decode: error writing to stdout\n");
+    if (rc) tri_error("tokenize decode: error writing to stdout");
 done:
     tri_dataset_close(&ds);
     tri_tokenizer_free(&tk);
