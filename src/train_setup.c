@@ -1,7 +1,6 @@
 /* `trident train`, part 1: everything before step 1. See src/trainer.h. */
 #include "src/trainer.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
