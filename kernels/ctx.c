@@ -20,23 +20,6 @@ size_t tri_dtype_size(tri_dtype t) {
     TRI_FAIL("unknown dtype %d", (int)t);
 }
 
-const char *tri_dtype_str(tri_dtype t) {
-    switch (t) {
-    case TRI_F32: return "f32";
-    case TRI_F64: return "f64";
-    case TRI_I32: return "i32";
-    case TRI_U8: return "u8";
-    case TRI_BF16: return "bf16";
-    case TRI_F16: return "f16";
-    }
-    return "?";
-}
-
-const char *tri_mem_kind_name(tri_mem_kind k) {
-    static const char *names[TRI_MEM_KINDS] = {"params", "grads", "optim", "saved", "workspace", "other"};
-    return k >= 0 && k < TRI_MEM_KINDS ? names[k] : "?";
-}
-
 int tri_ctx_init(tri_ctx *c, const char *device, int threads) {
     memset(c, 0, sizeof *c);
     c->ops = tri_ops_get(device ? device : "cpu");

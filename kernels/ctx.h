@@ -90,7 +90,4 @@ void tri_mem_json(const tri_mem_stats *m, char *buf, size_t n);
 /* The same for people: "params 1.2 MiB, grads ..., workspace ...". */
 void tri_mem_line(const tri_mem_stats *m, char *buf, size_t n);
 
-/* Name of a memory kind: "params", "grads", "optim", "saved", "workspace", "other". */
-const char *tri_mem_kind_name(tri_mem_kind k);
-
 #endif

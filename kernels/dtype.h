@@ -16,7 +16,5 @@ typedef enum {
 
 /* Bytes per element. */
 size_t tri_dtype_size(tri_dtype t);
-/* "f32", "bf16", ... */
-const char *tri_dtype_str(tri_dtype t);
 
 #endif

@@ -15,6 +15,6 @@ const tri_ops *tri_ops_get(const char *name) {
         tri_error("this build has no CUDA backend (configure with -DTRI_CUDA=ON)");
         return NULL;
     }
-    tri_error("unknown device '%s' (expected cpu or cuda)", name != NULL ? name : "(null)");
+    tri_error("unknown device '%s' (expected cpu, cpu-guard or cuda)", name != NULL ? name : "(null)");
     return NULL;
 }

@@ -451,6 +451,28 @@ Test(runtime, saved_bytes_per_layer_match_the_closed_form) {
         }
 }
 
+/* The same closed form under tensor parallelism (t = 2, 4: qkv, attention
+ * output, probabilities and the MLP are split, the rest replicated), from
+ * the layout of a described shard (no memory, no ranks needed). */
+Test(runtime, saved_bytes_per_layer_under_tp_match_the_closed_form) {
+    tri_model_cfg cfg = {.n_layer = 2, .n_head = 8, .n_embd = 128, .seq_len = 32, .vocab_size = 1000};
+    const size_t B = 2, T = 32;
+    for (int tp = 2; tp <= 4; tp *= 2)
+        for (int pol = 0; pol < 3; pol++) {
+            tri_gpt g;
+            cr_assert_eq(tri_gpt_describe_single(&g, &cfg, tp, tp - 1), 0);
+            size_t lb = 0;
+            cr_assert(tri_slot_bytes(&g, 0, B, T, (tri_recompute)pol, &lb) > 0);
+            double BT = (double)(B * T), C = cfg.n_embd, a = cfg.n_head, t = tp;
+            double want = pol == TRI_RECOMPUTE_NONE        ? 4 * (BT * (4 * C + 4 + 12 * C / t) + B * (a / t) * T * T)
+                          : pol == TRI_RECOMPUTE_SELECTIVE ? 4 * BT * (4 * C + 4 + 12 * C / t)
+                                                           : 4 * BT * C;
+            cr_expect((double)lb == want, "tp=%d %s: %zu bytes per layer, closed form %.0f", tp,
+                      tri_recompute_name((tri_recompute)pol), lb, want);
+            tri_gpt_free(&g);
+        }
+}
+
 /* Under the guarded backend the same training micro-batches give the same
  * gradients: no code path of the model reads backend memory from the host
  * (it would fault). */

@@ -45,17 +45,6 @@ int tri_open_regular(const char *path, const char *what, size_t *size) {
     return fd;
 }
 
-FILE *tri_fopen_regular(const char *path, const char *what) {
-    int fd = tri_open_regular(path, what, NULL);
-    if (fd < 0) return NULL;
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        tri_error("%s %s: %s", what, path, strerror(errno));
-        close(fd);
-    }
-    return f;
-}
-
 char *tri_slurp(const char *path, const char *what, size_t max_bytes, size_t *len) {
     size_t size = 0;
     int fd = tri_open_regular(path, what, &size);
