@@ -18,7 +18,6 @@ int tri_open_regular(const char *path, const char *what, size_t *size);
  * file or directory", "not a regular file (a named pipe)") in why[n]. */
 int tri_open_regular_why(const char *path, size_t *size, char *why, size_t n);
 
-
 /* Reads a whole regular file into a malloc'd buffer with a NUL appended
  * (caller frees); *len (if non-NULL) gets its length without the NUL. Files
  * over max_bytes are refused (0: no limit). NULL after printing. */
