@@ -108,6 +108,13 @@ static const field fields[] = {
     NUM(parallel, tp, 1, 1, 0, POS, "tensor-parallel ranks"),
     NUM(parallel, pp, 1, 1, 0, POS, "pipeline-parallel stages"),
     NUM(parallel, dp, 1, 1, 0, POS, "data-parallel replicas"),
+    NUM(parallel, vpp, 1, 1, 0, POS, "virtual pipeline chunks per stage (> 1: the interleaved schedule)"),
+    CHOICE(parallel, schedule, "1f1b", "1f1b|interleaved|gpipe|zb-h1",
+           "pipeline schedule: 1f1b (interleaved when vpp > 1), interleaved, gpipe (all forwards, then all "
+           "backwards), zb-h1 (zero-bubble: backward split into input and weight gradients)"),
+    STR(parallel, pp_layout, "", 0,
+        "layers per stage (pp numbers) or per virtual chunk (pp x vpp numbers, chunk-major), e.g. \"3,4,4,3\"; "
+        "\"\": even"),
     NUM(parallel, bucket_mb, 25, 0, 0, GT0, "gradient all-reduce bucket size, MiB"),
     NUM(parallel, timeout_s, 600, 0, 1e6, R_LO | R_HI,
         "seconds a rank waits for its peers in one collective or transfer before it names them and "

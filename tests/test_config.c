@@ -26,7 +26,7 @@
 
 #include "src/config.h"
 
-#define N_CONFIG_FIELDS 37 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 40 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
