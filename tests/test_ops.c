@@ -365,6 +365,32 @@ Test(ops_matmul, threaded_size_matches_naive_reference, .timeout = 60) {
     free(ref), free(ginp), free(gw), free(gb), free(ri), free(rw), free(rb);
 }
 
+/* dweight = NULL skips the weight gradient, and asking for the parts in two
+ * calls (dinp and dbias, then dweight alone: the zero-bubble split of
+ * backward, model/runtime.h) gives the one call's results bit for bit, at a
+ * size where OpenBLAS threads. The one call's results are checked against a
+ * reference above. */
+Test(ops_matmul, dweight_null_is_skipped_and_split_calls_equal_one_call, .timeout = 60) {
+    const tri_ops *o = cpu();
+    const size_t N = 301, C = 203, OC = 157;
+    rng r = {.s = 9};
+    float *inp = frand(&r, N * C, -1, 1), *w = frand(&r, OC * C, -1, 1), *R = frand(&r, N * OC, -1, 1);
+    float *dw0 = frand(&r, OC * C, -1, 1), *db0 = frand(&r, OC, -1, 1);
+    float *i1 = fvec(N * C), *w1 = fcopy(dw0, OC * C), *b1 = fcopy(db0, OC);
+    float *i2 = fvec(N * C), *w2 = fcopy(dw0, OC * C), *b2 = fcopy(db0, OC);
+    ffill(i1, N * C, NAN);
+    ffill(i2, N * C, NAN);
+    o->matmul_bwd(TC, i1, w1, b1, R, inp, w, N, C, OC);
+    o->matmul_bwd(TC, i2, NULL, b2, R, inp, w, N, C, OC);
+    cr_expect(memcmp(w2, dw0, OC * C * sizeof(float)) == 0, "dweight = NULL must leave the weight gradient alone");
+    o->matmul_bwd(TC, NULL, w2, NULL, R, inp, w, N, C, OC);
+    cr_expect(memcmp(i1, i2, N * C * sizeof(float)) == 0, "dinp differs");
+    cr_expect(memcmp(w1, w2, OC * C * sizeof(float)) == 0, "dweight differs");
+    cr_expect(memcmp(b1, b2, OC * sizeof(float)) == 0, "dbias differs");
+    cr_expect(memcmp(w1, dw0, OC * C * sizeof(float)) != 0, "the weight gradient was not accumulated at all");
+    free(inp), free(w), free(R), free(dw0), free(db0), free(i1), free(w1), free(b1), free(i2), free(w2), free(b2);
+}
+
 /* ---------------------------------------------------------------- layernorm */
 
 static void ref_layernorm(double *out, double *mean, double *rstd, const double *inp, const double *w, const double *b,

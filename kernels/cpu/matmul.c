@@ -32,8 +32,11 @@ void tri_cpu_matmul_fwd(float *out, const float *inp, const float *weight, const
 }
 
 /* dinp (N, C)     = dout (N, OC) @ weight (OC, C)     [overwrite; dinp may be NULL]
- * dweight (OC, C) += dout^T @ inp (N, C)              [accumulate]
- * dbias (OC)      += column sums of dout              [accumulate; may be NULL] */
+ * dweight (OC, C) += dout^T @ inp (N, C)              [accumulate; may be NULL]
+ * dbias (OC)      += column sums of dout              [accumulate; may be NULL]
+ * The three are independent computations, so the outputs of one call with all
+ * three equal those of calls that each ask for a part, bit for bit (the
+ * zero-bubble split of backward relies on it: model/runtime.h). */
 void tri_cpu_matmul_bwd(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, size_t N, size_t C, size_t OC) {
     if (dbias != NULL) tri_cpu_colsum_acc(dbias, dout, N, OC);
@@ -44,7 +47,7 @@ void tri_cpu_matmul_bwd(float *dinp, float *dweight, float *dbias, const float *
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_dim(N), blas_dim(C), blas_dim(OC), 1.0f, dout,
                         blas_dim(OC), weight, blas_dim(C), 0.0f, dinp, blas_dim(C));
     }
-    if (N > 0 && C > 0 && OC > 0)
+    if (dweight != NULL && N > 0 && C > 0 && OC > 0)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas_dim(OC), blas_dim(C), blas_dim(N), 1.0f, dout,
                     blas_dim(OC), inp, blas_dim(C), 1.0f, dweight, blas_dim(C));
 }
