@@ -63,15 +63,35 @@ static void carve_layer(const tri_gpt *g, carver *cv, tri_layer_acts *a, size_t 
     a->fch_gelu = take(cv, BT, A * g->Fl);
 }
 
+/* Split slots: what the deferred weight gradients of one layer need beyond
+ * the saved activations. Under full recompute the inputs of the four linears
+ * (the slot keeps none of them otherwise); under every policy the output
+ * gradients of the four linears. */
+static void carve_split(const tri_gpt *g, carver *cv, tri_layer_acts *a, tri_layer_douts *d, size_t BT,
+                        tri_recompute policy) {
+    size_t A = act_size(g);
+    if (policy == TRI_RECOMPUTE_FULL) {
+        a->ln1 = take(cv, BT, A * g->C);
+        a->atty = take(cv, BT, A * g->Cl);
+        a->ln2 = take(cv, BT, A * g->C);
+        a->fch_gelu = take(cv, BT, A * g->Fl);
+    }
+    d->dqkv = take(cv, BT, A * 3 * g->Cl);
+    d->dattproj = take(cv, BT, A * g->C);
+    d->dfc = take(cv, BT, A * g->Fl);
+    d->dfcproj = take(cv, BT, A * g->C);
+}
+
 /* Lays out slot s (may be NULL when counting) of chunk k; returns the byte
  * count (SIZE_MAX on overflow); *layer_bytes gets one layer's share. */
-static size_t slot_layout(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, tri_slot *s, char *base,
-                          size_t *layer_bytes) {
+static size_t slot_layout(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, int split, tri_slot *s,
+                          char *base, size_t *layer_bytes) {
     const tri_chunk *ch = &g->chunks[k];
     size_t BT = B * T, A = act_size(g), F4 = sizeof(float);
     carver cv = {base, TRI_SIZE_ACC_INIT};
     tri_slot dummy;
     tri_layer_acts la;
+    tri_layer_douts ld;
     if (!s) s = &dummy;
     s->ids = ch->has_embedding ? take(&cv, BT, sizeof(int32_t)) : NULL;
     s->targets = ch->has_head ? take(&cv, BT, sizeof(int32_t)) : NULL;
@@ -85,6 +105,7 @@ static size_t slot_layout(const tri_gpt *g, int k, size_t B, size_t T, tri_recom
             memset(a, 0, sizeof *a);
         else
             carve_layer(g, &cv, a, B, T, policy == TRI_RECOMPUTE_NONE);
+        if (split) carve_split(g, &cv, a, s == &dummy ? &ld : &s->dout[i], BT, policy);
         if (i == 0) lb = cv.acc.total - before;
     }
     if (ch->has_head) {
@@ -135,8 +156,9 @@ static size_t workspace_layout(const tri_gpt *g, size_t B, size_t T, tri_recompu
     return cv.acc.ok ? cv.acc.total : SIZE_MAX;
 }
 
-size_t tri_slot_bytes(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, size_t *layer_bytes) {
-    size_t n = att_sizes_ok(g, B, T) ? slot_layout(g, k, B, T, policy, NULL, NULL, layer_bytes) : SIZE_MAX;
+size_t tri_slot_bytes(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, int split,
+                      size_t *layer_bytes) {
+    size_t n = att_sizes_ok(g, B, T) ? slot_layout(g, k, B, T, policy, split, NULL, NULL, layer_bytes) : SIZE_MAX;
     if (n == SIZE_MAX) {
         tri_error("saved activations of micro-batch %zu x seq_len %zu (n_embd %d, n_head %d, %d layers) overflow "
                   "a byte count: reduce train.micro_batch or model.seq_len",
@@ -157,14 +179,15 @@ size_t tri_workspace_bytes(const tri_gpt *g, size_t B, size_t T, tri_recompute p
     return n;
 }
 
-int tri_slot_pool_init(tri_slot_pool *p, const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy,
-                       int n_slots) {
+int tri_slot_pool_init(tri_slot_pool *p, const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, int n_slots,
+                       int split) {
     memset(p, 0, sizeof *p);
     p->chunk = k;
     p->B = B;
     p->T = T;
     p->policy = policy;
-    p->slot_bytes = tri_slot_bytes(g, k, B, T, policy, &p->layer_bytes);
+    p->split = split != 0;
+    p->slot_bytes = tri_slot_bytes(g, k, B, T, policy, p->split, &p->layer_bytes);
     if (p->slot_bytes == 0) return -1;
     p->slots = calloc((size_t)n_slots, sizeof *p->slots);
     if (!p->slots) return tri_error("out of memory (slot table)");
@@ -174,12 +197,15 @@ int tri_slot_pool_init(tri_slot_pool *p, const tri_gpt *g, int k, size_t B, size
         tri_slot *s = &p->slots[i];
         s->x = calloc((size_t)ch->n_layers + 1, sizeof *s->x);
         s->layer = calloc((size_t)ch->n_layers + 1, sizeof *s->layer);
-        s->mem = s->x && s->layer ? tri_ctx_alloc(g->ctx, p->slot_bytes, TRI_MEM_SAVED, "saved activations") : NULL;
+        s->dout = p->split ? calloc((size_t)ch->n_layers + 1, sizeof *s->dout) : NULL;
+        int tables = s->x && s->layer && (s->dout || !p->split);
+        s->mem = tables ? tri_ctx_alloc(g->ctx, p->slot_bytes, TRI_MEM_SAVED, "saved activations") : NULL;
         if (!s->mem) {
+            if (!tables) tri_error("out of memory (slot table)");
             tri_slot_pool_free(p, g);
             return -1;
         }
-        size_t again = slot_layout(g, k, B, T, policy, s, s->mem, NULL);
+        size_t again = slot_layout(g, k, B, T, policy, p->split, s, s->mem, NULL);
         TRI_CHECK(again == p->slot_bytes);
     }
     return 0;
@@ -193,6 +219,7 @@ void tri_slot_pool_free(tri_slot_pool *p, const tri_gpt *g) {
         tri_ctx_release(g->ctx, s->mem, p->slot_bytes, TRI_MEM_SAVED);
         free(s->x);
         free(s->layer);
+        free(s->dout);
     }
     free(p->slots);
     memset(p, 0, sizeof *p);
@@ -306,6 +333,57 @@ void tri_block_bwd(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void
     ops->layernorm_bwd(c, ws->dres, dw->ln1w, dw->ln1b, ws->dln, x, w->ln1w, a->ln1_mean, a->ln1_rstd, BT, C);
 }
 
+/* tri_block_bwd with the four matmul_bwd calls asked for dinp (and dbias)
+ * only, their douts kept in d for tri_block_bwd_weight. Same ops on the same
+ * operands in the same order otherwise (the CPU matmul_bwd computes its three
+ * outputs independently), so dL/dx and every gradient written here are those
+ * of the fused backward bit for bit. */
+void tri_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void *x, tri_workspace *ws,
+                         const tri_layer_douts *d, size_t B, size_t T) {
+    tri_ctx *c = g->ctx;
+    const tri_ops *ops = c->ops;
+    const tri_layer_w *w = &g->chunks[k].w.layers[l];
+    const tri_layer_w *dw = &g->chunks[k].g.layers[l];
+    size_t BT = B * T, C = g->C, Cl = g->Cl, Fl = g->Fl, A = act_size(g);
+    /* MLP; ws->dres holds dy, the output gradient of fcproj (layernorm_bwd
+     * below accumulates into ws->dres, so W gets a copy) */
+    ops->copy(c, d->dfcproj, ws->dres, BT * C * A);
+    ops->bias_bwd(c, dw->fcprojb, ws->dres, BT, C);
+    ops->matmul_bwd(c, ws->dfch, NULL, NULL, ws->dres, a->fch_gelu, w->fcprojw, BT, Fl, C);
+    ops->gelu_bwd(c, d->dfc, a->fch, ws->dfch, BT * Fl); /* fc's output gradient, straight into the slot */
+    ops->matmul_bwd(c, ws->dln, NULL, dw->fcb, d->dfc, a->ln2, w->fcw, BT, C, Fl);
+    copy_to_tp_bwd(g, ws->dln, BT * C);
+    ops->layernorm_bwd(c, ws->dres, dw->ln2w, dw->ln2b, ws->dln, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd, BT, C);
+    /* attention; ws->dres holds dres2, the output gradient of attproj */
+    const float *att = a->att;
+    if (!att) {
+        ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->HS);
+        att = ws->re.att;
+    }
+    ops->copy(c, d->dattproj, ws->dres, BT * C * A);
+    ops->bias_bwd(c, dw->attprojb, ws->dres, BT, C);
+    ops->matmul_bwd(c, ws->datty, NULL, NULL, ws->dres, a->atty, w->attprojw, BT, Cl, C);
+    ops->attention_bwd(c, d->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->HS);
+    ops->matmul_bwd(c, ws->dln, NULL, dw->qkvb, d->dqkv, a->ln1, w->qkvw, BT, C, 3 * Cl);
+    copy_to_tp_bwd(g, ws->dln, BT * C);
+    ops->layernorm_bwd(c, ws->dres, dw->ln1w, dw->ln1b, ws->dln, x, w->ln1w, a->ln1_mean, a->ln1_rstd, BT, C);
+}
+
+/* The four weight gradients tri_block_bwd_input left: dW += dout^T @ input,
+ * in the fused order (fcproj, fc, attproj, qkv). No collectives. */
+void tri_block_bwd_weight(tri_gpt *g, int k, int l, const tri_layer_acts *a, const tri_layer_douts *d, size_t B,
+                          size_t T) {
+    tri_ctx *c = g->ctx;
+    const tri_ops *ops = c->ops;
+    const tri_layer_w *w = &g->chunks[k].w.layers[l];
+    const tri_layer_w *dw = &g->chunks[k].g.layers[l];
+    size_t BT = B * T, C = g->C, Cl = g->Cl, Fl = g->Fl;
+    ops->matmul_bwd(c, NULL, dw->fcprojw, NULL, d->dfcproj, a->fch_gelu, w->fcprojw, BT, Fl, C);
+    ops->matmul_bwd(c, NULL, dw->fcw, NULL, d->dfc, a->ln2, w->fcw, BT, C, Fl);
+    ops->matmul_bwd(c, NULL, dw->attprojw, NULL, d->dattproj, a->atty, w->attprojw, BT, Cl, C);
+    ops->matmul_bwd(c, NULL, dw->qkvw, NULL, d->dqkv, a->ln1, w->qkvw, BT, C, 3 * Cl);
+}
+
 void tri_embed_fwd(tri_gpt *g, int k, const int32_t *ids, void *x, size_t B, size_t T) {
     const tri_chunk *ch = &g->chunks[k];
     /* vocab-parallel lookup; only TP rank 0 adds the position embedding so
@@ -356,14 +434,18 @@ static void grads_final_upto(tri_chunk *ch, int i) {
     ch->grads_ready(ch->grads_ready_ctx, n);
 }
 
-void tri_head_bwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, size_t T) {
+static void head_bwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, size_t T) {
     tri_ctx *c = g->ctx;
     tri_chunk *ch = &g->chunks[k];
     size_t BT = B * T, C = g->C;
     c->ops->zero(c, ws->dres, BT * C * act_size(g));
     c->ops->layernorm_bwd(c, ws->dres, ch->g.lnfw, ch->g.lnfb, s->dlnf, s->x_head, ch->w.lnfw, s->lnf_mean, s->lnf_rstd,
                           BT, C);
-    grads_final_upto(ch, 1); /* ln_f weight and bias come first in the buffer */
+}
+
+void tri_head_bwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, size_t T) {
+    head_bwd(g, k, s, ws, B, T);
+    grads_final_upto(&g->chunks[k], 1); /* ln_f weight and bias come first in the buffer */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -406,5 +488,52 @@ void tri_chunk_backward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace
         grads_final_upto(ch, ch->layer_last_param[i]);
     }
     if (ch->has_embedding) tri_embed_bwd(g, k, s->ids, ws->dres, B, T);
+    if (ch->grads_ready) ch->grads_ready(ch->grads_ready_ctx, ch->n_elems);
+}
+
+/* ------------------------------------------------------------------------ */
+/* one chunk, backward split in two (zero-bubble schedules)                 */
+
+void tri_chunk_backward_input(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws, const void *dy) {
+    int k = p->chunk;
+    tri_chunk *ch = &g->chunks[k];
+    size_t B = p->B, T = p->T;
+    TRI_CHECK(p->split && s->in_use);
+    if (ch->has_head)
+        head_bwd(g, k, s, ws, B, T);
+    else if (dy != ws->dres)
+        g->ctx->ops->copy(g->ctx, ws->dres, dy, B * T * g->C * act_size(g));
+    for (int i = ch->n_layers - 1; i >= 0; i--) {
+        if (p->policy == TRI_RECOMPUTE_FULL) {
+            /* rerun the layer as tri_chunk_backward does, but with the
+             * linears' inputs written into the slot, where W finds them */
+            tri_layer_acts a = ws->re;
+            a.ln1 = s->layer[i].ln1;
+            a.atty = s->layer[i].atty;
+            a.ln2 = s->layer[i].ln2;
+            a.fch_gelu = s->layer[i].fch_gelu;
+            tri_block_fwd(g, k, i, &a, s->x[i], ws->re_out, ws, B, T);
+            tri_block_bwd_input(g, k, i, &a, s->x[i], ws, &s->dout[i], B, T);
+        } else {
+            tri_block_bwd_input(g, k, i, &s->layer[i], s->x[i], ws, &s->dout[i], B, T);
+        }
+    }
+    if (ch->has_embedding) tri_embed_bwd(g, k, s->ids, ws->dres, B, T);
+}
+
+void tri_chunk_backward_weight(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws) {
+    (void)ws; /* W needs no scratch: ws (and the dres that B left there) is untouched */
+    int k = p->chunk;
+    tri_chunk *ch = &g->chunks[k];
+    TRI_CHECK(p->split && s->in_use);
+    /* B finished every gradient but the linears' weights: the head's (ln_f,
+     * its wte part from forward), the LayerNorms and biases of every layer and
+     * the embedding's. So the prefixes become final exactly as in the fused
+     * backward, now as W walks the layers in the same order. */
+    if (ch->has_head) grads_final_upto(ch, 1);
+    for (int i = ch->n_layers - 1; i >= 0; i--) {
+        tri_block_bwd_weight(g, k, i, &s->layer[i], &s->dout[i], p->B, p->T);
+        grads_final_upto(ch, ch->layer_last_param[i]);
+    }
     if (ch->grads_ready) ch->grads_ready(ch->grads_ready_ctx, ch->n_elems);
 }

@@ -4,7 +4,9 @@
  *   block_fwd / block_bwd   one transformer layer (TP collectives inside);
  *   embed_fwd / embed_bwd   token + position embedding of a chunk that has it;
  *   head_fwd / head_bwd     final LayerNorm, tied LM head and loss;
- *   tri_chunk_forward / tri_chunk_backward   a loop over those for one chunk.
+ *   tri_chunk_forward / tri_chunk_backward   a loop over those for one chunk;
+ *   tri_chunk_backward_input / _weight       the same backward split in two
+ *                                            for zero-bubble schedules (below).
  *
  * Memory (all backend memory, from the context's allocator, counted by kind):
  *   - a saved slot (TRI_MEM_SAVED) holds what one micro-batch's backward of
@@ -21,6 +23,17 @@
  *     LayerNorm output (head). Slots come from a pool allocated up front with
  *     as many slots as the schedule keeps micro-batches in flight (1 without
  *     pipelining); acquire/release never allocate.
+ *   - a split slot (pool made with split = 1, for zero-bubble schedules such
+ *     as ZB-H1) also keeps, per layer, what the deferred weight gradients
+ *     (W) need: the output gradients of the four linears (dout), and under
+ *     "full" the inputs of those linears (ln1, atty, ln2, fch_gelu in
+ *     s->layer[i], written there by B's recompute) so that W recomputes
+ *     nothing. Per layer, A the activation dtype's size, each buffer rounded
+ *     up to 64 bytes:
+ *       every policy:  + A BT (3 Cl + C + Fl + C)   dqkv, dattproj, dfc, dfcproj
+ *       full, also:    + A BT (C + Cl + C + Fl)     ln1, atty, ln2, fch_gelu
+ *     (tp = 1, fp32: + 36 BT C, and + 28 BT C more under full). layer_bytes
+ *     includes it; the chunk's ends are unchanged.
  *   - one workspace per stage (TRI_MEM_WORKSPACE), shared by every chunk and
  *     micro-batch: logits, cross-entropy statistics, backward temporaries,
  *     the chunk output to send, and what recompute rebuilds.
@@ -62,6 +75,15 @@ typedef struct tri_layer_acts {
     void *fch, *fch_gelu;       /* (BT, Fl) (BT, Fl)                */
 } tri_layer_acts;
 
+/* Split slots only: the output gradients of one layer's four linears, saved
+ * by B (tri_block_bwd_input) for W (tri_block_bwd_weight). */
+typedef struct tri_layer_douts {
+    void *dqkv;     /* (BT, 3*Cl) of the qkv linear                        */
+    void *dattproj; /* (BT, C)    of the attention projection (dL/dres2)  */
+    void *dfc;      /* (BT, Fl)   of the MLP fc linear (after GELU's backward) */
+    void *dfcproj;  /* (BT, C)    of the MLP projection (dL/dy of the layer) */
+} tri_layer_douts;
+
 /* What one micro-batch of one chunk keeps for its backward. */
 typedef struct tri_slot {
     void *mem;                  /* one allocation, slot_bytes      */
@@ -69,6 +91,7 @@ typedef struct tri_slot {
     int32_t *targets;           /* (BT) head chunks                */
     void **x;                   /* [n_layers]: each layer's input (BT, C) */
     tri_layer_acts *layer;      /* [n_layers]                      */
+    tri_layer_douts *dout;      /* [n_layers] split pools, else NULL */
     void *x_head;               /* (BT, C) head input (head chunks) */
     float *lnf_mean, *lnf_rstd; /* (BT) (BT)                       */
     void *dlnf;                 /* (BT, C) grad of the head LayerNorm output */
@@ -79,6 +102,7 @@ typedef struct tri_slot_pool {
     int chunk; /* which chunk of the model        */
     size_t B, T;
     tri_recompute policy;
+    int split; /* slots keep what a deferred W needs   */
     size_t slot_bytes;
     size_t layer_bytes; /* saved bytes of one layer (the closed form's subject) */
     int n_slots;
@@ -101,16 +125,20 @@ typedef struct tri_workspace {
     void *re_out;                         /* (BT, C) full recompute: the layer output (discarded) */
 } tri_workspace;
 
-/* Bytes one slot of chunk k needs (policy, micro-batch B x T); *layer_bytes
- * (if non-NULL) gets one layer's share. Overflow-checked: 0 with a message
- * naming the numbers when the sizes do not fit size_t. */
-size_t tri_slot_bytes(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, size_t *layer_bytes);
+/* Bytes one slot of chunk k needs (policy, micro-batch B x T, split or
+ * not); *layer_bytes (if non-NULL) gets one layer's share. Overflow-checked:
+ * 0 with a message naming the numbers when the sizes do not fit size_t. */
+size_t tri_slot_bytes(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, int split,
+                      size_t *layer_bytes);
 /* Bytes of the stage's workspace (max over the chunks' needs). 0 with a
  * message on overflow. */
 size_t tri_workspace_bytes(const tri_gpt *g, size_t B, size_t T, tri_recompute policy);
 
-int tri_slot_pool_init(tri_slot_pool *p, const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy,
-                       int n_slots);
+/* split = 0: slots for tri_chunk_backward; split = 1: split slots (above),
+ * for tri_chunk_backward_input / _weight (tri_chunk_backward works on them
+ * too, leaving the extra buffers unused). */
+int tri_slot_pool_init(tri_slot_pool *p, const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, int n_slots,
+                       int split);
 void tri_slot_pool_free(tri_slot_pool *p, const tri_gpt *g); /* NULL-safe */
 /* A free slot (accounted as saved activations in use), or NULL when all are
  * taken (a schedule bug: the pool is sized by the schedule's peak). */
@@ -137,6 +165,15 @@ void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, v
  * forward left them. */
 void tri_block_bwd(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void *x, tri_workspace *ws, size_t B,
                    size_t T);
+/* tri_block_bwd in two parts. _input: the same, except that the four
+ * linears' weight gradients are not computed; their output gradients go to
+ * d instead (LayerNorm and bias gradients are done here). _weight: those
+ * four weight gradients from d and the linears' inputs in a (ln1, atty, ln2,
+ * fch_gelu); no collectives, no workspace. */
+void tri_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void *x, tri_workspace *ws,
+                         const tri_layer_douts *d, size_t B, size_t T);
+void tri_block_bwd_weight(tri_gpt *g, int k, int l, const tri_layer_acts *a, const tri_layer_douts *d, size_t B,
+                          size_t T);
 
 void tri_embed_fwd(tri_gpt *g, int k, const int32_t *ids, void *x, size_t B, size_t T);
 void tri_embed_bwd(tri_gpt *g, int k, const int32_t *ids, const void *dx, size_t B, size_t T);
@@ -166,5 +203,31 @@ double tri_chunk_forward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspac
  * On return ws->dres holds the gradient of the chunk input (for a chunk
  * without embedding, to send back). Parameter gradients accumulate. */
 void tri_chunk_backward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws, const void *dy);
+
+/* tri_chunk_backward split for zero-bubble schedules (ZB-H1: B on the
+ * critical path, W later); the pool must be a split one (split = 1).
+ *
+ * B, tri_chunk_backward_input: same contract as tri_chunk_backward (dy, and
+ * ws->dres = dL/d(chunk input) on return), but the weight gradients of the
+ * four linears of every layer are left for W; their output gradients (and
+ * under "full" their inputs) are kept in the slot. B does everything else:
+ * the head's backward (ln_f; the head's wte part is done in forward anyway),
+ * every LayerNorm and bias gradient, and the embedding's backward (it reads
+ * ws->dres, which later work would overwrite). B never calls grads_ready.
+ *
+ * W, tri_chunk_backward_weight: the deferred weight gradients of the
+ * micro-batch in s, after its B (any F/B/W of other micro-batches may run in
+ * between). It does not touch the workspace. It calls grads_ready as in the
+ * fused backward (ln_f's prefix, then each layer's from last to first, then
+ * n_elems), which is right because B already finished everything in those
+ * prefixes but the linear weights. With a DP hook armed for the last
+ * micro-batch, that micro-batch's W must be the stage's last W (as in
+ * ZB-H1).
+ *
+ * The slot stays acquired from forward until after W (the caller releases
+ * it). With the same operations in the same order per micro-batch, B then W
+ * gives tri_chunk_backward's gradients and dL/dx bit for bit. */
+void tri_chunk_backward_input(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws, const void *dy);
+void tri_chunk_backward_weight(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws);
 
 #endif

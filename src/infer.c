@@ -58,7 +58,7 @@ int tri_infer_open(tri_infer *m, const char *ckpt, size_t B) {
     one.parallel.tp = one.parallel.pp = one.parallel.dp = 1;
     if (tri_preflight_model(&one, B, 0, 0, 0, 0, 0, NULL) != 0) goto fail;
     if (tri_gpt_init_single(&m->gpt, &m->cfg.model, &m->ctx, &m->self, 1, 0) != 0) goto fail;
-    if (tri_slot_pool_init(&m->pool, &m->gpt, 0, B, T, TRI_RECOMPUTE_NONE, 1) != 0) goto fail;
+    if (tri_slot_pool_init(&m->pool, &m->gpt, 0, B, T, TRI_RECOMPUTE_NONE, 1, 0) != 0) goto fail;
     if (tri_workspace_init(&m->ws, &m->gpt, B, T, TRI_RECOMPUTE_NONE) != 0) goto fail;
     if (tri_model_load(m->dir, &m->gpt, NULL, NULL) != 0) goto fail;
     return 0;

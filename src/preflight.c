@@ -93,7 +93,7 @@ static size_t preflight_activation_bytes(checked *c, const tri_gpt *g, size_t B,
         return SIZE_MAX;
     }
     for (int k = 0; k < g->n_chunks; k++) {
-        size_t slot = tri_slot_bytes(g, k, B, T, policy, NULL);
+        size_t slot = tri_slot_bytes(g, k, B, T, policy, 0, NULL);
         if (slot == 0) {
             c->ok = 0;
             c->what = "the saved activations";

@@ -174,7 +174,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     t->sync = calloc((size_t)t->gpt.n_chunks, sizeof *t->sync);
     if (!t->pools || !t->sync) return rc;
     for (int k = 0; k < t->gpt.n_chunks; k++)
-        if (tri_slot_pool_init(&t->pools[k], &t->gpt, k, t->mb, t->T, t->policy, 1) != 0) return rc;
+        if (tri_slot_pool_init(&t->pools[k], &t->gpt, k, t->mb, t->T, t->policy, 1, 0) != 0) return rc;
     if (tri_workspace_init(&t->ws, &t->gpt, t->mb, t->T, t->policy) != 0) return rc;
     tri_adamw_cfg oc = {cfg->train.lr,    cfg->train.min_lr,       cfg->train.warmup_steps,
                         cfg->train.steps, cfg->train.beta1,        cfg->train.beta2,

@@ -62,7 +62,7 @@ static void run(int n_micro, double bucket_mb) {
     tri_chunk *ch = &g.chunks[0];
     tri_slot_pool pool;
     tri_workspace ws;
-    cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, 2, 8, TRI_RECOMPUTE_NONE, 1), 0);
+    cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, 2, 8, TRI_RECOMPUTE_NONE, 1, 0), 0);
     cr_assert_eq(tri_workspace_init(&ws, &g, 2, 8, TRI_RECOMPUTE_NONE), 0);
     tri_grad_sync s;
     cr_assert_eq(tri_grad_sync_init(&s, ch->grad_mem, ch->n_elems, &dp, bucket_mb), 0);

@@ -44,7 +44,7 @@ static void setup_with(fixture *f, int L, int NH, int C, int T, int V, size_t B,
     tri_comm_init_self(&f->self, 0);
     f->self.ctx = &f->ctx;
     cr_assert_eq(tri_gpt_init_single(&f->g, &f->cfg, &f->ctx, &f->self, 1, 0), 0);
-    cr_assert_eq(tri_slot_pool_init(&f->pool, &f->g, 0, B, (size_t)T, policy, n_slots), 0);
+    cr_assert_eq(tri_slot_pool_init(&f->pool, &f->g, 0, B, (size_t)T, policy, n_slots, 0), 0);
     cr_assert_eq(tri_workspace_init(&f->ws, &f->g, B, (size_t)T, policy), 0);
     cr_assert_eq(tri_gpt_init_params(&f->g, seed), 0);
     f->B = B;
@@ -462,7 +462,7 @@ Test(runtime, saved_bytes_per_layer_under_tp_match_the_closed_form) {
             tri_gpt g;
             cr_assert_eq(tri_gpt_describe_single(&g, &cfg, tp, tp - 1), 0);
             size_t lb = 0;
-            cr_assert(tri_slot_bytes(&g, 0, B, T, (tri_recompute)pol, &lb) > 0);
+            cr_assert(tri_slot_bytes(&g, 0, B, T, (tri_recompute)pol, 0, &lb) > 0);
             double BT = (double)(B * T), C = cfg.n_embd, a = cfg.n_head, t = tp;
             double want = pol == TRI_RECOMPUTE_NONE        ? 4 * (BT * (4 * C + 4 + 12 * C / t) + B * (a / t) * T * T)
                           : pol == TRI_RECOMPUTE_SELECTIVE ? 4 * BT * (4 * C + 4 + 12 * C / t)
@@ -558,7 +558,8 @@ Test(chunks, two_chunks_on_one_rank_match_one_chunk) {
     cr_assert_eq(tri_gpt_init_params(&g2, 21), 0);
     tri_slot_pool pools[2];
     tri_workspace ws;
-    for (int k = 0; k < 2; k++) cr_assert_eq(tri_slot_pool_init(&pools[k], &g2, k, f.B, f.T, TRI_RECOMPUTE_NONE, 1), 0);
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(tri_slot_pool_init(&pools[k], &g2, k, f.B, f.T, TRI_RECOMPUTE_NONE, 1, 0), 0);
     cr_assert_eq(tri_workspace_init(&ws, &g2, f.B, f.T, TRI_RECOMPUTE_NONE), 0);
     tri_slot *s[2];
     double two = 0;

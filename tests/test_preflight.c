@@ -67,7 +67,7 @@ Test(preflight, estimate_matches_what_the_model_allocates) {
         tri_workspace ws;
         tri_recompute pol = (tri_recompute)tri_recompute_parse(cases[k].recompute);
         cr_assert_eq(tri_gpt_init_single(&g, &c.model, &ctx, &self, cases[k].tp, cases[k].tp_rank), 0);
-        cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, (size_t)cases[k].B, (size_t)cases[k].T, pol, 1), 0);
+        cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, (size_t)cases[k].B, (size_t)cases[k].T, pol, 1, 0), 0);
         cr_assert_eq(tri_workspace_init(&ws, &g, (size_t)cases[k].B, (size_t)cases[k].T, pol), 0);
         const tri_mem_stats *m = &ctx.mem;
         cr_expect_eq(e.params, m->bytes[TRI_MEM_PARAMS], "case %zu: params %zu vs %zu", k, e.params,
