@@ -604,3 +604,370 @@ Test(chunks, two_chunks_on_one_rank_match_one_chunk) {
     tri_gpt_free(&g2);
     teardown(&f);
 }
+
+/* ---- backward split in B and W (zero-bubble schedules) ---- */
+
+/* What grads_ready saw during one micro-batch's backward (the fused one, or
+ * its W), and whether it was called from anywhere else. */
+typedef struct zb_hook {
+    const tri_chunk *ch;
+    int allowed;          /* set by the runner around fused backward and W */
+    int outside;          /* calls while not allowed (from B)              */
+    int decreasing;       /* calls with n below the previous one           */
+    size_t seq[2][64];    /* n of each call, per micro-batch               */
+    int n_seq[2];         /* calls per micro-batch                         */
+    int mb;               /* micro-batch being reported                    */
+    size_t last;          /* largest prefix reported in this backward      */
+    float *snap;          /* grad_mem[0, last) when declared final         */
+    int prefix_rewritten; /* a declared-final prefix changed before the backward ended */
+} zb_hook;
+
+static void zb_ready(void *ctx, size_t n) {
+    zb_hook *h = ctx;
+    if (!h->allowed) {
+        h->outside++;
+        return;
+    }
+    if (n < h->last) h->decreasing++;
+    if (h->n_seq[h->mb] < 64) h->seq[h->mb][h->n_seq[h->mb]++] = n;
+    if (n > h->last) { /* grads are host memory on the plain CPU backend */
+        memcpy(h->snap + h->last, h->ch->grad_mem + h->last, (n - h->last) * sizeof(float));
+        h->last = n;
+    }
+}
+
+static void zb_backward_begins(zb_hook *h, int mb) {
+    h->allowed = 1;
+    h->mb = mb;
+    h->last = 0;
+}
+
+static void zb_backward_ends(zb_hook *h) {
+    h->allowed = 0;
+    if (memcmp(h->snap, h->ch->grad_mem, h->last * sizeof(float)) != 0) h->prefix_rewritten++;
+}
+
+typedef struct zb_result {
+    size_t n;     /* gradient elements */
+    float *grads; /* accumulated over the schedule  */
+    float *dx[2]; /* dL/d(chunk input) of each micro-batch, (BT, C) */
+    double loss;
+    zb_hook hook;
+    size_t slot_bytes, peak_in_use;
+} zb_result;
+
+static void zb_result_free(zb_result *r) {
+    free(r->grads);
+    free(r->dx[0]);
+    free(r->dx[1]);
+    free(r->hook.snap);
+}
+
+/* Runs a schedule of two micro-batches through one chunk of a 4-layer model
+ * in a pool of two slots (split or not) and one workspace: "F0" forward of
+ * micro-batch 0, "b0" its fused backward, "B0" / "W0" its split backward's
+ * two halves. A slot is released after b or W (or at the end). The chunk is
+ * the whole model (embedding, 4 layers, head) or a middle one (layers 1-2,
+ * its input and output gradient given as random tensors). */
+static void zb_run(int middle, tri_recompute policy, int split, const char *sched, zb_result *r) {
+    tri_model_cfg cfg = {.n_layer = 4, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab_size = 300};
+    const size_t B = 2, T = 16, BT = B * T, C = 32, xbytes = BT * C * sizeof(float);
+    memset(r, 0, sizeof *r);
+    tri_ctx ctx;
+    cr_assert_eq(tri_ctx_init(&ctx, "cpu", 0), 0);
+    tri_comm self;
+    tri_comm_init_self(&self, 0);
+    self.ctx = &ctx;
+    int mids[2] = {1, 2}, all[4] = {0, 1, 2, 3};
+    tri_chunk_spec spec = middle ? (tri_chunk_spec){2, mids, 0, 0} : (tri_chunk_spec){4, all, 1, 1};
+    tri_gpt g;
+    cr_assert_eq(tri_gpt_init(&g, &cfg, &ctx, &self, 1, 0, &spec, 1), 0);
+    cr_assert_eq(tri_gpt_init_params(&g, 31), 0);
+    tri_chunk *ch = &g.chunks[0];
+    tri_slot_pool pool;
+    tri_workspace ws;
+    cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, B, T, policy, 2, split), 0);
+    cr_assert_eq(tri_workspace_init(&ws, &g, B, T, policy), 0);
+    ctx.ops->zero(&ctx, ch->grad_mem, ch->n_elems * sizeof(float));
+    r->n = ch->n_elems;
+    r->hook.ch = ch;
+    r->hook.snap = malloc(ch->n_elems * sizeof(float));
+    ch->grads_ready = zb_ready;
+    ch->grads_ready_ctx = &r->hook;
+
+    int32_t *ids[2], *tgt[2];
+    void *x_in[2], *dy[2];
+    float *host = malloc(xbytes);
+    for (int m = 0; m < 2; m++) {
+        ids[m] = malloc(BT * sizeof(int32_t));
+        tgt[m] = malloc(BT * sizeof(int32_t));
+        fill_tokens(ids[m], tgt[m], BT, cfg.vocab_size, 100 + (uint64_t)m);
+        r->dx[m] = calloc(BT * C, sizeof(float));
+        x_in[m] = tri_ctx_alloc(&ctx, xbytes, TRI_MEM_OTHER, "test chunk input");
+        dy[m] = tri_ctx_alloc(&ctx, xbytes, TRI_MEM_OTHER, "test output gradient");
+        cr_assert(x_in[m] && dy[m]);
+        uint64_t key = tri_init_key(200 + (uint64_t)m, "zb");
+        for (size_t i = 0; i < BT * C; i++) host[i] = (float)tri_init_normal(key, i);
+        tri_ctx_to_device(&ctx, x_in[m], host, xbytes);
+        for (size_t i = 0; i < BT * C; i++) host[i] = 1e-2f * (float)tri_init_normal(key, BT * C + i);
+        tri_ctx_to_device(&ctx, dy[m], host, xbytes);
+    }
+    free(host);
+
+    float dscale = (float)(1.0 / (double)(2 * BT));
+    tri_slot *s[2] = {NULL, NULL};
+    for (const char *op = sched; op[0] && op[1]; op += 2) {
+        int m = op[1] - '0';
+        cr_assert(m == 0 || m == 1, "bad schedule %s", sched);
+        switch (op[0]) {
+        case 'F':
+            s[m] = tri_slot_acquire(&pool, &g);
+            cr_assert(s[m] != NULL, "no free slot for micro-batch %d in %s", m, sched);
+            tri_slot_stage(&g, &pool, s[m], ids[m], tgt[m]);
+            r->loss += tri_chunk_forward(&g, &pool, s[m], &ws, middle ? x_in[m] : NULL, TRI_FWD_TRAIN, dscale);
+            break;
+        case 'b':
+            zb_backward_begins(&r->hook, m);
+            tri_chunk_backward(&g, &pool, s[m], &ws, middle ? dy[m] : NULL);
+            zb_backward_ends(&r->hook);
+            tri_ctx_to_host(&ctx, r->dx[m], ws.dres, xbytes);
+            tri_slot_release(&pool, &g, s[m]);
+            s[m] = NULL;
+            break;
+        case 'B':
+            tri_chunk_backward_input(&g, &pool, s[m], &ws, middle ? dy[m] : NULL);
+            tri_ctx_to_host(&ctx, r->dx[m], ws.dres, xbytes);
+            break;
+        case 'W':
+            zb_backward_begins(&r->hook, m);
+            tri_chunk_backward_weight(&g, &pool, s[m], &ws);
+            zb_backward_ends(&r->hook);
+            tri_slot_release(&pool, &g, s[m]);
+            s[m] = NULL;
+            break;
+        default: cr_assert_fail("bad schedule %s", sched);
+        }
+    }
+    for (int m = 0; m < 2; m++)
+        if (s[m]) tri_slot_release(&pool, &g, s[m]);
+    r->slot_bytes = pool.slot_bytes;
+    r->peak_in_use = ctx.mem.saved_in_use_peak;
+    r->grads = malloc(ch->n_elems * sizeof(float));
+    tri_ctx_to_host(&ctx, r->grads, ch->grad_mem, ch->n_elems * sizeof(float));
+    for (int m = 0; m < 2; m++) {
+        free(ids[m]);
+        free(tgt[m]);
+        tri_ctx_release(&ctx, x_in[m], xbytes, TRI_MEM_OTHER);
+        tri_ctx_release(&ctx, dy[m], xbytes, TRI_MEM_OTHER);
+    }
+    tri_slot_pool_free(&pool, &g);
+    tri_workspace_free(&ws, &g);
+    tri_gpt_free(&g);
+    tri_ctx_free(&ctx);
+}
+
+/* The parameter table of the chunk zb_run uses (for names and offsets). */
+static void zb_describe(int middle, tri_gpt *g) {
+    tri_model_cfg cfg = {.n_layer = 4, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab_size = 300};
+    int mids[2] = {1, 2}, all[4] = {0, 1, 2, 3};
+    tri_chunk_spec spec = middle ? (tri_chunk_spec){2, mids, 0, 0} : (tri_chunk_spec){4, all, 1, 1};
+    cr_assert_eq(tri_gpt_describe(g, &cfg, 1, 0, &spec, 1), 0);
+}
+
+static int is_linear_weight(tri_param_kind k) {
+    return k == TRI_P_QKVW || k == TRI_P_ATTPROJW || k == TRI_P_FCW || k == TRI_P_FCPROJW;
+}
+
+/* The grads_ready calls of one micro-batch's backward: non-decreasing (no
+ * call went back, counted by the hook), ending at n_elems, no prefix rewritten
+ * after it was declared final, none from B; and the same sequence as the
+ * fused backward's (ref), since W walks the layers in the same order. */
+static void zb_expect_hook(const zb_result *r, const zb_result *ref, int mb, const char *what) {
+    const zb_hook *h = &r->hook;
+    cr_expect(h->outside == 0, "%s: grads_ready called %d times outside W", what, h->outside);
+    cr_expect(h->decreasing == 0, "%s: grads_ready went backwards %d times", what, h->decreasing);
+    cr_expect(h->prefix_rewritten == 0, "%s: a prefix declared final was written again", what);
+    cr_assert(h->n_seq[mb] > 0, "%s: grads_ready never called for micro-batch %d", what, mb);
+    cr_expect(h->seq[mb][h->n_seq[mb] - 1] == r->n, "%s: last grads_ready(%zu), n_elems %zu", what,
+              h->seq[mb][h->n_seq[mb] - 1], r->n);
+    cr_expect(h->n_seq[mb] == ref->hook.n_seq[mb] &&
+                  memcmp(h->seq[mb], ref->hook.seq[mb], (size_t)h->n_seq[mb] * sizeof(size_t)) == 0,
+              "%s: W reports other prefixes (%d calls) than the fused backward (%d calls)", what, h->n_seq[mb],
+              ref->hook.n_seq[mb]);
+}
+
+/* B then W against the fused backward, one micro-batch: the same ops on the
+ * same operands (matmul_bwd's three outputs are independent computations, the
+ * saved output gradients are copies, full recompute writes the same values
+ * into the slot instead of the workspace), and each gradient element gets one
+ * addition in the same place of the sequence, so the parameter gradients and
+ * dL/d(input) are equal bit for bit. */
+static void zb_one(int middle, tri_recompute policy) {
+    const char *what = middle ? "middle chunk" : "whole chunk";
+    zb_result ref, got;
+    zb_run(middle, policy, 0, "F0b0", &ref);
+    zb_run(middle, policy, 1, "F0B0W0", &got);
+    double gn = 0, xn = 0;
+    for (size_t i = 0; i < ref.n; i++) gn += (double)ref.grads[i] * ref.grads[i];
+    for (size_t i = 0; i < 2 * 16 * 32; i++) xn += (double)ref.dx[0][i] * ref.dx[0][i];
+    cr_assert(gn > 0 && isfinite(gn) && xn > 0 && isfinite(xn), "%s: degenerate reference", what);
+    cr_expect(ref.loss == got.loss);
+    cr_expect(memcmp(ref.grads, got.grads, ref.n * sizeof(float)) == 0, "%s, %s: B + W gradients differ from fused",
+              what, tri_recompute_name(policy));
+    cr_expect(memcmp(ref.dx[0], got.dx[0], 2 * 16 * 32 * sizeof(float)) == 0,
+              "%s, %s: B's input gradient differs from fused", what, tri_recompute_name(policy));
+    zb_expect_hook(&got, &ref, 0, what);
+    zb_result_free(&ref);
+    zb_result_free(&got);
+}
+
+Test(zb, split_backward_equals_fused_without_recompute) {
+    zb_one(0, TRI_RECOMPUTE_NONE);
+    zb_one(1, TRI_RECOMPUTE_NONE);
+}
+Test(zb, split_backward_equals_fused_with_selective_recompute) {
+    zb_one(0, TRI_RECOMPUTE_SELECTIVE);
+    zb_one(1, TRI_RECOMPUTE_SELECTIVE);
+}
+Test(zb, split_backward_equals_fused_with_full_recompute) {
+    zb_one(0, TRI_RECOMPUTE_FULL);
+    zb_one(1, TRI_RECOMPUTE_FULL);
+}
+
+/* Two micro-batches in a two-slot split pool, F0 F1 B0 B1 W0 W1, against the
+ * fused F0 B0 F1 B1 and F0 F1 B0 B1. Every gradient but the tied embedding's
+ * takes micro-batch 0's addition then micro-batch 1's in each: bit for bit.
+ * The whole chunk's embedding takes its head part in forward, so in F0 F1 ..
+ * its additions come in another order than in F0 B0 F1 B1: equal within
+ * rounding there (as in two_in_flight above), bit for bit with the fused
+ * F0 F1 B0 B1. */
+static void zb_two(int middle, tri_recompute policy) {
+    const char *what = middle ? "middle chunk" : "whole chunk";
+    zb_result seq, flight, got;
+    zb_run(middle, policy, 0, "F0b0F1b1", &seq);
+    zb_run(middle, policy, 0, "F0F1b0b1", &flight);
+    zb_run(middle, policy, 1, "F0F1B0B1W0W1", &got);
+    cr_expect(got.peak_in_use == 2 * got.slot_bytes, "both split slots held at once");
+    cr_expect(memcmp(flight.grads, got.grads, got.n * sizeof(float)) == 0, "%s, %s: differs from fused F0 F1 B0 B1",
+              what, tri_recompute_name(policy));
+    for (int m = 0; m < 2; m++) {
+        cr_expect(memcmp(seq.dx[m], got.dx[m], 2 * 16 * 32 * sizeof(float)) == 0,
+                  "%s, %s: input gradient of micro-batch %d differs", what, tri_recompute_name(policy), m);
+        zb_expect_hook(&got, &seq, m, what);
+    }
+    tri_gpt d;
+    zb_describe(middle, &d);
+    const tri_chunk *ch = &d.chunks[0];
+    cr_assert_eq(ch->n_elems, got.n);
+    for (int i = 0; i < ch->n_params; i++) {
+        const tri_param *p = &ch->params[i];
+        const float *a = seq.grads + p->offset, *b = got.grads + p->offset;
+        if (p->kind != TRI_P_WTE) {
+            cr_expect(memcmp(a, b, p->numel * sizeof(float)) == 0, "%s, %s: %s differs from F0 B0 F1 B1", what,
+                      tri_recompute_name(policy), p->name);
+        } else {
+            float big = 0;
+            for (size_t k = 0; k < p->numel; k++) big = fmaxf(big, fabsf(a[k]));
+            cr_assert(big > 0);
+            for (size_t k = 0; k < p->numel; k++)
+                cr_assert(fabsf(a[k] - b[k]) <= 1e-6f * big, "%s[%zu]: %g vs %g", p->name, k, a[k], b[k]);
+        }
+    }
+    tri_gpt_free(&d);
+    zb_result_free(&seq);
+    zb_result_free(&flight);
+    zb_result_free(&got);
+}
+
+Test(zb, f0_f1_b0_b1_w0_w1_equals_f0_b0_f1_b1_without_recompute) {
+    zb_two(0, TRI_RECOMPUTE_NONE);
+    zb_two(1, TRI_RECOMPUTE_NONE);
+}
+Test(zb, f0_f1_b0_b1_w0_w1_equals_f0_b0_f1_b1_with_selective_recompute) {
+    zb_two(0, TRI_RECOMPUTE_SELECTIVE);
+    zb_two(1, TRI_RECOMPUTE_SELECTIVE);
+}
+Test(zb, f0_f1_b0_b1_w0_w1_equals_f0_b0_f1_b1_with_full_recompute) {
+    zb_two(0, TRI_RECOMPUTE_FULL);
+    zb_two(1, TRI_RECOMPUTE_FULL);
+}
+
+/* Skipping W loses exactly the four linear weights of every layer (still
+ * zero after B alone, nonzero in the fused reference) and nothing else: the
+ * equalities above depend on W, and B does all the rest. */
+Test(zb, skipping_w_loses_exactly_the_linear_weight_gradients) {
+    for (int middle = 0; middle < 2; middle++)
+        for (int pol = 0; pol < 3; pol++) {
+            zb_result ref, bonly;
+            zb_run(middle, (tri_recompute)pol, 0, "F0b0", &ref);
+            zb_run(middle, (tri_recompute)pol, 1, "F0B0", &bonly);
+            cr_expect(bonly.hook.n_seq[0] == 0 && bonly.hook.outside == 0, "B alone called grads_ready");
+            tri_gpt d;
+            zb_describe(middle, &d);
+            const tri_chunk *ch = &d.chunks[0];
+            int linear = 0;
+            for (int i = 0; i < ch->n_params; i++) {
+                const tri_param *p = &ch->params[i];
+                const float *a = ref.grads + p->offset, *b = bonly.grads + p->offset;
+                if (is_linear_weight(p->kind)) {
+                    double an = 0, bn = 0;
+                    for (size_t k = 0; k < p->numel; k++) {
+                        an += fabs(a[k]);
+                        bn += fabs(b[k]);
+                    }
+                    cr_expect(an > 0 && bn == 0, "%s: fused |g| %g, B alone |g| %g", p->name, an, bn);
+                    linear++;
+                } else {
+                    cr_expect(memcmp(a, b, p->numel * sizeof(float)) == 0, "%s: B alone differs from fused", p->name);
+                }
+            }
+            cr_expect_eq(linear, 4 * ch->n_layers);
+            tri_gpt_free(&d);
+            zb_result_free(&ref);
+            zb_result_free(&bonly);
+        }
+}
+
+/* The bytes a split slot adds, against the closed form of model/runtime.h
+ * (fp32: A = 4; shapes with BT a multiple of 16 keep every buffer 64-byte
+ * aligned, so the match is exact), per layer:
+ *   every policy: 4 BT (3 Cl + C + Fl + C)
+ *   full, also:   4 BT (C + Cl + C + Fl)
+ * for t = 1, 2, 4 from described shards, and the allocator's accounting of
+ * an allocated split pool after a step. */
+Test(zb, split_slot_bytes_match_the_closed_form) {
+    tri_model_cfg cfg = {.n_layer = 3, .n_head = 8, .n_embd = 128, .seq_len = 32, .vocab_size = 1000};
+    const size_t B = 2, T = 32;
+    for (int tp = 1; tp <= 4; tp *= 2)
+        for (int pol = 0; pol < 3; pol++) {
+            tri_gpt g;
+            cr_assert_eq(tri_gpt_describe_single(&g, &cfg, tp, tp - 1), 0);
+            size_t lb0 = 0, lb1 = 0;
+            size_t s0 = tri_slot_bytes(&g, 0, B, T, (tri_recompute)pol, 0, &lb0);
+            size_t s1 = tri_slot_bytes(&g, 0, B, T, (tri_recompute)pol, 1, &lb1);
+            cr_assert(s0 > 0 && s1 > 0);
+            double BT = (double)(B * T), C = cfg.n_embd, Cl = C / tp, Fl = 4 * C / tp;
+            double extra =
+                4 * BT * (3 * Cl + C + Fl + C) + (pol == TRI_RECOMPUTE_FULL ? 4 * BT * (C + Cl + C + Fl) : 0);
+            cr_expect((double)(lb1 - lb0) == extra, "tp=%d %s: a split layer adds %zu bytes, closed form %.0f", tp,
+                      tri_recompute_name((tri_recompute)pol), lb1 - lb0, extra);
+            cr_expect((double)(s1 - s0) == cfg.n_layer * extra,
+                      "tp=%d %s: a split slot adds %zu bytes, closed form %.0f", tp,
+                      tri_recompute_name((tri_recompute)pol), s1 - s0, cfg.n_layer * extra);
+            tri_gpt_free(&g);
+        }
+    for (int pol = 0; pol < 3; pol++) {
+        zb_result r;
+        zb_run(0, (tri_recompute)pol, 1, "F0B0W0", &r);
+        tri_gpt d;
+        zb_describe(0, &d);
+        size_t want = tri_slot_bytes(&d, 0, 2, 16, (tri_recompute)pol, 1, NULL);
+        double BT = 32, C = 32, extra = 4 * BT * 9 * C + (pol == TRI_RECOMPUTE_FULL ? 4 * BT * 7 * C : 0);
+        cr_expect(r.slot_bytes == want && r.peak_in_use == want, "pool slot %zu, peak in use %zu, formula %zu",
+                  r.slot_bytes, r.peak_in_use, want);
+        cr_expect((double)(want - tri_slot_bytes(&d, 0, 2, 16, (tri_recompute)pol, 0, NULL)) == 4 * extra,
+                  "%s: the allocated split slot's extra", tri_recompute_name((tri_recompute)pol));
+        tri_gpt_free(&d);
+        zb_result_free(&r);
+    }
+}
