@@ -49,10 +49,10 @@ int tri_stage_plan_init(tri_stage_plan *sp, const tri_config *cfg, int pp_rank) 
     if (rc != 0) {
         tri_error("out of memory (simulating the %s schedule of parallel.pp %d x parallel.vpp %d, %d micro-batches)",
                   tri_sched_name(sp->kind), pp, vpp, sp->m);
-    } else if (r.deadlock) {
+    } else if (r.deadlock || r.invalid) {
         rc = tri_error("internal error: the %s schedule of parallel.pp %d x parallel.vpp %d with %d micro-batches "
-                       "deadlocks in the simulator: %s",
-                       tri_sched_name(sp->kind), pp, vpp, sp->m, r.why);
+                       "%s in the simulator: %s",
+                       tri_sched_name(sp->kind), pp, vpp, sp->m, r.deadlock ? "deadlocks" : "is invalid", r.why);
     } else {
         for (int c = 0; c < vpp; c++) {
             int peak = r.peak_chunk ? r.peak_chunk[pp_rank * vpp + c] : 1;

@@ -202,6 +202,14 @@ Test(stage_plan, schedule_is_resolved) {
     cr_expect_eq(sp.split, 1);
     cr_expect(sp.slots[0] >= 2, "stage 0 of zb-h1 keeps at least what 1F1B keeps: %d", sp.slots[0]);
     tri_stage_plan_free(&sp);
+    /* ZB-H1 keeps 1F1B's peak: pp micro-batches on stage 0, at most pp anywhere */
+    c = plan_cfg(8, 4, 1, 8, "zb-h1", "");
+    for (int s = 0; s < 4; s++) {
+        cr_assert_eq(tri_stage_plan_init(&sp, &c, s), 0);
+        cr_expect(s == 0 ? sp.slots[0] == 4 : sp.slots[0] <= 4 && sp.slots[0] >= 4 - s, "zb-h1 stage %d: %d slots", s,
+                  sp.slots[0]);
+        tri_stage_plan_free(&sp);
+    }
 }
 
 static void expect_plan_error(const tri_config *c, int pp_rank, const char *want) {
