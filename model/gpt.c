@@ -170,28 +170,144 @@ static void bind(const tri_chunk *ch, char *mem, size_t esz, tri_weights *w) {
     }
 }
 
-int tri_gpt_check_layout(const tri_model_cfg *cfg, int tp, int pp) {
+/* n_embd by n_head, heads by tp: what any rank's parameter table needs. */
+static int check_shape(const tri_model_cfg *cfg, int tp) {
     if (cfg->n_embd % cfg->n_head != 0)
         return tri_error("model.n_embd (%d) is not a multiple of model.n_head (%d)", cfg->n_embd, cfg->n_head);
     if (cfg->n_head % tp != 0)
         return tri_error("model.n_head (%d) is not divisible by parallel.tp (%d)", cfg->n_head, tp);
-    if (cfg->n_layer % pp != 0)
-        return tri_error("model.n_layer (%d) is not divisible by parallel.pp (%d)", cfg->n_layer, pp);
+    return 0;
+}
+
+/* An even split of n layers over k chunks as a pp_layout string (the first
+ * n % k chunks one layer more), for the error that suggests one. */
+static void suggest_layout(char *buf, size_t n, int layers, int k) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int j = 0; j < k && len < n; j++) {
+        int c = layers / k + (j < layers % k);
+        int w = snprintf(buf + len, n - len, "%s%d", j ? "," : "", c);
+        if (w < 0 || (size_t)w >= n - len) {
+            snprintf(buf, n, "one number per chunk");
+            return;
+        }
+        len += (size_t)w;
+    }
+}
+
+/* Parses layout into counts[0 .. pp*vpp) (layers of each model chunk, in
+ * model order) and checks it against the model; "" is the even split.
+ * Returns 0, or -1 with a message naming the numbers. */
+static int layout_counts(const tri_model_cfg *cfg, int pp, int vpp, const char *layout, int *counts) {
+    int k = pp * vpp;
+    if (!layout || !layout[0]) {
+        if (cfg->n_layer % k == 0) {
+            for (int j = 0; j < k; j++) counts[j] = cfg->n_layer / k;
+            return 0;
+        }
+        if (cfg->n_layer < k)
+            return tri_error("model.n_layer (%d) is fewer than parallel.pp (%d) x parallel.vpp (%d) = %d chunks: "
+                             "every chunk needs at least one layer; lower parallel.pp or parallel.vpp",
+                             cfg->n_layer, pp, vpp, k);
+        char sug[256];
+        suggest_layout(sug, sizeof sug, cfg->n_layer, k);
+        return tri_error("model.n_layer (%d) is not divisible by parallel.pp (%d) x parallel.vpp (%d) = %d; set "
+                         "parallel.pp_layout to give each %s its layers, e.g. \"%s\"",
+                         cfg->n_layer, pp, vpp, k, vpp > 1 ? "chunk (in model order)" : "stage", sug);
+    }
+    /* count the numbers first, for the message about how many there should be */
+    int n = 1;
+    for (const char *q = layout; *q; q++) n += *q == ',';
+    if (n != k) {
+        if (vpp > 1 && n == pp)
+            return tri_error("parallel.pp_layout has %d numbers (one per stage), but with parallel.vpp %d it needs "
+                             "one per chunk: parallel.pp %d x parallel.vpp %d = %d numbers, in model order",
+                             n, vpp, pp, vpp, k);
+        return tri_error("parallel.pp_layout has %d number%s; parallel.pp %d x parallel.vpp %d needs %d", n,
+                         n == 1 ? "" : "s", pp, vpp, k);
+    }
+    const char *q = layout;
+    long sum = 0;
+    for (int j = 0; j < k; j++) {
+        const char *start = q;
+        while (*q == ' ' || *q == '\t') q++;
+        char *end;
+        long v = strtol(q, &end, 10);
+        int bad = end == q;
+        while (*end == ' ' || *end == '\t') end++;
+        if (bad || (*end != ',' && *end != '\0') || v > 1000000000L || v < -1000000000L) {
+            char sug[256];
+            suggest_layout(sug, sizeof sug, cfg->n_layer >= k ? cfg->n_layer : k, k);
+            return tri_error("parallel.pp_layout \"%s\": \"%.*s\" is not a layer count (expected %d whole numbers "
+                             "separated by commas, e.g. \"%s\")",
+                             layout, (int)strcspn(start, ","), start, k, sug);
+        }
+        if (v <= 0) {
+            if (vpp > 1)
+                return tri_error("parallel.pp_layout \"%s\" leaves chunk %d (stage %d, its local chunk %d) %s: every "
+                                 "chunk needs at least one layer",
+                                 layout, j, j % pp, j / pp, v == 0 ? "empty" : "with a negative count");
+            return tri_error("parallel.pp_layout \"%s\" leaves chunk %d (stage %d) %s: every stage needs at least "
+                             "one layer",
+                             layout, j, j, v == 0 ? "empty" : "with a negative count");
+        }
+        counts[j] = (int)v;
+        sum += v;
+        q = *end == ',' ? end + 1 : end;
+    }
+    if (sum != cfg->n_layer)
+        return tri_error("parallel.pp_layout \"%s\" sums to %ld layers, model.n_layer is %d", layout, sum,
+                         cfg->n_layer);
+    return 0;
+}
+
+int tri_chunks_layout(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, const char *layout, tri_chunk_spec *specs,
+                      int *layers_buf) {
+    if (pp < 1 || vpp < 1 || pp_rank < 0 || pp_rank >= pp)
+        return tri_error("internal error: pipeline stage %d of parallel.pp %d with parallel.vpp %d", pp_rank, pp, vpp);
+    if (vpp > 1 && pp < 2)
+        return tri_error("parallel.vpp = %d needs parallel.pp >= 2 (virtual chunks interleave stages; with one "
+                         "stage use parallel.vpp 1)",
+                         vpp);
+    int k = pp * vpp;
+    int *counts = malloc((size_t)k * sizeof *counts);
+    if (!counts) return tri_error("out of memory (pipeline layout of %d chunks)", k);
+    if (layout_counts(cfg, pp, vpp, layout, counts) != 0) {
+        free(counts);
+        return -1;
+    }
+    int first = 0, used = 0;
+    for (int j = 0; j < k; j++) {
+        if (j % pp == pp_rank) {
+            int c = j / pp;
+            int *ls = layers_buf + used;
+            for (int i = 0; i < counts[j]; i++) ls[i] = first + i;
+            specs[c] = (tri_chunk_spec){counts[j], ls, j == 0, j == k - 1};
+            used += counts[j];
+        }
+        first += counts[j];
+    }
+    free(counts);
     return 0;
 }
 
 int tri_chunks_even(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, tri_chunk_spec *specs, int *layers_buf) {
-    if (cfg->n_layer % (pp * vpp) != 0)
-        return tri_error("model.n_layer (%d) is not divisible by parallel.pp (%d) x virtual chunks (%d)", cfg->n_layer,
-                         pp, vpp);
-    int per = cfg->n_layer / (pp * vpp);
-    for (int c = 0; c < vpp; c++) {
-        int first = (c * pp + pp_rank) * per;
-        int *ls = layers_buf + c * per;
-        for (int i = 0; i < per; i++) ls[i] = first + i;
-        specs[c] = (tri_chunk_spec){per, ls, c == 0 && pp_rank == 0, c == vpp - 1 && pp_rank == pp - 1};
-    }
-    return 0;
+    return tri_chunks_layout(cfg, pp, pp_rank, vpp, "", specs, layers_buf);
+}
+
+int tri_gpt_check_layout(const tri_model_cfg *cfg, int tp, int pp, int vpp, const char *layout) {
+    if (check_shape(cfg, tp) != 0) return -1;
+    if (vpp > 1 && pp < 2)
+        return tri_error("parallel.vpp = %d needs parallel.pp >= 2 (virtual chunks interleave stages; with one "
+                         "stage use parallel.vpp 1)",
+                         vpp);
+    if (pp < 1 || vpp < 1) return tri_error("parallel.pp (%d) and parallel.vpp (%d) must be at least 1", pp, vpp);
+    int k = pp * vpp;
+    int *counts = malloc((size_t)k * sizeof *counts);
+    if (!counts) return tri_error("out of memory (pipeline layout of %d chunks)", k);
+    int rc = layout_counts(cfg, pp, vpp, layout, counts);
+    free(counts);
+    return rc;
 }
 
 static int describe_chunk(tri_gpt *g, tri_chunk *ch, const tri_chunk_spec *sp) {
@@ -220,7 +336,7 @@ static int describe_chunk(tri_gpt *g, tri_chunk *ch, const tri_chunk_spec *sp) {
 int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, const tri_chunk_spec *specs,
                      int n_chunks) {
     memset(g, 0, sizeof *g);
-    if (tri_gpt_check_layout(cfg, tp, 1) != 0) return -1;
+    if (check_shape(cfg, tp) != 0) return -1;
     g->cfg = *cfg;
     g->tp = tp;
     g->tp_rank = tp_rank;

@@ -142,11 +142,20 @@ typedef struct tri_gpt {
 } tri_gpt;
 
 /* The chunk specs of pipeline stage pp_rank of pp with vpp virtual chunks per
- * stage and an even split: chunk c holds layers [(c*pp + s) * per, ... + per)
- * with per = n_layer / (pp * vpp); the embedding goes to chunk 0 of stage 0,
- * the head to chunk vpp-1 of stage pp-1. layers_buf needs n_layer / pp ints,
- * specs vpp entries. Returns 0, or -1 with a message when n_layer does not
- * divide. */
+ * stage. The model is cut into pp * vpp model chunks of consecutive layers;
+ * local chunk c of stage s is model chunk j = c*pp + s. layout gives the
+ * layers of each chunk: "" is the even split (n_layer / (pp*vpp) each; when
+ * that does not divide, the error suggests a parallel.pp_layout), else
+ * comma-separated counts, either pp of them (one per stage, vpp == 1 only) or
+ * pp * vpp (one per model chunk, in model order j = 0, 1, ...). The embedding
+ * goes to model chunk 0 (local chunk 0 of stage 0), the head to the last
+ * (local chunk vpp-1 of stage pp-1). specs needs vpp entries, layers_buf
+ * n_layer ints (the specs point into it). Returns 0, or -1 with a message
+ * naming the numbers: a wrong count of numbers, a sum other than n_layer, an
+ * empty (or negative) chunk, text that is not a number, vpp > 1 with pp 1. */
+int tri_chunks_layout(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, const char *layout, tri_chunk_spec *specs,
+                      int *layers_buf);
+/* tri_chunks_layout with layout "" (the even split). */
 int tri_chunks_even(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, tri_chunk_spec *specs, int *layers_buf);
 
 /* Builds the parameter tables of the given chunks for this TP rank and
@@ -157,10 +166,12 @@ int tri_gpt_init(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *t
                  const tri_chunk_spec *specs, int n_chunks);
 /* The whole model as one chunk (no pipelining). */
 int tri_gpt_init_single(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *tp_comm, int tp, int tp_rank);
-/* Checks that cfg splits over tp and pp: n_embd by n_head, heads by tp,
- * layers by pp. Returns 0, or -1 with a message naming the numbers. (The
- * padded vocabulary divides by tp by construction.) */
-int tri_gpt_check_layout(const tri_model_cfg *cfg, int tp, int pp);
+/* Checks that cfg splits over tp and the pipeline: n_embd by n_head, heads
+ * by tp, and the layers over pp stages of vpp chunks by layout (the rules of
+ * tri_chunks_layout, for every stage; vpp > 1 needs pp >= 2). Returns 0, or
+ * -1 with a message naming the numbers. (The padded vocabulary divides by tp
+ * by construction.) */
+int tri_gpt_check_layout(const tri_model_cfg *cfg, int tp, int pp, int vpp, const char *layout);
 
 /* The same without memory: sizes and the parameter tables only (ctx, tp_comm
  * and the buffers stay NULL). For describing the global model (tp = 1, one

@@ -49,9 +49,9 @@ typedef enum {
 
 typedef enum {
     TRI_ACT_FWD = 0,
-    TRI_ACT_BWD,     /* full backward: B + W                                 */
-    TRI_ACT_BWD_IN,  /* B: input gradient (zero-bubble)                      */
-    TRI_ACT_BWD_W,   /* W: weight gradients (zero-bubble)                    */
+    TRI_ACT_BWD,    /* full backward: B + W                                 */
+    TRI_ACT_BWD_IN, /* B: input gradient (zero-bubble)                      */
+    TRI_ACT_BWD_W,  /* W: weight gradients (zero-bubble)                    */
     TRI_ACT_SEND_ACT,
     TRI_ACT_RECV_ACT,
     TRI_ACT_SEND_GRAD,
@@ -84,9 +84,9 @@ const char *tri_act_name(tri_act_kind k);
 char *tri_action_str(const tri_action *a, char *buf, size_t n);
 
 /* Builds every rank's list. Checks the numbers first: pp >= 1, m >= 1,
- * vpp >= 1; vpp > 1 only with INTERLEAVED (and pp >= 2); INTERLEAVED with
- * Megatron's constraints (group N = pp: m >= pp and m % pp == 0 or m % pp >= pp
- * is what Megatron asks; say which number breaks which rule). pp == 1 gives
+ * vpp >= 1; vpp > 1 only with INTERLEAVED or FORWARD; INTERLEAVED needs
+ * pp >= 2, vpp >= 2 and Megatron's constraints with group N = pp: m >= pp and
+ * m % pp == 0 (the message says which number breaks which rule). pp == 1 gives
  * the trivial list (each micro-batch forward then backward). Returns 0, or -1
  * with a message (src/base/err.h) naming the numbers; *s is then empty. */
 int tri_schedule_build(tri_schedule *s, tri_sched_kind kind, int pp, int vpp, int m);
@@ -98,15 +98,24 @@ typedef struct tri_sim_costs {
 } tri_sim_costs;
 
 typedef struct tri_sim_result {
-    int deadlock;      /* 1: some rank waits forever (see why)               */
-    char why[1024];    /* deadlock: the stuck ranks, their actions and peers */
-    double makespan;   /* time the last rank finishes                        */
-    double *busy;      /* [pp] compute time of each rank                     */
-    double *idle;      /* [pp] makespan - busy                               */
-    double bubble;     /* idle / busy of the busiest rank                    */
-    int *peak;         /* [pp] peak (micro-batch, chunk) pairs alive per rank */
-    int *peak_chunk;   /* [pp * vpp] peak alive per rank r and chunk c at [r*vpp+c] */
-    double **start;    /* [pp][n[r]] start time of each action (comm: when posted) */
+    int deadlock;    /* 1: some rank waits forever (see why)               */
+    int invalid;     /* 1: the lists are wrong otherwise (see why): the two sides of a message
+                        * disagree on (kind, micro-batch, model chunk), a peer is not the neighbour,
+                        * a compute runs before its input arrived or twice, a send before its
+                        * compute, a REDUCE before the chunk's last backward; play stops there */
+    char why[1024];  /* deadlock or invalid: the stuck ranks, their actions and peers */
+    double makespan; /* time the last rank finishes                        */
+    double *busy;    /* [pp] compute time of each rank                     */
+    double *idle;    /* [pp] makespan - busy                               */
+    double bubble;   /* idle / busy of the busiest rank                    */
+    int *peak;       /* [pp] peak (micro-batch, chunk) pairs alive per rank, alive from FWD
+                        * until BWD or BWD_W (FORWARD schedules: only during the FWD)          */
+    int *peak_chunk; /* [pp * vpp] peak alive per rank r and chunk c at [r*vpp+c] */
+    int *peak_in;    /* [pp] the same with a pair freed at its BWD_IN already (B frees what W
+                        * does not need: the layer inputs and output grads stay); = peak without
+                        * zero-bubble actions                                                  */
+    double **start;  /* [pp][n[r]] start time of each action (comm: when posted) */
+    double **end;    /* [pp][n[r]] end time (comm: when its whole batch completed)          */
 } tri_sim_result;
 
 /* Plays every rank's list together with costs (communication takes no time;

@@ -22,6 +22,8 @@ static void usage(FILE *f) {
                "        mean loss of a checkpoint on a token file\n"
                "  bench CONFIG [--steps N] [--threads K] [--set ...]\n"
                "        training throughput on synthetic tokens, with the machine's sgemm speed\n"
+               "  schedule --pp P --micro-batches M [--vpp V] [--schedule S] [--costs F,B,W] [--json]\n"
+               "        a pipeline schedule's timeline, deadlock check, bubble and peak memory (simulated)\n"
                "  tokenize train|encode|decode ...\n"
                "        byte-level BPE: train a tokenizer, encode text to token files, decode\n"
                "  data info|dump PATH ...\n"
@@ -45,6 +47,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return tri_cmd_sample(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return tri_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return tri_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "schedule")) return tri_cmd_schedule(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return tri_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "data")) return tri_cmd_data(argc - 1, argv + 1);
     if (!strcmp(cmd, "config-help")) {

@@ -18,6 +18,7 @@
 #include "src/base/err.h"
 #include "src/base/file.h"
 #include "src/base/size.h"
+#include "src/stage_plan.h"
 
 /* ------------------------------------------------------------------------ */
 /* checked arithmetic that remembers what overflowed first                   */
@@ -69,13 +70,14 @@ static size_t global_floats_bound(checked *c, const tri_model_cfg *m) {
     return cadd(c, n, 2 * C + 4 * 16, "the parameter count");
 }
 
-/* Saved activations and workspace of one micro-batch of B sequences on the
- * rank g describes, in bytes, from the stage runtime's own layout
- * (model/runtime.h): exactly what tri_slot_pool_init (one slot per chunk:
- * no pipelining) and tri_workspace_init will allocate under `policy`. The
- * products that user keys decide are checked first, so that an overflow
- * names the keys. */
-static size_t preflight_activation_bytes(checked *c, const tri_gpt *g, size_t B, size_t T, tri_recompute policy) {
+/* Saved activations and workspace on the rank g describes, in bytes, from
+ * the stage runtime's own layout (model/runtime.h): exactly what
+ * tri_slot_pool_init (slots[k] slots for chunk k: the stage plan's peak of
+ * micro-batches in flight, src/stage_plan.h) and tri_workspace_init will
+ * allocate under `policy` for micro-batches of B sequences. The products that
+ * user keys decide are checked first, so that an overflow names the keys. */
+static size_t preflight_activation_bytes(checked *c, const tri_gpt *g, const int *slots, size_t B, size_t T,
+                                         tri_recompute policy) {
     size_t BT = cmul(c, B, T, "train.micro_batch x model.seq_len");
     cmul(c, BT, g->C, "train.micro_batch x model.seq_len x model.n_embd");
     cmul(c, BT, g->Fl, "train.micro_batch x model.seq_len x 4 model.n_embd / parallel.tp");
@@ -99,7 +101,8 @@ static size_t preflight_activation_bytes(checked *c, const tri_gpt *g, size_t B,
             c->what = "the saved activations";
             return SIZE_MAX;
         }
-        total = cadd(c, total, slot, "the activations");
+        total = cadd(c, total, cmul(c, slot, (size_t)slots[k], "the saved activations x the pipeline's slots"),
+                     "the activations");
     }
     return total;
 }
@@ -176,18 +179,34 @@ int tri_preflight_model(const tri_config *cfg, size_t micro_batch, int tp_rank, 
             return tri_preflight_check_memory(&e, ranks, &avail);
         }
     }
-    /* this rank's chunks (one without interleaving), described without memory */
+    /* this rank's chunks, described without memory, and the saved slots of
+     * each: training keeps the schedule's peak of micro-batches in flight
+     * (the stage plan), evaluation one */
     tri_gpt g;
-    tri_chunk_spec spec;
-    int *layers = malloc(((size_t)m->n_layer + 1) * sizeof *layers);
-    if (!layers) return tri_error("out of memory (layer list of %d layers)", m->n_layer);
-    int drc = tri_chunks_even(m, par->pp, pp_rank, 1, &spec, layers);
-    if (drc == 0) drc = tri_gpt_describe(&g, m, par->tp, tp_rank, &spec, 1);
-    free(layers);
-    if (drc != 0) return -1;
+    tri_stage_plan sp;
+    int drc;
+    if (training) {
+        drc = tri_stage_plan_init(&sp, cfg, pp_rank);
+    } else {
+        memset(&sp, 0, sizeof sp);
+        drc = par->vpp > TRI_MAX_VPP
+                  ? tri_error("parallel.vpp = %d: at most %d virtual chunks per stage", par->vpp, TRI_MAX_VPP)
+                  : 0;
+        sp.n_chunks = par->vpp;
+        sp.layers = drc == 0 ? malloc(((size_t)m->n_layer + 1) * sizeof *sp.layers) : NULL;
+        if (drc == 0 && !sp.layers) drc = tri_error("out of memory (layer list of %d layers)", m->n_layer);
+        if (drc == 0) drc = tri_chunks_layout(m, par->pp, pp_rank, par->vpp, par->pp_layout, sp.specs, sp.layers);
+        for (int k = 0; k < sp.n_chunks && k < TRI_MAX_VPP; k++) sp.slots[k] = 1;
+    }
+    if (drc == 0) drc = tri_gpt_describe(&g, m, par->tp, tp_rank, sp.specs, sp.n_chunks);
+    if (drc != 0) {
+        tri_stage_plan_free(&sp);
+        return -1;
+    }
     int policy = tri_recompute_parse(cfg->train.recompute);
-    size_t acts = preflight_activation_bytes(&c, &g, micro_batch, (size_t)m->seq_len,
+    size_t acts = preflight_activation_bytes(&c, &g, sp.slots, micro_batch, (size_t)m->seq_len,
                                              policy < 0 ? TRI_RECOMPUTE_NONE : (tri_recompute)policy);
+    tri_stage_plan_free(&sp);
     size_t n_floats = tri_gpt_local_elems(&g);
     tri_gpt_free(&g);
     if (!c.ok) return overflow_error(m, micro_batch, &c);

@@ -24,10 +24,11 @@
  *   7. the filesystem of checkpoint.dir has room for one checkpoint.
  * The outcome is all-reduced over the world, so every rank stops together.
  *
- * The activation figure is the current layout's (tri_acts_init in
- * model/gpt.c) recomputed with checked arithmetic in one function,
- * preflight_activation_bytes; when the stage runtime accounts its own saved
- * slots and workspace, that function is the one to replace. */
+ * The activation figure is the stage runtime's (model/runtime.h) recomputed
+ * with checked arithmetic in one function, preflight_activation_bytes: the
+ * workspace plus, for every chunk of the rank's pipeline stage, its saved
+ * slots (the stage plan's peak of micro-batches in flight, src/stage_plan.h;
+ * one when not training) times tri_slot_bytes. */
 #ifndef TRI_PREFLIGHT_H
 #define TRI_PREFLIGHT_H
 
@@ -42,7 +43,7 @@ typedef struct tri_mem_estimate {
     size_t params; /* 4 bytes per float of this rank's parameter slice      */
     size_t grads;  /* the same for the gradients                            */
     size_t optim;  /* AdamW's two moments: 2 x 4 bytes per float (training) */
-    size_t acts;   /* activations and workspace of one micro-batch          */
+    size_t acts;   /* saved activations (slots x slot bytes) and workspace  */
     size_t other;  /* parameter table, batch buffers, caller's extras       */
     size_t total;  /* the sum; SIZE_MAX if it overflowed                    */
 } tri_mem_estimate;

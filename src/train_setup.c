@@ -16,6 +16,7 @@
 #include "src/ckpt_state.h"
 #include "src/datafiles.h"
 #include "src/preflight.h"
+#include "src/stage_plan.h"
 #include "src/base/err.h"
 
 static void grads_ready(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
@@ -31,7 +32,9 @@ void tri_set_threads(int n) {
  * log: tridentrun's failure summary shows whichever rank it finds failed first. */
 static int check_layout(const tri_config *cfg) {
     const tri_parallel_cfg *p = &cfg->parallel;
-    if (tri_gpt_check_layout(&cfg->model, p->tp, p->pp) != 0) return -1;
+    if (p->vpp > TRI_MAX_VPP)
+        return tri_error("parallel.vpp = %d: at most %d virtual chunks per stage", p->vpp, TRI_MAX_VPP);
+    if (tri_gpt_check_layout(&cfg->model, p->tp, p->pp, p->vpp, p->pp_layout) != 0) return -1;
     long per = (long)cfg->train.micro_batch * p->dp;
     if (cfg->train.global_batch % per) {
         tri_error("train.global_batch (%d) is not divisible by train.micro_batch (%d) x parallel.dp (%d) = %ld",
@@ -160,12 +163,13 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     if (tri_preflight_run(&pf) != 0) return rc;
     t->eval_batches = pf.eval_batches;
 
-    /* this stage's chunks (one without interleaving) */
-    tri_chunk_spec spec;
+    /* this stage's chunks (parallel.vpp of them, by parallel.pp_layout) */
+    tri_chunk_spec specs[TRI_MAX_VPP];
+    int vpp = cfg->parallel.vpp;
     int *layers = malloc(((size_t)cfg->model.n_layer + 1) * sizeof *layers);
     if (!layers) return rc;
-    int grc = tri_chunks_even(&cfg->model, mesh->pp, mesh->pp_rank, 1, &spec, layers);
-    if (grc == 0) grc = tri_gpt_init(&t->gpt, &cfg->model, &t->ctx, &t->dist.tp, mesh->tp, mesh->tp_rank, &spec, 1);
+    int grc = tri_chunks_layout(&cfg->model, mesh->pp, mesh->pp_rank, vpp, cfg->parallel.pp_layout, specs, layers);
+    if (grc == 0) grc = tri_gpt_init(&t->gpt, &cfg->model, &t->ctx, &t->dist.tp, mesh->tp, mesh->tp_rank, specs, vpp);
     free(layers);
     if (grc != 0) return rc;
     rc = 1;

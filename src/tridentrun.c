@@ -70,9 +70,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model/gpt.h"
+#include "model/runtime.h"
 #include "parallel/mesh.h"
 #include "src/base/file.h"
+#include "src/base/size.h"
 #include "src/config.h"
+#include "src/stage_plan.h"
 
 #define TAIL_LINES 20
 #define MAX_HOSTS  4096
@@ -638,6 +642,7 @@ typedef struct plan {
     char log_dir[PATH_MAX]; /* absolute                                   */
     char self[PATH_MAX];    /* this executable (the rank wrapper)         */
     char *cmd0;             /* the program to run (COMMAND[0], resolved)  */
+    tri_config *train_cfg;  /* `trident train CONFIG`: the loaded config  */
 } plan;
 
 static void plan_free(plan *p) {
@@ -648,6 +653,7 @@ static void plan_free(plan *p) {
     free(p->lines);
     free(p->ranks);
     free(p->cmd0);
+    free(p->train_cfg);
     memset(p, 0, sizeof *p);
 }
 
@@ -894,6 +900,10 @@ static int make_plan(plan *p, const opts *o) {
         p->tp = cfg.parallel.tp;
         p->pp = cfg.parallel.pp;
         p->dp = cfg.parallel.dp;
+        if (!strcmp(o->cmd[1], "train")) {
+            p->train_cfg = xcalloc(1, sizeof *p->train_cfg);
+            *p->train_cfg = cfg;
+        }
     }
     free(sets);
 
@@ -1044,6 +1054,69 @@ static void print_command(FILE *f, const argv_buf *a) {
     fputc('\n', f);
 }
 
+/* "chunk 0: layers 0-3 +embedding" */
+static void print_chunk(FILE *f, int c, const tri_chunk_spec *sp) {
+    fprintf(f, "    chunk %d: ", c);
+    if (sp->n_layers == 1)
+        fprintf(f, "layer %d", sp->layers[0]);
+    else
+        fprintf(f, "layers %d-%d", sp->layers[0], sp->layers[sp->n_layers - 1]);
+    fprintf(f, "%s%s", sp->has_embedding ? " +embedding" : "", sp->has_head ? " +head" : "");
+}
+
+/* What each rank of `trident train` holds and keeps: its pipeline stage, the
+ * layers of its chunks, its parameter bytes (fp32) and the saved activations
+ * the schedule's peak keeps (src/stage_plan.h), plus the schedule's line. A
+ * config the trainer would refuse gets its reason (on stderr) instead. */
+static void print_stages(FILE *f, const plan *p) {
+    const tri_config *cfg = p->train_cfg;
+    int pp = cfg->parallel.pp;
+    tri_stage_plan *sps = xcalloc((size_t)pp, sizeof *sps);
+    int ok = 1;
+    fflush(f);
+    if (tri_gpt_check_layout(&cfg->model, cfg->parallel.tp, pp, cfg->parallel.vpp, cfg->parallel.pp_layout) != 0)
+        ok = 0;
+    for (int s = 0; ok && s < pp; s++)
+        if (tri_stage_plan_init(&sps[s], cfg, s) != 0) ok = 0;
+    if (!ok) {
+        fprintf(f, "pipeline: the trainer would refuse this config (the reason is the trident: line on stderr)\n");
+    } else {
+        int policy = tri_recompute_parse(cfg->train.recompute);
+        tri_recompute pol = policy < 0 ? TRI_RECOMPUTE_NONE : (tri_recompute)policy;
+        size_t B = (size_t)cfg->train.micro_batch, T = (size_t)cfg->model.seq_len;
+        fprintf(f,
+                "pipeline: schedule %s, parallel.pp %d x vpp %d, m = %d micro-batches per step per dp rank, bubble "
+                "%.3f (simulated, unit costs)\n",
+                tri_sched_name(sps[0].kind), pp, cfg->parallel.vpp, sps[0].m, sps[0].bubble);
+        for (int r = 0; r < p->world; r++) {
+            tri_mesh m;
+            char err[256];
+            if (tri_mesh_init(&m, p->world, r, p->tp, p->pp, p->dp, err, sizeof err) != 0) break;
+            const tri_stage_plan *sp = &sps[m.pp_rank];
+            tri_gpt g;
+            if (tri_gpt_describe(&g, &cfg->model, cfg->parallel.tp, m.tp_rank, sp->specs, sp->n_chunks) != 0) break;
+            size_t params = tri_gpt_local_elems(&g) * sizeof(float);
+            size_t saved = tri_stage_plan_saved_bytes(sp, &g, B, T, pol);
+            size_t ws = tri_workspace_bytes(&g, B, T, pol);
+            char a[32], b[32], c[32];
+            fprintf(f,
+                    "rank %d: stage %d, parameters %s (%zu bytes), saved activations %s (%zu bytes), workspace %s "
+                    "(%zu bytes)\n",
+                    r, m.pp_rank, tri_size_human(a, sizeof a, (double)params), params,
+                    tri_size_human(b, sizeof b, (double)saved), saved, tri_size_human(c, sizeof c, (double)ws), ws);
+            for (int k = 0; k < sp->n_chunks; k++) {
+                size_t slot = tri_slot_bytes(&g, k, B, T, pol, NULL);
+                print_chunk(f, k, &sp->specs[k]);
+                fprintf(f, ": %d slot%s x %s (%zu bytes)\n", sp->slots[k], sp->slots[k] == 1 ? "" : "s",
+                        tri_size_human(a, sizeof a, (double)slot), slot);
+            }
+            tri_gpt_free(&g);
+        }
+    }
+    for (int s = 0; s < pp; s++) tri_stage_plan_free(&sps[s]);
+    free(sps);
+}
+
 static void print_plan(FILE *f, const plan *p, const argv_buf *cmd) {
     int uneven = 0;
     for (int h = 0; h < p->nhosts; h++) uneven |= p->ranks[h] != p->nproc;
@@ -1068,6 +1141,7 @@ static void print_plan(FILE *f, const plan *p, const argv_buf *cmd) {
             fprintf(f, "%4s %4s %4s", "-", "-", "-");
         fprintf(f, "  %s/rank_%d.log\n", p->log_dir, r);
     }
+    if (p->train_cfg) print_stages(f, p);
     fprintf(f, "mpirun command:\n");
     print_command(f, cmd);
 }

@@ -24,6 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "model/gpt.h"
+#include "model/runtime.h"
+
 /* ------------------------------------------------------------------------ */
 /* Processes                                                                */
 
@@ -647,6 +650,62 @@ Test(tridentrun, dry_run_reads_layout_from_config_and_overrides, .timeout = 30) 
     char row[128];
     snprintf(row, sizeof row, "%6d  %-24s %4d %4d %4d", 5, "localhost", c.t, c.d, c.p);
     cr_assert(strstr(r.text, row), "no row '%s' in\n%s", row, r.text);
+    free(r.text);
+    remove_tmpdir(&t);
+}
+
+/* The figure after "label " and before " bytes)" on the line of text that
+ * starts with prefix, e.g. the saved bytes of "rank 2: ...". */
+static size_t bytes_on_line(const char *text, const char *prefix, const char *label) {
+    const char *line = strstr(text, prefix);
+    cr_assert_not_null(line, "no line '%s' in\n%s", prefix, text);
+    const char *end = strchr(line, '\n');
+    const char *at = strstr(line, label);
+    cr_assert(at && (!end || at < end), "no '%s' on the line '%s' in\n%s", label, prefix, text);
+    at = strchr(at, '(');
+    cr_assert_not_null(at);
+    return (size_t)strtoull(at + 1, NULL, 10);
+}
+
+/* pp = 2 with an uneven parallel.pp_layout: each rank's stage, its layer
+ * range, and its saved activations = 1F1B's min(pp - s, m) slots x
+ * tri_slot_bytes of the hand-written chunk */
+Test(tridentrun, dry_run_shows_each_stage_of_an_uneven_pipeline, .timeout = 30) {
+    tmpdir t = make_tmpdir();
+    char cfg[300];
+    snprintf(cfg, sizeof cfg, "%s/c.json", t.path);
+    write_file(cfg, "{\"data\": {\"train\": \"x.bin\"}, \"model\": {\"n_layer\": 6, \"n_head\": 2, \"n_embd\": 32, "
+                    "\"seq_len\": 16, \"vocab_size\": 300}, \"train\": {\"global_batch\": 12, \"micro_batch\": 3}, "
+                    "\"parallel\": {\"tp\": 1, \"pp\": 2, \"dp\": 1, \"pp_layout\": \"2, 4\"}}\n");
+    char *args[] = {"--dry-run", "--", "trident", "train", cfg, NULL};
+    run_out r = launcher(&t, args, 20);
+    cr_assert_eq(r.status, 0, "%s", r.text);
+    cr_assert(strstr(r.text, "pipeline: schedule 1f1b, parallel.pp 2 x vpp 1, m = 4 micro-batches"), "%s", r.text);
+    tri_model_cfg m = {.n_layer = 6, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab_size = 300};
+    int l0[2] = {0, 1}, l1[4] = {2, 3, 4, 5};
+    tri_chunk_spec specs[2] = {{2, l0, 1, 0}, {4, l1, 0, 1}};
+    const char *chunk[2] = {"chunk 0: layers 0-1 +embedding: 2 slots x ", "chunk 0: layers 2-5 +head: 1 slot x "};
+    for (int s = 0; s < 2; s++) {
+        char head[64];
+        snprintf(head, sizeof head, "rank %d: stage %d, ", s, s);
+        cr_assert(strstr(r.text, head), "no '%s' in\n%s", head, r.text);
+        cr_assert(strstr(r.text, chunk[s]), "no '%s' in\n%s", chunk[s], r.text);
+        tri_gpt g;
+        cr_assert_eq(tri_gpt_describe(&g, &m, 1, 0, &specs[s], 1), 0);
+        int slots = 2 - s < 4 ? 2 - s : 4; /* min(pp - s, m) */
+        size_t want = (size_t)slots * tri_slot_bytes(&g, 0, 3, 16, TRI_RECOMPUTE_NONE, NULL);
+        size_t params = tri_gpt_local_elems(&g) * sizeof(float);
+        tri_gpt_free(&g);
+        cr_expect_eq(bytes_on_line(r.text, head, "saved activations "), want, "stage %d saved bytes", s);
+        cr_expect_eq(bytes_on_line(r.text, head, "parameters "), params, "stage %d parameter bytes", s);
+    }
+    free(r.text);
+
+    /* a layout that does not fit the model: the reason with the numbers */
+    char *args2[] = {"--dry-run", "--", "trident", "train", cfg, "--set", "parallel.pp_layout=1,2", NULL};
+    r = launcher(&t, args2, 20);
+    cr_assert(strstr(r.text, "parallel.pp_layout \"1,2\" sums to 3 layers, model.n_layer is 6"), "%s", r.text);
+    cr_assert(strstr(r.text, "pipeline: the trainer would refuse this config"), "%s", r.text);
     free(r.text);
     remove_tmpdir(&t);
 }

@@ -83,6 +83,59 @@ Test(preflight, estimate_matches_what_the_model_allocates) {
     }
 }
 
+/* under pp = 2 with an uneven parallel.pp_layout, each stage's estimate is
+ * its own chunk's parameters and workspace plus 1F1B's min(pp - s, m) saved
+ * micro-batches, against what the model and the stage runtime allocate for
+ * the hand-written layer ranges */
+Test(preflight, estimate_under_pp_counts_the_stage_and_its_slots) {
+    tri_config c = tiny(4, 2, 32, 16, 256, 1);
+    c.parallel.pp = 2;
+    c.train.micro_batch = 2;
+    c.train.global_batch = 8; /* m = 4 micro-batches per step */
+    snprintf(c.parallel.pp_layout, sizeof c.parallel.pp_layout, "1,3");
+    int l0[1] = {0}, l1[3] = {1, 2, 3};
+    tri_chunk_spec specs[2] = {{1, l0, 1, 0}, {3, l1, 0, 1}};
+    size_t first = 0;
+    for (int s = 0; s < 2; s++) {
+        tri_mem_estimate e;
+        cr_assert_eq(tri_preflight_model(&c, 2, 0, s, 0, 1, 0, &e), 0, "stage %d", s);
+        tri_ctx ctx;
+        cr_assert_eq(tri_ctx_init(&ctx, "cpu", 2), 0);
+        tri_comm self;
+        tri_comm_init_self(&self, 0);
+        tri_gpt g;
+        tri_slot_pool pool;
+        tri_workspace ws;
+        cr_assert_eq(tri_gpt_init(&g, &c.model, &ctx, &self, 1, 0, &specs[s], 1), 0);
+        cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, 2, 16, TRI_RECOMPUTE_NONE, 2 - s), 0);
+        cr_assert_eq(tri_workspace_init(&ws, &g, 2, 16, TRI_RECOMPUTE_NONE), 0);
+        const tri_mem_stats *m = &ctx.mem;
+        cr_expect_eq(e.params, m->bytes[TRI_MEM_PARAMS], "stage %d: params %zu vs %zu", s, e.params,
+                     m->bytes[TRI_MEM_PARAMS]);
+        size_t acts = m->bytes[TRI_MEM_SAVED] + m->bytes[TRI_MEM_WORKSPACE];
+        cr_expect_eq(e.acts, acts, "stage %d: activations %zu vs allocated %zu (%d slots)", s, e.acts, acts, 2 - s);
+        if (s == 0) first = e.acts;
+        tri_slot_pool_free(&pool, &g);
+        tri_workspace_free(&ws, &g);
+        tri_gpt_free(&g);
+        tri_ctx_free(&ctx);
+    }
+    cr_expect_gt(first, 0);
+    /* evaluation (training 0) keeps one micro-batch: less than stage 0's two */
+    tri_mem_estimate e;
+    cr_assert_eq(tri_preflight_model(&c, 2, 0, 0, 0, 0, 0, &e), 0);
+    cr_expect_lt(e.acts, first);
+    /* a layout that does not fit is refused before anything is estimated */
+    snprintf(c.parallel.pp_layout, sizeof c.parallel.pp_layout, "1,2");
+    tt_capture cap;
+    tt_capture_begin(&cap, "/tmp/tri_preflight_err3.txt");
+    int rc = tri_preflight_model(&c, 2, 0, 1, 0, 1, 0, NULL);
+    char *err = tt_capture_end(&cap);
+    cr_expect_eq(rc, -1);
+    cr_expect(strstr(err, "sums to 3 layers, model.n_layer is 4"), "%s", err);
+    free(err);
+}
+
 Test(preflight, sizes_that_overflow_are_refused_naming_the_keys) {
     tt_capture cap;
     tri_config c = tiny(2, 2, 1000000000, 16, 256, 1);
