@@ -125,8 +125,9 @@ int tri_schedule_simulate(const tri_schedule *s, tri_sim_costs costs, tri_sim_re
 void tri_sim_result_free(tri_sim_result *r); /* NULL-safe */
 
 /* The closed form of the bubble ratio of a kind: (p-1)/m for 1F1B and
- * GPipe, (p-1)/(v m) interleaved, (p-1)(f+b-w)/(m(f+b+w)) ZB-H1, 0 for
- * FORWARD with pp 1 (see docs/parallelism.md). */
+ * GPipe, (p-1)/(v m) interleaved and FORWARD, (p-1)(f+b-w)/(m(f+b+w)) ZB-H1
+ * (a lower bound: the simulated ZB-H1 lists land between it and 1F1B's, see
+ * docs/parallelism.md); 0 with pp 1. */
 double tri_schedule_bubble_formula(tri_sched_kind kind, int pp, int vpp, int m, tri_sim_costs costs);
 
 /* The timeline, one row per rank, one column per time unit (like torch's
