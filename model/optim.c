@@ -57,6 +57,8 @@ double tri_grad_sumsq_local(const tri_gpt *g) {
         for (int i = 0; i < ch->n_params; i++) {
             const tri_param *p = &ch->params[i];
             if (p->replicated && g->tp_rank != 0) continue;
+            /* the tied embedding counts once: the head stage's copy is skipped */
+            if (p->kind == TRI_P_WTE && !ch->has_embedding) continue;
             sum += g->ctx->ops->sumsq(g->ctx, ch->grad_mem + p->offset, p->numel);
         }
     }

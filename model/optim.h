@@ -27,8 +27,10 @@ void tri_optim_free(tri_optim *o, const tri_gpt *g); /* NULL-safe */
 double tri_lr_at(const tri_adamw_cfg *cfg, int s);
 
 /* Sum of squares of this rank's gradients over every chunk, counting each
- * replicated tensor only on TP rank 0 (it is identical on every TP rank), so
- * that the sum over the TP and PP groups is the sum over the global model. */
+ * replicated tensor only on TP rank 0 (it is identical on every TP rank) and
+ * the tied token embedding only in the chunk that holds the embedding (the
+ * head stage's copy has the same, reduced gradient), so that the sum over the
+ * TP and PP groups is the sum over the global model. */
 double tri_grad_sumsq_local(const tri_gpt *g);
 
 /* One AdamW update of every parameter of every chunk with the given lr, after

@@ -77,6 +77,7 @@ static tri_comm *group_at(tri_dist *d, int i) {
 static void watch_groups(tri_dist *d) {
     d->progress.step = 0;
     d->progress.phase = "set-up";
+    d->progress.action[0] = '\0';
     for (int i = 0; i < N_GROUPS; i++) {
         tri_comm *c = group_at(d, i);
         snprintf(c->name, sizeof c->name, "%s", group_names[i]);

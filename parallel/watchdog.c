@@ -98,6 +98,7 @@ char *tri_wd_describe(char *buf, size_t len, const tri_wd_site *s) {
         add(buf, len, &at, "step %ld (%s): ", p->step, p->phase ? p->phase : "?");
     else
         add(buf, len, &at, "%s: ", p->phase ? p->phase : "before the first step");
+    if (p != NULL && p->action[0]) add(buf, len, &at, "pipeline action %s: ", p->action);
     add(buf, len, &at, "%s over %s of %zu bytes", s->op ? s->op : "operation", group, s->bytes);
     if (s->peer >= 0)
         add(buf, len, &at, " %s world rank %d (tag %d)", s->op && !strcmp(s->op, "send") ? "to" : "from", s->peer,

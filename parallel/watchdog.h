@@ -33,6 +33,8 @@
 typedef struct tri_progress {
     long step;         /* the step being run (1-based); 0: before the first */
     const char *phase; /* static text: "set-up", "train", "eval", "save"; may be NULL */
+    char action[96];   /* the pipeline action waited for, e.g. "recv-act mb 3 chunk 0
+                          from stage 0"; "" outside the pipeline's p2p waits */
 } tri_progress;
 
 /* How to pause between two polls, by the time waited so far. */

@@ -18,6 +18,8 @@
 #include "src/cli.h"
 #include "src/config.h"
 #include "src/preflight.h"
+#include "parallel/schedule.h"
+#include "src/stage_plan.h"
 #include "src/train.h"
 
 static double now_s(void) {
@@ -86,6 +88,50 @@ static void after_step(void *ctx, int step, double seconds) {
     sgemm_probe *p = ctx;
     p->times[step] = seconds;
     p->after[step] = probe_best(p, 2);
+}
+
+/* Under pipelining: each stage's compute (busy), idle and p2p time per
+ * step, and the measured bubble (the busiest stage's idle time over its busy
+ * time, idle = the longest stage's span minus its busy time) beside the
+ * simulator's prediction with unit costs for the same schedule. Returns 0 or
+ * -1 (printed). */
+static int pipeline_report(const tri_config *cfg, const tri_run_report *rep, double *bubble, double *bubble_sim) {
+    if (cfg->parallel.pp == 1 || rep->stages == 0 || rep->steps == 0) return 0;
+    tri_stage_plan plan;
+    if (tri_stage_plan_init(&plan, cfg, 0) != 0) return -1;
+    tri_schedule s;
+    tri_sim_result r;
+    tri_sim_costs unit = {1.0, 1.0, 1.0};
+    int rc = tri_schedule_build(&s, plan.kind, plan.pp, plan.vpp, plan.m);
+    if (rc == 0) {
+        rc = tri_schedule_simulate(&s, unit, &r);
+        if (rc == 0) {
+            *bubble_sim = r.bubble;
+            tri_sim_result_free(&r);
+        }
+        tri_schedule_free(&s);
+    }
+    if (rc != 0) {
+        tri_stage_plan_free(&plan);
+        return -1;
+    }
+    double span = 0.0, busiest = 0.0;
+    for (int i = 0; i < rep->stages; i++) {
+        if (rep->stage_span_s[i] > span) span = rep->stage_span_s[i];
+        if (rep->stage_busy_s[i] > busiest) busiest = rep->stage_busy_s[i];
+    }
+    *bubble = busiest > 0 ? (span - busiest) / busiest : 0.0;
+    printf("  pipeline    %s, pp=%d vpp=%d, %d micro-batches per step; per step:\n", tri_sched_name(plan.kind), plan.pp,
+           plan.vpp, plan.m);
+    for (int i = 0; i < rep->stages; i++)
+        printf("    stage %-3d busy %8.1f ms  idle %8.1f ms  p2p wait %8.1f ms\n", i,
+               1e3 * rep->stage_busy_s[i] / rep->steps, 1e3 * (span - rep->stage_busy_s[i]) / rep->steps,
+               1e3 * rep->stage_p2p_s[i] / rep->steps);
+    printf("  bubble      measured %.3f (idle / busy of the busiest stage), simulated %.3f (unit costs, "
+           "`trident schedule`)\n",
+           *bubble, *bubble_sim);
+    tri_stage_plan_free(&plan);
+    return 0;
 }
 
 static void bench_usage(FILE *f) {
@@ -243,6 +289,11 @@ int tri_cmd_bench(int argc, char **argv) {
                (double)st[g]->bytes / rep.steps / 1e6, (double)st[g]->calls / rep.steps,
                1e3 * st[g]->seconds / rep.steps, 100.0 * share[g]);
     }
+    double bubble = 0.0, bubble_sim = 0.0;
+    if (pipeline_report(&cfg, &rep, &bubble, &bubble_sim) != 0) {
+        rc = 1;
+        goto out;
+    }
     char memline[512], memjson[512];
     tri_mem_line(&rep.mem, memline, sizeof memline);
     tri_mem_json(&rep.mem, memjson, sizeof memjson);
@@ -250,9 +301,11 @@ int tri_cmd_bench(int argc, char **argv) {
            memline, (double)rep.mem.saved_in_use_peak / (1024.0 * 1024.0));
     printf("{\"config\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, \"threads\": %d, \"recompute\": \"%s\", "
            "\"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, "
-           "\"mfu_paired\": %.4f, \"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f, \"mem\": %s}\n",
+           "\"mfu_paired\": %.4f, \"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f, \"pp\": %d, \"vpp\": %d, "
+           "\"schedule\": \"%s\", \"bubble\": %.4f, \"bubble_sim\": %.4f, \"mem\": %s}\n",
            path, rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads, cfg.train.recompute, med * 1e3, tps, gflops,
-           job_peak, mfu, mfu_paired, share[0], share[1], memjson);
+           job_peak, mfu, mfu_paired, share[0], share[1], cfg.parallel.pp, cfg.parallel.vpp, cfg.parallel.schedule,
+           bubble, bubble_sim, memjson);
 out:
     probe_free(&probe);
     free(sets);

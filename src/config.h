@@ -47,8 +47,8 @@ typedef struct tri_parallel_cfg {
     int vpp;             /* virtual pipeline chunks per stage              */
     char schedule[16];   /* "1f1b" | "interleaved" | "gpipe" | "zb-h1"     */
     char pp_layout[256]; /* layers per stage or chunk, "3,4,4,3"; "": even */
-    double bucket_mb; /* gradient all-reduce bucket size, MiB            */
-    double timeout_s; /* deadline of every communication wait; 0: none  */
+    double bucket_mb;    /* gradient all-reduce bucket size, MiB            */
+    double timeout_s;    /* deadline of every communication wait; 0: none  */
 } tri_parallel_cfg;
 
 typedef struct tri_ckpt_cfg {

@@ -76,7 +76,7 @@ static size_t global_floats_bound(checked *c, const tri_model_cfg *m) {
  * micro-batches in flight, src/stage_plan.h) and tri_workspace_init will
  * allocate under `policy` for micro-batches of B sequences. The products that
  * user keys decide are checked first, so that an overflow names the keys. */
-static size_t preflight_activation_bytes(checked *c, const tri_gpt *g, const int *slots, size_t B, size_t T,
+static size_t preflight_activation_bytes(checked *c, const tri_gpt *g, const int *slots, int split, size_t B, size_t T,
                                          tri_recompute policy) {
     size_t BT = cmul(c, B, T, "train.micro_batch x model.seq_len");
     cmul(c, BT, g->C, "train.micro_batch x model.seq_len x model.n_embd");
@@ -95,7 +95,7 @@ static size_t preflight_activation_bytes(checked *c, const tri_gpt *g, const int
         return SIZE_MAX;
     }
     for (int k = 0; k < g->n_chunks; k++) {
-        size_t slot = tri_slot_bytes(g, k, B, T, policy, 0, NULL);
+        size_t slot = tri_slot_bytes(g, k, B, T, policy, split, NULL);
         if (slot == 0) {
             c->ok = 0;
             c->what = "the saved activations";
@@ -204,7 +204,7 @@ int tri_preflight_model(const tri_config *cfg, size_t micro_batch, int tp_rank, 
         return -1;
     }
     int policy = tri_recompute_parse(cfg->train.recompute);
-    size_t acts = preflight_activation_bytes(&c, &g, sp.slots, micro_batch, (size_t)m->seq_len,
+    size_t acts = preflight_activation_bytes(&c, &g, sp.slots, sp.split, micro_batch, (size_t)m->seq_len,
                                              policy < 0 ? TRI_RECOMPUTE_NONE : (tri_recompute)policy);
     tri_stage_plan_free(&sp);
     size_t n_floats = tri_gpt_local_elems(&g);

@@ -76,7 +76,7 @@ size_t tri_stage_plan_saved_bytes(const tri_stage_plan *sp, const tri_gpt *g, si
                                   tri_recompute policy) {
     size_t total = 0;
     for (int c = 0; c < sp->n_chunks && c < g->n_chunks; c++) {
-        size_t slot = tri_slot_bytes(g, c, B, T, policy, NULL), all;
+        size_t slot = tri_slot_bytes(g, c, B, T, policy, sp->split, NULL), all;
         if (slot == 0) return 0; /* named the numbers */
         if (!tri_size_mul(&all, slot, (size_t)sp->slots[c]) || !tri_size_add(&total, total, all)) {
             tri_error("the saved activations of pipeline stage %d (%d slots of %zu bytes for chunk %d) do not fit "

@@ -115,7 +115,12 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             fprintf(t->metrics, "{\"step\": %d, \"mem\": %s}\n", step + 1, mem);
             fflush(t->metrics);
         }
-        if (step > start) measured += dt;
+        if (step > start) {
+            measured += dt;
+            t->pipe_total.busy_s += t->pipe.stats.busy_s;
+            t->pipe_total.p2p_s += t->pipe.stats.p2p_s;
+            t->pipe_total.span_s += t->pipe.stats.span_s;
+        }
         int done_steps = step + 1;
         if (t->is_logger && (done_steps % cfg->log.every == 0 || done_steps == cfg->train.steps)) {
             double tps = tokens_step / dt;
@@ -188,6 +193,20 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         r->dp = t->dist.dp.stats;
         r->pp = t->dist.pp.stats;
         r->mem = t->ctx.mem;
+        /* every stage's pipeline figures, on every rank of the pipeline */
+        double mine[3] = {t->pipe_total.busy_s, t->pipe_total.p2p_s, t->pipe_total.span_s};
+        int np = mesh->pp < TRI_REPORT_MAX_STAGES ? mesh->pp : TRI_REPORT_MAX_STAGES;
+        double *all = calloc((size_t)mesh->pp * 3, sizeof *all);
+        if (all) {
+            tri_comm_allgather(&t->dist.pp, all, mine, 3, TRI_F64);
+            r->stages = np;
+            for (int s = 0; s < np; s++) {
+                r->stage_busy_s[s] = all[3 * s];
+                r->stage_p2p_s[s] = all[3 * s + 1];
+                r->stage_span_s[s] = all[3 * s + 2];
+            }
+            free(all);
+        }
     }
     /* the final checkpoint (with train.steps = 0: the freshly initialised model) */
     if (!opts->synthetic && save(t, step, loss) != 0) rc = 1;

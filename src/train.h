@@ -6,6 +6,8 @@
 
 #include "parallel/comm.h"
 
+#define TRI_REPORT_MAX_STAGES 64
+
 /* What a run measured on this rank (filled when tri_run_opts.report is set). */
 typedef struct tri_run_report {
     int world, rank;           /* this rank's place                              */
@@ -13,6 +15,12 @@ typedef struct tri_run_report {
     double seconds;            /* their wall time                                */
     tri_comm_stats tp, dp, pp; /* communication in those steps, per group        */
     tri_mem_stats mem;         /* this rank's memory accounting (kernels/ctx.h)  */
+    /* The pipeline phase of those steps, per stage (stage s of this rank's
+     * pipeline at [s]; TRI_REPORT_MAX_STAGES at most): compute time, time
+     * waiting for p2p batches, and the span from a step's first action to the
+     * end of its last compute action (src/pipeline.h), summed over the steps. */
+    int stages;
+    double stage_busy_s[TRI_REPORT_MAX_STAGES], stage_p2p_s[TRI_REPORT_MAX_STAGES], stage_span_s[TRI_REPORT_MAX_STAGES];
 } tri_run_report;
 
 typedef struct tri_run_opts {

@@ -41,10 +41,6 @@ static int check_layout(const tri_config *cfg) {
                   cfg->train.global_batch, cfg->train.micro_batch, p->dp, per);
         return -1;
     }
-    if (p->pp > 1) {
-        tri_error("parallel.pp = %d: pipeline parallelism is not implemented yet (use pp = 1)", p->pp);
-        return -1;
-    }
     return 0;
 }
 
@@ -90,6 +86,10 @@ void trainer_free(trainer *t) {
     }
     free(t->sync);
     free(t->pools);
+    tri_pipe_free(&t->pipe);
+    tri_schedule_free(&t->sched);
+    tri_schedule_free(&t->eval_sched);
+    tri_stage_plan_free(&t->plan);
     tri_optim_free(&t->opt, &t->gpt);
     tri_workspace_free(&t->ws, &t->gpt);
     tri_gpt_free(&t->gpt);
@@ -163,23 +163,24 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     if (tri_preflight_run(&pf) != 0) return rc;
     t->eval_batches = pf.eval_batches;
 
-    /* this stage's chunks (parallel.vpp of them, by parallel.pp_layout) */
-    tri_chunk_spec specs[TRI_MAX_VPP];
-    int vpp = cfg->parallel.vpp;
-    int *layers = malloc(((size_t)cfg->model.n_layer + 1) * sizeof *layers);
-    if (!layers) return rc;
-    int grc = tri_chunks_layout(&cfg->model, mesh->pp, mesh->pp_rank, vpp, cfg->parallel.pp_layout, specs, layers);
-    if (grc == 0) grc = tri_gpt_init(&t->gpt, &cfg->model, &t->ctx, &t->dist.tp, mesh->tp, mesh->tp_rank, specs, vpp);
-    free(layers);
-    if (grc != 0) return rc;
+    /* this stage's chunks, the schedule and the slots it keeps alive */
+    if (tri_stage_plan_init(&t->plan, cfg, mesh->pp_rank) != 0) return rc;
+    if (tri_gpt_init(&t->gpt, &cfg->model, &t->ctx, &t->dist.tp, mesh->tp, mesh->tp_rank, t->plan.specs,
+                     t->plan.n_chunks) != 0)
+        return rc;
     rc = 1;
-    /* one saved slot per chunk: without pipelining one micro-batch is in flight */
     t->pools = calloc((size_t)t->gpt.n_chunks, sizeof *t->pools);
     t->sync = calloc((size_t)t->gpt.n_chunks, sizeof *t->sync);
     if (!t->pools || !t->sync) return rc;
     for (int k = 0; k < t->gpt.n_chunks; k++)
-        if (tri_slot_pool_init(&t->pools[k], &t->gpt, k, t->mb, t->T, t->policy, 1, 0) != 0) return rc;
+        if (tri_slot_pool_init(&t->pools[k], &t->gpt, k, t->mb, t->T, t->policy, t->plan.slots[k], t->plan.split) != 0)
+            return rc;
     if (tri_workspace_init(&t->ws, &t->gpt, t->mb, t->T, t->policy) != 0) return rc;
+    if (tri_schedule_build(&t->sched, t->plan.kind, mesh->pp, t->plan.vpp, t->n_micro) != 0 ||
+        tri_schedule_build(&t->eval_sched, TRI_SCHED_FORWARD, mesh->pp, t->plan.vpp, 1) != 0)
+        return 2;
+    const tri_schedule *scheds[2] = {&t->sched, &t->eval_sched};
+    if (tri_pipe_init(&t->pipe, &t->gpt, t->pools, &t->ws, &t->dist.pp, &t->dist.progress, scheds, 2) != 0) return rc;
     tri_adamw_cfg oc = {cfg->train.lr,    cfg->train.min_lr,       cfg->train.warmup_steps,
                         cfg->train.steps, cfg->train.beta1,        cfg->train.beta2,
                         cfg->train.eps,   cfg->train.weight_decay, cfg->train.grad_clip};

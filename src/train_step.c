@@ -3,6 +3,8 @@
 #include "src/trainer.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "src/base/err.h"
@@ -27,35 +29,59 @@ static int load_batch(trainer *t, int step, int micro) {
     return tri_sampler_fill_samples(&t->train_data, t->consumed + first, t->mb, t->inputs, t->targets);
 }
 
-/* One micro-batch through every chunk of this rank, in order (without
- * pipelining the chunks follow each other on one rank): forward in `mode`;
- * with TRI_FWD_TRAIN also backward, the chunks in reverse. Each chunk keeps
- * the micro-batch in one slot of its pool from its forward to its backward.
- * Returns the loss sum (head chunk), else 0. */
-static double run_micro_batch(trainer *t, tri_fwd_mode mode, float dscale, int last) {
+/* The executor's loaders: micro-batch mb of this step, or of validation. */
+typedef struct loader {
+    trainer *t;
+    int step, eval_index;
+    int failed;
+} loader;
+
+static int load_train(void *ctx, int mb) {
+    loader *l = ctx;
+    if (load_batch(l->t, l->step, mb) == 0) return 0;
+    l->failed = 1;
+    return -1;
+}
+
+static int load_eval(void *ctx, int mb) {
+    loader *l = ctx;
+    (void)mb; /* one micro-batch per run */
+    if (tri_sampler_fill_eval(&l->t->val_data, (size_t)l->eval_index, l->t->mb, l->t->inputs, l->t->targets) == 0)
+        return 0;
+    l->failed = 1;
+    return -1;
+}
+
+/* A token file could not be read (printed). Without pipelining the caller
+ * ends the run; with it, the other stages of this pipeline wait for this
+ * rank's messages: the job is ended at once instead of by the watchdog. */
+static void data_failed(trainer *t) {
+    t->data_error = 1;
+    if (t->dist.mesh.pp > 1) {
+        fprintf(stderr, "trident: rank %d: a token file could not be read; ending the job\n", t->dist.mesh.rank);
+        tri_dist_abort(&t->dist, 1);
+    }
+}
+
+/* Test-only fault: leave out the tied embedding's reduction over the
+ * embedding group (tests/test_parallel.c shows that a pipeline then diverges
+ * from one rank). */
+static int skip_tied_reduce(void) {
+    const char *e = getenv("TRIDENT_DEBUG_SKIP_TIED_REDUCE");
+    return e != NULL && e[0] == '1';
+}
+
+/* The first and the last stage each hold the token embedding (input and
+ * tied LM head); after the DP reduction their gradients are summed over the
+ * embedding group so that both copies take the same update. */
+static void reduce_tied_embedding(trainer *t) {
     tri_gpt *g = &t->gpt;
-    int n = g->n_chunks;
-    tri_slot *slots[8];
-    TRI_CHECK(n <= 8);
-    double loss = 0.0;
-    const void *x = NULL;
-    for (int k = 0; k < n; k++) {
-        slots[k] = tri_slot_acquire(&t->pools[k], g);
-        TRI_CHECK(slots[k] != NULL);
-        tri_slot_stage(g, &t->pools[k], slots[k], t->inputs, t->targets);
-        loss += tri_chunk_forward(g, &t->pools[k], slots[k], &t->ws, x, mode, dscale);
-        x = t->ws.out;
+    if (t->dist.mesh.pp == 1 || skip_tied_reduce()) return;
+    for (int k = 0; k < g->n_chunks; k++) {
+        tri_chunk *ch = &g->chunks[k];
+        if (ch->has_embedding || ch->has_head)
+            tri_comm_allreduce(&t->dist.emb, ch->g.wte, g->Vl * g->C, TRI_F32, TRI_SUM);
     }
-    if (mode == TRI_FWD_TRAIN) {
-        const void *dy = NULL;
-        for (int k = n - 1; k >= 0; k--) {
-            tri_grad_sync_set_last(&t->sync[k], last);
-            tri_chunk_backward(g, &t->pools[k], slots[k], &t->ws, dy);
-            dy = t->ws.dres;
-        }
-    }
-    for (int k = 0; k < n; k++) tri_slot_release(&t->pools[k], g, slots[k]);
-    return loss;
 }
 
 double train_step(trainer *t, int step, double *norm) {
@@ -65,16 +91,15 @@ double train_step(trainer *t, int step, double *norm) {
         t->ctx.ops->zero(&t->ctx, g->chunks[k].grad_mem, g->chunks[k].n_elems * sizeof(float));
         tri_grad_sync_begin(&t->sync[k]);
     }
-    double loss_sum = 0.0;
-    for (int m = 0; m < t->n_micro; m++) {
-        if (load_batch(t, step, m) != 0) {
-            t->data_error = 1;
-            *norm = NAN;
-            return NAN;
-        }
-        loss_sum += run_micro_batch(t, TRI_FWD_TRAIN, dscale, m == t->n_micro - 1);
+    loader l = {t, step, 0, 0};
+    double loss_sum =
+        tri_pipe_run(&t->pipe, &t->sched, TRI_FWD_TRAIN, dscale, t->sync, load_train, &l, t->inputs, t->targets);
+    if (l.failed) {
+        data_failed(t);
+        *norm = NAN;
+        return NAN;
     }
-    for (int k = 0; k < g->n_chunks; k++) tri_grad_sync_finish(&t->sync[k]);
+    reduce_tied_embedding(t);
     /* the loss lives on the head stage; identical on every TP rank */
     tri_comm_allreduce(&t->dist.dp, &loss_sum, 1, TRI_F64, TRI_SUM);
     tri_comm_allreduce(&t->dist.pp, &loss_sum, 1, TRI_F64, TRI_SUM);
@@ -108,11 +133,12 @@ double evaluate(trainer *t) {
         }
         int i = round * dp + dpr;
         if (i >= n) continue;
-        if (tri_sampler_fill_eval(&t->val_data, (size_t)i, t->mb, t->inputs, t->targets) != 0) {
-            t->data_error = 1;
+        loader l = {t, 0, i, 0};
+        sum += tri_pipe_run(&t->pipe, &t->eval_sched, TRI_FWD_LOSS, 0.0f, NULL, load_eval, &l, t->inputs, t->targets);
+        if (l.failed) {
+            data_failed(t);
             return NAN;
         }
-        sum += run_micro_batch(t, TRI_FWD_LOSS, 0.0f, 0);
         count += t->mb * t->T;
     }
     double buf[2] = {sum, (double)count};

@@ -1,8 +1,9 @@
 /* The trainer of one rank, shared by the three parts of `trident train`:
  *   train_setup.c  everything before step 1 (layout, mesh, backend, data, model,
  *                  optimizer, resume or init);
- *   train_step.c   one optimizer step and the validation pass (what the
- *                  pipeline executor replaces);
+ *   train_step.c   one optimizer step and the validation pass, through
+ *                  the pipeline executor (src/pipeline.h; pp = 1 runs the
+ *                  trivial schedule: each micro-batch forward, then backward);
  *   train.c        the cadence around the steps: logging, evaluation,
  *                  signals, checkpoints, the run report.
  * Private to src/. */
@@ -19,14 +20,22 @@
 #include "model/optim.h"
 #include "parallel/dist.h"
 #include "parallel/grad_sync.h"
+#include "parallel/schedule.h"
+#include "src/pipeline.h"
+#include "src/stage_plan.h"
 #include "src/train.h"
 
 typedef struct trainer {
     const tri_config *cfg;
     tri_run_opts opts;
     tri_dist dist;
-    tri_ctx ctx; /* the backend of this rank                   */
-    tri_gpt gpt; /* the chunks this rank holds                 */
+    tri_ctx ctx;               /* the backend of this rank                   */
+    tri_gpt gpt;               /* the chunks this rank holds                 */
+    tri_stage_plan plan;       /* this pipeline stage: chunks, schedule, slots */
+    tri_schedule sched;        /* a training step's schedule (every stage)    */
+    tri_schedule eval_sched;   /* one micro-batch forward only, for evaluation */
+    tri_pipe pipe;             /* the executor of both                        */
+    tri_pipe_stats pipe_total; /* its stats summed over the measured steps    */
     tri_recompute policy;
     tri_slot_pool *pools; /* [gpt.n_chunks]: saved slots per chunk      */
     tri_workspace ws;

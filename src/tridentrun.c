@@ -1105,7 +1105,7 @@ static void print_stages(FILE *f, const plan *p) {
                     r, m.pp_rank, tri_size_human(a, sizeof a, (double)params), params,
                     tri_size_human(b, sizeof b, (double)saved), saved, tri_size_human(c, sizeof c, (double)ws), ws);
             for (int k = 0; k < sp->n_chunks; k++) {
-                size_t slot = tri_slot_bytes(&g, k, B, T, pol, NULL);
+                size_t slot = tri_slot_bytes(&g, k, B, T, pol, sp->split, NULL);
                 print_chunk(f, k, &sp->specs[k]);
                 fprintf(f, ": %d slot%s x %s (%zu bytes)\n", sp->slots[k], sp->slots[k] == 1 ? "" : "s",
                         tri_size_human(a, sizeof a, (double)slot), slot);

@@ -693,7 +693,7 @@ Test(tridentrun, dry_run_shows_each_stage_of_an_uneven_pipeline, .timeout = 30) 
         tri_gpt g;
         cr_assert_eq(tri_gpt_describe(&g, &m, 1, 0, &specs[s], 1), 0);
         int slots = 2 - s < 4 ? 2 - s : 4; /* min(pp - s, m) */
-        size_t want = (size_t)slots * tri_slot_bytes(&g, 0, 3, 16, TRI_RECOMPUTE_NONE, NULL);
+        size_t want = (size_t)slots * tri_slot_bytes(&g, 0, 3, 16, TRI_RECOMPUTE_NONE, 0, NULL);
         size_t params = tri_gpt_local_elems(&g) * sizeof(float);
         tri_gpt_free(&g);
         cr_expect_eq(bytes_on_line(r.text, head, "saved activations "), want, "stage %d saved bytes", s);

@@ -107,7 +107,7 @@ Test(preflight, estimate_under_pp_counts_the_stage_and_its_slots) {
         tri_slot_pool pool;
         tri_workspace ws;
         cr_assert_eq(tri_gpt_init(&g, &c.model, &ctx, &self, 1, 0, &specs[s], 1), 0);
-        cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, 2, 16, TRI_RECOMPUTE_NONE, 2 - s), 0);
+        cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, 2, 16, TRI_RECOMPUTE_NONE, 2 - s, 0), 0);
         cr_assert_eq(tri_workspace_init(&ws, &g, 2, 16, TRI_RECOMPUTE_NONE), 0);
         const tri_mem_stats *m = &ctx.mem;
         cr_expect_eq(e.params, m->bytes[TRI_MEM_PARAMS], "stage %d: params %zu vs %zu", s, e.params,

@@ -84,7 +84,7 @@ Test(watchdog, expired_wait_ends_at_the_deadline_using_little_cpu) {
 }
 
 Test(watchdog, report_of_a_collective_names_step_group_op_bytes_and_peers) {
-    tri_progress p = {7, "train"};
+    tri_progress p = {7, "train", ""};
     const int members[] = {0, 2};
     tri_wd_site s = {.world_rank = 0,
                      .progress = &p,
@@ -109,7 +109,7 @@ Test(watchdog, report_of_a_collective_names_step_group_op_bytes_and_peers) {
     s.op = "all-gather";
     s.bytes = 1048576;
     s.timeout_s = 0.5;
-    tri_progress before = {0, "set-up"};
+    tri_progress before = {0, "set-up", ""};
     s.progress = &before;
     cr_expect_str_eq(tri_wd_describe(buf, sizeof buf, &s),
                      "trident: rank 5: watchdog: set-up: all-gather over tp of 1048576 bytes has waited "
@@ -141,7 +141,7 @@ Test(watchdog, report_of_a_point_to_point_wait_names_the_peer) {
 Test(watchdog, report_cuts_long_member_lists_and_never_overflows) {
     int members[40];
     for (int i = 0; i < 40; i++) members[i] = i;
-    tri_progress p = {12, "eval"};
+    tri_progress p = {12, "eval", ""};
     tri_wd_site s = {.world_rank = 0,
                      .progress = &p,
                      .group = "world",

@@ -1,0 +1,278 @@
+/* The pipeline executor. See src/pipeline.h. */
+#include "src/pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/base/clock.h"
+#include "src/base/err.h"
+
+/* ---- where a message goes: model chunks and tags ----
+ * Local chunk c of stage s is model chunk j = c * n_stages + s. A message is
+ * named by the model chunk that receives it and its direction: activations
+ * into chunk j have tag 2j, gradients into chunk j tag 2j + 1. Both sides
+ * derive the same tag, and MPI matches by (peer, tag) in posting order, so
+ * the order in which a batch posts its messages cannot cross them. */
+
+static int model_chunk(const tri_pipe *p, int c) { return c * p->n_stages + p->stage; }
+
+static int msg_tag(const tri_pipe *p, const tri_action *a) {
+    int j = model_chunk(p, a->chunk);
+    switch (a->kind) {
+    case TRI_ACT_RECV_ACT: return 2 * j;
+    case TRI_ACT_SEND_ACT: return 2 * (j + 1);
+    case TRI_ACT_RECV_GRAD: return 2 * j + 1;
+    case TRI_ACT_SEND_GRAD: return 2 * (j - 1) + 1;
+    default: return -1;
+    }
+}
+
+static int is_comm(tri_act_kind k) { return k >= TRI_ACT_SEND_ACT && k <= TRI_ACT_RECV_GRAD; }
+static int is_send(tri_act_kind k) { return k == TRI_ACT_SEND_ACT || k == TRI_ACT_SEND_GRAD; }
+
+/* A mailbox entry's key: the message (tag and direction) and micro-batch. */
+static int box_key(const tri_pipe *p, const tri_action *a) {
+    return ((msg_tag(p, a) * 2 + is_send(a->kind)) << 20) | a->mb;
+}
+
+/* ---- the mailbox ---- */
+
+static tri_pipe_box *box_find(tri_pipe *p, int key) {
+    for (int i = 0; i < p->n_box; i++)
+        if (p->box[i].key == key) return &p->box[i];
+    return NULL;
+}
+
+static tri_pipe_box *box_take(tri_pipe *p, int key) {
+    TRI_CHECK(box_find(p, key) == NULL);
+    tri_pipe_box *b = box_find(p, -1);
+    TRI_CHECK(b != NULL); /* sized by box_need for every schedule run */
+    b->key = key;
+    return b;
+}
+
+/* Does local chunk c receive its input from, or send its output to, another stage? */
+static int has_input_msg(const tri_pipe *p, int c) { return !p->g->chunks[c].has_embedding; }
+static int has_output_msg(const tri_pipe *p, int c) { return !p->g->chunks[c].has_head; }
+
+/* The most mailbox entries alive at once while running list a[0..n). */
+static int box_need(const tri_pipe *p, const tri_action *a, int n) {
+    int live = 0, peak = 0, pending_sends = 0;
+    for (int i = 0; i < n; i++) {
+        const tri_action *x = &a[i];
+        if (is_comm(x->kind)) {
+            if (is_send(x->kind))
+                pending_sends++;
+            else
+                live++;
+            if (live > peak) peak = live;
+            if (i + 1 == n || !is_comm(a[i + 1].kind)) { /* the batch completes */
+                live -= pending_sends;
+                pending_sends = 0;
+            }
+            continue;
+        }
+        int c = x->chunk;
+        if (x->kind == TRI_ACT_FWD) {
+            if (has_output_msg(p, c)) live++;
+            if (live > peak) peak = live;
+            if (has_input_msg(p, c)) live--;
+        } else if (x->kind == TRI_ACT_BWD || x->kind == TRI_ACT_BWD_IN) {
+            if (has_input_msg(p, c)) live++;
+            if (live > peak) peak = live;
+            if (has_output_msg(p, c)) live--;
+        }
+    }
+    return peak;
+}
+
+int tri_pipe_init(tri_pipe *p, tri_gpt *g, tri_slot_pool *pools, tri_workspace *ws, tri_comm *pp,
+                  tri_progress *progress, const tri_schedule *const *scheds, int n_scheds) {
+    memset(p, 0, sizeof *p);
+    p->g = g;
+    p->pools = pools;
+    p->ws = ws;
+    p->pp = pp;
+    p->progress = progress;
+    p->stage = pp->rank;
+    p->n_stages = pp->size;
+    p->box_bytes = pools[0].B * pools[0].T * g->C * tri_dtype_size(g->ctx->act_dtype);
+    for (int i = 0; i < n_scheds; i++) {
+        const tri_schedule *s = scheds[i];
+        TRI_CHECK(s->pp == p->n_stages && s->vpp == g->n_chunks);
+        int need = box_need(p, s->a[p->stage], s->n[p->stage]);
+        if (need > p->n_box) p->n_box = need;
+        if (s->m > p->m_cap) p->m_cap = s->m;
+    }
+    p->box = calloc((size_t)p->n_box + 1, sizeof *p->box);
+    p->slot_of = calloc((size_t)p->m_cap * (size_t)g->n_chunks + 1, sizeof *p->slot_of);
+    if (!p->box || !p->slot_of) {
+        tri_pipe_free(p);
+        return tri_error("out of memory (pipeline mailbox)");
+    }
+    for (int i = 0; i < p->n_box; i++) {
+        p->box[i].key = -1;
+        p->box[i].mem = tri_ctx_alloc(g->ctx, p->box_bytes, TRI_MEM_WORKSPACE, "pipeline p2p buffer");
+        if (!p->box[i].mem) {
+            tri_pipe_free(p);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void tri_pipe_free(tri_pipe *p) {
+    if (!p) return;
+    if (p->box)
+        for (int i = 0; i < p->n_box; i++) tri_ctx_release(p->g->ctx, p->box[i].mem, p->box_bytes, TRI_MEM_WORKSPACE);
+    free(p->box);
+    free(p->slot_of);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- running a list ---- */
+
+/* Posts the batch a[0..n) of communication actions together, then waits for
+ * every one; the watchdog's report names the action waited for. */
+static void run_batch(tri_pipe *p, const tri_action *a, int n) {
+    enum { MAX_BATCH = 16 };
+    TRI_CHECK(n <= MAX_BATCH);
+    tri_req req[MAX_BATCH];
+    tri_pipe_box *box[MAX_BATCH];
+    size_t count = p->box_bytes / tri_dtype_size(p->g->ctx->act_dtype);
+    tri_dtype dt = p->g->ctx->act_dtype;
+    for (int i = 0; i < n; i++) {
+        memset(&req[i], 0, sizeof req[i]);
+        int key = box_key(p, &a[i]), tag = msg_tag(p, &a[i]);
+        if (is_send(a[i].kind)) {
+            box[i] = box_find(p, key);
+            TRI_CHECK(box[i] != NULL); /* the forward or backward before it filled it */
+            tri_comm_isend(p->pp, box[i]->mem, count, dt, a[i].peer, tag, &req[i]);
+        } else {
+            box[i] = box_take(p, key);
+            tri_comm_irecv(p->pp, box[i]->mem, count, dt, a[i].peer, tag, &req[i]);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (p->progress) tri_action_str(&a[i], p->progress->action, sizeof p->progress->action);
+        tri_comm_wait(p->pp, &req[i]);
+        if (is_send(a[i].kind)) box[i]->key = -1;
+    }
+    if (p->progress) p->progress->action[0] = '\0';
+}
+
+double tri_pipe_run(tri_pipe *p, const tri_schedule *s, tri_fwd_mode mode, float dscale, tri_grad_sync *sync,
+                    tri_pipe_loader load, void *load_ctx, const int32_t *ids, const int32_t *targets) {
+    tri_gpt *g = p->g;
+    tri_ctx *ctx = g->ctx;
+    const tri_action *a = s->a[p->stage];
+    int n = s->n[p->stage], nc = g->n_chunks;
+    TRI_CHECK(s->m <= p->m_cap && s->vpp == nc);
+    /* the last backward of each chunk (BWD_W for a split backward) starts the
+     * chunk's DP reduction */
+    int last_bwd[64];
+    TRI_CHECK(nc <= 64);
+    for (int c = 0; c < nc; c++) last_bwd[c] = -1;
+    for (int i = 0; i < n; i++)
+        if (a[i].kind == TRI_ACT_BWD || a[i].kind == TRI_ACT_BWD_W) last_bwd[a[i].chunk] = i;
+
+    size_t act_bytes = p->box_bytes;
+    double loss = 0.0, t0 = tri_now_s(), busy = 0.0, wait = 0.0, last_compute = t0;
+    for (int i = 0; i < n;) {
+        const tri_action *x = &a[i];
+        if (is_comm(x->kind)) {
+            int e = i;
+            while (e < n && is_comm(a[e].kind)) e++;
+            double w0 = tri_now_s();
+            run_batch(p, x, e - i);
+            wait += tri_now_s() - w0;
+            i = e;
+            continue;
+        }
+        int c = x->chunk, mb = x->mb;
+        tri_chunk *ch = &g->chunks[c];
+        tri_slot_pool *pool = &p->pools[c];
+        tri_slot **slotp = mb >= 0 ? &p->slot_of[(size_t)mb * (size_t)nc + (size_t)c] : NULL;
+        double c0 = tri_now_s();
+        switch (x->kind) {
+        case TRI_ACT_FWD: {
+            tri_slot *slot = tri_slot_acquire(pool, g);
+            TRI_CHECK(slot != NULL); /* the pool holds the schedule's peak */
+            if ((ch->has_embedding || ch->has_head) && load && load(load_ctx, mb) != 0) {
+                tri_slot_release(pool, g, slot);
+                return NAN;
+            }
+            tri_slot_stage(g, pool, slot, ch->has_embedding ? ids : NULL, ch->has_head ? targets : NULL);
+            tri_pipe_box *in = NULL;
+            if (has_input_msg(p, c)) {
+                tri_action r = {TRI_ACT_RECV_ACT, mb, c, -1};
+                in = box_find(p, box_key(p, &r));
+                TRI_CHECK(in != NULL); /* received before */
+            }
+            loss += tri_chunk_forward(g, pool, slot, p->ws, in ? in->mem : NULL, mode, dscale);
+            if (in) in->key = -1;
+            if (has_output_msg(p, c)) {
+                tri_action snd = {TRI_ACT_SEND_ACT, mb, c, -1};
+                ctx->ops->copy(ctx, box_take(p, box_key(p, &snd))->mem, p->ws->out, act_bytes);
+            }
+            if (mode == TRI_FWD_TRAIN)
+                *slotp = slot;
+            else
+                tri_slot_release(pool, g, slot);
+            break;
+        }
+        case TRI_ACT_BWD:
+        case TRI_ACT_BWD_IN: {
+            tri_slot *slot = *slotp;
+            TRI_CHECK(slot != NULL);
+            tri_pipe_box *in = NULL;
+            if (has_output_msg(p, c)) {
+                tri_action r = {TRI_ACT_RECV_GRAD, mb, c, -1};
+                in = box_find(p, box_key(p, &r));
+                TRI_CHECK(in != NULL);
+            }
+            const void *dy = in ? in->mem : NULL;
+            if (x->kind == TRI_ACT_BWD) {
+                if (sync) tri_grad_sync_set_last(&sync[c], i == last_bwd[c]);
+                tri_chunk_backward(g, pool, slot, p->ws, dy);
+            } else {
+                if (sync) tri_grad_sync_set_last(&sync[c], 0);
+                tri_chunk_backward_input(g, pool, slot, p->ws, dy);
+            }
+            if (in) in->key = -1;
+            if (has_input_msg(p, c)) {
+                tri_action snd = {TRI_ACT_SEND_GRAD, mb, c, -1};
+                ctx->ops->copy(ctx, box_take(p, box_key(p, &snd))->mem, p->ws->dres, act_bytes);
+            }
+            if (x->kind == TRI_ACT_BWD) {
+                tri_slot_release(pool, g, slot);
+                *slotp = NULL;
+            }
+            break;
+        }
+        case TRI_ACT_BWD_W: {
+            tri_slot *slot = *slotp;
+            TRI_CHECK(slot != NULL);
+            if (sync) tri_grad_sync_set_last(&sync[c], i == last_bwd[c]);
+            tri_chunk_backward_weight(g, pool, slot, p->ws);
+            tri_slot_release(pool, g, slot);
+            *slotp = NULL;
+            break;
+        }
+        case TRI_ACT_REDUCE:
+            if (sync) tri_grad_sync_finish(&sync[c]);
+            i++;
+            continue;
+        default: TRI_CHECK(0);
+        }
+        last_compute = tri_now_s();
+        busy += last_compute - c0;
+        i++;
+    }
+    p->stats.busy_s = busy;
+    p->stats.p2p_s = wait;
+    p->stats.span_s = last_compute - t0;
+    return loss;
+}
