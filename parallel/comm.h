@@ -49,6 +49,8 @@ typedef struct tri_comm_impl {
     void (*isend)(struct tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r);
     void (*irecv)(struct tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r);
     void (*wait)(struct tri_comm *c, tri_req *r);
+    /* non-blocking: 1 (and r completed) when r is done, else 0 */
+    int (*test)(struct tri_comm *c, tri_req *r);
     void (*barrier)(struct tri_comm *c);
     void (*free)(struct tri_comm *c);
 } tri_comm_impl;
@@ -95,6 +97,9 @@ void tri_comm_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int pee
 void tri_comm_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r);
 /* Completes r; a request that was never started (active == 0) returns at once. */
 void tri_comm_wait(tri_comm *c, tri_req *r);
+/* Does not block: 1 when r has completed (it is then finished as by
+ * tri_comm_wait), 0 while it is pending. A request never started is done. */
+int tri_comm_test(tri_comm *c, tri_req *r);
 void tri_comm_barrier(tri_comm *c);
 /* NULL-safe; leaves a group of one. */
 void tri_comm_free(tri_comm *c);

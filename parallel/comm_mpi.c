@@ -252,6 +252,18 @@ static void mpi_wait(tri_comm *c, tri_req *r) {
     r->active = 0;
 }
 
+static int mpi_test(tri_comm *c, tri_req *r) {
+    (void)c;
+    MPI_Request q;
+    memcpy(&q, r->opaque, sizeof q);
+    int flag = 0;
+    MPI_CHECK(MPI_Test(&q, &flag, MPI_STATUS_IGNORE));
+    if (!flag) return 0;
+    memset(r->opaque, 0, sizeof r->opaque);
+    r->active = 0;
+    return 1;
+}
+
 static void mpi_barrier(tri_comm *c) {
     MPI_Request q = MPI_REQUEST_NULL;
     MPI_CHECK(MPI_Ibarrier(comm_of(c), &q));
@@ -278,6 +290,7 @@ static const tri_comm_impl mpi_impl = {
     .isend = mpi_isend,
     .irecv = mpi_irecv,
     .wait = mpi_wait,
+    .test = mpi_test,
     .barrier = mpi_barrier,
     .free = mpi_free,
 };

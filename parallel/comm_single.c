@@ -126,6 +126,15 @@ void tri_comm_wait(tri_comm *c, tri_req *r) {
     r->active = 0;
 }
 
+int tri_comm_test(tri_comm *c, tri_req *r) {
+    if (r->active && !trivial(c)) {
+        if (!c->impl->test(c, r)) return 0;
+        window(c, 0);
+    }
+    r->active = 0;
+    return 1;
+}
+
 void tri_comm_barrier(tri_comm *c) {
     if (trivial(c)) return;
     double t0 = now_s();

@@ -37,20 +37,39 @@ static int box_key(const tri_pipe *p, const tri_action *a) {
     return ((msg_tag(p, a) * 2 + is_send(a->kind)) << 20) | a->mb;
 }
 
-/* ---- the mailbox ---- */
+static void reap_sends(tri_pipe *p, int wait);
 
-static tri_pipe_box *box_find(tri_pipe *p, int key) {
+/* ---- the mailbox ----
+ * Boxes are addressed by index (the array grows when every box is taken). */
+
+static int box_find(tri_pipe *p, int key) {
     for (int i = 0; i < p->n_box; i++)
-        if (p->box[i].key == key) return &p->box[i];
-    return NULL;
+        if (p->box[i].key == key) return i;
+    return -1;
 }
 
-static tri_pipe_box *box_take(tri_pipe *p, int key) {
-    TRI_CHECK(box_find(p, key) == NULL);
-    tri_pipe_box *b = box_find(p, -1);
-    TRI_CHECK(b != NULL); /* sized by box_need for every schedule run */
-    b->key = key;
-    return b;
+/* A free box for key: a completed send's, else a new one (sends complete
+ * when their receiver gets to them, which no schedule bounds). -1: out of
+ * memory (printed). */
+static int box_take(tri_pipe *p, int key) {
+    TRI_CHECK(box_find(p, key) < 0);
+    int i = box_find(p, -1);
+    if (i < 0) {
+        reap_sends(p, 0);
+        i = box_find(p, -1);
+    }
+    if (i < 0) {
+        tri_pipe_box *nb = realloc(p->box, ((size_t)p->n_box + 1) * sizeof *nb);
+        if (!nb) TRI_FAIL("out of memory (pipeline mailbox)");
+        p->box = nb;
+        i = p->n_box;
+        p->box[i].key = -1;
+        p->box[i].mem = tri_ctx_alloc(p->g->ctx, p->box_bytes, TRI_MEM_WORKSPACE, "pipeline p2p buffer");
+        if (!p->box[i].mem) TRI_FAIL("out of memory (pipeline p2p buffer of %zu bytes)", p->box_bytes);
+        p->n_box++;
+    }
+    p->box[i].key = key;
+    return i;
 }
 
 /* Does local chunk c receive its input from, or send its output to, another stage? */
@@ -128,39 +147,77 @@ void tri_pipe_free(tri_pipe *p) {
     if (p->box)
         for (int i = 0; i < p->n_box; i++) tri_ctx_release(p->g->ctx, p->box[i].mem, p->box_bytes, TRI_MEM_WORKSPACE);
     free(p->box);
+    free(p->sends);
     free(p->slot_of);
     memset(p, 0, sizeof *p);
 }
 
 /* ---- running a list ---- */
 
+/* Finishes the pending sends that are done (wait: all of them, waiting),
+ * freeing their boxes. */
+static void reap_sends(tri_pipe *p, int wait) {
+    int kept = 0;
+    for (int i = 0; i < p->n_send; i++) {
+        tri_pipe_send *x = &p->sends[i];
+        int done;
+        if (wait) {
+            if (p->progress) snprintf(p->progress->action, sizeof p->progress->action, "%s", x->what);
+            tri_comm_wait(p->pp, &x->req);
+            done = 1;
+        } else {
+            done = tri_comm_test(p->pp, &x->req);
+        }
+        if (done)
+            p->box[x->box].key = -1;
+        else
+            p->sends[kept++] = *x;
+    }
+    p->n_send = kept;
+    if (wait && p->progress) p->progress->action[0] = '\0';
+}
+
 /* Posts the batch a[0..n) of communication actions together, then waits for
- * every one; the watchdog's report names the action waited for. */
+ * its receives; its sends complete later (reap_sends), whenever their
+ * receivers get to them, so a send never holds its stage up. The watchdog's
+ * report names the action waited for. */
 static void run_batch(tri_pipe *p, const tri_action *a, int n) {
     enum { MAX_BATCH = 16 };
     TRI_CHECK(n <= MAX_BATCH);
     tri_req req[MAX_BATCH];
-    tri_pipe_box *box[MAX_BATCH];
     size_t count = p->box_bytes / tri_dtype_size(p->g->ctx->act_dtype);
     tri_dtype dt = p->g->ctx->act_dtype;
     for (int i = 0; i < n; i++) {
         memset(&req[i], 0, sizeof req[i]);
         int key = box_key(p, &a[i]), tag = msg_tag(p, &a[i]);
         if (is_send(a[i].kind)) {
-            box[i] = box_find(p, key);
-            TRI_CHECK(box[i] != NULL); /* the forward or backward before it filled it */
-            tri_comm_isend(p->pp, box[i]->mem, count, dt, a[i].peer, tag, &req[i]);
+            int b = box_find(p, key);
+            TRI_CHECK(b >= 0); /* the forward or backward before it filled it */
+            if (p->n_send == p->cap_send) {
+                int cap = p->cap_send ? 2 * p->cap_send : 16;
+                tri_pipe_send *ns = realloc(p->sends, (size_t)cap * sizeof *ns);
+                if (!ns) TRI_FAIL("out of memory (pipeline sends)");
+                p->sends = ns;
+                p->cap_send = cap;
+            }
+            tri_pipe_send *x = &p->sends[p->n_send++];
+            memset(x, 0, sizeof *x);
+            x->box = b;
+            tri_action_str(&a[i], x->what, sizeof x->what);
+            tri_comm_isend(p->pp, p->box[b].mem, count, dt, a[i].peer, tag, &x->req);
+            p->box[b].key = -2 - b; /* taken until the send completes, no longer found by its message */
         } else {
-            box[i] = box_take(p, key);
-            tri_comm_irecv(p->pp, box[i]->mem, count, dt, a[i].peer, tag, &req[i]);
+            int b = box_take(p, key);
+            tri_comm_irecv(p->pp, p->box[b].mem, count, dt, a[i].peer, tag, &req[i]);
         }
     }
     for (int i = 0; i < n; i++) {
+        if (is_send(a[i].kind)) continue;
         if (p->progress) tri_action_str(&a[i], p->progress->action, sizeof p->progress->action);
         tri_comm_wait(p->pp, &req[i]);
-        if (is_send(a[i].kind)) box[i]->key = -1;
     }
     if (p->progress) p->progress->action[0] = '\0';
+    reap_sends(p, 0);
 }
 
 double tri_pipe_run(tri_pipe *p, const tri_schedule *s, tri_fwd_mode mode, float dscale, tri_grad_sync *sync,
@@ -205,17 +262,18 @@ double tri_pipe_run(tri_pipe *p, const tri_schedule *s, tri_fwd_mode mode, float
                 return NAN;
             }
             tri_slot_stage(g, pool, slot, ch->has_embedding ? ids : NULL, ch->has_head ? targets : NULL);
-            tri_pipe_box *in = NULL;
+            int in = -1;
             if (has_input_msg(p, c)) {
                 tri_action r = {TRI_ACT_RECV_ACT, mb, c, -1};
                 in = box_find(p, box_key(p, &r));
-                TRI_CHECK(in != NULL); /* received before */
+                TRI_CHECK(in >= 0); /* received before */
             }
-            loss += tri_chunk_forward(g, pool, slot, p->ws, in ? in->mem : NULL, mode, dscale);
-            if (in) in->key = -1;
+            loss += tri_chunk_forward(g, pool, slot, p->ws, in >= 0 ? p->box[in].mem : NULL, mode, dscale);
+            if (in >= 0) p->box[in].key = -1;
             if (has_output_msg(p, c)) {
                 tri_action snd = {TRI_ACT_SEND_ACT, mb, c, -1};
-                ctx->ops->copy(ctx, box_take(p, box_key(p, &snd))->mem, p->ws->out, act_bytes);
+                int out = box_take(p, box_key(p, &snd));
+                ctx->ops->copy(ctx, p->box[out].mem, p->ws->out, act_bytes);
             }
             if (mode == TRI_FWD_TRAIN)
                 *slotp = slot;
@@ -227,13 +285,13 @@ double tri_pipe_run(tri_pipe *p, const tri_schedule *s, tri_fwd_mode mode, float
         case TRI_ACT_BWD_IN: {
             tri_slot *slot = *slotp;
             TRI_CHECK(slot != NULL);
-            tri_pipe_box *in = NULL;
+            int in = -1;
             if (has_output_msg(p, c)) {
                 tri_action r = {TRI_ACT_RECV_GRAD, mb, c, -1};
                 in = box_find(p, box_key(p, &r));
-                TRI_CHECK(in != NULL);
+                TRI_CHECK(in >= 0); /* received before */
             }
-            const void *dy = in ? in->mem : NULL;
+            const void *dy = in >= 0 ? p->box[in].mem : NULL;
             if (x->kind == TRI_ACT_BWD) {
                 if (sync) tri_grad_sync_set_last(&sync[c], i == last_bwd[c]);
                 tri_chunk_backward(g, pool, slot, p->ws, dy);
@@ -241,10 +299,11 @@ double tri_pipe_run(tri_pipe *p, const tri_schedule *s, tri_fwd_mode mode, float
                 if (sync) tri_grad_sync_set_last(&sync[c], 0);
                 tri_chunk_backward_input(g, pool, slot, p->ws, dy);
             }
-            if (in) in->key = -1;
+            if (in >= 0) p->box[in].key = -1;
             if (has_input_msg(p, c)) {
                 tri_action snd = {TRI_ACT_SEND_GRAD, mb, c, -1};
-                ctx->ops->copy(ctx, box_take(p, box_key(p, &snd))->mem, p->ws->dres, act_bytes);
+                int out = box_take(p, box_key(p, &snd));
+                ctx->ops->copy(ctx, p->box[out].mem, p->ws->dres, act_bytes);
             }
             if (x->kind == TRI_ACT_BWD) {
                 tri_slot_release(pool, g, slot);
@@ -262,6 +321,7 @@ double tri_pipe_run(tri_pipe *p, const tri_schedule *s, tri_fwd_mode mode, float
             break;
         }
         case TRI_ACT_REDUCE:
+            reap_sends(p, 1); /* every message of the step has left */
             if (sync) tri_grad_sync_finish(&sync[c]);
             i++;
             continue;
@@ -271,6 +331,7 @@ double tri_pipe_run(tri_pipe *p, const tri_schedule *s, tri_fwd_mode mode, float
         busy += last_compute - c0;
         i++;
     }
+    reap_sends(p, 1); /* a list without REDUCE (forward only) */
     p->stats.busy_s = busy;
     p->stats.p2p_s = wait;
     p->stats.span_s = last_compute - t0;

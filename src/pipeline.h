@@ -14,15 +14,19 @@
  *   BWD_W           the deferred weight gradients, then releases the slot;
  *   SEND / RECV     consecutive ones are one batch: all are posted together
  *                   (non-blocking, tags derived from the model chunk and the
- *                   direction, so a batch's order cannot deadlock), then every
- *                   one is waited for, with the watchdog's report naming the
- *                   action and the peer stage;
+ *                   direction, so a batch's order cannot deadlock), then its
+ *                   receives are waited for, with the watchdog's report naming
+ *                   the action and the peer stage. A send never holds its
+ *                   stage up: it completes whenever its receiver gets to it
+ *                   (tested at each batch, waited for before the step's
+ *                   REDUCE), and its buffer stays taken until then;
  *   REDUCE (c)      waits for chunk c's data-parallel gradient reduction,
  *                   which the chunk's last backward started bucket by bucket
  *                   (tri_grad_sync_set_last is raised before it).
  * Mailbox buffers (one micro-batch's chunk boundary, B x T x C of the
- * activation dtype) are allocated once, as many as the busiest point of any
- * of the schedules given to tri_pipe_init needs.
+ * activation dtype) are allocated up front for the busiest point of any of
+ * the schedules given to tri_pipe_init, counting a send's buffer free at the
+ * end of its batch; more are added when sends complete later than that.
  *
  * Private to src/ (above model/ and parallel/). */
 #ifndef TRI_PIPELINE_H
@@ -49,6 +53,12 @@ typedef struct tri_pipe_box {
     int key; /* -1: free; else the message's tag * 1,000,000 + micro-batch */
 } tri_pipe_box;
 
+typedef struct tri_pipe_send {
+    tri_req req;
+    int box;       /* the box it sends from, taken until it completes */
+    char what[96]; /* the action, for the watchdog's report          */
+} tri_pipe_send;
+
 typedef struct tri_pipe {
     tri_gpt *g;             /* not owned */
     tri_slot_pool *pools;   /* [g->n_chunks], not owned */
@@ -59,6 +69,8 @@ typedef struct tri_pipe {
     size_t box_bytes;
     int n_box;
     tri_pipe_box *box;
+    tri_pipe_send *sends; /* pending sends */
+    int n_send, cap_send;
     int m_cap;
     tri_slot **slot_of; /* [m_cap * n_chunks] */
     tri_pipe_stats stats;

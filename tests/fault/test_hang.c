@@ -220,14 +220,15 @@ static char *job_output(const job *j) {
 /* ------------------------------------------------------------------------ */
 /* A dp=2 training run of the tiny config                                   */
 
-/* tridentrun [--grace-s G] -- trident train tiny-test --set parallel.dp=2
- * --set parallel.timeout_s=T, practically endless, in dir. */
-static void start_training(job *j, const char *dir, const char *timeout_s, const char *grace_s) {
+/* tridentrun [--grace-s G] -- trident train tiny-test --set <layout> (two
+ * ranks: "parallel.dp=2" or "parallel.pp=2") --set parallel.timeout_s=T,
+ * practically endless, in dir. */
+static void start_training_as(job *j, const char *dir, const char *layout, const char *timeout_s, const char *grace_s) {
     char data[300], sets[7][320];
     snprintf(data, sizeof data, "%s/train.bin", dir);
     tt_write_llmc_random(data, 20000, 256, 11);
     snprintf(sets[0], sizeof sets[0], "data.train=%s", data);
-    snprintf(sets[1], sizeof sets[1], "parallel.dp=2");
+    snprintf(sets[1], sizeof sets[1], "%s", layout);
     snprintf(sets[2], sizeof sets[2], "parallel.timeout_s=%s", timeout_s);
     snprintf(sets[3], sizeof sets[3], "train.steps=100000000");
     snprintf(sets[4], sizeof sets[4], "checkpoint.dir=%s/ck", dir);
@@ -258,6 +259,10 @@ static void start_training(job *j, const char *dir, const char *timeout_s, const
     job_wait_running(j, "log/metrics.jsonl", "\"step\": 3,", 60);
 }
 
+static void start_training(job *j, const char *dir, const char *timeout_s, const char *grace_s) {
+    start_training_as(j, dir, "parallel.dp=2", timeout_s, grace_s);
+}
+
 Test(hang, stalled_rank_ends_the_job_within_timeout_naming_the_waiting_rank, .timeout = 120) {
     char *dir = tt_mkdtemp();
     job j;
@@ -281,6 +286,40 @@ Test(hang, stalled_rank_ends_the_job_within_timeout_naming_the_waiting_rank, .ti
                strstr(line, "(train): all-reduce over dp of ") || strstr(line, "(train): all-reduce over world of "),
                "the group and the operation: %s", line);
     JOB_ASSERT(&j, strstr(line, "(parallel.timeout_s = 2): waiting for world rank 1 ("), "the peer: %s", line);
+    JOB_ASSERT(&j, strstr(line, "; aborting the job"), "%s", line);
+    free(out);
+    job_expect_all_gone(&j);
+    job_kill(&j);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* The same in a pipeline (pp = 2): the first stage waits for the second
+ * one's gradients (or its activations' receipt) inside the step; the
+ * report names the pipeline action, the peer stage and its world rank. */
+Test(hang, stalled_pipeline_stage_is_named_with_the_action_it_owes, .timeout = 120) {
+    char *dir = tt_mkdtemp();
+    job j;
+    start_training_as(&j, dir, "parallel.pp=2", "2", NULL);
+    JOB_ASSERT(&j, kill(j.cmd[1], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+    double t0 = now_s();
+    int rc = job_wait(&j, TIMEOUT_S + 20, "after SIGSTOP of stage 1");
+    double took = j.t_end - t0;
+    kill(j.cmd[1], SIGCONT);
+    char *out = job_output(&j);
+    JOB_ASSERT(&j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
+    JOB_ASSERT(&j, took >= TIMEOUT_S - 0.5 && took < TIMEOUT_S + 10, "ended %.1f s after the stop:\n%s", took, out);
+    char *line = strstr(out, "trident: rank 0: watchdog: step ");
+    JOB_ASSERT(&j, line != NULL, "no watchdog report:\n%s", out);
+    char *eol = strchr(line, '\n');
+    if (eol) *eol = '\0';
+    /* stopped inside the pipeline phase (most of a step): the action and the
+     * peer stage; at the step's end: the loss all-reduce over pp */
+    if (strstr(line, "pipeline action") != NULL)
+        JOB_ASSERT(&j, strstr(line, "from stage 1") && strstr(line, "over pp") && strstr(line, "world rank 1"),
+                   "the action, group and peer: %s", line);
+    else
+        JOB_ASSERT(&j, strstr(line, "over pp") || strstr(line, "over world"), "the group: %s", line);
     JOB_ASSERT(&j, strstr(line, "; aborting the job"), "%s", line);
     free(out);
     job_expect_all_gone(&j);
