@@ -6,7 +6,8 @@
  * place_comm): the receive a compute needs goes right before it, the send of
  * what it produced right after it, so that the sends of one compute and the
  * receives of the next are consecutive and form one batch (Megatron's
- * send_forward_recv_backward / send_backward_recv_forward). */
+ * send_forward_recv_backward / send_backward_recv_forward). Sends are
+ * asynchronous (see schedule.h): only a batch's receives hold its rank. */
 #include "parallel/schedule.h"
 
 #include <stdarg.h>
@@ -122,21 +123,24 @@ static int compute_order(alist *l, tri_sched_kind kind, int pp, int vpp, int m, 
         break;
     }
     case TRI_SCHED_ZBH1: {
-        /* 1F1B's forwards and input-gradient passes (B); stage s holds its
-         * first W back for s steady iterations, so that every stage has pp
-         * micro-batches in flight counted until their W (stage 0's peak, the
-         * same as 1F1B's), and the held-back W's fill the cooldown while the
-         * B's, no longer waiting for W's, reach stage 0 sooner. */
+        /* 1F1B's forwards and input-gradient passes (B), each B's gradient
+         * sent right after it; stage s holds its first W back for s steady
+         * iterations, so that every stage has pp micro-batches in flight
+         * counted until their W (stage 0's peak, the same as 1F1B's) and
+         * p - s until their B. In the cooldown each B is followed by one W,
+         * and the s held-back W's close the list: with sends that do not
+         * block, the B's reach stage 0 back to back and every stage idles
+         * (p-1)(F+B-W) when W <= min(F, B) (Qi et al. 2024, ZB-H1). */
         int w = pp - s - 1 < m ? pp - s - 1 : m, nw = 0;
         for (int i = 0; i < w; i++) rc |= push(l, TRI_ACT_FWD, i, 0, -1);
         for (int i = 0; i < m - w; i++) {
             rc |= push(l, TRI_ACT_FWD, w + i, 0, -1);
-            rc |= push(l, TRI_ACT_BWD_IN, i, 0, i >= s ? DEFER : -1);
+            rc |= push(l, TRI_ACT_BWD_IN, i, 0, -1);
             if (i >= s) rc |= push(l, TRI_ACT_BWD_W, nw++, 0, -1);
         }
         for (int i = m - w; i < m; i++) {
             rc |= push(l, TRI_ACT_BWD_IN, i, 0, -1);
-            if (nw < i) rc |= push(l, TRI_ACT_BWD_W, nw++, 0, -1);
+            rc |= push(l, TRI_ACT_BWD_W, nw++, 0, -1);
         }
         while (nw < m) rc |= push(l, TRI_ACT_BWD_W, nw++, 0, -1);
         break;
@@ -436,18 +440,24 @@ static int post_batch(sim *S, int rank) {
                         tri_action_str(o, b2, sizeof b2));
                 return -1;
             }
+            /* the message met: the send is complete (its buffer free) when both sides are posted */
+            const post *sp = snd ? &c->snd[k] : q;
+            S->r->end[sp->rank][sp->idx] = S->clock[rank] > q->t ? S->clock[rank] : q->t;
         }
     }
     S->posted[rank] = e;
     return 0;
 }
 
-/* Completes the posted batch of rank if every message met its partner: 1 if so. */
+/* Completes the posted batch of rank if every receive in it met its send
+ * (sends do not hold the batch up): 1 if so. The batch ends at the later of
+ * its post time and the post times of those sends. */
 static int try_complete(sim *S, int rank) {
     const tri_schedule *s = S->s;
     int b = S->pc[rank], e = S->posted[rank];
     double t = S->clock[rank];
     for (int i = b; i < e; i++) {
+        if (is_send(s->a[rank][i].kind)) continue;
         const post *q = partner(S, rank, i);
         if (!q) return 0;
         if (q->t > t) t = q->t;
@@ -456,7 +466,7 @@ static int try_complete(sim *S, int rank) {
         const tri_action *a = &s->a[rank][i];
         if (a->kind == TRI_ACT_RECV_ACT) *state(S, rank, a) |= ST_RA;
         if (a->kind == TRI_ACT_RECV_GRAD) *state(S, rank, a) |= ST_RG;
-        S->r->end[rank][i] = t;
+        if (!is_send(a->kind)) S->r->end[rank][i] = t;
     }
     S->clock[rank] = t;
     S->pc[rank] = e;
@@ -526,8 +536,8 @@ static void describe_stuck(sim *S, int rank) {
     char b[96], c[96];
     int b0 = S->pc[rank], e = S->posted[rank];
     for (int i = b0; i < e; i++) {
-        if (partner(S, rank, i)) continue;
         const tri_action *a = &s->a[rank][i];
+        if (is_send(a->kind) || partner(S, rank, i)) continue;
         int q = a->peer;
         why_add(S->r, "stage %d waits at %s", rank, tri_action_str(a, b, sizeof b));
         if (S->pc[q] >= s->n[q])
@@ -633,6 +643,18 @@ int tri_schedule_simulate(const tri_schedule *s, tri_sim_costs costs, tri_sim_re
         why_add(r, "deadlock: ");
         for (int q = 0; q < pp; q++)
             if (S.pc[q] < s->n[q]) describe_stuck(&S, q);
+    } else if (!r->invalid) {
+        /* every list ran to its end: a send nobody receives would still hold
+         * the executor's end-of-step wait forever */
+        for (int c = 0; c < pp * pp; c++)
+            for (int k = S.ch[c].nr; k < S.ch[c].ns; k++) {
+                const post *p = &S.ch[c].snd[k];
+                char b[96];
+                if (!r->deadlock) why_add(r, "deadlock: ");
+                r->deadlock = 1;
+                why_add(r, "stage %d's %s is never received (stage %d has finished); ", p->rank,
+                        tri_action_str(&s->a[p->rank][p->idx], b, sizeof b), c % pp);
+            }
     }
     for (int q = 0; q < pp; q++)
         if (S.clock[q] > r->makespan) r->makespan = S.clock[q];

@@ -17,10 +17,13 @@
  *
  * `peer` is that stage's pipeline rank. Consecutive communication actions of
  * a list form one batch: the executor posts them all together (MPI isend /
- * irecv, or one ncclGroupStart/End) and waits for all of them before the next
- * compute action. Messages between two stages in one direction are matched in
- * the order they are posted; the simulator checks that both sides agree on
- * each message's (kind, micro-batch, model chunk).
+ * irecv, or one ncclGroupStart/End) and, before the next compute action,
+ * waits for the batch's receives only. A send never blocks its rank: its
+ * buffer stays reserved until the send completes, which the executor tests
+ * now and then and waits for at the end of the step (sends are asynchronous,
+ * as the zero-bubble schedules assume). Messages between two stages in one
+ * direction are matched in the order they are posted; the simulator checks
+ * that both sides agree on each message's (kind, micro-batch, model chunk).
  *
  * BWD is a full backward (input and weight gradients); the zero-bubble
  * schedule splits it into BWD_IN (B: input gradient, what the previous stage
@@ -98,12 +101,14 @@ typedef struct tri_sim_costs {
 } tri_sim_costs;
 
 typedef struct tri_sim_result {
-    int deadlock;    /* 1: some rank waits forever (see why)               */
+    int deadlock;    /* 1: some rank waits forever at a receive whose send is never posted, or
+                        * (every list ran to its end) a send is never received (see why) */
     int invalid;     /* 1: the lists are wrong otherwise (see why): the two sides of a message
                         * disagree on (kind, micro-batch, model chunk), a peer is not the neighbour,
                         * a compute runs before its input arrived or twice, a send before its
                         * compute, a REDUCE before the chunk's last backward; play stops there */
-    char why[1024];  /* deadlock or invalid: the stuck ranks, their actions and peers */
+    char why[1024];  /* deadlock or invalid: the stuck ranks, their actions and peers (a stuck
+                        * rank waits at a receive: sends do not block) */
     double makespan; /* time the last rank finishes                        */
     double *busy;    /* [pp] compute time of each rank                     */
     double *idle;    /* [pp] makespan - busy                               */
@@ -115,19 +120,26 @@ typedef struct tri_sim_result {
                         * does not need: the layer inputs and output grads stay); = peak without
                         * zero-bubble actions                                                  */
     double **start;  /* [pp][n[r]] start time of each action (comm: when posted) */
-    double **end;    /* [pp][n[r]] end time (comm: when its whole batch completed)          */
+    double **end;    /* [pp][n[r]] end time; a receive: when its batch completed (every
+                        * receive of the batch met its send); a send: when it met its receive
+                        * (the later of the two posts: until then its buffer is held; 0 if never) */
 } tri_sim_result;
 
-/* Plays every rank's list together with costs (communication takes no time;
- * a batch completes when every message in it has met its partner). Returns 0
- * with *r filled (deadlock or not), or -1 on memory. */
+/* Plays every rank's list together with costs. Communication takes no time;
+ * sends are asynchronous: a batch completes when every RECEIVE in it has met
+ * its matching send, at the later of the batch's post time and those sends'
+ * post times; its sends neither wait nor delay it. A rank is stuck only at a
+ * receive whose send is never posted. Returns 0 with *r filled (deadlock or
+ * not), or -1 on memory. */
 int tri_schedule_simulate(const tri_schedule *s, tri_sim_costs costs, tri_sim_result *r);
 void tri_sim_result_free(tri_sim_result *r); /* NULL-safe */
 
 /* The closed form of the bubble ratio of a kind: (p-1)/m for 1F1B and
- * GPipe, (p-1)/(v m) interleaved and FORWARD, (p-1)(f+b-w)/(m(f+b+w)) ZB-H1
- * (a lower bound: the simulated ZB-H1 lists land between it and 1F1B's, see
- * docs/parallelism.md); 0 with pp 1. */
+ * GPipe, (p-1)/(v m) interleaved and FORWARD, (p-1)(f+b-w)/(m(f+b+w)) ZB-H1;
+ * 0 with pp 1. The simulated lists equal it (m >= p; interleaved with m a
+ * multiple of p), ZB-H1 when w <= min(f, b) (the paper's setting; with a
+ * longer W the simulated ZB-H1 bubble lies between this and 1F1B's (p-1)/m,
+ * see docs/parallelism.md). */
 double tri_schedule_bubble_formula(tri_sched_kind kind, int pp, int vpp, int m, tri_sim_costs costs);
 
 /* The timeline, one row per rank, one column per time unit (like torch's

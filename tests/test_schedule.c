@@ -66,6 +66,13 @@ static void play(tri_schedule *s, tri_sim_result *r, tri_sched_kind k, int p, in
     cr_assert(!r->deadlock && !r->invalid, "%s p %d v %d m %d: %s", tri_sched_name(k), p, v, m, r->why);
 }
 
+static int find(const tri_schedule *s, int r, tri_act_kind k, int mb) {
+    for (int i = 0; i < s->n[r]; i++)
+        if (s->a[r][i].kind == k && s->a[r][i].mb == mb) return i;
+    cr_assert_fail("stage %d has no %s mb %d", r, tri_act_name(k), mb);
+    return -1;
+}
+
 Test(schedule, one_f_one_b_and_gpipe_sweep) {
     for (int p = 2; p <= 8; p++)
         for (int m = p; m <= 4 * p; m++) {
@@ -121,30 +128,93 @@ Test(schedule, interleaved_sweep) {
             }
 }
 
-/* ZB-H1: every stage keeps at most p micro-batches until their W (stage 0's
- * 1F1B peak) and at most p - s until their B (1F1B's per-stage peak); the
- * bubble lies between its closed form (p-1)(F+B-W)/(m(F+B+W)), which it cannot
- * beat, and 1F1B's (p-1)/m, which it must. Under the executor's rendezvous
- * semantics (a batch waits for all its sends) the static lists do not reach
- * the closed form exactly; see docs/parallelism.md. */
+/* ZB-H1 (Qi et al. 2024) with asynchronous sends: every stage idles
+ * (p-1)(F+B-W), so the bubble equals the closed form (p-1)(F+B-W)/(m(F+B+W))
+ * whenever W <= min(F, B) (the paper's setting). Memory from the warmup rule:
+ * stage s runs p - s - 1 warmup forwards and one more before its first B, and
+ * holds its first W back for s steady iterations (s more forwards), so it
+ * keeps p - s micro-batches until their B and p until their W (1F1B's stage 0
+ * peak) on every stage, given m >= p. */
 Test(schedule, zbh1_sweep) {
+    const tri_sim_costs exact[] = {{1.0, 1.0, 1.0}, {1.0, 1.5, 0.5}, {2.0, 1.0, 1.0}, {1.0, 0.5, 0.5}, {0.5, 1.0, 0.5}};
     for (int p = 2; p <= 8; p++)
         for (int m = p; m <= 4 * p; m++) {
             tri_schedule s;
             tri_sim_result r;
             play(&s, &r, TRI_SCHED_ZBH1, p, 1, m);
-            double zb = (double)(p - 1) * (1.0 + 1.0 - 1.0) / (3.0 * m), f1b = (double)(p - 1) / m;
-            cr_assert(fabs(tri_schedule_bubble_formula(TRI_SCHED_ZBH1, p, 1, m, unit) - zb) <= 1e-15);
-            cr_assert(r.bubble >= zb - 1e-12 && r.bubble < f1b - 1e-12,
-                      "zb-h1 p %d m %d: bubble %.6f not in [%.6f, %.6f)", p, m, r.bubble, zb, f1b);
             for (int st = 0; st < p; st++) {
-                cr_assert_leq(r.peak[st], p, "zb-h1 p %d m %d stage %d: peak %d", p, m, st, r.peak[st]);
-                cr_assert_leq(r.peak_in[st], p - st, "zb-h1 p %d m %d stage %d: peak until B %d", p, m, st,
-                              r.peak_in[st]);
+                cr_assert_eq(r.peak[st], p, "zb-h1 p %d m %d stage %d: peak %d", p, m, st, r.peak[st]);
+                cr_assert_eq(r.peak_in[st], p - st, "zb-h1 p %d m %d stage %d: peak until B %d", p, m, st,
+                             r.peak_in[st]);
             }
             tri_sim_result_free(&r);
+            for (size_t k = 0; k < sizeof exact / sizeof *exact; k++) {
+                tri_sim_costs c = exact[k];
+                cr_assert_eq(tri_schedule_simulate(&s, c, &r), 0);
+                cr_assert(!r.deadlock && !r.invalid, "%s", r.why);
+                double zb = (double)(p - 1) * (c.f + c.b - c.w) / ((double)m * (c.f + c.b + c.w));
+                cr_assert(fabs(tri_schedule_bubble_formula(TRI_SCHED_ZBH1, p, 1, m, c) - zb) <= 1e-15);
+                cr_assert(fabs(r.bubble - zb) <= 1e-12,
+                          "zb-h1 p %d m %d costs %g,%g,%g: bubble %.17g, closed form %.17g", p, m, c.f, c.b, c.w,
+                          r.bubble, zb);
+                for (int st = 0; st < p; st++) /* every stage idles (p-1)(F+B-W), not only the busiest */
+                    cr_assert(fabs(r.idle[st] - (p - 1) * (c.f + c.b - c.w)) <= 1e-9, "stage %d idles %g", st,
+                              r.idle[st]);
+                tri_sim_result_free(&r);
+            }
             tri_schedule_free(&s);
         }
+}
+
+/* With W longer than F or B the closed form is out of reach (a W sits where
+ * the critical path needs an F or a B): the bubble lies strictly between it
+ * and 1F1B's (p-1)/m. */
+Test(schedule, zbh1_long_w_between_the_forms) {
+    const tri_sim_costs longw[] = {{1.0, 1.0, 2.0}, {1.0, 0.5, 1.5}, {1.0, 0.8, 0.9}, {0.8, 1.0, 0.9}};
+    for (int p = 2; p <= 8; p++)
+        for (int m = p; m <= 4 * p; m += p - 1) {
+            tri_schedule s;
+            cr_assert_eq(tri_schedule_build(&s, TRI_SCHED_ZBH1, p, 1, m), 0);
+            for (size_t k = 0; k < sizeof longw / sizeof *longw; k++) {
+                tri_sim_result r;
+                tri_sim_costs c = longw[k];
+                cr_assert_eq(tri_schedule_simulate(&s, c, &r), 0);
+                cr_assert(!r.deadlock && !r.invalid, "%s", r.why);
+                double zb = tri_schedule_bubble_formula(TRI_SCHED_ZBH1, p, 1, m, c), f1b = (double)(p - 1) / m;
+                cr_assert(r.bubble > zb + 1e-12 && r.bubble < f1b - 1e-12,
+                          "zb-h1 p %d m %d costs %g,%g,%g: bubble %.6f not in (%.6f, %.6f)", p, m, c.f, c.b, c.w,
+                          r.bubble, zb, f1b);
+                tri_sim_result_free(&r);
+            }
+            tri_schedule_free(&s);
+        }
+}
+
+/* Sends do not block: a send ends when its receive is posted (the later of
+ * the two posts, found here by scanning the peer's list for the matching
+ * receive), while its rank goes on at once; in ZB-H1 p 4 m 8 some sends wait
+ * for a late receive and the next compute starts at their post time. */
+Test(schedule, sends_do_not_block) {
+    tri_schedule s;
+    tri_sim_result r;
+    play(&s, &r, TRI_SCHED_ZBH1, 4, 1, 8);
+    int held = 0;
+    for (int q = 0; q < s.pp; q++)
+        for (int i = 0; i < s.n[q]; i++) {
+            const tri_action *a = &s.a[q][i];
+            if (a->kind != TRI_ACT_SEND_ACT && a->kind != TRI_ACT_SEND_GRAD) continue;
+            tri_act_kind rk = a->kind == TRI_ACT_SEND_ACT ? TRI_ACT_RECV_ACT : TRI_ACT_RECV_GRAD;
+            int j = find(&s, a->peer, rk, a->mb);
+            double met = fmax(r.start[q][i], r.start[a->peer][j]);
+            cr_assert(fabs(r.end[q][i] - met) <= 1e-12, "stage %d action %d: send ends %g, met %g", q, i, r.end[q][i],
+                      met);
+            if (r.end[q][i] > r.start[q][i] + 0.5 && i + 1 < s.n[q] && s.a[q][i + 1].kind <= TRI_ACT_BWD_W &&
+                fabs(r.start[q][i + 1] - r.start[q][i]) <= 1e-12)
+                held++;
+        }
+    cr_assert_gt(held, 0, "no send outlived its post while its rank went on");
+    tri_sim_result_free(&r);
+    tri_schedule_free(&s);
 }
 
 Test(schedule, pp1_is_the_trivial_list) {
@@ -159,13 +229,6 @@ Test(schedule, pp1_is_the_trivial_list) {
         tri_sim_result_free(&r);
         tri_schedule_free(&s);
     }
-}
-
-static int find(const tri_schedule *s, int r, tri_act_kind k, int mb) {
-    for (int i = 0; i < s->n[r]; i++)
-        if (s->a[r][i].kind == k && s->a[r][i].mb == mb) return i;
-    cr_assert_fail("stage %d has no %s mb %d", r, tri_act_name(k), mb);
-    return -1;
 }
 
 /* 1F1B p 4: stage 0 posts its receive of mb 0's gradient right after F1
@@ -202,6 +265,25 @@ Test(schedule, swapped_recv_mismatch) {
     cr_assert(r.invalid);
     cr_assert(strstr(r.why, "recv-act mb 3 chunk 0 from stage 0") && strstr(r.why, "send-act mb 2 chunk 0 to stage 1"),
               "%s", r.why);
+    tri_sim_result_free(&r);
+    tri_schedule_free(&s);
+}
+
+/* A send nobody receives: every list runs to its end, but the executor's
+ * end-of-step wait for that send would never return. */
+Test(schedule, unreceived_send_deadlocks) {
+    tri_schedule s;
+    cr_assert_eq(tri_schedule_build(&s, TRI_SCHED_1F1B, 2, 1, 2), 0);
+    int i = find(&s, 0, TRI_ACT_SEND_ACT, 1);
+    tri_action *a = realloc(s.a[0], (size_t)(s.n[0] + 1) * sizeof *a);
+    cr_assert_not_null(a);
+    memmove(a + i + 1, a + i, (size_t)(s.n[0] - i) * sizeof *a);
+    s.a[0] = a;
+    s.n[0]++;
+    tri_sim_result r;
+    cr_assert_eq(tri_schedule_simulate(&s, unit, &r), 0);
+    cr_assert(r.deadlock && !r.invalid, "%s", r.why);
+    cr_assert(strstr(r.why, "stage 0's send-act mb 1 chunk 0 to stage 1 is never received"), "%s", r.why);
     tri_sim_result_free(&r);
     tri_schedule_free(&s);
 }
