@@ -106,6 +106,16 @@ static void expect_params_close(const char *dir, const char *ck_a, const char *c
     tri_st_close(&fb);
 }
 
+/* The run under dir/ck followed the reference run ref_ck (losses ref[0..10)):
+ * its 10 losses and its final parameters. */
+static void expect_follows(const char *dir, const double *ref, const char *ref_ck, const char *ck, const char *what) {
+    double *l;
+    cr_assert_eq(losses(dir, ck, &l), 10, "%s", what);
+    expect_losses_close(ref, l, 10, what);
+    expect_params_close(dir, ref_ck, ck, what);
+    free(l);
+}
+
 Test(parallel, every_layout_follows_the_single_rank_run, .timeout = 300) {
     char *dir = make_dir(), *out = NULL;
     cr_assert_eq(run(dir, 1, 1, "ck_1_1", "--set train.steps=10", &out), 0, "%s", out);
@@ -138,11 +148,7 @@ Test(parallel, every_layout_follows_the_single_rank_run, .timeout = 300) {
         cr_assert_eq(run(dir, tp, dp, ck, extra, &out), 0, "%s: %s", what, out);
         cr_expect(strstr(out, "tp=") != NULL, "%s", out);
         free(out);
-        double *l;
-        cr_assert_eq(losses(dir, ck, &l), 10, "%s", what);
-        expect_losses_close(ref, l, 10, what);
-        expect_params_close(dir, "ck_1_1", ck, what);
-        free(l);
+        expect_follows(dir, ref, "ck_1_1", ck, what);
     }
     free(ref);
     tt_rmrf(dir);
@@ -237,11 +243,7 @@ Test(parallel, every_pipeline_layout_follows_the_single_rank_run, .timeout = 600
         }
         cr_assert_eq(rc, 0, "%s: %s", what, out);
         free(out);
-        double *l;
-        cr_assert_eq(losses(dir, ck, &l), 10, "%s", what);
-        expect_losses_close(ref, l, 10, what);
-        expect_params_close(dir, "pipe_ref", ck, what);
-        free(l);
+        expect_follows(dir, ref, "pipe_ref", ck, what);
     }
     free(ref);
     tt_rmrf(dir);
