@@ -11,6 +11,7 @@
 #define TRI_CUDA_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef TRI_CUEMU
 #define TRI_CU(name) tri_cuemu_##name
@@ -39,6 +40,20 @@ size_t TRI_CU(layernorm_bwd_scratch_floats)(size_t N, size_t C);
  * dinp (N) = gelu'(inp) * dout                                 [overwrite; dinp may alias dout] */
 void TRI_CU(gelu_fwd)(void *stream, float *out, const float *inp, size_t N);
 void TRI_CU(gelu_bwd)(void *stream, float *dinp, const float *inp, const float *dout, size_t N);
+
+/* ---- crossentropy.cu: vocab-parallel softmax cross-entropy ----
+ * logits (N, Vl) hold global columns [vstart, vstart + Vl); columns >= V are
+ * padding. targets (N) are device memory.
+ * stats (N, 3) = (local max, sum of exp(l - max), owned target logit or 0)   [overwrite]
+ * combine: stats (N, 3) = the global (M, S, target) from gather (R, N, 3)     [overwrite]
+ * bwd: losses (N) = log S + M - target          [overwrite; may be NULL]
+ *      dlogits (N, Vl) = (softmax - onehot) * dscale, 0 in padded columns
+ *                                               [overwrite; may be NULL; may alias logits] */
+void TRI_CU(crossentropy_stats)(void *stream, float *stats, const float *logits, const int32_t *targets, size_t N,
+                                size_t Vl, size_t vstart, size_t V);
+void TRI_CU(crossentropy_combine)(void *stream, float *stats, const float *gather, size_t N, int R);
+void TRI_CU(crossentropy_bwd)(void *stream, float *losses, float *dlogits, const float *logits, const float *stats,
+                              const int32_t *targets, float dscale, size_t N, size_t Vl, size_t vstart, size_t V);
 
 #ifdef __cplusplus
 }

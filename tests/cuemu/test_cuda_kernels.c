@@ -212,3 +212,98 @@ Test(cuda_emu, gelu_fwd_bwd_match_the_cpu_op) {
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
         for (uint64_t seed = 1; seed <= (sizes[k] > 10000 ? 1u : 3u); seed++) gelu_case(sizes[k], seed);
 }
+
+/* ---- vocab-parallel cross-entropy ---- */
+
+/* Full logits (N, V) split into R slices of Vl columns (R * Vl >= V; padded
+ * columns hold `pad`, which must never be read). Per slice: stats against the
+ * CPU's; the emulated stats gathered and combined, against the CPU's combine
+ * of the same gather; then losses and dlogits (out of place, in place, each
+ * alone) from the CPU's combined stats, against the CPU's backward. */
+static void crossentropy_case(size_t N, size_t V, size_t Vl, size_t R, uint64_t seed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "(N %zu, V %zu, Vl %zu, R %zu, seed %llu)", N, V, Vl, R, (unsigned long long)seed);
+    uint64_t s = seed * 31337 + N * 7 + V;
+    float *full = alloc_fill(N * V, &s, -6.0f, 6.0f);
+    /* a rising trend so that later columns raise the running max */
+    for (size_t i = 0; i < N * V; i++) full[i] += 3.0f * (float)(i % V) / (float)V;
+    int32_t *targets = malloc(sizeof(int32_t) * N);
+    for (size_t n = 0; n < N; n++) { /* first, last, slice boundaries, an id no rank owns, random */
+        const size_t t = n == 0 ? 0 : n == 1 ? V - 1 : n == 2 ? Vl - 1 : n == 3 ? Vl : (size_t)(rng_next(&s) % V);
+        targets[n] = n == 4 ? -1 : (int32_t)(t < V ? t : V - 1);
+    }
+    const float pad = NAN, dscale = 1.0f / (float)N;
+    float *gather = alloc_nan(R * N * 3), *rgather = alloc_nan(R * N * 3);
+    float **slice = malloc(sizeof(float *) * R);
+    for (size_t k = 0; k < R; k++) {
+        slice[k] = malloc(sizeof(float) * N * Vl);
+        for (size_t n = 0; n < N; n++)
+            for (size_t j = 0; j < Vl; j++) slice[k][n * Vl + j] = k * Vl + j < V ? full[n * V + k * Vl + j] : pad;
+        tri_cuemu_set_seed(seed + k);
+        tri_cuemu_crossentropy_stats(NULL, gather + k * N * 3, slice[k], targets, N, Vl, k * Vl, V);
+        tri_cpu_crossentropy_stats(rgather + k * N * 3, slice[k], targets, N, Vl, k * Vl, V);
+    }
+    /* max and target logit: copies of one logit, exact; the sum of
+     * exponentials: Vl positive terms (scale: the sum itself), plus the exps' ulps */
+    for (size_t i = 0; i < R * N; i++) {
+        const float *g = gather + 3 * i, *r = rgather + 3 * i;
+        cr_assert(g[0] == r[0] && g[2] == r[2],
+                  "crossentropy_stats %s: slice %zu row %zu: (max %g, target %g), "
+                  "the CPU gives (%g, %g)",
+                  shape, i / N, i % N, g[0], g[2], r[0], r[2]);
+        const double sc = fabs((double)r[1]) + FLT_MIN;
+        cr_assert(fabs((double)g[1] - r[1]) <= (sum_tol(Vl) + 4 * FLT_EPSILON) * sc,
+                  "crossentropy_stats %s: slice %zu row %zu: sum %.9g, the CPU gives %.9g", shape, i / N, i % N, g[1],
+                  r[1]);
+    }
+    float *comb = alloc_nan(N * 3), *rcomb = alloc_nan(N * 3);
+    tri_cuemu_crossentropy_combine(NULL, comb, gather, N, (int)R);
+    tri_cpu_crossentropy_combine(rcomb, gather, N, (int)R);
+    for (size_t n = 0; n < N; n++) {
+        cr_assert(comb[3 * n] == rcomb[3 * n] && comb[3 * n + 2] == rcomb[3 * n + 2],
+                  "crossentropy_combine %s: row %zu", shape, n);
+        cr_assert(fabs((double)comb[3 * n + 1] - rcomb[3 * n + 1]) <= (sum_tol(R) + 4 * FLT_EPSILON) * rcomb[3 * n + 1],
+                  "crossentropy_combine %s: row %zu: sum %.9g, the CPU gives %.9g", shape, n, comb[3 * n + 1],
+                  rcomb[3 * n + 1]);
+    }
+    /* backward from the CPU's combined stats; losses: scale 1 + |log S| + |M| +
+     * |target|; dlogits: exp(l - M) / S carries the argument's rounding times
+     * |l - M| (at most 2 * 12 here) and a few ulps, plus the target's dscale */
+    float *losses = alloc_nan(N), *rlosses = alloc_nan(N);
+    double *lsc = malloc(sizeof(double) * N), *dsc = malloc(sizeof(double) * N * Vl);
+    for (size_t n = 0; n < N; n++)
+        lsc[n] = 1.0 + fabs(log(rcomb[3 * n + 1])) + fabs((double)rcomb[3 * n]) + fabs((double)rcomb[3 * n + 2]);
+    for (size_t k = 0; k < R; k++) {
+        float *d = alloc_nan(N * Vl), *rd = alloc_nan(N * Vl);
+        tri_cuemu_set_seed(seed * 3 + k);
+        tri_cuemu_crossentropy_bwd(NULL, losses, d, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cpu_crossentropy_bwd(rlosses, rd, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        expect_close("crossentropy_bwd losses", losses, rlosses, lsc, N, 8 * FLT_EPSILON, shape);
+        for (size_t n = 0; n < N; n++)
+            for (size_t j = 0; j < Vl; j++)
+                dsc[n * Vl + j] = (8.0 + 2.0 * 24.0) * (fabs((double)rd[n * Vl + j]) + dscale) + FLT_MIN;
+        expect_close("crossentropy_bwd dlogits", d, rd, dsc, N * Vl, FLT_EPSILON, shape);
+        /* in place (dlogits = logits) gives the same bits; each output alone too */
+        float *inplace = dup(slice[k], N * Vl), *only_d = alloc_nan(N * Vl), *only_l = alloc_nan(N);
+        tri_cuemu_crossentropy_bwd(NULL, NULL, inplace, inplace, rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_bwd(NULL, NULL, only_d, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_bwd(NULL, only_l, NULL, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        cr_expect(memcmp(inplace, d, sizeof(float) * N * Vl) == 0, "in place differs %s slice %zu", shape, k);
+        cr_expect(memcmp(only_d, d, sizeof(float) * N * Vl) == 0, "dlogits alone differs %s slice %zu", shape, k);
+        cr_expect(memcmp(only_l, losses, sizeof(float) * N) == 0, "losses alone differ %s slice %zu", shape, k);
+        free(d), free(rd), free(inplace), free(only_d), free(only_l);
+    }
+    for (size_t k = 0; k < R; k++) free(slice[k]);
+    free(slice), free(full), free(targets), free(gather), free(rgather), free(comb), free(rcomb);
+    free(losses), free(rlosses), free(lsc), free(dsc);
+}
+
+Test(cuda_emu, crossentropy_stats_combine_bwd_match_the_cpu_op) {
+    /* (N, V, Vl, R): one slice with padding; three slices, the last part
+     * padding; a slice that is all padding; long rows; a single column */
+    const size_t cases[][4] = {{5, 37, 40, 1},     {7, 100, 34, 3},  {6, 33, 16, 4}, {9, 50, 16, 4},
+                               {5, 2000, 1001, 2}, {3, 300, 300, 1}, {6, 1, 1, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 3; seed++)
+            crossentropy_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], seed);
+}
