@@ -37,6 +37,7 @@
 #endif
 #endif
 #ifdef CUEMU_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -174,8 +175,15 @@ struct Worker {
     }
 };
 
+// Idle workers, freed at exit (so that leak checkers see nothing left).
+struct Pool {
+    std::vector<Worker *> idle;
+    ~Pool() {
+        for (Worker *w : idle) delete w;
+    }
+};
 std::mutex g_pool_mu, g_atomic_mu;
-std::vector<Worker *> g_pool;
+Pool g_pool;
 std::atomic<uint64_t> g_seed{1}, g_launch_no{0};
 std::atomic<int> g_workers{2};
 std::atomic<uint64_t> st_launches{0}, st_blocks{0}, st_threads{0}, st_switches{0}, st_barriers{0}, st_warp_ops{0};
@@ -216,15 +224,15 @@ template <class T> void shuffle(std::vector<T> &v, uint64_t &rng) {
 
 Worker *worker_get() {
     std::lock_guard<std::mutex> g(g_pool_mu);
-    if (g_pool.empty()) return new Worker();
-    Worker *w = g_pool.back();
-    g_pool.pop_back();
+    if (g_pool.idle.empty()) return new Worker();
+    Worker *w = g_pool.idle.back();
+    g_pool.idle.pop_back();
     return w;
 }
 
 void worker_put(Worker *w) {
     std::lock_guard<std::mutex> g(g_pool_mu);
-    g_pool.push_back(w);
+    g_pool.idle.push_back(w);
 }
 
 char *stack_new() {
@@ -300,6 +308,10 @@ void fiber_entry_uc(unsigned lo, unsigned hi) { cuemu_fiber_main((void *)(((uint
 #endif
 
 void fiber_start(Fiber &f) {
+#ifdef CUEMU_ASAN
+    // the stack's last user left its frames' redzones poisoned
+    __asan_unpoison_memory_region(f.stack, STACK_BYTES);
+#endif
 #if defined(__x86_64__)
     // from the top: [return address = entry] rbp rbx r12 r13 r14 r15 [mxcsr, fpcw]
     uintptr_t top = ((uintptr_t)f.stack + STACK_BYTES) & ~(uintptr_t)15;
