@@ -111,3 +111,18 @@ KERNEL atomic_kernel(float *out, const float *x, int n) {
 void tri_cuemu_test_atomic(float *out, const float *x, int n, int threads) {
     LAUNCH(atomic_kernel, tri_cu_blocks((size_t)n, (unsigned)threads), threads, 0, nullptr, out, x, n);
 }
+
+// Breaks the warp rule: lanes from `stop` on return before a full-mask shuffle.
+KERNEL early_exit_shfl_kernel(float *out, int stop) {
+    if ((int)threadIdx.x % 32 >= stop) return;
+    out[threadIdx.x] = __shfl_xor_sync(FULL_MASK, 1.0f, 1);
+}
+
+void tri_cuemu_test_early_exit_shfl(float *out, int threads, int stop) {
+    LAUNCH(early_exit_shfl_kernel, 1, threads, 0, nullptr, out, stop);
+}
+
+// Breaks the mask rule: every lane votes with a mask that names lane 0 only.
+KERNEL bad_mask_kernel(unsigned *out) { out[threadIdx.x] = __ballot_sync(0x1u, 1); }
+
+void tri_cuemu_test_bad_mask(unsigned *out, int threads) { LAUNCH(bad_mask_kernel, 1, threads, 0, nullptr, out); }

@@ -12,6 +12,8 @@ void tri_cuemu_test_divergent(float *out, int threads, int stop);
 void tri_cuemu_test_order(int *ticket, int *counter, int threads, int phases);
 void tri_cuemu_test_smem(float *out, int blocks, int threads, int n);
 void tri_cuemu_test_atomic(float *out, const float *x, int n, int threads);
+void tri_cuemu_test_early_exit_shfl(float *out, int threads, int stop);
+void tri_cuemu_test_bad_mask(unsigned *out, int threads);
 
 #ifdef __cplusplus
 }

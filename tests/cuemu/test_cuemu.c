@@ -171,6 +171,33 @@ Test(cuemu, barrier_divergence_is_reported) {
     free(msg);
 }
 
+static void early_exit_child(void) {
+    float out[64];
+    tri_cuemu_set_workers(1);
+    tri_cuemu_test_early_exit_shfl(out, 64, 20);
+}
+
+static void bad_mask_child(void) {
+    unsigned out[32];
+    tri_cuemu_set_workers(1);
+    tri_cuemu_test_bad_mask(out, 32);
+}
+
+/* A shuffle whose mask names lanes that returned early, and a mask without
+ * the caller's own lane: fatal, with the thread, the intrinsic and the line. */
+Test(cuemu, warp_intrinsic_misuse_is_reported) {
+    int status = 0;
+    char *msg = run_child(early_exit_child, &status);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "status %d, stderr: %s", status, msg);
+    cr_expect(strstr(msg, "deadlock") != NULL && strstr(msg, "__shfl_xor_sync(mask 0xffffffff)") != NULL, "%s", msg);
+    cr_expect(strstr(msg, "which has exited") != NULL && strstr(msg, "selftest.cu:") != NULL, "%s", msg);
+    free(msg);
+    msg = run_child(bad_mask_child, &status);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "status %d, stderr: %s", status, msg);
+    cr_expect(strstr(msg, "__ballot_sync") != NULL && strstr(msg, "does not name its own lane") != NULL, "%s", msg);
+    free(msg);
+}
+
 /* The run order: a permutation of the threads in each phase between
  * barriers, the same for the same seed, another for another seed, and
  * reshuffled at every barrier. */
