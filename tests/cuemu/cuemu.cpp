@@ -14,8 +14,14 @@
 // Fibers switch with cuemu_switch below: six callee-saved registers, the SSE
 // and x87 control words and the stack pointer (no system call, unlike
 // swapcontext, which saves the signal mask). Other architectures use
-// ucontext as a slow fallback.
+// ucontext as a slow fallback (-DCUEMU_UCONTEXT forces it, for testing).
 #include "tests/cuemu/cuemu.h"
+
+// The hand-written switch on x86-64; ucontext elsewhere, or when built with
+// -DCUEMU_UCONTEXT (to test the fallback here).
+#if defined(__x86_64__) && !defined(CUEMU_UCONTEXT)
+#define CUEMU_X86_SWITCH 1
+#endif
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -41,7 +47,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-#if !defined(__x86_64__)
+#ifndef CUEMU_X86_SWITCH
 #include <ucontext.h>
 #endif
 
@@ -57,7 +63,7 @@ constexpr size_t DYN_SMEM_MAX = 227 * 1024;   // sm_90's opt-in maximum per bloc
 constexpr uint32_t SMEM_POISON = 0x7fffffffu; // a NaN as float (and as double), INT_MAX as int
 
 // ---- the context switch ----
-#if defined(__x86_64__)
+#ifdef CUEMU_X86_SWITCH
 extern "C" void cuemu_switch(void **save_sp, void *load_sp);
 extern "C" [[noreturn]] void cuemu_fiber_main(void *fiber);
 // cuemu_switch(save, load): pushes the callee-saved registers and the control
@@ -95,7 +101,7 @@ cuemu_switch:
 cuemu_fiber_entry:
     movq %r12, %rdi
     andq $-16, %rsp
-    call cuemu_fiber_main
+    call cuemu_fiber_main@PLT
     ud2
     .size cuemu_fiber_entry, .-cuemu_fiber_entry
     .section .note.GNU-stack,"",@progbits
@@ -114,7 +120,7 @@ struct Fiber {
     State state;
     Block *blk;
     char *stack; // lowest usable byte; the guard page lies below
-#if defined(__x86_64__)
+#ifdef CUEMU_X86_SWITCH
     void *sp;
 #else
     ucontext_t uc;
@@ -153,7 +159,7 @@ struct Block {
     uint3 bid;
     int n; // threads
     std::vector<Fiber> *fibers;
-#if defined(__x86_64__)
+#ifdef CUEMU_X86_SWITCH
     void *sched_sp;
 #else
     ucontext_t sched_uc;
@@ -259,7 +265,7 @@ void to_fiber(Block &b, Fiber &f) {
     void *fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, f.stack, STACK_BYTES);
 #endif
-#if defined(__x86_64__)
+#ifdef CUEMU_X86_SWITCH
     cuemu_switch(&b.sched_sp, f.sp);
 #else
     swapcontext(&b.sched_uc, &f.uc);
@@ -278,7 +284,7 @@ void to_scheduler(Fiber &f) {
 #ifdef CUEMU_ASAN
     __sanitizer_start_switch_fiber(f.state == DONE ? nullptr : &f.asan_fake, b.asan_sched_bottom, b.asan_sched_size);
 #endif
-#if defined(__x86_64__)
+#ifdef CUEMU_X86_SWITCH
     cuemu_switch(&f.sp, b.sched_sp);
 #else
     swapcontext(&f.uc, &b.sched_uc);
@@ -303,7 +309,7 @@ extern "C" [[noreturn]] void cuemu_fiber_main(void *p) {
 
 namespace {
 
-#if !defined(__x86_64__)
+#ifndef CUEMU_X86_SWITCH
 void fiber_entry_uc(unsigned lo, unsigned hi) { cuemu_fiber_main((void *)(((uintptr_t)hi << 32) | lo)); }
 #endif
 
@@ -312,7 +318,7 @@ void fiber_start(Fiber &f) {
     // the stack's last user left its frames' redzones poisoned
     __asan_unpoison_memory_region(f.stack, STACK_BYTES);
 #endif
-#if defined(__x86_64__)
+#ifdef CUEMU_X86_SWITCH
     // from the top: [return address = entry] rbp rbx r12 r13 r14 r15 [mxcsr, fpcw]
     uintptr_t top = ((uintptr_t)f.stack + STACK_BYTES) & ~(uintptr_t)15;
     uint64_t *s = (uint64_t *)top - 8;
