@@ -2,7 +2,8 @@
 # Installs dependencies, builds, and runs the whole test suite through CTest.
 # The suite is a few Criterion executables (tri_tests; tri_fault_tests for the
 # fault tests, CTest label `fault`; test_ops_avx2 and test_ops_scalar, the op
-# tests on the CPU kernels' other vector paths); the run closes with their
+# tests on the CPU kernels' other vector paths; tri_cuemu_tests, the CUDA
+# kernels under emulation, label `cuemu`); the run closes with their
 # summaries and one total line.
 set -euo pipefail
 cd "$(dirname "$0")/.."

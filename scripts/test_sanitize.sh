@@ -12,7 +12,7 @@ case "$fuzz_secs" in ''|*[!0-9]*) echo "test_sanitize.sh: FUZZ_SECONDS must be a
 
 ./scripts/install_deps.sh
 ./scripts/prepare_data.sh >/dev/null
-CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRI_SANITIZE=ON >/dev/null
+CC=clang CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRI_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$(nproc)"
 
 # For every process the suite starts (tests, trident, tridentrun, and the

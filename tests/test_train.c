@@ -196,6 +196,23 @@ Test(train_errors, unknown_key_wrong_type_out_of_range_and_missing_config) {
     free(dir);
 }
 
+/* --device cuda where no GPU can be used (these machines: no CUDA driver;
+ * or a build without CUDA): exit code 2 and a line naming what is missing. */
+Test(train_errors, device_cuda_without_a_gpu_exits_2_naming_what_is_missing) {
+    char *dir = make_run_dir(), *out = NULL;
+    int rc = train(dir, "--device cuda", &out);
+    cr_expect_eq(rc, 2, "exit code %d:\n%s", rc, out);
+    cr_expect(strstr(out, "trident: --device cuda: ") != NULL, "%s", out);
+    /* (on a GPU machine the op table is what is missing, for now) */
+    cr_expect(strstr(out, "no CUDA driver") || strstr(out, "no CUDA device") || strstr(out, "built without CUDA") ||
+                  strstr(out, "not written yet"),
+              "%s", out);
+    cr_expect(strstr(out, "step ") == NULL, "training started: %s", out);
+    free(out);
+    tt_rmrf(dir);
+    free(dir);
+}
+
 Test(train_errors, bad_token_files_are_named) {
     char *dir = make_run_dir(), cmd[8192], p[4200];
     /* missing */

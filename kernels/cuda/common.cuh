@@ -1,0 +1,84 @@
+/* What every kernel file of kernels/cuda/ includes first: the few macros
+ * through which a kernel source reaches CUDA, so that the same .cu file
+ * compiles two ways:
+ *   - with nvcc (__CUDACC__): real CUDA, for sm_80/sm_90;
+ *   - with TRI_CUEMU defined (tests only): as host C++ (g++ -x c++) against the
+ *     emulation layer of tests/cuemu/, which runs the kernels on the CPU with
+ *     CUDA threads as fibers (docs/cuda_emulation.md).
+ *
+ * The rules a kernel file follows (the emulation relies on them):
+ *   - launch only through LAUNCH(kernel, grid, block, smem, stream, args...),
+ *     never with <<< >>>;
+ *   - static shared memory only through SHARED(type, name, count) (an array of
+ *     `count` elements, one per block; declare it at the top of the kernel),
+ *     dynamic shared memory only through DYN_SMEM(type, name) (the launch's
+ *     smem bytes); never `__shared__` directly;
+ *   - threads of a warp exchange values only through the *_sync intrinsics
+ *     with an explicit mask (__shfl_sync, __shfl_xor_sync, __shfl_down_sync,
+ *     __shfl_up_sync, __ballot_sync, __any_sync, __all_sync, __syncwarp);
+ *     every lane named in the mask calls the same intrinsic; no implicit warp
+ *     synchrony, no __activemask;
+ *   - __syncthreads() only where every thread of the block reaches the same
+ *     call (no thread returns early while others still wait at a barrier);
+ *   - no spin-waits on memory, no grid-wide sync, no inline PTX without a
+ *     portable fallback; blocks communicate only through atomics or a second
+ *     launch;
+ *   - device functions are KERNEL (a __global__ entry) or DEVFN (a __device__
+ *     helper), so that the host compilation sees plain inline functions.
+ * Every launch is followed by a check of the launch status (file:line and
+ * the kernel's name on failure). */
+#ifndef TRI_CUDA_COMMON_CUH
+#define TRI_CUDA_COMMON_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The name of an exported host entry point of a kernel file: tri_cuda_<name>
+ * in the real build, tri_cuemu_<name> under the emulation (so that both can
+ * sit in one program without clashing). kernels/cuda/kernels.h declares them. */
+#include "kernels/cuda/kernels.h"
+
+#if defined(TRI_CUEMU)
+
+#include "tests/cuemu/cuemu.h"
+
+#define KERNEL static void
+#define DEVFN  static inline
+#define LAUNCH(kernel, grid, block, smem, stream, ...) \
+    cuemu::launch(#kernel, __FILE__, __LINE__, (grid), (block), (smem), (stream), kernel, __VA_ARGS__)
+#define SHARED(type, name, count)                           \
+    type(&name)[count] = *reinterpret_cast<type(*)[count]>( \
+        cuemu::shared_static(sizeof(type) * (count), alignof(type), __FILE__, __LINE__))
+#define DYN_SMEM(type, name) type *name = reinterpret_cast<type *>(cuemu::shared_dynamic(alignof(type)))
+
+#elif defined(__CUDACC__)
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/check.h"
+
+#define KERNEL __global__ static void
+#define DEVFN  __device__ static __forceinline__
+#define LAUNCH(kernel, grid, block, smem, stream, ...)                                \
+    do {                                                                              \
+        kernel<<<(grid), (block), (smem), (cudaStream_t)(stream)>>>(__VA_ARGS__);     \
+        tri_cuda_check(cudaGetLastError(), "launch of " #kernel, __FILE__, __LINE__); \
+    } while (0)
+#define SHARED(type, name, count) __shared__ type name[count]
+#define DYN_SMEM(type, name)                                     \
+    extern __shared__ __align__(16) unsigned char name##_raw_[]; \
+    type *name = reinterpret_cast<type *>(name##_raw_)
+
+#else
+#error "kernels/cuda/*.cu compile with nvcc, or as host C++ with -DTRI_CUEMU (tests/cuemu)"
+#endif
+
+/* Full-warp mask of the *_sync intrinsics. */
+#define FULL_MASK 0xffffffffu
+
+/* Ceiling division of sizes, for grid dimensions. */
+static inline unsigned tri_cu_blocks(size_t n, unsigned per_block) {
+    return (unsigned)((n + per_block - 1) / per_block);
+}
+
+#endif

@@ -1,0 +1,62 @@
+/* The host entry points of the CUDA kernel files (the .cu files of kernels/cuda), callable
+ * from C. Each launches its kernels on `stream` (a cudaStream_t; NULL is the
+ * default stream) and returns without waiting; pointers are device memory.
+ * The contracts are those of the op of the same name in kernels/ops.h, in
+ * fp32; what differs (scratch buffers a kernel needs) is said here.
+ *
+ * The names are tri_cuda_<op> in the nvcc build and tri_cuemu_<op> when the
+ * same sources are compiled as host C++ against the emulation layer of
+ * tests/cuemu (TRI_CUEMU defined), so that the two never clash. */
+#ifndef TRI_CUDA_KERNELS_H
+#define TRI_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef TRI_CUEMU
+#define TRI_CU(name) tri_cuemu_##name
+#else
+#define TRI_CU(name) tri_cuda_##name
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- layernorm.cu (eps = 1e-5) ----
+ * out (N, C) = (inp - mean) * rstd * w + b; mean, rstd (N)    [overwrite] */
+void TRI_CU(layernorm_fwd)(void *stream, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                           const float *b, size_t N, size_t C);
+/* dinp (N, C) += ..., dw (C) += ..., db (C) += ...             [all accumulate]
+ * scratch: layernorm_bwd_scratch_floats(N, C) floats of device memory (the
+ * per-row-group partial sums of dw and db, reduced in a fixed order: the
+ * result does not depend on scheduling). */
+void TRI_CU(layernorm_bwd)(void *stream, float *dinp, float *dw, float *db, float *scratch, const float *dout,
+                           const float *inp, const float *w, const float *mean, const float *rstd, size_t N, size_t C);
+size_t TRI_CU(layernorm_bwd_scratch_floats)(size_t N, size_t C);
+
+/* ---- gelu.cu (tanh approximation) ----
+ * out (N) = gelu(inp)                                          [overwrite; out != inp]
+ * dinp (N) = gelu'(inp) * dout                                 [overwrite; dinp may alias dout] */
+void TRI_CU(gelu_fwd)(void *stream, float *out, const float *inp, size_t N);
+void TRI_CU(gelu_bwd)(void *stream, float *dinp, const float *inp, const float *dout, size_t N);
+
+/* ---- crossentropy.cu: vocab-parallel softmax cross-entropy ----
+ * logits (N, Vl) hold global columns [vstart, vstart + Vl); columns >= V are
+ * padding. targets (N) are device memory.
+ * stats (N, 3) = (local max, sum of exp(l - max), owned target logit or 0)   [overwrite]
+ * combine: stats (N, 3) = the global (M, S, target) from gather (R, N, 3)     [overwrite]
+ * bwd: losses (N) = log S + M - target          [overwrite; may be NULL]
+ *      dlogits (N, Vl) = (softmax - onehot) * dscale, 0 in padded columns
+ *                                               [overwrite; may be NULL; may alias logits] */
+void TRI_CU(crossentropy_stats)(void *stream, float *stats, const float *logits, const int32_t *targets, size_t N,
+                                size_t Vl, size_t vstart, size_t V);
+void TRI_CU(crossentropy_combine)(void *stream, float *stats, const float *gather, size_t N, int R);
+void TRI_CU(crossentropy_bwd)(void *stream, float *losses, float *dlogits, const float *logits, const float *stats,
+                              const int32_t *targets, float dscale, size_t N, size_t Vl, size_t vstart, size_t V);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

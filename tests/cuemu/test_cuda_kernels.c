@@ -1,0 +1,309 @@
+/* The CUDA kernels of kernels/cuda, run under the emulation layer, against
+ * the CPU ops (kernels/cpu), on awkward shapes (sizes that are not multiples
+ * of 32 or of the block size), under several scheduling seeds, with every
+ * overwritten output (and every scratch buffer) poisoned with NaN first and
+ * every accumulated output pre-filled with random values.
+ *
+ * Tolerances. Both sides compute in fp32 with sums in different orders, so
+ * they differ by rounding only. A sum of L terms in fp32 is off by at most
+ * about L * eps * (sum of the terms' magnitudes), eps = FLT_EPSILON; the
+ * tests allow |cuda - cpu| <= 2 * (L + 4) * eps * scale, with L the longest
+ * reduction behind the value (C for a row's statistics, N for dw, db) and
+ * `scale` the magnitudes involved (said at each check). For GELU (no
+ * reduction) the two exps differ by a few ulp and the argument's rounding is
+ * amplified by |u|: |cuda - cpu| <= (8 + 8 |u|) * eps * scale. NaN never
+ * passes. */
+#include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cuda/kernels.h"
+#include "tests/cuemu/cuemu_api.h"
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float uniform(uint64_t *s, float lo, float hi) {
+    return lo + (hi - lo) * (float)((double)(rng_next(s) >> 11) / 9007199254740992.0);
+}
+
+static float *alloc_fill(size_t n, uint64_t *s, float lo, float hi) {
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = uniform(s, lo, hi);
+    return x;
+}
+
+static float *alloc_nan(size_t n) {
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+static float *dup(const float *x, size_t n) {
+    float *y = malloc(sizeof(float) * (n ? n : 1));
+    memcpy(y, x, sizeof(float) * n);
+    return y;
+}
+
+/* Every |got[i] - want[i]| <= tol * scale[i] (scale NULL: 1 + |want[i]|). */
+static void expect_close(const char *what, const float *got, const float *want, const double *scale, size_t n,
+                         double tol, const char *shape) {
+    for (size_t i = 0; i < n; i++) {
+        const double sc = scale ? scale[i] : 1.0 + fabs((double)want[i]);
+        const double err = fabs((double)got[i] - (double)want[i]);
+        const double ratio = err / (tol * sc);
+        if (!(ratio <= 1.0)) { /* NaN fails here too */
+            cr_assert_fail("%s %s: element %zu is %.9g, the CPU op gives %.9g (|diff| %.3g > tolerance %.3g)", what,
+                           shape, i, got[i], want[i], err, tol * sc);
+        }
+    }
+}
+
+static double sum_tol(size_t L) { return 2.0 * (double)(L + 4) * FLT_EPSILON; }
+
+/* ---- LayerNorm ---- */
+
+static const size_t LN_SHAPES[][2] = {{1, 1}, {3, 5}, {7, 33}, {17, 100}, {5, 257}, {100, 31}, {1100, 7}, {37, 768}};
+
+static void layernorm_case(size_t N, size_t C, uint64_t seed) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "(N %zu, C %zu, seed %llu)", N, C, (unsigned long long)seed);
+    uint64_t s = seed * 7919 + N * 31 + C;
+    float *inp = alloc_fill(N * C, &s, -2.0f, 2.0f);
+    for (size_t i = 0; i < N * C; i++) inp[i] += (float)(i / C % 3); /* rows with different means */
+    float *w = alloc_fill(C, &s, 0.5f, 1.5f), *b = alloc_fill(C, &s, -0.5f, 0.5f);
+    float *out = alloc_nan(N * C), *mean = alloc_nan(N), *rstd = alloc_nan(N);
+    float *rout = alloc_nan(N * C), *rmean = alloc_nan(N), *rrstd = alloc_nan(N);
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_layernorm_fwd(NULL, out, mean, rstd, inp, w, b, N, C);
+    tri_cpu_layernorm_fwd(rout, rmean, rrstd, inp, w, b, N, C);
+    /* mean: scale 1 + |mean| (inputs are O(1)); rstd and out: relative to
+     * themselves plus 1 */
+    expect_close("layernorm_fwd mean", mean, rmean, NULL, N, sum_tol(C), shape);
+    expect_close("layernorm_fwd rstd", rstd, rrstd, NULL, N, sum_tol(C), shape);
+    expect_close("layernorm_fwd out", out, rout, NULL, N * C, sum_tol(C), shape);
+
+    /* backward from the CPU's saved statistics, into pre-filled gradients */
+    float *dout = alloc_fill(N * C, &s, -1.0f, 1.0f);
+    float *dinp = alloc_fill(N * C, &s, -1.0f, 1.0f), *dw = alloc_fill(C, &s, -1.0f, 1.0f);
+    float *db = alloc_fill(C, &s, -1.0f, 1.0f);
+    float *rdinp = dup(dinp, N * C), *rdw = dup(dw, C), *rdb = dup(db, C);
+    float *scratch = alloc_nan(tri_cuemu_layernorm_bwd_scratch_floats(N, C));
+    tri_cuemu_layernorm_bwd(NULL, dinp, dw, db, scratch, dout, inp, w, rmean, rrstd, N, C);
+    tri_cpu_layernorm_bwd(rdinp, rdw, rdb, dout, inp, w, rmean, rrstd, N, C);
+    /* dinp: rstd * (|g| + |mean g| + |xhat| |mean g xhat|) + |dinp before|,
+     * bounded by rstd * (1 + |xhat|) * 2 max|g| + |dinp before|; dw, db: the
+     * sums of |dout * xhat| and |dout| over rows plus |dw, db before| */
+    double *sc_in = malloc(sizeof(double) * N * C), *sc_w = calloc(C, sizeof(double)),
+           *sc_b = calloc(C, sizeof(double));
+    double gmax = 0;
+    for (size_t i = 0; i < N * C; i++) gmax = fmax(gmax, fabs((double)dout[i] * w[i % C]));
+    for (size_t n = 0; n < N; n++)
+        for (size_t c = 0; c < C; c++) {
+            const size_t i = n * C + c;
+            const double xhat = ((double)inp[i] - rmean[n]) * rrstd[n];
+            sc_in[i] = 1.0 + fabs((double)rdinp[i]) + rrstd[n] * (1.0 + fabs(xhat)) * 2.0 * gmax;
+            sc_w[c] += fabs(dout[i] * xhat);
+            sc_b[c] += fabs((double)dout[i]);
+        }
+    for (size_t c = 0; c < C; c++) {
+        sc_w[c] += 1.0 + fabs((double)rdw[c]);
+        sc_b[c] += 1.0 + fabs((double)rdb[c]);
+    }
+    expect_close("layernorm_bwd dinp", dinp, rdinp, sc_in, N * C, sum_tol(C), shape);
+    expect_close("layernorm_bwd dw", dw, rdw, sc_w, C, sum_tol(N), shape);
+    expect_close("layernorm_bwd db", db, rdb, sc_b, C, sum_tol(N), shape);
+
+    free(sc_in), free(sc_w), free(sc_b);
+    free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(rout), free(rmean), free(rrstd);
+    free(dout), free(dinp), free(dw), free(db), free(rdinp), free(rdw), free(rdb), free(scratch);
+}
+
+Test(cuda_emu, layernorm_fwd_bwd_match_the_cpu_op) {
+    for (size_t k = 0; k < sizeof LN_SHAPES / sizeof LN_SHAPES[0]; k++)
+        for (uint64_t seed = 1; seed <= 3; seed++) layernorm_case(LN_SHAPES[k][0], LN_SHAPES[k][1], seed);
+}
+
+/* The backward's dw and db are reduced in a fixed order (no atomics): the
+ * same bits under every scheduling seed and worker count. */
+Test(cuda_emu, layernorm_bwd_weight_grads_do_not_depend_on_scheduling) {
+    const size_t N = 203, C = 45;
+    uint64_t s = 99;
+    float *inp = alloc_fill(N * C, &s, -2.0f, 2.0f), *w = alloc_fill(C, &s, 0.5f, 1.5f);
+    float *dout = alloc_fill(N * C, &s, -1.0f, 1.0f), *mean = alloc_nan(N), *rstd = alloc_nan(N);
+    float *tmp = alloc_nan(N * C), *b = alloc_fill(C, &s, -0.5f, 0.5f);
+    tri_cpu_layernorm_fwd(tmp, mean, rstd, inp, w, b, N, C);
+    float first[2 * 45];
+    for (int run = 0; run < 6; run++) {
+        float dw[45] = {0}, db[45] = {0};
+        float *scratch = alloc_nan(tri_cuemu_layernorm_bwd_scratch_floats(N, C));
+        tri_cuemu_set_workers(run % 2 + 1);
+        tri_cuemu_set_seed((uint64_t)run * 17 + 1);
+        tri_cuemu_layernorm_bwd(NULL, tmp, dw, db, scratch, dout, inp, w, mean, rstd, N, C);
+        if (run == 0) {
+            memcpy(first, dw, sizeof dw);
+            memcpy(first + C, db, sizeof db);
+        } else {
+            cr_expect(memcmp(first, dw, sizeof dw) == 0 && memcmp(first + C, db, sizeof db) == 0,
+                      "run %d gave other bits", run);
+        }
+        free(scratch);
+    }
+    tri_cuemu_set_workers(2);
+    free(inp), free(w), free(dout), free(mean), free(rstd), free(tmp), free(b);
+}
+
+/* ---- GELU ---- */
+
+static void gelu_terms(double x, double *u, double *s, double *t) {
+    const double k0 = 0.79788456080286535588, k1 = 0.044715;
+    *u = k0 * (x + k1 * x * x * x);
+    const double a = exp(-2.0 * fabs(*u)); /* s = sigmoid(2u), s (1 - s) = a / (1 + a)^2: no cancellation */
+    *s = (*u >= 0 ? 1.0 : a) / (1.0 + a);
+    *t = 2.0 * x * k0 * (1.0 + 3.0 * k1 * x * x) * a / ((1.0 + a) * (1.0 + a));
+}
+
+static void gelu_case(size_t N, uint64_t seed) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "(N %zu, seed %llu)", N, (unsigned long long)seed);
+    uint64_t s = seed * 104729 + N;
+    float *inp = alloc_fill(N, &s, -8.0f, 8.0f);
+    /* the edges: zero, around the +-30 cut-offs, huge values whose cube overflows */
+    const float edge[] = {0.0f, -0.0f, 29.9f, 30.1f, -29.9f, -30.1f, 1e20f, -1e20f, -0.7518f, 5e-39f};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0] && i < N; i++) inp[(i * 7919) % N] = edge[i];
+    float *out = alloc_nan(N), *ref = alloc_nan(N);
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_gelu_fwd(NULL, out, inp, N);
+    tri_cpu_gelu_fwd(ref, inp, N);
+    double *sc = malloc(sizeof(double) * N), *scb = malloc(sizeof(double) * N);
+    float *dout = alloc_fill(N, &s, -2.0f, 2.0f);
+    for (size_t i = 0; i < N; i++) {
+        double u, sv, t;
+        gelu_terms(fabs(inp[i]) > 30 ? 0.0 : inp[i], &u, &sv, &t);
+        /* relative to the value itself (x s has no cancellation), widened by
+         * |u| for the exp's argument; the backward relative to |s| + |t| */
+        sc[i] = (8.0 + 8.0 * fabs(u)) * (fabs((double)ref[i]) + FLT_MIN);
+        scb[i] = (8.0 + 8.0 * fabs(u)) * ((fabs(sv) + fabs(t)) * fabs((double)dout[i]) + FLT_MIN);
+    }
+    expect_close("gelu_fwd", out, ref, sc, N, FLT_EPSILON, shape);
+
+    float *dinp = alloc_nan(N), *rdinp = alloc_nan(N);
+    tri_cuemu_gelu_bwd(NULL, dinp, inp, dout, N);
+    tri_cpu_gelu_bwd(rdinp, inp, dout, N);
+    expect_close("gelu_bwd", dinp, rdinp, scb, N, FLT_EPSILON, shape);
+    /* dinp may alias dout */
+    float *inplace = dup(dout, N);
+    tri_cuemu_gelu_bwd(NULL, inplace, inp, inplace, N);
+    cr_expect(memcmp(inplace, dinp, sizeof(float) * N) == 0, "gelu_bwd in place differs from out of place %s", shape);
+    free(inp), free(out), free(ref), free(sc), free(scb), free(dout), free(dinp), free(rdinp), free(inplace);
+}
+
+Test(cuda_emu, gelu_fwd_bwd_match_the_cpu_op) {
+    /* 300000 > 1024 blocks * 256 threads: the grid-stride loop runs twice */
+    const size_t sizes[] = {1, 31, 257, 1000, 4097, 300000};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        for (uint64_t seed = 1; seed <= (sizes[k] > 10000 ? 1u : 3u); seed++) gelu_case(sizes[k], seed);
+}
+
+/* ---- vocab-parallel cross-entropy ---- */
+
+/* Full logits (N, V) split into R slices of Vl columns (R * Vl >= V; padded
+ * columns hold `pad`, which must never be read). Per slice: stats against the
+ * CPU's; the emulated stats gathered and combined, against the CPU's combine
+ * of the same gather; then losses and dlogits (out of place, in place, each
+ * alone) from the CPU's combined stats, against the CPU's backward. */
+static void crossentropy_case(size_t N, size_t V, size_t Vl, size_t R, uint64_t seed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "(N %zu, V %zu, Vl %zu, R %zu, seed %llu)", N, V, Vl, R, (unsigned long long)seed);
+    uint64_t s = seed * 31337 + N * 7 + V;
+    float *full = alloc_fill(N * V, &s, -6.0f, 6.0f);
+    /* a rising trend so that later columns raise the running max */
+    for (size_t i = 0; i < N * V; i++) full[i] += 3.0f * (float)(i % V) / (float)V;
+    int32_t *targets = malloc(sizeof(int32_t) * N);
+    for (size_t n = 0; n < N; n++) { /* first, last, slice boundaries, an id no rank owns, random */
+        const size_t t = n == 0 ? 0 : n == 1 ? V - 1 : n == 2 ? Vl - 1 : n == 3 ? Vl : (size_t)(rng_next(&s) % V);
+        targets[n] = n == 4 ? -1 : (int32_t)(t < V ? t : V - 1);
+    }
+    const float pad = NAN, dscale = 1.0f / (float)N;
+    float *gather = alloc_nan(R * N * 3), *rgather = alloc_nan(R * N * 3);
+    float **slice = malloc(sizeof(float *) * R);
+    for (size_t k = 0; k < R; k++) {
+        slice[k] = malloc(sizeof(float) * N * Vl);
+        for (size_t n = 0; n < N; n++)
+            for (size_t j = 0; j < Vl; j++) slice[k][n * Vl + j] = k * Vl + j < V ? full[n * V + k * Vl + j] : pad;
+        tri_cuemu_set_seed(seed + k);
+        tri_cuemu_crossentropy_stats(NULL, gather + k * N * 3, slice[k], targets, N, Vl, k * Vl, V);
+        tri_cpu_crossentropy_stats(rgather + k * N * 3, slice[k], targets, N, Vl, k * Vl, V);
+    }
+    /* max and target logit: copies of one logit, exact; the sum of
+     * exponentials: Vl positive terms (scale: the sum itself), plus the exps' ulps */
+    for (size_t i = 0; i < R * N; i++) {
+        const float *g = gather + 3 * i, *r = rgather + 3 * i;
+        cr_assert(g[0] == r[0] && g[2] == r[2],
+                  "crossentropy_stats %s: slice %zu row %zu: (max %g, target %g), "
+                  "the CPU gives (%g, %g)",
+                  shape, i / N, i % N, g[0], g[2], r[0], r[2]);
+        const double sc = fabs((double)r[1]) + FLT_MIN;
+        cr_assert(fabs((double)g[1] - r[1]) <= (sum_tol(Vl) + 4 * FLT_EPSILON) * sc,
+                  "crossentropy_stats %s: slice %zu row %zu: sum %.9g, the CPU gives %.9g", shape, i / N, i % N, g[1],
+                  r[1]);
+    }
+    float *comb = alloc_nan(N * 3), *rcomb = alloc_nan(N * 3);
+    tri_cuemu_crossentropy_combine(NULL, comb, gather, N, (int)R);
+    tri_cpu_crossentropy_combine(rcomb, gather, N, (int)R);
+    for (size_t n = 0; n < N; n++) {
+        cr_assert(comb[3 * n] == rcomb[3 * n] && comb[3 * n + 2] == rcomb[3 * n + 2],
+                  "crossentropy_combine %s: row %zu", shape, n);
+        cr_assert(fabs((double)comb[3 * n + 1] - rcomb[3 * n + 1]) <= (sum_tol(R) + 4 * FLT_EPSILON) * rcomb[3 * n + 1],
+                  "crossentropy_combine %s: row %zu: sum %.9g, the CPU gives %.9g", shape, n, comb[3 * n + 1],
+                  rcomb[3 * n + 1]);
+    }
+    /* backward from the CPU's combined stats; losses: scale 1 + |log S| + |M| +
+     * |target|; dlogits: exp(l - M) / S carries the argument's rounding times
+     * |l - M| (at most 2 * 12 here) and a few ulps, plus the target's dscale */
+    float *losses = alloc_nan(N), *rlosses = alloc_nan(N);
+    double *lsc = malloc(sizeof(double) * N), *dsc = malloc(sizeof(double) * N * Vl);
+    for (size_t n = 0; n < N; n++)
+        lsc[n] = 1.0 + fabs(log(rcomb[3 * n + 1])) + fabs((double)rcomb[3 * n]) + fabs((double)rcomb[3 * n + 2]);
+    for (size_t k = 0; k < R; k++) {
+        float *d = alloc_nan(N * Vl), *rd = alloc_nan(N * Vl);
+        tri_cuemu_set_seed(seed * 3 + k);
+        tri_cuemu_crossentropy_bwd(NULL, losses, d, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cpu_crossentropy_bwd(rlosses, rd, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        expect_close("crossentropy_bwd losses", losses, rlosses, lsc, N, 8 * FLT_EPSILON, shape);
+        for (size_t n = 0; n < N; n++)
+            for (size_t j = 0; j < Vl; j++)
+                dsc[n * Vl + j] = (8.0 + 2.0 * 24.0) * (fabs((double)rd[n * Vl + j]) + dscale) + FLT_MIN;
+        expect_close("crossentropy_bwd dlogits", d, rd, dsc, N * Vl, FLT_EPSILON, shape);
+        /* in place (dlogits = logits) gives the same bits; each output alone too */
+        float *inplace = dup(slice[k], N * Vl), *only_d = alloc_nan(N * Vl), *only_l = alloc_nan(N);
+        tri_cuemu_crossentropy_bwd(NULL, NULL, inplace, inplace, rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_bwd(NULL, NULL, only_d, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_bwd(NULL, only_l, NULL, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        cr_expect(memcmp(inplace, d, sizeof(float) * N * Vl) == 0, "in place differs %s slice %zu", shape, k);
+        cr_expect(memcmp(only_d, d, sizeof(float) * N * Vl) == 0, "dlogits alone differs %s slice %zu", shape, k);
+        cr_expect(memcmp(only_l, losses, sizeof(float) * N) == 0, "losses alone differ %s slice %zu", shape, k);
+        free(d), free(rd), free(inplace), free(only_d), free(only_l);
+    }
+    for (size_t k = 0; k < R; k++) free(slice[k]);
+    free(slice), free(full), free(targets), free(gather), free(rgather), free(comb), free(rcomb);
+    free(losses), free(rlosses), free(lsc), free(dsc);
+}
+
+Test(cuda_emu, crossentropy_stats_combine_bwd_match_the_cpu_op) {
+    /* (N, V, Vl, R): one slice with padding; three slices, the last part
+     * padding; a slice that is all padding; long rows; a single column */
+    const size_t cases[][4] = {{5, 37, 40, 1},     {7, 100, 34, 3},  {6, 33, 16, 4}, {9, 50, 16, 4},
+                               {5, 2000, 1001, 2}, {3, 300, 300, 1}, {6, 1, 1, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 3; seed++)
+            crossentropy_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], seed);
+}
