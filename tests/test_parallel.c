@@ -149,6 +149,19 @@ Test(parallel, every_layout_follows_the_single_rank_run, .timeout = 300) {
     free(dir);
 }
 
+/* The allocator's peak of saved activations (bytes) that run ck logged. */
+static double saved_peak(const char *dir, const char *ck) {
+    char p[4200], *text = NULL, cmd[4300];
+    snprintf(p, sizeof p, "%s/log_%s/metrics.jsonl", dir, ck);
+    snprintf(cmd, sizeof cmd, "cat %s", p);
+    cr_assert_eq(tt_run(cmd, &text), 0);
+    const char *at = strstr(text, "\"saved_act_peak\": ");
+    cr_assert(at != NULL, "%s: no saved_act_peak", p);
+    double v = strtod(at + strlen("\"saved_act_peak\": "), NULL);
+    free(text);
+    return v;
+}
+
 /* Sequence parallelism (seq_len 16 divides by tp 2 and 4): every run follows
  * the same tp without it and one rank, within the tolerances above (a
  * reduce-scatter and an all-gather sum in the same order as the all-reduce
@@ -190,6 +203,22 @@ Test(parallel, sequence_parallel_follows_tp_and_one_rank, .timeout = 600) {
         expect_losses_close(lt, l, 10, what);
         expect_params_close(dir, "sp_ref", ck, what);
         expect_params_close(dir, ck_tp, ck, what);
+        if (tp == 2 && dp == 1) {
+            /* measured saved bytes against docs/performance.md's closed form
+             * (tiny: L 2, b 2, s 16, h 32, a 4; fp32): per layer
+             * none [4 sb (16h + 4) + 4 a s^2 b] / t, full 4 sbh / t, and the
+             * ends 8 sb + (8 sbh + 8 sb) / t; plain TP keeps t times the
+             * replicated parts */
+            double sb = 32, h = 32, a = 4, s = 16, t = 2, L = 2;
+            int full = strstr(layouts[i].more, "full") != NULL;
+            double layer = full ? 4 * sb * h / t : (4 * sb * (16 * h + 4) + 4 * a * s * s * 2) / t;
+            double want = L * layer + 8 * sb + (8 * sb * h + 8 * sb) / t;
+            double repl = L * (full ? 4 * sb * h : 4 * sb * (4 * h + 4)) + 8 * sb * h + 8 * sb;
+            cr_expect(saved_peak(dir, ck) == want, "%s: saved_act_peak %.0f, closed form %.0f", what,
+                      saved_peak(dir, ck), want);
+            cr_expect(saved_peak(dir, ck_tp) - saved_peak(dir, ck) == repl * (t - 1) / t,
+                      "%s: saved %.0f without, %.0f with", what, saved_peak(dir, ck_tp), saved_peak(dir, ck));
+        }
         free(l);
         free(lt);
     }
