@@ -435,6 +435,19 @@ void tri_gpt_free(tri_gpt *g) {
     memset(g, 0, sizeof *g);
 }
 
+int tri_gpt_set_sequence_parallel(tri_gpt *g, int on) {
+    if (!on) {
+        g->sp = 0;
+        return 0;
+    }
+    if (g->tp < 2) return tri_error("parallel.sequence_parallel needs parallel.tp > 1, got parallel.tp = %d", g->tp);
+    if (g->cfg.seq_len % g->tp != 0)
+        return tri_error("parallel.sequence_parallel: model.seq_len (%d) is not divisible by parallel.tp (%d)",
+                         g->cfg.seq_len, g->tp);
+    g->sp = 1;
+    return 0;
+}
+
 size_t tri_gpt_local_elems(const tri_gpt *g) {
     size_t n = 0;
     for (int k = 0; k < g->n_chunks; k++) n += g->chunks[k].n_elems;

@@ -132,6 +132,7 @@ typedef struct tri_gpt {
     tri_ctx *ctx;      /* not owned; NULL for a description */
     tri_comm *tp_comm; /* not owned                      */
     int tp, tp_rank;
+    int sp; /* sequence parallel: set by tri_gpt_set_sequence_parallel */
     /* sizes */
     size_t C, Cl;          /* channels; channels per TP rank (heads/tp * HS) */
     size_t F, Fl;          /* MLP width 4C; per TP rank      */
@@ -181,6 +182,15 @@ int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, 
 int tri_gpt_describe_single(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank);
 /* NULL-safe; zeroes *g. */
 void tri_gpt_free(tri_gpt *g);
+
+/* Turns sequence parallelism (Korthikanti et al. 2022) on or off, before
+ * any slot pool or workspace is made: LayerNorms, residual adds, the
+ * row-parallel biases and the embedding output then run on this rank's
+ * B T / tp rows of the residual stream (model/runtime.h,
+ * tri_chunk_boundary_elems), all-gathered before each column-parallel linear
+ * and reduce-scattered after each row-parallel one. Needs tp > 1 and seq_len
+ * divisible by tp; returns 0, or -1 with a message naming the numbers. */
+int tri_gpt_set_sequence_parallel(tri_gpt *g, int on);
 
 /* Elements of every chunk's parameters together. */
 size_t tri_gpt_local_elems(const tri_gpt *g);

@@ -23,6 +23,11 @@ const char *tri_recompute_name(tri_recompute r) {
  * a context sizes buffers for the CPU backend. */
 static const tri_ops *ops_of(const tri_gpt *g) { return g->ctx ? g->ctx->ops : tri_ops_cpu(); }
 static size_t act_size(const tri_gpt *g) { return tri_dtype_size(g->ctx ? g->ctx->act_dtype : TRI_F32); }
+/* Rows of the residual stream this rank holds for BT tokens: all of them, or
+ * under sequence parallelism its shard of BT / tp (docs/parallelism.md). */
+static size_t res_rows(const tri_gpt *g, size_t BT) { return g->sp ? BT / (size_t)g->tp : BT; }
+
+size_t tri_chunk_boundary_elems(const tri_gpt *g, size_t B, size_t T) { return res_rows(g, B * T) * g->C; }
 
 /* ------------------------------------------------------------------------ */
 /* layouts: one function per buffer set, run twice (sizes, then pointers)    */
@@ -48,17 +53,17 @@ static int att_sizes_ok(const tri_gpt *g, size_t B, size_t T) {
 }
 
 static void carve_layer(const tri_gpt *g, carver *cv, tri_layer_acts *a, size_t B, size_t T, int with_att) {
-    size_t BT = B * T, A = act_size(g), F4 = sizeof(float);
-    a->ln1 = take(cv, BT, A * g->C);
-    a->ln1_mean = take(cv, BT, F4);
-    a->ln1_rstd = take(cv, BT, F4);
+    size_t BT = B * T, R = res_rows(g, BT), A = act_size(g), F4 = sizeof(float);
+    a->ln1 = take(cv, R, A * g->C);
+    a->ln1_mean = take(cv, R, F4);
+    a->ln1_rstd = take(cv, R, F4);
     a->qkv = take(cv, BT, A * 3 * g->Cl);
     a->att = with_att ? take(cv, ops_of(g)->attention_saved_floats(B, T, g->NHl, g->HS), F4) : NULL;
     a->atty = take(cv, BT, A * g->Cl);
-    a->res2 = take(cv, BT, A * g->C);
-    a->ln2 = take(cv, BT, A * g->C);
-    a->ln2_mean = take(cv, BT, F4);
-    a->ln2_rstd = take(cv, BT, F4);
+    a->res2 = take(cv, R, A * g->C);
+    a->ln2 = take(cv, R, A * g->C);
+    a->ln2_mean = take(cv, R, F4);
+    a->ln2_rstd = take(cv, R, F4);
     a->fch = take(cv, BT, A * g->Fl);
     a->fch_gelu = take(cv, BT, A * g->Fl);
 }
@@ -69,17 +74,21 @@ static void carve_layer(const tri_gpt *g, carver *cv, tri_layer_acts *a, size_t 
  * gradients of the four linears. */
 static void carve_split(const tri_gpt *g, carver *cv, tri_layer_acts *a, tri_layer_douts *d, size_t BT,
                         tri_recompute policy) {
-    size_t A = act_size(g);
+    size_t A = act_size(g), R = res_rows(g, BT);
     if (policy == TRI_RECOMPUTE_FULL) {
-        a->ln1 = take(cv, BT, A * g->C);
+        a->ln1 = take(cv, R, A * g->C);
         a->atty = take(cv, BT, A * g->Cl);
-        a->ln2 = take(cv, BT, A * g->C);
+        a->ln2 = take(cv, R, A * g->C);
         a->fch_gelu = take(cv, BT, A * g->Fl);
     }
     d->dqkv = take(cv, BT, A * 3 * g->Cl);
     d->dattproj = take(cv, BT, A * g->C);
     d->dfc = take(cv, BT, A * g->Fl);
     d->dfcproj = take(cv, BT, A * g->C);
+    /* sequence parallel: the slot keeps LayerNorm outputs as shards; B
+     * all-gathers them here for W, which runs no collectives */
+    d->ln1g = g->sp ? take(cv, BT, A * g->C) : NULL;
+    d->ln2g = g->sp ? take(cv, BT, A * g->C) : NULL;
 }
 
 /* Lays out slot s (may be NULL when counting) of chunk k; returns the byte
@@ -87,7 +96,7 @@ static void carve_split(const tri_gpt *g, carver *cv, tri_layer_acts *a, tri_lay
 static size_t slot_layout(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, int split, tri_slot *s,
                           char *base, size_t *layer_bytes) {
     const tri_chunk *ch = &g->chunks[k];
-    size_t BT = B * T, A = act_size(g), F4 = sizeof(float);
+    size_t BT = B * T, R = res_rows(g, BT), A = act_size(g), F4 = sizeof(float);
     carver cv = {base, TRI_SIZE_ACC_INIT};
     tri_slot dummy;
     tri_layer_acts la;
@@ -99,7 +108,7 @@ static size_t slot_layout(const tri_gpt *g, int k, size_t B, size_t T, tri_recom
     for (int i = 0; i < ch->n_layers; i++) {
         size_t before = cv.acc.total;
         tri_layer_acts *a = s == &dummy ? &la : &s->layer[i];
-        void *x = take(&cv, BT, A * g->C);
+        void *x = take(&cv, R, A * g->C);
         if (s != &dummy) s->x[i] = x;
         if (policy == TRI_RECOMPUTE_FULL)
             memset(a, 0, sizeof *a);
@@ -109,10 +118,10 @@ static size_t slot_layout(const tri_gpt *g, int k, size_t B, size_t T, tri_recom
         if (i == 0) lb = cv.acc.total - before;
     }
     if (ch->has_head) {
-        s->x_head = take(&cv, BT, A * g->C);
-        s->lnf_mean = take(&cv, BT, F4);
-        s->lnf_rstd = take(&cv, BT, F4);
-        s->dlnf = take(&cv, BT, A * g->C);
+        s->x_head = take(&cv, R, A * g->C);
+        s->lnf_mean = take(&cv, R, F4);
+        s->lnf_rstd = take(&cv, R, F4);
+        s->dlnf = take(&cv, R, A * g->C);
     } else {
         s->x_head = NULL;
         s->lnf_mean = s->lnf_rstd = NULL;
@@ -142,11 +151,13 @@ static size_t workspace_layout(const tri_gpt *g, size_t B, size_t T, tri_recompu
     w->dqkv = take(&cv, BT, A * 3 * g->Cl);
     w->dfch = take(&cv, BT, A * g->Fl);
     w->att_scratch = take(&cv, ops_of(g)->attention_scratch_floats(B, T, g->NHl, g->HS), F4);
+    w->seq = g->sp ? take(&cv, BT, A * g->C) : NULL;
+    w->tp_dw = g->sp ? take(&cv, 6 * g->C, F4) : NULL;
     memset(&w->re, 0, sizeof w->re);
     w->re_out = NULL;
     if (policy == TRI_RECOMPUTE_FULL) {
         carve_layer(g, &cv, &w->re, B, T, 1);
-        w->re_out = take(&cv, BT, A * g->C);
+        w->re_out = take(&cv, res_rows(g, BT), A * g->C);
     } else if (policy == TRI_RECOMPUTE_SELECTIVE) {
         /* the attention state: forward's target when the slot does not keep
          * it, rebuilt in backward together with its output */
@@ -269,16 +280,48 @@ void tri_slot_stage(const tri_gpt *g, const tri_slot_pool *p, tri_slot *s, const
 /* ------------------------------------------------------------------------ */
 /* tensor-parallel regions (Megatron's f and g)                              */
 
-/* g: forward all-reduce over TP, backward identity (output of a row-parallel
- * linear). */
-static void reduce_from_tp(tri_gpt *g, void *x, size_t n) {
-    tri_comm_allreduce(g->tp_comm, x, n, g->ctx->act_dtype, TRI_SUM);
+/* Without sequence parallelism (Megatron's f and g):
+ *   g, after a row-parallel linear: forward all-reduce, backward identity;
+ *   f, before a column-parallel linear: forward identity, backward all-reduce.
+ * With it (Korthikanti et al.), the residual stream holds R = BT/tp rows per
+ * rank (rows [r R, (r+1) R) of the (b, t)-ordered stream):
+ *   g: forward reduce-scatter (BT -> R rows), backward all-gather;
+ *   f: forward all-gather (R -> BT rows), backward reduce-scatter.
+ * Each function below is one of those four directions; full is the
+ * (BT, C) tensor, shard the rank's (R, C) part. */
+
+/* forward of g / backward of f: full (BT, C) of partial sums in, the
+ * reduced rows this rank keeps out: the all-reduced full in place, or the
+ * reduce-scattered shard written to shard (a different buffer). */
+static void *tp_reduce(tri_gpt *g, void *full, void *shard, size_t BT) {
+    if (!g->sp) {
+        tri_comm_allreduce(g->tp_comm, full, BT * g->C, g->ctx->act_dtype, TRI_SUM);
+        return full;
+    }
+    tri_comm_reduce_scatter(g->tp_comm, shard, full, res_rows(g, BT) * g->C, g->ctx->act_dtype);
+    return shard;
 }
 
-/* f, backward half: forward identity, backward all-reduce over TP (input of a
- * column-parallel linear). */
-static void copy_to_tp_bwd(tri_gpt *g, void *dx, size_t n) {
-    tri_comm_allreduce(g->tp_comm, dx, n, g->ctx->act_dtype, TRI_SUM);
+/* forward of f / backward of g: this rank's rows in, every row out: the
+ * shard all-gathered into full, or (without sequence parallelism, where
+ * every rank holds every row already) the input itself. */
+static const void *tp_gather(tri_gpt *g, void *full, const void *shard, size_t BT) {
+    if (!g->sp) return shard;
+    tri_comm_allgather(g->tp_comm, full, shard, res_rows(g, BT) * g->C, g->ctx->act_dtype);
+    return full;
+}
+
+/* The gradients of the tensors applied row by row to the residual stream
+ * (LayerNorm weights and biases, the row-parallel linears' biases) summed
+ * over the TP group: under sequence parallelism each rank saw only its rows.
+ * n tensors of C; part holds them contiguously, dst points at each gradient. */
+static void tp_sum_row_grads(tri_gpt *g, float *part, float **dst, int n) {
+    tri_ctx *c = g->ctx;
+    /* test-only fault: TRIDENT_DEBUG_SKIP_SP_GRAD_REDUCE=1 leaves the sum out
+     * (tests/test_parallel.c shows that the run then leaves one rank's curve) */
+    const char *skip = getenv("TRIDENT_DEBUG_SKIP_SP_GRAD_REDUCE");
+    if (!(skip && skip[0] == '1')) tri_comm_allreduce(g->tp_comm, part, (size_t)n * g->C, TRI_F32, TRI_SUM);
+    for (int i = 0; i < n; i++) c->ops->add(c, dst[i], part + (size_t)i * g->C, g->C);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -289,20 +332,43 @@ void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, v
     tri_ctx *c = g->ctx;
     const tri_ops *ops = c->ops;
     const tri_layer_w *w = &g->chunks[k].w.layers[l];
-    size_t BT = B * T, C = g->C, Cl = g->Cl, Fl = g->Fl;
+    size_t BT = B * T, R = res_rows(g, BT), C = g->C, Cl = g->Cl, Fl = g->Fl;
     float *att = a->att ? a->att : ws->re.att; /* selective: the state goes to the workspace */
-    ops->layernorm_fwd(c, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, BT, C);
-    ops->matmul_fwd(c, a->qkv, a->ln1, w->qkvw, w->qkvb, BT, C, 3 * Cl);
+    ops->layernorm_fwd(c, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, R, C);
+    const void *ln = tp_gather(g, ws->seq, a->ln1, BT);
+    ops->matmul_fwd(c, a->qkv, ln, w->qkvw, w->qkvb, BT, C, 3 * Cl);
     ops->attention_fwd(c, a->atty, att, a->qkv, B, T, g->NHl, g->HS);
     ops->matmul_fwd(c, ws->dproj, a->atty, w->attprojw, NULL, BT, Cl, C);
-    reduce_from_tp(g, ws->dproj, BT * C);
-    ops->residual_fwd(c, a->res2, x, ws->dproj, w->attprojb, BT, C);
-    ops->layernorm_fwd(c, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, BT, C);
-    ops->matmul_fwd(c, a->fch, a->ln2, w->fcw, w->fcb, BT, C, Fl);
+    const void *proj = tp_reduce(g, ws->dproj, ws->dln, BT);
+    ops->residual_fwd(c, a->res2, x, proj, w->attprojb, R, C);
+    ops->layernorm_fwd(c, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, R, C);
+    ln = tp_gather(g, ws->seq, a->ln2, BT);
+    ops->matmul_fwd(c, a->fch, ln, w->fcw, w->fcb, BT, C, Fl);
     ops->gelu_fwd(c, a->fch_gelu, a->fch, BT * Fl);
     ops->matmul_fwd(c, ws->dproj, a->fch_gelu, w->fcprojw, NULL, BT, Fl, C);
-    reduce_from_tp(g, ws->dproj, BT * C);
-    ops->residual_fwd(c, y, a->res2, ws->dproj, w->fcprojb, BT, C);
+    proj = tp_reduce(g, ws->dproj, ws->dln, BT);
+    ops->residual_fwd(c, y, a->res2, proj, w->fcprojb, R, C);
+}
+
+/* Where a layer's backward puts the gradients of its row-wise tensors: the
+ * layer's gradients, or under sequence parallelism (partial sums over this
+ * rank's rows) the zeroed workspace part that tp_sum_row_grads reduces. */
+typedef struct row_grads {
+    float *ln1w, *ln1b, *ln2w, *ln2b, *attprojb, *fcprojb;
+} row_grads;
+
+static row_grads row_grads_begin(tri_gpt *g, const tri_layer_w *dw, tri_workspace *ws) {
+    if (!g->sp) return (row_grads){dw->ln1w, dw->ln1b, dw->ln2w, dw->ln2b, dw->attprojb, dw->fcprojb};
+    float *p = ws->tp_dw;
+    size_t C = g->C;
+    g->ctx->ops->zero(g->ctx, p, 6 * C * sizeof(float));
+    return (row_grads){p, p + C, p + 2 * C, p + 3 * C, p + 4 * C, p + 5 * C};
+}
+
+static void row_grads_end(tri_gpt *g, const tri_layer_w *dw, tri_workspace *ws) {
+    if (!g->sp) return;
+    float *dst[6] = {dw->ln1w, dw->ln1b, dw->ln2w, dw->ln2b, dw->attprojb, dw->fcprojb};
+    tp_sum_row_grads(g, ws->tp_dw, dst, 6);
 }
 
 void tri_block_bwd(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void *x, tri_workspace *ws, size_t B,
@@ -311,62 +377,80 @@ void tri_block_bwd(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void
     const tri_ops *ops = c->ops;
     const tri_layer_w *w = &g->chunks[k].w.layers[l];
     const tri_layer_w *dw = &g->chunks[k].g.layers[l];
-    size_t BT = B * T, C = g->C, Cl = g->Cl, Fl = g->Fl;
-    /* MLP: y = res2 + fcproj(gelu(fc(ln2(res2)))) + b; ws->dres holds dy */
-    ops->bias_bwd(c, dw->fcprojb, ws->dres, BT, C);
-    ops->matmul_bwd(c, ws->dfch, dw->fcprojw, NULL, ws->dres, a->fch_gelu, w->fcprojw, BT, Fl, C);
+    size_t BT = B * T, R = res_rows(g, BT), C = g->C, Cl = g->Cl, Fl = g->Fl;
+    row_grads rg = row_grads_begin(g, dw, ws);
+    /* MLP: y = res2 + fcproj(gelu(fc(ln2(res2)))) + b; ws->dres holds dy (R rows) */
+    ops->bias_bwd(c, rg.fcprojb, ws->dres, R, C);
+    const void *dy = tp_gather(g, ws->dproj, ws->dres, BT);
+    ops->matmul_bwd(c, ws->dfch, dw->fcprojw, NULL, dy, a->fch_gelu, w->fcprojw, BT, Fl, C);
     ops->gelu_bwd(c, ws->dfch, a->fch, ws->dfch, BT * Fl);
-    ops->matmul_bwd(c, ws->dln, dw->fcw, dw->fcb, ws->dfch, a->ln2, w->fcw, BT, C, Fl);
-    copy_to_tp_bwd(g, ws->dln, BT * C);
-    ops->layernorm_bwd(c, ws->dres, dw->ln2w, dw->ln2b, ws->dln, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd, BT, C);
+    const void *ln = tp_gather(g, ws->seq, a->ln2, BT); /* the shard the slot keeps, gathered again */
+    ops->matmul_bwd(c, ws->dln, dw->fcw, dw->fcb, ws->dfch, ln, w->fcw, BT, C, Fl);
+    const void *dln = tp_reduce(g, ws->dln, ws->dproj, BT);
+    ops->layernorm_bwd(c, ws->dres, rg.ln2w, rg.ln2b, dln, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd, R, C);
     /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) + b; ws->dres holds dres2 */
     const float *att = a->att;
     if (!att) { /* selective recompute: rebuild the state from the saved qkv */
         ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->HS);
         att = ws->re.att;
     }
-    ops->bias_bwd(c, dw->attprojb, ws->dres, BT, C);
-    ops->matmul_bwd(c, ws->datty, dw->attprojw, NULL, ws->dres, a->atty, w->attprojw, BT, Cl, C);
+    ops->bias_bwd(c, rg.attprojb, ws->dres, R, C);
+    const void *dres2 = tp_gather(g, ws->dproj, ws->dres, BT);
+    ops->matmul_bwd(c, ws->datty, dw->attprojw, NULL, dres2, a->atty, w->attprojw, BT, Cl, C);
     ops->attention_bwd(c, ws->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->HS);
-    ops->matmul_bwd(c, ws->dln, dw->qkvw, dw->qkvb, ws->dqkv, a->ln1, w->qkvw, BT, C, 3 * Cl);
-    copy_to_tp_bwd(g, ws->dln, BT * C);
-    ops->layernorm_bwd(c, ws->dres, dw->ln1w, dw->ln1b, ws->dln, x, w->ln1w, a->ln1_mean, a->ln1_rstd, BT, C);
+    ln = tp_gather(g, ws->seq, a->ln1, BT);
+    ops->matmul_bwd(c, ws->dln, dw->qkvw, dw->qkvb, ws->dqkv, ln, w->qkvw, BT, C, 3 * Cl);
+    dln = tp_reduce(g, ws->dln, ws->dproj, BT);
+    ops->layernorm_bwd(c, ws->dres, rg.ln1w, rg.ln1b, dln, x, w->ln1w, a->ln1_mean, a->ln1_rstd, R, C);
+    row_grads_end(g, dw, ws);
 }
 
 /* tri_block_bwd with the four matmul_bwd calls asked for dinp (and dbias)
  * only, their douts kept in d for tri_block_bwd_weight. Same ops on the same
  * operands in the same order otherwise (the CPU matmul_bwd computes its three
  * outputs independently), so dL/dx and every gradient written here are those
- * of the fused backward bit for bit. */
+ * of the fused backward bit for bit. Under sequence parallelism the douts of
+ * the row-parallel linears are the all-gathered residual gradients (gathered
+ * straight into d) and the LayerNorm outputs are gathered into d for W. */
 void tri_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void *x, tri_workspace *ws,
                          const tri_layer_douts *d, size_t B, size_t T) {
     tri_ctx *c = g->ctx;
     const tri_ops *ops = c->ops;
     const tri_layer_w *w = &g->chunks[k].w.layers[l];
     const tri_layer_w *dw = &g->chunks[k].g.layers[l];
-    size_t BT = B * T, C = g->C, Cl = g->Cl, Fl = g->Fl, A = act_size(g);
+    size_t BT = B * T, R = res_rows(g, BT), C = g->C, Cl = g->Cl, Fl = g->Fl, A = act_size(g);
+    row_grads rg = row_grads_begin(g, dw, ws);
     /* MLP; ws->dres holds dy, the output gradient of fcproj (layernorm_bwd
      * below accumulates into ws->dres, so W gets a copy) */
-    ops->copy(c, d->dfcproj, ws->dres, BT * C * A);
-    ops->bias_bwd(c, dw->fcprojb, ws->dres, BT, C);
-    ops->matmul_bwd(c, ws->dfch, NULL, NULL, ws->dres, a->fch_gelu, w->fcprojw, BT, Fl, C);
+    if (g->sp)
+        tp_gather(g, d->dfcproj, ws->dres, BT);
+    else
+        ops->copy(c, d->dfcproj, ws->dres, BT * C * A);
+    ops->bias_bwd(c, rg.fcprojb, ws->dres, R, C);
+    ops->matmul_bwd(c, ws->dfch, NULL, NULL, d->dfcproj, a->fch_gelu, w->fcprojw, BT, Fl, C);
     ops->gelu_bwd(c, d->dfc, a->fch, ws->dfch, BT * Fl); /* fc's output gradient, straight into the slot */
-    ops->matmul_bwd(c, ws->dln, NULL, dw->fcb, d->dfc, a->ln2, w->fcw, BT, C, Fl);
-    copy_to_tp_bwd(g, ws->dln, BT * C);
-    ops->layernorm_bwd(c, ws->dres, dw->ln2w, dw->ln2b, ws->dln, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd, BT, C);
+    const void *ln = g->sp ? tp_gather(g, d->ln2g, a->ln2, BT) : a->ln2;
+    ops->matmul_bwd(c, ws->dln, NULL, dw->fcb, d->dfc, ln, w->fcw, BT, C, Fl);
+    const void *dln = tp_reduce(g, ws->dln, ws->dproj, BT);
+    ops->layernorm_bwd(c, ws->dres, rg.ln2w, rg.ln2b, dln, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd, R, C);
     /* attention; ws->dres holds dres2, the output gradient of attproj */
     const float *att = a->att;
     if (!att) {
         ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->HS);
         att = ws->re.att;
     }
-    ops->copy(c, d->dattproj, ws->dres, BT * C * A);
-    ops->bias_bwd(c, dw->attprojb, ws->dres, BT, C);
-    ops->matmul_bwd(c, ws->datty, NULL, NULL, ws->dres, a->atty, w->attprojw, BT, Cl, C);
+    if (g->sp)
+        tp_gather(g, d->dattproj, ws->dres, BT);
+    else
+        ops->copy(c, d->dattproj, ws->dres, BT * C * A);
+    ops->bias_bwd(c, rg.attprojb, ws->dres, R, C);
+    ops->matmul_bwd(c, ws->datty, NULL, NULL, d->dattproj, a->atty, w->attprojw, BT, Cl, C);
     ops->attention_bwd(c, d->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->HS);
-    ops->matmul_bwd(c, ws->dln, NULL, dw->qkvb, d->dqkv, a->ln1, w->qkvw, BT, C, 3 * Cl);
-    copy_to_tp_bwd(g, ws->dln, BT * C);
-    ops->layernorm_bwd(c, ws->dres, dw->ln1w, dw->ln1b, ws->dln, x, w->ln1w, a->ln1_mean, a->ln1_rstd, BT, C);
+    ln = g->sp ? tp_gather(g, d->ln1g, a->ln1, BT) : a->ln1;
+    ops->matmul_bwd(c, ws->dln, NULL, dw->qkvb, d->dqkv, ln, w->qkvw, BT, C, 3 * Cl);
+    dln = tp_reduce(g, ws->dln, ws->dproj, BT);
+    ops->layernorm_bwd(c, ws->dres, rg.ln1w, rg.ln1b, dln, x, w->ln1w, a->ln1_mean, a->ln1_rstd, R, C);
+    row_grads_end(g, dw, ws);
 }
 
 /* The four weight gradients tri_block_bwd_input left: dW += dout^T @ input,
@@ -378,26 +462,31 @@ void tri_block_bwd_weight(tri_gpt *g, int k, int l, const tri_layer_acts *a, con
     const tri_layer_w *w = &g->chunks[k].w.layers[l];
     const tri_layer_w *dw = &g->chunks[k].g.layers[l];
     size_t BT = B * T, C = g->C, Cl = g->Cl, Fl = g->Fl;
+    const void *ln1 = d->ln1g ? d->ln1g : a->ln1, *ln2 = d->ln2g ? d->ln2g : a->ln2;
     ops->matmul_bwd(c, NULL, dw->fcprojw, NULL, d->dfcproj, a->fch_gelu, w->fcprojw, BT, Fl, C);
-    ops->matmul_bwd(c, NULL, dw->fcw, NULL, d->dfc, a->ln2, w->fcw, BT, C, Fl);
+    ops->matmul_bwd(c, NULL, dw->fcw, NULL, d->dfc, ln2, w->fcw, BT, C, Fl);
     ops->matmul_bwd(c, NULL, dw->attprojw, NULL, d->dattproj, a->atty, w->attprojw, BT, Cl, C);
-    ops->matmul_bwd(c, NULL, dw->qkvw, NULL, d->dqkv, a->ln1, w->qkvw, BT, C, 3 * Cl);
+    ops->matmul_bwd(c, NULL, dw->qkvw, NULL, d->dqkv, ln1, w->qkvw, BT, C, 3 * Cl);
 }
 
-void tri_embed_fwd(tri_gpt *g, int k, const int32_t *ids, void *x, size_t B, size_t T) {
+void tri_embed_fwd(tri_gpt *g, int k, const int32_t *ids, void *x, tri_workspace *ws, size_t B, size_t T) {
     const tri_chunk *ch = &g->chunks[k];
     /* vocab-parallel lookup; only TP rank 0 adds the position embedding so
-     * that the all-reduce holds it once (g: all-reduce forward) */
-    g->ctx->ops->embedding_fwd(g->ctx, x, ids, ch->w.wte, g->tp_rank == 0 ? ch->w.wpe : NULL, B, T, g->C, g->vstart,
+     * that the reduction holds it once (g: all-reduce forward, or under
+     * sequence parallelism reduce-scatter of the full lookup into x's rows) */
+    void *full = g->sp ? ws->dproj : x;
+    g->ctx->ops->embedding_fwd(g->ctx, full, ids, ch->w.wte, g->tp_rank == 0 ? ch->w.wpe : NULL, B, T, g->C, g->vstart,
                                g->Vl);
-    reduce_from_tp(g, x, B * T * g->C);
+    tp_reduce(g, full, x, B * T); /* leaves the result in x either way */
 }
 
-void tri_embed_bwd(tri_gpt *g, int k, const int32_t *ids, const void *dx, size_t B, size_t T) {
+void tri_embed_bwd(tri_gpt *g, int k, const int32_t *ids, const void *dx, tri_workspace *ws, size_t B, size_t T) {
     const tri_chunk *ch = &g->chunks[k];
-    /* every TP rank accumulates the (replicated) position-embedding grad, so
-     * the copies stay identical */
-    g->ctx->ops->embedding_bwd(g->ctx, ch->g.wte, ch->g.wpe, dx, ids, B, T, g->C, g->vstart, g->Vl);
+    /* every TP rank accumulates the (replicated) position-embedding grad from
+     * the whole (gathered, under sequence parallelism) gradient, so the
+     * copies stay identical without a reduction */
+    const void *full = tp_gather(g, ws->dproj, dx, B * T);
+    g->ctx->ops->embedding_bwd(g->ctx, ch->g.wte, ch->g.wpe, full, ids, B, T, g->C, g->vstart, g->Vl);
 }
 
 double tri_head_fwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, size_t T, tri_fwd_mode mode,
@@ -405,9 +494,12 @@ double tri_head_fwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B,
     tri_ctx *c = g->ctx;
     const tri_ops *ops = c->ops;
     const tri_chunk *ch = &g->chunks[k];
-    size_t BT = B * T, C = g->C, V = (size_t)g->cfg.vocab_size;
-    void *lnf = ws->dln; /* the LayerNorm output is needed only here: backward restarts from dlnf */
-    ops->layernorm_fwd(c, lnf, s->lnf_mean, s->lnf_rstd, s->x_head, ch->w.lnfw, ch->w.lnfb, BT, C);
+    size_t BT = B * T, R = res_rows(g, BT), C = g->C, V = (size_t)g->cfg.vocab_size;
+    /* the LayerNorm output is needed only here: backward restarts from dlnf;
+     * under sequence parallelism the shard goes to dproj, gathered into dln */
+    void *lnf_rows = g->sp ? ws->dproj : ws->dln;
+    ops->layernorm_fwd(c, lnf_rows, s->lnf_mean, s->lnf_rstd, s->x_head, ch->w.lnfw, ch->w.lnfb, R, C);
+    const void *lnf = tp_gather(g, ws->dln, lnf_rows, BT);
     ops->matmul_fwd(c, ws->logits, lnf, ch->w.wte, NULL, BT, C, g->Vl);
     if (mode == TRI_FWD_LOGITS) return 0.0;
     int train = mode == TRI_FWD_TRAIN;
@@ -420,9 +512,11 @@ double tri_head_fwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B,
                           g->Vl, g->vstart, V);
     double sum = ops->sum(c, ws->losses, BT);
     if (train) {
-        /* logits = lnf @ wte^T; ws->logits now holds dlogits */
-        ops->matmul_bwd(c, s->dlnf, ch->g.wte, NULL, ws->logits, lnf, ch->w.wte, BT, C, g->Vl);
-        copy_to_tp_bwd(g, s->dlnf, BT * C);
+        /* logits = lnf @ wte^T; ws->logits now holds dlogits; f's backward
+         * (all-reduce, or reduce-scatter into this rank's rows) */
+        void *dlnf = g->sp ? ws->dproj : s->dlnf;
+        ops->matmul_bwd(c, dlnf, ch->g.wte, NULL, ws->logits, lnf, ch->w.wte, BT, C, g->Vl);
+        tp_reduce(g, dlnf, s->dlnf, BT);
     }
     return sum;
 }
@@ -437,10 +531,15 @@ static void grads_final_upto(tri_chunk *ch, int i) {
 static void head_bwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, size_t T) {
     tri_ctx *c = g->ctx;
     tri_chunk *ch = &g->chunks[k];
-    size_t BT = B * T, C = g->C;
-    c->ops->zero(c, ws->dres, BT * C * act_size(g));
-    c->ops->layernorm_bwd(c, ws->dres, ch->g.lnfw, ch->g.lnfb, s->dlnf, s->x_head, ch->w.lnfw, s->lnf_mean, s->lnf_rstd,
-                          BT, C);
+    size_t R = res_rows(g, B * T), C = g->C;
+    float *dw = g->sp ? ws->tp_dw : (float *)ch->g.lnfw, *db = g->sp ? ws->tp_dw + C : (float *)ch->g.lnfb;
+    if (g->sp) c->ops->zero(c, ws->tp_dw, 2 * C * sizeof(float));
+    c->ops->zero(c, ws->dres, R * C * act_size(g));
+    c->ops->layernorm_bwd(c, ws->dres, dw, db, s->dlnf, s->x_head, ch->w.lnfw, s->lnf_mean, s->lnf_rstd, R, C);
+    if (g->sp) {
+        float *dst[2] = {ch->g.lnfw, ch->g.lnfb};
+        tp_sum_row_grads(g, ws->tp_dw, dst, 2);
+    }
 }
 
 void tri_head_bwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, size_t T) {
@@ -455,10 +554,10 @@ double tri_chunk_forward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspac
                          tri_fwd_mode mode, float dscale) {
     int k = p->chunk;
     const tri_chunk *ch = &g->chunks[k];
-    size_t B = p->B, T = p->T, xbytes = B * T * g->C * act_size(g);
+    size_t B = p->B, T = p->T, xbytes = tri_chunk_boundary_elems(g, B, T) * act_size(g);
     void *first = ch->n_layers > 0 ? s->x[0] : ch->has_head ? s->x_head : ws->out;
     if (ch->has_embedding)
-        tri_embed_fwd(g, k, s->ids, first, B, T);
+        tri_embed_fwd(g, k, s->ids, first, ws, B, T);
     else if (x_in != first)
         g->ctx->ops->copy(g->ctx, first, x_in, xbytes);
     for (int i = 0; i < ch->n_layers; i++) {
@@ -476,7 +575,7 @@ void tri_chunk_backward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace
     if (ch->has_head)
         tri_head_bwd(g, k, s, ws, B, T);
     else if (dy != ws->dres)
-        g->ctx->ops->copy(g->ctx, ws->dres, dy, B * T * g->C * act_size(g));
+        g->ctx->ops->copy(g->ctx, ws->dres, dy, tri_chunk_boundary_elems(g, B, T) * act_size(g));
     for (int i = ch->n_layers - 1; i >= 0; i--) {
         if (p->policy == TRI_RECOMPUTE_FULL) {
             /* rerun the layer from its saved input (TP collectives included) */
@@ -487,7 +586,7 @@ void tri_chunk_backward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace
         }
         grads_final_upto(ch, ch->layer_last_param[i]);
     }
-    if (ch->has_embedding) tri_embed_bwd(g, k, s->ids, ws->dres, B, T);
+    if (ch->has_embedding) tri_embed_bwd(g, k, s->ids, ws->dres, ws, B, T);
     if (ch->grads_ready) ch->grads_ready(ch->grads_ready_ctx, ch->n_elems);
 }
 
@@ -502,7 +601,7 @@ void tri_chunk_backward_input(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_wor
     if (ch->has_head)
         head_bwd(g, k, s, ws, B, T);
     else if (dy != ws->dres)
-        g->ctx->ops->copy(g->ctx, ws->dres, dy, B * T * g->C * act_size(g));
+        g->ctx->ops->copy(g->ctx, ws->dres, dy, tri_chunk_boundary_elems(g, B, T) * act_size(g));
     for (int i = ch->n_layers - 1; i >= 0; i--) {
         if (p->policy == TRI_RECOMPUTE_FULL) {
             /* rerun the layer as tri_chunk_backward does, but with the
@@ -518,7 +617,7 @@ void tri_chunk_backward_input(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_wor
             tri_block_bwd_input(g, k, i, &s->layer[i], s->x[i], ws, &s->dout[i], B, T);
         }
     }
-    if (ch->has_embedding) tri_embed_bwd(g, k, s->ids, ws->dres, B, T);
+    if (ch->has_embedding) tri_embed_bwd(g, k, s->ids, ws->dres, ws, B, T);
 }
 
 void tri_chunk_backward_weight(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws) {

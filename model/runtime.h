@@ -62,26 +62,29 @@ int tri_recompute_parse(const char *s);
 const char *tri_recompute_name(tri_recompute r);
 
 /* One layer's buffers (activation dtype unless marked fp32); NULL where the
- * policy does not keep them. */
+ * policy does not keep them. R: the rows of the residual stream this rank
+ * holds, BT, or BT / tp under sequence parallelism (tri_chunk_boundary_elems). */
 typedef struct tri_layer_acts {
-    void *ln1;                  /* (BT, C)                          */
-    float *ln1_mean, *ln1_rstd; /* (BT) (BT) fp32                   */
+    void *ln1;                  /* (R, C)                          */
+    float *ln1_mean, *ln1_rstd; /* (R) (R) fp32                   */
     void *qkv;                  /* (BT, 3*Cl)                       */
     float *att;                 /* attention_saved_floats(B, T, NHl, HS) fp32 */
     void *atty;                 /* (BT, Cl)                         */
-    void *res2;                 /* (BT, C) residual after attention */
-    void *ln2;                  /* (BT, C)                          */
-    float *ln2_mean, *ln2_rstd; /* (BT) (BT) fp32                   */
+    void *res2;                 /* (R, C) residual after attention */
+    void *ln2;                  /* (R, C)                          */
+    float *ln2_mean, *ln2_rstd; /* (R) (R) fp32                   */
     void *fch, *fch_gelu;       /* (BT, Fl) (BT, Fl)                */
 } tri_layer_acts;
 
 /* Split slots only: the output gradients of one layer's four linears, saved
  * by B (tri_block_bwd_input) for W (tri_block_bwd_weight). */
 typedef struct tri_layer_douts {
-    void *dqkv;     /* (BT, 3*Cl) of the qkv linear                        */
-    void *dattproj; /* (BT, C)    of the attention projection (dL/dres2)  */
-    void *dfc;      /* (BT, Fl)   of the MLP fc linear (after GELU's backward) */
-    void *dfcproj;  /* (BT, C)    of the MLP projection (dL/dy of the layer) */
+    void *dqkv;        /* (BT, 3*Cl) of the qkv linear                        */
+    void *dattproj;    /* (BT, C)    of the attention projection (dL/dres2)  */
+    void *dfc;         /* (BT, Fl)   of the MLP fc linear (after GELU's backward) */
+    void *dfcproj;     /* (BT, C)    of the MLP projection (dL/dy of the layer) */
+    void *ln1g, *ln2g; /* (BT, C) sequence parallel only (else NULL): the
+                          LayerNorm outputs all-gathered by B, W's inputs */
 } tri_layer_douts;
 
 /* What one micro-batch of one chunk keeps for its backward. */
@@ -89,12 +92,12 @@ typedef struct tri_slot {
     void *mem;                  /* one allocation, slot_bytes      */
     int32_t *ids;               /* (BT) embedding chunks           */
     int32_t *targets;           /* (BT) head chunks                */
-    void **x;                   /* [n_layers]: each layer's input (BT, C) */
+    void **x;                   /* [n_layers]: each layer's input (R, C) */
     tri_layer_acts *layer;      /* [n_layers]                      */
     tri_layer_douts *dout;      /* [n_layers] split pools, else NULL */
-    void *x_head;               /* (BT, C) head input (head chunks) */
-    float *lnf_mean, *lnf_rstd; /* (BT) (BT)                       */
-    void *dlnf;                 /* (BT, C) grad of the head LayerNorm output */
+    void *x_head;               /* (R, C) head input (head chunks) */
+    float *lnf_mean, *lnf_rstd; /* (R) (R)                       */
+    void *dlnf;                 /* (R, C) grad of the head LayerNorm output */
     int in_use;
 } tri_slot;
 
@@ -121,6 +124,8 @@ typedef struct tri_workspace {
     void *dln, *dproj;                    /* (BT, C) (BT, C)                 */
     void *datty, *dqkv, *dfch;            /* (BT, Cl) (BT, 3*Cl) (BT, Fl)    */
     float *att_scratch;                   /* attention_scratch_floats        */
+    void *seq;                            /* (BT, C) sequence parallel: a LayerNorm output gathered */
+    float *tp_dw;                         /* (6C) fp32 sequence parallel: row-wise grads to reduce */
     tri_layer_acts re;                    /* recompute target: selective: att; full: every buffer */
     void *re_out;                         /* (BT, C) full recompute: the layer output (discarded) */
 } tri_workspace;
@@ -175,8 +180,17 @@ void tri_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a, cons
 void tri_block_bwd_weight(tri_gpt *g, int k, int l, const tri_layer_acts *a, const tri_layer_douts *d, size_t B,
                           size_t T);
 
-void tri_embed_fwd(tri_gpt *g, int k, const int32_t *ids, void *x, size_t B, size_t T);
-void tri_embed_bwd(tri_gpt *g, int k, const int32_t *ids, const void *dx, size_t B, size_t T);
+/* x, dx: this rank's rows of the residual stream (tri_chunk_boundary_elems);
+ * ws is scratch for the whole (BT, C) lookup under sequence parallelism. */
+void tri_embed_fwd(tri_gpt *g, int k, const int32_t *ids, void *x, tri_workspace *ws, size_t B, size_t T);
+void tri_embed_bwd(tri_gpt *g, int k, const int32_t *ids, const void *dx, tri_workspace *ws, size_t B, size_t T);
+
+/* Elements of the residual stream one rank holds for a B x T micro-batch:
+ * B T C, or under sequence parallelism (g->sp) B T C / tp, the rank's rows
+ * [r B T / tp, (r+1) B T / tp) of the (b, t)-ordered stream. The size of a
+ * chunk's input and output (what pipeline stages send each other), of every
+ * x, res2, ln1, ln2, x_head and dlnf, and of ws->dres on a chunk boundary. */
+size_t tri_chunk_boundary_elems(const tri_gpt *g, size_t B, size_t T);
 
 /* Head forward of the micro-batch in slot s (its x_head holds the input, its
  * targets the staged targets). TRI_FWD_LOGITS: only the logits (ws->logits),

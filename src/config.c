@@ -116,6 +116,10 @@ static const field fields[] = {
         "layers per stage (pp numbers) or per virtual chunk (pp x vpp numbers, chunk-major), e.g. \"3,4,4,3\"; "
         "\"\": even"),
     NUM(parallel, bucket_mb, 25, 0, 0, GT0, "gradient all-reduce bucket size, MiB"),
+    NUM(parallel, sequence_parallel, 0, 0, 1, R_LO | R_HI,
+        "sequence parallelism (true/false or 1/0): LayerNorms, residual adds and the embedding output on "
+        "seq_len/tp positions per TP rank, all-gather before and reduce-scatter after the TP linears (needs "
+        "tp > 1 and seq_len divisible by tp)"),
     NUM(parallel, timeout_s, 600, 0, 1e6, R_LO | R_HI,
         "seconds a rank waits for its peers in one collective or transfer before it names them and "
         "aborts the job (0: wait forever, e.g. under a debugger)"),
@@ -352,6 +356,12 @@ static int parse_u64(const char *s, uint64_t *out) {
     return 0;
 }
 
+/* An int field with the range [0, 1] is a switch: it also takes true/false. */
+static int is_flag(const field *f) {
+    return f->type == FT_INT && (f->flags & (R_LO | R_HI | R_LO_OPEN | R_HI_OPEN)) == (R_LO | R_HI) && f->lo == 0 &&
+           f->hi == 1;
+}
+
 /* One JSON value into one field. */
 static int set_from_json(tri_config *cfg, const field *f, const cJSON *item, const char *file) {
     switch (f->type) {
@@ -363,6 +373,7 @@ static int set_from_json(tri_config *cfg, const field *f, const cJSON *item, con
         return set_string(cfg, f, item->valuestring, file, "");
     case FT_INT:
     case FT_DOUBLE:
+        if (cJSON_IsBool(item) && is_flag(f)) return set_number(cfg, f, cJSON_IsTrue(item) ? 1 : 0, file, "");
         if (!cJSON_IsNumber(item)) {
             report(file, "%s.%s: expected %s, got %s", f->section, f->key, type_noun(f->type), json_kind(item));
             return -1;
@@ -432,6 +443,8 @@ static int apply_override(tri_config *cfg, const char *ov, const char *file) {
         *(uint64_t *)member(cfg, f) = u;
         return 0;
     }
+    if (is_flag(f) && (strcmp(val, "true") == 0 || strcmp(val, "false") == 0))
+        return set_number(cfg, f, val[0] == 't' ? 1 : 0, file, "--set ");
     /* int or double: no leading blanks (strto* would skip them), full consumption */
     char *end = NULL;
     double v = 0;
@@ -604,6 +617,20 @@ static int validate(const tri_config *cfg, const char *file) {
             return -1;
         }
     }
+    if (cfg->parallel.sequence_parallel) {
+        if (cfg->parallel.tp < 2) {
+            report(file,
+                   "parallel.sequence_parallel needs parallel.tp > 1 (it shards the sequence over the "
+                   "tensor-parallel ranks), got parallel.tp = %d",
+                   cfg->parallel.tp);
+            return -1;
+        }
+        if (cfg->model.seq_len % cfg->parallel.tp != 0) {
+            report(file, "parallel.sequence_parallel: model.seq_len (%d) is not divisible by parallel.tp (%d)",
+                   cfg->model.seq_len, cfg->parallel.tp);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -745,5 +772,5 @@ void tri_config_help(FILE *f) {
         fprintf(f, "  %-24s %-7s %-14s %-20s %s\n", name, type_name(fd->type), def, range[0] ? range : "any", fd->help);
     }
     fprintf(f, "\nAlso checked: n_embd %% n_head == 0, global_batch %% micro_batch == 0, "
-               "min_lr <= lr.\n");
+               "min_lr <= lr, sequence_parallel only with tp > 1 and seq_len %% tp == 0.\n");
 }

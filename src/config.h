@@ -44,11 +44,13 @@ typedef struct tri_data_cfg {
 
 typedef struct tri_parallel_cfg {
     int tp, pp, dp;
-    int vpp;             /* virtual pipeline chunks per stage              */
-    char schedule[16];   /* "1f1b" | "interleaved" | "gpipe" | "zb-h1"     */
-    char pp_layout[256]; /* layers per stage or chunk, "3,4,4,3"; "": even */
-    double bucket_mb;    /* gradient all-reduce bucket size, MiB            */
-    double timeout_s;    /* deadline of every communication wait; 0: none  */
+    int vpp;               /* virtual pipeline chunks per stage              */
+    char schedule[16];     /* "1f1b" | "interleaved" | "gpipe" | "zb-h1"     */
+    char pp_layout[256];   /* layers per stage or chunk, "3,4,4,3"; "": even */
+    double bucket_mb;      /* gradient all-reduce bucket size, MiB            */
+    double timeout_s;      /* deadline of every communication wait; 0: none  */
+    int sequence_parallel; /* 1: LayerNorms, residuals and the embedding output run on
+                              sequence shards (needs tp > 1 and seq_len % tp == 0) */
 } tri_parallel_cfg;
 
 typedef struct tri_ckpt_cfg {

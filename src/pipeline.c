@@ -117,7 +117,9 @@ int tri_pipe_init(tri_pipe *p, tri_gpt *g, tri_slot_pool *pools, tri_workspace *
     p->progress = progress;
     p->stage = pp->rank;
     p->n_stages = pp->size;
-    p->box_bytes = pools[0].B * pools[0].T * g->C * tri_dtype_size(g->ctx->act_dtype);
+    /* a chunk boundary: the rank's rows of the residual stream (a shard of
+     * them under sequence parallelism) */
+    p->box_bytes = tri_chunk_boundary_elems(g, pools[0].B, pools[0].T) * tri_dtype_size(g->ctx->act_dtype);
     for (int i = 0; i < n_scheds; i++) {
         const tri_schedule *s = scheds[i];
         TRI_CHECK(s->pp == p->n_stages && s->vpp == g->n_chunks);

@@ -199,6 +199,7 @@ int tri_preflight_model(const tri_config *cfg, size_t micro_batch, int tp_rank, 
         for (int k = 0; k < sp.n_chunks && k < TRI_MAX_VPP; k++) sp.slots[k] = 1;
     }
     if (drc == 0) drc = tri_gpt_describe(&g, m, par->tp, tp_rank, sp.specs, sp.n_chunks);
+    if (drc == 0) drc = tri_gpt_set_sequence_parallel(&g, par->sequence_parallel);
     if (drc != 0) {
         tri_stage_plan_free(&sp);
         return -1;

@@ -168,6 +168,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     if (tri_gpt_init(&t->gpt, &cfg->model, &t->ctx, &t->dist.tp, mesh->tp, mesh->tp_rank, t->plan.specs,
                      t->plan.n_chunks) != 0)
         return rc;
+    if (tri_gpt_set_sequence_parallel(&t->gpt, cfg->parallel.sequence_parallel) != 0) return rc;
     rc = 1;
     t->pools = calloc((size_t)t->gpt.n_chunks, sizeof *t->pools);
     t->sync = calloc((size_t)t->gpt.n_chunks, sizeof *t->sync);

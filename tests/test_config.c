@@ -26,7 +26,7 @@
 
 #include "src/config.h"
 
-#define N_CONFIG_FIELDS 40 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 41 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -231,6 +231,36 @@ Test(config, cross_field_rules) {
               path);
     tri_config cfg;
     cr_expect_eq(tri_config_load(&cfg, path, 0, NULL), 0);
+}
+
+/* A [0, 1] int field is a switch: JSON and --set take true/false or 0/1; it
+ * needs tp > 1 and a seq_len that tp divides, errors naming the numbers. */
+Test(config, sequence_parallel_switch) {
+    tri_config c;
+    cr_assert_eq(tri_config_load_string(&c,
+                                        "{\"data\": {\"train\": \"x\"}, \"model\": {\"seq_len\": 16},"
+                                        " \"parallel\": {\"tp\": 4, \"sequence_parallel\": true}}",
+                                        NULL),
+                 0);
+    cr_expect_eq(c.parallel.sequence_parallel, 1);
+    cr_assert_eq(tri_config_load_string(
+                     &c, "{\"data\": {\"train\": \"x\"}, \"parallel\": {\"sequence_parallel\": false}}", NULL),
+                 0);
+    cr_expect_eq(c.parallel.sequence_parallel, 0);
+    cr_expect_eq(tri_config_load(&c, NULL, OVS("data.train=x", "parallel.tp=2", "parallel.sequence_parallel=true")), 0);
+    cr_expect_eq(c.parallel.sequence_parallel, 1);
+    cr_expect_eq(tri_config_load(&c, NULL, OVS("data.train=x", "parallel.tp=2", "parallel.sequence_parallel=0")), 0);
+    cr_expect_eq(c.parallel.sequence_parallel, 0);
+    /* other int fields take no booleans */
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"tp\": true}}", "parallel.tp", "true");
+    EXPECT_SET_ERROR("parallel.tp=true", "parallel.tp", "true");
+    EXPECT_SET_ERROR("parallel.sequence_parallel=yes", "parallel.sequence_parallel", "yes");
+    EXPECT_SET_ERROR("parallel.sequence_parallel=2", "parallel.sequence_parallel", "2");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"sequence_parallel\": true}}",
+                 "parallel.sequence_parallel", "parallel.tp > 1", "parallel.tp = 1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"seq_len\": 10},"
+                 " \"parallel\": {\"tp\": 4, \"sequence_parallel\": 1}}",
+                 "model.seq_len (10)", "parallel.tp (4)");
 }
 
 Test(config, required_train_path) {
@@ -506,6 +536,7 @@ static void expect_same(const tri_config *a, const tri_config *b) {
     SAME_I(parallel.dp);
     SAME_D(parallel.bucket_mb);
     SAME_D(parallel.timeout_s);
+    SAME_I(parallel.sequence_parallel);
     SAME_S(checkpoint.dir);
     SAME_I(checkpoint.every);
     SAME_I(checkpoint.keep);
@@ -546,11 +577,12 @@ static void unusual_config(tri_config *c, uint64_t seed) {
     snprintf(c->data.val, sizeof c->data.val, "val\nnewline-\xC3\xA9t\xC3\xA9.bin");
     snprintf(c->data.tokenizer, sizeof c->data.tokenizer, "tok/tokenizer.json");
     c->data.split = 0.0625;
-    c->parallel.tp = 2;
+    c->parallel.tp = 3; /* divides seq_len 33, as sequence_parallel below needs */
     c->parallel.pp = 4;
     c->parallel.dp = 3;
     c->parallel.bucket_mb = 0.0625;
     c->parallel.timeout_s = 0.0; /* no deadline */
+    c->parallel.sequence_parallel = 1;
     snprintf(c->checkpoint.dir, sizeof c->checkpoint.dir, "%s", "");
     c->checkpoint.every = 1000000;
     c->checkpoint.keep = 9;

@@ -473,6 +473,62 @@ Test(runtime, saved_bytes_per_layer_under_tp_match_the_closed_form) {
         }
 }
 
+/* Under sequence parallelism (docs/performance.md) every replicated part of
+ * a layer (its input, both LayerNorm outputs and statistics, the residual
+ * after attention) and of the head's end (its input, dlnf, statistics) is
+ * kept for B T / t rows, so per layer
+ *   none:      [4 BT (16C + 4) + 4 B a T^2] / t
+ *   selective:  4 BT (16C + 4) / t
+ *   full:       4 BT C / t
+ * a split slot adding 4 BT (3 Cl + C + Fl + C) + 8 BT C (the gathered
+ * LayerNorm outputs W needs), and under full 4 BT (C/t + Cl + C/t + Fl);
+ * the ends 8 BT (ids, targets) + (8 BT C + 8 BT) / t. From described shards
+ * (t = 2, 4; BT / t a multiple of 16, so aligned exactly). */
+Test(runtime, saved_bytes_under_sequence_parallel_match_the_closed_form) {
+    tri_model_cfg cfg = {.n_layer = 3, .n_head = 8, .n_embd = 128, .seq_len = 32, .vocab_size = 1000};
+    const size_t B = 2, T = 32;
+    for (int tp = 2; tp <= 4; tp *= 2)
+        for (int pol = 0; pol < 3; pol++)
+            for (int split = 0; split <= 1; split++) {
+                tri_gpt g;
+                cr_assert_eq(tri_gpt_describe_single(&g, &cfg, tp, tp - 1), 0);
+                size_t lb_tp = 0, lb = 0;
+                cr_assert(tri_slot_bytes(&g, 0, B, T, (tri_recompute)pol, split, &lb_tp) > 0);
+                cr_assert_eq(tri_gpt_set_sequence_parallel(&g, 1), 0);
+                size_t slot = tri_slot_bytes(&g, 0, B, T, (tri_recompute)pol, split, &lb);
+                cr_assert(slot > 0);
+                double BT = (double)(B * T), C = cfg.n_embd, a = cfg.n_head, t = tp, Cl = C / t, Fl = 4 * C / t;
+                double want = pol == TRI_RECOMPUTE_NONE        ? (4 * BT * (16 * C + 4) + 4 * B * a * T * T) / t
+                              : pol == TRI_RECOMPUTE_SELECTIVE ? 4 * BT * (16 * C + 4) / t
+                                                               : 4 * BT * C / t;
+                if (split)
+                    want += 4 * BT * (3 * Cl + C + Fl + C) + 8 * BT * C +
+                            (pol == TRI_RECOMPUTE_FULL ? 4 * BT * (C / t + Cl + C / t + Fl) : 0);
+                double ends = 8 * BT + (8 * BT * C + 8 * BT) / t;
+                cr_expect((double)lb == want, "tp=%d %s split %d: %zu bytes per layer, closed form %.0f", tp,
+                          tri_recompute_name((tri_recompute)pol), split, lb, want);
+                cr_expect((double)slot == cfg.n_layer * want + ends, "tp=%d %s split %d: slot %zu, closed form %.0f",
+                          tp, tri_recompute_name((tri_recompute)pol), split, slot, cfg.n_layer * want + ends);
+                /* the saving against plain TP: the replicated parts' (t - 1) / t */
+                if (!split) {
+                    double repl = pol == TRI_RECOMPUTE_FULL ? 4 * BT * C : 4 * BT * (4 * C + 4);
+                    cr_expect((double)lb_tp - (double)lb == repl * (t - 1) / t, "tp=%d %s: saved %zu -> %zu", tp,
+                              tri_recompute_name((tri_recompute)pol), lb_tp, lb);
+                }
+                tri_gpt_free(&g);
+            }
+    /* refused where it cannot shard: tp 1, and seq_len not divisible by tp */
+    tri_gpt g;
+    cr_assert_eq(tri_gpt_describe_single(&g, &cfg, 1, 0), 0);
+    cr_expect_eq(tri_gpt_set_sequence_parallel(&g, 1), -1);
+    tri_gpt_free(&g);
+    tri_model_cfg odd = cfg;
+    odd.seq_len = 30;
+    cr_assert_eq(tri_gpt_describe_single(&g, &odd, 4, 0), 0);
+    cr_expect_eq(tri_gpt_set_sequence_parallel(&g, 1), -1);
+    tri_gpt_free(&g);
+}
+
 /* Under the guarded backend the same training micro-batches give the same
  * gradients: no code path of the model reads backend memory from the host
  * (it would fault). */
