@@ -37,6 +37,36 @@ void tri_ctx_free(tri_ctx *c) {
     memset(c, 0, sizeof *c);
 }
 
+const char *tri_precision_name(tri_dtype t) {
+    switch (t) {
+    case TRI_F32: return "fp32";
+    case TRI_F64: return "f64";
+    case TRI_I32: return "i32";
+    case TRI_U8: return "u8";
+    case TRI_BF16: return "bf16";
+    case TRI_F16: return "fp16";
+    }
+    return "unknown";
+}
+
+int tri_precision_parse(const char *s) {
+    if (s == NULL) return -1;
+    if (strcmp(s, "fp32") == 0) return TRI_F32;
+    if (strcmp(s, "bf16") == 0) return TRI_BF16;
+    if (strcmp(s, "fp16") == 0) return TRI_F16;
+    return -1;
+}
+
+int tri_ctx_set_precision(tri_ctx *c, tri_dtype compute) {
+    if (compute != TRI_F32 && compute != TRI_BF16 && compute != TRI_F16)
+        return tri_error("%s is not a compute dtype (expected fp32, bf16 or fp16)", tri_precision_name(compute));
+    if (compute != TRI_F32 && !(c->ops->compute_dtypes & (1u << compute)))
+        return tri_error("the %s backend does not compute in %s", c->ops->name, tri_precision_name(compute));
+    c->act_dtype = c->param_dtype = compute;
+    c->grad_dtype = c->master_dtype = TRI_F32;
+    return 0;
+}
+
 void *tri_ctx_alloc(tri_ctx *c, size_t bytes, tri_mem_kind kind, const char *what) {
     TRI_CHECK(kind >= 0 && kind < TRI_MEM_KINDS);
     void *p = c->ops->alloc(c, bytes);

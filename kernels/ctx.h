@@ -64,6 +64,27 @@ int tri_ctx_init(tri_ctx *c, const char *device, int threads);
 /* NULL-safe; frees the backend's state (not memory still allocated). */
 void tri_ctx_free(tri_ctx *c);
 
+/* Mixed precision: activations (act_dtype) and parameters as the ops read
+ * them (param_dtype) become `compute`: TRI_F32 (the default after
+ * tri_ctx_init), TRI_BF16 or TRI_F16; gradients and the optimizer's master
+ * weights and moments stay fp32 (grad_dtype, master_dtype). Call it after
+ * tri_ctx_init and before allocating anything sized by these dtypes. The CPU
+ * backends ("cpu", "cpu-guard") emulate the 16-bit types exactly: storage is
+ * 16-bit, every op computes in fp32 on the widened values and rounds to
+ * nearest even where it stores (docs/precision.md); they keep a host scratch
+ * buffer for the widened tensors, grown as needed and freed by
+ * tri_ctx_free, not counted in the accounting. Returns 0, or -1 after a
+ * message when the dtype is not a compute dtype or the backend does not run
+ * it. */
+int tri_ctx_set_precision(tri_ctx *c, tri_dtype compute);
+
+/* The name of a dtype as `train.precision` spells the compute dtypes:
+ * "fp32", "bf16", "fp16"; "f64", "i32", "u8" for the others. */
+const char *tri_precision_name(tri_dtype t);
+/* The compute dtype named by a `train.precision` value ("fp32", "bf16",
+ * "fp16"); -1 for anything else. */
+int tri_precision_parse(const char *s);
+
 /* Backend memory of `bytes` (zero-filled), counted under `kind`. NULL after a
  * message naming `what` and the size when it cannot be had. */
 void *tri_ctx_alloc(tri_ctx *c, size_t bytes, tri_mem_kind kind, const char *what);

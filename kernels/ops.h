@@ -9,14 +9,21 @@
  *     ctx->param_dtype) are `void *`; what is fp32 whatever the compute dtype
  *     is `float *`: LayerNorm statistics, cross-entropy statistics and
  *     losses, gradients of weights (fp32 accumulation) and the optimizer's
- *     tensors. The CPU backend computes in fp32 everywhere;
+ *     tensors. The CPU backend computes in fp32 everywhere; with 16-bit
+ *     compute dtypes (tri_ctx_set_precision) it widens every `void *` input
+ *     to fp32 (exact), runs the fp32 op, and rounds every `void *` output
+ *     once, to nearest even, as it is stored; a `void *` output that
+ *     accumulates (+=) is widened, accumulated in fp32 and rounded once.
+ *     So each 16-bit op gives the bits of the fp32 op run on the rounded
+ *     inputs with its `void *` outputs rounded (docs/precision.md);
  *   - sizes are size_t (int only for small counts such as heads);
  *   - row-major; a linear layer's weight is (OC, C): out = inp @ W^T + b;
  *   - a backward op's comment says which outputs accumulate (+=) and which
  *     overwrite (=). Weight and bias gradients always accumulate, so gradient
  *     accumulation over micro-batches needs no extra pass;
  *   - pointers marked "may be NULL" are optional; all others must be valid.
- * The CPU backend (kernels/cpu/) is the reference: fp32, exact, OpenMP over rows.
+ * The CPU backend (kernels/cpu/) is the reference: fp32, exact, OpenMP over rows;
+ * bf16 and fp16 emulated exactly on top of it.
  */
 #ifndef TRI_OPS_H
 #define TRI_OPS_H
@@ -28,6 +35,9 @@
 
 typedef struct tri_ops {
     const char *name; /* "cpu", "cpu-guard", "cuda" */
+    /* The compute dtypes (ctx->act_dtype, ctx->param_dtype) this backend's
+     * ops accept, as bits 1u << dtype. 0 stands for fp32 only. */
+    unsigned compute_dtypes;
 
     /* Prepares the calling process for this backend and fills the backend's
      * part of c (handles, dtypes); called once by tri_ctx_init. threads > 0
@@ -49,6 +59,13 @@ typedef struct tri_ops {
     /* opens (1) / closes (0) backend memory to in-place host access by a
      * transport; NULL where that is always allowed (the plain CPU backend) */
     void (*host_window)(tri_ctx *c, int open);
+
+    /* dst (n) of dst_t = src (n) of src_t, each of F32, BF16 or F16:
+     * exact when widening or keeping the type, round to nearest even when
+     * narrowing (kernels/half.h). dst and src must not overlap unless they are
+     * the same pointer with the same dtype. For the optimizer's fp32 master
+     * weights -> 16-bit parameters. Any context dtypes. */
+    void (*cast)(tri_ctx *c, void *dst, tri_dtype dst_t, const void *src, tri_dtype src_t, size_t n);
 
     /* ---- linear layer ----
      * out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC)     [overwrite]

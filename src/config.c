@@ -97,6 +97,9 @@ static const field fields[] = {
     CHOICE(train, recompute, "none", "none|selective|full",
            "activation checkpointing: none (save every block buffer), selective (recompute attention's "
            "T x T state in backward), full (save each layer's input, rerun its forward in backward)"),
+    CHOICE(train, precision, "fp32", "fp32|bf16|fp16",
+           "compute precision of parameters and activations (bf16, fp16: not yet, they need the fp32 master "
+           "weights of phase 2, docs/precision.md)"),
 
     STR(data, train, "", R_REQUIRED,
         "training token file(s) (required): a.bin, or a weighted blend 0.7:a.bin,0.3:b.bin"),
@@ -630,6 +633,12 @@ static int validate(const tri_config *cfg, const char *file) {
                    cfg->model.seq_len, cfg->parallel.tp);
             return -1;
         }
+    }
+    /* the ops run in bf16 and fp16 (kernels/ctx.h), the optimizer does not yet */
+    if (strcmp(cfg->train.precision, "fp32") != 0) {
+        report(file, "train.precision %s needs the fp32 master weights of phase 2 (docs/precision.md); use fp32",
+               cfg->train.precision);
+        return -1;
     }
     return 0;
 }

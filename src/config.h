@@ -32,6 +32,8 @@ typedef struct tri_train_cfg {
     int eval_every;     /* steps between val-loss evaluations; 0: never    */
     int eval_batches;   /* micro-batches per evaluation                    */
     char recompute[16]; /* activation checkpointing: none | selective | full */
+    char precision[8];  /* fp32 | bf16 | fp16 (16-bit: refused until the optimizer's
+                           fp32 master weights exist, docs/precision.md) */
 } tri_train_cfg;
 
 typedef struct tri_data_cfg {

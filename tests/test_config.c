@@ -26,7 +26,7 @@
 
 #include "src/config.h"
 
-#define N_CONFIG_FIELDS 41 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 42 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -340,6 +340,10 @@ Test(config, override_errors) {
     EXPECT_SET_ERROR("train.beta2=1", "train.beta2", "[0, 1)", "got 1");
     /* a word outside its field's choices names them */
     EXPECT_SET_ERROR("train.recompute=partial", "train.recompute", "\"partial\"", "none|selective|full");
+    EXPECT_SET_ERROR("train.precision=fp8", "train.precision", "\"fp8\"", "fp32|bf16|fp16");
+    /* 16-bit precisions are known words, refused until the optimizer keeps fp32 master weights */
+    EXPECT_SET_ERROR("train.precision=bf16", "train.precision bf16 needs the fp32 master weights of phase 2");
+    EXPECT_SET_ERROR("train.precision=fp16", "train.precision fp16 needs the fp32 master weights of phase 2");
     /* the error stops at the first bad override */
     expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}", OVS("train.lr=0.01", "model.n_layerz=3", "train.lr=oops"),
                     NEEDLES("model.n_layerz", "unknown key"));

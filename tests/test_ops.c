@@ -189,6 +189,7 @@ Test(ops_table, every_entry_is_set) {
     EXPECT_SET(sumsq);
     EXPECT_SET(scale);
     EXPECT_SET(add);
+    EXPECT_SET(cast);
 #undef EXPECT_SET
 }
 

@@ -29,6 +29,29 @@
 #include "kernels/ops.h"
 #include "src/base/err.h"
 
+/* The CPU backend's state (ctx->backend): the host scratch that the 16-bit
+ * emulation widens tensors into (one op at a time per context), grown as
+ * needed. The plain "cpu" backend has none (NULL) until its first 16-bit op
+ * asks for scratch; the "cpu-guard" backend's state begins with one (guard.c),
+ * so that ctx->backend points at a tri_cpu_state under both. */
+typedef struct tri_cpu_state {
+    float *scratch;
+    size_t scratch_floats;
+} tri_cpu_state;
+
+/* precision.c: the 16-bit emulation (docs/precision.md) */
+/* At least `floats` floats of c's scratch, 64-byte aligned; valid until the
+ * next call. Fails the program (TRI_FAIL) when host memory runs out. */
+float *tri_cpu_scratch(tri_ctx *c, size_t floats);
+/* Frees the scratch of s (NULL-safe), not s itself. */
+void tri_cpu_state_release(tri_cpu_state *s);
+/* dst (n) fp32 = src (n) of t (F32, BF16, F16), exact. */
+void tri_cpu_widen(float *dst, const void *src, tri_dtype t, size_t n);
+/* dst (n) of t = src (n) fp32, rounded to nearest even. */
+void tri_cpu_narrow(void *dst, tri_dtype t, const float *src, size_t n);
+/* The cast op (kernels/ops.h). */
+void tri_cpu_cast(void *dst, tri_dtype dst_t, const void *src, tri_dtype src_t, size_t n);
+
 /* An OpenMP loop is worth starting only above this much work (elements). */
 #define TRI_CPU_PAR_MIN 16384
 

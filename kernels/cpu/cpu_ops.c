@@ -2,14 +2,20 @@
  * (matmul.c, layernorm.c, attention.c, gelu.c, embedding.c, crossentropy.c,
  * adamw.c, elementwise.c) with plain fp32 signatures; the entries below adapt
  * them to the table's contract (context first, compute-dtype tensors as
- * void *). The CPU backend computes in fp32 only: tri_ctx_init sets every
- * dtype of the context to F32, and the adapters rely on it. The backend has
- * no state of its own: the context's stream, handles and backend pointer stay
- * NULL. */
+ * void *). With fp32 compute dtypes (the default) they pass the pointers on.
+ * With bf16 or fp16 ones (tri_ctx_set_precision) they emulate the 16-bit
+ * types exactly: every `void *` input is widened to fp32 in the context's
+ * scratch (precision.c), the fp32 op runs, and every `void *` output is
+ * rounded to nearest even once as it is stored (an accumulating one is
+ * widened first, accumulated in fp32, then rounded). The `float *` tensors
+ * are fp32 under every precision and are passed on as they are. The
+ * backend's state (ctx->backend) is only that scratch. */
 #include "kernels/cpu/cpu_internal.h"
 
 #include <omp.h>
 #include <xmmintrin.h>
+
+#include "kernels/half.h"
 
 #define MXCSR_DAZ 0x0040 /* denormal inputs read as zero */
 
@@ -23,30 +29,123 @@ static int cpu_init(tri_ctx *c, int threads) {
     return 0;
 }
 
+static void cpu_shutdown(tri_ctx *c) {
+    tri_cpu_state *s = c->backend;
+    if (s) {
+        tri_cpu_state_release(s);
+        free(s);
+    }
+    c->backend = NULL;
+}
+
 static void *cpu_alloc(tri_ctx *c, size_t bytes) { return tri_cpu_alloc(bytes); }
 static void cpu_free(tri_ctx *c, void *p, size_t bytes) { tri_cpu_free(p); }
 static void cpu_copy(tri_ctx *c, void *dst, const void *src, size_t bytes) { tri_cpu_copy(dst, src, bytes); }
 static void cpu_zero(tri_ctx *c, void *p, size_t bytes) { tri_cpu_zero(p, bytes); }
 static void cpu_sync(tri_ctx *c) { tri_cpu_sync(); }
 
+static void cpu_cast(tri_ctx *c, void *dst, tri_dtype dst_t, const void *src, tri_dtype src_t, size_t n) {
+    tri_cpu_cast(dst, dst_t, src, src_t, n);
+}
+
+/* ---- the 16-bit emulation's plumbing ----
+ * An op first adds up the scratch it may need (pad() per tensor), takes it in
+ * one piece, then hands out 64-byte aligned parts: widened inputs (in_f),
+ * fp32 outputs (out_f), widened accumulating outputs (acc_f); store() rounds
+ * an output into its 16-bit tensor. An fp32 tensor is used in place. */
+
+static int is16(tri_dtype t) { return t != TRI_F32; }
+static int all_f32(const tri_ctx *c) { return !is16(c->act_dtype) && !is16(c->param_dtype); }
+
+static size_t pad(size_t n) { return (n + 15) / 16 * 16; }
+
+static float *take(float **cur, size_t n) {
+    float *r = *cur;
+    *cur += pad(n);
+    return r;
+}
+
+static const float *in_f(float **cur, const void *x, tri_dtype t, size_t n) {
+    if (x == NULL || !is16(t)) return x;
+    float *r = take(cur, n);
+    tri_cpu_widen(r, x, t, n);
+    return r;
+}
+
+static float *out_f(float **cur, void *x, tri_dtype t, size_t n) {
+    if (x == NULL || !is16(t)) return x;
+    return take(cur, n);
+}
+
+static float *acc_f(float **cur, void *x, tri_dtype t, size_t n) {
+    if (x == NULL || !is16(t)) return x;
+    float *r = take(cur, n);
+    tri_cpu_widen(r, x, t, n);
+    return r;
+}
+
+static void store(void *x, tri_dtype t, const float *f, size_t n) {
+    if (x != NULL && is16(t)) tri_cpu_narrow(x, t, f, n);
+}
+
+/* ---- ops ---- */
+
 static void cpu_matmul_fwd(tri_ctx *c, void *out, const void *inp, const void *weight, const void *bias, size_t N,
                            size_t C, size_t OC) {
-    tri_cpu_matmul_fwd(out, inp, weight, bias, N, C, OC);
+    if (all_f32(c)) {
+        tri_cpu_matmul_fwd(out, inp, weight, bias, N, C, OC);
+        return;
+    }
+    const tri_dtype A = c->act_dtype, P = c->param_dtype;
+    float *cur = tri_cpu_scratch(c, pad(N * C) + pad(OC * C) + pad(OC) + pad(N * OC));
+    const float *xi = in_f(&cur, inp, A, N * C), *w = in_f(&cur, weight, P, OC * C), *b = in_f(&cur, bias, P, OC);
+    float *o = out_f(&cur, out, A, N * OC);
+    tri_cpu_matmul_fwd(o, xi, w, b, N, C, OC);
+    store(out, A, o, N * OC);
 }
 
 static void cpu_matmul_bwd(tri_ctx *c, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
                            const void *weight, size_t N, size_t C, size_t OC) {
-    tri_cpu_matmul_bwd(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    if (all_f32(c)) {
+        tri_cpu_matmul_bwd(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        return;
+    }
+    const tri_dtype A = c->act_dtype, P = c->param_dtype;
+    float *cur = tri_cpu_scratch(c, pad(N * OC) + 2 * pad(N * C) + pad(OC * C) + pad(N * C));
+    const float *d = in_f(&cur, dout, A, N * OC);
+    const float *xi = dweight ? in_f(&cur, inp, A, N * C) : NULL; /* only dweight reads inp */
+    const float *w = dinp ? in_f(&cur, weight, P, OC * C) : NULL; /* only dinp reads weight */
+    float *di = out_f(&cur, dinp, A, N * C);
+    tri_cpu_matmul_bwd(di, dweight, dbias, d, xi, w, N, C, OC); /* NULL xi, w: not read */
+    store(dinp, A, di, N * C);
 }
 
 static void cpu_layernorm_fwd(tri_ctx *c, void *out, float *mean, float *rstd, const void *inp, const void *w,
                               const void *b, size_t N, size_t C) {
-    tri_cpu_layernorm_fwd(out, mean, rstd, inp, w, b, N, C);
+    if (all_f32(c)) {
+        tri_cpu_layernorm_fwd(out, mean, rstd, inp, w, b, N, C);
+        return;
+    }
+    const tri_dtype A = c->act_dtype, P = c->param_dtype;
+    float *cur = tri_cpu_scratch(c, 2 * pad(N * C) + 2 * pad(C));
+    const float *xi = in_f(&cur, inp, A, N * C), *wf = in_f(&cur, w, P, C), *bf = in_f(&cur, b, P, C);
+    float *o = out_f(&cur, out, A, N * C);
+    tri_cpu_layernorm_fwd(o, mean, rstd, xi, wf, bf, N, C);
+    store(out, A, o, N * C);
 }
 
 static void cpu_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                               const void *w, const float *mean, const float *rstd, size_t N, size_t C) {
-    tri_cpu_layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    if (all_f32(c)) {
+        tri_cpu_layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        return;
+    }
+    const tri_dtype A = c->act_dtype, P = c->param_dtype;
+    float *cur = tri_cpu_scratch(c, 3 * pad(N * C) + pad(C));
+    const float *d = in_f(&cur, dout, A, N * C), *xi = in_f(&cur, inp, A, N * C), *wf = in_f(&cur, w, P, C);
+    float *di = acc_f(&cur, dinp, A, N * C); /* dinp accumulates: widen, add in fp32, round once */
+    tri_cpu_layernorm_bwd(di, dw, db, d, xi, wf, mean, rstd, N, C);
+    store(dinp, A, di, N * C);
 }
 
 /* The CPU keeps the softmax probabilities (B, NH, T, T) as attention's state:
@@ -56,42 +155,160 @@ static size_t cpu_attention_saved_floats(size_t B, size_t T, int NH, int HS) { r
 
 static void cpu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH,
                               int HS) {
-    tri_cpu_attention_fwd(out, state, qkv, B, T, NH, HS);
+    const tri_dtype A = c->act_dtype;
+    if (!is16(A)) {
+        tri_cpu_attention_fwd(out, state, qkv, B, T, NH, HS);
+        return;
+    }
+    const size_t n = B * T * (size_t)NH * (size_t)HS;
+    float *cur = tri_cpu_scratch(c, pad(3 * n) + pad(n));
+    const float *q = in_f(&cur, qkv, A, 3 * n);
+    float *o = out_f(&cur, out, A, n);
+    tri_cpu_attention_fwd(o, state, q, B, T, NH, HS);
+    store(out, A, o, n);
 }
 
+/* (The CPU's backward recomputes nothing from `out`: it is not read.) */
 static void cpu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch, const void *dout, const void *qkv,
                               const void *out, const float *state, size_t B, size_t T, int NH, int HS) {
-    tri_cpu_attention_bwd(dqkv, scratch, dout, qkv, state, B, T, NH, HS);
+    const tri_dtype A = c->act_dtype;
+    if (!is16(A)) {
+        tri_cpu_attention_bwd(dqkv, scratch, dout, qkv, state, B, T, NH, HS);
+        return;
+    }
+    const size_t n = B * T * (size_t)NH * (size_t)HS;
+    float *cur = tri_cpu_scratch(c, pad(n) + 2 * pad(3 * n));
+    const float *d = in_f(&cur, dout, A, n), *q = in_f(&cur, qkv, A, 3 * n);
+    float *dq = out_f(&cur, dqkv, A, 3 * n);
+    tri_cpu_attention_bwd(dq, scratch, d, q, state, B, T, NH, HS);
+    store(dqkv, A, dq, 3 * n);
 }
 
-static void cpu_gelu_fwd(tri_ctx *c, void *out, const void *inp, size_t N) { tri_cpu_gelu_fwd(out, inp, N); }
+static void cpu_gelu_fwd(tri_ctx *c, void *out, const void *inp, size_t N) {
+    const tri_dtype A = c->act_dtype;
+    if (!is16(A)) {
+        tri_cpu_gelu_fwd(out, inp, N);
+        return;
+    }
+    float *cur = tri_cpu_scratch(c, 2 * pad(N));
+    const float *xi = in_f(&cur, inp, A, N);
+    float *o = out_f(&cur, out, A, N);
+    tri_cpu_gelu_fwd(o, xi, N);
+    store(out, A, o, N);
+}
 
 static void cpu_gelu_bwd(tri_ctx *c, void *dinp, const void *inp, const void *dout, size_t N) {
-    tri_cpu_gelu_bwd(dinp, inp, dout, N);
+    const tri_dtype A = c->act_dtype;
+    if (!is16(A)) {
+        tri_cpu_gelu_bwd(dinp, inp, dout, N);
+        return;
+    }
+    float *cur = tri_cpu_scratch(c, 2 * pad(N));
+    const float *xi = in_f(&cur, inp, A, N);
+    float *d = (float *)in_f(&cur, dout, A, N); /* our own copy: the fp32 op may write dinp over it */
+    tri_cpu_gelu_bwd(d, xi, d, N);
+    store(dinp, A, d, N);
 }
 
 static void cpu_residual_fwd(tri_ctx *c, void *out, const void *res, const void *x, const void *bias, size_t N,
                              size_t C) {
-    tri_cpu_residual_fwd(out, res, x, bias, N, C);
+    if (all_f32(c)) {
+        tri_cpu_residual_fwd(out, res, x, bias, N, C);
+        return;
+    }
+    const tri_dtype A = c->act_dtype, P = c->param_dtype;
+    float *cur = tri_cpu_scratch(c, 3 * pad(N * C) + pad(C));
+    const float *r = in_f(&cur, res, A, N * C), *xi = in_f(&cur, x, A, N * C), *b = in_f(&cur, bias, P, C);
+    float *o = out_f(&cur, out, A, N * C); /* out may alias res or x: both are read already */
+    tri_cpu_residual_fwd(o, r, xi, b, N, C);
+    store(out, A, o, N * C);
 }
 
 static void cpu_bias_bwd(tri_ctx *c, float *dbias, const void *dout, size_t N, size_t C) {
-    tri_cpu_bias_bwd(dbias, dout, N, C);
+    const tri_dtype A = c->act_dtype;
+    if (!is16(A)) {
+        tri_cpu_bias_bwd(dbias, dout, N, C);
+        return;
+    }
+    float *cur = tri_cpu_scratch(c, pad(N * C));
+    tri_cpu_bias_bwd(dbias, in_f(&cur, dout, A, N * C), N, C);
 }
 
+static float load_as_f32(const void *p, tri_dtype t, size_t i) {
+    if (t == TRI_BF16) return tri_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (t == TRI_F16) return tri_f16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* 16-bit: the rows are gathered and added in fp32 one element at a time, as
+ * tri_cpu_embedding_fwd does, without widening all of wte (Vl rows) per call. */
 static void cpu_embedding_fwd(tri_ctx *c, void *out, const int32_t *ids, const void *wte, const void *wpe, size_t B,
                               size_t T, size_t C, size_t vstart, size_t Vl) {
-    tri_cpu_embedding_fwd(out, ids, wte, wpe, B, T, C, vstart, Vl);
+    if (all_f32(c)) {
+        tri_cpu_embedding_fwd(out, ids, wte, wpe, B, T, C, vstart, Vl);
+        return;
+    }
+    const tri_dtype A = c->act_dtype, P = c->param_dtype;
+    const size_t rows = B * T;
+    float *cur = tri_cpu_scratch(c, pad(rows * C));
+    float *o = out_f(&cur, out, A, rows * C);
+#pragma omp parallel for schedule(static) if (rows * C >= TRI_CPU_PAR_MIN)
+    for (size_t r = 0; r < rows; r++) {
+        const int32_t id = ids[r];
+        const int in_range = id >= 0 && (size_t)id >= vstart && (size_t)id - vstart < Vl;
+        const size_t te = in_range ? ((size_t)id - vstart) * C : 0, pe = (r % T) * C;
+        float *orow = o + r * C;
+        for (size_t k = 0; k < C; k++) {
+            float v;
+            if (in_range && wpe != NULL)
+                v = load_as_f32(wte, P, te + k) + load_as_f32(wpe, P, pe + k);
+            else if (in_range)
+                v = load_as_f32(wte, P, te + k);
+            else if (wpe != NULL)
+                v = load_as_f32(wpe, P, pe + k);
+            else
+                v = 0.0f;
+            orow[k] = v;
+        }
+    }
+    store(out, A, o, rows * C);
 }
 
 static void cpu_embedding_bwd(tri_ctx *c, float *dwte, float *dwpe, const void *dout, const int32_t *ids, size_t B,
                               size_t T, size_t C, size_t vstart, size_t Vl) {
-    tri_cpu_embedding_bwd(dwte, dwpe, dout, ids, B, T, C, vstart, Vl);
+    const tri_dtype A = c->act_dtype;
+    if (!is16(A)) {
+        tri_cpu_embedding_bwd(dwte, dwpe, dout, ids, B, T, C, vstart, Vl);
+        return;
+    }
+    float *cur = tri_cpu_scratch(c, pad(B * T * C));
+    tri_cpu_embedding_bwd(dwte, dwpe, in_f(&cur, dout, A, B * T * C), ids, B, T, C, vstart, Vl);
+}
+
+/* Cross-entropy works row by row, so 16-bit logits are widened a block of
+ * rows at a time (about CE_BLOCK_FLOATS): the (N, Vl) logits are the largest
+ * activation, and the scratch stays small. */
+#define CE_BLOCK_FLOATS ((size_t)1 << 22)
+
+static size_t ce_rows(size_t N, size_t Vl) {
+    size_t r = Vl > 0 ? CE_BLOCK_FLOATS / Vl : N;
+    return r < 1 ? 1 : r > N ? N : r;
 }
 
 static void cpu_crossentropy_stats(tri_ctx *c, float *stats, const void *logits, const int32_t *targets, size_t N,
                                    size_t Vl, size_t vstart, size_t V) {
-    tri_cpu_crossentropy_stats(stats, logits, targets, N, Vl, vstart, V);
+    const tri_dtype A = c->act_dtype;
+    if (!is16(A)) {
+        tri_cpu_crossentropy_stats(stats, logits, targets, N, Vl, vstart, V);
+        return;
+    }
+    const size_t rb = ce_rows(N, Vl);
+    float *buf = tri_cpu_scratch(c, pad(rb * Vl));
+    for (size_t n0 = 0; n0 < N; n0 += rb) {
+        const size_t nr = N - n0 < rb ? N - n0 : rb;
+        tri_cpu_widen(buf, (const char *)logits + n0 * Vl * tri_dtype_size(A), A, nr * Vl);
+        tri_cpu_crossentropy_stats(stats + 3 * n0, buf, targets + n0, nr, Vl, vstart, V);
+    }
 }
 
 static void cpu_crossentropy_combine(tri_ctx *c, float *stats, const float *gather, size_t N, int R) {
@@ -100,7 +317,21 @@ static void cpu_crossentropy_combine(tri_ctx *c, float *stats, const float *gath
 
 static void cpu_crossentropy_bwd(tri_ctx *c, float *losses, void *dlogits, const void *logits, const float *stats,
                                  const int32_t *targets, float dscale, size_t N, size_t Vl, size_t vstart, size_t V) {
-    tri_cpu_crossentropy_bwd(losses, dlogits, logits, stats, targets, dscale, N, Vl, vstart, V);
+    const tri_dtype A = c->act_dtype;
+    if (!is16(A)) {
+        tri_cpu_crossentropy_bwd(losses, dlogits, logits, stats, targets, dscale, N, Vl, vstart, V);
+        return;
+    }
+    const size_t rb = ce_rows(N, Vl);
+    float *buf = tri_cpu_scratch(c, pad(rb * Vl));
+    for (size_t n0 = 0; n0 < N; n0 += rb) {
+        const size_t nr = N - n0 < rb ? N - n0 : rb;
+        tri_cpu_widen(buf, (const char *)logits + n0 * Vl * tri_dtype_size(A), A, nr * Vl);
+        /* the fp32 op may write the gradient over its logits: over our copy */
+        tri_cpu_crossentropy_bwd(losses ? losses + n0 : NULL, dlogits ? buf : NULL, buf, stats + 3 * n0, targets + n0,
+                                 dscale, nr, Vl, vstart, V);
+        if (dlogits) tri_cpu_narrow((char *)dlogits + n0 * Vl * tri_dtype_size(A), A, buf, nr * Vl);
+    }
 }
 
 static void cpu_adamw(tri_ctx *c, float *param, float *m, float *v, const float *grad, size_t n, float lr, float beta1,
@@ -115,7 +346,9 @@ static void cpu_add(tri_ctx *c, float *y, const float *x, size_t n) { tri_cpu_ad
 
 static const tri_ops CPU_OPS = {
     .name = "cpu",
+    .compute_dtypes = (1u << TRI_F32) | (1u << TRI_BF16) | (1u << TRI_F16),
     .init = cpu_init,
+    .shutdown = cpu_shutdown,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .copy = cpu_copy,
@@ -124,6 +357,7 @@ static const tri_ops CPU_OPS = {
     .zero = cpu_zero,
     .sync = cpu_sync,
     .host_window = NULL,
+    .cast = cpu_cast,
     .matmul_fwd = cpu_matmul_fwd,
     .matmul_bwd = cpu_matmul_bwd,
     .layernorm_fwd = cpu_layernorm_fwd,

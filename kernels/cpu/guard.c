@@ -17,7 +17,10 @@ typedef struct guard_map {
     size_t len;
 } guard_map;
 
+/* cpu first: the CPU ops this backend runs find their state (the 16-bit
+ * emulation's scratch) at ctx->backend */
 typedef struct guard_state {
+    tri_cpu_state cpu;
     guard_map *maps;
     int n, cap;
     int depth; /* nested opens (a transport call inside a window) */
@@ -56,6 +59,7 @@ static int guard_init(tri_ctx *c, int threads) {
 static void guard_shutdown(tri_ctx *c) {
     guard_state *g = c->backend;
     if (g) {
+        tri_cpu_state_release(&g->cpu);
         free(g->maps);
         free(g);
     }
@@ -126,6 +130,8 @@ GUARD_VOID(copy, (tri_ctx * c, void *dst, const void *src, size_t bytes), (c, ds
 GUARD_VOID(to_device, (tri_ctx * c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes))
 GUARD_VOID(to_host, (tri_ctx * c, void *dst, const void *src, size_t bytes), (c, dst, src, bytes))
 GUARD_VOID(zero, (tri_ctx * c, void *p, size_t bytes), (c, p, bytes))
+GUARD_VOID(cast, (tri_ctx * c, void *dst, tri_dtype dt, const void *src, tri_dtype st, size_t n),
+           (c, dst, dt, src, st, n))
 GUARD_VOID(matmul_fwd,
            (tri_ctx * c, void *out, const void *inp, const void *w, const void *b, size_t N, size_t C, size_t OC),
            (c, out, inp, w, b, N, C, OC))
@@ -191,6 +197,7 @@ static size_t guard_attention_scratch_floats(size_t B, size_t T, int NH, int HS)
 
 static const tri_ops GUARD_OPS = {
     .name = "cpu-guard",
+    .compute_dtypes = (1u << TRI_F32) | (1u << TRI_BF16) | (1u << TRI_F16),
     .init = guard_init,
     .shutdown = guard_shutdown,
     .alloc = guard_alloc,
@@ -201,6 +208,7 @@ static const tri_ops GUARD_OPS = {
     .zero = guard_zero,
     .sync = guard_sync,
     .host_window = guard_host_window,
+    .cast = guard_cast,
     .matmul_fwd = guard_matmul_fwd,
     .matmul_bwd = guard_matmul_bwd,
     .layernorm_fwd = guard_layernorm_fwd,
