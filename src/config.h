@@ -49,6 +49,7 @@ typedef struct tri_parallel_cfg {
     char pp_layout[256]; /* layers per stage or chunk, "3,4,4,3"; "": even */
     double bucket_mb;    /* gradient all-reduce bucket size, MiB            */
     double timeout_s;    /* deadline of every communication wait; 0: none  */
+    int zero;            /* 1: distributed optimizer (ZeRO-1) over DP      */
 } tri_parallel_cfg;
 
 typedef struct tri_ckpt_cfg {
