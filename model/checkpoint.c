@@ -107,9 +107,10 @@ static int pieces_of(const tri_gpt *g, const tri_param *p, float *base, tri_st_p
 }
 
 /* Whether this rank writes its slice of p of chunk ch (each stored element
- * exactly once). */
-static int owns(const tri_gpt *g, const tri_chunk *ch, const tri_dist *d, const tri_param *p) {
-    if (d->mesh.dp_rank != 0) return 0;
+ * exactly once). all_dp: every DP rank writes (its ZeRO shards of the
+ * optimizer state), else DP rank 0 only. */
+static int owns(const tri_gpt *g, const tri_chunk *ch, const tri_dist *d, const tri_param *p, int all_dp) {
+    if (d->mesh.dp_rank != 0 && !all_dp) return 0;
     if (p->split == TRI_SPLIT_NONE && g->tp_rank != 0) return 0;
     if (p->kind == TRI_P_WTE && !ch->has_embedding) return 0; /* the head stage's copy */
     return 1;
@@ -139,6 +140,68 @@ static float *staging_alloc(const tri_gpt *g) {
     return h;
 }
 
+/* Writes the part of pieces pc[0, np) (of a parameter's local matrix in
+ * host, lcols wide, as made by pieces_of) that holds local elements [a, e)
+ * in row-major order: a ZeRO shard may start and end inside a row. */
+static int write_range(int fd, const tri_st_layout *L, int entry, const float *host, size_t lcols,
+                       const tri_st_piece *pc, int np, size_t a, size_t e) {
+    if (a >= e) return 0;
+    /* [a, e) as up to three boxes of local rows x cols: partial first row,
+     * whole rows, partial last row */
+    size_t ra = a / lcols, re = (e - 1) / lcols;
+    size_t box[3][4]; /* row0, nrows, col0, ncols */
+    int nb = 0;
+    if (ra == re) {
+        box[nb][0] = ra, box[nb][1] = 1, box[nb][2] = a % lcols, box[nb][3] = e - a, nb++;
+    } else {
+        box[nb][0] = ra, box[nb][1] = 1, box[nb][2] = a % lcols, box[nb][3] = lcols - a % lcols, nb++;
+        if (re > ra + 1) box[nb][0] = ra + 1, box[nb][1] = re - ra - 1, box[nb][2] = 0, box[nb][3] = lcols, nb++;
+        box[nb][0] = re, box[nb][1] = 1, box[nb][2] = 0, box[nb][3] = e - re * lcols, nb++;
+    }
+    for (int q = 0; q < np; q++) {
+        const tri_st_piece *p = &pc[q];
+        size_t off = (size_t)(p->buf - host), lr0 = off / lcols, lc0 = off % lcols;
+        size_t nlr = p->transposed ? p->nc : p->nr, nlc = p->transposed ? p->nr : p->nc;
+        for (int x = 0; x < nb; x++) {
+            size_t r0 = box[x][0] > lr0 ? box[x][0] : lr0;
+            size_t r1 = box[x][0] + box[x][1] < lr0 + nlr ? box[x][0] + box[x][1] : lr0 + nlr;
+            size_t c0 = box[x][2] > lc0 ? box[x][2] : lc0;
+            size_t c1 = box[x][2] + box[x][3] < lc0 + nlc ? box[x][2] + box[x][3] : lc0 + nlc;
+            if (r0 >= r1 || c0 >= c1) continue;
+            float *src = (float *)host + r0 * lcols + c0;
+            tri_st_piece s =
+                p->transposed ? (tri_st_piece){p->r0 + (c0 - lc0), p->c0 + (r0 - lr0), c1 - c0, r1 - r0, src, lcols, 1}
+                              : (tri_st_piece){p->r0 + (r0 - lr0), p->c0 + (c0 - lc0), r1 - r0, c1 - c0, src, lcols, 0};
+            if (tri_st_write_piece(fd, L, entry, &s) != 0) return -1;
+        }
+    }
+    return 0;
+}
+
+/* One run of a parameter's ZeRO-sharded optimizer state (tri_optim_runs):
+ * written from, or read into, the rank's state buffer. */
+typedef struct run_io {
+    const tri_gpt *g;
+    float *mem, *host; /* the state buffer; the parameter's local matrix */
+    int write, fd, entry;
+    const tri_st_layout *L;
+    const tri_param *p;
+    const tri_st_piece *pc;
+    int np, rc;
+} run_io;
+
+static void run_io_fn(void *ctx, size_t a, size_t e, size_t s0) {
+    run_io *r = ctx;
+    if (r->rc != 0) return;
+    size_t bytes = (e - a) * sizeof(float);
+    if (r->write) {
+        tri_ctx_to_host(r->g->ctx, r->host + a, r->mem + s0, bytes);
+        r->rc = write_range(r->fd, r->L, r->entry, r->host, r->p->lcols, r->pc, r->np, a, e);
+    } else {
+        tri_ctx_to_device(r->g->ctx, r->mem + s0, r->host + a, bytes);
+    }
+}
+
 static int write_params(const char *path, const tri_st_layout *L, const char *prefix, const tri_gpt *g,
                         const tri_optim *o, const tri_dist *d, which_buf which) {
     int fd = open(path, O_WRONLY);
@@ -151,9 +214,11 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
     for (int k = 0; k < g->n_chunks && rc == 0; k++) {
         const tri_chunk *ch = &g->chunks[k];
         const float *mem = chunk_buf(g, o, k, which);
+        /* ZeRO optimizer state: every DP rank writes its shards */
+        int sharded = which != BUF_PARAMS && o->sync != NULL;
         for (int i = 0; i < ch->n_params && rc == 0; i++) {
             const tri_param *p = &ch->params[i];
-            if (!owns(g, ch, d, p)) continue;
+            if (!owns(g, ch, d, p, sharded)) continue;
             char name[128];
             snprintf(name, sizeof name, "%s%s", prefix, p->name);
             int e = tri_st_layout_find(L, name);
@@ -162,8 +227,14 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
                 rc = -1;
                 break;
             }
-            tri_ctx_to_host(g->ctx, host, mem + p->offset, p->numel * sizeof(float));
             tri_st_piece pc[MAX_PIECES];
+            if (sharded) {
+                run_io r = {g, (float *)mem, host, 1, fd, e, L, p, pc, pieces_of(g, p, host, pc), 0};
+                tri_optim_runs(o, g, k, i, run_io_fn, &r);
+                rc = r.rc;
+                continue;
+            }
+            tri_ctx_to_host(g->ctx, host, mem + p->offset, p->numel * sizeof(float));
             int np = pieces_of(g, p, host, pc);
             for (int q = 0; q < np && rc == 0; q++) rc = tri_st_write_piece(fd, L, e, &pc[q]);
         }
@@ -289,7 +360,14 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_opt
             tri_st_piece pc[MAX_PIECES];
             int np = pieces_of(g, p, host, pc);
             for (int q = 0; q < np && rc == 0; q++) rc = tri_st_read_piece(f.fd, &f.layout, e, &pc[q]);
-            if (rc == 0) tri_ctx_to_device(g->ctx, mem + p->offset, host, p->numel * sizeof(float));
+            if (rc != 0) break;
+            if (which != BUF_PARAMS && o->sync != NULL) {
+                /* ZeRO: this rank keeps the state of its shards only */
+                run_io r = {g, mem, host, 0, -1, e, NULL, p, NULL, 0, 0};
+                tri_optim_runs(o, g, k, i, run_io_fn, &r);
+            } else {
+                tri_ctx_to_device(g->ctx, mem + p->offset, host, p->numel * sizeof(float));
+            }
         }
     }
     free(host);

@@ -9,8 +9,10 @@
  *   config.json            a Hugging Face GPT-2 config
  *   state.json             the trainer's state (the caller's text)
  * Every rank writes only the slices it owns into the one preallocated file
- * (replicated tensors by TP rank 0, only DP rank 0 writes), so a checkpoint
- * saved with any tp/pp/dp loads with any other.
+ * (replicated tensors by TP rank 0, only DP rank 0 writes; with the
+ * distributed optimizer every DP rank writes the optimizer state of its
+ * shards, slices that may begin and end inside a row), so a checkpoint saved
+ * with any tp/pp/dp and parallel.zero loads with any other.
  */
 #ifndef TRI_MODEL_CHECKPOINT_H
 #define TRI_MODEL_CHECKPOINT_H

@@ -393,6 +393,7 @@ int tri_gpt_init(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *t
             tri_error("the model's parameters (%zu elements) overflow a byte count", ch->n_elems);
             goto fail;
         }
+        ch->n_alloc = ch->n_elems;
         ch->param_mem = tri_ctx_alloc(ctx, pbytes, TRI_MEM_PARAMS, "parameters");
         ch->grad_mem = ch->param_mem ? tri_ctx_alloc(ctx, gbytes, TRI_MEM_GRADS, "gradients") : NULL;
         ch->w.layers = calloc((size_t)ch->n_layers + 1, sizeof(tri_layer_w));
@@ -405,6 +406,29 @@ int tri_gpt_init(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *t
 fail:
     tri_gpt_free(g);
     return -1;
+}
+
+int tri_gpt_pad(tri_gpt *g, size_t multiple) {
+    if (multiple == 0) multiple = 1;
+    for (int k = 0; k < g->n_chunks; k++) {
+        tri_chunk *ch = &g->chunks[k];
+        size_t n = (ch->n_elems + multiple - 1) / multiple * multiple;
+        if (n == ch->n_alloc) continue;
+        size_t psz = tri_dtype_size(ch->param_dtype), gsz = tri_dtype_size(ch->grad_dtype);
+        tri_ctx_release(g->ctx, ch->param_mem, ch->n_alloc * psz, TRI_MEM_PARAMS);
+        tri_ctx_release(g->ctx, ch->grad_mem, ch->n_alloc * gsz, TRI_MEM_GRADS);
+        ch->grad_mem = NULL;
+        ch->n_alloc = n;
+        ch->param_mem = tri_ctx_alloc(g->ctx, n * psz, TRI_MEM_PARAMS, "parameters");
+        ch->grad_mem = ch->param_mem ? tri_ctx_alloc(g->ctx, n * gsz, TRI_MEM_GRADS, "gradients") : NULL;
+        if (!ch->param_mem || !ch->grad_mem) {
+            tri_gpt_free(g);
+            return -1;
+        }
+        bind(ch, ch->param_mem, psz, &ch->w);
+        bind(ch, (char *)ch->grad_mem, gsz, &ch->g);
+    }
+    return 0;
 }
 
 int tri_gpt_init_single(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *tp_comm, int tp, int tp_rank) {
@@ -422,8 +446,8 @@ void tri_gpt_free(tri_gpt *g) {
     for (int k = 0; k < g->n_chunks; k++) {
         tri_chunk *ch = &g->chunks[k];
         if (g->ctx) {
-            tri_ctx_release(g->ctx, ch->param_mem, ch->n_elems * tri_dtype_size(ch->param_dtype), TRI_MEM_PARAMS);
-            tri_ctx_release(g->ctx, ch->grad_mem, ch->n_elems * tri_dtype_size(ch->grad_dtype), TRI_MEM_GRADS);
+            tri_ctx_release(g->ctx, ch->param_mem, ch->n_alloc * tri_dtype_size(ch->param_dtype), TRI_MEM_PARAMS);
+            tri_ctx_release(g->ctx, ch->grad_mem, ch->n_alloc * tri_dtype_size(ch->grad_dtype), TRI_MEM_GRADS);
         }
         free(ch->w.layers);
         free(ch->g.layers);

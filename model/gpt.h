@@ -115,6 +115,9 @@ typedef struct tri_chunk {
     int n_params;
     int *layer_last_param; /* [n_layers]: index of each layer's last tensor in buffer order */
     size_t n_elems;        /* length of the flat buffers, in elements */
+    size_t n_alloc;        /* elements allocated in each buffer: n_elems, or
+                              more after tri_gpt_pad (a zero tail that belongs
+                              to no parameter)                            */
     tri_dtype param_dtype, grad_dtype;
     void *param_mem;  /* (n_elems) of param_dtype, backend memory */
     float *grad_mem;  /* (n_elems) fp32, backend memory  */
@@ -166,6 +169,11 @@ int tri_chunks_even(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, tri_
 int tri_gpt_init(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *tp_comm, int tp, int tp_rank,
                  const tri_chunk_spec *specs, int n_chunks);
 /* The whole model as one chunk (no pipelining). */
+/* Reallocates every chunk's buffers (zeroed, nothing kept) to n_alloc =
+ * n_elems rounded up to a multiple of `multiple`, for collectives that cut
+ * the buffers into equal shards. Call before the parameters are set.
+ * Returns 0 or -1 (printed; the model is then freed). */
+int tri_gpt_pad(tri_gpt *g, size_t multiple);
 int tri_gpt_init_single(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *tp_comm, int tp, int tp_rank);
 /* Checks that cfg splits over tp and the pipeline: n_embd by n_head, heads
  * by tp, and the layers over pp stages of vpp chunks by layout (the rules of

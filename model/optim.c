@@ -7,18 +7,30 @@
 
 #include "src/base/err.h"
 
-int tri_optim_init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg) {
+static int init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg, const tri_grad_sync *sync) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
+    o->sync = sync;
     o->m = calloc((size_t)g->n_chunks + 1, sizeof *o->m);
     o->v = calloc((size_t)g->n_chunks + 1, sizeof *o->v);
-    if (!o->m || !o->v) {
+    o->n_state = calloc((size_t)g->n_chunks + 1, sizeof *o->n_state);
+    if (!o->m || !o->v || !o->n_state) {
         tri_optim_free(o, g);
         return tri_error("out of memory (optimizer tables)");
     }
     o->n_chunks = g->n_chunks;
     for (int k = 0; k < g->n_chunks; k++) {
-        size_t bytes = g->chunks[k].n_elems * sizeof(float);
+        size_t n = g->chunks[k].n_elems;
+        if (sync) {
+            n = 0;
+            for (int b = 0; b < sync[k].n_buckets; b++) {
+                size_t lo, hi;
+                tri_grad_sync_shard(&sync[k], b, &lo, &hi);
+                n += hi - lo;
+            }
+        }
+        o->n_state[k] = n;
+        size_t bytes = n * sizeof(float);
         o->m[k] = tri_ctx_alloc(g->ctx, bytes, TRI_MEM_OPTIM, "optimizer state (exp_avg)");
         o->v[k] = o->m[k] ? tri_ctx_alloc(g->ctx, bytes, TRI_MEM_OPTIM, "optimizer state (exp_avg_sq)") : NULL;
         if (!o->v[k]) {
@@ -29,15 +41,22 @@ int tri_optim_init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg) {
     return 0;
 }
 
+int tri_optim_init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg) { return init(o, g, cfg, NULL); }
+
+int tri_optim_init_zero(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg, const tri_grad_sync *sync) {
+    return init(o, g, cfg, sync);
+}
+
 void tri_optim_free(tri_optim *o, const tri_gpt *g) {
     if (!o) return;
-    for (int k = 0; k < o->n_chunks && g && g->ctx; k++) {
-        size_t bytes = g->chunks[k].n_elems * sizeof(float);
+    for (int k = 0; k < o->n_chunks && g && g->ctx && o->n_state; k++) {
+        size_t bytes = o->n_state[k] * sizeof(float);
         if (o->m) tri_ctx_release(g->ctx, o->m[k], bytes, TRI_MEM_OPTIM);
         if (o->v) tri_ctx_release(g->ctx, o->v[k], bytes, TRI_MEM_OPTIM);
     }
     free(o->m);
     free(o->v);
+    free(o->n_state);
     memset(o, 0, sizeof *o);
 }
 
@@ -65,9 +84,93 @@ double tri_grad_sumsq_local(const tri_gpt *g) {
     return sum;
 }
 
+void tri_optim_runs(const tri_optim *o, const tri_gpt *g, int k, int i,
+                    void (*fn)(void *ctx, size_t a, size_t e, size_t s0), void *ctx) {
+    const tri_param *p = &g->chunks[k].params[i];
+    if (!o->sync) {
+        fn(ctx, 0, p->numel, p->offset);
+        return;
+    }
+    const tri_grad_sync *s = &o->sync[k];
+    size_t s0 = 0;
+    for (int b = 0; b < s->n_buckets; b++) {
+        size_t lo, hi;
+        tri_grad_sync_shard(s, b, &lo, &hi);
+        size_t a = lo > p->offset ? lo : p->offset, e = hi < p->offset + p->numel ? hi : p->offset + p->numel;
+        if (a < e) fn(ctx, a - p->offset, e - p->offset, s0 + (a - lo));
+        s0 += hi - lo;
+    }
+}
+
+/* Whether parameter p of chunk ch counts in the global norm on this rank. */
+static int counted(const tri_gpt *g, const tri_chunk *ch, const tri_param *p) {
+    if (p->replicated && g->tp_rank != 0) return 0;
+    return !(p->kind == TRI_P_WTE && !ch->has_embedding);
+}
+
+typedef struct run_ctx {
+    const tri_optim *o;
+    tri_gpt *g;
+    int k;
+    const tri_param *p;
+    double sum;
+} run_ctx;
+
+static void sumsq_run(void *ctx, size_t a, size_t e, size_t s0) {
+    (void)s0;
+    run_ctx *r = ctx;
+    const tri_chunk *ch = &r->g->chunks[r->k];
+    r->sum += r->g->ctx->ops->sumsq(r->g->ctx, ch->grad_mem + r->p->offset + a, e - a);
+}
+
+double tri_grad_sumsq_shards(const tri_optim *o, const tri_gpt *g) {
+    run_ctx r = {o, (tri_gpt *)g, 0, NULL, 0.0};
+    for (int k = 0; k < g->n_chunks; k++) {
+        const tri_chunk *ch = &g->chunks[k];
+        r.k = k;
+        for (int i = 0; i < ch->n_params; i++) {
+            r.p = &ch->params[i];
+            if (counted(g, ch, r.p)) tri_optim_runs(o, g, k, i, sumsq_run, &r);
+        }
+    }
+    return r.sum;
+}
+
+/* ZeRO: bucket by bucket, this rank's shard of each. */
+static void step_zero(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
+    tri_ctx *c = g->ctx;
+    for (int k = 0; k < g->n_chunks; k++) {
+        tri_chunk *ch = &g->chunks[k];
+        TRI_CHECK(ch->param_dtype == TRI_F32); /* fp32 parameters are their own master weights */
+        const tri_grad_sync *s = &o->sync[k];
+        float *pm = ch->param_mem;
+        size_t s0 = 0;
+        for (int b = 0; b < s->n_buckets; b++) {
+            size_t lo, hi;
+            tri_grad_sync_shard(s, b, &lo, &hi);
+            if (clip_scale != 1.0f) c->ops->scale(c, ch->grad_mem + lo, clip_scale, hi - lo);
+            for (int i = 0; i < ch->n_params; i++) {
+                const tri_param *p = &ch->params[i];
+                size_t a = lo > p->offset ? lo : p->offset, e = hi < p->offset + p->numel ? hi : p->offset + p->numel;
+                if (a >= e) continue;
+                float wd = p->decay ? (float)o->cfg.weight_decay : 0.0f;
+                size_t st = s0 + (a - lo);
+                c->ops->adamw(c, pm + a, o->m[k] + st, o->v[k] + st, ch->grad_mem + a, e - a, (float)lr,
+                              (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps, wd, o->t);
+            }
+            s0 += hi - lo;
+            if (o->shard_done) o->shard_done(o->shard_done_ctx, k, b);
+        }
+    }
+}
+
 void tri_optim_step(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
     tri_ctx *c = g->ctx;
     o->t++;
+    if (o->sync) {
+        step_zero(o, g, lr, clip_scale);
+        return;
+    }
     for (int k = 0; k < g->n_chunks; k++) {
         tri_chunk *ch = &g->chunks[k];
         TRI_CHECK(ch->param_dtype == TRI_F32); /* fp32 parameters are their own master weights */

@@ -5,6 +5,7 @@
 #define TRI_OPTIM_H
 
 #include "model/gpt.h"
+#include "parallel/grad_sync.h"
 
 typedef struct tri_adamw_cfg {
     double lr, min_lr;
@@ -15,12 +16,32 @@ typedef struct tri_adamw_cfg {
 typedef struct tri_optim {
     tri_adamw_cfg cfg;
     int n_chunks;
-    float **m, **v; /* [n_chunks] of (chunk n_elems): exp_avg, exp_avg_sq; backend memory */
-    int t;          /* updates done so far                                     */
+    float **m, **v;  /* [n_chunks] of (n_state[k]): exp_avg, exp_avg_sq; backend memory */
+    int t;           /* updates done so far                                     */
+    size_t *n_state; /* [n_chunks]: chunk n_elems, or (ZeRO) this rank's share */
+    /* The distributed optimizer (ZeRO-1): sync[k] cuts chunk k's buffers into
+     * buckets and this DP rank's shard of each; m[k], v[k] hold the state of
+     * those shards only, one after the other in bucket order. fp32
+     * parameters are their own master weights: the rank updates its shards
+     * of param_mem in place. NULL: every element, laid out like the chunk. */
+    const tri_grad_sync *sync; /* [n_chunks], not owned */
+    /* ZeRO: called after each bucket's shard is updated (may be NULL) */
+    void (*shard_done)(void *ctx, int chunk, int bucket);
+    void *shard_done_ctx;
 } tri_optim;
 
 int tri_optim_init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg);
+/* The distributed optimizer: state for this rank's shards of sync[k] (one
+ * per chunk, made by tri_grad_sync_init_zero) only. */
+int tri_optim_init_zero(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg, const tri_grad_sync *sync);
 void tri_optim_free(tri_optim *o, const tri_gpt *g); /* NULL-safe */
+
+/* Calls fn for every run of elements of parameter i of chunk k whose state
+ * this rank keeps: local elements [a, e) of the parameter (row-major over its
+ * local shape) at state index s0 of m[k], v[k]. Without ZeRO: one run, the
+ * whole parameter at its offset. */
+void tri_optim_runs(const tri_optim *o, const tri_gpt *g, int k, int i,
+                    void (*fn)(void *ctx, size_t a, size_t e, size_t s0), void *ctx);
 
 /* Learning rate for 0-based step s: linear warmup from lr/warmup to lr over
  * warmup_steps, then cosine decay to min_lr at total_steps (min_lr after). */
@@ -32,10 +53,15 @@ double tri_lr_at(const tri_adamw_cfg *cfg, int s);
  * head stage's copy has the same, reduced gradient), so that the sum over the
  * TP and PP groups is the sum over the global model. */
 double tri_grad_sumsq_local(const tri_gpt *g);
+/* The same over this rank's ZeRO shards only (after the reduce-scatter):
+ * the sum over the DP, TP and PP groups is the global model's. */
+double tri_grad_sumsq_shards(const tri_optim *o, const tri_gpt *g);
 
 /* One AdamW update of every parameter of every chunk with the given lr, after
  * scaling the gradients by clip_scale (1 when not clipping). Biases, LayerNorm
- * weights and embeddings take no weight decay. */
+ * weights and embeddings take no weight decay. With ZeRO only this rank's
+ * shards (gradients and parameters), each element decayed as the parameter
+ * it belongs to; the caller all-gathers the parameters after. */
 void tri_optim_step(tri_optim *o, tri_gpt *g, double lr, float clip_scale);
 
 #endif

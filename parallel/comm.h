@@ -28,9 +28,14 @@ typedef struct tri_req {
     unsigned char opaque[16];
     int active;
     /* what is pending, for the watchdog's report (set by the transport) */
-    const char *op; /* "all-reduce", "send", "receive"             */
+    const char *op; /* "all-reduce", "reduce-scatter", "send", ...  */
     size_t bytes;   /* its payload                                  */
     int peer, tag;  /* p2p: the peer's index in the group; -1 else  */
+    /* the transport's fix-up on completion (an in-place reduce-scatter whose
+     * result the transport leaves at the start of the buffer): move
+     * shift_bytes from shift_base to shift_base + rank * shift_bytes */
+    unsigned char *shift_base;
+    size_t shift_bytes;
 } tri_req;
 
 struct tri_comm;
@@ -45,6 +50,11 @@ typedef struct tri_comm_impl {
     void (*reduce_scatter)(struct tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t);
     /* recv (size*n) = concatenation of every rank's send (n)               */
     void (*allgather)(struct tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t);
+    /* the non-blocking forms of the two above, completed by wait/test; recv
+     * may be this rank's slot of send (reduce-scatter) or send this rank's
+     * slot of recv (all-gather): in place */
+    void (*ireduce_scatter)(struct tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r);
+    void (*iallgather)(struct tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r);
     void (*broadcast)(struct tri_comm *c, void *buf, size_t n, tri_dtype t, int root);
     void (*isend)(struct tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r);
     void (*irecv)(struct tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r);
@@ -91,6 +101,16 @@ void tri_comm_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop
 void tri_comm_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r);
 void tri_comm_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t);
 void tri_comm_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t);
+/* Starts a reduce-scatter (sum): recv (n) = the sum over ranks of their
+ * send[rank*n, rank*n + n). recv must not overlap send (size*n), except
+ * recv == send + rank*n exactly (in place: this rank's slice of send). Neither
+ * buffer may be touched until tri_comm_wait(r); after it the rest of send is
+ * undefined when in place. Watched by the group's deadline like every wait. */
+void tri_comm_ireduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r);
+/* Starts an all-gather: recv (size*n) = every rank's send (n) in rank order;
+ * send may be recv + rank*n (in place), no other overlap. Completed by
+ * tri_comm_wait(r). */
+void tri_comm_iallgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r);
 void tri_comm_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root);
 /* Point-to-point (not collective): peer is a rank index within the group. */
 void tri_comm_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r);

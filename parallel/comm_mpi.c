@@ -116,6 +116,19 @@ static void req_store(tri_req *r, MPI_Request q, const char *op, size_t bytes, i
     r->bytes = bytes;
     r->peer = peer;
     r->tag = tag;
+    r->shift_base = NULL;
+    r->shift_bytes = 0;
+}
+
+/* After a request completed: the in-place reduce-scatter's result moves from
+ * the start of the buffer (where MPI_IN_PLACE leaves it) to this rank's slot. */
+static void req_finish(const tri_comm *c, tri_req *r) {
+    if (r->shift_bytes > 0 && c->rank > 0)
+        memmove(r->shift_base + (size_t)c->rank * r->shift_bytes, r->shift_base, r->shift_bytes);
+    memset(r->opaque, 0, sizeof r->opaque);
+    r->shift_base = NULL;
+    r->shift_bytes = 0;
+    r->active = 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -223,6 +236,48 @@ static void mpi_allgather(tri_comm *c, void *recv, const void *send, size_t n, t
     wait_watched(c, &q, "all-gather", n * esz, -1, 0);
 }
 
+/* Non-blocking reduce-scatter (sum). recv == send + rank*n is in place: MPI
+ * then reduces within send and leaves the result at its start, and the wait
+ * moves it to this rank's slot (req_finish). Any other overlap is an error. */
+static void mpi_ireduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r) {
+    size_t esz = tri_dtype_size(t);
+    int cnt = count_of(c, "ireduce_scatter", n);
+    count_of(c, "ireduce_scatter", (size_t)c->size * n);
+    MPI_Request q = MPI_REQUEST_NULL;
+    const char *slot = (const char *)send + (size_t)c->rank * n * esz;
+    int in_place = n > 0 && (const char *)recv == slot;
+    if (in_place) {
+        MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, (void *)send, cnt, mpi_type(c, t), MPI_SUM, comm_of(c), &q));
+    } else {
+        if (n > 0 && overlap(recv, n * esz, send, (size_t)c->size * n * esz))
+            fail(c, "ireduce_scatter", "recv overlaps send other than at this rank's slot");
+        MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, cnt, mpi_type(c, t), MPI_SUM, comm_of(c), &q));
+    }
+    req_store(r, q, "reduce-scatter", (size_t)c->size * n * esz, -1, 0);
+    if (in_place) {
+        r->shift_base = (unsigned char *)send;
+        r->shift_bytes = n * esz;
+    }
+}
+
+/* Non-blocking all-gather; send == recv + rank*n is in place. */
+static void mpi_iallgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r) {
+    size_t esz = tri_dtype_size(t);
+    int cnt = count_of(c, "iallgather", n);
+    count_of(c, "iallgather", (size_t)c->size * n);
+    MPI_Datatype dt = mpi_type(c, t);
+    const char *slot = (const char *)recv + (size_t)c->rank * n * esz;
+    MPI_Request q = MPI_REQUEST_NULL;
+    if (n > 0 && (const char *)send == slot) {
+        MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, cnt, dt, comm_of(c), &q));
+    } else {
+        if (n > 0 && overlap(recv, (size_t)c->size * n * esz, send, n * esz))
+            fail(c, "iallgather", "send overlaps recv other than at this rank's slot");
+        MPI_CHECK(MPI_Iallgather(send, cnt, dt, recv, cnt, dt, comm_of(c), &q));
+    }
+    req_store(r, q, "all-gather", n * esz, -1, 0);
+}
+
 static void mpi_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root) {
     if (root < 0 || root >= c->size) fail(c, "broadcast", "root outside the group");
     MPI_Request q = MPI_REQUEST_NULL;
@@ -248,19 +303,16 @@ static void mpi_wait(tri_comm *c, tri_req *r) {
     MPI_Request q;
     memcpy(&q, r->opaque, sizeof q);
     wait_watched(c, &q, r->op, r->bytes, r->peer, r->tag);
-    memset(r->opaque, 0, sizeof r->opaque);
-    r->active = 0;
+    req_finish(c, r);
 }
 
 static int mpi_test(tri_comm *c, tri_req *r) {
-    (void)c;
     MPI_Request q;
     memcpy(&q, r->opaque, sizeof q);
     int flag = 0;
     MPI_CHECK(MPI_Test(&q, &flag, MPI_STATUS_IGNORE));
     if (!flag) return 0;
-    memset(r->opaque, 0, sizeof r->opaque);
-    r->active = 0;
+    req_finish(c, r);
     return 1;
 }
 
@@ -286,6 +338,8 @@ static const tri_comm_impl mpi_impl = {
     .iallreduce = mpi_iallreduce,
     .reduce_scatter = mpi_reduce_scatter,
     .allgather = mpi_allgather,
+    .ireduce_scatter = mpi_ireduce_scatter,
+    .iallgather = mpi_iallgather,
     .broadcast = mpi_broadcast,
     .isend = mpi_isend,
     .irecv = mpi_irecv,

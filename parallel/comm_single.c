@@ -86,6 +86,38 @@ void tri_comm_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri
     count(c, n, t, t0);
 }
 
+void tri_comm_ireduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r) {
+    r->active = 0;
+    if (trivial(c)) {
+        if (recv != send) {
+            window(c, 1);
+            memmove(recv, send, n * tri_dtype_size(t));
+            window(c, 0);
+        }
+        return;
+    }
+    double t0 = now_s();
+    window(c, 1); /* closed again by tri_comm_wait */
+    c->impl->ireduce_scatter(c, recv, send, n, t, r);
+    count(c, n * (size_t)c->size, t, t0);
+}
+
+void tri_comm_iallgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r) {
+    r->active = 0;
+    if (trivial(c)) {
+        if (recv != send) {
+            window(c, 1);
+            memmove(recv, send, n * tri_dtype_size(t));
+            window(c, 0);
+        }
+        return;
+    }
+    double t0 = now_s();
+    window(c, 1); /* closed again by tri_comm_wait */
+    c->impl->iallgather(c, recv, send, n, t, r);
+    count(c, n, t, t0);
+}
+
 void tri_comm_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root) {
     if (trivial(c) || n == 0) return;
     double t0 = now_s();

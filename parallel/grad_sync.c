@@ -5,11 +5,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int deferred(const tri_grad_sync *s, int b) {
+    return s->zero && s->defer_lo < s->defer_hi && s->bounds[b] < s->defer_hi && s->defer_lo < s->bounds[b + 1];
+}
+
+static void start_bucket(tri_grad_sync *s, int b) {
+    size_t lo = s->bounds[b], len = s->bounds[b + 1] - lo;
+    if (!s->zero) {
+        tri_comm_iallreduce(s->dp, s->grads + lo, len, TRI_F32, TRI_SUM, &s->reqs[b]);
+        return;
+    }
+    size_t n = len / (size_t)s->dp->size;
+    tri_comm_ireduce_scatter(s->dp, s->grads + lo + (size_t)s->dp->rank * n, s->grads + lo, n, TRI_F32, &s->reqs[b]);
+}
+
 static void start_upto(tri_grad_sync *s, size_t n_final) {
+    /* ZeRO: the model reports its own length; the padding is final too */
+    if (s->zero && n_final >= s->n_real) n_final = s->n_floats;
     while (s->next < s->n_buckets && s->bounds[s->next + 1] <= n_final) {
         int b = s->next++;
-        tri_comm_iallreduce(s->dp, s->grads + s->bounds[b], s->bounds[b + 1] - s->bounds[b], TRI_F32, TRI_SUM,
-                            &s->reqs[b]);
+        if (!deferred(s, b)) start_bucket(s, b);
     }
 }
 
@@ -39,10 +54,53 @@ int tri_grad_sync_init(tri_grad_sync *s, float *grads, size_t n_floats, tri_comm
     return 0;
 }
 
+int tri_grad_sync_init_zero(tri_grad_sync *s, float *grads, float *params, size_t n_real, size_t n_floats, tri_comm *dp,
+                            double bucket_mb) {
+    memset(s, 0, sizeof *s);
+    size_t unit = (size_t)dp->size * TRI_ZERO_ALIGN;
+    if (n_floats % unit != 0 || n_real > n_floats)
+        return tri_error("internal error: ZeRO buffers of %zu floats (%zu used) are not padded to a multiple of %zu",
+                         n_floats, n_real, unit);
+    size_t per = bucket_mb > 0 ? (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float)) : n_floats;
+    per = (per + unit - 1) / unit * unit;
+    if (per == 0) per = unit;
+    if (tri_grad_sync_init(s, grads, n_floats, dp, 0) != 0) return -1;
+    free(s->bounds);
+    free(s->reqs);
+    s->n_buckets = (int)((n_floats + per - 1) / per);
+    if (s->n_buckets == 0) s->n_buckets = 1;
+    s->bounds = calloc((size_t)s->n_buckets + 1, sizeof *s->bounds);
+    s->reqs = calloc((size_t)s->n_buckets, sizeof *s->reqs);
+    s->gathers = calloc((size_t)s->n_buckets, sizeof *s->gathers);
+    if (!s->bounds || !s->reqs || !s->gathers) {
+        tri_error("out of memory (gradient buckets)");
+        tri_grad_sync_free(s);
+        return -1;
+    }
+    for (int b = 0; b < s->n_buckets; b++) s->bounds[b] = (size_t)b * per;
+    s->bounds[s->n_buckets] = n_floats;
+    s->zero = 1;
+    s->n_real = n_real;
+    s->params = params;
+    return 0;
+}
+
+void tri_grad_sync_defer(tri_grad_sync *s, size_t lo, size_t hi) {
+    s->defer_lo = lo;
+    s->defer_hi = hi;
+}
+
+void tri_grad_sync_shard(const tri_grad_sync *s, int b, size_t *lo, size_t *hi) {
+    size_t n = (s->bounds[b + 1] - s->bounds[b]) / (size_t)s->dp->size;
+    *lo = s->bounds[b] + (size_t)s->dp->rank * n;
+    *hi = *lo + n;
+}
+
 void tri_grad_sync_free(tri_grad_sync *s) {
     if (!s) return;
     free(s->bounds);
     free(s->reqs);
+    free(s->gathers);
     memset(s, 0, sizeof *s);
 }
 
@@ -58,4 +116,23 @@ void tri_grad_sync_finish(tri_grad_sync *s) {
     start_upto(s, s->n_floats);
     for (int b = 0; b < s->n_buckets; b++) tri_comm_wait(s->dp, &s->reqs[b]);
     s->armed = 0;
+}
+
+void tri_grad_sync_finish_deferred(tri_grad_sync *s) {
+    if (s->dp->size == 1 || !s->zero) return;
+    for (int b = 0; b < s->n_buckets; b++)
+        if (deferred(s, b)) start_bucket(s, b);
+    for (int b = 0; b < s->n_buckets; b++) tri_comm_wait(s->dp, &s->reqs[b]);
+}
+
+void tri_grad_sync_gather_start(tri_grad_sync *s, int b) {
+    if (s->dp->size == 1) return;
+    size_t lo, hi;
+    tri_grad_sync_shard(s, b, &lo, &hi);
+    tri_comm_iallgather(s->dp, s->params + s->bounds[b], s->params + lo, hi - lo, TRI_F32, &s->gathers[b]);
+}
+
+void tri_grad_sync_gather_wait(tri_grad_sync *s) {
+    if (s->dp->size == 1) return;
+    for (int b = 0; b < s->n_buckets; b++) tri_comm_wait(s->dp, &s->gathers[b]);
 }

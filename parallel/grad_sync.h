@@ -10,7 +10,19 @@
  * clipping and the optimizer step. With dp = 1 nothing is sent.
  *
  * Gradients are pre-scaled by the model (1 / (global_batch * T) per token),
- * so the sum over DP ranks is the global-mean gradient. */
+ * so the sum over DP ranks is the global-mean gradient.
+ *
+ * The distributed optimizer (ZeRO-1, tri_grad_sync_init_zero): the buffers
+ * are padded (tri_gpt_pad) and every bucket is a multiple of dp x
+ * TRI_ZERO_ALIGN floats, cut into dp equal contiguous shards regardless of
+ * parameter boundaries. A final bucket starts a non-blocking reduce-scatter
+ * instead of an all-reduce; afterwards DP rank r holds the DP sum of its
+ * shard r of every bucket, in place (the rest of the gradient buffer is then
+ * undefined). After the optimizer has updated those shards of the
+ * parameters, tri_grad_sync_gather_start/wait all-gather them bucket by
+ * bucket. Buckets that overlap a deferred range (the tied embedding, which
+ * is first summed over the embedding group) start only in
+ * tri_grad_sync_finish_deferred. */
 #ifndef TRI_GRAD_SYNC_H
 #define TRI_GRAD_SYNC_H
 
@@ -27,11 +39,31 @@ typedef struct tri_grad_sync {
     int n_buckets;
     int next;  /* first bucket not started yet           */
     int armed; /* the current backward is the last micro-batch's */
+    /* the distributed optimizer (zero == 1) */
+    int zero;
+    size_t n_real;             /* grads[n_real, n_floats) is padding     */
+    float *params;             /* (n_floats), not owned: the all-gather  */
+    tri_req *gathers;          /* (n_buckets)                            */
+    size_t defer_lo, defer_hi; /* buckets overlapping start late; empty: none */
 } tri_grad_sync;
+
+/* Floats each ZeRO shard is a multiple of (64 bytes). */
+#define TRI_ZERO_ALIGN 16
 
 /* bucket_mb <= 0: one bucket. */
 int tri_grad_sync_init(tri_grad_sync *s, float *grads, size_t n_floats, tri_comm *dp, double bucket_mb);
 void tri_grad_sync_free(tri_grad_sync *s); /* NULL-safe */
+/* The distributed optimizer: grads and params hold n_floats (a multiple of
+ * dp->size * TRI_ZERO_ALIGN, see tri_gpt_pad) of which the first n_real are
+ * the model's; buckets of about bucket_mb MiB (<= 0: one), each a multiple of
+ * dp->size * TRI_ZERO_ALIGN. Returns 0 or -1 (printed). */
+int tri_grad_sync_init_zero(tri_grad_sync *s, float *grads, float *params, size_t n_real, size_t n_floats, tri_comm *dp,
+                            double bucket_mb);
+/* ZeRO: buckets overlapping grads[lo, hi) are started only by
+ * tri_grad_sync_finish_deferred. */
+void tri_grad_sync_defer(tri_grad_sync *s, size_t lo, size_t hi);
+/* ZeRO: this rank's shard of bucket b is [*lo, *hi) of the buffers. */
+void tri_grad_sync_shard(const tri_grad_sync *s, int b, size_t *lo, size_t *hi);
 
 /* At the start of a step. */
 void tri_grad_sync_begin(tri_grad_sync *s);
@@ -41,7 +73,13 @@ void tri_grad_sync_set_last(tri_grad_sync *s, int last);
 /* grads[0, n_final) will not change any more in this step (ignored unless
  * the current backward is the last micro-batch's). */
 void tri_grad_sync_ready(tri_grad_sync *s, size_t n_final);
-/* Starts the remaining buckets and waits for every one. */
+/* Starts the remaining buckets (but deferred ones) and waits for every one. */
 void tri_grad_sync_finish(tri_grad_sync *s);
+/* ZeRO: starts the deferred buckets and waits for them (no-op when none). */
+void tri_grad_sync_finish_deferred(tri_grad_sync *s);
+/* ZeRO: starts the all-gather of bucket b's parameters (every rank's shard,
+ * updated); tri_grad_sync_gather_wait completes every one started. */
+void tri_grad_sync_gather_start(tri_grad_sync *s, int b);
+void tri_grad_sync_gather_wait(tri_grad_sync *s);
 
 #endif

@@ -53,6 +53,7 @@ typedef struct tri_parallel_cfg {
     double timeout_s;      /* deadline of every communication wait; 0: none  */
     int sequence_parallel; /* 1: LayerNorms, residuals and the embedding output run on
                               sequence shards (needs tp > 1 and seq_len % tp == 0) */
+    int zero;              /* 1: distributed optimizer (ZeRO-1) over DP      */
 } tri_parallel_cfg;
 
 typedef struct tri_ckpt_cfg {

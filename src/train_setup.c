@@ -21,6 +21,20 @@
 
 static void grads_ready(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
 
+/* ZeRO: a bucket's shard is updated; its all-gather starts while the
+ * optimizer goes on with the next bucket. */
+static void shard_done(void *ctx, int chunk, int bucket) {
+    tri_grad_sync *sync = ctx;
+    tri_grad_sync_gather_start(&sync[chunk], bucket);
+}
+
+/* Test-only fault: leave out the ZeRO all-gather of the updated parameters
+ * (tests/test_parallel.c shows that the run then leaves the one-rank curve). */
+static int skip_zero_gather(void) {
+    const char *e = getenv("TRIDENT_DEBUG_SKIP_ZERO_GATHER");
+    return e != NULL && e[0] == '1';
+}
+
 void tri_set_threads(int n) {
     /* the thread count and FTZ/DAZ are process-wide: a throwaway context sets them */
     tri_ctx c;
@@ -170,6 +184,8 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         return rc;
     if (tri_gpt_set_sequence_parallel(&t->gpt, cfg->parallel.sequence_parallel) != 0) return rc;
     rc = 1;
+    /* ZeRO: every bucket (the last one padded) cuts into dp aligned shards */
+    if (cfg->parallel.zero && tri_gpt_pad(&t->gpt, (size_t)mesh->dp * TRI_ZERO_ALIGN) != 0) return rc;
     t->pools = calloc((size_t)t->gpt.n_chunks, sizeof *t->pools);
     t->sync = calloc((size_t)t->gpt.n_chunks, sizeof *t->sync);
     if (!t->pools || !t->sync) return rc;
@@ -185,14 +201,34 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     tri_adamw_cfg oc = {cfg->train.lr,    cfg->train.min_lr,       cfg->train.warmup_steps,
                         cfg->train.steps, cfg->train.beta1,        cfg->train.beta2,
                         cfg->train.eps,   cfg->train.weight_decay, cfg->train.grad_clip};
-    if (tri_optim_init(&t->opt, &t->gpt, &oc) != 0) return rc;
     for (int k = 0; k < t->gpt.n_chunks; k++) {
         tri_chunk *ch = &t->gpt.chunks[k];
-        if (tri_grad_sync_init(&t->sync[k], ch->grad_mem, ch->n_elems, &t->dist.dp, cfg->parallel.bucket_mb) != 0)
-            return rc;
+        if (!cfg->parallel.zero) {
+            if (tri_grad_sync_init(&t->sync[k], ch->grad_mem, ch->n_elems, &t->dist.dp, cfg->parallel.bucket_mb) != 0)
+                return rc;
+        } else {
+            if (tri_grad_sync_init_zero(&t->sync[k], ch->grad_mem, ch->param_mem, ch->n_elems, ch->n_alloc, &t->dist.dp,
+                                        cfg->parallel.bucket_mb) != 0)
+                return rc;
+            /* the tied embedding's gradient is summed over the embedding
+             * group (train_step) before its buckets are reduce-scattered */
+            for (int i = 0; i < ch->n_params && mesh->pp > 1; i++) {
+                const tri_param *p = &ch->params[i];
+                if (p->kind == TRI_P_WTE) tri_grad_sync_defer(&t->sync[k], p->offset, p->offset + p->numel);
+            }
+        }
         if (mesh->dp > 1) {
             ch->grads_ready = grads_ready;
             ch->grads_ready_ctx = &t->sync[k];
+        }
+    }
+    if (!cfg->parallel.zero) {
+        if (tri_optim_init(&t->opt, &t->gpt, &oc) != 0) return rc;
+    } else {
+        if (tri_optim_init_zero(&t->opt, &t->gpt, &oc, t->sync) != 0) return rc;
+        if (!skip_zero_gather()) {
+            t->opt.shard_done = shard_done;
+            t->opt.shard_done_ctx = t->sync;
         }
     }
     t->inputs = malloc(t->mb * t->T * sizeof(int32_t));

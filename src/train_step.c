@@ -73,7 +73,11 @@ static int skip_tied_reduce(void) {
 
 /* The first and the last stage each hold the token embedding (input and
  * tied LM head); after the DP reduction their gradients are summed over the
- * embedding group so that both copies take the same update. */
+ * embedding group so that both copies take the same update. With ZeRO this
+ * comes before the DP reduction instead (the two copies lie in differently
+ * cut buffers, so their shards would not match): the buckets holding the
+ * embedding wait for it (tri_grad_sync_defer), and summing over the
+ * embedding group then over DP gives the same total. */
 static void reduce_tied_embedding(trainer *t) {
     tri_gpt *g = &t->gpt;
     if (t->dist.mesh.pp == 1 || skip_tied_reduce()) return;
@@ -88,7 +92,7 @@ double train_step(trainer *t, int step, double *norm) {
     tri_gpt *g = &t->gpt;
     float dscale = (float)(1.0 / ((double)t->G * (double)t->T));
     for (int k = 0; k < g->n_chunks; k++) {
-        t->ctx.ops->zero(&t->ctx, g->chunks[k].grad_mem, g->chunks[k].n_elems * sizeof(float));
+        t->ctx.ops->zero(&t->ctx, g->chunks[k].grad_mem, g->chunks[k].n_alloc * sizeof(float));
         tri_grad_sync_begin(&t->sync[k]);
     }
     loader l = {t, step, 0, 0};
@@ -100,10 +104,16 @@ double train_step(trainer *t, int step, double *norm) {
         return NAN;
     }
     reduce_tied_embedding(t);
+    int zero = t->cfg->parallel.zero;
+    /* ZeRO: the tied embedding's buckets, now summed over the embedding group */
+    for (int k = 0; zero && k < g->n_chunks; k++) tri_grad_sync_finish_deferred(&t->sync[k]);
     /* the loss lives on the head stage; identical on every TP rank */
     tri_comm_allreduce(&t->dist.dp, &loss_sum, 1, TRI_F64, TRI_SUM);
     tri_comm_allreduce(&t->dist.pp, &loss_sum, 1, TRI_F64, TRI_SUM);
-    double sumsq = tri_grad_sumsq_local(g);
+    /* ZeRO: each DP rank holds its shards of the reduced gradient: every
+     * element is counted on exactly one of them */
+    double sumsq = zero ? tri_grad_sumsq_shards(&t->opt, g) : tri_grad_sumsq_local(g);
+    if (zero) tri_comm_allreduce(&t->dist.dp, &sumsq, 1, TRI_F64, TRI_SUM);
     tri_comm_allreduce(&t->dist.tp, &sumsq, 1, TRI_F64, TRI_SUM);
     tri_comm_allreduce(&t->dist.pp, &sumsq, 1, TRI_F64, TRI_SUM);
     *norm = sqrt(sumsq);
@@ -114,6 +124,8 @@ double train_step(trainer *t, int step, double *norm) {
     double max_norm = t->cfg->train.grad_clip;
     if (max_norm > 0.0 && *norm > max_norm) clip = (float)(max_norm / (*norm + 1e-6));
     tri_optim_step(&t->opt, g, tri_lr_at(&t->opt.cfg, step), clip);
+    /* ZeRO: the all-gathers started bucket by bucket during the update */
+    for (int k = 0; zero && k < g->n_chunks; k++) tri_grad_sync_gather_wait(&t->sync[k]);
     t->consumed += t->G;
     return loss;
 }

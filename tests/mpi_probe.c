@@ -14,7 +14,7 @@
  * --stall: the watchdog. The last world rank never joins: it sleeps 30 s.
  * Every other rank, at "step 7 (probe)", runs OP on its DP group with the
  * deadline TIMEOUT_S: allreduce, iallreduce (then wait), reduce_scatter,
- * allgather, broadcast (root: the last DP rank), barrier, recv (DP rank 0
+ * allgather, ireduce_scatter and iallgather (in place, then wait), broadcast (root: the last DP rank), barrier, recv (DP rank 0
  * from the last DP rank) or send (DP rank 0 sends 4 MiB, too large to go
  * out eagerly, to the last DP rank). Ranks of the other DP groups, whose OP
  * completes, then wait in a world barrier with a 10x longer deadline, so the
@@ -142,6 +142,57 @@ static void world_ops(FILE *f, tri_comm *c) {
     free(rsf_send);
     free(rs_send);
 
+    /* non-blocking reduce-scatter (F32), all in flight at once and waited in
+     * reverse order: out of place (the inputs of rs_f32), in place (recv =
+     * this rank's slot of send), and a larger in-place one (M per rank) */
+    {
+        enum { M = 70001 };
+        float *a_send = xmalloc((size_t)size * RS * sizeof *a_send), a_recv[RS];
+        float *b = xmalloc((size_t)size * RS * sizeof *b);
+        float *big_rs = xmalloc((size_t)size * M * sizeof *big_rs);
+        for (int j = 0; j < size * RS; j++) {
+            a_send[j] = 0.5f * (float)(r + j);
+            b[j] = 0.25f * (float)(3 * r + j);
+        }
+        for (size_t j = 0; j < (size_t)size * M; j++) big_rs[j] = (float)(r + 1) * (float)(j % 7);
+        tri_req q1, q2, q3;
+        tri_comm_ireduce_scatter(c, a_recv, a_send, RS, TRI_F32, &q1);
+        tri_comm_ireduce_scatter(c, b + (size_t)r * RS, b, RS, TRI_F32, &q2);
+        tri_comm_ireduce_scatter(c, big_rs + (size_t)r * M, big_rs, M, TRI_F32, &q3);
+        tri_comm_wait(c, &q3);
+        tri_comm_wait(c, &q2);
+        tri_comm_wait(c, &q1);
+        fprintf(f, "irs_active %d %d %d\n", q1.active, q2.active, q3.active);
+        put_f32(f, "irs_f32", a_recv, RS);
+        put_f32(f, "irs_inplace_f32", b + (size_t)r * RS, RS);
+        const float *mine = big_rs + (size_t)r * M;
+        float samples[5] = {mine[0], mine[1], mine[2], mine[M / 2], mine[M - 1]};
+        put_f32(f, "irs_inplace_big", samples, 5);
+        free(big_rs);
+        free(b);
+        free(a_send);
+    }
+
+    /* non-blocking all-gather (F32): out of place and in place, both in flight */
+    {
+        enum { IG = 3 };
+        float g_send[IG];
+        float *g1 = xmalloc((size_t)size * IG * sizeof *g1), *g2 = xmalloc((size_t)size * IG * sizeof *g2);
+        for (int i = 0; i < IG; i++) g_send[i] = (float)(r * 10 + i);
+        for (int j = 0; j < size * IG; j++) g1[j] = g2[j] = -1.0f;
+        for (int i = 0; i < IG; i++) g2[r * IG + i] = (float)(r * 10 + i);
+        tri_req q1, q2;
+        tri_comm_iallgather(c, g1, g_send, IG, TRI_F32, &q1);
+        tri_comm_iallgather(c, g2, g2 + (size_t)r * IG, IG, TRI_F32, &q2);
+        tri_comm_wait(c, &q2);
+        tri_comm_wait(c, &q1);
+        fprintf(f, "iag_active %d %d\n", q1.active, q2.active);
+        put_f32(f, "iag_f32", g1, (size_t)size * IG);
+        put_f32(f, "iag_inplace_f32", g2, (size_t)size * IG);
+        free(g2);
+        free(g1);
+    }
+
     /* all-gather: send (3), recv (size*3); then the in-place form */
     enum { AG = 3 };
     double ag_send[AG];
@@ -236,6 +287,12 @@ static int stall(tri_dist *d, const char *op, double timeout_s) {
         tri_comm_reduce_scatter(c, buf + big * (size_t)(c->size - 1), buf, 4, TRI_F32);
     } else if (!strcmp(op, "allgather")) {
         tri_comm_allgather(c, buf + 16, buf, 5, TRI_F32);
+    } else if (!strcmp(op, "ireduce_scatter")) {
+        tri_comm_ireduce_scatter(c, buf + 4 * (size_t)c->rank, buf, 4, TRI_F32, &r);
+        tri_comm_wait(c, &r);
+    } else if (!strcmp(op, "iallgather")) {
+        tri_comm_iallgather(c, buf, buf + 5 * (size_t)c->rank, 5, TRI_F32, &r);
+        tri_comm_wait(c, &r);
     } else if (!strcmp(op, "broadcast")) {
         tri_comm_broadcast(c, buf, 6, TRI_F32, last);
     } else if (!strcmp(op, "barrier")) {

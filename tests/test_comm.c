@@ -317,6 +317,26 @@ static void check_world_ops(const char *dir, int n, int r) {
     for (int i = 0; i < 5; i++) w[i] = 0.5 * (tri + (double)n * (r * 5 + i));
     expect_values(dir, r, "rs_f32", w, 5, 0.0);
 
+    /* the non-blocking forms: the same out of place; in place
+     * recv[i] = sum over q of 0.25 (3q + r*5 + i); the large one (70001 per
+     * rank): element j of rank q is (q+1) (j mod 7) */
+    for (int i = 0; i < 3; i++) w[i] = 0;
+    expect_values(dir, r, "irs_active", w, 3, 0.0);
+    for (int i = 0; i < 5; i++) w[i] = 0.5 * (tri + (double)n * (r * 5 + i));
+    expect_values(dir, r, "irs_f32", w, 5, 0.0);
+    for (int i = 0; i < 5; i++) w[i] = 0.25 * (3.0 * tri + (double)n * (r * 5 + i));
+    expect_values(dir, r, "irs_inplace_f32", w, 5, 0.0);
+    {
+        const long M = 70001, idx[5] = {0, 1, 2, M / 2, M - 1};
+        for (int i = 0; i < 5; i++) w[i] = (tri + n) * (double)((r * M + idx[i]) % 7);
+        expect_values(dir, r, "irs_inplace_big", w, 5, 0.0);
+    }
+    w[0] = w[1] = 0;
+    expect_values(dir, r, "iag_active", w, 2, 0.0);
+    for (int j = 0; j < 3 * n; j++) w[j] = (j / 3) * 10.0 + j % 3;
+    expect_values(dir, r, "iag_f32", w, 3 * n, 0.0);
+    expect_values(dir, r, "iag_inplace_f32", w, 3 * n, 0.0);
+
     for (int j = 0; j < 3 * n; j++) w[j] = (j / 3) * 10.0 + j % 3;
     expect_values(dir, r, "ag_f64", w, 3 * n, 0.0);
     expect_values(dir, r, "ag_inplace_f64", w, 3 * n, 0.0);
@@ -548,6 +568,14 @@ Test(comm_watchdog, reduce_scatter, .timeout = 60) {
 
 Test(comm_watchdog, allgather, .timeout = 60) {
     expect_watchdog(1, 2, "allgather", "rank 0: watchdog: step 7 (probe): all-gather over dp of 20 bytes");
+}
+
+Test(comm_watchdog, wait_of_a_nonblocking_reduce_scatter, .timeout = 60) {
+    expect_watchdog(1, 2, "ireduce_scatter", "rank 0: watchdog: step 7 (probe): reduce-scatter over dp of 32 bytes");
+}
+
+Test(comm_watchdog, wait_of_a_nonblocking_allgather, .timeout = 60) {
+    expect_watchdog(1, 2, "iallgather", "rank 0: watchdog: step 7 (probe): all-gather over dp of 20 bytes");
 }
 
 Test(comm_watchdog, broadcast_from_the_stalled_rank, .timeout = 60) {

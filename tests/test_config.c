@@ -26,7 +26,7 @@
 
 #include "src/config.h"
 
-#define N_CONFIG_FIELDS 42 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 43 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -208,6 +208,7 @@ Test(config, out_of_range_values) {
                  "in [0, 1000000]", "got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": 2e6}}", "parallel.timeout_s",
                  "in [0, 1000000]", "got 2000000");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": 2}}", "parallel.zero", "in [0, 1]", "got 2");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"log\": {\"every\": 0}}", "log.every", "got 0");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"checkpoint\": {\"keep\": -1}}", "checkpoint.keep", "got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"debug\": {\"fail_step\": -2}}", "debug.fail_step", ">= -1",
@@ -390,6 +391,7 @@ static void check_defaults_except_data(const tri_config *c) {
     cr_expect_eq(c->parallel.dp, 1);
     cr_expect(c->parallel.bucket_mb == 25.0);
     cr_expect(c->parallel.timeout_s == 600.0);
+    cr_expect_eq(c->parallel.zero, 0);
     cr_expect_str_eq(c->checkpoint.dir, "checkpoints");
     cr_expect_eq(c->checkpoint.every, 0);
     cr_expect_eq(c->checkpoint.keep, 0);
@@ -541,6 +543,7 @@ static void expect_same(const tri_config *a, const tri_config *b) {
     SAME_D(parallel.bucket_mb);
     SAME_D(parallel.timeout_s);
     SAME_I(parallel.sequence_parallel);
+    SAME_I(parallel.zero);
     SAME_S(checkpoint.dir);
     SAME_I(checkpoint.every);
     SAME_I(checkpoint.keep);
@@ -587,6 +590,7 @@ static void unusual_config(tri_config *c, uint64_t seed) {
     c->parallel.bucket_mb = 0.0625;
     c->parallel.timeout_s = 0.0; /* no deadline */
     c->parallel.sequence_parallel = 1;
+    c->parallel.zero = 1;
     snprintf(c->checkpoint.dir, sizeof c->checkpoint.dir, "%s", "");
     c->checkpoint.every = 1000000;
     c->checkpoint.keep = 9;

@@ -504,3 +504,173 @@ Test(parallel_errors, world_size_that_is_not_tp_x_pp_x_dp, .timeout = 60) {
     tt_rmrf(dir);
     free(dir);
 }
+
+/* ---- the distributed optimizer (parallel.zero = 1) ----
+ * Same tolerances as above: ZeRO changes only where the DP sum is taken (a
+ * reduce-scatter instead of an all-reduce: another reduction order) and, with
+ * pipelines, the order of the tied embedding's two sums (embedding group,
+ * then DP); the update of each element is the same AdamW on the same values.
+ * A shard updated from the wrong gradient or the wrong moments, or not
+ * gathered back, moves elements by ~lr = 1e-3 per step. */
+
+#define ZERO "--set parallel.zero=1"
+
+Test(zero, every_layout_follows_the_single_rank_run, .timeout = 600) {
+    char *dir = make_dir(), *out = NULL;
+    cr_assert_eq(run(dir, 1, 1, "ck_1_1", "--set train.steps=10", &out), 0, "%s", out);
+    free(out);
+    double *ref;
+    cr_assert_eq(losses(dir, "ck_1_1", &ref), 10);
+    /* 0.01 MiB buckets cut the 136 KB of gradients into ~14 buckets, so
+     * shards start and end inside tensors (and rows) */
+    struct {
+        int tp, dp;
+        const char *more;
+    } layouts[] = {{1, 1, ""},
+                   {1, 2, ""},
+                   {1, 4, ""},
+                   {1, 2, "--set parallel.bucket_mb=0.01"},
+                   {1, 4, "--set parallel.bucket_mb=0.01"},
+                   {2, 2, ""},
+                   {2, 2, "--set parallel.bucket_mb=0.01 --device cpu-guard"}};
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        int tp = layouts[i].tp, dp = layouts[i].dp;
+        char ck[64], what[160], extra[256];
+        snprintf(ck, sizeof ck, "z_%d_%d_%zu", tp, dp, i);
+        snprintf(what, sizeof what, "zero=1 tp=%d dp=%d %s", tp, dp, layouts[i].more);
+        snprintf(extra, sizeof extra, "--set train.steps=10 " ZERO " %s", layouts[i].more);
+        cr_assert_eq(run(dir, tp, dp, ck, extra, &out), 0, "%s: %s", what, out);
+        free(out);
+        double *l;
+        cr_assert_eq(losses(dir, ck, &l), 10, "%s", what);
+        expect_losses_close(ref, l, 10, what);
+        expect_params_close(dir, "ck_1_1", ck, what);
+        free(l);
+    }
+    free(ref);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* The tied embedding's buckets wait for the embedding-group sum (with 0.01
+ * MiB buckets the embedding spans several, among others that went early). */
+Test(zero, pipelines_follow_the_single_rank_run, .timeout = 600) {
+    char *dir = make_dir(), *out = NULL;
+    double *ref = pipeline_reference(dir);
+    struct {
+        int tp, dp;
+        const char *more;
+    } layouts[] = {
+        {2, 2, "--set parallel.pp=2"},
+        {1, 2, "--set parallel.pp=2 --set parallel.bucket_mb=0.01"},
+        {1, 2, "--set parallel.pp=2 --set parallel.vpp=2 --set parallel.bucket_mb=0.01"},
+    };
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        int tp = layouts[i].tp, dp = layouts[i].dp;
+        char ck[64], what[256], extra[512];
+        snprintf(ck, sizeof ck, "zpipe_%zu", i);
+        snprintf(what, sizeof what, "zero=1 tp=%d dp=%d %s", tp, dp, layouts[i].more);
+        snprintf(extra, sizeof extra, PIPE_MODEL " " ZERO " %s", layouts[i].more);
+        cr_assert_eq(run(dir, tp, dp, ck, extra, &out), 0, "%s: %s", what, out);
+        free(out);
+        double *l;
+        cr_assert_eq(losses(dir, ck, &l), 10, "%s", what);
+        expect_losses_close(ref, l, 10, what);
+        expect_params_close(dir, "pipe_ref", ck, what);
+        free(l);
+    }
+    free(ref);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* Without the all-gather each DP rank keeps only its own shard updated: the
+ * replicas drift apart and the run leaves the single-rank curve. */
+Test(zero, a_run_without_the_parameter_all_gather_diverges, .timeout = 300) {
+    char *dir = make_dir(), *out = NULL;
+    cr_assert_eq(run(dir, 1, 1, "ck_1_1", "--set train.steps=10", &out), 0, "%s", out);
+    free(out);
+    double *ref;
+    cr_assert_eq(losses(dir, "ck_1_1", &ref), 10);
+    cr_assert_eq(setenv("TRIDENT_DEBUG_SKIP_ZERO_GATHER", "1", 1), 0);
+    int rc = run(dir, 1, 2, "z_nogather", "--set train.steps=10 " ZERO, &out);
+    unsetenv("TRIDENT_DEBUG_SKIP_ZERO_GATHER");
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    double *l;
+    cr_assert_eq(losses(dir, "z_nogather", &l), 10);
+    double worst = 0;
+    for (int i = 0; i < 10; i++) worst = fmax(worst, fabs(l[i] - ref[i]) / fabs(ref[i]));
+    cr_expect(worst > 100 * LOSS_RTOL, "the losses followed the reference (worst %.3g): the all-gather is not tested",
+              worst);
+    free(l);
+    free(ref);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* Saves after 5 of 10 steps with (dp, zero) = save, copies it once per
+ * resume layout and resumes: steps 6..10 must follow ref + 5. */
+static void zero_reshard(const char *dir, const double *ref, const char *model, int tp, int dp, int zero,
+                         const char *save_more, const int (*resume)[3], int n_resume, const char *resume_more) {
+    char *out = NULL, base[64], extra[512], cmd[8400];
+    snprintf(base, sizeof base, "zs_%d_%d_%d", tp, dp, zero);
+    snprintf(extra, sizeof extra, "%s --set parallel.zero=%d %s --stop-at-step 5", model, zero, save_more);
+    cr_assert_eq(run(dir, tp, dp, base, extra, &out), 0, "%s", out);
+    free(out);
+    for (int i = 0; i < n_resume; i++) {
+        int rtp = resume[i][0], rdp = resume[i][1], rz = resume[i][2];
+        char ck[96], what[256];
+        snprintf(ck, sizeof ck, "%s_to_%d_%d_%d", base, rtp, rdp, rz);
+        snprintf(cmd, sizeof cmd, "cp -r %s/%s %s/%s && mkdir -p %s/log_%s", dir, base, dir, ck, dir, ck);
+        cr_assert_eq(tt_run(cmd, NULL), 0);
+        snprintf(extra, sizeof extra, "%s --set parallel.zero=%d %s --resume", model, rz, resume_more);
+        cr_assert_eq(run(dir, rtp, rdp, ck, extra, &out), 0, "%s", out);
+        cr_expect(strstr(out, "resumed from") != NULL, "%s", out);
+        free(out);
+        double *l;
+        cr_assert_eq(losses(dir, ck, &l), 5);
+        snprintf(what, sizeof what, "saved at tp=%d dp=%d zero=%d %s, resumed at tp=%d dp=%d zero=%d %s", tp, dp, zero,
+                 save_more, rtp, rdp, rz, resume_more);
+        expect_losses_close(ref + 5, l, 5, what);
+        free(l);
+    }
+}
+
+/* The optimizer state is one global file whichever ranks wrote it: a
+ * checkpoint saved with zero=1 at dp=4 (every DP rank writing its slices,
+ * cut through rows by 0.01 MiB buckets) resumes at dp=2, at dp=1 and with
+ * zero=0; ones saved without ZeRO or at dp=2 resume at dp=4 with it. Wrong
+ * moments would change the updates of steps 6..10 by ~lr. */
+Test(zero, checkpoints_reshard_between_dp_sizes_and_zero, .timeout = 600) {
+    char *dir = make_dir(), *out = NULL;
+    cr_assert_eq(run(dir, 1, 1, "full", "--set train.steps=10", &out), 0, "%s", out);
+    free(out);
+    double *ref;
+    cr_assert_eq(losses(dir, "full", &ref), 10);
+    const char *m = "--set train.steps=10", *small = "--set parallel.bucket_mb=0.01";
+    const int from_z4[][3] = {{1, 2, 1}, {1, 1, 1}, {1, 2, 0}, {1, 1, 0}};
+    zero_reshard(dir, ref, m, 1, 4, 1, small, from_z4, 4, "");
+    const int to_z4[][3] = {{1, 4, 1}};
+    zero_reshard(dir, ref, m, 1, 2, 0, "", to_z4, 1, small);
+    zero_reshard(dir, ref, m, 1, 1, 0, "", to_z4, 1, "");
+    const int from_z2[][3] = {{1, 4, 1}, {2, 1, 0}};
+    zero_reshard(dir, ref, m, 2, 2, 1, small, from_z2, 2, "");
+    free(ref);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* With pipelines: tp2 pp2 dp2 zero=1 saved, resumed at one rank; one rank
+ * saved, resumed at pp2 dp2 zero=1. */
+Test(zero, pipeline_checkpoints_reshard, .timeout = 600) {
+    char *dir = make_dir();
+    double *ref = pipeline_reference(dir);
+    const int to_one[][3] = {{1, 1, 0}};
+    zero_reshard(dir, ref, PIPE_MODEL " --set parallel.pp=2", 2, 2, 1, "", to_one, 1, "--set parallel.pp=1");
+    const int to_pp2[][3] = {{1, 2, 1}};
+    zero_reshard(dir, ref, PIPE_MODEL, 1, 1, 0, "", to_pp2, 1, "--set parallel.pp=2 --set parallel.bucket_mb=0.01");
+    free(ref);
+    tt_rmrf(dir);
+    free(dir);
+}
