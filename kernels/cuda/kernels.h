@@ -55,6 +55,20 @@ void TRI_CU(crossentropy_combine)(void *stream, float *stats, const float *gathe
 void TRI_CU(crossentropy_bwd)(void *stream, float *losses, float *dlogits, const float *logits, const float *stats,
                               const int32_t *targets, float dscale, size_t N, size_t Vl, size_t vstart, size_t V);
 
+/* ---- embedding.cu: vocab-parallel token + position embedding ----
+ * This rank holds token rows [vstart, vstart + Vl) as wte (Vl, C); ids (B*T)
+ * are device memory; wpe (>= T, C) may be NULL.
+ * fwd: out (B*T, C) = (id in range ? wte[id - vstart] : 0) + (wpe ? wpe[t] : 0)   [overwrite]
+ * bwd: dwte rows of in-range ids += dout rows; dwpe[t] += sum over b of dout     [accumulate;
+ *      dwpe may be NULL]. Deterministic: every element's additions happen in token
+ *      order, as on the CPU (the same bits). scratch: embedding_bwd_scratch_floats(B, T)
+ *      floats of device memory, 8-byte aligned (the sorted token keys). */
+void TRI_CU(embedding_fwd)(void *stream, float *out, const int32_t *ids, const float *wte, const float *wpe, size_t B,
+                           size_t T, size_t C, size_t vstart, size_t Vl);
+void TRI_CU(embedding_bwd)(void *stream, float *dwte, float *dwpe, float *scratch, const float *dout,
+                           const int32_t *ids, size_t B, size_t T, size_t C, size_t vstart, size_t Vl);
+size_t TRI_CU(embedding_bwd_scratch_floats)(size_t B, size_t T);
+
 #ifdef __cplusplus
 }
 #endif

@@ -307,3 +307,66 @@ Test(cuda_emu, crossentropy_stats_combine_bwd_match_the_cpu_op) {
         for (uint64_t seed = 1; seed <= 3; seed++)
             crossentropy_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], seed);
 }
+
+/* ---- vocab-parallel embedding ---- */
+
+/* ids drawn over [-3, vstart + Vl + 5): negative ids, ids below and above this
+ * rank's rows; half of them from a few hot ids, so that rows of dwte collect
+ * many tokens. The forward has no reduction and the backward adds in token
+ * order as the CPU does: both must give the CPU's bits. */
+static void embedding_case(size_t B, size_t T, size_t C, size_t vstart, size_t Vl, int with_wpe, uint64_t seed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "(B %zu, T %zu, C %zu, vstart %zu, Vl %zu, wpe %d, seed %llu)", B, T, C, vstart, Vl,
+             with_wpe, (unsigned long long)seed);
+    uint64_t s = seed * 6151 + B * 97 + T * 13 + C;
+    const size_t rows = B * T, span = vstart + Vl + 8;
+    int32_t *ids = malloc(sizeof(int32_t) * rows);
+    for (size_t r = 0; r < rows; r++) {
+        const uint64_t u = rng_next(&s);
+        ids[r] = (u & 1) ? (int32_t)(vstart + (u >> 8) % 3) : (int32_t)((u >> 8) % span) - 3;
+    }
+    float *wte = alloc_fill(Vl * C, &s, -1.0f, 1.0f), *wpe = with_wpe ? alloc_fill(T * C, &s, -1.0f, 1.0f) : NULL;
+    float *out = alloc_nan(rows * C), *rout = alloc_nan(rows * C);
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_embedding_fwd(NULL, out, ids, wte, wpe, B, T, C, vstart, Vl);
+    tri_cpu_embedding_fwd(rout, ids, wte, wpe, B, T, C, vstart, Vl);
+    cr_assert(memcmp(out, rout, sizeof(float) * rows * C) == 0, "embedding_fwd %s differs from the CPU op", shape);
+
+    float *dout = alloc_fill(rows * C, &s, -1.0f, 1.0f);
+    float *dwte = alloc_fill(Vl * C, &s, -1.0f, 1.0f), *dwpe = with_wpe ? alloc_fill(T * C, &s, -1.0f, 1.0f) : NULL;
+    float *rdwte = dup(dwte, Vl * C), *rdwpe = with_wpe ? dup(dwpe, T * C) : NULL;
+    float *first = NULL;
+    tri_cpu_embedding_bwd(rdwte, rdwpe, dout, ids, B, T, C, vstart, Vl);
+    for (int run = 0; run < 3; run++) {
+        float *g = dup(dwte, Vl * C), *gp = with_wpe ? dup(dwpe, T * C) : NULL;
+        float *scratch = alloc_nan(tri_cuemu_embedding_bwd_scratch_floats(B, T));
+        tri_cuemu_set_workers(run % 2 + 1);
+        tri_cuemu_set_seed(seed * 101 + (uint64_t)run);
+        tri_cuemu_embedding_bwd(NULL, g, gp, scratch, dout, ids, B, T, C, vstart, Vl);
+        cr_assert(memcmp(g, rdwte, sizeof(float) * Vl * C) == 0, "embedding_bwd dwte %s run %d differs from the CPU op",
+                  shape, run);
+        if (with_wpe)
+            cr_assert(memcmp(gp, rdwpe, sizeof(float) * T * C) == 0,
+                      "embedding_bwd dwpe %s run %d differs from the CPU op", shape, run);
+        if (run == 0)
+            first = dup(g, Vl * C);
+        else
+            cr_assert(memcmp(g, first, sizeof(float) * Vl * C) == 0, "embedding_bwd %s: run %d other bits", shape, run);
+        free(g), free(gp), free(scratch);
+    }
+    tri_cuemu_set_workers(2);
+    free(first), free(ids), free(wte), free(wpe), free(out), free(rout), free(dout), free(dwte), free(dwpe);
+    free(rdwte), free(rdwpe);
+}
+
+Test(cuda_emu, embedding_fwd_bwd_match_the_cpu_op_bit_for_bit) {
+    /* (B, T, C, vstart, Vl, wpe): one token; rows not a power of two with a
+     * slice from 0 and a slice further up; wide rows (C > the block); a single
+     * local row; an empty slice (only dwpe) */
+    const size_t cases[][6] = {{1, 1, 1, 0, 5, 1},    {2, 37, 33, 0, 30, 1},     {3, 50, 45, 40, 30, 0},
+                               {4, 100, 7, 5, 64, 1}, {2, 19, 300, 1000, 17, 1}, {5, 9, 31, 7, 1, 0},
+                               {2, 11, 40, 3, 0, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 3; seed++)
+            embedding_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], cases[c][4], (int)cases[c][5], seed);
+}
