@@ -69,6 +69,21 @@ void TRI_CU(embedding_bwd)(void *stream, float *dwte, float *dwpe, float *scratc
                            const int32_t *ids, size_t B, size_t T, size_t C, size_t vstart, size_t Vl);
 size_t TRI_CU(embedding_bwd_scratch_floats)(size_t B, size_t T);
 
+/* ---- attention.cu: causal multi-head self-attention, flash-style ----
+ * qkv (B, T, 3, NH, HS); out (B, T, NH, HS); scale 1/sqrt(HS).
+ * fwd: out [overwrite]; lse (B, NH, T) = log sum_{j<=i} exp(s_ij) [overwrite]: the
+ *      saved state, attention_saved_floats(B, T, NH, HS) floats.
+ * bwd: dqkv (B, T, 3, NH, HS) [overwrite] from dout, qkv and the forward's out and
+ *      lse; scratch: attention_scratch_floats(B, T, NH, HS) floats (dout . out per
+ *      row). No atomics: the same bits under any schedule.
+ * Shared memory per block: 4 * 32 * (4 HS + 2) bytes in the forward, 4 * 32 * (6 HS
+ * + 6) in the backward (opt-in above 48 KiB): HS <= 128 on every sm_80 / sm_90. */
+void TRI_CU(attention_fwd)(void *stream, float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS);
+void TRI_CU(attention_bwd)(void *stream, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *out, const float *lse, size_t B, size_t T, int NH, int HS);
+size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int HS);
+size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int HS);
+
 #ifdef __cplusplus
 }
 #endif

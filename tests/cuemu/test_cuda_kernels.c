@@ -370,3 +370,113 @@ Test(cuda_emu, embedding_fwd_bwd_match_the_cpu_op_bit_for_bit) {
         for (uint64_t seed = 1; seed <= 3; seed++)
             embedding_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], cases[c][4], (int)cases[c][5], seed);
 }
+
+/* ---- causal attention (flash-style on CUDA) ---- */
+
+/* The CUDA op keeps the row log-sum-exp, the CPU op the probabilities; both
+ * are compared on what the contract fixes: out and dqkv (against the CPU op),
+ * and the lse against a double-precision computation.
+ * Tolerance: a score is a dot of HS terms, so its rounding error is about
+ * HS eps times a = scale * sum |q_d k_d| (the largest over the case); the
+ * exponential turns it into a relative error of the probabilities; the sums
+ * over keys (or queries) add T terms. So each value may be off by
+ * 2 (T + HS + 4) eps (1 + a) times the sum of the magnitudes that make it:
+ *   out_id: sum_j p_ij |v_jd|;  dv_jd: sum_i p_ij |dout_id|;
+ *   dk_jd: scale sum_i p_ij (|dp_ij| + |delta_i|) |q_id|;  dq_id likewise with |k_jd|;
+ *   lse_i: 1 + |lse_i|. */
+static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "(B %zu, T %zu, NH %d, HS %d, seed %llu)", B, T, NH, HS, (unsigned long long)seed);
+    uint64_t s = seed * 40503 + T * 131 + (size_t)NH * 17 + (size_t)HS;
+    const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T;
+    float *qkv = alloc_fill(BT * C3, &s, -1.5f, 1.5f), *dout = alloc_fill(BT * C, &s, -1.0f, 1.0f);
+    float *out = alloc_nan(BT * C), *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, HS));
+    float *rout = alloc_nan(BT * C), *att = alloc_nan(B * (size_t)NH * T * T);
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_attention_fwd(NULL, out, lse, qkv, B, T, NH, HS);
+    tri_cpu_attention_fwd(rout, att, qkv, B, T, NH, HS);
+
+    float *dqkv = alloc_nan(BT * C3), *rdqkv = alloc_nan(BT * C3);
+    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
+    float *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
+    tri_cuemu_set_seed(seed + 7);
+    tri_cuemu_attention_bwd(NULL, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, att, B, T, NH, HS);
+
+    /* magnitudes, in double */
+    const double scale = 1.0 / sqrt((double)HS);
+    double *sc_o = calloc(BT * C, sizeof(double)), *sc_d = calloc(BT * C3, sizeof(double));
+    double *sc_l = malloc(sizeof(double) * B * NH * T), *wlse = malloc(sizeof(double) * B * NH * T);
+    double *p = malloc(sizeof(double) * T * T), *dp = malloc(sizeof(double) * T * T), *dl = malloc(sizeof(double) * T);
+    double amax = 0.0;
+    for (size_t b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + b * T * C3 + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+            const float *dO = dout + b * T * C + (size_t)h * HS;
+            const float *o = rout + b * T * C + (size_t)h * HS;
+            const size_t bh = b * (size_t)NH + (size_t)h;
+            for (size_t i = 0; i < T; i++) {
+                double mx = -INFINITY, sum = 0.0, dlt = 0.0;
+                for (size_t j = 0; j <= i; j++) {
+                    double dot = 0.0, mag = 0.0, dd = 0.0;
+                    for (int d = 0; d < HS; d++) {
+                        dot += (double)q[i * C3 + d] * k[j * C3 + d];
+                        mag += fabs((double)q[i * C3 + d] * k[j * C3 + d]);
+                        dd += (double)dO[i * C + d] * v[j * C3 + d];
+                    }
+                    p[i * T + j] = dot * scale;
+                    dp[i * T + j] = dd;
+                    amax = fmax(amax, mag * scale);
+                    mx = fmax(mx, dot * scale);
+                }
+                for (size_t j = 0; j <= i; j++) sum += exp(p[i * T + j] - mx);
+                wlse[bh * T + i] = mx + log(sum);
+                sc_l[bh * T + i] = 1.0 + fabs(wlse[bh * T + i]);
+                for (size_t j = 0; j <= i; j++) p[i * T + j] = exp(p[i * T + j] - wlse[bh * T + i]);
+                for (int d = 0; d < HS; d++) dlt += (double)dO[i * C + d] * o[i * C + d];
+                dl[i] = dlt;
+            }
+            for (size_t i = 0; i < T; i++)
+                for (size_t j = 0; j <= i; j++) {
+                    const double pij = p[i * T + j], g = pij * (fabs(dp[i * T + j]) + fabs(dl[i])) * scale;
+                    for (int d = 0; d < HS; d++) {
+                        sc_o[(b * T + i) * C + (size_t)h * HS + d] += pij * fabs((double)v[j * C3 + d]);
+                        sc_d[(b * T + j) * C3 + 2 * C + (size_t)h * HS + d] += pij * fabs((double)dO[i * C + d]);
+                        sc_d[(b * T + j) * C3 + C + (size_t)h * HS + d] += g * fabs((double)q[i * C3 + d]);
+                        sc_d[(b * T + i) * C3 + (size_t)h * HS + d] += g * fabs((double)k[j * C3 + d]);
+                    }
+                }
+        }
+    for (size_t i = 0; i < BT * C; i++) sc_o[i] += FLT_MIN;
+    for (size_t i = 0; i < BT * C3; i++) sc_d[i] += FLT_MIN;
+    const double tol = sum_tol(T + (size_t)HS) * (1.0 + amax);
+    expect_close("attention_fwd out", out, rout, sc_o, BT * C, tol, shape);
+    float *wl = malloc(sizeof(float) * B * NH * T);
+    for (size_t i = 0; i < B * (size_t)NH * T; i++) wl[i] = (float)wlse[i];
+    expect_close("attention_fwd lse", lse, wl, sc_l, B * (size_t)NH * T, tol, shape);
+    expect_close("attention_bwd dqkv", dqkv, rdqkv, sc_d, BT * C3, tol, shape);
+
+    /* no atomics: another schedule gives the same bits */
+    float *again = alloc_nan(BT * C3), *out2 = alloc_nan(BT * C);
+    tri_cuemu_set_seed(seed * 977 + 3);
+    tri_cuemu_set_workers(1);
+    tri_cuemu_attention_fwd(NULL, out2, lse, qkv, B, T, NH, HS);
+    tri_cuemu_attention_bwd(NULL, again, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    tri_cuemu_set_workers(2);
+    cr_expect(memcmp(out2, out, sizeof(float) * BT * C) == 0, "attention_fwd %s: other bits under another seed", shape);
+    cr_expect(memcmp(again, dqkv, sizeof(float) * BT * C3) == 0, "attention_bwd %s: other bits under another seed",
+              shape);
+    free(again), free(out2), free(wl);
+    free(qkv), free(dout), free(out), free(lse), free(rout), free(att), free(dqkv), free(rdqkv), free(scratch);
+    free(rscratch), free(sc_o), free(sc_d), free(sc_l), free(wlse), free(p), free(dp), free(dl);
+}
+
+Test(cuda_emu, attention_fwd_bwd_match_the_cpu_op) {
+    /* (B, T, NH, HS): T = 1; T below, at, and not a multiple of the 32-row
+     * tile; HS 16, 24 and 64 */
+    const size_t cases[][4] = {{1, 1, 1, 16},   {2, 1, 3, 64}, {2, 37, 3, 24}, {1, 32, 2, 16},
+                               {1, 100, 2, 64}, {3, 5, 4, 24}, {1, 65, 1, 16}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 2; seed++)
+            attention_case(cases[c][0], cases[c][1], (int)cases[c][2], (int)cases[c][3], seed);
+}
