@@ -84,6 +84,43 @@ void TRI_CU(attention_bwd)(void *stream, float *dqkv, float *scratch, const floa
 size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int HS);
 size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int HS);
 
+/* ---- optim.cu: AdamW over many tensors, sums of many tensors ----
+ * A table of tensors in device memory, planned once on the host: *_plan fills
+ * each entry's first_block and returns the launch's block count; the table is
+ * then copied to the device (its pointers are device memory and must stay
+ * valid while it is used).
+ * adamw_multi: for every entry, the CPU adamw op (kernels/ops.h) on (param, m, v,
+ *   grad, n) with the entry's weight decay wd, the gradient first multiplied by
+ *   grad_scale (1 for none; the CPU's scale op followed by adamw). fp32 master
+ *   weights; bias corrections as the CPU computes them.
+ * sum_multi: *result (one double, device memory) = the sum over every entry of
+ *   x[i] (square 0) or x[i]^2 (square 1), in double; partial: `blocks` doubles
+ *   (at least 1) of device memory. sum: the same for one tensor; partial:
+ *   sum_partials(n) doubles. Both reduce in a fixed tree that depends only on
+ *   the sizes: the same bits under any schedule. */
+typedef struct tri_cu_adamw_tensor {
+    float *param, *m, *v;
+    const float *grad;
+    size_t n;
+    float wd;
+    unsigned first_block; /* set by adamw_plan */
+} tri_cu_adamw_tensor;
+
+typedef struct tri_cu_span {
+    const float *x;
+    size_t n;
+    unsigned first_block; /* set by sum_plan */
+} tri_cu_span;
+
+size_t TRI_CU(adamw_plan)(tri_cu_adamw_tensor *table, int count);
+void TRI_CU(adamw_multi)(void *stream, const tri_cu_adamw_tensor *table, int count, size_t blocks, float lr,
+                         float beta1, float beta2, float eps, int t, float grad_scale);
+size_t TRI_CU(sum_plan)(tri_cu_span *table, int count);
+void TRI_CU(sum_multi)(void *stream, double *result, double *partial, const tri_cu_span *table, int count,
+                       size_t blocks, int square);
+size_t TRI_CU(sum_partials)(size_t n);
+void TRI_CU(sum)(void *stream, double *result, double *partial, const float *x, size_t n, int square);
+
 #ifdef __cplusplus
 }
 #endif

@@ -480,3 +480,114 @@ Test(cuda_emu, attention_fwd_bwd_match_the_cpu_op) {
         for (uint64_t seed = 1; seed <= 2; seed++)
             attention_case(cases[c][0], cases[c][1], (int)cases[c][2], (int)cases[c][3], seed);
 }
+
+/* ---- AdamW over many tensors, sums ---- */
+
+/* Sizes around the 4096-element AdamW and 8192-element sum blocks, empty
+ * tensors (also the last one) and tiny ones. */
+static const size_t OPT_SIZES[] = {1, 31, 0, 4097, 9000, 257, 8192, 8193, 0};
+enum { OPT_COUNT = sizeof OPT_SIZES / sizeof OPT_SIZES[0] };
+
+/* Every tensor against the CPU's scale (when grad_scale != 1) and adamw ops.
+ * No reduction: each value is a few roundings from the CPU's. Tolerances:
+ * m and v 4 eps times the magnitudes of their two terms; param 16 eps times
+ * |p| + lr (|mhat / (sqrt(vhat) + eps)| + wd |p|) (the division and square
+ * root add a few eps relative to the update). */
+static void adamw_case(float grad_scale, int t, uint64_t seed) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "(grad_scale %g, t %d, seed %llu)", grad_scale, t, (unsigned long long)seed);
+    uint64_t s = seed * 2654435761u + (uint64_t)t;
+    const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    tri_cu_adamw_tensor table[OPT_COUNT];
+    float *p0[OPT_COUNT], *m0[OPT_COUNT], *v0[OPT_COUNT], *g[OPT_COUNT];
+    for (int k = 0; k < OPT_COUNT; k++) {
+        const size_t n = OPT_SIZES[k];
+        p0[k] = alloc_fill(n, &s, -1.0f, 1.0f), m0[k] = alloc_fill(n, &s, -0.1f, 0.1f);
+        v0[k] = alloc_fill(n, &s, 0.0f, 0.01f), g[k] = alloc_fill(n, &s, -0.5f, 0.5f);
+        table[k] = (tri_cu_adamw_tensor){dup(p0[k], n), dup(m0[k], n), dup(v0[k], n), g[k], n, k % 2 ? 0.1f : 0.0f, 0};
+    }
+    const size_t blocks = tri_cuemu_adamw_plan(table, OPT_COUNT);
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_adamw_multi(NULL, table, OPT_COUNT, blocks, lr, b1, b2, eps, t, grad_scale);
+    const double ibc1 = 1.0 / (1.0 - pow(b1, t)), ibc2 = 1.0 / (1.0 - pow(b2, t));
+    for (int k = 0; k < OPT_COUNT; k++) {
+        const size_t n = OPT_SIZES[k];
+        float *p = dup(p0[k], n), *m = dup(m0[k], n), *v = dup(v0[k], n), *gs = dup(g[k], n);
+        if (grad_scale != 1.0f) tri_cpu_scale(gs, grad_scale, n);
+        tri_cpu_adamw(p, m, v, gs, n, lr, b1, b2, eps, table[k].wd, t);
+        double *sp = malloc(sizeof(double) * (n + 1)), *sm = malloc(sizeof(double) * (n + 1)),
+               *sv = malloc(sizeof(double) * (n + 1));
+        for (size_t i = 0; i < n; i++) {
+            const double gi = gs[i];
+            sm[i] = b1 * fabs((double)m0[k][i]) + (1 - b1) * fabs(gi) + FLT_MIN;
+            sv[i] = b2 * (double)v0[k][i] + (1 - b2) * gi * gi + FLT_MIN;
+            sp[i] = fabs((double)p0[k][i]) +
+                    lr * (fabs(m[i] * ibc1) / (sqrt(v[i] * ibc2) + eps) + table[k].wd * fabs((double)p0[k][i]));
+        }
+        expect_close("adamw_multi m", table[k].m, m, sm, n, 4 * FLT_EPSILON, shape);
+        expect_close("adamw_multi v", table[k].v, v, sv, n, 4 * FLT_EPSILON, shape);
+        expect_close("adamw_multi param", table[k].param, p, sp, n, 16 * FLT_EPSILON, shape);
+        free(p), free(m), free(v), free(gs), free(sp), free(sm), free(sv);
+        free(table[k].param), free(table[k].m), free(table[k].v), free(p0[k]), free(m0[k]), free(v0[k]), free(g[k]);
+    }
+}
+
+Test(cuda_emu, adamw_multi_matches_the_cpu_op_on_every_tensor) {
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        adamw_case(1.0f, (int)seed, seed);
+        adamw_case(0.37f, 1000, seed);
+    }
+}
+
+/* The sums against the CPU's: both in double, so they differ by double
+ * rounding only: 2 (n + 4) DBL_EPSILON times the sum of |terms|. The result
+ * must not depend on the schedule (bits compared across seeds and workers). */
+Test(cuda_emu, sums_match_the_cpu_op_and_do_not_depend_on_scheduling) {
+    uint64_t s = 4242;
+    tri_cu_span table[OPT_COUNT];
+    float *x[OPT_COUNT];
+    size_t total = 0;
+    for (int k = 0; k < OPT_COUNT; k++) {
+        x[k] = alloc_fill(OPT_SIZES[k], &s, -3.0f, 2.0f); /* mean not 0: the sum does not cancel to noise */
+        table[k] = (tri_cu_span){x[k], OPT_SIZES[k], 0};
+        total += OPT_SIZES[k];
+    }
+    const size_t blocks = tri_cuemu_sum_plan(table, OPT_COUNT);
+    for (int square = 0; square <= 1; square++) {
+        double want = 0.0, mag = 0.0, first = NAN;
+        for (int k = 0; k < OPT_COUNT; k++) {
+            want += square ? tri_cpu_sumsq(x[k], OPT_SIZES[k]) : tri_cpu_sum(x[k], OPT_SIZES[k]);
+            for (size_t i = 0; i < OPT_SIZES[k]; i++) mag += square ? (double)x[k][i] * x[k][i] : fabs((double)x[k][i]);
+        }
+        for (int run = 0; run < 4; run++) {
+            double result = NAN, *partial = malloc(sizeof(double) * (blocks + 1));
+            for (size_t b = 0; b <= blocks; b++) partial[b] = NAN;
+            tri_cuemu_set_workers(run % 2 + 1);
+            tri_cuemu_set_seed((uint64_t)run * 31 + 5);
+            tri_cuemu_sum_multi(NULL, &result, partial, table, OPT_COUNT, blocks, square);
+            cr_assert(fabs(result - want) <= 2.0 * (double)(total + 4) * DBL_EPSILON * mag,
+                      "sum_multi (square %d): %.17g, the CPU ops give %.17g", square, result, want);
+            if (run == 0)
+                first = result;
+            else
+                cr_assert(memcmp(&first, &result, sizeof result) == 0, "sum_multi (square %d) run %d: other bits",
+                          square, run);
+            free(partial);
+        }
+        /* one tensor at a time, empty ones included */
+        for (int k = 0; k < OPT_COUNT; k++) {
+            const size_t n = OPT_SIZES[k];
+            const size_t np = tri_cuemu_sum_partials(n);
+            double result = NAN, *partial = malloc(sizeof(double) * np), m1 = 0.0;
+            for (size_t b = 0; b < np; b++) partial[b] = NAN;
+            tri_cuemu_sum(NULL, &result, partial, x[k], n, square);
+            const double w = square ? tri_cpu_sumsq(x[k], n) : tri_cpu_sum(x[k], n);
+            for (size_t i = 0; i < n; i++) m1 += square ? (double)x[k][i] * x[k][i] : fabs((double)x[k][i]);
+            cr_assert(fabs(result - w) <= 2.0 * (double)(n + 4) * DBL_EPSILON * m1,
+                      "sum (n %zu, square %d): %.17g, the CPU op gives %.17g", n, square, result, w);
+            free(partial);
+        }
+    }
+    tri_cuemu_set_workers(2);
+    for (int k = 0; k < OPT_COUNT; k++) free(x[k]);
+}
