@@ -121,6 +121,25 @@ void TRI_CU(sum_multi)(void *stream, double *result, double *partial, const tri_
 size_t TRI_CU(sum_partials)(size_t n);
 void TRI_CU(sum)(void *stream, double *result, double *partial, const float *x, size_t n, int square);
 
+/* ---- elementwise.cu ----
+ * residual_fwd: out (N, C) = res + x + bias (C)       [overwrite; bias may be NULL;
+ *                                                      out may alias res or x]
+ * bias_bwd: dbias (C) += column sums of dout (N, C)   [accumulate]; scratch:
+ *   bias_bwd_scratch_floats(N, C) floats (partial sums over fixed row groups:
+ *   the same bits under any schedule)
+ * scale: x (n) *= s [in place];  add: y (n) += x (n) [accumulate]
+ * cast_f32_to_bf16: out (n) = in rounded to bf16 (nearest, ties to even; the bits of
+ *   kernels/half.h's tri_f32_to_bf16), stored as uint16_t   [overwrite]
+ * cast_bf16_to_f32: out (n) = in, exactly                     [overwrite] */
+void TRI_CU(residual_fwd)(void *stream, float *out, const float *res, const float *x, const float *bias, size_t N,
+                          size_t C);
+void TRI_CU(bias_bwd)(void *stream, float *dbias, float *scratch, const float *dout, size_t N, size_t C);
+size_t TRI_CU(bias_bwd_scratch_floats)(size_t N, size_t C);
+void TRI_CU(scale)(void *stream, float *x, float s, size_t n);
+void TRI_CU(add)(void *stream, float *y, const float *x, size_t n);
+void TRI_CU(cast_f32_to_bf16)(void *stream, uint16_t *out, const float *in, size_t n);
+void TRI_CU(cast_bf16_to_f32)(void *stream, float *out, const uint16_t *in, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/half.h"
 #include "tests/cuemu/cuemu_api.h"
 
 static uint64_t rng_next(uint64_t *s) {
@@ -590,4 +591,101 @@ Test(cuda_emu, sums_match_the_cpu_op_and_do_not_depend_on_scheduling) {
     }
     tri_cuemu_set_workers(2);
     for (int k = 0; k < OPT_COUNT; k++) free(x[k]);
+}
+
+/* ---- residual, bias gradient, scale, add ---- */
+
+/* residual, scale and add do one rounding per element in the CPU's order: the
+ * CPU's bits. bias_bwd sums N rows in another order: 2 (N + 4) eps times the
+ * sum of |dout| over the column plus |dbias before|. */
+static void elementwise_case(size_t N, size_t C, uint64_t seed) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "(N %zu, C %zu, seed %llu)", N, C, (unsigned long long)seed);
+    uint64_t s = seed * 1299709 + N * 3 + C;
+    const size_t n = N * C;
+    float *res = alloc_fill(n, &s, -2.0f, 2.0f), *x = alloc_fill(n, &s, -2.0f, 2.0f), *bias = alloc_fill(C, &s, -1, 1);
+    for (int with_bias = 0; with_bias <= 1; with_bias++) {
+        const float *bb = with_bias ? bias : NULL;
+        float *out = alloc_nan(n), *rout = alloc_nan(n);
+        tri_cuemu_set_seed(seed);
+        tri_cuemu_residual_fwd(NULL, out, res, x, bb, N, C);
+        tri_cpu_residual_fwd(rout, res, x, bb, N, C);
+        cr_assert(memcmp(out, rout, sizeof(float) * n) == 0, "residual_fwd %s bias %d differs", shape, with_bias);
+        float *a = dup(res, n), *b = dup(x, n); /* out aliasing res, then x */
+        tri_cuemu_residual_fwd(NULL, a, a, x, bb, N, C);
+        tri_cuemu_residual_fwd(NULL, b, res, b, bb, N, C);
+        cr_assert(memcmp(a, rout, sizeof(float) * n) == 0 && memcmp(b, rout, sizeof(float) * n) == 0,
+                  "residual_fwd in place %s bias %d differs", shape, with_bias);
+        free(out), free(rout), free(a), free(b);
+    }
+    float *db = alloc_fill(C, &s, -1.0f, 1.0f), *rdb = dup(db, C), *first = NULL;
+    tri_cpu_bias_bwd(rdb, x, N, C);
+    double *sc = malloc(sizeof(double) * C);
+    for (size_t c = 0; c < C; c++) {
+        sc[c] = 1.0 + fabs((double)db[c]);
+        for (size_t r = 0; r < N; r++) sc[c] += fabs((double)x[r * C + c]);
+    }
+    for (int run = 0; run < 3; run++) {
+        float *g = dup(db, C), *scratch = alloc_nan(tri_cuemu_bias_bwd_scratch_floats(N, C));
+        tri_cuemu_set_workers(run % 2 + 1);
+        tri_cuemu_set_seed(seed * 13 + (uint64_t)run);
+        tri_cuemu_bias_bwd(NULL, g, scratch, x, N, C);
+        expect_close("bias_bwd", g, rdb, sc, C, sum_tol(N), shape);
+        if (run == 0)
+            first = dup(g, C);
+        else
+            cr_assert(memcmp(first, g, sizeof(float) * C) == 0, "bias_bwd %s run %d: other bits", shape, run);
+        free(g), free(scratch);
+    }
+    tri_cuemu_set_workers(2);
+    float *y = dup(res, n), *ry = dup(res, n);
+    tri_cuemu_add(NULL, y, x, n);
+    tri_cpu_add(ry, x, n);
+    cr_assert(memcmp(y, ry, sizeof(float) * n) == 0, "add %s differs", shape);
+    tri_cuemu_scale(NULL, y, 0.3f, n);
+    tri_cpu_scale(ry, 0.3f, n);
+    cr_assert(memcmp(y, ry, sizeof(float) * n) == 0, "scale %s differs", shape);
+    free(res), free(x), free(bias), free(db), free(rdb), free(first), free(sc), free(y), free(ry);
+}
+
+Test(cuda_emu, residual_bias_scale_add_match_the_cpu_ops) {
+    /* 1100 * 257 > 1024 blocks * 256 threads: the grid-stride loop runs twice */
+    const size_t shapes[][2] = {{1, 1}, {3, 5}, {7, 33}, {100, 31}, {17, 300}, {1100, 257}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (uint64_t seed = 1; seed <= 2; seed++) elementwise_case(shapes[k][0], shapes[k][1], seed);
+}
+
+/* ---- fp32 <-> bf16 casts, bit for bit against kernels/half.h ---- */
+
+Test(cuda_emu, bf16_casts_match_half_h_bit_for_bit) {
+    /* every bf16 value, each halfway point above it (a tie), one ulp either
+     * side of the tie, and random fp32 patterns (NaNs, infinities,
+     * subnormals, the largest finite values included) */
+    const size_t nb = 65536, nr = 300000, n = 4 * nb + nr;
+    uint32_t *bits = malloc(sizeof(uint32_t) * n);
+    uint64_t s = 77;
+    for (size_t h = 0; h < nb; h++) {
+        bits[4 * h] = (uint32_t)h << 16;
+        bits[4 * h + 1] = ((uint32_t)h << 16) | 0x8000u;
+        bits[4 * h + 2] = ((uint32_t)h << 16) | 0x7fffu;
+        bits[4 * h + 3] = ((uint32_t)h << 16) | 0x8001u;
+    }
+    for (size_t i = 0; i < nr; i++) bits[4 * nb + i] = (uint32_t)rng_next(&s);
+    float *f = malloc(sizeof(float) * n);
+    memcpy(f, bits, sizeof(float) * n);
+    uint16_t *got = malloc(sizeof(uint16_t) * n);
+    memset(got, 0xa5, sizeof(uint16_t) * n);
+    tri_cuemu_cast_f32_to_bf16(NULL, got, f, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert(got[i] == tri_f32_to_bf16(f[i]), "fp32 0x%08x -> bf16 0x%04x, half.h gives 0x%04x", bits[i], got[i],
+                  tri_f32_to_bf16(f[i]));
+    uint16_t *all = malloc(sizeof(uint16_t) * nb);
+    for (size_t h = 0; h < nb; h++) all[h] = (uint16_t)h;
+    float *back = alloc_nan(nb);
+    tri_cuemu_cast_bf16_to_f32(NULL, back, all, nb);
+    for (size_t h = 0; h < nb; h++) {
+        const float want = tri_bf16_to_f32((uint16_t)h);
+        cr_assert(memcmp(&back[h], &want, sizeof want) == 0, "bf16 0x%04zx -> fp32 differs from half.h", h);
+    }
+    free(bits), free(f), free(got), free(all), free(back);
 }
