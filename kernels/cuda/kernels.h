@@ -55,6 +55,91 @@ void TRI_CU(crossentropy_combine)(void *stream, float *stats, const float *gathe
 void TRI_CU(crossentropy_bwd)(void *stream, float *losses, float *dlogits, const float *logits, const float *stats,
                               const int32_t *targets, float dscale, size_t N, size_t Vl, size_t vstart, size_t V);
 
+/* ---- embedding.cu: vocab-parallel token + position embedding ----
+ * This rank holds token rows [vstart, vstart + Vl) as wte (Vl, C); ids (B*T)
+ * are device memory; wpe (>= T, C) may be NULL.
+ * fwd: out (B*T, C) = (id in range ? wte[id - vstart] : 0) + (wpe ? wpe[t] : 0)   [overwrite]
+ * bwd: dwte rows of in-range ids += dout rows; dwpe[t] += sum over b of dout     [accumulate;
+ *      dwpe may be NULL]. Deterministic: every element's additions happen in token
+ *      order, as on the CPU (the same bits). scratch: embedding_bwd_scratch_floats(B, T)
+ *      floats of device memory, 8-byte aligned (the sorted token keys). */
+void TRI_CU(embedding_fwd)(void *stream, float *out, const int32_t *ids, const float *wte, const float *wpe, size_t B,
+                           size_t T, size_t C, size_t vstart, size_t Vl);
+void TRI_CU(embedding_bwd)(void *stream, float *dwte, float *dwpe, float *scratch, const float *dout,
+                           const int32_t *ids, size_t B, size_t T, size_t C, size_t vstart, size_t Vl);
+size_t TRI_CU(embedding_bwd_scratch_floats)(size_t B, size_t T);
+
+/* ---- attention.cu: causal multi-head self-attention, flash-style ----
+ * qkv (B, T, 3, NH, HS); out (B, T, NH, HS); scale 1/sqrt(HS).
+ * fwd: out [overwrite]; lse (B, NH, T) = log sum_{j<=i} exp(s_ij) [overwrite]: the
+ *      saved state, attention_saved_floats(B, T, NH, HS) floats.
+ * bwd: dqkv (B, T, 3, NH, HS) [overwrite] from dout, qkv and the forward's out and
+ *      lse; scratch: attention_scratch_floats(B, T, NH, HS) floats (dout . out per
+ *      row). No atomics: the same bits under any schedule.
+ * Shared memory per block: 4 * 32 * (4 HS + 2) bytes in the forward, 4 * 32 * (6 HS
+ * + 6) in the backward (opt-in above 48 KiB): HS <= 128 on every sm_80 / sm_90. */
+void TRI_CU(attention_fwd)(void *stream, float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS);
+void TRI_CU(attention_bwd)(void *stream, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *out, const float *lse, size_t B, size_t T, int NH, int HS);
+size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int HS);
+size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int HS);
+
+/* ---- optim.cu: AdamW over many tensors, sums of many tensors ----
+ * A table of tensors in device memory, planned once on the host: *_plan fills
+ * each entry's first_block and returns the launch's block count; the table is
+ * then copied to the device (its pointers are device memory and must stay
+ * valid while it is used).
+ * adamw_multi: for every entry, the CPU adamw op (kernels/ops.h) on (param, m, v,
+ *   grad, n) with the entry's weight decay wd, the gradient first multiplied by
+ *   grad_scale (1 for none; the CPU's scale op followed by adamw). fp32 master
+ *   weights; bias corrections as the CPU computes them.
+ * sum_multi: *result (one double, device memory) = the sum over every entry of
+ *   x[i] (square 0) or x[i]^2 (square 1), in double; partial: `blocks` doubles
+ *   (at least 1) of device memory. sum: the same for one tensor; partial:
+ *   sum_partials(n) doubles. Both reduce in a fixed tree that depends only on
+ *   the sizes: the same bits under any schedule. */
+typedef struct tri_cu_adamw_tensor {
+    float *param, *m, *v;
+    const float *grad;
+    size_t n;
+    float wd;
+    unsigned first_block; /* set by adamw_plan */
+} tri_cu_adamw_tensor;
+
+typedef struct tri_cu_span {
+    const float *x;
+    size_t n;
+    unsigned first_block; /* set by sum_plan */
+} tri_cu_span;
+
+size_t TRI_CU(adamw_plan)(tri_cu_adamw_tensor *table, int count);
+void TRI_CU(adamw_multi)(void *stream, const tri_cu_adamw_tensor *table, int count, size_t blocks, float lr,
+                         float beta1, float beta2, float eps, int t, float grad_scale);
+size_t TRI_CU(sum_plan)(tri_cu_span *table, int count);
+void TRI_CU(sum_multi)(void *stream, double *result, double *partial, const tri_cu_span *table, int count,
+                       size_t blocks, int square);
+size_t TRI_CU(sum_partials)(size_t n);
+void TRI_CU(sum)(void *stream, double *result, double *partial, const float *x, size_t n, int square);
+
+/* ---- elementwise.cu ----
+ * residual_fwd: out (N, C) = res + x + bias (C)       [overwrite; bias may be NULL;
+ *                                                      out may alias res or x]
+ * bias_bwd: dbias (C) += column sums of dout (N, C)   [accumulate]; scratch:
+ *   bias_bwd_scratch_floats(N, C) floats (partial sums over fixed row groups:
+ *   the same bits under any schedule)
+ * scale: x (n) *= s [in place];  add: y (n) += x (n) [accumulate]
+ * cast_f32_to_bf16: out (n) = in rounded to bf16 (nearest, ties to even; the bits of
+ *   kernels/half.h's tri_f32_to_bf16), stored as uint16_t   [overwrite]
+ * cast_bf16_to_f32: out (n) = in, exactly                     [overwrite] */
+void TRI_CU(residual_fwd)(void *stream, float *out, const float *res, const float *x, const float *bias, size_t N,
+                          size_t C);
+void TRI_CU(bias_bwd)(void *stream, float *dbias, float *scratch, const float *dout, size_t N, size_t C);
+size_t TRI_CU(bias_bwd_scratch_floats)(size_t N, size_t C);
+void TRI_CU(scale)(void *stream, float *x, float s, size_t n);
+void TRI_CU(add)(void *stream, float *y, const float *x, size_t n);
+void TRI_CU(cast_f32_to_bf16)(void *stream, uint16_t *out, const float *in, size_t n);
+void TRI_CU(cast_bf16_to_f32)(void *stream, float *out, const uint16_t *in, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/half.h"
 #include "tests/cuemu/cuemu_api.h"
 
 static uint64_t rng_next(uint64_t *s) {
@@ -306,4 +307,385 @@ Test(cuda_emu, crossentropy_stats_combine_bwd_match_the_cpu_op) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (uint64_t seed = 1; seed <= 3; seed++)
             crossentropy_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], seed);
+}
+
+/* ---- vocab-parallel embedding ---- */
+
+/* ids drawn over [-3, vstart + Vl + 5): negative ids, ids below and above this
+ * rank's rows; half of them from a few hot ids, so that rows of dwte collect
+ * many tokens. The forward has no reduction and the backward adds in token
+ * order as the CPU does: both must give the CPU's bits. */
+static void embedding_case(size_t B, size_t T, size_t C, size_t vstart, size_t Vl, int with_wpe, uint64_t seed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "(B %zu, T %zu, C %zu, vstart %zu, Vl %zu, wpe %d, seed %llu)", B, T, C, vstart, Vl,
+             with_wpe, (unsigned long long)seed);
+    uint64_t s = seed * 6151 + B * 97 + T * 13 + C;
+    const size_t rows = B * T, span = vstart + Vl + 8;
+    int32_t *ids = malloc(sizeof(int32_t) * rows);
+    for (size_t r = 0; r < rows; r++) {
+        const uint64_t u = rng_next(&s);
+        ids[r] = (u & 1) ? (int32_t)(vstart + (u >> 8) % 3) : (int32_t)((u >> 8) % span) - 3;
+    }
+    float *wte = alloc_fill(Vl * C, &s, -1.0f, 1.0f), *wpe = with_wpe ? alloc_fill(T * C, &s, -1.0f, 1.0f) : NULL;
+    float *out = alloc_nan(rows * C), *rout = alloc_nan(rows * C);
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_embedding_fwd(NULL, out, ids, wte, wpe, B, T, C, vstart, Vl);
+    tri_cpu_embedding_fwd(rout, ids, wte, wpe, B, T, C, vstart, Vl);
+    cr_assert(memcmp(out, rout, sizeof(float) * rows * C) == 0, "embedding_fwd %s differs from the CPU op", shape);
+
+    float *dout = alloc_fill(rows * C, &s, -1.0f, 1.0f);
+    float *dwte = alloc_fill(Vl * C, &s, -1.0f, 1.0f), *dwpe = with_wpe ? alloc_fill(T * C, &s, -1.0f, 1.0f) : NULL;
+    float *rdwte = dup(dwte, Vl * C), *rdwpe = with_wpe ? dup(dwpe, T * C) : NULL;
+    float *first = NULL;
+    tri_cpu_embedding_bwd(rdwte, rdwpe, dout, ids, B, T, C, vstart, Vl);
+    for (int run = 0; run < 3; run++) {
+        float *g = dup(dwte, Vl * C), *gp = with_wpe ? dup(dwpe, T * C) : NULL;
+        float *scratch = alloc_nan(tri_cuemu_embedding_bwd_scratch_floats(B, T));
+        tri_cuemu_set_workers(run % 2 + 1);
+        tri_cuemu_set_seed(seed * 101 + (uint64_t)run);
+        tri_cuemu_embedding_bwd(NULL, g, gp, scratch, dout, ids, B, T, C, vstart, Vl);
+        cr_assert(memcmp(g, rdwte, sizeof(float) * Vl * C) == 0, "embedding_bwd dwte %s run %d differs from the CPU op",
+                  shape, run);
+        if (with_wpe)
+            cr_assert(memcmp(gp, rdwpe, sizeof(float) * T * C) == 0,
+                      "embedding_bwd dwpe %s run %d differs from the CPU op", shape, run);
+        if (run == 0)
+            first = dup(g, Vl * C);
+        else
+            cr_assert(memcmp(g, first, sizeof(float) * Vl * C) == 0, "embedding_bwd %s: run %d other bits", shape, run);
+        free(g), free(gp), free(scratch);
+    }
+    tri_cuemu_set_workers(2);
+    free(first), free(ids), free(wte), free(wpe), free(out), free(rout), free(dout), free(dwte), free(dwpe);
+    free(rdwte), free(rdwpe);
+}
+
+Test(cuda_emu, embedding_fwd_bwd_match_the_cpu_op_bit_for_bit) {
+    /* (B, T, C, vstart, Vl, wpe): one token; rows not a power of two with a
+     * slice from 0 and a slice further up; wide rows (C > the block); a single
+     * local row; an empty slice (only dwpe) */
+    const size_t cases[][6] = {{1, 1, 1, 0, 5, 1},    {2, 37, 33, 0, 30, 1},     {3, 50, 45, 40, 30, 0},
+                               {4, 100, 7, 5, 64, 1}, {2, 19, 300, 1000, 17, 1}, {5, 9, 31, 7, 1, 0},
+                               {2, 11, 40, 3, 0, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 3; seed++)
+            embedding_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], cases[c][4], (int)cases[c][5], seed);
+}
+
+/* ---- causal attention (flash-style on CUDA) ---- */
+
+/* The CUDA op keeps the row log-sum-exp, the CPU op the probabilities; both
+ * are compared on what the contract fixes: out and dqkv (against the CPU op),
+ * and the lse against a double-precision computation.
+ * Tolerance: a score is a dot of HS terms, so its rounding error is about
+ * HS eps times a = scale * sum |q_d k_d| (the largest over the case); the
+ * exponential turns it into a relative error of the probabilities; the sums
+ * over keys (or queries) add T terms. So each value may be off by
+ * 2 (T + HS + 4) eps (1 + a) times the sum of the magnitudes that make it:
+ *   out_id: sum_j p_ij |v_jd|;  dv_jd: sum_i p_ij |dout_id|;
+ *   dk_jd: scale sum_i p_ij (|dp_ij| + |delta_i|) |q_id|;  dq_id likewise with |k_jd|;
+ *   lse_i: 1 + |lse_i|. */
+static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "(B %zu, T %zu, NH %d, HS %d, seed %llu)", B, T, NH, HS, (unsigned long long)seed);
+    uint64_t s = seed * 40503 + T * 131 + (size_t)NH * 17 + (size_t)HS;
+    const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T;
+    float *qkv = alloc_fill(BT * C3, &s, -1.5f, 1.5f), *dout = alloc_fill(BT * C, &s, -1.0f, 1.0f);
+    float *out = alloc_nan(BT * C), *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, HS));
+    float *rout = alloc_nan(BT * C), *att = alloc_nan(B * (size_t)NH * T * T);
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_attention_fwd(NULL, out, lse, qkv, B, T, NH, HS);
+    tri_cpu_attention_fwd(rout, att, qkv, B, T, NH, HS);
+
+    float *dqkv = alloc_nan(BT * C3), *rdqkv = alloc_nan(BT * C3);
+    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
+    float *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
+    tri_cuemu_set_seed(seed + 7);
+    tri_cuemu_attention_bwd(NULL, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, att, B, T, NH, HS);
+
+    /* magnitudes, in double */
+    const double scale = 1.0 / sqrt((double)HS);
+    double *sc_o = calloc(BT * C, sizeof(double)), *sc_d = calloc(BT * C3, sizeof(double));
+    double *sc_l = malloc(sizeof(double) * B * NH * T), *wlse = malloc(sizeof(double) * B * NH * T);
+    double *p = malloc(sizeof(double) * T * T), *dp = malloc(sizeof(double) * T * T), *dl = malloc(sizeof(double) * T);
+    double amax = 0.0;
+    for (size_t b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + b * T * C3 + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+            const float *dO = dout + b * T * C + (size_t)h * HS;
+            const float *o = rout + b * T * C + (size_t)h * HS;
+            const size_t bh = b * (size_t)NH + (size_t)h;
+            for (size_t i = 0; i < T; i++) {
+                double mx = -INFINITY, sum = 0.0, dlt = 0.0;
+                for (size_t j = 0; j <= i; j++) {
+                    double dot = 0.0, mag = 0.0, dd = 0.0;
+                    for (int d = 0; d < HS; d++) {
+                        dot += (double)q[i * C3 + d] * k[j * C3 + d];
+                        mag += fabs((double)q[i * C3 + d] * k[j * C3 + d]);
+                        dd += (double)dO[i * C + d] * v[j * C3 + d];
+                    }
+                    p[i * T + j] = dot * scale;
+                    dp[i * T + j] = dd;
+                    amax = fmax(amax, mag * scale);
+                    mx = fmax(mx, dot * scale);
+                }
+                for (size_t j = 0; j <= i; j++) sum += exp(p[i * T + j] - mx);
+                wlse[bh * T + i] = mx + log(sum);
+                sc_l[bh * T + i] = 1.0 + fabs(wlse[bh * T + i]);
+                for (size_t j = 0; j <= i; j++) p[i * T + j] = exp(p[i * T + j] - wlse[bh * T + i]);
+                for (int d = 0; d < HS; d++) dlt += (double)dO[i * C + d] * o[i * C + d];
+                dl[i] = dlt;
+            }
+            for (size_t i = 0; i < T; i++)
+                for (size_t j = 0; j <= i; j++) {
+                    const double pij = p[i * T + j], g = pij * (fabs(dp[i * T + j]) + fabs(dl[i])) * scale;
+                    for (int d = 0; d < HS; d++) {
+                        sc_o[(b * T + i) * C + (size_t)h * HS + d] += pij * fabs((double)v[j * C3 + d]);
+                        sc_d[(b * T + j) * C3 + 2 * C + (size_t)h * HS + d] += pij * fabs((double)dO[i * C + d]);
+                        sc_d[(b * T + j) * C3 + C + (size_t)h * HS + d] += g * fabs((double)q[i * C3 + d]);
+                        sc_d[(b * T + i) * C3 + (size_t)h * HS + d] += g * fabs((double)k[j * C3 + d]);
+                    }
+                }
+        }
+    for (size_t i = 0; i < BT * C; i++) sc_o[i] += FLT_MIN;
+    for (size_t i = 0; i < BT * C3; i++) sc_d[i] += FLT_MIN;
+    const double tol = sum_tol(T + (size_t)HS) * (1.0 + amax);
+    expect_close("attention_fwd out", out, rout, sc_o, BT * C, tol, shape);
+    float *wl = malloc(sizeof(float) * B * NH * T);
+    for (size_t i = 0; i < B * (size_t)NH * T; i++) wl[i] = (float)wlse[i];
+    expect_close("attention_fwd lse", lse, wl, sc_l, B * (size_t)NH * T, tol, shape);
+    expect_close("attention_bwd dqkv", dqkv, rdqkv, sc_d, BT * C3, tol, shape);
+
+    /* no atomics: another schedule gives the same bits */
+    float *again = alloc_nan(BT * C3), *out2 = alloc_nan(BT * C);
+    tri_cuemu_set_seed(seed * 977 + 3);
+    tri_cuemu_set_workers(1);
+    tri_cuemu_attention_fwd(NULL, out2, lse, qkv, B, T, NH, HS);
+    tri_cuemu_attention_bwd(NULL, again, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    tri_cuemu_set_workers(2);
+    cr_expect(memcmp(out2, out, sizeof(float) * BT * C) == 0, "attention_fwd %s: other bits under another seed", shape);
+    cr_expect(memcmp(again, dqkv, sizeof(float) * BT * C3) == 0, "attention_bwd %s: other bits under another seed",
+              shape);
+    free(again), free(out2), free(wl);
+    free(qkv), free(dout), free(out), free(lse), free(rout), free(att), free(dqkv), free(rdqkv), free(scratch);
+    free(rscratch), free(sc_o), free(sc_d), free(sc_l), free(wlse), free(p), free(dp), free(dl);
+}
+
+Test(cuda_emu, attention_fwd_bwd_match_the_cpu_op) {
+    /* (B, T, NH, HS): T = 1; T below, at, and not a multiple of the 32-row
+     * tile; HS 16, 24 and 64 */
+    const size_t cases[][4] = {{1, 1, 1, 16},   {2, 1, 3, 64}, {2, 37, 3, 24}, {1, 32, 2, 16},
+                               {1, 100, 2, 64}, {3, 5, 4, 24}, {1, 65, 1, 16}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 2; seed++)
+            attention_case(cases[c][0], cases[c][1], (int)cases[c][2], (int)cases[c][3], seed);
+}
+
+/* ---- AdamW over many tensors, sums ---- */
+
+/* Sizes around the 4096-element AdamW and 8192-element sum blocks, empty
+ * tensors (also the last one) and tiny ones. */
+static const size_t OPT_SIZES[] = {1, 31, 0, 4097, 9000, 257, 8192, 8193, 0};
+enum { OPT_COUNT = sizeof OPT_SIZES / sizeof OPT_SIZES[0] };
+
+/* Every tensor against the CPU's scale (when grad_scale != 1) and adamw ops.
+ * No reduction: each value is a few roundings from the CPU's. Tolerances:
+ * m and v 4 eps times the magnitudes of their two terms; param 16 eps times
+ * |p| + lr (|mhat / (sqrt(vhat) + eps)| + wd |p|) (the division and square
+ * root add a few eps relative to the update). */
+static void adamw_case(float grad_scale, int t, uint64_t seed) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "(grad_scale %g, t %d, seed %llu)", grad_scale, t, (unsigned long long)seed);
+    uint64_t s = seed * 2654435761u + (uint64_t)t;
+    const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    tri_cu_adamw_tensor table[OPT_COUNT];
+    float *p0[OPT_COUNT], *m0[OPT_COUNT], *v0[OPT_COUNT], *g[OPT_COUNT];
+    for (int k = 0; k < OPT_COUNT; k++) {
+        const size_t n = OPT_SIZES[k];
+        p0[k] = alloc_fill(n, &s, -1.0f, 1.0f), m0[k] = alloc_fill(n, &s, -0.1f, 0.1f);
+        v0[k] = alloc_fill(n, &s, 0.0f, 0.01f), g[k] = alloc_fill(n, &s, -0.5f, 0.5f);
+        table[k] = (tri_cu_adamw_tensor){dup(p0[k], n), dup(m0[k], n), dup(v0[k], n), g[k], n, k % 2 ? 0.1f : 0.0f, 0};
+    }
+    const size_t blocks = tri_cuemu_adamw_plan(table, OPT_COUNT);
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_adamw_multi(NULL, table, OPT_COUNT, blocks, lr, b1, b2, eps, t, grad_scale);
+    const double ibc1 = 1.0 / (1.0 - pow(b1, t)), ibc2 = 1.0 / (1.0 - pow(b2, t));
+    for (int k = 0; k < OPT_COUNT; k++) {
+        const size_t n = OPT_SIZES[k];
+        float *p = dup(p0[k], n), *m = dup(m0[k], n), *v = dup(v0[k], n), *gs = dup(g[k], n);
+        if (grad_scale != 1.0f) tri_cpu_scale(gs, grad_scale, n);
+        tri_cpu_adamw(p, m, v, gs, n, lr, b1, b2, eps, table[k].wd, t);
+        double *sp = malloc(sizeof(double) * (n + 1)), *sm = malloc(sizeof(double) * (n + 1)),
+               *sv = malloc(sizeof(double) * (n + 1));
+        for (size_t i = 0; i < n; i++) {
+            const double gi = gs[i];
+            sm[i] = b1 * fabs((double)m0[k][i]) + (1 - b1) * fabs(gi) + FLT_MIN;
+            sv[i] = b2 * (double)v0[k][i] + (1 - b2) * gi * gi + FLT_MIN;
+            sp[i] = fabs((double)p0[k][i]) +
+                    lr * (fabs(m[i] * ibc1) / (sqrt(v[i] * ibc2) + eps) + table[k].wd * fabs((double)p0[k][i]));
+        }
+        expect_close("adamw_multi m", table[k].m, m, sm, n, 4 * FLT_EPSILON, shape);
+        expect_close("adamw_multi v", table[k].v, v, sv, n, 4 * FLT_EPSILON, shape);
+        expect_close("adamw_multi param", table[k].param, p, sp, n, 16 * FLT_EPSILON, shape);
+        free(p), free(m), free(v), free(gs), free(sp), free(sm), free(sv);
+        free(table[k].param), free(table[k].m), free(table[k].v), free(p0[k]), free(m0[k]), free(v0[k]), free(g[k]);
+    }
+}
+
+Test(cuda_emu, adamw_multi_matches_the_cpu_op_on_every_tensor) {
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        adamw_case(1.0f, (int)seed, seed);
+        adamw_case(0.37f, 1000, seed);
+    }
+}
+
+/* The sums against the CPU's: both in double, so they differ by double
+ * rounding only: 2 (n + 4) DBL_EPSILON times the sum of |terms|. The result
+ * must not depend on the schedule (bits compared across seeds and workers). */
+Test(cuda_emu, sums_match_the_cpu_op_and_do_not_depend_on_scheduling) {
+    uint64_t s = 4242;
+    tri_cu_span table[OPT_COUNT];
+    float *x[OPT_COUNT];
+    size_t total = 0;
+    for (int k = 0; k < OPT_COUNT; k++) {
+        x[k] = alloc_fill(OPT_SIZES[k], &s, -3.0f, 2.0f); /* mean not 0: the sum does not cancel to noise */
+        table[k] = (tri_cu_span){x[k], OPT_SIZES[k], 0};
+        total += OPT_SIZES[k];
+    }
+    const size_t blocks = tri_cuemu_sum_plan(table, OPT_COUNT);
+    for (int square = 0; square <= 1; square++) {
+        double want = 0.0, mag = 0.0, first = NAN;
+        for (int k = 0; k < OPT_COUNT; k++) {
+            want += square ? tri_cpu_sumsq(x[k], OPT_SIZES[k]) : tri_cpu_sum(x[k], OPT_SIZES[k]);
+            for (size_t i = 0; i < OPT_SIZES[k]; i++) mag += square ? (double)x[k][i] * x[k][i] : fabs((double)x[k][i]);
+        }
+        for (int run = 0; run < 4; run++) {
+            double result = NAN, *partial = malloc(sizeof(double) * (blocks + 1));
+            for (size_t b = 0; b <= blocks; b++) partial[b] = NAN;
+            tri_cuemu_set_workers(run % 2 + 1);
+            tri_cuemu_set_seed((uint64_t)run * 31 + 5);
+            tri_cuemu_sum_multi(NULL, &result, partial, table, OPT_COUNT, blocks, square);
+            cr_assert(fabs(result - want) <= 2.0 * (double)(total + 4) * DBL_EPSILON * mag,
+                      "sum_multi (square %d): %.17g, the CPU ops give %.17g", square, result, want);
+            if (run == 0)
+                first = result;
+            else
+                cr_assert(memcmp(&first, &result, sizeof result) == 0, "sum_multi (square %d) run %d: other bits",
+                          square, run);
+            free(partial);
+        }
+        /* one tensor at a time, empty ones included */
+        for (int k = 0; k < OPT_COUNT; k++) {
+            const size_t n = OPT_SIZES[k];
+            const size_t np = tri_cuemu_sum_partials(n);
+            double result = NAN, *partial = malloc(sizeof(double) * np), m1 = 0.0;
+            for (size_t b = 0; b < np; b++) partial[b] = NAN;
+            tri_cuemu_sum(NULL, &result, partial, x[k], n, square);
+            const double w = square ? tri_cpu_sumsq(x[k], n) : tri_cpu_sum(x[k], n);
+            for (size_t i = 0; i < n; i++) m1 += square ? (double)x[k][i] * x[k][i] : fabs((double)x[k][i]);
+            cr_assert(fabs(result - w) <= 2.0 * (double)(n + 4) * DBL_EPSILON * m1,
+                      "sum (n %zu, square %d): %.17g, the CPU op gives %.17g", n, square, result, w);
+            free(partial);
+        }
+    }
+    tri_cuemu_set_workers(2);
+    for (int k = 0; k < OPT_COUNT; k++) free(x[k]);
+}
+
+/* ---- residual, bias gradient, scale, add ---- */
+
+/* residual, scale and add do one rounding per element in the CPU's order: the
+ * CPU's bits. bias_bwd sums N rows in another order: 2 (N + 4) eps times the
+ * sum of |dout| over the column plus |dbias before|. */
+static void elementwise_case(size_t N, size_t C, uint64_t seed) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "(N %zu, C %zu, seed %llu)", N, C, (unsigned long long)seed);
+    uint64_t s = seed * 1299709 + N * 3 + C;
+    const size_t n = N * C;
+    float *res = alloc_fill(n, &s, -2.0f, 2.0f), *x = alloc_fill(n, &s, -2.0f, 2.0f), *bias = alloc_fill(C, &s, -1, 1);
+    for (int with_bias = 0; with_bias <= 1; with_bias++) {
+        const float *bb = with_bias ? bias : NULL;
+        float *out = alloc_nan(n), *rout = alloc_nan(n);
+        tri_cuemu_set_seed(seed);
+        tri_cuemu_residual_fwd(NULL, out, res, x, bb, N, C);
+        tri_cpu_residual_fwd(rout, res, x, bb, N, C);
+        cr_assert(memcmp(out, rout, sizeof(float) * n) == 0, "residual_fwd %s bias %d differs", shape, with_bias);
+        float *a = dup(res, n), *b = dup(x, n); /* out aliasing res, then x */
+        tri_cuemu_residual_fwd(NULL, a, a, x, bb, N, C);
+        tri_cuemu_residual_fwd(NULL, b, res, b, bb, N, C);
+        cr_assert(memcmp(a, rout, sizeof(float) * n) == 0 && memcmp(b, rout, sizeof(float) * n) == 0,
+                  "residual_fwd in place %s bias %d differs", shape, with_bias);
+        free(out), free(rout), free(a), free(b);
+    }
+    float *db = alloc_fill(C, &s, -1.0f, 1.0f), *rdb = dup(db, C), *first = NULL;
+    tri_cpu_bias_bwd(rdb, x, N, C);
+    double *sc = malloc(sizeof(double) * C);
+    for (size_t c = 0; c < C; c++) {
+        sc[c] = 1.0 + fabs((double)db[c]);
+        for (size_t r = 0; r < N; r++) sc[c] += fabs((double)x[r * C + c]);
+    }
+    for (int run = 0; run < 3; run++) {
+        float *g = dup(db, C), *scratch = alloc_nan(tri_cuemu_bias_bwd_scratch_floats(N, C));
+        tri_cuemu_set_workers(run % 2 + 1);
+        tri_cuemu_set_seed(seed * 13 + (uint64_t)run);
+        tri_cuemu_bias_bwd(NULL, g, scratch, x, N, C);
+        expect_close("bias_bwd", g, rdb, sc, C, sum_tol(N), shape);
+        if (run == 0)
+            first = dup(g, C);
+        else
+            cr_assert(memcmp(first, g, sizeof(float) * C) == 0, "bias_bwd %s run %d: other bits", shape, run);
+        free(g), free(scratch);
+    }
+    tri_cuemu_set_workers(2);
+    float *y = dup(res, n), *ry = dup(res, n);
+    tri_cuemu_add(NULL, y, x, n);
+    tri_cpu_add(ry, x, n);
+    cr_assert(memcmp(y, ry, sizeof(float) * n) == 0, "add %s differs", shape);
+    tri_cuemu_scale(NULL, y, 0.3f, n);
+    tri_cpu_scale(ry, 0.3f, n);
+    cr_assert(memcmp(y, ry, sizeof(float) * n) == 0, "scale %s differs", shape);
+    free(res), free(x), free(bias), free(db), free(rdb), free(first), free(sc), free(y), free(ry);
+}
+
+Test(cuda_emu, residual_bias_scale_add_match_the_cpu_ops) {
+    /* 1100 * 257 > 1024 blocks * 256 threads: the grid-stride loop runs twice */
+    const size_t shapes[][2] = {{1, 1}, {3, 5}, {7, 33}, {100, 31}, {17, 300}, {1100, 257}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (uint64_t seed = 1; seed <= 2; seed++) elementwise_case(shapes[k][0], shapes[k][1], seed);
+}
+
+/* ---- fp32 <-> bf16 casts, bit for bit against kernels/half.h ---- */
+
+Test(cuda_emu, bf16_casts_match_half_h_bit_for_bit) {
+    /* every bf16 value, each halfway point above it (a tie), one ulp either
+     * side of the tie, and random fp32 patterns (NaNs, infinities,
+     * subnormals, the largest finite values included) */
+    const size_t nb = 65536, nr = 300000, n = 4 * nb + nr;
+    uint32_t *bits = malloc(sizeof(uint32_t) * n);
+    uint64_t s = 77;
+    for (size_t h = 0; h < nb; h++) {
+        bits[4 * h] = (uint32_t)h << 16;
+        bits[4 * h + 1] = ((uint32_t)h << 16) | 0x8000u;
+        bits[4 * h + 2] = ((uint32_t)h << 16) | 0x7fffu;
+        bits[4 * h + 3] = ((uint32_t)h << 16) | 0x8001u;
+    }
+    for (size_t i = 0; i < nr; i++) bits[4 * nb + i] = (uint32_t)rng_next(&s);
+    float *f = malloc(sizeof(float) * n);
+    memcpy(f, bits, sizeof(float) * n);
+    uint16_t *got = malloc(sizeof(uint16_t) * n);
+    memset(got, 0xa5, sizeof(uint16_t) * n);
+    tri_cuemu_cast_f32_to_bf16(NULL, got, f, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert(got[i] == tri_f32_to_bf16(f[i]), "fp32 0x%08x -> bf16 0x%04x, half.h gives 0x%04x", bits[i], got[i],
+                  tri_f32_to_bf16(f[i]));
+    uint16_t *all = malloc(sizeof(uint16_t) * nb);
+    for (size_t h = 0; h < nb; h++) all[h] = (uint16_t)h;
+    float *back = alloc_nan(nb);
+    tri_cuemu_cast_bf16_to_f32(NULL, back, all, nb);
+    for (size_t h = 0; h < nb; h++) {
+        const float want = tri_bf16_to_f32((uint16_t)h);
+        cr_assert(memcmp(&back[h], &want, sizeof want) == 0, "bf16 0x%04zx -> fp32 differs from half.h", h);
+    }
+    free(bits), free(f), free(got), free(all), free(back);
 }
