@@ -386,3 +386,103 @@ Test(launch_env, first_host_of_a_slurm_node_list) {
     char small[4];
     cr_expect_eq(tri_slurm_first_host("longname", small, sizeof small), -1, "does not fit");
 }
+
+/* ------------------------------------------------------------------------ */
+/* tri_dist formed through the store (RANK/WORLD_SIZE, no MPI launcher)     */
+
+#include "parallel/dist.h"
+
+typedef struct dist_case {
+    int tp, pp, dp;
+    int call_allreduce; /* then try a collective before NCCL exists */
+} dist_case;
+
+static int dist_rank(int rank, int world, int port, void *arg) {
+    const dist_case *c = arg;
+    char v[32];
+    static const char *const unset[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE",    "PMI_RANK",
+                                        "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",         "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof unset / sizeof unset[0]; i++) unsetenv(unset[i]);
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("RANK", v, 1);
+    setenv("LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", world);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(v, sizeof v, "%d", port);
+    setenv("MASTER_PORT", v, 1);
+    tri_dist d;
+    char err[512];
+    if (tri_dist_init(&d, c->tp, c->pp, c->dp, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        tri_dist_free(&d);
+        return 20;
+    }
+    /* the groups have the mesh's sizes and indices (closed form: Megatron's order) */
+    int tp_rank = rank % c->tp, dp_rank = (rank / c->tp) % c->dp, pp_rank = rank / (c->tp * c->dp);
+    if (d.transport != 2 || d.world.size != world || d.world.rank != rank) return 21;
+    if (d.tp.size != c->tp || d.tp.rank != tp_rank || d.dp.size != c->dp || d.dp.rank != dp_rank) return 22;
+    if (d.pp.size != c->pp || d.pp.rank != pp_rank || d.local_rank != rank) return 23;
+    if (c->call_allreduce) {
+        float x = 1;
+        tri_comm_allreduce(&d.tp, &x, 1, TRI_F32, TRI_SUM); /* must not return */
+        return 24;
+    }
+    int rc = tri_dist_use_nccl(&d, err, sizeof err);
+    fprintf(stderr, "use_nccl: %d: %s\n", rc, rc ? err : "");
+    tri_dist_free(&d);
+    return rc == 0 ? 0 : 25;
+}
+
+Test(dist_store, world_formed_through_the_store_from_torchrun_variables, .timeout = 60) {
+    int port = free_port(), ranks[4] = {0, 1, 2, 3}, codes[4];
+    char paths[4][64];
+    dist_case c = {2, 2, 1, 0};
+    run_ranks(ranks, 4, 4, port, dist_rank, &c, 40, codes, paths);
+    for (int i = 0; i < 4; i++) {
+        char *text = slurp(paths[i]);
+#ifdef TRI_HAVE_NCCL
+        /* the world meets and the groups are laid out; NCCL then needs a GPU
+         * (none here: the message says so), or runs (a GPU machine) */
+        cr_expect(codes[i] == 0 || codes[i] == 25, "rank %d exited %d: %s", i, codes[i], text);
+        if (codes[i] == 25) {
+            cr_expect(strstr(text, "needs a CUDA device") != NULL, "rank %d: %s", i, text);
+            cr_expect(strstr(text, "the NCCL transport could not start") != NULL, "rank %d: %s", i, text);
+        }
+#else
+        cr_expect_eq(codes[i], 20, "rank %d exited %d: %s", i, codes[i], text);
+        cr_expect(strstr(text, "launch with tridentrun/mpirun, or build with CUDA for NCCL") != NULL, "rank %d: %s", i,
+                  text);
+#endif
+    }
+}
+
+Test(dist_store, collective_before_nccl_is_a_named_error, .timeout = 60) {
+#ifndef TRI_HAVE_NCCL
+    cr_skip_test("this build has no NCCL: a world without MPI is refused at tri_dist_init");
+#endif
+    int port = free_port(), ranks[2] = {0, 1}, codes[2];
+    char paths[2][64];
+    dist_case c = {2, 1, 1, 1};
+    run_ranks(ranks, 2, 2, port, dist_rank, &c, 40, codes, paths);
+    for (int i = 0; i < 2; i++) {
+        char *text = slurp(paths[i]);
+        cr_expect_eq(codes[i], 1, "rank %d exited %d: %s", i, codes[i], text);
+        char want[96];
+        snprintf(want, sizeof want, "trident: rank %d: all-reduce over tp before the group has a transport", i);
+        cr_expect(strstr(text, want) != NULL, "%s", text);
+        cr_expect(strstr(text, "--device cuda") != NULL, "%s", text);
+    }
+}
+
+Test(dist_store, malformed_rank_variables_are_refused, .timeout = 30) {
+    setenv("RANK", "one", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    tri_dist d;
+    char err[512] = "";
+    cr_expect_eq(tri_dist_init(&d, 1, 1, 2, err, sizeof err), -1);
+    cr_expect(strstr(err, "RANK='one'") != NULL, "%s", err);
+    tri_dist_free(&d);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+}
