@@ -124,6 +124,7 @@ void tri_dist_set_timeout(tri_dist *d, double timeout_s) {
     if (d->store) d->store->timeout_s = timeout_s;
 }
 
+#ifdef TRI_HAVE_NCCL
 /* ------------------------------------------------------------------------ */
 /* Groups waiting for NCCL (transport 2 before tri_dist_use_nccl)           */
 
@@ -242,6 +243,7 @@ void tri_dist_progress(tri_dist *d, long step, const char *phase) {
     d->progress.step = step;
     d->progress.phase = phase;
 }
+#endif
 
 int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
