@@ -11,11 +11,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/tcp_store.h"
 #include "src/base/err.h"
 
 #ifdef TRI_HAVE_MPI
 #include "parallel/comm_mpi.h"
 #endif
+#ifdef TRI_HAVE_NCCL
+#include "parallel/comm_nccl.h"
+#endif
+
+/* How the ranks were started. */
+enum { LAUNCH_NONE = 0, LAUNCH_MPI = 1, LAUNCH_STORE = 2, LAUNCH_BAD = 3 /* store variables in error */ };
 
 /* A non-negative int from the environment variable `name`; -1 when unset or
  * not a plain number. */
@@ -30,8 +37,10 @@ static int env_int(const char *name) {
 }
 
 /* World size and rank from the first launcher whose variables are all set:
- * Open MPI's mpirun, PMI (srun --mpi=pmi2, MPICH's hydra), Slurm's srun.
- * Returns 1 when a launcher was found, 0 otherwise (then 1 and 0). */
+ * Open MPI's mpirun, PMI (srun --mpi=pmi2, MPICH's hydra), Slurm's srun (an
+ * MPI launch in a build with MPI unless TRI_BOOTSTRAP=store), then
+ * torchrun-style RANK/WORLD_SIZE and, lacking MPI, Slurm's variables (the
+ * TCP store). Returns LAUNCH_* (LAUNCH_NONE: 1 and 0). */
 static int env_launcher(int *world, int *rank) {
     /* {size, rank, required-as-well (may be NULL)} */
     static const char *const vars[][3] = {
@@ -42,20 +51,44 @@ static int env_launcher(int *world, int *rank) {
          * process is not one of the tasks: trust it only inside a job step. */
         {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_STEP_ID"},
     };
+    const char *boot = getenv("TRI_BOOTSTRAP");
+    int slurm_by_mpi = 0;
+#ifdef TRI_HAVE_MPI
+    slurm_by_mpi = !(boot && strcmp(boot, "store") == 0);
+#endif
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        if (i >= 2 && !slurm_by_mpi) break;
         int w = env_int(vars[i][0]), r = env_int(vars[i][1]);
         if (w < 1 || r < 0 || r >= w) continue;
         if (vars[i][2] != NULL && getenv(vars[i][2]) == NULL) continue;
         *world = w;
         *rank = r;
-        return 1;
+        return LAUNCH_MPI;
+    }
+    tri_launch_env e;
+    char err[256];
+    int rc = tri_launch_env_read(&e, !slurm_by_mpi, NULL, NULL, err, sizeof err);
+    if (rc == 1) {
+        *world = e.world;
+        *rank = e.rank;
+        return LAUNCH_STORE;
     }
     *world = 1;
     *rank = 0;
-    return 0;
+    return rc < 0 ? LAUNCH_BAD : LAUNCH_NONE;
 }
 
-void tri_dist_env_world(int *world, int *rank) { env_launcher(world, rank); }
+/* This rank's index on its node as the launcher says; -1 when none does. */
+static int env_local_rank(void) {
+    static const char *const vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        int v = env_int(vars[i]);
+        if (v >= 0) return v;
+    }
+    return -1;
+}
+
+void tri_dist_env_world(int *world, int *rank) { (void)env_launcher(world, rank); }
 
 static void init_self_groups(tri_dist *d, int world_rank) {
     tri_comm_init_self(&d->world, world_rank);
@@ -88,6 +121,120 @@ static void watch_groups(tri_dist *d) {
 
 void tri_dist_set_timeout(tri_dist *d, double timeout_s) {
     for (int i = 0; i < N_GROUPS; i++) group_at(d, i)->timeout_s = timeout_s;
+    if (d->store) d->store->timeout_s = timeout_s;
+}
+
+#ifdef TRI_HAVE_NCCL
+/* ------------------------------------------------------------------------ */
+/* Groups waiting for NCCL (transport 2 before tri_dist_use_nccl)           */
+
+_Noreturn static void no_transport(tri_comm *c, const char *op) {
+    fprintf(stderr,
+            "trident: rank %d: %s over %s before the group has a transport: ranks launched without MPI "
+            "communicate through NCCL, which tri_dist_use_nccl starts with the CUDA backend (--device cuda)\n",
+            c->world_rank, op, c->name);
+    fflush(stderr);
+    exit(1);
+}
+static void pend_allreduce(tri_comm *c, void *b, size_t n, tri_dtype t, tri_redop op) { no_transport(c, "all-reduce"); }
+static void pend_iallreduce(tri_comm *c, void *b, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
+    no_transport(c, "all-reduce");
+}
+static void pend_reduce_scatter(tri_comm *c, void *r, const void *s, size_t n, tri_dtype t) {
+    no_transport(c, "reduce-scatter");
+}
+static void pend_allgather(tri_comm *c, void *r, const void *s, size_t n, tri_dtype t) {
+    no_transport(c, "all-gather");
+}
+static void pend_broadcast(tri_comm *c, void *b, size_t n, tri_dtype t, int root) { no_transport(c, "broadcast"); }
+static void pend_isend(tri_comm *c, const void *b, size_t n, tri_dtype t, int p, int tag, tri_req *r) {
+    no_transport(c, "send");
+}
+static void pend_irecv(tri_comm *c, void *b, size_t n, tri_dtype t, int p, int tag, tri_req *r) {
+    no_transport(c, "receive");
+}
+static void pend_wait(tri_comm *c, tri_req *r) { no_transport(c, "wait"); }
+static int pend_test(tri_comm *c, tri_req *r) { no_transport(c, "test"); }
+static void pend_barrier(tri_comm *c) { no_transport(c, "barrier"); }
+static void pend_free(tri_comm *c) { c->handle = NULL; }
+
+static const tri_comm_impl pending_impl = {
+    .name = "pending",
+    .allreduce = pend_allreduce,
+    .iallreduce = pend_iallreduce,
+    .reduce_scatter = pend_reduce_scatter,
+    .allgather = pend_allgather,
+    .broadcast = pend_broadcast,
+    .isend = pend_isend,
+    .irecv = pend_irecv,
+    .wait = pend_wait,
+    .test = pend_test,
+    .barrier = pend_barrier,
+    .free = pend_free,
+};
+
+/* The groups of the mesh with their sizes and indices, no transport yet. */
+static void pending_groups(tri_dist *d) {
+    static const tri_group_kind kinds[4] = {TRI_GROUP_TP, TRI_GROUP_DP, TRI_GROUP_PP, TRI_GROUP_EMB};
+    tri_comm *outs[4] = {&d->tp, &d->dp, &d->pp, &d->emb};
+    int *members = malloc((size_t)d->mesh.world * sizeof *members);
+    TRI_CHECK(members != NULL);
+    d->world.size = d->mesh.world;
+    d->world.rank = d->mesh.rank;
+    d->world.impl = &pending_impl;
+    for (int k = 0; k < 4; k++) {
+        int idx = -1, n = tri_mesh_group(&d->mesh, kinds[k], members, &idx);
+        if (idx < 0 || n < 2) continue; /* a group of one */
+        outs[k]->size = n;
+        outs[k]->rank = idx;
+        outs[k]->impl = &pending_impl;
+    }
+    free(members);
+}
+
+/* Forms a world of several ranks through the TCP store: every rank checks in
+ * with its layout, which must agree. */
+static int store_world(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen) {
+    tri_launch_env e;
+    const char *boot = getenv("TRI_BOOTSTRAP");
+    int use_slurm = 1;
+#ifdef TRI_HAVE_MPI
+    use_slurm = boot && strcmp(boot, "store") == 0;
+#endif
+    (void)boot;
+    if (tri_launch_env_read(&e, use_slurm, NULL, NULL, err, errlen) != 1) return -1;
+    d->store = malloc(sizeof *d->store);
+    if (d->store == NULL) {
+        snprintf(err, errlen, "trident: rank %d: out of memory for the store", e.rank);
+        return -1;
+    }
+    if (tri_store_init(d->store, e.master_addr, e.master_port, e.rank, e.world, TRI_WD_DEFAULT_TIMEOUT_S) != 0) {
+        free(d->store);
+        d->store = NULL;
+        snprintf(err, errlen, "trident: rank %d of %d: could not join the store at %s:%d (%s launch)", e.rank, e.world,
+                 e.master_addr, e.master_port, e.source);
+        return -1;
+    }
+    d->transport = 2;
+    if (e.local_rank >= 0) d->local_rank = e.local_rank;
+    int mine[3] = {tp, pp, dp};
+    int *all = malloc((size_t)e.world * sizeof mine);
+    if (all == NULL || tri_store_allgather(d->store, "layout", mine, sizeof mine, all) != 0) {
+        free(all);
+        snprintf(err, errlen, "trident: rank %d of %d: the ranks did not all meet at the store %s:%d", e.rank, e.world,
+                 e.master_addr, e.master_port);
+        return -1;
+    }
+    for (int r = 0; r < e.world; r++)
+        if (memcmp(all + 3 * r, mine, sizeof mine) != 0) {
+            snprintf(err, errlen, "trident: rank %d has tp=%d pp=%d dp=%d but rank %d has tp=%d pp=%d dp=%d", e.rank,
+                     tp, pp, dp, r, all[3 * r], all[3 * r + 1], all[3 * r + 2]);
+            free(all);
+            return -1;
+        }
+    free(all);
+    pending_groups(d);
+    return 0;
 }
 
 void tri_dist_progress(tri_dist *d, long step, const char *phase) {
@@ -96,12 +243,19 @@ void tri_dist_progress(tri_dist *d, long step, const char *phase) {
     d->progress.step = step;
     d->progress.phase = phase;
 }
+#endif
 
 int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
     int world = 1, rank = 0;
     int launched = env_launcher(&world, &rank);
     init_self_groups(d, rank);
+    d->local_rank = env_local_rank();
+    if (launched == LAUNCH_BAD) { /* say what is wrong with RANK, WORLD_SIZE, MASTER_* */
+        tri_launch_env e;
+        tri_launch_env_read(&e, 1, NULL, NULL, err, errlen);
+        return -1;
+    }
 
     /* The layout is checked against the launcher's world before anything starts. */
     if (tri_mesh_init(&d->mesh, world, rank, tp, pp, dp, err, errlen) != 0) {
@@ -115,7 +269,20 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
     }
 
     watch_groups(d);
-    if (!launched && world == 1) return 0; /* a world of one: no transport */
+    if (world == 1 && launched != LAUNCH_MPI) return 0; /* a world of one: no transport */
+    if (launched == LAUNCH_STORE) {
+#ifdef TRI_HAVE_NCCL
+        if (store_world(d, tp, pp, dp, err, errlen) != 0) return -1;
+        watch_groups(d);
+        return 0;
+#else
+        snprintf(err, errlen,
+                 "trident: started as rank %d of %d by RANK/WORLD_SIZE (or Slurm) without an MPI launcher: the CPU "
+                 "transport is MPI; launch with tridentrun/mpirun, or build with CUDA for NCCL",
+                 rank, world);
+        return -1;
+#endif
+    }
 
 #ifdef TRI_HAVE_MPI
     int mworld = 0, mrank = 0;
@@ -158,6 +325,55 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
 #endif
 }
 
+#ifdef TRI_HAVE_NCCL
+/* Rank 0's bytes to every rank: over MPI's world, or through the store. */
+static int bcast_id(void *ctx, void *buf, size_t len) {
+    tri_dist *d = ctx;
+    if (d->transport == 2) {
+        if (d->mesh.rank == 0) return tri_store_set(d->store, "nccl/unique_id", buf, len);
+        size_t got = 0;
+        if (tri_store_wait(d->store, "nccl/unique_id", buf, len, &got, 0) != 0) return -1;
+        return got == len ? 0
+                          : tri_error("rank %d: NCCL's unique id has %zu bytes, expected %zu", d->mesh.rank, got, len);
+    }
+    tri_ctx *saved = d->world.ctx; /* the id is host memory */
+    d->world.ctx = NULL;
+    tri_comm_broadcast(&d->world, buf, len, TRI_U8, 0);
+    d->world.ctx = saved;
+    return 0;
+}
+#endif
+
+int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
+    if (d->mesh.world == 1 || d->nccl) return 0;
+#ifdef TRI_HAVE_NCCL
+    tri_comm fresh[N_GROUPS];
+    if (tri_nccl_init(&d->mesh, d->local_rank, bcast_id, d, &fresh[0], &fresh[1], &fresh[2], &fresh[3], &fresh[4]) !=
+        0) {
+        snprintf(err, errlen, "trident: rank %d: the NCCL transport could not start", d->mesh.rank);
+        return -1;
+    }
+    double timeout = d->world.timeout_s;
+    tri_ctx *ctx = d->world.ctx;
+    for (int i = 0; i < N_GROUPS; i++) {
+        tri_comm_free(group_at(d, i)); /* the MPI (or pending) group it replaces */
+        *group_at(d, i) = fresh[i];
+    }
+    tri_dist_bind_ctx(d, ctx);
+    tri_progress keep = d->progress;
+    watch_groups(d);
+    d->progress = keep;
+    tri_dist_set_timeout(d, timeout);
+    d->nccl = 1;
+    return 0;
+#else
+    snprintf(err, errlen,
+             "trident: rank %d: this build has no NCCL transport (built without CUDA, or NCCL was not found)",
+             d->mesh.rank);
+    return -1;
+#endif
+}
+
 void tri_dist_bind_ctx(tri_dist *d, tri_ctx *ctx) {
     tri_comm *groups[] = {&d->world, &d->tp, &d->dp, &d->pp, &d->emb};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) groups[i]->ctx = ctx;
@@ -180,6 +396,10 @@ void tri_dist_free(tri_dist *d) {
 #ifdef TRI_HAVE_MPI
     if (d->transport == 1) tri_mpi_finalize();
 #endif
+    if (d->store) {
+        tri_store_free(d->store);
+        free(d->store);
+    }
     memset(d, 0, sizeof *d);
 }
 

@@ -3,6 +3,14 @@
  *
  * Launched by mpirun/tridentrun/srun (an MPI environment is present and
  * Trident was built with MPI): the MPI transport, one rank of many.
+ * Launched with torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR,
+ * MASTER_PORT) and no MPI launcher, or by srun in a build without MPI (or
+ * with TRI_BOOTSTRAP=store): the world meets through the TCP store
+ * (parallel/tcp_store.h), which bootstraps NCCL; the groups have no transport
+ * until tri_dist_use_nccl (any call before it ends the job, saying so). A
+ * build without NCCL refuses such a world of several ranks: the CPU ops'
+ * transport is MPI ("launch with tridentrun/mpirun, or build with CUDA for
+ * NCCL").
  * Otherwise: a world of one rank, no transport at all.
  */
 #ifndef TRI_DIST_H
@@ -15,7 +23,10 @@
 typedef struct tri_dist {
     tri_mesh mesh;
     tri_comm world, tp, dp, pp, emb;
-    int transport; /* 0: single process, 1: MPI */
+    int transport;           /* 0: single process, 1: MPI, 2: the TCP store (NCCL) */
+    int nccl;                /* the groups are NCCL communicators (tri_dist_use_nccl) */
+    int local_rank;          /* this rank's index on its node from the launcher; -1: unknown */
+    struct tri_store *store; /* transport 2: the rendezvous store (owned) */
     /* Where this rank is (step, phase), for the watchdog's report: every
      * group's `progress` points here, so a tri_dist must not be copied or
      * moved after tri_dist_init (tri_dist_progress checks it). */
@@ -27,6 +38,13 @@ typedef struct tri_dist {
  * gets its name, the deadline TRI_WD_DEFAULT_TIMEOUT_S for each wait, and
  * phase "set-up". */
 int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen);
+/* Moves every group onto NCCL (CUDA device local_rank % devices): rank 0's
+ * ncclUniqueId goes to the others through MPI (transport 1) or the store
+ * (transport 2), then tri_nccl_init makes the communicators (collective over
+ * the world). Call after tri_dist_bind_ctx with the CUDA backend's context.
+ * A world of one: nothing to do. Returns 0, or -1 with a message in err (no
+ * NCCL in this build, no CUDA device). */
+int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen);
 /* Every group's calls touch the memory of this backend context (its stream,
  * its guard); set once the context exists. */
 void tri_dist_bind_ctx(tri_dist *d, tri_ctx *ctx);

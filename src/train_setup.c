@@ -128,6 +128,14 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         return 2;
     }
     tri_dist_set_timeout(&t->dist, cfg->parallel.timeout_s);
+    if (t->dist.transport == 2 && !(opts->device && strcmp(opts->device, "cuda") == 0)) {
+        /* the store bootstraps NCCL only: the CPU ops' transport is MPI */
+        fprintf(stderr,
+                "trident: rank %d: ranks launched without MPI (RANK/WORLD_SIZE or srun) communicate through NCCL, "
+                "which needs --device cuda (device is %s); on the CPU launch with tridentrun/mpirun\n",
+                t->dist.mesh.rank, opts->device ? opts->device : "cpu");
+        return 2;
+    }
     const tri_mesh *mesh = &t->dist.mesh;
     t->is_logger = mesh->rank == 0;
     int rc = 2;

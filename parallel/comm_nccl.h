@@ -1,0 +1,48 @@
+/* The NCCL transport's start-up, for parallel/dist.c only.
+ *
+ * Declarations only: no NCCL or CUDA type appears here. Compiled only when
+ * Trident is built with CUDA and NCCL was found (TRI_HAVE_NCCL); the logic
+ * that needs no NCCL is in parallel/nccl_plan.h (and tested on any machine).
+ *
+ * Design (parallel/comm_nccl.c, docs/parallelism.md "Launching"):
+ *  - one world communicator from one ncclUniqueId (made by rank 0, handed to
+ *    the others by the caller's `bcast`: MPI under mpirun/tridentrun, the TCP
+ *    store otherwise), then one ncclCommSplit per group (TP, DP, PP,
+ *    embedding) in which every rank takes part;
+ *  - each group runs on its own communication stream; a call first makes that
+ *    stream wait for an event recorded on the compute stream (c->ctx->stream),
+ *    so it sees every kernel queued before it; its completion is an event on
+ *    the communication stream;
+ *  - consecutive isend/irecv form one ncclGroupStart/End, closed at the first
+ *    wait or test, at any collective, or at a p2p call on another group
+ *    (nccl_plan.h);
+ *  - every wait polls that event and ncclCommGetAsyncError under the group's
+ *    watchdog (c->timeout_s); past it, the rank prints the watchdog's line
+ *    (rank, step, group, operation, bytes, peer or members as world ranks),
+ *    aborts its communicators (ncclCommAbort) and exits with
+ *    TRI_WD_EXIT_CODE. Every NCCL and CUDA call is checked: a failure prints
+ *    "trident: rank R: CALL failed at FILE:LINE (group G): WHY", aborts the
+ *    communicators and exits 1 (under mpirun the other ranks are then ended
+ *    by the launcher; without it, their own watchdogs end them).
+ */
+#ifndef TRI_COMM_NCCL_H
+#define TRI_COMM_NCCL_H
+
+#include <stddef.h>
+
+#include "parallel/comm.h"
+#include "parallel/mesh.h"
+
+/* Hands rank 0's len bytes at buf to every rank (collective). 0 or -1. */
+typedef int (*tri_nccl_bcast_fn)(void *ctx, void *buf, size_t len);
+
+/* Collective over the mesh's whole world. Selects the CUDA device
+ * local_rank % (devices on this node) (local_rank < 0: the world rank's), makes
+ * the world communicator and the groups of m, and overwrites *world, *tp, *dp,
+ * *pp, *emb (a group of one where the rank is alone or in none, as tri_mpi_split
+ * does). Returns 0, or -1 after a message naming the rank (no device, the id
+ * exchange failed); NCCL failures themselves are fatal as above. */
+int tri_nccl_init(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, void *bctx, tri_comm *world, tri_comm *tp,
+                  tri_comm *dp, tri_comm *pp, tri_comm *emb);
+
+#endif
