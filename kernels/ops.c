@@ -5,12 +5,13 @@
 #include "kernels/ops.h"
 #include "src/base/err.h"
 #ifdef TRI_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
 #endif
 
-/* "cuda": always NULL for now, with the reason: this build has no CUDA
- * backend, or the CUDA runtime finds no driver or no device (the message
- * says which), or there is a GPU but the CUDA op table is not written yet. */
+/* "cuda": the CUDA op table once the CUDA runtime finds a driver and a
+ * device; otherwise NULL with the reason: this build has no CUDA backend, or
+ * there is no driver or no device (the message says which). */
 static const tri_ops *cuda_ops(void) {
 #ifdef TRI_HAVE_CUDA
     char why[256];
@@ -18,9 +19,7 @@ static const tri_ops *cuda_ops(void) {
         tri_error("--device cuda: %s", why);
         return NULL;
     }
-    tri_error("--device cuda: a CUDA device is present, but this build's CUDA op table is not written yet "
-              "(kernels/cuda has the first kernels only)");
-    return NULL;
+    return tri_cuda_ops();
 #else
     tri_error("--device cuda: this build has no CUDA backend (built without CUDA: no nvcc was found at configure "
               "time, or -DTRI_CUDA=OFF)");
@@ -28,11 +27,17 @@ static const tri_ops *cuda_ops(void) {
 #endif
 }
 
+/* The backend a test registered (tri_ops_register_test), or NULL. */
+static const tri_ops *test_ops;
+
+void tri_ops_register_test(const tri_ops *ops) { test_ops = ops; }
+
 /* "cpu" -> the CPU table; "cpu-guard" -> the CPU table with guarded memory
- * (tests and debugging); "cuda" -> NULL until the CUDA op table exists (see
- * cuda_ops); anything else (or NULL) -> NULL. Every NULL comes with one line
- * on stderr. */
+ * (tests and debugging); "cuda" -> the CUDA table where a GPU is (see
+ * cuda_ops); the name of a backend a test registered -> that backend;
+ * anything else (or NULL) -> NULL. Every NULL comes with one line on stderr. */
 const tri_ops *tri_ops_get(const char *name) {
+    if (name != NULL && test_ops != NULL && strcmp(name, test_ops->name) == 0) return test_ops;
     if (name != NULL && strcmp(name, "cpu") == 0) return tri_ops_cpu();
     if (name != NULL && strcmp(name, "cpu-guard") == 0) return tri_ops_cpu_guard();
     if (name != NULL && strcmp(name, "cuda") == 0) return cuda_ops();

@@ -175,4 +175,11 @@ const tri_ops *tri_ops_cpu_guard(void);
  * stderr, when the name is unknown or the backend was not built or has no device. */
 const tri_ops *tri_ops_get(const char *name);
 
+/* Test hook: makes tri_ops_get (and so tri_ctx_init, and everything that
+ * takes a device name) answer `ops->name` with `ops`; NULL removes it. The
+ * emulated CUDA backend "cuda-emu" (tests/cuemu, kernels/cuda/cuda_ops.h)
+ * exists only in the test programs and is selected this way; the shipped
+ * programs never register one. Not thread-safe: call before any context. */
+void tri_ops_register_test(const tri_ops *ops);
+
 #endif

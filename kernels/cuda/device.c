@@ -11,7 +11,8 @@
 #include "src/base/err.h"
 
 void tri_cuda_fail(cudaError_t err, const char *what, const char *file, int line) {
-    tri_error("CUDA error at %s:%d: %s: %s: %s", file, line, what, cudaGetErrorName(err), cudaGetErrorString(err));
+    tri_error("CUDA error at %s:%d (rank %d): %s: %s: %s", file, line, tri_cuda_world_rank(), what,
+              cudaGetErrorName(err), cudaGetErrorString(err));
     abort();
 }
 

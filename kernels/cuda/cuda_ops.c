@@ -1,0 +1,344 @@
+/* The CUDA backend's op table: the contracts of kernels/ops.h over the
+ * kernels of kernels/cuda (kernels.h), cuBLASLt's GEMMs (gemm.h) and the CUDA
+ * runtime. Everything runs on the context's stream (ctx->stream, a
+ * non-blocking stream of this context's own); only the copies to or from host
+ * memory and the reductions that return a value to the host wait for it.
+ * Every runtime call is checked (TRI_CUDA_CHECK: file:line, the call, the
+ * rank); an allocation that fails returns NULL as the contract says.
+ *
+ * The backend's state (ctx->backend): the stream, the GEMM executor with its
+ * plan cache and cuBLASLt workspace, and one growable scratch buffer for the
+ * kernels that need one (LayerNorm's and bias_bwd's partial sums, the sorted
+ * keys of the embedding backward, attention's backward, AdamW's tensor table,
+ * the reductions' partials). Scratch is used by one op at a time: every op
+ * runs on the one stream, so a buffer that grows is freed in stream order
+ * (cudaFreeAsync) behind the ops that used it.
+ *
+ * fp32 throughout (every dtype of the context is F32). Compiled with
+ * TRI_CUEMU, the same file is the emulated backend "cuda-emu" of the tests
+ * (kernels/cuda/cuda_ops.h). */
+#include "kernels/cuda/cuda_ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/check.h"
+#include "src/base/err.h"
+
+#ifdef TRI_CUEMU
+#define BACKEND_NAME         "cuda-emu"
+#define GEMM_WORKSPACE_BYTES ((size_t)1 << 20) /* the emulated GEMM uses none; a buffer all the same */
+#else
+#define BACKEND_NAME         "cuda"
+#define GEMM_WORKSPACE_BYTES ((size_t)32 << 20) /* what cuBLAS advises for Hopper */
+#endif
+
+typedef struct cuda_state {
+    cudaStream_t stream;
+    tri_gemm_exec gemm;
+    void *gemm_ws;
+    void *scratch;
+    size_t scratch_bytes;
+    tri_dbias_policy dbias;
+    tri_cu_adamw_tensor adamw_row; /* host copy of AdamW's one-tensor table */
+} cuda_state;
+
+static cuda_state *st(tri_ctx *c) { return (cuda_state *)c->backend; }
+
+/* Scratch of at least `bytes` (256-byte aligned), valid until the next call. */
+static void *scratch(tri_ctx *c, size_t bytes) {
+    cuda_state *s = st(c);
+    if (bytes <= s->scratch_bytes) return s->scratch;
+    size_t cap = s->scratch_bytes ? s->scratch_bytes : 4096;
+    while (cap < bytes) cap *= 2;
+    if (s->scratch) TRI_CUDA_CHECK(cudaFreeAsync(s->scratch, s->stream));
+    s->scratch = NULL;
+    s->scratch_bytes = 0;
+    TRI_CUDA_CHECK(cudaMallocAsync(&s->scratch, cap, s->stream));
+    s->scratch_bytes = cap;
+    return s->scratch;
+}
+
+#ifndef TRI_CUEMU
+/* The local rank the launcher gives (one GPU per rank on a node), or 0. */
+static int local_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL && *v >= '0' && *v <= '9') return atoi(v);
+    }
+    return 0;
+}
+#endif
+
+static void cu_shutdown(tri_ctx *c);
+
+static int cu_init(tri_ctx *c, int threads) {
+    cuda_state *s = calloc(1, sizeof *s);
+    if (s == NULL) return tri_error("--device %s: out of host memory", BACKEND_NAME);
+    c->backend = s;
+#ifndef TRI_CUEMU
+    int count = 0;
+    TRI_CUDA_CHECK(cudaGetDeviceCount(&count));
+    TRI_CUDA_CHECK(cudaSetDevice(local_rank() % (count > 0 ? count : 1)));
+#endif
+    TRI_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    c->stream = s->stream;
+    if (cudaMallocAsync(&s->gemm_ws, GEMM_WORKSPACE_BYTES, s->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        s->gemm_ws = NULL;
+        cu_shutdown(c);
+        return tri_error("--device %s: out of device memory for the %zu-byte GEMM workspace", BACKEND_NAME,
+                         GEMM_WORKSPACE_BYTES);
+    }
+    if (TRI_CU(gemm_init)(&s->gemm, s->gemm_ws, GEMM_WORKSPACE_BYTES) != 0) {
+        cu_shutdown(c);
+        return -1;
+    }
+    c->blas = s->gemm.handle;
+    s->dbias = TRI_DBIAS_REDUCE;
+    c->act_dtype = c->param_dtype = c->grad_dtype = c->master_dtype = TRI_F32;
+    TRI_CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    return 0;
+}
+
+static void cu_shutdown(tri_ctx *c) {
+    cuda_state *s = st(c);
+    if (s == NULL) return;
+    if (s->stream) TRI_CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    TRI_CU(gemm_free)(&s->gemm);
+    if (s->gemm_ws) TRI_CUDA_CHECK(cudaFreeAsync(s->gemm_ws, s->stream));
+    if (s->scratch) TRI_CUDA_CHECK(cudaFreeAsync(s->scratch, s->stream));
+    if (s->stream) {
+        TRI_CUDA_CHECK(cudaStreamSynchronize(s->stream));
+        TRI_CUDA_CHECK(cudaStreamDestroy(s->stream));
+    }
+    free(s);
+    c->backend = NULL;
+    c->stream = NULL;
+    c->blas = NULL;
+}
+
+/* ---- memory ---- */
+
+static void *cu_alloc(tri_ctx *c, size_t bytes) {
+    void *p = NULL;
+    const cudaError_t e = cudaMallocAsync(&p, bytes ? bytes : 1, st(c)->stream);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); /* clear it: the caller reports the failure */
+        return NULL;
+    }
+    TRI_CUDA_CHECK(e);
+    if ((uintptr_t)p % 64 != 0)
+        TRI_FAIL("cudaMallocAsync returned %p, not 64-byte aligned as the op contract needs", p);
+    TRI_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, st(c)->stream));
+    return p;
+}
+
+static void cu_free(tri_ctx *c, void *p, size_t bytes) {
+    if (p != NULL) TRI_CUDA_CHECK(cudaFreeAsync(p, st(c)->stream));
+}
+
+static void cu_copy(tri_ctx *c, void *dst, const void *src, size_t bytes) {
+    TRI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st(c)->stream));
+}
+
+/* Staging copies are synchronous (kernels/ctx.h): the host buffer may be
+ * reused, or read, as soon as they return. */
+static void cu_to_device(tri_ctx *c, void *dst, const void *host_src, size_t bytes) {
+    TRI_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, st(c)->stream));
+    TRI_CUDA_CHECK(cudaStreamSynchronize(st(c)->stream));
+}
+
+static void cu_to_host(tri_ctx *c, void *host_dst, const void *src, size_t bytes) {
+    TRI_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, st(c)->stream));
+    TRI_CUDA_CHECK(cudaStreamSynchronize(st(c)->stream));
+}
+
+static void cu_zero(tri_ctx *c, void *p, size_t bytes) { TRI_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, st(c)->stream)); }
+
+static void cu_sync(tri_ctx *c) { TRI_CUDA_CHECK(cudaStreamSynchronize(st(c)->stream)); }
+
+/* A transport that touches device memory in place (CUDA-aware MPI, NCCL on
+ * another stream) may do so once this stream's work is done. */
+static void cu_host_window(tri_ctx *c, int open) {
+    if (open) cu_sync(c);
+}
+
+/* ---- linear layer ---- */
+
+static void cu_matmul_fwd(tri_ctx *c, void *out, const void *inp, const void *weight, const void *bias, size_t N,
+                          size_t C, size_t OC) {
+    tri_gemm_call g;
+    int fill = 0;
+    if (tri_gemm_plan_fwd(&g, &fill, out, inp, weight, bias, N, C, OC) == 0) {
+        TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g);
+    } else if (fill) { /* C = 0: out = bias broadcast, or 0 */
+        cu_zero(c, out, N * OC * sizeof(float));
+        if (bias) TRI_CU(residual_fwd)(st(c)->stream, out, out, out, bias, N, OC);
+    }
+}
+
+static void cu_matmul_bwd(tri_ctx *c, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
+                          const void *weight, size_t N, size_t C, size_t OC) {
+    cuda_state *s = st(c);
+    const tri_dbias_route route = tri_gemm_dbias_route(s->dbias, dweight != NULL, dbias != NULL, N, C, OC);
+    if (route == TRI_DBIAS_ROUTE_REDUCE && N > 0) {
+        float *part = scratch(c, TRI_CU(bias_bwd_scratch_floats)(N, OC) * sizeof(float));
+        TRI_CU(bias_bwd)(s->stream, dbias, part, dout, N, OC);
+    }
+    tri_gemm_call g;
+    int fill = 0;
+    if (tri_gemm_plan_dinp(&g, &fill, dinp, dout, weight, N, C, OC) == 0)
+        TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
+    else if (fill)
+        cu_zero(c, dinp, N * C * sizeof(float));
+    float *bgrad = route == TRI_DBIAS_ROUTE_EPILOGUE ? scratch(c, OC * sizeof(float)) : NULL;
+    if (tri_gemm_plan_dweight(&g, dweight, bgrad, dout, inp, N, C, OC) == 0) {
+        TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
+        if (bgrad) TRI_CU(add)(s->stream, dbias, bgrad, OC); /* the epilogue overwrites; dbias accumulates */
+    }
+}
+
+/* ---- LayerNorm, attention, GELU, residual ---- */
+
+static void cu_layernorm_fwd(tri_ctx *c, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                             const void *b, size_t N, size_t C) {
+    TRI_CU(layernorm_fwd)(st(c)->stream, out, mean, rstd, inp, w, b, N, C);
+}
+
+static void cu_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                             const void *w, const float *mean, const float *rstd, size_t N, size_t C) {
+    float *part = scratch(c, TRI_CU(layernorm_bwd_scratch_floats)(N, C) * sizeof(float));
+    TRI_CU(layernorm_bwd)(st(c)->stream, dinp, dw, db, part, dout, inp, w, mean, rstd, N, C);
+}
+
+static void cu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS) {
+    TRI_CU(attention_fwd)(st(c)->stream, out, state, qkv, B, T, NH, HS);
+}
+
+static void cu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch_buf, const void *dout, const void *qkv,
+                             const void *out, const float *state, size_t B, size_t T, int NH, int HS) {
+    TRI_CU(attention_bwd)(st(c)->stream, dqkv, scratch_buf, dout, qkv, out, state, B, T, NH, HS);
+}
+
+static void cu_gelu_fwd(tri_ctx *c, void *out, const void *inp, size_t N) {
+    TRI_CU(gelu_fwd)(st(c)->stream, out, inp, N);
+}
+
+static void cu_gelu_bwd(tri_ctx *c, void *dinp, const void *inp, const void *dout, size_t N) {
+    TRI_CU(gelu_bwd)(st(c)->stream, dinp, inp, dout, N);
+}
+
+static void cu_residual_fwd(tri_ctx *c, void *out, const void *res, const void *x, const void *bias, size_t N,
+                            size_t C) {
+    TRI_CU(residual_fwd)(st(c)->stream, out, res, x, bias, N, C);
+}
+
+static void cu_bias_bwd(tri_ctx *c, float *dbias, const void *dout, size_t N, size_t C) {
+    if (N == 0 || C == 0) return;
+    float *part = scratch(c, TRI_CU(bias_bwd_scratch_floats)(N, C) * sizeof(float));
+    TRI_CU(bias_bwd)(st(c)->stream, dbias, part, dout, N, C);
+}
+
+/* ---- embedding, cross-entropy ---- */
+
+static void cu_embedding_fwd(tri_ctx *c, void *out, const int32_t *ids, const void *wte, const void *wpe, size_t B,
+                             size_t T, size_t C, size_t vstart, size_t Vl) {
+    TRI_CU(embedding_fwd)(st(c)->stream, out, ids, wte, wpe, B, T, C, vstart, Vl);
+}
+
+static void cu_embedding_bwd(tri_ctx *c, float *dwte, float *dwpe, const void *dout, const int32_t *ids, size_t B,
+                             size_t T, size_t C, size_t vstart, size_t Vl) {
+    float *keys = scratch(c, TRI_CU(embedding_bwd_scratch_floats)(B, T) * sizeof(float));
+    TRI_CU(embedding_bwd)(st(c)->stream, dwte, dwpe, keys, dout, ids, B, T, C, vstart, Vl);
+}
+
+static void cu_crossentropy_stats(tri_ctx *c, float *stats, const void *logits, const int32_t *targets, size_t N,
+                                  size_t Vl, size_t vstart, size_t V) {
+    TRI_CU(crossentropy_stats)(st(c)->stream, stats, logits, targets, N, Vl, vstart, V);
+}
+
+static void cu_crossentropy_combine(tri_ctx *c, float *stats, const float *gather, size_t N, int R) {
+    TRI_CU(crossentropy_combine)(st(c)->stream, stats, gather, N, R);
+}
+
+static void cu_crossentropy_bwd(tri_ctx *c, float *losses, void *dlogits, const void *logits, const float *stats,
+                                const int32_t *targets, float dscale, size_t N, size_t Vl, size_t vstart, size_t V) {
+    TRI_CU(crossentropy_bwd)(st(c)->stream, losses, dlogits, logits, stats, targets, dscale, N, Vl, vstart, V);
+}
+
+/* ---- AdamW, reductions ---- */
+
+/* One span: a one-entry table, copied to the device (scratch) before the
+ * launch. The host copy lives in the state, so it outlives the async copy. */
+static void cu_adamw(tri_ctx *c, float *param, float *m, float *v, const float *grad, size_t n, float lr, float beta1,
+                     float beta2, float eps, float wd, int t) {
+    if (n == 0) return;
+    cuda_state *s = st(c);
+    s->adamw_row = (tri_cu_adamw_tensor){.param = param, .m = m, .v = v, .grad = grad, .n = n, .wd = wd};
+    const size_t blocks = TRI_CU(adamw_plan)(&s->adamw_row, 1);
+    tri_cu_adamw_tensor *dev = scratch(c, sizeof *dev);
+    TRI_CUDA_CHECK(cudaMemcpyAsync(dev, &s->adamw_row, sizeof *dev, cudaMemcpyHostToDevice, s->stream));
+    TRI_CU(adamw_multi)(s->stream, dev, 1, blocks, lr, beta1, beta2, eps, t, 1.0f);
+    /* the next AdamW call rewrites adamw_row: the copy must have read it */
+    TRI_CUDA_CHECK(cudaStreamSynchronize(s->stream));
+}
+
+static double reduce(tri_ctx *c, const float *x, size_t n, int square) {
+    if (n == 0) return 0.0;
+    cuda_state *s = st(c);
+    double *buf = scratch(c, (1 + TRI_CU(sum_partials)(n)) * sizeof(double));
+    TRI_CU(sum)(s->stream, buf, buf + 1, x, n, square);
+    double r = 0.0;
+    cu_to_host(c, &r, buf, sizeof r);
+    return r;
+}
+
+static double cu_sum(tri_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 0); }
+static double cu_sumsq(tri_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 1); }
+
+static void cu_scale(tri_ctx *c, float *x, float s, size_t n) { TRI_CU(scale)(st(c)->stream, x, s, n); }
+static void cu_add(tri_ctx *c, float *y, const float *x, size_t n) { TRI_CU(add)(st(c)->stream, y, x, n); }
+
+static const tri_ops CUDA_OPS = {
+    .name = BACKEND_NAME,
+    .init = cu_init,
+    .shutdown = cu_shutdown,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .copy = cu_copy,
+    .to_device = cu_to_device,
+    .to_host = cu_to_host,
+    .zero = cu_zero,
+    .sync = cu_sync,
+    .host_window = cu_host_window,
+    .matmul_fwd = cu_matmul_fwd,
+    .matmul_bwd = cu_matmul_bwd,
+    .layernorm_fwd = cu_layernorm_fwd,
+    .layernorm_bwd = cu_layernorm_bwd,
+    .attention_fwd = cu_attention_fwd,
+    .attention_bwd = cu_attention_bwd,
+    .attention_saved_floats = TRI_CU(attention_saved_floats),
+    .attention_scratch_floats = TRI_CU(attention_scratch_floats),
+    .gelu_fwd = cu_gelu_fwd,
+    .gelu_bwd = cu_gelu_bwd,
+    .residual_fwd = cu_residual_fwd,
+    .bias_bwd = cu_bias_bwd,
+    .embedding_fwd = cu_embedding_fwd,
+    .embedding_bwd = cu_embedding_bwd,
+    .crossentropy_stats = cu_crossentropy_stats,
+    .crossentropy_combine = cu_crossentropy_combine,
+    .crossentropy_bwd = cu_crossentropy_bwd,
+    .adamw = cu_adamw,
+    .sum = cu_sum,
+    .sumsq = cu_sumsq,
+    .scale = cu_scale,
+    .add = cu_add,
+};
+
+const tri_ops *TRI_CU(ops)(void) { return &CUDA_OPS; }
+
+const tri_gemm_exec *TRI_CU(ops_gemm)(const tri_ctx *c) { return &((const cuda_state *)c->backend)->gemm; }
+
+void TRI_CU(ops_set_dbias_policy)(tri_ctx *c, tri_dbias_policy p) { st(c)->dbias = p; }

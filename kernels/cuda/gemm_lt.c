@@ -1,0 +1,133 @@
+/* The CUDA backend's GEMMs through cuBLASLt (kernels/cuda/gemm.h): fp32
+ * storage, fp32 compute (CUBLAS_COMPUTE_32F: no TF32, so that results stay
+ * comparable with the CPU backend's), one plan per distinct GEMM, built and
+ * searched at its first call and cached in the executor. Every cuBLASLt
+ * status is checked (TRI_CUBLAS_CHECK: file:line, the call, the rank). */
+#include <cublasLt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/gemm.h"
+#include "src/base/err.h"
+
+_Static_assert(sizeof(cublasLtMatmulAlgo_t) <= sizeof(((tri_gemm_entry *)0)->algo),
+               "the plan cache's algorithm bytes must hold a cublasLtMatmulAlgo_t");
+
+_Noreturn static void cublas_fail(cublasStatus_t st, const char *what, const char *file, int line) {
+    tri_error("cuBLASLt error at %s:%d (rank %d): %s: %s: %s", file, line, tri_cuda_world_rank(), what,
+              cublasLtGetStatusName(st), cublasLtGetStatusString(st));
+    abort();
+}
+
+#define TRI_CUBLAS_CHECK(call)                                                         \
+    do {                                                                               \
+        const cublasStatus_t st_ = (call);                                             \
+        if (st_ != CUBLAS_STATUS_SUCCESS) cublas_fail(st_, #call, __FILE__, __LINE__); \
+    } while (0)
+
+static void release_entry(tri_gemm_entry *e) {
+    if (e->handles[0]) cublasLtMatmulDescDestroy((cublasLtMatmulDesc_t)e->handles[0]);
+    for (int i = 1; i < 4; i++)
+        if (e->handles[i]) cublasLtMatrixLayoutDestroy((cublasLtMatrixLayout_t)e->handles[i]);
+    memset(e->handles, 0, sizeof e->handles);
+}
+
+int TRI_CU(gemm_init)(tri_gemm_exec *x, void *workspace, size_t bytes) {
+    memset(x, 0, sizeof *x);
+    cublasLtHandle_t h = NULL;
+    const cublasStatus_t st = cublasLtCreate(&h);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return tri_error("cuBLASLt: cublasLtCreate: %s: %s", cublasLtGetStatusName(st), cublasLtGetStatusString(st));
+    x->handle = h;
+    x->workspace = workspace;
+    x->workspace_bytes = bytes;
+    x->cache.release = release_entry;
+    return 0;
+}
+
+void TRI_CU(gemm_free)(tri_gemm_exec *x) {
+    if (x == NULL) return;
+    tri_gemm_cache_free(&x->cache);
+    if (x->handle) cublasLtDestroy((cublasLtHandle_t)x->handle);
+    memset(x, 0, sizeof *x);
+}
+
+/* A stored matrix of the plan: rows x cols (column-major) with leading dim ld. */
+static cublasLtMatrixLayout_t layout(uint64_t rows, uint64_t cols, uint64_t ld) {
+    cublasLtMatrixLayout_t l = NULL;
+    TRI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, rows, cols, (int64_t)ld));
+    return l;
+}
+
+/* First call of a shape: descriptor, layouts, and the heuristics' best
+ * algorithm for this workspace and alignment. */
+static void build(tri_gemm_exec *x, tri_gemm_entry *e) {
+    const tri_gemm_desc *d = &e->d;
+    cublasLtMatmulDesc_t md = NULL;
+    TRI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&md, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = d->transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    TRI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    TRI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    const cublasLtEpilogue_t epi = d->epilogue == TRI_GEMM_EPI_BIAS     ? CUBLASLT_EPILOGUE_BIAS
+                                   : d->epilogue == TRI_GEMM_EPI_BGRADB ? CUBLASLT_EPILOGUE_BGRADB
+                                                                        : CUBLASLT_EPILOGUE_DEFAULT;
+    TRI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    e->handles[0] = md;
+    /* stored shapes: A is m x k (k x m when transposed), B k x n (n x k), D m x n */
+    e->handles[1] = layout(d->transa ? d->k : d->m, d->transa ? d->m : d->k, d->lda);
+    e->handles[2] = layout(d->transb ? d->n : d->k, d->transb ? d->k : d->n, d->ldb);
+    e->handles[3] = layout(d->m, d->n, d->ldc);
+
+    cublasLtMatmulPreference_t pref = NULL;
+    TRI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = x->workspace_bytes;
+    TRI_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    const uint32_t al = d->align;
+    TRI_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al));
+    TRI_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al));
+    TRI_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al));
+    TRI_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    int found = 0;
+    x->heuristic_calls++;
+    TRI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)x->handle, md, e->handles[1], e->handles[2],
+                                                    e->handles[3], e->handles[3], pref, 1, &res, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+        char s[256];
+        tri_gemm_desc_str(d, s, sizeof s);
+        tri_error("cuBLASLt (rank %d): no algorithm for the GEMM %s within %zu bytes of workspace",
+                  tri_cuda_world_rank(), s, x->workspace_bytes);
+        abort();
+    }
+    memcpy(e->algo, &res.algo, sizeof res.algo);
+    e->workspace = res.workspaceSize;
+}
+
+void TRI_CU(gemm_run)(tri_gemm_exec *x, void *stream, const tri_gemm_call *g) {
+    tri_gemm_entry *e = tri_gemm_cache_find(&x->cache, &g->d);
+    if (e == NULL) {
+        e = tri_gemm_cache_add(&x->cache, &g->d);
+        if (e == NULL) TRI_FAIL("out of host memory for the GEMM plan cache");
+        build(x, e);
+    }
+    cublasLtMatmulDesc_t md = (cublasLtMatmulDesc_t)e->handles[0];
+    if (g->d.epilogue != TRI_GEMM_EPI_NONE) {
+        const void *bias = g->bias;
+        TRI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
+    const float one = 1.0f, beta = g->d.accumulate ? 1.0f : 0.0f;
+    cublasLtMatmulAlgo_t algo;
+    memcpy(&algo, e->algo, sizeof algo);
+    TRI_CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)x->handle, md, &one, g->A, e->handles[1], g->B, e->handles[2],
+                                    &beta, g->D, e->handles[3], g->D, e->handles[3], &algo, x->workspace, e->workspace,
+                                    (cudaStream_t)stream));
+}

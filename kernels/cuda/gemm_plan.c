@@ -1,0 +1,161 @@
+/* The GEMM plans of the CUDA backend and their cache (kernels/cuda/gemm_plan.h):
+ * pure arithmetic, built into every program and tested on the host. */
+#include "kernels/cuda/gemm_plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+unsigned tri_gemm_ptr_align(const void *p) {
+    const uintptr_t a = (uintptr_t)p;
+    unsigned al = 16;
+    while (al > 1 && a % al != 0) al /= 2;
+    return al;
+}
+
+static unsigned min_align(const void *a, const void *b, const void *c, const void *d) {
+    unsigned al = tri_gemm_ptr_align(a);
+    const unsigned x[3] = {tri_gemm_ptr_align(b), tri_gemm_ptr_align(c), tri_gemm_ptr_align(d)};
+    for (int i = 0; i < 3; i++)
+        if (x[i] < al) al = x[i];
+    return al;
+}
+
+static void set(tri_gemm_call *g, int ta, int tb, size_t m, size_t n, size_t k, size_t lda, size_t ldb, size_t ldc,
+                int acc, tri_gemm_epilogue epi, const void *A, const void *B, void *D, void *bias) {
+    memset(g, 0, sizeof *g);
+    g->d.transa = ta;
+    g->d.transb = tb;
+    g->d.m = m;
+    g->d.n = n;
+    g->d.k = k;
+    g->d.lda = lda;
+    g->d.ldb = ldb;
+    g->d.ldc = ldc;
+    g->d.accumulate = acc;
+    g->d.epilogue = epi;
+    g->d.align = min_align(A, B, D, bias);
+    g->A = A;
+    g->B = B;
+    g->D = D;
+    g->bias = bias;
+}
+
+int tri_gemm_plan_fwd(tri_gemm_call *g, int *fill, void *out, const void *inp, const void *weight, const void *bias,
+                      size_t N, size_t C, size_t OC) {
+    *fill = 0;
+    memset(g, 0, sizeof *g);
+    if (N == 0 || OC == 0) return 1;
+    if (C == 0) {
+        *fill = 1;
+        return 1;
+    }
+    /* out^T (OC x N, ld OC) = W^T-as-stored^T ... : A = W stored (C x OC, ld C), op T; B = inp stored (C x N, ld C) */
+    set(g, 1, 0, OC, N, C, C, C, OC, 0, bias ? TRI_GEMM_EPI_BIAS : TRI_GEMM_EPI_NONE, weight, inp, out, (void *)bias);
+    return 0;
+}
+
+int tri_gemm_plan_dinp(tri_gemm_call *g, int *fill, void *dinp, const void *dout, const void *weight, size_t N,
+                       size_t C, size_t OC) {
+    *fill = 0;
+    memset(g, 0, sizeof *g);
+    if (dinp == NULL || N == 0 || C == 0) return 1;
+    if (OC == 0) {
+        *fill = 1;
+        return 1;
+    }
+    /* dinp^T (C x N, ld C) = A (W stored: C x OC, ld C) @ B (dout stored: OC x N, ld OC) */
+    set(g, 0, 0, C, N, OC, C, OC, C, 0, TRI_GEMM_EPI_NONE, weight, dout, dinp, NULL);
+    return 0;
+}
+
+int tri_gemm_plan_dweight(tri_gemm_call *g, float *dweight, float *dbias_scratch, const void *dout, const void *inp,
+                          size_t N, size_t C, size_t OC) {
+    memset(g, 0, sizeof *g);
+    if (dweight == NULL || N == 0 || C == 0 || OC == 0) return 1;
+    /* dW^T (C x OC, ld C) += A (inp stored: C x N, ld C) @ op(B) (dout stored: OC x N, ld OC; op T) */
+    set(g, 0, 1, C, OC, N, C, OC, C, 1, dbias_scratch ? TRI_GEMM_EPI_BGRADB : TRI_GEMM_EPI_NONE, inp, dout, dweight,
+        dbias_scratch);
+    return 0;
+}
+
+tri_dbias_route tri_gemm_dbias_route(tri_dbias_policy policy, int want_dweight, int want_dbias, size_t N, size_t C,
+                                     size_t OC) {
+    if (!want_dbias || OC == 0) return TRI_DBIAS_ROUTE_NONE;
+    if (policy == TRI_DBIAS_EPILOGUE && want_dweight && N > 0 && C > 0) return TRI_DBIAS_ROUTE_EPILOGUE;
+    return TRI_DBIAS_ROUTE_REDUCE;
+}
+
+/* ---- cache ---- */
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    return h * 0xBF58476D1CE4E5B9ull;
+}
+
+uint64_t tri_gemm_desc_hash(const tri_gemm_desc *d) {
+    uint64_t h = 0x243F6A8885A308D3ull;
+    const uint64_t v[9] = {(uint64_t)d->transa,
+                           (uint64_t)d->transb,
+                           d->m,
+                           d->n,
+                           d->k,
+                           d->lda,
+                           d->ldb,
+                           d->ldc,
+                           (uint64_t)d->accumulate | (uint64_t)d->epilogue << 8 | (uint64_t)d->align << 16};
+    for (int i = 0; i < 9; i++) h = mix(h, v[i]);
+    return h;
+}
+
+int tri_gemm_desc_equal(const tri_gemm_desc *a, const tri_gemm_desc *b) {
+    return a->transa == b->transa && a->transb == b->transb && a->m == b->m && a->n == b->n && a->k == b->k &&
+           a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc && a->accumulate == b->accumulate &&
+           a->epilogue == b->epilogue && a->align == b->align;
+}
+
+tri_gemm_entry *tri_gemm_cache_find(tri_gemm_cache *c, const tri_gemm_desc *d) {
+    const uint64_t h = tri_gemm_desc_hash(d);
+    for (size_t i = 0; i < c->n; i++) {
+        if (c->e[i].hash == h && tri_gemm_desc_equal(&c->e[i].d, d)) {
+            c->hits++;
+            c->e[i].uses++;
+            return &c->e[i];
+        }
+    }
+    c->misses++;
+    return NULL;
+}
+
+tri_gemm_entry *tri_gemm_cache_add(tri_gemm_cache *c, const tri_gemm_desc *d) {
+    if (c->n == c->cap) {
+        const size_t cap = c->cap ? 2 * c->cap : 16;
+        tri_gemm_entry *e = realloc(c->e, cap * sizeof *e);
+        if (e == NULL) return NULL;
+        c->e = e;
+        c->cap = cap;
+    }
+    tri_gemm_entry *e = &c->e[c->n++];
+    memset(e, 0, sizeof *e);
+    e->d = *d;
+    e->hash = tri_gemm_desc_hash(d);
+    e->uses = 1;
+    return e;
+}
+
+void tri_gemm_cache_free(tri_gemm_cache *c) {
+    if (c == NULL) return;
+    for (size_t i = 0; i < c->n; i++)
+        if (c->release) c->release(&c->e[i]);
+    free(c->e);
+    c->e = NULL;
+    c->n = c->cap = 0;
+}
+
+void tri_gemm_desc_str(const tri_gemm_desc *d, char *buf, size_t n) {
+    static const char *const epi[] = {"none", "bias", "bgradb"};
+    snprintf(buf, n, "m %llu n %llu k %llu, A%s B%s, lda %llu ldb %llu ldc %llu, beta %d, epilogue %s, align %u",
+             (unsigned long long)d->m, (unsigned long long)d->n, (unsigned long long)d->k, d->transa ? "^T" : "",
+             d->transb ? "^T" : "", (unsigned long long)d->lda, (unsigned long long)d->ldb, (unsigned long long)d->ldc,
+             d->accumulate, d->epilogue >= 0 && d->epilogue <= 2 ? epi[d->epilogue] : "?", d->align);
+}

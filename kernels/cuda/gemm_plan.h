@@ -1,0 +1,131 @@
+/* The CUDA backend's GEMMs as plain arithmetic (no GPU, no CUDA headers):
+ * how each call of matmul_fwd / matmul_bwd (kernels/ops.h) becomes one
+ * column-major GEMM of cuBLASLt, D = op(A) op(B) * 1 + beta * D (+ epilogue),
+ * and the plan cache that keeps, per distinct GEMM, what the GEMM library
+ * chose for it at first use.
+ *
+ * Row-major to column-major. A row-major (R, S) matrix with row stride S is
+ * the column-major (S, R) matrix with leading dimension S: its transpose, for
+ * free. So the row-major product out (N, OC) = inp (N, C) @ W (OC, C)^T is
+ * computed as its transpose out^T (OC, N) = W (OC, C) @ inp^T (C, N) in
+ * column-major terms:
+ *   fwd      D = out^T (OC x N, ld OC) = op(A = W: (C x OC, ld C), T) op(B = inp: (C x N, ld C), N)
+ *                                        m = OC, n = N, k = C, beta 0, bias (OC) as the BIAS epilogue
+ *   dinp     D = dinp^T (C x N, ld C)  = op(A = W: (C x OC, ld C), N) op(B = dout: (OC x N, ld OC), N)
+ *                                        m = C, n = N, k = OC, beta 0
+ *   dweight  D = dW^T (C x OC, ld C)   = op(A = inp: (C x N, ld C), N) op(B = dout: (OC x N, ld OC), T)
+ *                                        m = C, n = OC, k = N, beta 1 (dW accumulates)
+ * dbias (OC) += column sums of dout: either a separate reduction (the
+ * backend's bias_bwd) or, with the BGRADB epilogue of the dweight GEMM (the
+ * sums of op(B) over k, i.e. of dout over its N rows), written into scratch
+ * and then added (the epilogue overwrites; the op accumulates).
+ *
+ * GELU epilogues do not apply: the op table has no fused linear + GELU (the
+ * model keeps the pre-GELU activation and calls gelu_fwd / gelu_bwd). */
+#ifndef TRI_CUDA_GEMM_PLAN_H
+#define TRI_CUDA_GEMM_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    TRI_GEMM_EPI_NONE = 0, /* D = op(A) op(B) + beta D                              */
+    TRI_GEMM_EPI_BIAS,     /* ... + bias (m), broadcast over the n columns           */
+    TRI_GEMM_EPI_BGRADB    /* ... and bias (n) = sums of op(B) over k   [overwrite]  */
+} tri_gemm_epilogue;
+
+/* How matmul_bwd gets dbias when it is asked for. */
+typedef enum {
+    TRI_DBIAS_REDUCE = 0, /* the backend's column-sum reduction (bias_bwd): the default */
+    TRI_DBIAS_EPILOGUE    /* BGRADB on the dweight GEMM when that GEMM runs, into scratch, then added */
+} tri_dbias_policy;
+
+/* One column-major GEMM: what the plan cache is keyed on. */
+typedef struct tri_gemm_desc {
+    int transa, transb;     /* 0: N, 1: T */
+    uint64_t m, n, k;       /* D is m x n; op(A) m x k; op(B) k x n */
+    uint64_t lda, ldb, ldc; /* leading dimensions of A, B and C = D as stored */
+    int accumulate;         /* beta: 0 (overwrite) or 1 */
+    tri_gemm_epilogue epilogue;
+    unsigned align; /* bytes (1..16, a power of two) that divide every pointer of the call */
+} tri_gemm_desc;
+
+/* A GEMM with its operands. bias: the BIAS epilogue's input or the BGRADB
+ * epilogue's output (NULL otherwise). */
+typedef struct tri_gemm_call {
+    tri_gemm_desc d;
+    const void *A, *B;
+    void *D;
+    void *bias;
+} tri_gemm_call;
+
+/* The largest power of two <= 16 dividing the address (16 for NULL). */
+unsigned tri_gemm_ptr_align(const void *p);
+
+/* out (N, OC) = inp (N, C) @ weight (OC, C)^T (+ bias): the GEMM, with the
+ * BIAS epilogue when bias is non-NULL. Returns 0, or 1 when there is no GEMM
+ * to run: N or OC is 0 (nothing to write) or C is 0 (out is the bias
+ * broadcast, or 0: *fill is set to 1). */
+int tri_gemm_plan_fwd(tri_gemm_call *g, int *fill, void *out, const void *inp, const void *weight, const void *bias,
+                      size_t N, size_t C, size_t OC);
+/* dinp (N, C) = dout (N, OC) @ weight (OC, C). 1 when nothing to run (*fill
+ * set to 1 when dinp must be zeroed: OC = 0). */
+int tri_gemm_plan_dinp(tri_gemm_call *g, int *fill, void *dinp, const void *dout, const void *weight, size_t N,
+                       size_t C, size_t OC);
+/* dweight (OC, C) += dout^T @ inp, with the BGRADB epilogue into
+ * dbias_scratch when it is non-NULL. 1 when nothing to run. */
+int tri_gemm_plan_dweight(tri_gemm_call *g, float *dweight, float *dbias_scratch, const void *dout, const void *inp,
+                          size_t N, size_t C, size_t OC);
+
+/* Where matmul_bwd's dbias comes from: 0 (not asked for), TRI_DBIAS_EPILOGUE
+ * (the policy allows it and the dweight GEMM runs: dweight asked for and
+ * N, C, OC > 0) or TRI_DBIAS_REDUCE. */
+typedef enum { TRI_DBIAS_ROUTE_NONE = 0, TRI_DBIAS_ROUTE_EPILOGUE, TRI_DBIAS_ROUTE_REDUCE } tri_dbias_route;
+tri_dbias_route tri_gemm_dbias_route(tri_dbias_policy policy, int want_dweight, int want_dbias, size_t N, size_t C,
+                                     size_t OC);
+
+/* ---- the plan cache ----
+ * One entry per distinct tri_gemm_desc, holding what the GEMM library chose
+ * at the first call of that shape (an algorithm as opaque bytes, its
+ * workspace size) and the library objects built for it (descriptor and
+ * layouts, as opaque handles released by `release`). Lookups are linear over
+ * a small array (a model has a handful of shapes) with a hash to skip most
+ * compares. */
+typedef struct tri_gemm_entry {
+    tri_gemm_desc d;
+    uint64_t hash;
+    unsigned char algo[64]; /* cublasLtMatmulAlgo_t (64 bytes) under CUDA */
+    size_t workspace;       /* bytes the chosen algorithm needs */
+    void *handles[4];       /* matmul descriptor, layouts of A, B, D */
+    uint64_t uses;
+} tri_gemm_entry;
+
+typedef struct tri_gemm_cache {
+    tri_gemm_entry *e;
+    size_t n, cap;
+    uint64_t hits, misses;
+    void (*release)(tri_gemm_entry *e); /* frees an entry's handles; may be NULL */
+} tri_gemm_cache;
+
+uint64_t tri_gemm_desc_hash(const tri_gemm_desc *d);
+int tri_gemm_desc_equal(const tri_gemm_desc *a, const tri_gemm_desc *b);
+/* The entry for d, or NULL; counts a hit or a miss. */
+tri_gemm_entry *tri_gemm_cache_find(tri_gemm_cache *c, const tri_gemm_desc *d);
+/* A new zeroed entry for d (after a miss; the caller fills it in). NULL when
+ * out of memory. Pointers to entries stay valid until the next add. */
+tri_gemm_entry *tri_gemm_cache_add(tri_gemm_cache *c, const tri_gemm_desc *d);
+/* Releases every entry (through release) and the array; NULL-safe. */
+void tri_gemm_cache_free(tri_gemm_cache *c);
+
+/* "m 768 n 512 k 256 A^T B lda 256 ... beta 1 bias align 16", for messages. */
+void tri_gemm_desc_str(const tri_gemm_desc *d, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,195 @@
+/* The emulated CUDA runtime (tests/cuemu/cuemu_rt.h): host memory with a
+ * table of live allocations, checked copies, counted syncs. */
+#include "tests/cuemu/cuemu_rt.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/check.h"
+#include "src/base/err.h"
+
+typedef struct alloc_rec {
+    uintptr_t base;
+    size_t bytes;
+} alloc_rec;
+
+struct tri_cuemu_stream {
+    int live;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static alloc_rec *recs;
+static size_t n_recs, cap_recs;
+static tri_cuemu_rt_stats stats;
+static int fail_mallocs;
+static cudaError_t last_error = cudaSuccess;
+
+/* records e as the last error (called without the lock held) */
+static cudaError_t fail(cudaError_t e) {
+    pthread_mutex_lock(&mu);
+    last_error = e;
+    pthread_mutex_unlock(&mu);
+    return e;
+}
+
+_Noreturn void tri_cuemu_cuda_fail(cudaError_t err, const char *what, const char *file, int line) {
+    tri_error("CUDA error at %s:%d (rank %d): %s: %s: %s", file, line, tri_cuda_world_rank(), what,
+              tri_cuemu_rt_error_name(err), tri_cuemu_rt_error_string(err));
+    abort();
+}
+
+const char *tri_cuemu_rt_error_name(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    }
+    return "cudaErrorUnknown";
+}
+
+const char *tri_cuemu_rt_error_string(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument (emulated: a range outside every live allocation?)";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    }
+    return "unknown error";
+}
+
+cudaError_t tri_cuemu_rt_get_last_error(void) {
+    pthread_mutex_lock(&mu);
+    const cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    pthread_mutex_unlock(&mu);
+    return e;
+}
+
+static int stream_ok(cudaStream_t s) { return s == NULL || s->live == 1; }
+
+/* The record holding [p, p + bytes), or -1 (locked). */
+static long find(const void *p, size_t bytes) {
+    const uintptr_t a = (uintptr_t)p;
+    for (size_t i = 0; i < n_recs; i++)
+        if (a >= recs[i].base && a - recs[i].base <= recs[i].bytes && bytes <= recs[i].bytes - (a - recs[i].base))
+            return (long)i;
+    return -1;
+}
+
+cudaError_t tri_cuemu_rt_malloc_async(void **p, size_t bytes, cudaStream_t s) {
+    if (p == NULL || !stream_ok(s)) return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&mu);
+    cudaError_t e = cudaSuccess;
+    if (fail_mallocs > 0) {
+        fail_mallocs--;
+        e = cudaErrorMemoryAllocation;
+    } else {
+        const size_t sz = (bytes + 255) / 256 * 256;
+        void *q = aligned_alloc(256, sz ? sz : 256);
+        if (q == NULL || (n_recs == cap_recs && (cap_recs = cap_recs ? 2 * cap_recs : 64,
+                                                 recs = realloc(recs, cap_recs * sizeof *recs)) == NULL)) {
+            free(q);
+            e = cudaErrorMemoryAllocation;
+        } else {
+            memset(q, 0xff, sz ? sz : 256); /* NaN: memory the table forgets to zero shows */
+            recs[n_recs++] = (alloc_rec){(uintptr_t)q, bytes};
+            stats.live_bytes += bytes;
+            stats.live_allocs++;
+            *p = q;
+        }
+    }
+    if (e != cudaSuccess) {
+        *p = NULL;
+        last_error = e;
+    }
+    pthread_mutex_unlock(&mu);
+    return e;
+}
+
+cudaError_t tri_cuemu_rt_free_async(void *p, cudaStream_t s) {
+    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    if (p == NULL) return cudaSuccess;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < n_recs; i++) {
+        if (recs[i].base == (uintptr_t)p) {
+            stats.live_bytes -= recs[i].bytes;
+            stats.live_allocs--;
+            recs[i] = recs[--n_recs];
+            pthread_mutex_unlock(&mu);
+            free(p);
+            return cudaSuccess;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return fail(cudaErrorInvalidDevicePointer);
+}
+
+cudaError_t tri_cuemu_rt_memcpy_async(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    if (bytes == 0) return cudaSuccess;
+    if (dst == NULL || src == NULL) return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&mu);
+    const int dst_dev = find(dst, bytes) >= 0, src_dev = find(src, bytes) >= 0;
+    int ok = 0;
+    switch (kind) {
+    case cudaMemcpyHostToDevice: ok = dst_dev && !src_dev; break;
+    case cudaMemcpyDeviceToHost: ok = src_dev && !dst_dev; break;
+    case cudaMemcpyDeviceToDevice: ok = src_dev && dst_dev; break;
+    default: ok = 0; /* the table always says which side is which */
+    }
+    if (ok) stats.copies++;
+    pthread_mutex_unlock(&mu);
+    if (!ok) return fail(cudaErrorInvalidValue);
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t tri_cuemu_rt_memset_async(void *p, int value, size_t bytes, cudaStream_t s) {
+    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    if (bytes == 0) return cudaSuccess;
+    pthread_mutex_lock(&mu);
+    const int ok = find(p, bytes) >= 0;
+    pthread_mutex_unlock(&mu);
+    if (!ok) return fail(cudaErrorInvalidValue);
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t tri_cuemu_rt_stream_create(cudaStream_t *s, unsigned flags) {
+    if (s == NULL) return fail(cudaErrorInvalidValue);
+    *s = malloc(sizeof **s);
+    if (*s == NULL) return fail(cudaErrorMemoryAllocation);
+    (*s)->live = 1;
+    return cudaSuccess;
+}
+
+cudaError_t tri_cuemu_rt_stream_destroy(cudaStream_t s) {
+    if (s == NULL || s->live != 1) return fail(cudaErrorInvalidResourceHandle);
+    s->live = 0; /* kept, not freed: a later use of the handle is reported, not a use after free */
+    return cudaSuccess;
+}
+
+cudaError_t tri_cuemu_rt_stream_sync(cudaStream_t s) {
+    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    pthread_mutex_lock(&mu);
+    stats.syncs++;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+void tri_cuemu_rt_stats_get(tri_cuemu_rt_stats *s) {
+    pthread_mutex_lock(&mu);
+    *s = stats;
+    pthread_mutex_unlock(&mu);
+}
+
+void tri_cuemu_rt_fail_next_mallocs(int n) {
+    pthread_mutex_lock(&mu);
+    fail_mallocs = n;
+    pthread_mutex_unlock(&mu);
+}

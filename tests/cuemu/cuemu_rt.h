@@ -1,0 +1,81 @@
+/* The few CUDA runtime calls the CUDA op table (kernels/cuda/cuda_ops.c)
+ * makes, emulated on the host for its emulated copy ("cuda-emu", compiled
+ * with TRI_CUEMU): device memory is host memory, streams are handles that are
+ * checked and otherwise ignored (every launch and copy is synchronous).
+ *
+ * It is stricter than it needs to be, so that the op table's mistakes show:
+ *   - memory from cudaMallocAsync is filled with 0xff bytes (NaN as float), so
+ *     an allocation the table forgets to zero shows;
+ *   - every copy and memset must lie inside one live allocation on its device
+ *     side(s), and cudaMemcpyAsync's kind must say which side is which:
+ *     otherwise cudaErrorInvalidValue, which TRI_CUDA_CHECK reports;
+ *   - cudaFreeAsync of a pointer that is not the start of a live allocation,
+ *     or a stream that was never created (or was destroyed), is an error too.
+ * The names are macros onto tri_cuemu_rt_*, so that a program can link the
+ * real CUDA runtime beside it. C and C++. */
+#ifndef TRI_CUEMU_RT_H
+#define TRI_CUEMU_RT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tri_cuemu_error {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidDevicePointer = 17,
+    cudaErrorInvalidResourceHandle = 400
+} cudaError_t;
+
+typedef enum tri_cuemu_memcpy_kind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4
+} cudaMemcpyKind;
+
+typedef struct tri_cuemu_stream *cudaStream_t;
+#define cudaStreamNonBlocking     0x01
+
+#define cudaMallocAsync           tri_cuemu_rt_malloc_async
+#define cudaFreeAsync             tri_cuemu_rt_free_async
+#define cudaMemcpyAsync           tri_cuemu_rt_memcpy_async
+#define cudaMemsetAsync           tri_cuemu_rt_memset_async
+#define cudaStreamCreateWithFlags tri_cuemu_rt_stream_create
+#define cudaStreamDestroy         tri_cuemu_rt_stream_destroy
+#define cudaStreamSynchronize     tri_cuemu_rt_stream_sync
+#define cudaGetLastError          tri_cuemu_rt_get_last_error
+#define cudaGetErrorName          tri_cuemu_rt_error_name
+#define cudaGetErrorString        tri_cuemu_rt_error_string
+
+cudaError_t tri_cuemu_rt_malloc_async(void **p, size_t bytes, cudaStream_t s);
+cudaError_t tri_cuemu_rt_free_async(void *p, cudaStream_t s);
+cudaError_t tri_cuemu_rt_memcpy_async(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s);
+cudaError_t tri_cuemu_rt_memset_async(void *p, int value, size_t bytes, cudaStream_t s);
+cudaError_t tri_cuemu_rt_stream_create(cudaStream_t *s, unsigned flags);
+cudaError_t tri_cuemu_rt_stream_destroy(cudaStream_t s);
+cudaError_t tri_cuemu_rt_stream_sync(cudaStream_t s);
+cudaError_t tri_cuemu_rt_get_last_error(void);
+const char *tri_cuemu_rt_error_name(cudaError_t e);
+const char *tri_cuemu_rt_error_string(cudaError_t e);
+
+/* For tests: device bytes live now, allocations live now, stream syncs so far. */
+typedef struct tri_cuemu_rt_stats {
+    size_t live_bytes, live_allocs;
+    uint64_t syncs, copies;
+} tri_cuemu_rt_stats;
+void tri_cuemu_rt_stats_get(tri_cuemu_rt_stats *s);
+/* For tests: the next `n` cudaMallocAsync calls fail with
+ * cudaErrorMemoryAllocation (0 turns it off). */
+void tri_cuemu_rt_fail_next_mallocs(int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,591 @@
+/* The CUDA op table (kernels/cuda/cuda_ops.c) as the emulated backend
+ * "cuda-emu": every op of kernels/ops.h through the table, against the CPU
+ * op through the CPU table, on the same inputs; the memory ops against the
+ * emulated runtime's bookkeeping; the checked-call message; the plan cache in
+ * use; a few training steps of a tiny GPT on both backends.
+ *
+ * What this checks is the wiring: argument order, = against += (accumulated
+ * outputs are pre-filled with random values, overwritten ones poisoned with
+ * NaN), the NULL-able pointers (every optional output and input left out in
+ * turn), aliasing where the contract allows it, scratch sizes, zero-sized
+ * calls. The kernels' own accuracy is tested tightly in test_cuda_kernels.c.
+ * Tolerance here: max |cuda - cpu| <= 1e-4 (1 + max |cpu|) over a tensor,
+ * with every reduction shorter than 128 terms of magnitude <= 4: the rounding
+ * bound 2 (L + 4) eps * sum |terms| is then below 1.3e-4 * 4 per element in the
+ * worst case, and the largest error measured is below 1e-5 (1 + max |cpu|);
+ * a wiring mistake is off by O(1). NaN never passes. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "model/runtime.h"
+#include "tests/cuemu/cuemu_api.h"
+#include "tests/cuemu/cuemu_rt.h"
+
+#define TOL 1e-4
+
+static tri_ctx E, P; /* the emulated CUDA backend, the CPU backend */
+
+static void start(void) {
+    tri_ops_register_test(tri_cuemu_ops());
+    cr_assert_eq(tri_ctx_init(&E, "cuda-emu", 0), 0);
+    cr_assert_eq(tri_ctx_init(&P, "cpu", 0), 0);
+    tri_cuemu_set_seed(5);
+}
+
+static void stop(void) {
+    tri_ctx_free(&E);
+    tri_ctx_free(&P);
+    tri_ops_register_test(NULL);
+}
+
+TestSuite(cuda_ops, .init = start, .fini = stop);
+
+static uint64_t rng(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float *hrand(size_t n, uint64_t *s, float lo, float hi) {
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)((double)(rng(s) >> 11) / 9007199254740992.0);
+    return x;
+}
+
+static float *hnan(size_t n) {
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+static float *hdup(const float *x, size_t n) {
+    float *y = malloc((n ? n : 1) * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+/* A device copy of host data. */
+static void *dev(const void *h, size_t bytes) {
+    void *d = E.ops->alloc(&E, bytes);
+    cr_assert_not_null(d);
+    E.ops->to_device(&E, d, h, bytes);
+    return d;
+}
+
+static void dfree(void *d, size_t bytes) { E.ops->free(&E, d, bytes); }
+
+/* The device tensor d (n floats) against the CPU's h, as said at the top. */
+static void check(const char *what, const float *d, const float *h, size_t n) {
+    float *got = malloc((n ? n : 1) * sizeof(float));
+    E.ops->to_host(&E, got, d, n * sizeof(float));
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)h[i]));
+    for (size_t i = 0; i < n; i++) {
+        const double err = fabs((double)got[i] - (double)h[i]);
+        if (!(err <= TOL * (1.0 + mx)))
+            cr_assert_fail("%s: element %zu of %zu is %.9g on cuda-emu, %.9g on the CPU", what, i, n, got[i], h[i]);
+    }
+    free(got);
+}
+
+/* ---- memory ---- */
+
+Test(cuda_ops, memory_is_zeroed_copied_and_freed_on_the_device) {
+    tri_cuemu_rt_stats s0, s1;
+    tri_cuemu_rt_stats_get(&s0);
+    const size_t n = 1000;
+    uint64_t s = 1;
+    float *h = hrand(n, &s, -1, 1), *back = hnan(n);
+    float *a = E.ops->alloc(&E, n * sizeof(float)), *b = E.ops->alloc(&E, n * sizeof(float));
+    cr_assert(a && b && (uintptr_t)a % 64 == 0);
+    E.ops->to_host(&E, back, a, n * sizeof(float)); /* the emulated runtime fills new memory with NaN */
+    for (size_t i = 0; i < n; i++) cr_assert_eq(back[i], 0.0f, "alloc left element %zu at %g", i, back[i]);
+    E.ops->to_device(&E, a, h, n * sizeof(float));
+    E.ops->copy(&E, b, a, n * sizeof(float));
+    E.ops->zero(&E, b + 10, 20 * sizeof(float));
+    E.ops->sync(&E);
+    E.ops->to_host(&E, back, b, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) cr_assert_eq(back[i], i >= 10 && i < 30 ? 0.0f : h[i]);
+    tri_cuemu_rt_stats_get(&s1);
+    cr_assert_eq(s1.live_allocs, s0.live_allocs + 2);
+    cr_assert_geq(s1.syncs, s0.syncs + 4, "staging copies and sync wait for the stream");
+    E.ops->free(&E, a, n * sizeof(float));
+    E.ops->free(&E, b, n * sizeof(float));
+    E.ops->free(&E, NULL, 0);
+    tri_cuemu_rt_stats_get(&s1);
+    cr_assert_eq(s1.live_allocs, s0.live_allocs);
+    free(h);
+    free(back);
+}
+
+Test(cuda_ops, a_context_frees_all_its_device_memory_and_a_failed_alloc_is_null) {
+    tri_cuemu_rt_stats s0, s1;
+    tri_cuemu_rt_stats_get(&s0);
+    tri_ctx c;
+    cr_assert_eq(tri_ctx_init(&c, "cuda-emu", 0), 0);
+    cr_assert_str_eq(c.ops->name, "cuda-emu");
+    cr_assert(c.stream != NULL && c.backend != NULL);
+    /* an op that needs scratch, so that the scratch buffer exists too */
+    uint64_t s = 2;
+    float *h = hrand(64, &s, -1, 1);
+    float *x = tri_ctx_alloc(&c, 64 * sizeof(float), TRI_MEM_OTHER, "x");
+    c.ops->to_device(&c, x, h, 64 * sizeof(float));
+    cr_assert(fabs(c.ops->sumsq(&c, x, 64) - tri_ops_cpu()->sumsq(&P, h, 64)) < 1e-9);
+    tri_cuemu_rt_fail_next_mallocs(1);
+    cr_assert_null(c.ops->alloc(&c, 4096), "an allocation that fails is NULL, not an abort");
+    cr_assert_eq(tri_cuemu_rt_get_last_error(), cudaSuccess, "the failure was cleared");
+    tri_ctx_release(&c, x, 64 * sizeof(float), TRI_MEM_OTHER);
+    tri_ctx_free(&c);
+    tri_cuemu_rt_stats_get(&s1);
+    cr_assert_eq(s1.live_allocs, s0.live_allocs, "the context left %zu allocations", s1.live_allocs - s0.live_allocs);
+    cr_assert_eq(s1.live_bytes, s0.live_bytes);
+    free(h);
+}
+
+static char *run_child(void (*fn)(void), int *status) {
+    int fd[2];
+    cr_assert_eq(pipe(fd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        fn();
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while ((r = read(fd[0], buf + len, cap - 1 - len)) > 0) len += (size_t)r;
+    buf[len] = '\0';
+    close(fd[0]);
+    waitpid(pid, status, 0);
+    return buf;
+}
+
+/* a device-to-device copy between host buffers: the runtime refuses it */
+static void bad_copy_child(void) {
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    static float a[4], b[4];
+    E.ops->copy(&E, a, b, sizeof a);
+}
+
+static void bad_copy_child_no_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK", "SLURM_PROCID"};
+    for (int i = 0; i < 5; i++) unsetenv(vars[i]);
+    static float a[4], b[4];
+    E.ops->copy(&E, a, b, sizeof a);
+}
+
+Test(cuda_ops, a_failed_cuda_call_names_file_line_call_and_rank) {
+    int status;
+    char *msg = run_child(bad_copy_child, &status);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "status %d, stderr: %s", status, msg);
+    cr_assert(strstr(msg, "trident: CUDA error at ") && strstr(msg, "kernels/cuda/cuda_ops.c:") &&
+                  strstr(msg, "(rank 3): cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice") &&
+                  strstr(msg, "cudaErrorInvalidValue"),
+              "message: %s", msg);
+    free(msg);
+    msg = run_child(bad_copy_child_no_rank, &status);
+    cr_assert(WIFSIGNALED(status) && strstr(msg, "(rank -1): cudaMemcpyAsync"), "message: %s", msg);
+    free(msg);
+}
+
+/* ---- linear layer, through the plan cache ---- */
+
+static void matmul_case(size_t N, size_t C, size_t OC, uint64_t seed) {
+    char w[160];
+    uint64_t s = seed;
+    float *inp = hrand(N * C, &s, -1, 1), *wt = hrand(OC * C, &s, -1, 1), *b = hrand(OC, &s, -1, 1);
+    float *dout = hrand(N * OC, &s, -1, 1);
+    float *dw0 = hrand(OC * C, &s, -1, 1), *db0 = hrand(OC, &s, -1, 1);
+    float *d_inp = dev(inp, N * C * 4), *d_w = dev(wt, OC * C * 4), *d_b = dev(b, OC * 4);
+    float *d_dout = dev(dout, N * OC * 4);
+    float *nan_out = hnan(N * OC > N * C ? N * OC : N * C);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        float *d_out = dev(nan_out, N * OC * 4), *out = hnan(N * OC);
+        E.ops->matmul_fwd(&E, d_out, d_inp, d_w, with_bias ? d_b : NULL, N, C, OC);
+        P.ops->matmul_fwd(&P, out, inp, wt, with_bias ? b : NULL, N, C, OC);
+        snprintf(w, sizeof w, "matmul_fwd (N %zu, C %zu, OC %zu, bias %d)", N, C, OC, with_bias);
+        check(w, d_out, out, N * OC);
+        dfree(d_out, N * OC * 4);
+        free(out);
+    }
+    /* every subset of (dinp, dweight, dbias), both ways to dbias */
+    for (int policy = 0; policy < 2; policy++) {
+        tri_cuemu_ops_set_dbias_policy(&E, policy ? TRI_DBIAS_EPILOGUE : TRI_DBIAS_REDUCE);
+        for (int mask = 0; mask < 8; mask++) {
+            float *dinp = hnan(N * C), *dw = hdup(dw0, OC * C), *db = hdup(db0, OC);
+            float *d_dinp = dev(nan_out, N * C * 4), *d_dw = dev(dw0, OC * C * 4), *d_db = dev(db0, OC * 4);
+            E.ops->matmul_bwd(&E, mask & 1 ? d_dinp : NULL, mask & 2 ? d_dw : NULL, mask & 4 ? d_db : NULL, d_dout,
+                              d_inp, d_w, N, C, OC);
+            P.ops->matmul_bwd(&P, mask & 1 ? dinp : NULL, mask & 2 ? dw : NULL, mask & 4 ? db : NULL, dout, inp, wt, N,
+                              C, OC);
+            snprintf(w, sizeof w, "matmul_bwd (N %zu, C %zu, OC %zu, outputs %d, dbias %s)", N, C, OC, mask,
+                     policy ? "epilogue" : "reduce");
+            char ww[200];
+            if (mask & 1) {
+                snprintf(ww, sizeof ww, "%s dinp", w);
+                check(ww, d_dinp, dinp, N * C);
+            }
+            snprintf(ww, sizeof ww, "%s dweight", w); /* untouched when not asked for */
+            check(ww, d_dw, dw, OC * C);
+            snprintf(ww, sizeof ww, "%s dbias", w);
+            check(ww, d_db, db, OC);
+            dfree(d_dinp, N * C * 4), dfree(d_dw, OC * C * 4), dfree(d_db, OC * 4);
+            free(dinp), free(dw), free(db);
+        }
+    }
+    tri_cuemu_ops_set_dbias_policy(&E, TRI_DBIAS_REDUCE);
+    dfree(d_inp, N * C * 4), dfree(d_w, OC * C * 4), dfree(d_b, OC * 4), dfree(d_dout, N * OC * 4);
+    free(inp), free(wt), free(b), free(dout), free(dw0), free(db0), free(nan_out);
+}
+
+Test(cuda_ops, matmul_fwd_bwd_match_the_cpu_for_every_optional_output) {
+    const size_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 70}, {64, 96, 40}};
+    for (size_t i = 0; i < 4; i++) matmul_case(shapes[i][0], shapes[i][1], shapes[i][2], 100 + i);
+}
+
+Test(cuda_ops, matmul_with_an_empty_inner_dimension_gives_the_bias) {
+    const size_t N = 3, OC = 5;
+    uint64_t s = 9;
+    float *b = hrand(OC, &s, -1, 1), *out = hnan(N * OC), *want = malloc(N * OC * 4);
+    float *d_b = dev(b, OC * 4), *d_out = dev(out, N * OC * 4), *d_x = dev(b, 4);
+    E.ops->matmul_fwd(&E, d_out, d_x, d_x, d_b, N, 0, OC);
+    for (size_t i = 0; i < N * OC; i++) want[i] = b[i % OC];
+    check("matmul_fwd C = 0 with bias", d_out, want, N * OC);
+    E.ops->matmul_fwd(&E, d_out, d_x, d_x, NULL, N, 0, OC);
+    memset(want, 0, N * OC * 4);
+    check("matmul_fwd C = 0 without bias", d_out, want, N * OC);
+    E.ops->to_device(&E, d_out, out, N * OC * 4); /* NaN again: dinp with OC = 0 is zero */
+    E.ops->matmul_bwd(&E, d_out, NULL, NULL, d_x, d_x, d_x, N, OC, 0);
+    check("matmul_bwd OC = 0 dinp", d_out, want, N * OC);
+    dfree(d_b, OC * 4), dfree(d_out, N * OC * 4), dfree(d_x, 4);
+    free(b), free(out), free(want);
+}
+
+Test(cuda_ops, gemm_plans_are_searched_once_per_shape_and_reused) {
+    const size_t N = 12, C = 8, OC = 20;
+    uint64_t s = 3;
+    float *h = hrand(N * OC + OC * C + N * C, &s, -1, 1);
+    float *x = dev(h, (N * C + 4) * 4), *wt = dev(h, OC * C * 4), *out = dev(h, N * OC * 4), *b = dev(h, OC * 4);
+    float *dx = dev(h, N * C * 4), *dwt = dev(h, OC * C * 4);
+    const tri_gemm_exec *g = tri_cuemu_ops_gemm(&E);
+    const unsigned long long h0 = g->cache.hits, m0 = g->cache.misses, q0 = g->heuristic_calls;
+    for (int r = 0; r < 5; r++) E.ops->matmul_fwd(&E, out, x, wt, b, N, C, OC);
+    cr_assert_eq(g->cache.misses - m0, 1);
+    cr_assert_eq(g->cache.hits - h0, 4);
+    cr_assert_eq(g->heuristic_calls - q0, 1, "one search per new shape");
+    E.ops->matmul_fwd(&E, out, x, wt, NULL, N, C, OC);  /* no bias: another epilogue */
+    E.ops->matmul_fwd(&E, out, x, wt, b, N + 1, C, OC); /* another shape */
+    E.ops->matmul_fwd(&E, out, x + 1, wt, b, N, C, OC); /* the first shape, a 4-byte aligned input */
+    cr_assert_eq(g->cache.misses - m0, 4);
+    cr_assert_eq(g->heuristic_calls - q0, 4);
+    for (int r = 0; r < 3; r++) E.ops->matmul_bwd(&E, dx, dwt, NULL, out, x, wt, N, C, OC);
+    cr_assert_eq(g->cache.misses - m0, 6, "dinp and dweight: one plan each");
+    cr_assert_eq(g->cache.hits - h0, 8);
+    dfree(x, (N * C + 4) * 4), dfree(wt, OC * C * 4), dfree(out, N * OC * 4), dfree(b, OC * 4);
+    dfree(dx, N * C * 4), dfree(dwt, OC * C * 4);
+    free(h);
+}
+
+/* ---- LayerNorm, GELU, residual, bias ---- */
+
+Test(cuda_ops, layernorm_fwd_bwd_match_the_cpu) {
+    const size_t shapes[][2] = {{1, 1}, {5, 33}, {40, 96}};
+    for (int si = 0; si < 3; si++) {
+        const size_t N = shapes[si][0], C = shapes[si][1];
+        uint64_t s = 20 + si;
+        float *inp = hrand(N * C, &s, -2, 2), *w = hrand(C, &s, 0.5f, 1.5f), *b = hrand(C, &s, -1, 1);
+        float *out = hnan(N * C), *mean = hnan(N), *rstd = hnan(N);
+        float *d_inp = dev(inp, N * C * 4), *d_w = dev(w, C * 4), *d_b = dev(b, C * 4);
+        float *d_out = dev(out, N * C * 4), *d_mean = dev(mean, N * 4), *d_rstd = dev(rstd, N * 4);
+        E.ops->layernorm_fwd(&E, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+        P.ops->layernorm_fwd(&P, out, mean, rstd, inp, w, b, N, C);
+        check("layernorm_fwd out", d_out, out, N * C);
+        check("layernorm_fwd mean", d_mean, mean, N);
+        check("layernorm_fwd rstd", d_rstd, rstd, N);
+        float *dout = hrand(N * C, &s, -1, 1), *dinp = hrand(N * C, &s, -1, 1), *dw = hrand(C, &s, -1, 1),
+              *db = hrand(C, &s, -1, 1);
+        float *d_dout = dev(dout, N * C * 4), *d_dinp = dev(dinp, N * C * 4), *d_dw = dev(dw, C * 4),
+              *d_db = dev(db, C * 4);
+        E.ops->layernorm_bwd(&E, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+        P.ops->layernorm_bwd(&P, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        check("layernorm_bwd dinp", d_dinp, dinp, N * C);
+        check("layernorm_bwd dw", d_dw, dw, C);
+        check("layernorm_bwd db", d_db, db, C);
+        dfree(d_inp, 0), dfree(d_w, 0), dfree(d_b, 0), dfree(d_out, 0), dfree(d_mean, 0), dfree(d_rstd, 0);
+        dfree(d_dout, 0), dfree(d_dinp, 0), dfree(d_dw, 0), dfree(d_db, 0);
+        free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(dout), free(dinp), free(dw), free(db);
+    }
+}
+
+Test(cuda_ops, gelu_residual_bias_scale_add_match_the_cpu) {
+    const size_t N = 37, C = 29, n = N * C;
+    uint64_t s = 30;
+    float *x = hrand(n, &s, -4, 4), *r = hrand(n, &s, -1, 1), *g = hrand(n, &s, -1, 1), *b = hrand(C, &s, -1, 1);
+    float *d_x = dev(x, n * 4), *d_r = dev(r, n * 4), *d_g = dev(g, n * 4), *d_b = dev(b, C * 4);
+    float *out = hnan(n), *d_out = dev(out, n * 4);
+    E.ops->gelu_fwd(&E, d_out, d_x, n);
+    P.ops->gelu_fwd(&P, out, x, n);
+    check("gelu_fwd", d_out, out, n);
+    /* backward in place: dinp aliases dout */
+    float *gi = hdup(g, n), *d_gi = dev(g, n * 4);
+    E.ops->gelu_bwd(&E, d_gi, d_x, d_gi, n);
+    P.ops->gelu_bwd(&P, gi, x, gi, n);
+    check("gelu_bwd in place", d_gi, gi, n);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        float *o = hnan(n), *d_o = dev(o, n * 4);
+        E.ops->residual_fwd(&E, d_o, d_r, d_x, with_bias ? d_b : NULL, N, C);
+        P.ops->residual_fwd(&P, o, r, x, with_bias ? b : NULL, N, C);
+        check(with_bias ? "residual_fwd with bias" : "residual_fwd", d_o, o, n);
+        /* out aliasing res */
+        float *rr = hdup(r, n), *d_rr = dev(r, n * 4);
+        E.ops->residual_fwd(&E, d_rr, d_rr, d_x, with_bias ? d_b : NULL, N, C);
+        P.ops->residual_fwd(&P, rr, rr, x, with_bias ? b : NULL, N, C);
+        check("residual_fwd in place", d_rr, rr, n);
+        dfree(d_o, 0), dfree(d_rr, 0), free(o), free(rr);
+    }
+    float *db = hrand(C, &s, -1, 1), *d_db = dev(db, C * 4);
+    E.ops->bias_bwd(&E, d_db, d_g, N, C);
+    P.ops->bias_bwd(&P, db, g, N, C);
+    check("bias_bwd", d_db, db, C);
+    float *y = hdup(r, n), *d_y = dev(r, n * 4);
+    E.ops->add(&E, d_y, d_g, n);
+    P.ops->add(&P, y, g, n);
+    check("add", d_y, y, n);
+    E.ops->scale(&E, d_y, -0.37f, n);
+    P.ops->scale(&P, y, -0.37f, n);
+    check("scale", d_y, y, n);
+    const double se = E.ops->sum(&E, d_x, n), sp = P.ops->sum(&P, x, n);
+    const double qe = E.ops->sumsq(&E, d_x, n), qp = P.ops->sumsq(&P, x, n);
+    cr_assert(fabs(se - sp) <= 1e-9 * (1 + fabs(sp)), "sum %.17g against %.17g", se, sp);
+    cr_assert(fabs(qe - qp) <= 1e-9 * (1 + qp), "sumsq %.17g against %.17g", qe, qp);
+    cr_assert_eq(E.ops->sum(&E, d_x, 0), 0.0);
+    dfree(d_x, 0), dfree(d_r, 0), dfree(d_g, 0), dfree(d_b, 0), dfree(d_out, 0), dfree(d_gi, 0), dfree(d_db, 0),
+        dfree(d_y, 0);
+    free(x), free(r), free(g), free(b), free(out), free(gi), free(db), free(y);
+}
+
+/* ---- attention ---- */
+
+Test(cuda_ops, attention_fwd_bwd_match_the_cpu) {
+    const size_t B = 2, T = 13;
+    const int NH = 3, HS = 8;
+    const size_t nq = B * T * 3 * NH * HS, no = B * T * NH * HS;
+    uint64_t s = 40;
+    float *qkv = hrand(nq, &s, -1, 1), *dout = hrand(no, &s, -1, 1);
+    float *d_qkv = dev(qkv, nq * 4), *d_dout = dev(dout, no * 4);
+    const size_t es = E.ops->attention_saved_floats(B, T, NH, HS), ps = P.ops->attention_saved_floats(B, T, NH, HS);
+    const size_t ex = E.ops->attention_scratch_floats(B, T, NH, HS), px = P.ops->attention_scratch_floats(B, T, NH, HS);
+    cr_assert_eq(es, B * NH * T, "the CUDA backend saves one log-sum-exp per row");
+    float *out = hnan(no), *d_out = dev(out, no * 4), *state = hnan(ps), *es_nan = hnan(es);
+    float *d_state = dev(es_nan, es * 4);
+    E.ops->attention_fwd(&E, d_out, d_state, d_qkv, B, T, NH, HS);
+    P.ops->attention_fwd(&P, out, state, qkv, B, T, NH, HS);
+    check("attention_fwd out", d_out, out, no);
+    float *dqkv = hnan(nq), *d_dqkv = dev(dqkv, nq * 4), *scr = hnan(px), *ex_nan = hnan(ex);
+    float *d_scr = dev(ex_nan, (ex ? ex : 1) * 4);
+    E.ops->attention_bwd(&E, d_dqkv, d_scr, d_dout, d_qkv, d_out, d_state, B, T, NH, HS);
+    P.ops->attention_bwd(&P, dqkv, scr, dout, qkv, out, state, B, T, NH, HS);
+    check("attention_bwd dqkv", d_dqkv, dqkv, nq);
+    dfree(d_qkv, 0), dfree(d_dout, 0), dfree(d_out, 0), dfree(d_state, 0), dfree(d_dqkv, 0), dfree(d_scr, 0);
+    free(qkv), free(dout), free(out), free(state), free(dqkv), free(scr), free(es_nan), free(ex_nan);
+}
+
+/* ---- embedding, cross-entropy ---- */
+
+Test(cuda_ops, embedding_fwd_bwd_match_the_cpu_with_and_without_wpe) {
+    const size_t B = 3, T = 7, C = 20, Vl = 11, vstart = 5, BT = B * T;
+    uint64_t s = 50;
+    int32_t ids[3 * 7];
+    for (size_t i = 0; i < BT; i++) ids[i] = (int32_t)(rng(&s) % 24); /* in and out of [5, 16) */
+    float *wte = hrand(Vl * C, &s, -1, 1), *wpe = hrand(T * C, &s, -1, 1), *dout = hrand(BT * C, &s, -1, 1);
+    int32_t *d_ids = dev(ids, sizeof ids);
+    float *d_wte = dev(wte, Vl * C * 4), *d_wpe = dev(wpe, T * C * 4), *d_dout = dev(dout, BT * C * 4);
+    for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+        float *out = hnan(BT * C), *d_out = dev(out, BT * C * 4);
+        E.ops->embedding_fwd(&E, d_out, d_ids, d_wte, with_wpe ? d_wpe : NULL, B, T, C, vstart, Vl);
+        P.ops->embedding_fwd(&P, out, ids, wte, with_wpe ? wpe : NULL, B, T, C, vstart, Vl);
+        check("embedding_fwd", d_out, out, BT * C);
+        float *dwte = hrand(Vl * C, &s, -1, 1), *dwpe = hrand(T * C, &s, -1, 1);
+        float *d_dwte = dev(dwte, Vl * C * 4), *d_dwpe = dev(dwpe, T * C * 4);
+        E.ops->embedding_bwd(&E, d_dwte, with_wpe ? d_dwpe : NULL, d_dout, d_ids, B, T, C, vstart, Vl);
+        P.ops->embedding_bwd(&P, dwte, with_wpe ? dwpe : NULL, dout, ids, B, T, C, vstart, Vl);
+        check("embedding_bwd dwte", d_dwte, dwte, Vl * C);
+        check("embedding_bwd dwpe", d_dwpe, dwpe, T * C);
+        dfree(d_out, 0), dfree(d_dwte, 0), dfree(d_dwpe, 0), free(out), free(dwte), free(dwpe);
+    }
+    dfree(d_ids, 0), dfree(d_wte, 0), dfree(d_wpe, 0), dfree(d_dout, 0);
+    free(wte), free(wpe), free(dout);
+}
+
+Test(cuda_ops, crossentropy_stats_combine_bwd_match_the_cpu) {
+    const size_t N = 9, V = 50, Vl = 32; /* two ranks' slices of a vocabulary padded to 64 */
+    uint64_t s = 60;
+    int32_t tg[9];
+    for (size_t i = 0; i < N; i++) tg[i] = (int32_t)(rng(&s) % V);
+    int32_t *d_tg = dev(tg, sizeof tg);
+    float *lg[2], *d_lg[2], *st[2], *d_st[2];
+    float *gather = hnan(2 * N * 3), *d_gather = dev(gather, 2 * N * 3 * 4);
+    for (int r = 0; r < 2; r++) {
+        lg[r] = hrand(N * Vl, &s, -3, 3);
+        d_lg[r] = dev(lg[r], N * Vl * 4);
+        st[r] = hnan(N * 3);
+        d_st[r] = dev(st[r], N * 3 * 4);
+        E.ops->crossentropy_stats(&E, d_st[r], d_lg[r], d_tg, N, Vl, r * Vl, V);
+        P.ops->crossentropy_stats(&P, st[r], lg[r], tg, N, Vl, r * Vl, V);
+        check("crossentropy_stats", d_st[r], st[r], N * 3);
+        memcpy(gather + r * N * 3, st[r], N * 3 * 4);
+        E.ops->copy(&E, d_gather + r * N * 3, d_st[r], N * 3 * 4);
+    }
+    E.ops->crossentropy_combine(&E, d_st[1], d_gather, N, 2);
+    P.ops->crossentropy_combine(&P, st[1], gather, N, 2);
+    check("crossentropy_combine", d_st[1], st[1], N * 3);
+    /* losses and dlogits each alone, both, and dlogits in place */
+    for (int mode = 0; mode < 4; mode++) {
+        float *loss = hnan(N), *d_loss = dev(loss, N * 4), *dl = hnan(N * Vl), *d_dl = dev(dl, N * Vl * 4);
+        float *lgc = hdup(lg[1], N * Vl), *d_lgc = dev(lg[1], N * Vl * 4);
+        float *pd = mode == 3 ? lgc : dl, *ed = mode == 3 ? d_lgc : d_dl;
+        const int want_loss = mode != 1, want_dl = mode != 0;
+        E.ops->crossentropy_bwd(&E, want_loss ? d_loss : NULL, want_dl ? ed : NULL, d_lgc, d_st[1], d_tg, 0.25f, N, Vl,
+                                Vl, V);
+        P.ops->crossentropy_bwd(&P, want_loss ? loss : NULL, want_dl ? pd : NULL, lgc, st[1], tg, 0.25f, N, Vl, Vl, V);
+        if (want_loss) check("crossentropy_bwd losses", d_loss, loss, N);
+        if (want_dl) check("crossentropy_bwd dlogits", ed, pd, N * Vl);
+        dfree(d_loss, 0), dfree(d_dl, 0), dfree(d_lgc, 0), free(loss), free(dl), free(lgc);
+    }
+    for (int r = 0; r < 2; r++) dfree(d_lg[r], 0), dfree(d_st[r], 0), free(lg[r]), free(st[r]);
+    dfree(d_tg, 0), dfree(d_gather, 0), free(gather);
+}
+
+/* ---- AdamW ---- */
+
+Test(cuda_ops, adamw_matches_the_cpu_over_steps_and_decays) {
+    const size_t n = 1000;
+    uint64_t s = 70;
+    float *p = hrand(n, &s, -1, 1), *m = calloc(n, 4), *v = calloc(n, 4);
+    float *d_p = dev(p, n * 4), *d_m = dev(m, n * 4), *d_v = dev(v, n * 4);
+    for (int t = 1; t <= 4; t++) {
+        float *g = hrand(n, &s, -1, 1), *d_g = dev(g, n * 4);
+        const float wd = t % 2 ? 0.1f : 0.0f;
+        E.ops->adamw(&E, d_p, d_m, d_v, d_g, n, 1e-2f, 0.9f, 0.95f, 1e-8f, wd, t);
+        P.ops->adamw(&P, p, m, v, g, n, 1e-2f, 0.9f, 0.95f, 1e-8f, wd, t);
+        dfree(d_g, 0), free(g);
+    }
+    check("adamw param", d_p, p, n);
+    check("adamw m", d_m, m, n);
+    check("adamw v", d_v, v, n);
+    E.ops->adamw(&E, d_p, d_m, d_v, d_p, 0, 1e-2f, 0.9f, 0.95f, 1e-8f, 0, 5); /* an empty span */
+    dfree(d_p, 0), dfree(d_m, 0), dfree(d_v, 0), free(p), free(m), free(v);
+}
+
+/* ---- a training step of a tiny GPT ---- */
+
+typedef struct run_out {
+    double loss[6];
+    float *params;
+    size_t n;
+} run_out;
+
+/* Six steps of AdamW (clipping, weight decay) on one rank of `device`, the
+ * same seed, data and schedule on every device; the losses and the final
+ * parameters. Everything crosses between host and backend through the
+ * staging copies, as in `trident train`. */
+static run_out train_on(const char *device) {
+    tri_model_cfg cfg = {.n_layer = 2, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab_size = 100};
+    const size_t B = 2, T = 16, BT = B * T;
+    tri_ctx ctx;
+    tri_comm self;
+    tri_gpt g;
+    tri_slot_pool pool;
+    tri_workspace ws;
+    cr_assert_eq(tri_ctx_init(&ctx, device, 0), 0);
+    tri_comm_init_self(&self, 0);
+    self.ctx = &ctx;
+    cr_assert_eq(tri_gpt_init_single(&g, &cfg, &ctx, &self, 1, 0), 0);
+    cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, B, T, TRI_RECOMPUTE_NONE, 1, 0), 0);
+    cr_assert_eq(tri_workspace_init(&ws, &g, B, T, TRI_RECOMPUTE_NONE), 0);
+    cr_assert_eq(tri_gpt_init_params(&g, 17), 0);
+    tri_adamw_cfg oc = {.lr = 3e-3,
+                        .min_lr = 3e-4,
+                        .warmup_steps = 2,
+                        .total_steps = 6,
+                        .beta1 = 0.9,
+                        .beta2 = 0.95,
+                        .eps = 1e-8,
+                        .weight_decay = 0.1,
+                        .grad_clip = 1.0};
+    tri_optim o;
+    cr_assert_eq(tri_optim_init(&o, &g, &oc), 0);
+    tri_chunk *ch = &g.chunks[0];
+    int32_t ids[2 * 16], tgt[2 * 16];
+    uint64_t s = 77;
+    run_out r = {.n = ch->n_elems};
+    for (int step = 0; step < 6; step++) {
+        for (size_t i = 0; i < BT; i++) {
+            ids[i] = (int32_t)(rng(&s) % 100);
+            tgt[i] = (int32_t)(rng(&s) % 100);
+        }
+        ctx.ops->zero(&ctx, ch->grad_mem, ch->n_elems * sizeof(float));
+        tri_slot *sl = tri_slot_acquire(&pool, &g);
+        tri_slot_stage(&g, &pool, sl, ids, tgt);
+        const double sum = tri_chunk_forward(&g, &pool, sl, &ws, NULL, TRI_FWD_TRAIN, (float)(1.0 / (double)BT));
+        tri_chunk_backward(&g, &pool, sl, &ws, NULL);
+        tri_slot_release(&pool, &g, sl);
+        r.loss[step] = sum / (double)BT;
+        const double norm = sqrt(tri_grad_sumsq_local(&g));
+        tri_optim_step(&o, &g, tri_lr_at(&oc, step), norm > 1.0 ? (float)(1.0 / (norm + 1e-6)) : 1.0f);
+    }
+    r.params = malloc(ch->n_elems * sizeof(float));
+    tri_ctx_to_host(&ctx, r.params, ch->param_mem, ch->n_elems * sizeof(float));
+    tri_optim_free(&o, &g);
+    tri_slot_pool_free(&pool, &g);
+    tri_workspace_free(&ws, &g);
+    tri_gpt_free(&g);
+    tri_ctx_free(&ctx);
+    return r;
+}
+
+/* The same six steps on the emulated CUDA backend and on the CPU: every
+ * step's loss within 1e-5 relative (fp32; measured: 1.3e-8), and the final
+ * parameters within 1e-4 relative in norm (measured: 1.4e-6). The
+ * backends differ only by rounding (sums in other orders, the flash
+ * attention's online softmax, GEMMs blocked differently), which AdamW's
+ * normalised first steps amplify a little; a wiring mistake moves the loss
+ * by far more, and the parameters by O(lr) per step. */
+Test(cuda_ops, six_training_steps_of_a_tiny_gpt_follow_the_cpu) {
+    run_out e = train_on("cuda-emu"), p = train_on("cpu");
+    cr_assert_eq(e.n, p.n);
+    double worst = 0;
+    for (int i = 0; i < 6; i++) {
+        const double rel = fabs(e.loss[i] - p.loss[i]) / p.loss[i];
+        worst = fmax(worst, rel);
+        cr_assert(isfinite(e.loss[i]) && rel <= 1e-5, "step %d: loss %.9g on cuda-emu, %.9g on the CPU", i, e.loss[i],
+                  p.loss[i]);
+    }
+    cr_assert(p.loss[5] < p.loss[0] - 0.01, "the model learns: %.4f -> %.4f", p.loss[0], p.loss[5]);
+    double dn = 0, pn = 0;
+    for (size_t i = 0; i < p.n; i++) {
+        dn += ((double)e.params[i] - p.params[i]) * ((double)e.params[i] - p.params[i]);
+        pn += (double)p.params[i] * p.params[i];
+    }
+    cr_assert(sqrt(dn) <= 1e-4 * sqrt(pn), "parameters differ by %.3g of their norm", sqrt(dn / pn));
+    cr_log_info("losses within %.3g relative; parameters within %.3g of their norm", worst, sqrt(dn / pn));
+    free(e.params);
+    free(p.params);
+}

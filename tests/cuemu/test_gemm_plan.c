@@ -1,0 +1,252 @@
+/* The CUDA backend's GEMM plans (kernels/cuda/gemm_plan.c) on the host:
+ * the layouts of each call of matmul_fwd / matmul_bwd, checked field by field
+ * against the column-major transposition worked out in gemm_plan.h and, as a
+ * second implementation, by running every plan through a naive column-major
+ * GEMM (triple loop, double accumulation; not the sgemm of the emulated
+ * executor) and comparing with the op's row-major formula computed directly;
+ * where dbias comes from; the alignment in the key; the plan cache's hits,
+ * misses and growth. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/gemm_plan.h"
+
+static uint64_t rng(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float *rnd(size_t n, uint64_t *s) {
+    float *x = aligned_alloc(64, (n ? n : 1) * sizeof(float) + 64);
+    for (size_t i = 0; i < n; i++) x[i] = (float)((double)(rng(s) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    return x;
+}
+
+/* D = op(A) op(B) + beta D (+ epilogue), column-major, as cuBLASLt defines it. */
+static void naive_run(const tri_gemm_call *g) {
+    const tri_gemm_desc *d = &g->d;
+    const float *A = g->A, *B = g->B;
+    float *D = g->D, *bias = g->bias;
+    for (uint64_t j = 0; j < d->n; j++)
+        for (uint64_t i = 0; i < d->m; i++) {
+            double acc = 0;
+            for (uint64_t k = 0; k < d->k; k++) {
+                const double a = d->transa ? A[k + i * d->lda] : A[i + k * d->lda];
+                const double b = d->transb ? B[j + k * d->ldb] : B[k + j * d->ldb];
+                acc += a * b;
+            }
+            if (d->accumulate) acc += D[i + j * d->ldc];
+            if (d->epilogue == TRI_GEMM_EPI_BIAS) acc += bias[i];
+            D[i + j * d->ldc] = (float)acc;
+        }
+    if (d->epilogue == TRI_GEMM_EPI_BGRADB)
+        for (uint64_t j = 0; j < d->n; j++) {
+            double acc = 0;
+            for (uint64_t k = 0; k < d->k; k++) acc += d->transb ? B[j + k * d->ldb] : B[k + j * d->ldb];
+            bias[j] = (float)acc;
+        }
+}
+
+static void expect_near(const char *what, const float *got, const double *want, size_t n, size_t N, size_t C,
+                        size_t OC) {
+    for (size_t i = 0; i < n; i++)
+        cr_assert(fabs(got[i] - want[i]) <= 1e-5 * (1.0 + fabs(want[i])),
+                  "%s (N %zu, C %zu, OC %zu): element %zu is %.8g, the op's formula gives %.8g", what, N, C, OC, i,
+                  got[i], want[i]);
+}
+
+static const size_t SHAPES[][3] = {{1, 1, 1}, {5, 7, 3}, {3, 33, 17}, {13, 4, 29}, {64, 32, 96}};
+
+Test(gemm_plan, fwd_dinp_dweight_plans_compute_the_ops_row_major_formulas) {
+    for (size_t si = 0; si < sizeof SHAPES / sizeof SHAPES[0]; si++) {
+        const size_t N = SHAPES[si][0], C = SHAPES[si][1], OC = SHAPES[si][2];
+        uint64_t s = 11 + si;
+        float *inp = rnd(N * C, &s), *w = rnd(OC * C, &s), *b = rnd(OC, &s), *dout = rnd(N * OC, &s);
+        float *out = rnd(N * OC, &s), *dinp = rnd(N * C, &s), *dw = rnd(OC * C, &s), *bg = rnd(OC, &s);
+        double *want = malloc(sizeof(double) * (N * OC + N * C + OC * C + OC));
+        tri_gemm_call g;
+        int fill = -1;
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, out, inp, w, with_bias ? b : NULL, N, C, OC), 0);
+            cr_assert_eq(fill, 0);
+            cr_assert_eq(g.d.epilogue, with_bias ? TRI_GEMM_EPI_BIAS : TRI_GEMM_EPI_NONE);
+            naive_run(&g);
+            for (size_t n = 0; n < N; n++)
+                for (size_t o = 0; o < OC; o++) {
+                    double a = with_bias ? b[o] : 0.0;
+                    for (size_t c = 0; c < C; c++) a += (double)inp[n * C + c] * w[o * C + c];
+                    want[n * OC + o] = a;
+                }
+            expect_near(with_bias ? "fwd with bias" : "fwd", out, want, N * OC, N, C, OC);
+        }
+        cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, dinp, dout, w, N, C, OC), 0);
+        naive_run(&g);
+        for (size_t n = 0; n < N; n++)
+            for (size_t c = 0; c < C; c++) {
+                double a = 0;
+                for (size_t o = 0; o < OC; o++) a += (double)dout[n * OC + o] * w[o * C + c];
+                want[n * C + c] = a;
+            }
+        expect_near("dinp", dinp, want, N * C, N, C, OC);
+        for (int epi = 0; epi < 2; epi++) {
+            for (size_t o = 0; o < OC; o++)
+                for (size_t c = 0; c < C; c++) {
+                    double a = dw[o * C + c]; /* accumulates */
+                    for (size_t n = 0; n < N; n++) a += (double)dout[n * OC + o] * inp[n * C + c];
+                    want[o * C + c] = a;
+                }
+            for (size_t o = 0; o < OC; o++) {
+                double a = 0; /* the epilogue overwrites */
+                for (size_t n = 0; n < N; n++) a += dout[n * OC + o];
+                want[OC * C + o] = a;
+            }
+            cr_assert_eq(tri_gemm_plan_dweight(&g, dw, epi ? bg : NULL, dout, inp, N, C, OC), 0);
+            cr_assert_eq(g.d.epilogue, epi ? TRI_GEMM_EPI_BGRADB : TRI_GEMM_EPI_NONE);
+            naive_run(&g);
+            expect_near("dweight", dw, want, OC * C, N, C, OC);
+            if (epi) expect_near("dbias through BGRADB", bg, want + OC * C, OC, N, C, OC);
+        }
+        free(inp), free(w), free(b), free(dout), free(out), free(dinp), free(dw), free(bg), free(want);
+    }
+}
+
+/* The fields themselves, for one shape: what gemm_plan.h says. */
+Test(gemm_plan, layouts_are_the_column_major_transposes) {
+    _Alignas(64) static float buf[4096];
+    const size_t N = 5, C = 7, OC = 3;
+    tri_gemm_call g;
+    int fill;
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, buf, buf + 64, buf + 128, buf + 192, N, C, OC), 0);
+    cr_assert(g.d.transa == 1 && g.d.transb == 0 && g.d.m == OC && g.d.n == N && g.d.k == C);
+    cr_assert(g.d.lda == C && g.d.ldb == C && g.d.ldc == OC && g.d.accumulate == 0 && g.d.align == 16);
+    cr_assert(g.A == buf + 128 && g.B == buf + 64 && g.D == buf && g.bias == buf + 192);
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, buf, buf + 64, buf + 128, N, C, OC), 0);
+    cr_assert(g.d.transa == 0 && g.d.transb == 0 && g.d.m == C && g.d.n == N && g.d.k == OC);
+    cr_assert(g.d.lda == C && g.d.ldb == OC && g.d.ldc == C && g.d.accumulate == 0);
+    cr_assert(g.A == buf + 128 && g.B == buf + 64 && g.D == buf && g.bias == NULL);
+    cr_assert_eq(tri_gemm_plan_dweight(&g, buf, NULL, buf + 64, buf + 128, N, C, OC), 0);
+    cr_assert(g.d.transa == 0 && g.d.transb == 1 && g.d.m == C && g.d.n == OC && g.d.k == N);
+    cr_assert(g.d.lda == C && g.d.ldb == OC && g.d.ldc == C && g.d.accumulate == 1);
+    cr_assert(g.A == buf + 128 && g.B == buf + 64 && g.D == buf);
+}
+
+Test(gemm_plan, empty_sizes_run_no_gemm_and_say_what_to_fill) {
+    _Alignas(64) static float buf[64];
+    tri_gemm_call g;
+    int fill = -1;
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, buf, buf, buf, NULL, 0, 4, 4), 1);
+    cr_assert_eq(fill, 0);
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, buf, buf, buf, NULL, 4, 4, 0), 1);
+    cr_assert_eq(fill, 0);
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, buf, buf, buf, buf, 4, 0, 4), 1);
+    cr_assert_eq(fill, 1); /* out = bias broadcast */
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, NULL, buf, buf, 4, 4, 4), 1);
+    cr_assert_eq(fill, 0);
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, buf, buf, buf, 4, 4, 0), 1);
+    cr_assert_eq(fill, 1); /* dinp = 0 */
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, buf, buf, buf, 0, 4, 4), 1);
+    cr_assert_eq(fill, 0);
+    cr_assert_eq(tri_gemm_plan_dweight(&g, NULL, NULL, buf, buf, 4, 4, 4), 1);
+    cr_assert_eq(tri_gemm_plan_dweight(&g, buf, NULL, buf, buf, 0, 4, 4), 1); /* += nothing */
+    cr_assert_eq(tri_gemm_plan_dweight(&g, buf, NULL, buf, buf, 4, 4, 4), 0);
+}
+
+Test(gemm_plan, dbias_route_follows_the_policy_and_what_runs) {
+    /* not asked for, or nothing to write */
+    cr_assert_eq(tri_gemm_dbias_route(TRI_DBIAS_EPILOGUE, 1, 0, 4, 4, 4), TRI_DBIAS_ROUTE_NONE);
+    cr_assert_eq(tri_gemm_dbias_route(TRI_DBIAS_REDUCE, 1, 1, 4, 4, 0), TRI_DBIAS_ROUTE_NONE);
+    /* the default: always the reduction (the bits do not depend on whether
+     * dweight is asked for in the same call: the zero-bubble split asks for
+     * dbias with dinp and dweight alone later) */
+    cr_assert_eq(tri_gemm_dbias_route(TRI_DBIAS_REDUCE, 1, 1, 4, 4, 4), TRI_DBIAS_ROUTE_REDUCE);
+    cr_assert_eq(tri_gemm_dbias_route(TRI_DBIAS_REDUCE, 0, 1, 4, 4, 4), TRI_DBIAS_ROUTE_REDUCE);
+    /* the epilogue only rides on a dweight GEMM that runs */
+    cr_assert_eq(tri_gemm_dbias_route(TRI_DBIAS_EPILOGUE, 1, 1, 4, 4, 4), TRI_DBIAS_ROUTE_EPILOGUE);
+    cr_assert_eq(tri_gemm_dbias_route(TRI_DBIAS_EPILOGUE, 0, 1, 4, 4, 4), TRI_DBIAS_ROUTE_REDUCE);
+    cr_assert_eq(tri_gemm_dbias_route(TRI_DBIAS_EPILOGUE, 1, 1, 4, 0, 4), TRI_DBIAS_ROUTE_REDUCE);
+    cr_assert_eq(tri_gemm_dbias_route(TRI_DBIAS_EPILOGUE, 1, 1, 0, 4, 4), TRI_DBIAS_ROUTE_REDUCE);
+}
+
+Test(gemm_plan, alignment_is_the_least_of_the_operands_and_part_of_the_key) {
+    _Alignas(64) static float buf[256];
+    cr_assert_eq(tri_gemm_ptr_align(buf), 16);
+    cr_assert_eq(tri_gemm_ptr_align(buf + 1), 4);
+    cr_assert_eq(tri_gemm_ptr_align(buf + 2), 8);
+    cr_assert_eq(tri_gemm_ptr_align((char *)buf + 1), 1);
+    cr_assert_eq(tri_gemm_ptr_align(NULL), 16);
+    tri_gemm_call a, b;
+    int fill;
+    tri_gemm_plan_fwd(&a, &fill, buf, buf + 64, buf + 128, NULL, 4, 8, 4);
+    tri_gemm_plan_fwd(&b, &fill, buf, buf + 65, buf + 128, NULL, 4, 8, 4); /* inp 4-byte aligned */
+    cr_assert_eq(a.d.align, 16);
+    cr_assert_eq(b.d.align, 4);
+    cr_assert_not(tri_gemm_desc_equal(&a.d, &b.d));
+    tri_gemm_plan_fwd(&b, &fill, buf, buf + 64, buf + 128, buf + 2, 4, 8, 4); /* bias 8-byte aligned */
+    cr_assert_eq(b.d.align, 8);
+}
+
+static int released;
+static void count_release(tri_gemm_entry *e) {
+    released++;
+    cr_assert_eq(e->handles[0], (void *)e->hash, "each entry's own handles are released");
+}
+
+Test(gemm_plan, cache_misses_once_per_distinct_gemm_and_hits_after) {
+    _Alignas(64) static float buf[4096];
+    tri_gemm_cache c = {.release = count_release};
+    tri_gemm_call g;
+    int fill;
+    /* 40 distinct GEMMs (grows the array past its first 16 entries) */
+    tri_gemm_desc ds[40];
+    for (int i = 0; i < 40; i++) {
+        if (i % 4 == 0) tri_gemm_plan_fwd(&g, &fill, buf, buf + 64, buf + 128, NULL, 2 + i, 8, 4);
+        if (i % 4 == 1) tri_gemm_plan_fwd(&g, &fill, buf, buf + 64, buf + 128, buf + 192, 2 + i, 8, 4);
+        if (i % 4 == 2) tri_gemm_plan_dinp(&g, &fill, buf, buf + 64, buf + 128, 2 + i, 8, 4);
+        if (i % 4 == 3) tri_gemm_plan_dweight(&g, buf, NULL, buf + 64, buf + 128, 2 + i, 8, 4);
+        ds[i] = g.d;
+        cr_assert_null(tri_gemm_cache_find(&c, &g.d));
+        tri_gemm_entry *e = tri_gemm_cache_add(&c, &g.d);
+        cr_assert_not_null(e);
+        e->handles[0] = (void *)e->hash;
+    }
+    cr_assert_eq(c.misses, 40);
+    cr_assert_eq(c.hits, 0);
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 40; i++) {
+            tri_gemm_entry *e = tri_gemm_cache_find(&c, &ds[i]);
+            cr_assert_not_null(e);
+            cr_assert(tri_gemm_desc_equal(&e->d, &ds[i]));
+        }
+    cr_assert_eq(c.hits, 120);
+    cr_assert_eq(c.misses, 40);
+    cr_assert_eq(c.n, 40);
+    /* each field of the key matters */
+    tri_gemm_desc d = ds[3];
+    uint64_t *fields[] = {&d.m, &d.n, &d.k, &d.lda, &d.ldb, &d.ldc};
+    for (int f = 0; f < 6; f++) {
+        d = ds[3];
+        *fields[f] += 1000;
+        cr_assert_null(tri_gemm_cache_find(&c, &d), "field %d changed, still a hit", f);
+    }
+    d = ds[3];
+    d.transa ^= 1;
+    cr_assert_null(tri_gemm_cache_find(&c, &d));
+    d = ds[3];
+    d.accumulate = 0;
+    cr_assert_null(tri_gemm_cache_find(&c, &d));
+    d = ds[3];
+    d.epilogue = TRI_GEMM_EPI_BGRADB;
+    cr_assert_null(tri_gemm_cache_find(&c, &d));
+    d = ds[3];
+    d.align = 4;
+    cr_assert_null(tri_gemm_cache_find(&c, &d));
+    released = 0;
+    tri_gemm_cache_free(&c);
+    cr_assert_eq(released, 40);
+    cr_assert_eq(c.n, 0);
+}
