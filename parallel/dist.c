@@ -236,6 +236,7 @@ static int store_world(tri_dist *d, int tp, int pp, int dp, char *err, size_t er
     pending_groups(d);
     return 0;
 }
+#endif
 
 void tri_dist_progress(tri_dist *d, long step, const char *phase) {
     /* the groups point into *d: a copied or moved tri_dist would report stale steps */
@@ -243,7 +244,6 @@ void tri_dist_progress(tri_dist *d, long step, const char *phase) {
     d->progress.step = step;
     d->progress.phase = phase;
 }
-#endif
 
 int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
