@@ -39,17 +39,17 @@ static int hf_shape(const tri_param *p, size_t *shape) {
     return 2;
 }
 
-static int add_entry(tri_st_layout *L, const char *prefix, const tri_param *p) {
+static int add_entry(tri_st_layout *L, const char *prefix, const tri_param *p, tri_dtype dtype) {
     char name[128];
     size_t shape[2];
     snprintf(name, sizeof name, "%s%s", prefix, p->name);
     int nd = hf_shape(p, shape);
-    return tri_st_layout_add(L, name, nd, shape) < 0 ? -1 : 0;
+    return tri_st_layout_add_dtype(L, name, dtype, nd, shape) < 0 ? -1 : 0;
 }
 
 /* Appends the global model's tensors to L under `prefix`, in Hugging Face's
- * order: wte, wpe, blocks in order, ln_f. */
-static int build_layout(const tri_model_cfg *cfg, const char *prefix, tri_st_layout *L) {
+ * order: wte, wpe, blocks in order, ln_f; stored as `dtype`. */
+static int build_layout(const tri_model_cfg *cfg, const char *prefix, tri_st_layout *L, tri_dtype dtype) {
     tri_gpt g1; /* the global model's table: tp = 1, one chunk */
     if (tri_gpt_describe_single(&g1, cfg, 1, 0) != 0) return -1;
     const tri_chunk full = g1.chunks[0];
@@ -57,16 +57,16 @@ static int build_layout(const tri_model_cfg *cfg, const char *prefix, tri_st_lay
     tri_param_kind head[] = {TRI_P_WTE, TRI_P_WPE};
     for (int k = 0; k < 2 && rc == 0; k++)
         for (int i = 0; i < full.n_params; i++)
-            if (full.params[i].kind == head[k]) rc |= add_entry(L, prefix, &full.params[i]);
+            if (full.params[i].kind == head[k]) rc |= add_entry(L, prefix, &full.params[i], dtype);
     for (int l = 0; l < cfg->n_layer && rc == 0; l++)
         for (size_t k = 0; k < sizeof k_block_order / sizeof k_block_order[0]; k++)
             for (int i = 0; i < full.n_params; i++)
                 if (full.params[i].layer == l && full.params[i].kind == k_block_order[k])
-                    rc |= add_entry(L, prefix, &full.params[i]);
+                    rc |= add_entry(L, prefix, &full.params[i], dtype);
     tri_param_kind tail[] = {TRI_P_LNFW, TRI_P_LNFB};
     for (int k = 0; k < 2 && rc == 0; k++)
         for (int i = 0; i < full.n_params; i++)
-            if (full.params[i].kind == tail[k]) rc |= add_entry(L, prefix, &full.params[i]);
+            if (full.params[i].kind == tail[k]) rc |= add_entry(L, prefix, &full.params[i], dtype);
     tri_gpt_free(&g1);
     return rc;
 }
@@ -121,11 +121,21 @@ static int agree(tri_dist *d, int failed) {
     return failed ? -1 : 0;
 }
 
-/* Which flat buffers of a chunk a file holds. */
-typedef enum { BUF_PARAMS, BUF_EXP_AVG, BUF_EXP_AVG_SQ } which_buf;
+/* Which flat buffers of a chunk a file holds. BUF_MASTER: the fp32 master
+ * weights, the optimizer's (laid out like the moments) for 16-bit
+ * parameters, the parameters themselves for fp32 ones. */
+typedef enum { BUF_PARAMS, BUF_EXP_AVG, BUF_EXP_AVG_SQ, BUF_MASTER } which_buf;
 
 static float *chunk_buf(const tri_gpt *g, const tri_optim *o, int k, which_buf which) {
+    if (which == BUF_MASTER) return o->master[k] ? o->master[k] : (float *)g->chunks[k].param_mem;
     return which == BUF_PARAMS ? g->chunks[k].param_mem : which == BUF_EXP_AVG ? o->m[k] : o->v[k];
+}
+
+/* Whether chunk k's buffer `which` is laid out like the optimizer state
+ * (with ZeRO: this rank's shards only) rather than like the parameters. */
+static int in_optim_layout(const tri_optim *o, int k, which_buf which) {
+    if (which == BUF_PARAMS) return 0;
+    return which != BUF_MASTER || o->master[k] != NULL;
 }
 
 /* A host buffer for the largest tensor of any chunk (the staging copies of
@@ -215,7 +225,7 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
         const tri_chunk *ch = &g->chunks[k];
         const float *mem = chunk_buf(g, o, k, which);
         /* ZeRO optimizer state: every DP rank writes its shards */
-        int sharded = which != BUF_PARAMS && o->sync != NULL;
+        int sharded = in_optim_layout(o, k, which) && o->sync != NULL;
         for (int i = 0; i < ch->n_params && rc == 0; i++) {
             const tri_param *p = &ch->params[i];
             if (!owns(g, ch, d, p, sharded)) continue;
@@ -234,7 +244,12 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
                 rc = r.rc;
                 continue;
             }
-            tri_ctx_to_host(g->ctx, host, mem + p->offset, p->numel * sizeof(float));
+            if (which == BUF_PARAMS) { /* fp32 on the host, widened from 16-bit parameters */
+                rc = tri_gpt_params_to_host(g, k, p->offset, host, p->numel);
+                if (rc != 0) break;
+            } else {
+                tri_ctx_to_host(g->ctx, host, mem + p->offset, p->numel * sizeof(float));
+            }
             int np = pieces_of(g, p, host, pc);
             for (int q = 0; q < np && rc == 0; q++) rc = tri_st_write_piece(fd, L, e, &pc[q]);
         }
@@ -280,17 +295,29 @@ int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key
     return 0;
 }
 
+/* Whether model.safetensors in `dtype` holds the master weights exactly (fp32
+ * parameters saved in fp32); if not, the optimizer file keeps them. */
+static int model_is_master(const tri_gpt *g, tri_dtype dtype) {
+    if (dtype != TRI_F32) return 0;
+    for (int k = 0; k < g->n_chunks; k++)
+        if (g->chunks[k].param_dtype != TRI_F32) return 0;
+    return 1;
+}
+
 int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
-                   const char *state_json, int keep) {
+                   const char *state_json, int keep, tri_dtype model_dtype) {
     int is_root = d->mesh.rank == 0;
     char tmp[4096] = {0};
     tri_st_layout Lm, Lo;
     tri_st_layout_init(&Lm);
     tri_st_layout_init(&Lo);
     int failed = 0;
-    /* optimizer.safetensors: exp_avg.* then exp_avg_sq.* */
-    if (build_layout(&g->cfg, "", &Lm) != 0 || build_layout(&g->cfg, "exp_avg.", &Lo) != 0 ||
-        build_layout(&g->cfg, "exp_avg_sq.", &Lo) != 0)
+    /* optimizer.safetensors: exp_avg.* then exp_avg_sq.*, then master.* (fp32)
+     * unless model.safetensors is the master weights already */
+    int masters = !model_is_master(g, model_dtype);
+    if (build_layout(&g->cfg, "", &Lm, model_dtype) != 0 || build_layout(&g->cfg, "exp_avg.", &Lo, TRI_F32) != 0 ||
+        build_layout(&g->cfg, "exp_avg_sq.", &Lo, TRI_F32) != 0 ||
+        (masters && build_layout(&g->cfg, "master.", &Lo, TRI_F32) != 0))
         failed = 1;
     char mpath[4200], opath[4200];
     if (is_root && !failed) {
@@ -309,6 +336,7 @@ int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri
     failed = write_params(mpath, &Lm, "", g, o, d, BUF_PARAMS) != 0;
     if (!failed) failed = write_params(opath, &Lo, "exp_avg.", g, o, d, BUF_EXP_AVG) != 0;
     if (!failed) failed = write_params(opath, &Lo, "exp_avg_sq.", g, o, d, BUF_EXP_AVG_SQ) != 0;
+    if (!failed && masters) failed = write_params(opath, &Lo, "master.", g, o, d, BUF_MASTER) != 0;
     if (agree(d, failed) != 0) goto fail;
     if (is_root) {
         char path[4200];
@@ -351,6 +379,8 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_opt
             size_t shape[2];
             snprintf(name, sizeof name, "%s%s", prefix, p->name);
             int nd = hf_shape(p, shape);
+            /* master.* is there only when model.safetensors is not the masters */
+            if (which == BUF_MASTER && tri_st_layout_find(&f.layout, name) < 0) continue;
             int e = tri_st_expect(&f, name, nd, shape);
             if (e < 0) {
                 rc = -1;
@@ -361,12 +391,22 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_opt
             int np = pieces_of(g, p, host, pc);
             for (int q = 0; q < np && rc == 0; q++) rc = tri_st_read_piece(f.fd, &f.layout, e, &pc[q]);
             if (rc != 0) break;
-            if (which != BUF_PARAMS && o->sync != NULL) {
+            /* 16-bit parameters: rounded from the fp32 values read, which
+             * also become the master weights (read from model.safetensors
+             * first, then from master.* when the checkpoint has them) */
+            if ((which == BUF_PARAMS || (which == BUF_MASTER && o->master[k])) &&
+                tri_gpt_params_to_device(g, k, p->offset, host, p->numel) != 0) {
+                rc = -1;
+                break;
+            }
+            float *dst = which == BUF_PARAMS ? (o && o->master[k] ? o->master[k] : NULL) : mem;
+            int optim_layout = which == BUF_PARAMS ? dst != NULL : in_optim_layout(o, k, which);
+            if (dst && optim_layout && o->sync != NULL) {
                 /* ZeRO: this rank keeps the state of its shards only */
-                run_io r = {g, mem, host, 0, -1, e, NULL, p, NULL, 0, 0};
+                run_io r = {g, dst, host, 0, -1, e, NULL, p, NULL, 0, 0};
                 tri_optim_runs(o, g, k, i, run_io_fn, &r);
-            } else {
-                tri_ctx_to_device(g->ctx, mem + p->offset, host, p->numel * sizeof(float));
+            } else if (dst && (which != BUF_PARAMS || optim_layout)) {
+                tri_ctx_to_device(g->ctx, dst + p->offset, host, p->numel * sizeof(float));
             }
         }
     }
@@ -383,6 +423,7 @@ int tri_model_load(const char *dir, tri_gpt *g, tri_optim *o, tri_dist *d) {
         snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
         failed = read_params(path, "exp_avg.", g, o, BUF_EXP_AVG) != 0;
         if (!failed) failed = read_params(path, "exp_avg_sq.", g, o, BUF_EXP_AVG_SQ) != 0;
+        if (!failed) failed = read_params(path, "master.", g, o, BUF_MASTER) != 0;
     }
     return d ? agree(d, failed) : (failed ? -1 : 0);
 }

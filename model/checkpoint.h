@@ -4,15 +4,26 @@
  *   model.safetensors      every tensor whole, in its global shape, under the
  *                          Hugging Face GPT-2 names and layouts (Conv1D
  *                          weights [in, out]; wte trimmed to the real vocab)
+ *                          in fp32, bf16 or fp16 (checkpoint.dtype; fp32
+ *                          widens 16-bit parameters exactly)
  *   optimizer.safetensors  AdamW moments under "exp_avg.<name>" and
- *                          "exp_avg_sq.<name>", same shapes
+ *                          "exp_avg_sq.<name>", same shapes, fp32; and the
+ *                          fp32 master weights under "master.<name>" unless
+ *                          model.safetensors holds them exactly (fp32
+ *                          parameters saved in fp32: then it is the masters)
  *   config.json            a Hugging Face GPT-2 config
  *   state.json             the trainer's state (the caller's text)
  * Every rank writes only the slices it owns into the one preallocated file
  * (replicated tensors by TP rank 0, only DP rank 0 writes; with the
  * distributed optimizer every DP rank writes the optimizer state of its
  * shards, slices that may begin and end inside a row), so a checkpoint saved
- * with any tp/pp/dp and parallel.zero loads with any other.
+ * with any tp/pp/dp and parallel.zero loads with any other, and in any
+ * train.precision: loading reads model.safetensors (widened to fp32 on the
+ * host), rounds it into 16-bit parameters where the run has them and takes
+ * it as the master weights, then master.<name> where present replaces the
+ * masters (and the 16-bit parameters are rounded from them again; an fp32
+ * run takes them as its parameters). So a run resumes bit for bit in its
+ * own precision, whatever checkpoint.dtype was.
  */
 #ifndef TRI_MODEL_CHECKPOINT_H
 #define TRI_MODEL_CHECKPOINT_H
@@ -40,9 +51,10 @@ int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key
  * rank 0, see above) through a temporary directory and the crash-safe commit
  * of model/ckpt_store.h, then prunes to `keep` (0: keep all). Returns 0 on
  * every rank, or -1 on every rank: the temporary directory is removed and the
- * checkpoints saved before are intact. */
+ * checkpoints saved before are intact. model_dtype is model.safetensors'
+ * dtype: TRI_F32, TRI_BF16 or TRI_F16. */
 int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
-                   const char *state_json, int keep);
+                   const char *state_json, int keep, tri_dtype model_dtype);
 
 /* Collective over the world. Loads this rank's slices from the checkpoint
  * directory `dir` (a step directory); o may be NULL (inference: the

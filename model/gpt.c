@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/half.h"
 #include "model/init.h"
 #include "src/base/err.h"
 #include "src/base/size.h"
@@ -387,6 +388,10 @@ int tri_gpt_init(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *t
     g->tp_comm = tp_comm;
     for (int k = 0; k < g->n_chunks; k++) {
         tri_chunk *ch = &g->chunks[k];
+        /* parameters as the ops read them: 16-bit under mixed precision (the
+         * optimizer keeps the fp32 master weights); gradients stay fp32 */
+        ch->param_dtype = ctx->param_dtype;
+        for (int i = 0; i < ch->n_params; i++) ch->params[i].dtype = ch->param_dtype;
         size_t pbytes, gbytes;
         if (!tri_size_mul(&pbytes, ch->n_elems, tri_dtype_size(ch->param_dtype)) ||
             !tri_size_mul(&gbytes, ch->n_elems, tri_dtype_size(ch->grad_dtype))) {
@@ -478,10 +483,51 @@ size_t tri_gpt_local_elems(const tri_gpt *g) {
     return n;
 }
 
+/* Elements converted per staging pass of 16-bit parameters. */
+#define STAGE_ELEMS ((size_t)1 << 16)
+
+int tri_gpt_params_to_device(tri_gpt *g, int k, size_t elem, const float *host, size_t n) {
+    tri_chunk *ch = &g->chunks[k];
+    const tri_dtype t = ch->param_dtype;
+    if (t == TRI_F32) {
+        tri_ctx_to_device(g->ctx, (float *)ch->param_mem + elem, host, n * sizeof(float));
+        return 0;
+    }
+    TRI_CHECK(t == TRI_BF16 || t == TRI_F16);
+    uint16_t *h = malloc((n < STAGE_ELEMS ? n : STAGE_ELEMS) * sizeof *h + 1);
+    if (!h) return tri_error("out of memory staging %zu parameters", n);
+    for (size_t i0 = 0; i0 < n; i0 += STAGE_ELEMS) {
+        size_t m = n - i0 < STAGE_ELEMS ? n - i0 : STAGE_ELEMS;
+        for (size_t i = 0; i < m; i++)
+            h[i] = t == TRI_BF16 ? tri_f32_to_bf16(host[i0 + i]) : tri_f32_to_f16(host[i0 + i]);
+        tri_ctx_to_device(g->ctx, (uint16_t *)ch->param_mem + elem + i0, h, m * sizeof *h);
+    }
+    free(h);
+    return 0;
+}
+
+int tri_gpt_params_to_host(const tri_gpt *g, int k, size_t elem, float *host, size_t n) {
+    const tri_chunk *ch = &g->chunks[k];
+    const tri_dtype t = ch->param_dtype;
+    if (t == TRI_F32) {
+        tri_ctx_to_host(g->ctx, host, (const float *)ch->param_mem + elem, n * sizeof(float));
+        return 0;
+    }
+    TRI_CHECK(t == TRI_BF16 || t == TRI_F16);
+    uint16_t *h = malloc((n < STAGE_ELEMS ? n : STAGE_ELEMS) * sizeof *h + 1);
+    if (!h) return tri_error("out of memory staging %zu parameters", n);
+    for (size_t i0 = 0; i0 < n; i0 += STAGE_ELEMS) {
+        size_t m = n - i0 < STAGE_ELEMS ? n - i0 : STAGE_ELEMS;
+        tri_ctx_to_host(g->ctx, h, (const uint16_t *)ch->param_mem + elem + i0, m * sizeof *h);
+        for (size_t i = 0; i < m; i++) host[i0 + i] = t == TRI_BF16 ? tri_bf16_to_f32(h[i]) : tri_f16_to_f32(h[i]);
+    }
+    free(h);
+    return 0;
+}
+
 int tri_gpt_init_params(tri_gpt *g, uint64_t seed) {
     for (int k = 0; k < g->n_chunks; k++) {
         tri_chunk *ch = &g->chunks[k];
-        TRI_CHECK(ch->param_dtype == TRI_F32); /* 16-bit parameters: cast after init (mixed precision) */
         for (int i = 0; i < ch->n_params; i++) {
             const tri_param *p = &ch->params[i];
             float *x = malloc((p->numel ? p->numel : 1) * sizeof(float)); /* host staging */
@@ -503,8 +549,10 @@ int tri_gpt_init_params(tri_gpt *g, uint64_t seed) {
                     }
                 }
             }
-            tri_ctx_to_device(g->ctx, (char *)ch->param_mem + p->offset * sizeof(float), x, p->numel * sizeof(float));
+            /* fp32 host staging; 16-bit parameters are rounded (RNE) as they are copied */
+            int rc = tri_gpt_params_to_device(g, k, p->offset, x, p->numel);
             free(x);
+            if (rc != 0) return -1;
         }
     }
     return 0;

@@ -208,8 +208,17 @@ size_t tri_gpt_local_elems(const tri_gpt *g);
  * rank materialises exactly its slice and any tp/pp layout starts from the
  * same model. GPT-2 init: std 0.02, residual projections 0.02/sqrt(2L),
  * LayerNorm weights 1, biases 0, padded vocab rows 0. Values are computed in
- * a host staging buffer and copied to the backend. Returns 0 or -1 (memory). */
+ * an fp32 host staging buffer and copied to the backend (rounded to 16 bits
+ * under mixed precision, tri_gpt_params_to_device). Returns 0 or -1 (memory). */
 int tri_gpt_init_params(tri_gpt *g, uint64_t seed);
+
+/* Host staging of parameter values: n elements of chunk k's param_mem from
+ * element `elem` on, as fp32 on the host whatever the param dtype. To the
+ * device, 16-bit parameters are rounded to nearest even (kernels/half.h, the
+ * cast op's rounding); to the host they are widened exactly. Returns 0 or -1
+ * (out of host memory, printed). */
+int tri_gpt_params_to_device(tri_gpt *g, int k, size_t elem, const float *host, size_t n);
+int tri_gpt_params_to_host(const tri_gpt *g, int k, size_t elem, float *host, size_t n);
 
 /* Model FLOPs per token for training (forward + backward): 6N + 12 L C T,
  * with N the non-embedding... see docs/performance.md. */

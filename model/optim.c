@@ -14,7 +14,8 @@ static int init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg, const 
     o->m = calloc((size_t)g->n_chunks + 1, sizeof *o->m);
     o->v = calloc((size_t)g->n_chunks + 1, sizeof *o->v);
     o->n_state = calloc((size_t)g->n_chunks + 1, sizeof *o->n_state);
-    if (!o->m || !o->v || !o->n_state) {
+    o->master = calloc((size_t)g->n_chunks + 1, sizeof *o->master);
+    if (!o->m || !o->v || !o->n_state || !o->master) {
         tri_optim_free(o, g);
         return tri_error("out of memory (optimizer tables)");
     }
@@ -37,8 +38,37 @@ static int init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg, const 
             tri_optim_free(o, g);
             return -1;
         }
+        /* 16-bit parameters: the fp32 master weights of the same elements */
+        if (g->chunks[k].param_dtype != TRI_F32) {
+            o->master[k] = tri_ctx_alloc(g->ctx, bytes, TRI_MEM_OPTIM, "optimizer state (fp32 master weights)");
+            if (!o->master[k]) {
+                tri_optim_free(o, g);
+                return -1;
+            }
+        }
     }
     return 0;
+}
+
+void tri_optim_master_from_params(tri_optim *o, const tri_gpt *g) {
+    tri_ctx *c = g->ctx;
+    for (int k = 0; k < g->n_chunks; k++) {
+        const tri_chunk *ch = &g->chunks[k];
+        if (!o->master[k]) continue;
+        const size_t esz = tri_dtype_size(ch->param_dtype);
+        if (!o->sync) {
+            c->ops->cast(c, o->master[k], TRI_F32, ch->param_mem, ch->param_dtype, ch->n_elems);
+            continue;
+        }
+        size_t s0 = 0;
+        for (int b = 0; b < o->sync[k].n_buckets; b++) {
+            size_t lo, hi;
+            tri_grad_sync_shard(&o->sync[k], b, &lo, &hi);
+            c->ops->cast(c, o->master[k] + s0, TRI_F32, (const char *)ch->param_mem + lo * esz, ch->param_dtype,
+                         hi - lo);
+            s0 += hi - lo;
+        }
+    }
 }
 
 int tri_optim_init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg) { return init(o, g, cfg, NULL); }
@@ -53,7 +83,9 @@ void tri_optim_free(tri_optim *o, const tri_gpt *g) {
         size_t bytes = o->n_state[k] * sizeof(float);
         if (o->m) tri_ctx_release(g->ctx, o->m[k], bytes, TRI_MEM_OPTIM);
         if (o->v) tri_ctx_release(g->ctx, o->v[k], bytes, TRI_MEM_OPTIM);
+        if (o->master) tri_ctx_release(g->ctx, o->master[k], bytes, TRI_MEM_OPTIM);
     }
+    free(o->master);
     free(o->m);
     free(o->v);
     free(o->n_state);
@@ -141,9 +173,9 @@ static void step_zero(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
     tri_ctx *c = g->ctx;
     for (int k = 0; k < g->n_chunks; k++) {
         tri_chunk *ch = &g->chunks[k];
-        TRI_CHECK(ch->param_dtype == TRI_F32); /* fp32 parameters are their own master weights */
         const tri_grad_sync *s = &o->sync[k];
-        float *pm = ch->param_mem;
+        float *pm = ch->param_mem, *mw = o->master[k]; /* fp32 parameters are their own master weights */
+        const size_t esz = tri_dtype_size(ch->param_dtype);
         size_t s0 = 0;
         for (int b = 0; b < s->n_buckets; b++) {
             size_t lo, hi;
@@ -155,9 +187,11 @@ static void step_zero(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
                 if (a >= e) continue;
                 float wd = p->decay ? (float)o->cfg.weight_decay : 0.0f;
                 size_t st = s0 + (a - lo);
-                c->ops->adamw(c, pm + a, o->m[k] + st, o->v[k] + st, ch->grad_mem + a, e - a, (float)lr,
+                c->ops->adamw(c, mw ? mw + st : pm + a, o->m[k] + st, o->v[k] + st, ch->grad_mem + a, e - a, (float)lr,
                               (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps, wd, o->t);
             }
+            /* 16-bit parameters: the shard rounded from its masters, then all-gathered in 16 bits */
+            if (mw) c->ops->cast(c, (char *)ch->param_mem + lo * esz, ch->param_dtype, mw + s0, TRI_F32, hi - lo);
             s0 += hi - lo;
             if (o->shard_done) o->shard_done(o->shard_done_ctx, k, b);
         }
@@ -173,14 +207,16 @@ void tri_optim_step(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
     }
     for (int k = 0; k < g->n_chunks; k++) {
         tri_chunk *ch = &g->chunks[k];
-        TRI_CHECK(ch->param_dtype == TRI_F32); /* fp32 parameters are their own master weights */
         if (clip_scale != 1.0f) c->ops->scale(c, ch->grad_mem, clip_scale, ch->n_elems);
-        float *pm = ch->param_mem;
+        /* AdamW on the fp32 master weights: the parameters themselves when
+         * fp32, else the optimizer's copy, then rounded into the parameters */
+        float *pm = o->master[k] ? o->master[k] : ch->param_mem;
         for (int i = 0; i < ch->n_params; i++) {
             const tri_param *p = &ch->params[i];
             float wd = p->decay ? (float)o->cfg.weight_decay : 0.0f;
             c->ops->adamw(c, pm + p->offset, o->m[k] + p->offset, o->v[k] + p->offset, ch->grad_mem + p->offset,
                           p->numel, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps, wd, o->t);
         }
+        if (o->master[k]) c->ops->cast(c, ch->param_mem, ch->param_dtype, o->master[k], TRI_F32, ch->n_elems);
     }
 }

@@ -16,7 +16,12 @@ typedef struct tri_adamw_cfg {
 typedef struct tri_optim {
     tri_adamw_cfg cfg;
     int n_chunks;
-    float **m, **v;  /* [n_chunks] of (n_state[k]): exp_avg, exp_avg_sq; backend memory */
+    float **m, **v; /* [n_chunks] of (n_state[k]): exp_avg, exp_avg_sq; backend memory */
+    /* [n_chunks]: the fp32 master weights of chunk k's parameters when they
+     * are 16-bit (mixed precision), laid out like m[k] and v[k] (so with
+     * ZeRO only this rank's shards); NULL for fp32 parameters, which are
+     * their own master weights. Optimizer memory (TRI_MEM_OPTIM). */
+    float **master;
     int t;           /* updates done so far                                     */
     size_t *n_state; /* [n_chunks]: chunk n_elems, or (ZeRO) this rank's share */
     /* The distributed optimizer (ZeRO-1): sync[k] cuts chunk k's buffers into
@@ -35,6 +40,10 @@ int tri_optim_init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg);
  * per chunk, made by tri_grad_sync_init_zero) only. */
 int tri_optim_init_zero(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg, const tri_grad_sync *sync);
 void tri_optim_free(tri_optim *o, const tri_gpt *g); /* NULL-safe */
+/* The master weights widened (exactly) from the 16-bit parameters, for a
+ * fresh start (tri_gpt_init_params); a no-op for fp32 chunks. A checkpoint
+ * load sets them itself (tri_model_load). */
+void tri_optim_master_from_params(tri_optim *o, const tri_gpt *g);
 
 /* Calls fn for every run of elements of parameter i of chunk k whose state
  * this rank keeps: local elements [a, e) of the parameter (row-major over its
@@ -58,7 +67,9 @@ double tri_grad_sumsq_local(const tri_gpt *g);
 double tri_grad_sumsq_shards(const tri_optim *o, const tri_gpt *g);
 
 /* One AdamW update of every parameter of every chunk with the given lr, after
- * scaling the gradients by clip_scale (1 when not clipping). Biases, LayerNorm
+ * scaling the gradients by clip_scale (1 when not clipping; fp16 folds the
+ * loss scale's inverse into it). The update runs on the fp32 master weights;
+ * 16-bit parameters are then rounded from them (the cast op). Biases, LayerNorm
  * weights and embeddings take no weight decay. With ZeRO only this rank's
  * shards (gradients and parameters), each element decayed as the parameter
  * it belongs to; the caller all-gathers the parameters after. */

@@ -12,10 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kernels/half.h"
 #include "src/base/file.h"
 #include "src/base/err.h"
 
-#define ELEM         ((size_t)sizeof(float)) /* F32 */
+#define ELEM         ((size_t)sizeof(float)) /* the pieces' element: fp32 in memory */
 #define METADATA_KEY "__metadata__"
 
 /* ---------------------------------------------------------------- helpers */
@@ -42,8 +43,8 @@ static const char *fmt_shape(char *buf, size_t n, int ndim, const size_t *shape)
     return buf;
 }
 
-/* rows * cols * ELEM of shape[ndim] with overflow checks; 0 on success. */
-static int shape_bytes(int ndim, const size_t *shape, size_t *rows, size_t *cols, uint64_t *bytes) {
+/* rows * cols * esz of shape[ndim] with overflow checks; 0 on success. */
+static int shape_bytes(int ndim, const size_t *shape, size_t esz, size_t *rows, size_t *cols, uint64_t *bytes) {
     size_t r = 1, c = ndim > 0 ? shape[ndim - 1] : 1;
     for (int d = 0; d < ndim - 1; d++) {
         if (shape[d] != 0 && r > SIZE_MAX / shape[d]) return -1;
@@ -54,7 +55,7 @@ static int shape_bytes(int ndim, const size_t *shape, size_t *rows, size_t *cols
     if (numel > (SIZE_MAX / ELEM) || (uint64_t)numel > UINT64_MAX / ELEM) return -1;
     *rows = r;
     *cols = c;
-    *bytes = (uint64_t)numel * ELEM;
+    *bytes = (uint64_t)numel * esz;
     return 0;
 }
 
@@ -124,8 +125,8 @@ int tri_st_layout_find(const tri_st_layout *L, const char *name) {
 }
 
 /* Appends an entry at [begin, end); the caller has checked everything else. */
-static int push_entry(tri_st_layout *L, const char *name, int ndim, const size_t *shape, size_t rows, size_t cols,
-                      uint64_t begin, uint64_t end) {
+static int push_entry(tri_st_layout *L, const char *name, tri_dtype dtype, int ndim, const size_t *shape, size_t rows,
+                      size_t cols, uint64_t begin, uint64_t end) {
     if (L->n >= (size_t)INT32_MAX) {
         tri_error("safetensors layout: too many tensors");
         return -1;
@@ -147,6 +148,7 @@ static int push_entry(tri_st_layout *L, const char *name, int ndim, const size_t
         tri_error("safetensors layout: out of memory at tensor %s", name);
         return -1;
     }
+    e->dtype = dtype;
     e->ndim = ndim;
     for (int d = 0; d < ndim; d++) e->shape[d] = shape[d];
     e->rows = rows;
@@ -156,7 +158,20 @@ static int push_entry(tri_st_layout *L, const char *name, int ndim, const size_t
     return (int)L->n++;
 }
 
+const char *tri_st_dtype_name(tri_dtype t) {
+    return t == TRI_F32 ? "F32" : t == TRI_BF16 ? "BF16" : t == TRI_F16 ? "F16" : NULL;
+}
+
 int tri_st_layout_add(tri_st_layout *L, const char *name, int ndim, const size_t *shape) {
+    return tri_st_layout_add_dtype(L, name, TRI_F32, ndim, shape);
+}
+
+int tri_st_layout_add_dtype(tri_st_layout *L, const char *name, tri_dtype dtype, int ndim, const size_t *shape) {
+    if (!tri_st_dtype_name(dtype)) {
+        tri_error("safetensors layout: tensor %s: dtype %d is not F32, BF16 or F16", name ? name : "(null)",
+                  (int)dtype);
+        return -1;
+    }
     if (!name || !name[0] || strcmp(name, METADATA_KEY) == 0) {
         tri_error("safetensors layout: invalid tensor name \"%s\"", name ? name : "(null)");
         return -1;
@@ -172,11 +187,12 @@ int tri_st_layout_add(tri_st_layout *L, const char *name, int ndim, const size_t
     size_t rows, cols;
     uint64_t bytes;
     char sh[256];
-    if (shape_bytes(ndim, shape, &rows, &cols, &bytes) != 0 || bytes > UINT64_MAX - L->data_bytes) {
+    if (shape_bytes(ndim, shape, tri_dtype_size(dtype), &rows, &cols, &bytes) != 0 ||
+        bytes > UINT64_MAX - L->data_bytes) {
         tri_error("safetensors layout: tensor %s: shape %s is too large", name, fmt_shape(sh, sizeof sh, ndim, shape));
         return -1;
     }
-    int idx = push_entry(L, name, ndim, shape, rows, cols, L->data_bytes, L->data_bytes + bytes);
+    int idx = push_entry(L, name, dtype, ndim, shape, rows, cols, L->data_bytes, L->data_bytes + bytes);
     if (idx >= 0) L->data_bytes += bytes;
     return idx;
 }
@@ -288,7 +304,9 @@ static char *build_header(const char *path, const tri_st_layout *L, const char *
         if (!first) sb_puts(&s, ",");
         first = 0;
         sb_json_string(&s, e->name);
-        sb_puts(&s, ":{\"dtype\":\"F32\",\"shape\":[");
+        sb_puts(&s, ":{\"dtype\":\"");
+        sb_puts(&s, tri_st_dtype_name(e->dtype));
+        sb_puts(&s, "\",\"shape\":[");
         for (int d = 0; d < e->ndim; d++) sb_printf(&s, d ? ",%zu" : "%zu", e->shape[d]);
         sb_printf(&s, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", e->begin, e->end);
     }
@@ -354,16 +372,37 @@ typedef struct io_ctx {
 
 /* Moves `count` elements between ptr and the tensor's elements
  * [elem_off, elem_off + count) of its row-major 2-D view. */
-static int run(io_ctx *c, size_t elem_off, float *ptr, size_t count) {
-    if (count == 0) return 0;
-    uint64_t off = c->base + (uint64_t)elem_off * ELEM;
-    size_t bytes = count * ELEM;
+static int run_bytes(io_ctx *c, uint64_t off, void *ptr, size_t bytes) {
     int err = 0;
     int rc = c->writing ? pwrite_all(c->fd, ptr, bytes, off, &err) : pread_all(c->fd, ptr, bytes, off, &err);
     if (rc != 0) {
         fprintf(stderr, "trident: %s: tensor %s: %s of %zu bytes at offset %" PRIu64 ": %s\n", c->name, c->e->name,
                 c->writing ? "write" : "read", bytes, off, err ? strerror(err) : "unexpected end of file");
         return -1;
+    }
+    return 0;
+}
+
+/* 16-bit elements converted per pass, through a stack buffer */
+#define HALF_CHUNK 4096
+
+static int run(io_ctx *c, size_t elem_off, float *ptr, size_t count) {
+    if (count == 0) return 0;
+    const tri_dtype t = c->e->dtype;
+    const size_t esz = tri_dtype_size(t);
+    uint64_t off = c->base + (uint64_t)elem_off * esz;
+    if (t == TRI_F32) return run_bytes(c, off, ptr, count * ELEM);
+    /* BF16 / F16 in the file, fp32 in memory: rounded to nearest even when
+     * written (exact for values of the type), widened exactly when read */
+    uint16_t h[HALF_CHUNK];
+    for (size_t i0 = 0; i0 < count; i0 += HALF_CHUNK) {
+        size_t n = count - i0 < HALF_CHUNK ? count - i0 : HALF_CHUNK;
+        if (c->writing)
+            for (size_t i = 0; i < n; i++)
+                h[i] = t == TRI_BF16 ? tri_f32_to_bf16(ptr[i0 + i]) : tri_f32_to_f16(ptr[i0 + i]);
+        if (run_bytes(c, off + (uint64_t)i0 * esz, h, n * esz) != 0) return -1;
+        if (!c->writing)
+            for (size_t i = 0; i < n; i++) ptr[i0 + i] = t == TRI_BF16 ? tri_bf16_to_f32(h[i]) : tri_f16_to_f32(h[i]);
     }
     return 0;
 }
@@ -554,8 +593,13 @@ static int parse_tensor(tri_st_file *f, const cJSON *it, uint64_t data_len) {
         tri_error("%s: tensor %s: missing \"dtype\" string", path, name);
         return -1;
     }
-    if (strcmp(dt->valuestring, "F32") != 0) {
-        tri_error("%s: tensor %s has dtype %s; only F32 is supported", path, name, dt->valuestring);
+    tri_dtype dtype = TRI_F32;
+    if (strcmp(dt->valuestring, "BF16") == 0)
+        dtype = TRI_BF16;
+    else if (strcmp(dt->valuestring, "F16") == 0)
+        dtype = TRI_F16;
+    else if (strcmp(dt->valuestring, "F32") != 0) {
+        tri_error("%s: tensor %s has dtype %s; only F32, BF16 and F16 are supported", path, name, dt->valuestring);
         return -1;
     }
     int ndim = cJSON_IsArray(shp) ? cJSON_GetArraySize(shp) : -1;
@@ -582,15 +626,15 @@ static int parse_tensor(tri_st_file *f, const cJSON *it, uint64_t data_len) {
     }
     size_t rows, cols;
     uint64_t bytes;
-    if (shape_bytes(ndim, shape, &rows, &cols, &bytes) != 0) {
+    if (shape_bytes(ndim, shape, tri_dtype_size(dtype), &rows, &cols, &bytes) != 0) {
         tri_error("%s: tensor %s: shape %s is too large", path, name, fmt_shape(sh, sizeof sh, ndim, shape));
         return -1;
     }
     if (end - begin != bytes) {
         fprintf(stderr,
                 "trident: %s: tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
-                " bytes, but F32 shape %s needs %" PRIu64 "\n",
-                path, name, begin, end, end - begin, fmt_shape(sh, sizeof sh, ndim, shape), bytes);
+                " bytes, but %s shape %s needs %" PRIu64 "\n",
+                path, name, begin, end, end - begin, dt->valuestring, fmt_shape(sh, sizeof sh, ndim, shape), bytes);
         return -1;
     }
     if (end > data_len) {
@@ -604,7 +648,7 @@ static int parse_tensor(tri_st_file *f, const cJSON *it, uint64_t data_len) {
         tri_error("%s: tensor %s appears twice in the header", path, name);
         return -1;
     }
-    return push_entry(&f->layout, name, ndim, shape, rows, cols, begin, end) < 0 ? -1 : 0;
+    return push_entry(&f->layout, name, dtype, ndim, shape, rows, cols, begin, end) < 0 ? -1 : 0;
 }
 
 static int parse_header(tri_st_file *f, const char *hdr, size_t n, uint64_t data_len) {

@@ -25,7 +25,10 @@
  * last dimension, rows the product of the others (a 1-D tensor [n] is
  * [1, n]; a 0-D scalar is [1, 1]).
  *
- * Only dtype F32 is supported. All functions print one line starting
+ * Dtypes F32, BF16 and F16. Pieces are fp32 in memory whatever the file
+ * holds: a BF16 / F16 tensor is rounded to nearest even as it is written
+ * (exact for values of that type, e.g. 16-bit parameters widened to fp32)
+ * and widened exactly as it is read. All functions print one line starting
  * "trident: " naming the file and the tensor, and return -1, on error.
  */
 #ifndef TRI_MODEL_SAFETENSORS_H
@@ -33,6 +36,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/dtype.h"
 
 #define TRI_ST_MAX_DIM 8
 /* Header limit when reading (the same bound the reference reader uses). */
@@ -42,6 +47,7 @@
 
 typedef struct tri_st_entry {
     char *name;                   /* owned                                  */
+    tri_dtype dtype;              /* TRI_F32, TRI_BF16 or TRI_F16           */
     int ndim;                     /* 0 .. TRI_ST_MAX_DIM                    */
     size_t shape[TRI_ST_MAX_DIM]; /* global shape, as stored                */
     size_t rows, cols;            /* the 2-D view pieces address            */
@@ -60,6 +66,11 @@ void tri_st_layout_init(tri_st_layout *L);
  * model uses 1 and 2), placed right after the previous one. Returns its
  * index, or -1 (duplicate or empty name, bad ndim, size overflow, no memory). */
 int tri_st_layout_add(tri_st_layout *L, const char *name, int ndim, const size_t *shape);
+/* The same with the tensor's dtype in the file: TRI_F32, TRI_BF16 or TRI_F16
+ * (anything else: -1). */
+int tri_st_layout_add_dtype(tri_st_layout *L, const char *name, tri_dtype dtype, int ndim, const size_t *shape);
+/* "F32", "BF16", "F16" (safetensors' spelling); NULL for other dtypes. */
+const char *tri_st_dtype_name(tri_dtype t);
 /* Index of the tensor called `name`, or -1 (prints nothing). */
 int tri_st_layout_find(const tri_st_layout *L, const char *name);
 /* NULL-safe; frees the names and zeroes *L. */
@@ -111,7 +122,7 @@ typedef struct tri_st_file {
 } tri_st_file;
 
 /* Opens and validates `path`: header length sane and inside the file, JSON
- * valid, every tensor F32 with a shape whose size matches its data_offsets,
+ * valid, every tensor F32, BF16 or F16 with a shape whose size matches its data_offsets,
  * inside the data section, no two tensors overlapping, no bytes after the
  * last tensor, "__metadata__" an object of strings. On error *f is left
  * closed (tri_st_close not needed). */

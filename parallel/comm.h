@@ -12,6 +12,12 @@
  * So is a wait that outlasts the group's timeout_s (a peer stopped, wedged or
  * gone): the transport reports it and aborts the job (exit code 124), so no
  * call here blocks forever.
+ *
+ * 16-bit floats (TRI_BF16, TRI_F16): moved as raw 16-bit words by the
+ * all-gathers, broadcasts and sends; a reduction (all-reduce,
+ * reduce-scatter) of them is done by the wrappers for any transport: widened
+ * to fp32, reduced in fp32, rounded once to nearest even (the non-blocking
+ * forms then complete at once). Transports never see a 16-bit reduction.
  */
 #ifndef TRI_COMM_H
 #define TRI_COMM_H

@@ -73,13 +73,20 @@ static MPI_Datatype mpi_type(const tri_comm *c, tri_dtype t) {
     case TRI_U8: return MPI_UINT8_T;
     case TRI_BF16:
     case TRI_F16:
-        /* MPI has no 16-bit float type to reduce; the CPU backend computes
-         * in fp32, so these never reach this transport today */
-        fail(c, "comm", "16-bit float messages are not supported by the MPI transport");
-        return MPI_DATATYPE_NULL;
+        /* moved as raw 16-bit words (all-gather, broadcast, send); MPI has
+         * no 16-bit float sum: the wrappers (comm_single.c) reduce these in
+         * fp32, and red_type refuses them */
+        return MPI_UINT16_T;
     }
     fail(c, "comm", "unknown dtype");
     return MPI_DATATYPE_NULL;
+}
+
+/* The type of a reduction: a 16-bit float would be summed as integers. */
+static MPI_Datatype red_type(const tri_comm *c, tri_dtype t) {
+    if (t == TRI_BF16 || t == TRI_F16)
+        fail(c, "comm", "internal error: a 16-bit float reduction reached the MPI transport (the wrappers widen it)");
+    return mpi_type(c, t);
 }
 
 static MPI_Op mpi_op(const tri_comm *c, tri_redop op) {
@@ -194,14 +201,14 @@ static void wait_watched(const tri_comm *c, MPI_Request *q, const char *op, size
 static void mpi_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
     MPI_Request q = MPI_REQUEST_NULL;
     MPI_CHECK(
-        MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(c, "allreduce", n), mpi_type(c, t), mpi_op(c, op), comm_of(c), &q));
+        MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(c, "allreduce", n), red_type(c, t), mpi_op(c, op), comm_of(c), &q));
     wait_watched(c, &q, "all-reduce", n * tri_dtype_size(t), -1, 0);
 }
 
 static void mpi_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
     MPI_Request q = MPI_REQUEST_NULL;
     MPI_CHECK(
-        MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(c, "iallreduce", n), mpi_type(c, t), mpi_op(c, op), comm_of(c), &q));
+        MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(c, "iallreduce", n), red_type(c, t), mpi_op(c, op), comm_of(c), &q));
     req_store(r, q, "all-reduce", n * tri_dtype_size(t), -1, 0);
 }
 
@@ -212,7 +219,7 @@ static void mpi_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t
     if (n > 0 && overlap(recv, n * esz, send, (size_t)c->size * n * esz))
         fail(c, "reduce_scatter", "recv overlaps send (not supported by the MPI transport)");
     MPI_Request q = MPI_REQUEST_NULL;
-    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, count_of(c, "reduce_scatter", n), mpi_type(c, t), MPI_SUM,
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, count_of(c, "reduce_scatter", n), red_type(c, t), MPI_SUM,
                                         comm_of(c), &q));
     wait_watched(c, &q, "reduce-scatter", (size_t)c->size * n * esz, -1, 0);
 }
@@ -247,11 +254,11 @@ static void mpi_ireduce_scatter(tri_comm *c, void *recv, const void *send, size_
     const char *slot = (const char *)send + (size_t)c->rank * n * esz;
     int in_place = n > 0 && (const char *)recv == slot;
     if (in_place) {
-        MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, (void *)send, cnt, mpi_type(c, t), MPI_SUM, comm_of(c), &q));
+        MPI_CHECK(MPI_Ireduce_scatter_block(MPI_IN_PLACE, (void *)send, cnt, red_type(c, t), MPI_SUM, comm_of(c), &q));
     } else {
         if (n > 0 && overlap(recv, n * esz, send, (size_t)c->size * n * esz))
             fail(c, "ireduce_scatter", "recv overlaps send other than at this rank's slot");
-        MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, cnt, mpi_type(c, t), MPI_SUM, comm_of(c), &q));
+        MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, cnt, red_type(c, t), MPI_SUM, comm_of(c), &q));
     }
     req_store(r, q, "reduce-scatter", (size_t)c->size * n * esz, -1, 0);
     if (in_place) {

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/half.h"
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -36,8 +38,66 @@ void tri_comm_init_self(tri_comm *c, int world_rank) {
 
 static int trivial(const tri_comm *c) { return c->size == 1 || c->impl == NULL; }
 
+/* ---- reductions of 16-bit floats (bf16, fp16 activations under mixed
+ * precision) ----
+ * MPI has no bf16 or fp16 sum, so the wrappers do it for every transport:
+ * the buffer is widened (exactly) into fp32 host scratch, the transport
+ * reduces fp32, and each result is rounded once, to nearest even, into the
+ * 16-bit buffer. Every rank gets the same fp32 sums, hence the same bits.
+ * The wire carries fp32 (twice the 16-bit bytes; the stats count them). A
+ * NCCL transport would instead sum bf16 / fp16 natively (ncclBfloat16,
+ * ncclHalf, accumulating in the 16-bit type along its ring), moving half
+ * the bytes at the cost of one rounding per hop. The non-blocking forms
+ * complete at once (the request is left inactive). */
+
+static int is16(tri_dtype t) { return t == TRI_BF16 || t == TRI_F16; }
+
+static float *widen16(const tri_comm *c, const void *src, tri_dtype t, size_t n, size_t room) {
+    float *f = malloc((room ? room : 1) * sizeof *f);
+    if (!f) {
+        fprintf(stderr, "trident: rank %d: out of host memory widening a 16-bit reduction (%zu values)\n",
+                c->world_rank, room);
+        abort();
+    }
+    const uint16_t *h = src;
+    for (size_t i = 0; i < n; i++) f[i] = t == TRI_BF16 ? tri_bf16_to_f32(h[i]) : tri_f16_to_f32(h[i]);
+    return f;
+}
+
+static void narrow16(void *dst, tri_dtype t, const float *f, size_t n) {
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n; i++) h[i] = t == TRI_BF16 ? tri_f32_to_bf16(f[i]) : tri_f32_to_f16(f[i]);
+}
+
+static void allreduce16(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
+    double t0 = now_s();
+    window(c, 1);
+    float *f = widen16(c, buf, t, n, n);
+    c->impl->allreduce(c, f, n, TRI_F32, op);
+    narrow16(buf, t, f, n);
+    free(f);
+    window(c, 0);
+    count(c, n, TRI_F32, t0);
+}
+
+static void reduce_scatter16(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
+    double t0 = now_s();
+    window(c, 1);
+    size_t all = n * (size_t)c->size;
+    float *f = widen16(c, send, t, all, all + n); /* the sums go after the inputs */
+    c->impl->reduce_scatter(c, f + all, f, n, TRI_F32);
+    narrow16(recv, t, f + all, n);
+    free(f);
+    window(c, 0);
+    count(c, all, TRI_F32, t0);
+}
+
 void tri_comm_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
     if (trivial(c) || n == 0) return;
+    if (is16(t)) {
+        allreduce16(c, buf, n, t, op);
+        return;
+    }
     double t0 = now_s();
     window(c, 1);
     c->impl->allreduce(c, buf, n, t, op);
@@ -48,6 +108,10 @@ void tri_comm_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop
 void tri_comm_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
     r->active = 0;
     if (trivial(c) || n == 0) return;
+    if (is16(t)) {
+        allreduce16(c, buf, n, t, op);
+        return;
+    }
     double t0 = now_s();
     window(c, 1); /* closed again by tri_comm_wait */
     c->impl->iallreduce(c, buf, n, t, op, r);
@@ -61,6 +125,10 @@ void tri_comm_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t n
             memmove(recv, send, n * tri_dtype_size(t));
             window(c, 0);
         }
+        return;
+    }
+    if (is16(t)) {
+        reduce_scatter16(c, recv, send, n, t);
         return;
     }
     double t0 = now_s();
@@ -94,6 +162,10 @@ void tri_comm_ireduce_scatter(tri_comm *c, void *recv, const void *send, size_t 
             memmove(recv, send, n * tri_dtype_size(t));
             window(c, 0);
         }
+        return;
+    }
+    if (is16(t)) {
+        reduce_scatter16(c, recv, send, n, t);
         return;
     }
     double t0 = now_s();

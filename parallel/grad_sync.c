@@ -54,8 +54,8 @@ int tri_grad_sync_init(tri_grad_sync *s, float *grads, size_t n_floats, tri_comm
     return 0;
 }
 
-int tri_grad_sync_init_zero(tri_grad_sync *s, float *grads, float *params, size_t n_real, size_t n_floats, tri_comm *dp,
-                            double bucket_mb) {
+int tri_grad_sync_init_zero(tri_grad_sync *s, float *grads, void *params, tri_dtype param_dtype, size_t n_real,
+                            size_t n_floats, tri_comm *dp, double bucket_mb) {
     memset(s, 0, sizeof *s);
     size_t unit = (size_t)dp->size * TRI_ZERO_ALIGN;
     if (n_floats % unit != 0 || n_real > n_floats)
@@ -82,6 +82,7 @@ int tri_grad_sync_init_zero(tri_grad_sync *s, float *grads, float *params, size_
     s->zero = 1;
     s->n_real = n_real;
     s->params = params;
+    s->param_dtype = param_dtype;
     return 0;
 }
 
@@ -129,7 +130,10 @@ void tri_grad_sync_gather_start(tri_grad_sync *s, int b) {
     if (s->dp->size == 1) return;
     size_t lo, hi;
     tri_grad_sync_shard(s, b, &lo, &hi);
-    tri_comm_iallgather(s->dp, s->params + s->bounds[b], s->params + lo, hi - lo, TRI_F32, &s->gathers[b]);
+    /* the parameters in their own dtype: 16-bit ones move 2 bytes an element */
+    const size_t esz = tri_dtype_size(s->param_dtype);
+    char *p = s->params;
+    tri_comm_iallgather(s->dp, p + s->bounds[b] * esz, p + lo * esz, hi - lo, s->param_dtype, &s->gathers[b]);
 }
 
 void tri_grad_sync_gather_wait(tri_grad_sync *s) {

@@ -42,7 +42,8 @@ typedef struct tri_grad_sync {
     /* the distributed optimizer (zero == 1) */
     int zero;
     size_t n_real;             /* grads[n_real, n_floats) is padding     */
-    float *params;             /* (n_floats), not owned: the all-gather  */
+    void *params;              /* (n_floats) of param_dtype, not owned: the all-gather */
+    tri_dtype param_dtype;     /* fp32, or bf16 / fp16 (mixed precision) */
     tri_req *gathers;          /* (n_buckets)                            */
     size_t defer_lo, defer_hi; /* buckets overlapping start late; empty: none */
 } tri_grad_sync;
@@ -53,12 +54,13 @@ typedef struct tri_grad_sync {
 /* bucket_mb <= 0: one bucket. */
 int tri_grad_sync_init(tri_grad_sync *s, float *grads, size_t n_floats, tri_comm *dp, double bucket_mb);
 void tri_grad_sync_free(tri_grad_sync *s); /* NULL-safe */
-/* The distributed optimizer: grads and params hold n_floats (a multiple of
+/* The distributed optimizer: grads (fp32) and params (param_dtype: the
+ * all-gather moves the parameters in their own dtype) hold n_floats (a multiple of
  * dp->size * TRI_ZERO_ALIGN, see tri_gpt_pad) of which the first n_real are
  * the model's; buckets of about bucket_mb MiB (<= 0: one), each a multiple of
  * dp->size * TRI_ZERO_ALIGN. Returns 0 or -1 (printed). */
-int tri_grad_sync_init_zero(tri_grad_sync *s, float *grads, float *params, size_t n_real, size_t n_floats, tri_comm *dp,
-                            double bucket_mb);
+int tri_grad_sync_init_zero(tri_grad_sync *s, float *grads, void *params, tri_dtype param_dtype, size_t n_real,
+                            size_t n_floats, tri_comm *dp, double bucket_mb);
 /* ZeRO: buckets overlapping grads[lo, hi) are started only by
  * tri_grad_sync_finish_deferred. */
 void tri_grad_sync_defer(tri_grad_sync *s, size_t lo, size_t hi);

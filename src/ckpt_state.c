@@ -52,3 +52,40 @@ int tri_ckpt_state_read(const char *dir, int *step, uint64_t *consumed, tri_conf
     free(text);
     return rc;
 }
+
+int tri_ckpt_state_scaler(const char *dir, int *updates, double *loss_scale, int *clean_steps) {
+    char path[TRI_PATH_MAX + 32];
+    if (snprintf(path, sizeof path, "%s/state.json", dir) >= (int)sizeof path)
+        return tri_error("%s/state.json: path too long", dir);
+    char *text = tri_slurp(path, "checkpoint state", (size_t)64 << 20, NULL);
+    if (text == NULL) return -1;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (root == NULL) return tri_error("%s: not valid JSON", path);
+    int rc = 0;
+    const struct {
+        const char *key;
+        int *i;
+        double *d;
+    } keys[3] = {{"optimizer_updates", updates, NULL},
+                 {"loss_scale", NULL, loss_scale},
+                 {"loss_scale_clean_steps", clean_steps, NULL}};
+    for (int k = 0; k < 3 && rc == 0; k++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(root, keys[k].key);
+        if (x == NULL) continue;
+        double v = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+        if (keys[k].i) {
+            if (!(v >= 0 && v <= INT_MAX) || v != floor(v))
+                rc = tri_error("%s: \"%s\" is not an integer in [0, 2^31)", path, keys[k].key);
+            else
+                *keys[k].i = (int)v;
+        } else {
+            if (!(v > 0) || !isfinite(v))
+                rc = tri_error("%s: \"%s\" is not a positive number", path, keys[k].key);
+            else
+                *keys[k].d = v;
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}

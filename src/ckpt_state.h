@@ -23,4 +23,13 @@ int tri_ckpt_state_parse(const char *json, const char *name, int *step, uint64_t
  * and parses it. */
 int tri_ckpt_state_read(const char *dir, int *step, uint64_t *consumed, tri_config *saved);
 
+/* The optional numbers of <dir>/state.json written by mixed-precision runs:
+ * "optimizer_updates" (AdamW's step count; fp16 skips steps without an
+ * update), "loss_scale" and "loss_scale_clean_steps" (fp16). Each output is
+ * left as it was when its key is absent (older checkpoints, other
+ * precisions). Returns 0, or -1 (printed) when the file cannot be read or a
+ * key is present but not a finite number in range (updates and clean steps:
+ * integers in [0, 2^31); the scale: > 0). */
+int tri_ckpt_state_scaler(const char *dir, int *updates, double *loss_scale, int *clean_steps);
+
 #endif

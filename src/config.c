@@ -98,8 +98,11 @@ static const field fields[] = {
            "activation checkpointing: none (save every block buffer), selective (recompute attention's "
            "T x T state in backward), full (save each layer's input, rerun its forward in backward)"),
     CHOICE(train, precision, "fp32", "fp32|bf16|fp16",
-           "compute precision of parameters and activations (bf16, fp16: not yet, they need the fp32 master "
-           "weights of phase 2, docs/precision.md)"),
+           "compute precision of parameters and activations; bf16 and fp16 keep fp32 master weights, "
+           "gradients and statistics (docs/precision.md)"),
+    NUM(train, loss_scale_init, 65536, 1, 0, R_LO,
+        "fp16 only: initial dynamic loss scale (halved on a gradient overflow, the step skipped)"),
+    NUM(train, loss_scale_window, 1000, 1, 0, POS, "fp16 only: clean steps after which the loss scale doubles"),
 
     STR(data, train, "", R_REQUIRED,
         "training token file(s) (required): a.bin, or a weighted blend 0.7:a.bin,0.3:b.bin"),
@@ -133,6 +136,9 @@ static const field fields[] = {
     STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),
     NUM(checkpoint, keep, 0, 0, 0, R_LO, "checkpoints to keep (0: all)"),
+    CHOICE(checkpoint, dtype, "fp32", "fp32|bf16|fp16",
+           "dtype of model.safetensors (fp32: every tool loads it); the optimizer file keeps fp32 master "
+           "weights whenever model.safetensors is not them"),
 
     NUM(log, every, 1, 1, 0, POS, "steps between log lines"),
     STR(log, dir, "logs", 0, "directory of metrics.jsonl"),
@@ -636,12 +642,6 @@ static int validate(const tri_config *cfg, const char *file) {
                    cfg->model.seq_len, cfg->parallel.tp);
             return -1;
         }
-    }
-    /* the ops run in bf16 and fp16 (kernels/ctx.h), the optimizer does not yet */
-    if (strcmp(cfg->train.precision, "fp32") != 0) {
-        report(file, "train.precision %s needs the fp32 master weights of phase 2 (docs/precision.md); use fp32",
-               cfg->train.precision);
-        return -1;
     }
     return 0;
 }

@@ -29,11 +29,12 @@ typedef struct tri_train_cfg {
     double grad_clip; /* global-norm clip; 0 disables                    */
     double beta1, beta2, eps;
     uint64_t seed;
-    int eval_every;     /* steps between val-loss evaluations; 0: never    */
-    int eval_batches;   /* micro-batches per evaluation                    */
-    char recompute[16]; /* activation checkpointing: none | selective | full */
-    char precision[8];  /* fp32 | bf16 | fp16 (16-bit: refused until the optimizer's
-                           fp32 master weights exist, docs/precision.md) */
+    int eval_every;         /* steps between val-loss evaluations; 0: never    */
+    int eval_batches;       /* micro-batches per evaluation                    */
+    char recompute[16];     /* activation checkpointing: none | selective | full */
+    char precision[8];      /* fp32 | bf16 | fp16 (docs/precision.md)                 */
+    double loss_scale_init; /* fp16: the dynamic loss scale at step 1          */
+    int loss_scale_window;  /* fp16: clean steps before the scale doubles      */
 } tri_train_cfg;
 
 typedef struct tri_data_cfg {
@@ -60,6 +61,7 @@ typedef struct tri_ckpt_cfg {
     char dir[TRI_PATH_MAX]; /* checkpoints go to <dir>/step_<N>, <dir>/latest */
     int every;              /* steps between saves; 0: only the final one     */
     int keep;               /* how many to keep; 0: all                       */
+    char dtype[8];          /* model.safetensors: fp32 | bf16 | fp16          */
 } tri_ckpt_cfg;
 
 typedef struct tri_log_cfg {

@@ -32,6 +32,12 @@ static char *state_json(const trainer *t, int step, double loss) {
     cJSON_AddNumberToObject(root, "samples_consumed", (double)t->consumed);
     cJSON_AddNumberToObject(root, "tokens_consumed", (double)t->consumed * (double)t->T);
     cJSON_AddNumberToObject(root, "loss", loss);
+    /* AdamW's step count (fp16 skips steps without an update) and the loss scale */
+    cJSON_AddNumberToObject(root, "optimizer_updates", t->opt.t);
+    if (t->fp16) {
+        cJSON_AddNumberToObject(root, "loss_scale", t->loss_scale);
+        cJSON_AddNumberToObject(root, "loss_scale_clean_steps", t->scale_clean);
+    }
     cJSON *rng = cJSON_AddObjectToObject(root, "rng");
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->cfg->train.seed);
@@ -53,7 +59,8 @@ static int save(trainer *t, int step, double loss) {
     tri_dist_progress(&t->dist, step, "save");
     char *st = state_json(t, step, loss);
     double t0 = now_s();
-    int rc = tri_model_save(&t->store, step, &t->gpt, &t->opt, &t->dist, st, t->cfg->checkpoint.keep);
+    int rc = tri_model_save(&t->store, step, &t->gpt, &t->opt, &t->dist, st, t->cfg->checkpoint.keep,
+                            (tri_dtype)tri_precision_parse(t->cfg->checkpoint.dtype));
     free(st);
     if (rc == 0 && t->is_logger && !t->opts.quiet)
         printf("saved checkpoint %s/step_%08d (%.2f s)\n", t->cfg->checkpoint.dir, step, now_s() - t0);
@@ -97,7 +104,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             rc = 1;
             goto done;
         } /* said: a token file shrank under the job */
-        if (!isfinite(loss) || !isfinite(norm)) {
+        if (!t->skipped && (!isfinite(loss) || !isfinite(norm))) {
             if (t->is_logger) {
                 char hint[1024];
                 fprintf(stderr,
@@ -122,7 +129,18 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             t->pipe_total.span_s += t->pipe.stats.span_s;
         }
         int done_steps = step + 1;
-        if (t->is_logger && (done_steps % cfg->log.every == 0 || done_steps == cfg->train.steps)) {
+        if (t->skipped && t->is_logger) { /* always said, whatever log.every */
+            if (!opts->quiet) {
+                printf("step %5d/%d | skipped: fp16 gradient overflow (norm %g), no update | loss scale now %g\n",
+                       done_steps, cfg->train.steps, norm, t->loss_scale);
+                fflush(stdout);
+            }
+            if (t->metrics) {
+                fprintf(t->metrics, "{\"step\": %d, \"skipped\": true, \"loss_scale\": %.17g}\n", done_steps,
+                        t->loss_scale);
+                fflush(t->metrics);
+            }
+        } else if (t->is_logger && (done_steps % cfg->log.every == 0 || done_steps == cfg->train.steps)) {
             double tps = tokens_step / dt;
             double mfu = flops_tok * tps / (cfg->log.peak_gflops * 1e9);
             double lr = tri_lr_at(&t->opt.cfg, step);
@@ -132,10 +150,12 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
                 fflush(stdout);
             }
             if (t->metrics) {
+                char scale[64] = "";
+                if (t->fp16) snprintf(scale, sizeof scale, ", \"loss_scale\": %.17g", t->loss_scale);
                 fprintf(t->metrics,
                         "{\"step\": %d, \"loss\": %.17g, \"lr\": %.6e, \"grad_norm\": %.17g, \"ms\": %.3f, "
-                        "\"tokens_per_s\": %.1f, \"mfu\": %.5f}\n",
-                        done_steps, loss, lr, norm, dt * 1e3, tps, mfu);
+                        "\"tokens_per_s\": %.1f, \"mfu\": %.5f%s}\n",
+                        done_steps, loss, lr, norm, dt * 1e3, tps, mfu, scale);
                 fflush(t->metrics);
             }
         }

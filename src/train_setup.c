@@ -147,6 +147,11 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         return rc;
     int have_ckpt = ckpt[0] != '\0';
     if (tri_ctx_init(&t->ctx, opts->device ? opts->device : "cpu", opts->threads) != 0) return rc;
+    /* mixed precision: 16-bit parameters and activations (validated by the config) */
+    int precision = tri_precision_parse(cfg->train.precision);
+    if (tri_ctx_set_precision(&t->ctx, (tri_dtype)precision) != 0) return rc;
+    t->fp16 = precision == TRI_F16;
+    t->loss_scale = t->fp16 ? cfg->train.loss_scale_init : 1.0;
     tri_dist_bind_ctx(&t->dist, &t->ctx);
     t->policy = (tri_recompute)tri_recompute_parse(cfg->train.recompute); /* validated by the config */
     t->G = (size_t)cfg->train.global_batch;
@@ -215,8 +220,8 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             if (tri_grad_sync_init(&t->sync[k], ch->grad_mem, ch->n_elems, &t->dist.dp, cfg->parallel.bucket_mb) != 0)
                 return rc;
         } else {
-            if (tri_grad_sync_init_zero(&t->sync[k], ch->grad_mem, ch->param_mem, ch->n_elems, ch->n_alloc, &t->dist.dp,
-                                        cfg->parallel.bucket_mb) != 0)
+            if (tri_grad_sync_init_zero(&t->sync[k], ch->grad_mem, ch->param_mem, ch->param_dtype, ch->n_elems,
+                                        ch->n_alloc, &t->dist.dp, cfg->parallel.bucket_mb) != 0)
                 return rc;
             /* the tied embedding's gradient is summed over the embedding
              * group (train_step) before its buckets are reduce-scattered */
@@ -254,6 +259,10 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             return 2;
         if (tri_model_load(ckpt, &t->gpt, &t->opt, &t->dist) != 0) return 2;
         t->opt.t = *start;
+        /* fp16 skips steps: AdamW's count and the loss scale come from state.json */
+        double scale = t->loss_scale;
+        if (tri_ckpt_state_scaler(ckpt, &t->opt.t, &scale, &t->scale_clean) != 0) return 2;
+        if (t->fp16) t->loss_scale = scale;
         if (t->is_logger && !opts->quiet)
             printf("resumed from %s at step %d (%llu samples consumed)\n", ckpt, *start,
                    (unsigned long long)t->consumed);
@@ -261,6 +270,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         if (opts->resume && t->is_logger && !opts->synthetic)
             printf("resume: no checkpoint in %s yet, starting from step 0\n", cfg->checkpoint.dir);
         if (tri_gpt_init_params(&t->gpt, cfg->train.seed) != 0) return 1;
+        tri_optim_master_from_params(&t->opt, &t->gpt); /* 16-bit parameters: their fp32 masters */
     }
 
     if (t->is_logger && !opts->synthetic) {

@@ -88,9 +88,26 @@ static void reduce_tied_embedding(trainer *t) {
     }
 }
 
+/* Test-only fault: TRIDENT_DEBUG_FP16_OVERFLOW_STEP=N makes one gradient
+ * element of step N (1-based) non-finite after the reductions, as an fp16
+ * overflow would (tests/test_precision.c: the step is skipped, the scale
+ * halves). */
+static int forced_overflow(int step) {
+    const char *e = getenv("TRIDENT_DEBUG_FP16_OVERFLOW_STEP");
+    return e != NULL && atoi(e) == step + 1;
+}
+
+/* The smallest loss scale: halving stops here (Megatron's default min_loss_scale). */
+#define MIN_LOSS_SCALE 1.0
+
 double train_step(trainer *t, int step, double *norm) {
     tri_gpt *g = &t->gpt;
     float dscale = (float)(1.0 / ((double)t->G * (double)t->T));
+    /* fp16: the loss gradient scaled by S keeps small gradients out of the
+     * fp16 subnormals; every gradient is S times too large until unscaled */
+    const double S = t->fp16 ? t->loss_scale : 1.0;
+    if (t->fp16) dscale = (float)(S / ((double)t->G * (double)t->T));
+    t->skipped = 0;
     for (int k = 0; k < g->n_chunks; k++) {
         t->ctx.ops->zero(&t->ctx, g->chunks[k].grad_mem, g->chunks[k].n_alloc * sizeof(float));
         tri_grad_sync_begin(&t->sync[k]);
@@ -107,6 +124,8 @@ double train_step(trainer *t, int step, double *norm) {
     int zero = t->cfg->parallel.zero;
     /* ZeRO: the tied embedding's buckets, now summed over the embedding group */
     for (int k = 0; zero && k < g->n_chunks; k++) tri_grad_sync_finish_deferred(&t->sync[k]);
+    /* (element 0 lies in DP rank 0's first shard under ZeRO: counted once) */
+    if (forced_overflow(step)) t->ctx.ops->scale(&t->ctx, g->chunks[0].grad_mem, INFINITY, 1);
     /* the loss lives on the head stage; identical on every TP rank */
     tri_comm_allreduce(&t->dist.dp, &loss_sum, 1, TRI_F64, TRI_SUM);
     tri_comm_allreduce(&t->dist.pp, &loss_sum, 1, TRI_F64, TRI_SUM);
@@ -117,16 +136,35 @@ double train_step(trainer *t, int step, double *norm) {
     tri_comm_allreduce(&t->dist.tp, &sumsq, 1, TRI_F64, TRI_SUM);
     tri_comm_allreduce(&t->dist.pp, &sumsq, 1, TRI_F64, TRI_SUM);
     *norm = sqrt(sumsq);
+    if (t->fp16) *norm /= S;
     double loss = loss_sum / ((double)t->G * (double)t->T);
     /* every rank holds the same all-reduced values, so all decide alike */
+    if (t->fp16 && !isfinite(*norm)) {
+        /* an overflow in the scaled gradients: skip the update (AdamW's step
+         * count stays), halve the scale; the batch is consumed and the
+         * learning-rate schedule moves on, as in Megatron */
+        t->skipped = 1;
+        t->loss_scale = S / 2 < MIN_LOSS_SCALE ? MIN_LOSS_SCALE : S / 2;
+        t->scale_clean = 0;
+        t->consumed += t->G;
+        return loss;
+    }
     if (!isfinite(loss) || !isfinite(*norm)) return loss;
     float clip = 1.0f;
     double max_norm = t->cfg->train.grad_clip;
     if (max_norm > 0.0 && *norm > max_norm) clip = (float)(max_norm / (*norm + 1e-6));
+    if (t->fp16) { /* unscale and clip in one pass over the gradients */
+        double c = max_norm > 0.0 && *norm > max_norm ? max_norm / (*norm + 1e-6) : 1.0;
+        clip = (float)(c / S);
+    }
     tri_optim_step(&t->opt, g, tri_lr_at(&t->opt.cfg, step), clip);
     /* ZeRO: the all-gathers started bucket by bucket during the update */
     for (int k = 0; zero && k < g->n_chunks; k++) tri_grad_sync_gather_wait(&t->sync[k]);
     t->consumed += t->G;
+    if (t->fp16 && ++t->scale_clean >= t->cfg->train.loss_scale_window) {
+        t->loss_scale = S * 2;
+        t->scale_clean = 0;
+    }
     return loss;
 }
 

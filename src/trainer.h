@@ -58,6 +58,11 @@ typedef struct trainer {
                                    evaluate (which then gave up), else 0      */
     int data_error;   /* a token file could not be read (printed):
                                    the run ends with exit code 1              */
+    /* fp16 dynamic loss scaling (train.precision fp16; else scale 1) */
+    int fp16;
+    double loss_scale; /* the loss gradient is multiplied by it            */
+    int scale_clean;   /* clean steps since the scale last changed          */
+    int skipped;       /* the last train_step found an overflow: no update  */
 } trainer;
 
 /* train_setup.c */
@@ -66,9 +71,12 @@ void trainer_free(trainer *t); /* NULL-safe for whatever setup reached */
 
 /* train_step.c */
 /* One optimizer step. Returns the global mean loss; *norm gets the global
- * gradient norm before clipping. When either is not finite the parameters are
- * left as they were (no update) and the caller stops. A token file that
- * cannot be read sets t->data_error and returns NaN at once. */
+ * gradient norm before clipping (unscaled). When either is not finite the
+ * parameters are left as they were (no update) and the caller stops, except
+ * under fp16 when the gradient norm is not finite: the step is skipped
+ * (t->skipped = 1; no update, the data position advances, the loss scale
+ * halves) and the run goes on. A token file that cannot be read sets
+ * t->data_error and returns NaN at once. */
 double train_step(trainer *t, int step, double *norm);
 /* Mean loss over t->eval_batches micro-batches of the validation data.
  * Between batches every rank checks for a stop request together (one int

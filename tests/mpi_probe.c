@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/half.h"
 #include "parallel/comm.h"
 #include "parallel/dist.h"
 
@@ -96,6 +97,23 @@ static void world_ops(FILE *f, tri_comm *c) {
     tri_comm_allreduce(c, f64, N, TRI_F64, TRI_MAX);
     tri_comm_allreduce(c, i32, N, TRI_I32, TRI_MAX);
     put_f32(f, "ar_max_f32", f32, N);
+
+    /* 16-bit sums: the wrappers widen to fp32, reduce, and round once */
+    {
+        uint16_t h[N], hs[4 * N], hr[N];
+        float w[N];
+        for (int i = 0; i < N; i++) h[i] = tri_f32_to_bf16(1.0f + (float)((r + 1) * (i + 1)) * 0.00390625f);
+        tri_comm_allreduce(c, h, N, TRI_BF16, TRI_SUM);
+        for (int i = 0; i < N; i++) w[i] = tri_bf16_to_f32(h[i]);
+        put_f32(f, "ar_sum_bf16", w, N);
+        for (int j = 0; j < size * N && j < 4 * N; j++)
+            hs[j] = tri_f32_to_f16(0.1f * (float)(r + 1) + 0.01f * (float)j);
+        if (size <= 4) {
+            tri_comm_reduce_scatter(c, hr, hs, N, TRI_F16);
+            for (int i = 0; i < N; i++) w[i] = tri_f16_to_f32(hr[i]);
+            put_f32(f, "rs_sum_f16", w, N);
+        }
+    }
     put_f64(f, "ar_max_f64", f64, N);
     put_i32(f, "ar_max_i32", i32, N);
 

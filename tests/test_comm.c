@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/half.h"
 #include "model/gpt.h"
 #include "model/runtime.h"
 
@@ -229,6 +230,13 @@ static int probe_values(const char *dir, int r, const char *key, double *v, int 
     return n;
 }
 
+/* x as the probe's "%.9g" gives it back */
+static double as_printed(float x) {
+    char b[64];
+    snprintf(b, sizeof b, "%.9g", (double)x);
+    return strtod(b, NULL);
+}
+
 static void expect_values(const char *dir, int r, const char *key, const double *want, int n, double tol) {
     double got[4096];
     int m = probe_values(dir, r, key, got, 4096);
@@ -303,6 +311,25 @@ static void check_world_ops(const char *dir, int n, int r) {
         w[i] = best;
     }
     expect_values(dir, r, "ar_max_i32", w, 7, 0.0);
+    /* 16-bit sums: every rank's values widened, summed in fp32 (exact for
+     * these few), rounded once to nearest even; compared as the probe
+     * prints a float (%.9g: the same float back) */
+    for (int i = 0; i < 7; i++) {
+        float sum = 0;
+        for (int q = 0; q < n; q++)
+            sum += tri_bf16_to_f32(tri_f32_to_bf16(1.0f + (float)((q + 1) * (i + 1)) * 0.00390625f));
+        w[i] = as_printed(tri_round_bf16(sum));
+    }
+    expect_values(dir, r, "ar_sum_bf16", w, 7, 0.0);
+    if (n <= 4) {
+        for (int i = 0; i < 7; i++) {
+            float sum = 0;
+            for (int q = 0; q < n; q++)
+                sum += tri_f16_to_f32(tri_f32_to_f16(0.1f * (float)(q + 1) + 0.01f * (float)(r * 7 + i)));
+            w[i] = as_printed(tri_round_f16(sum));
+        }
+        expect_values(dir, r, "rs_sum_f16", w, 7, 0.0);
+    }
 
     expect_big(dir, r, "ar_big", (size_t)1 << 20, big_sum, n);
     w[0] = 0;

@@ -26,7 +26,7 @@
 
 #include "src/config.h"
 
-#define N_CONFIG_FIELDS 43 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 46 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -342,9 +342,9 @@ Test(config, override_errors) {
     /* a word outside its field's choices names them */
     EXPECT_SET_ERROR("train.recompute=partial", "train.recompute", "\"partial\"", "none|selective|full");
     EXPECT_SET_ERROR("train.precision=fp8", "train.precision", "\"fp8\"", "fp32|bf16|fp16");
-    /* 16-bit precisions are known words, refused until the optimizer keeps fp32 master weights */
-    EXPECT_SET_ERROR("train.precision=bf16", "train.precision bf16 needs the fp32 master weights of phase 2");
-    EXPECT_SET_ERROR("train.precision=fp16", "train.precision fp16 needs the fp32 master weights of phase 2");
+    EXPECT_SET_ERROR("checkpoint.dtype=f32", "checkpoint.dtype", "\"f32\"", "fp32|bf16|fp16");
+    EXPECT_SET_ERROR("train.loss_scale_init=0.5", "train.loss_scale_init");
+    EXPECT_SET_ERROR("train.loss_scale_window=0", "train.loss_scale_window");
     /* the error stops at the first bad override */
     expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}", OVS("train.lr=0.01", "model.n_layerz=3", "train.lr=oops"),
                     NEEDLES("model.n_layerz", "unknown key"));

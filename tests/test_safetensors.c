@@ -516,11 +516,11 @@ Test(safetensors, open_errors_name_file_and_tensor) {
         const char *must[] = {path, "not valid JSON", NULL};
         expect_open_error(dir, path, must);
     }
-    /* F16 */
+    /* a dtype other than F32, BF16, F16 */
     {
-        snprintf(path, sizeof path, "%s/f16.safetensors", dir);
-        write_raw(path, "{" TENSOR("ok.w", "F32", "[2]", 0, 8) ", " TENSOR("h.f16", "F16", "[2]", 8, 12) "}", 12, 0);
-        const char *must[] = {path, "h.f16", "F16", NULL};
+        snprintf(path, sizeof path, "%s/f64.safetensors", dir);
+        write_raw(path, "{" TENSOR("ok.w", "F32", "[2]", 0, 8) ", " TENSOR("h.f64", "F64", "[2]", 8, 24) "}", 24, 0);
+        const char *must[] = {path, "h.f64", "F64", NULL};
         expect_open_error(dir, path, must);
     }
     /* offsets past the data section */
