@@ -282,7 +282,9 @@ Test(cuda_ops, gemm_plans_are_searched_once_per_shape_and_reused) {
     const size_t N = 12, C = 8, OC = 20;
     uint64_t s = 3;
     float *h = hrand(N * OC + OC * C + N * C, &s, -1, 1);
-    float *x = dev(h, (N * C + 4) * 4), *wt = dev(h, OC * C * 4), *out = dev(h, N * OC * 4), *b = dev(h, OC * 4);
+    /* room for the N + 1 rows of the second shape below */
+    float *x = dev(h, ((N + 1) * C + 4) * 4), *wt = dev(h, OC * C * 4), *out = dev(h, (N + 1) * OC * 4),
+          *b = dev(h, OC * 4);
     float *dx = dev(h, N * C * 4), *dwt = dev(h, OC * C * 4);
     const tri_gemm_exec *g = tri_cuemu_ops_gemm(&E);
     const unsigned long long h0 = g->cache.hits, m0 = g->cache.misses, q0 = g->heuristic_calls;
@@ -298,7 +300,7 @@ Test(cuda_ops, gemm_plans_are_searched_once_per_shape_and_reused) {
     for (int r = 0; r < 3; r++) E.ops->matmul_bwd(&E, dx, dwt, NULL, out, x, wt, N, C, OC);
     cr_assert_eq(g->cache.misses - m0, 6, "dinp and dweight: one plan each");
     cr_assert_eq(g->cache.hits - h0, 8);
-    dfree(x, (N * C + 4) * 4), dfree(wt, OC * C * 4), dfree(out, N * OC * 4), dfree(b, OC * 4);
+    dfree(x, ((N + 1) * C + 4) * 4), dfree(wt, OC * C * 4), dfree(out, (N + 1) * OC * 4), dfree(b, OC * 4);
     dfree(dx, N * C * 4), dfree(dwt, OC * C * 4);
     free(h);
 }

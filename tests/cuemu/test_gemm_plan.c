@@ -22,7 +22,8 @@ static uint64_t rng(uint64_t *s) {
 }
 
 static float *rnd(size_t n, uint64_t *s) {
-    float *x = aligned_alloc(64, (n ? n : 1) * sizeof(float) + 64);
+    /* aligned_alloc wants a size that is a multiple of the alignment */
+    float *x = aligned_alloc(64, ((n ? n : 1) * sizeof(float) + 64 + 63) / 64 * 64);
     for (size_t i = 0; i < n; i++) x[i] = (float)((double)(rng(s) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
     return x;
 }
