@@ -685,6 +685,7 @@ Test(config, help_lists_every_key) {
         cr_expect_eq(k, 1, "help has %d lines for %s", k, names[i]);
         total += k;
     }
+    cr_expect_eq(total, n, "help has %d lines for the %d keys", total, n);
     /* no line for a key that to_json does not write: count lines whose
      * first word looks like section.key */
     int keyish = 0;
