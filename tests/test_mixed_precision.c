@@ -409,7 +409,8 @@ Test(mixed, checkpoints_cross_between_fp32_and_bf16, .timeout = 120) {
     free(dir);
 }
 
-/* tp=2 dp=2 (and with zero=1) in bf16 against one rank in bf16, 20 steps.
+/* tp=2 dp=2 (and with zero=1), pp=2 dp=2 zero=1 and tp=2 pp=2 with sequence
+ * parallelism in bf16 against one rank in bf16, 20 steps.
  * Not bit for bit: with tensor parallelism each rank rounds its partial
  * output of a row-parallel linear to bf16 before the all-reduce (which sums
  * in fp32 and rounds once), where one rank rounds the whole sum once; the
@@ -419,13 +420,18 @@ Test(mixed, checkpoints_cross_between_fp32_and_bf16, .timeout = 120) {
  * of that: 0.2% per step is asserted (measured: about 0.01%). The same
  * layouts in fp32 agree to 1e-6 (tests/test_parallel.c), so a larger gap
  * would be a precision bug, not parallelism. */
-Test(mixed, bf16_tp2_dp2_tracks_the_single_rank_bf16_run, .timeout = 240) {
+Test(mixed, bf16_layouts_track_the_single_rank_bf16_run, .timeout = 240) {
     char *dir = make_dir(), *out = NULL, cmd[9000];
-    const char *names[3] = {"one", "tp2dp2", "tp2dp2z"};
-    const char *layouts[3] = {"", "--set parallel.tp=2 --set parallel.dp=2",
-                              "--set parallel.tp=2 --set parallel.dp=2 --set parallel.zero=1"};
-    static metrics m[3];
-    for (int i = 0; i < 3; i++) {
+    enum { N_LAYOUTS = 5 };
+    const char *names[N_LAYOUTS] = {"one", "tp2dp2", "tp2dp2z", "pp2dp2z", "tp2pp2sp"};
+    const char *layouts[N_LAYOUTS] = {"", "--set parallel.tp=2 --set parallel.dp=2",
+                                      "--set parallel.tp=2 --set parallel.dp=2 --set parallel.zero=1",
+                                      /* pipelines: 16-bit activations cross the stages, the tied embedding's
+         * two 16-bit copies take the same master update */
+                                      "--set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=1",
+                                      "--set parallel.tp=2 --set parallel.pp=2 --set parallel.sequence_parallel=1"};
+    static metrics m[N_LAYOUTS];
+    for (int i = 0; i < N_LAYOUTS; i++) {
         snprintf(cmd, sizeof cmd,
                  "cd %s && timeout 200 %s --log-dir %s/ranks_%s -- %s train %s/configs/tiny-test.json "
                  "--set data.train=%s/train.bin --set data.val=%s/val.bin --set model.n_head=4 --set train.steps=20 "
@@ -437,7 +443,7 @@ Test(mixed, bf16_tp2_dp2_tracks_the_single_rank_bf16_run, .timeout = 240) {
         read_metrics(dir, names[i], &m[i]);
         cr_assert_eq(m[i].n, 20);
     }
-    for (int i = 1; i < 3; i++)
+    for (int i = 1; i < N_LAYOUTS; i++)
         for (int s = 0; s < 20; s++)
             cr_expect(fabs(m[i].loss[s] - m[0].loss[s]) <= 0.002 * m[0].loss[s], "%s step %d: %.17g vs %.17g", names[i],
                       s + 1, m[i].loss[s], m[0].loss[s]);
