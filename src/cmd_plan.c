@@ -150,16 +150,22 @@ static void print_json(const plan_row *r) {
         "\"mem\": {\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"saved_act_peak\": %zu, \"saved_act_alloc\": "
         "%zu, \"workspace\": %zu}, \"mem_total\": %zu, \"mem_stage\": %d, \"step_s\": %.6g, \"compute_s\": %.6g, "
         "\"tp_s\": %.6g, \"dp_s\": %.6g, \"pp_s\": %.6g, \"bubble_s\": %.6g, \"bubble\": %.6g, \"tokens_per_s\": "
-        "%.6g, \"tflops_per_gpu\": %.6g, \"mfu\": %.6g}\n",
+        "%.6g, \"tflops_per_gpu\": %.6g, \"hw_tflops_per_gpu\": %.6g, \"mfu\": %.6g}\n",
         c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch, c->train.recompute,
         c->parallel.zero, c->parallel.sequence_parallel, c->parallel.schedule, c->train.precision,
         r->fits ? "true" : "false", m->params, m->grads, m->optim, m->saved_act_peak, m->saved_act_alloc, m->workspace,
         m->total, m->stage, t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s, t->bubble, t->tokens_per_s,
-        t->tflops_per_gpu, t->mfu);
+        t->tflops_per_gpu, t->hw_flops / t->step_s / (double)(c->parallel.tp * c->parallel.pp * c->parallel.dp) / 1e12,
+        t->mfu);
 }
 
 /* ------------------------------------------------------------------------ */
 /* the search                                                                */
+
+/* Dimensions the user fixed with --set: the search keeps them. */
+typedef struct fixed {
+    int tp, pp, dp, vpp, mb, recompute, zero, sp;
+} fixed;
 
 typedef struct reasons {
     int n;
@@ -195,7 +201,8 @@ static int evaluate(plan_row *row, const tri_gpu_kind *gpu, int cpu, double limi
     return 0;
 }
 
-static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int gpus, double limit, int top, int json) {
+static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int gpus, double limit, int top, int json,
+                  const fixed *fx) {
     static const char *policies[3] = {"none", "selective", "full"};
     const tri_model_cfg *m = &base->model;
     size_t cap = 256, n = 0;
@@ -207,13 +214,16 @@ static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int 
     double closest_over = -1;
     char why[512];
     for (int tp = 1; tp <= gpus && tp <= gpu->per_node; tp++) {
-        if (gpus % tp) continue;
+        if (gpus % tp || (fx->tp && tp != base->parallel.tp)) continue;
         for (int pp = 1; pp <= gpus / tp; pp++) {
-            if ((gpus / tp) % pp) continue;
+            if ((gpus / tp) % pp || (fx->pp && pp != base->parallel.pp)) continue;
             int dp = gpus / tp / pp;
+            if (fx->dp && dp != base->parallel.dp) continue;
             for (int vpp = 1; vpp <= (pp > 1 ? 16 : 1); vpp++) {
-                if (vpp > 1 && (m->n_layer % pp != 0 || (m->n_layer / pp) % vpp != 0)) continue;
+                if (fx->vpp && vpp != base->parallel.vpp) continue;
+                if (!fx->vpp && vpp > 1 && (m->n_layer % pp != 0 || (m->n_layer / pp) % vpp != 0)) continue;
                 for (int mb = 1; mb <= 16; mb++) {
+                    if (fx->mb && mb != base->train.micro_batch) continue;
                     if (base->train.global_batch % dp != 0 || (base->train.global_batch / dp) % mb != 0) {
                         if (mb == 1) {
                             snprintf(why, sizeof why, "global_batch %d is not divisible by dp %d",
@@ -223,7 +233,9 @@ static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int 
                         continue;
                     }
                     for (int rc = 0; rc < 3; rc++) {
+                        if (fx->recompute && strcmp(policies[rc], base->train.recompute) != 0) continue;
                         for (int zero = 0; zero <= (dp > 1); zero++) {
+                            if (fx->zero && zero != base->parallel.zero) continue;
                             plan_row row;
                             memset(&row, 0, sizeof row);
                             row.cfg = *base;
@@ -234,9 +246,11 @@ static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int 
                             c->parallel.vpp = vpp;
                             c->parallel.pp_layout[0] = '\0';
                             c->parallel.zero = zero;
+                            /* sequence parallelism: on wherever it applies on GPUs (same traffic,
+                             * less memory), as configured on the CPU or when given */
+                            int sp_ok = tp > 1 && m->seq_len % tp == 0;
                             c->parallel.sequence_parallel =
-                                cpu ? (base->parallel.sequence_parallel && tp > 1 && m->seq_len % tp == 0)
-                                    : (tp > 1 && m->seq_len % tp == 0);
+                                (cpu || fx->sp) ? (base->parallel.sequence_parallel && sp_ok) : sp_ok;
                             if (vpp > 1 && !strcmp(c->parallel.schedule, "zb-h1")) continue;
                             if (vpp == 1 && !strcmp(c->parallel.schedule, "interleaved"))
                                 snprintf(c->parallel.schedule, sizeof c->parallel.schedule, "1f1b");
@@ -323,24 +337,27 @@ static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int 
 /* ------------------------------------------------------------------------ */
 
 static void plan_usage(FILE *f) {
-    fprintf(f, "usage: trident plan CONFIG --gpu h100|a100|cpu [--gpus N] [--search] [--set section.key=value]...\n"
-               "                    [--json] [--top K] [--threads K]\n"
-               "  predicts, without allocating the model, each rank's memory (parameters, gradients, optimizer,\n"
-               "  saved activations at the schedule's peak, workspace) and the step time (compute, exposed TP, DP\n"
-               "  and PP communication, pipeline bubble), tokens/s, TFLOP/s per device and MFU (docs/plan.md).\n"
-               "  With a layout (parallel.tp/pp/dp/vpp, train.micro_batch, train.recompute, parallel.zero,\n"
-               "  train.precision, parallel.sequence_parallel from the config and --set): that layout.\n"
-               "  With --search, or --gpus N and no --set parallel.tp/pp/dp when the config's layout is not N\n"
-               "  devices: every valid layout of N devices, the best K (--top, default 5) that fit, and why the\n"
-               "  others were rejected. --gpu cpu: this machine, N ranks on it, with its measured sgemm;\n"
-               "  --threads K: threads per rank (default: cores / N, as tridentrun). --json: one object per line.\n"
-               "  train.precision bf16 or fp16 may be set here before the trainer accepts it.\n");
+    fprintf(f,
+            "usage: trident plan CONFIG --gpu h100|a100|cpu [--gpus N] [--search] [--set section.key=value]...\n"
+            "                    [--json] [--top K] [--threads K]\n"
+            "  predicts, without allocating the model, each rank's memory (parameters, gradients, optimizer,\n"
+            "  saved activations at the schedule's peak, workspace) and the step time (compute, exposed TP, DP\n"
+            "  and PP communication, pipeline bubble), tokens/s, TFLOP/s per device and MFU (docs/plan.md).\n"
+            "  With a layout (parallel.tp/pp/dp/vpp, train.micro_batch, train.recompute, parallel.zero,\n"
+            "  train.precision, parallel.sequence_parallel from the config and --set): that layout.\n"
+            "  With --search, or --gpus N and no --set parallel.tp/pp/dp when the config's layout is not N\n"
+            "  devices: every valid layout of N devices, the best K (--top, default 5) that fit, and why the\n"
+            "  others were rejected; parallel.tp/pp/dp/vpp, train.micro_batch/recompute and parallel.zero given\n"
+            "  with --set stay fixed in the search. --gpu cpu: this machine, N ranks on it, with its measured sgemm;\n"
+            "  --threads K: threads per rank (default: cores / N, as tridentrun). --json: one object per line.\n"
+            "  train.precision bf16 or fp16 may be set here before the trainer accepts it.\n");
 }
 
 int tri_cmd_plan(int argc, char **argv) {
     const char *path = NULL, *gpu_name = NULL;
     const char **sets = calloc((size_t)argc + 2, sizeof *sets);
     int n_sets = 0, json = 0, do_search = 0, layout_set = 0, rc = 2;
+    fixed fx = {0};
     long gpus = 0, top = 5, threads = 0;
     char precision[16] = "";
     if (!sets) return tri_error("out of memory");
@@ -357,7 +374,7 @@ int tri_cmd_plan(int argc, char **argv) {
             if (tri_arg_int(a, v, 1, 1 << 20, &gpus)) goto out;
             i++;
         } else if (!strcmp(a, "--top") && v) {
-            if (tri_arg_int(a, v, 1, 1000, &top)) goto out;
+            if (tri_arg_int(a, v, 1, 100000000, &top)) goto out;
             i++;
         } else if (!strcmp(a, "--threads") && v) {
             if (tri_arg_int(a, v, 1, 1024, &threads)) goto out;
@@ -371,9 +388,15 @@ int tri_cmd_plan(int argc, char **argv) {
             if (!strncmp(v, "train.precision=", 16)) {
                 snprintf(precision, sizeof precision, "%s", v + 16);
             } else {
-                if (!strncmp(v, "parallel.tp=", 12) || !strncmp(v, "parallel.pp=", 12) ||
-                    !strncmp(v, "parallel.dp=", 12))
-                    layout_set = 1;
+                fx.tp |= !strncmp(v, "parallel.tp=", 12);
+                fx.pp |= !strncmp(v, "parallel.pp=", 12);
+                fx.dp |= !strncmp(v, "parallel.dp=", 12);
+                fx.vpp |= !strncmp(v, "parallel.vpp=", 13);
+                fx.mb |= !strncmp(v, "train.micro_batch=", 18);
+                fx.recompute |= !strncmp(v, "train.recompute=", 16);
+                fx.zero |= !strncmp(v, "parallel.zero=", 14);
+                fx.sp |= !strncmp(v, "parallel.sequence_parallel=", 27);
+                layout_set = fx.tp || fx.pp || fx.dp;
                 sets[n_sets++] = v;
             }
             i++;
@@ -466,7 +489,7 @@ int tri_cmd_plan(int argc, char **argv) {
         printf("\n");
     }
     if (do_search) {
-        int r = search(&cfg, &kind, cpu, (int)gpus, limit, (int)top, json);
+        int r = search(&cfg, &kind, cpu, (int)gpus, limit, (int)top, json, &fx);
         rc = r < 0 ? 2 : r; /* 1: no layout fits */
     } else {
         char why[512];
