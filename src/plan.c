@@ -468,7 +468,6 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
         L.b += att_f + (g->flash ? 0 : B * NHl * T * T * 4.0 * 3.0 / g->mem_bw);
         L.re_fl = att_fl;
     }
-    (void)HS;
     return L;
 }
 
@@ -496,7 +495,6 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
     double ar = allreduce_s(M * C * c.A, par->tp, c.tp_bw, c.lat);
 
     /* per stage, per micro-batch, over its chunks */
-    int n_layers_max = 0;
     double F = 0, Bk = 0, TPs = 0, busiest = -1, opt_elems = 0;
     int *layers = malloc(((size_t)md->n_layer + 1) * sizeof *layers);
     if (!layers) return tri_error("out of memory");
@@ -529,7 +527,6 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
             F = f;
             Bk = b;
             TPs = tp;
-            n_layers_max = nl;
         }
     }
     free(layers);
@@ -538,7 +535,6 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
         double e = (double)tri_plan_param_elems(cfg, s);
         if (e > opt_elems) opt_elems = e;
     }
-    (void)n_layers_max;
     /* AdamW: reads parameter, gradient, moments (and master), writes them */
     double master = P == 2 ? 8.0 : 0.0;
     double opt_bytes = (par->zero ? opt_elems / par->dp : opt_elems) * (2.0 * P + 4.0 + 16.0 + master) +
