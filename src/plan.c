@@ -439,8 +439,9 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
     /* attention: QK^T and PV over the full T x T square (Megatron's count) */
     double att_fl = 4.0 * B * T * T * C / t, att_f, att_b;
     if (g->gemm_flops) {
-        /* the CPU: per (batch, head) GEMMs of T x T x HS, probabilities kept */
-        att_f = att_fl / g->gemm_flops(g->gemm_ctx, (size_t)T, (size_t)T, (size_t)HS);
+        /* the CPU: (batch, head) GEMMs of T x T x HS run side by side on the
+         * threads, timed as one GEMM of (B heads T) x T x HS; probabilities kept */
+        att_f = att_fl / g->gemm_flops(g->gemm_ctx, (size_t)(B * NHl * T), (size_t)T, (size_t)HS);
         att_b = 2.0 * att_f;
     } else {
         att_f = att_fl / (c->peak * g->attn_eff);
