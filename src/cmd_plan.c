@@ -98,7 +98,7 @@ static double cpu_gemm_flops(void *ctx, size_t M, size_t N, size_t K) {
     if (r > p->ref_best) p->ref_best = r;
     if (r > p->best) p->best = r;
     double ratio = f / r;
-    if (getenv("TRI_PLAN_DEBUG")) fprintf(stderr, "shape %zu %zu %zu: %.1f GFLOP/s, ref %.1f\n", M, N, K, f / 1e9, r / 1e9);
+        fprintf(stderr, "shape %zu %zu %zu: %.1f GFLOP/s, ref %.1f\n", M, N, K, f / 1e9, r / 1e9);
     if (ratio * p->ref_best > p->best) p->best = ratio * p->ref_best;
     if (p->n < 1024) {
         p->shape[p->n][0] = M;
@@ -487,14 +487,16 @@ int tri_cmd_plan(int argc, char **argv) {
         probe.ref[0] = BT;
         probe.ref[1] = 4 * C;
         probe.ref[2] = C;
-        probe_reference(&probe, 3);
+        probe_reference(&probe, 5);
         kind.peak_16 = kind.peak_32 = probe.ref_best;
         double avail_bytes;
         tri_mem_avail av;
         tri_preflight_available(&av);
         avail_bytes = av.available == SIZE_MAX ? 1e18 : (double)av.available;
         kind.mem_bytes = avail_bytes / (double)gpus;
-        kind.mem_bw = copy_bandwidth() * probe.share;
+        /* the ranks share one memory system: a single copy stream is about
+         * what this VM's memory gives, split between the ranks */
+        kind.mem_bw = copy_bandwidth() / (double)gpus;
         kind.intra_bw = kind.inter_bw = CPU_MPI_BW;
         kind.per_node = (int)gpus;
         kind.gemm_eff = 1.0;
