@@ -28,12 +28,12 @@ static const tri_gpu_kind gpu_table[] = {
      * (both directions: 450 each way); DGX H100: 8 GPUs, one 400 Gb/s NDR
      * ConnectX-7 port per GPU (50 GB/s each way). */
     {"h100", "NVIDIA H100 SXM5 80GB", 989 * TB, 494.5 * TB, 80 * GB, 3.35 * TB, 450 * GB, 50 * GB, 8, 0.80, 96.0, 0.45,
-     0.80, 10e-6, 1, NULL, NULL},
+     0.80, 10e-6, 1, 0.0, NULL, NULL},
     /* NVIDIA A100 SXM4 80GB datasheet: 312 TFLOP/s dense BF16, 156 TF32,
      * 80 GB HBM2e at 2.039 TB/s, NVLink 600 GB/s (300 each way); DGX A100:
      * 8 GPUs, eight 200 Gb/s HDR ports (25 GB/s each way per GPU). */
     {"a100", "NVIDIA A100 SXM4 80GB", 312 * TB, 156 * TB, 80 * GB, 2.039 * TB, 300 * GB, 25 * GB, 8, 0.85, 64.0, 0.50,
-     0.80, 10e-6, 1, NULL, NULL},
+     0.80, 10e-6, 1, 0.0, NULL, NULL},
 };
 
 const tri_gpu_kind *tri_gpu_lookup(const char *name) {
@@ -557,6 +557,14 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
     }
     if (sched_bubble(e, sc, &out->bubble) != 0) return -1;
     out->bubble_s = out->bubble * (m * (F + Bk) + out->tp_s);
+    if (gpu->share > 0 && gpu->share < 1) {
+        /* ranks oversubscribing a CPU's cores: a stage that idles gives its
+         * cores to the others, so the step is the longer of the busiest
+         * stage's path at a whole core's speed (busy x share, plus its
+         * bubble) and the machine's work at the shared speed */
+        double busy = m * (F + Bk) + out->tp_s, path = busy * gpu->share * (1.0 + out->bubble);
+        out->bubble_s = path > busy ? path - busy : 0.0;
+    }
 
     /* pipeline sends: the activation forward and its gradient back, per
      * micro-batch and chunk, on the critical path */

@@ -55,6 +55,9 @@ typedef struct tri_gpu_kind {
     double link_eff;  /* fraction of link bandwidth a ring collective reaches        */
     double latency_s; /* per collective step                                         */
     int flash;        /* 1: attention keeps B x NH x T floats (flash); 0: the CPU's  */
+    double share;     /* CPU ranks oversubscribing the cores: the share of its cores a rank
+                         gets while all compute (the rates above include it); 0: a device
+                         of its own. A rank that waits gives its cores away. */
     double (*gemm_flops)(void *ctx, size_t M, size_t N, size_t K); /* measured FLOP/s of a GEMM shape, or NULL */
     void *gemm_ctx;
 } tri_gpu_kind;
