@@ -98,7 +98,6 @@ static double cpu_gemm_flops(void *ctx, size_t M, size_t N, size_t K) {
     if (r > p->ref_best) p->ref_best = r;
     if (r > p->best) p->best = r;
     double ratio = f / r;
-    fprintf(stderr, "shape %zu %zu %zu: %.1f GFLOP/s, ref %.1f\n", M, N, K, f / 1e9, r / 1e9);
     if (ratio * p->ref_best > p->best) p->best = ratio * p->ref_best;
     if (p->n < 1024) {
         p->shape[p->n][0] = M;
