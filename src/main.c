@@ -24,6 +24,8 @@ static void usage(FILE *f) {
                "        training throughput on synthetic tokens, with the machine's sgemm speed\n"
                "  schedule --pp P --micro-batches M [--vpp V] [--schedule S] [--costs F,B,W] [--json]\n"
                "        a pipeline schedule's timeline, deadlock check, bubble and peak memory (simulated)\n"
+               "  plan CONFIG --gpu h100|a100|cpu [--gpus N] [--search] [--set ...] [--json]\n"
+               "        memory per rank and step time of a layout, or the best layouts of N devices\n"
                "  tokenize train|encode|decode ...\n"
                "        byte-level BPE: train a tokenizer, encode text to token files, decode\n"
                "  data info|dump PATH ...\n"
@@ -48,6 +50,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval")) return tri_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return tri_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "schedule")) return tri_cmd_schedule(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return tri_cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return tri_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "data")) return tri_cmd_data(argc - 1, argv + 1);
     if (!strcmp(cmd, "config-help")) {

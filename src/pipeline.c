@@ -76,8 +76,10 @@ static int box_take(tri_pipe *p, int key) {
 static int has_input_msg(const tri_pipe *p, int c) { return !p->g->chunks[c].has_embedding; }
 static int has_output_msg(const tri_pipe *p, int c) { return !p->g->chunks[c].has_head; }
 
-/* The most mailbox entries alive at once while running list a[0..n). */
-static int box_need(const tri_pipe *p, const tri_action *a, int n) {
+int tri_pipe_box_need(const tri_gpt *g, const tri_action *a, int n) {
+    tri_pipe view = {0};
+    view.g = (tri_gpt *)g;
+    const tri_pipe *p = &view;
     int live = 0, peak = 0, pending_sends = 0;
     for (int i = 0; i < n; i++) {
         const tri_action *x = &a[i];
@@ -123,7 +125,7 @@ int tri_pipe_init(tri_pipe *p, tri_gpt *g, tri_slot_pool *pools, tri_workspace *
     for (int i = 0; i < n_scheds; i++) {
         const tri_schedule *s = scheds[i];
         TRI_CHECK(s->pp == p->n_stages && s->vpp == g->n_chunks);
-        int need = box_need(p, s->a[p->stage], s->n[p->stage]);
+        int need = tri_pipe_box_need(g, s->a[p->stage], s->n[p->stage]);
         if (need > p->n_box) p->n_box = need;
         if (s->m > p->m_cap) p->m_cap = s->m;
     }

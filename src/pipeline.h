@@ -81,6 +81,10 @@ typedef struct tri_pipe {
 int tri_pipe_init(tri_pipe *p, tri_gpt *g, tri_slot_pool *pools, tri_workspace *ws, tri_comm *pp,
                   tri_progress *progress, const tri_schedule *const *scheds, int n_scheds);
 void tri_pipe_free(tri_pipe *p); /* NULL-safe */
+/* The most mailbox entries alive at once while running list a[0..n) on the
+ * stage whose chunks g holds (what tri_pipe_init allocates up front; the
+ * planner sizes the workspace with it). */
+int tri_pipe_box_need(const tri_gpt *g, const tri_action *a, int n);
 
 /* Runs this rank's list of s. mode: TRI_FWD_TRAIN (a schedule with
  * backwards; sync[] the chunks' DP reductions) or TRI_FWD_LOSS (a FORWARD

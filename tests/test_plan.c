@@ -1,0 +1,396 @@
+/* The planner (src/plan.h, `trident plan`): its closed forms against the
+ * model's own tables and FLOP count, its memory against what `trident bench`
+ * measures with the allocator accounting through tridentrun, and the search
+ * against tri_gpt_check_layout, the schedule's rules and the memory limit. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers/testutil.h"
+#include "model/gpt.h"
+#include "model/runtime.h"
+#include "parallel/schedule.h"
+#include "src/config.h"
+#include "src/plan.h"
+#include "src/preflight.h"
+
+static void base_cfg(tri_config *c, int L, int NH, int C, int T, int V, int gb, int mb) {
+    tri_config_defaults(c);
+    c->model.n_layer = L;
+    c->model.n_head = NH;
+    c->model.n_embd = C;
+    c->model.seq_len = T;
+    c->model.vocab_size = V;
+    c->train.global_batch = gb;
+    c->train.micro_batch = mb;
+}
+
+static void set_layout(tri_config *c, int tp, int pp, int dp, int vpp, const char *rec, int zero) {
+    c->parallel.tp = tp;
+    c->parallel.pp = pp;
+    c->parallel.dp = dp;
+    c->parallel.vpp = vpp;
+    c->parallel.zero = zero;
+    snprintf(c->train.recompute, sizeof c->train.recompute, "%s", rec);
+    snprintf(c->parallel.schedule, sizeof c->parallel.schedule, "%s", vpp > 1 ? "interleaved" : "1f1b");
+}
+
+/* The closed form of a stage's parameter elements equals the elements of
+ * the tables tri_gpt_describe builds, for every stage, over shapes and
+ * layouts (padded vocabularies, odd widths, interleaved chunks). */
+Test(plan, param_elems_closed_form_equals_describe) {
+    const int shapes[][5] = {{4, 4, 64, 32, 256},
+                             {6, 6, 384, 256, 8192},
+                             {8, 2, 40, 16, 1000},
+                             {12, 12, 96, 64, 50257},
+                             {16, 8, 136, 24, 333}};
+    const int layouts[][3] = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {2, 2, 1}, {2, 2, 2}, {4, 4, 1}, {1, 4, 2}};
+    int checked = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+            tri_config c;
+            base_cfg(&c, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4], 8, 1);
+            int tp = layouts[l][0], pp = layouts[l][1], vpp = layouts[l][2];
+            if (c.model.n_head % tp || c.model.n_layer % (pp * vpp) || (vpp > 1 && pp < 2)) continue;
+            set_layout(&c, tp, pp, 1, vpp, "none", 0);
+            for (int st = 0; st < pp; st++) {
+                tri_chunk_spec specs[16];
+                int *layers = malloc(((size_t)c.model.n_layer + 1) * sizeof *layers);
+                cr_assert(tri_chunks_even(&c.model, pp, st, vpp, specs, layers) == 0);
+                for (int r = 0; r < tp; r++) {
+                    tri_gpt g;
+                    cr_assert(tri_gpt_describe(&g, &c.model, tp, r, specs, vpp) == 0);
+                    cr_expect_eq(tri_plan_param_elems(&c, st), tri_gpt_local_elems(&g),
+                                 "shape %zu tp %d pp %d vpp %d stage %d rank %d: closed form %zu, tables %zu", s, tp,
+                                 pp, vpp, st, r, tri_plan_param_elems(&c, st), tri_gpt_local_elems(&g));
+                    tri_gpt_free(&g);
+                    checked++;
+                }
+                free(layers);
+            }
+        }
+    }
+    cr_expect_gt(checked, 40);
+}
+
+/* The GPU path (closed-form parameters, a shell of the stage's chunks)
+ * equals the CPU path (tri_gpt_describe, as preflight) when both size
+ * attention the CPU's way, over layouts, policies, ZeRO, SP and schedules;
+ * and the CPU path's parameters and saved slots equal preflight's. */
+Test(plan, gpu_path_equals_describe_path_and_preflight) {
+    tri_gpu_kind k = *tri_gpu_lookup("h100");
+    k.flash = 0;
+    const char *pol[3] = {"none", "selective", "full"};
+    const int layouts[][4] = {{1, 1, 1, 1}, {2, 1, 1, 1}, {1, 2, 1, 1}, {1, 1, 2, 1}, {2, 2, 2, 1},
+                              {1, 2, 1, 2}, {4, 4, 1, 1}, {2, 4, 2, 2}, {1, 4, 1, 1}};
+    int n = 0;
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
+        for (int p = 0; p < 3; p++)
+            for (int z = 0; z < 2; z++)
+                for (int sp = 0; sp < 2; sp++)
+                    for (int zb = 0; zb < 2; zb++) {
+                        tri_config c;
+                        base_cfg(&c, 8, 4, 64, 32, 300, 16, 2);
+                        int tp = layouts[l][0], pp = layouts[l][1], dp = layouts[l][2], vpp = layouts[l][3];
+                        if ((sp && tp < 2) || (zb && (vpp > 1 || pp < 2))) continue;
+                        set_layout(&c, tp, pp, dp, vpp, pol[p], z);
+                        c.parallel.sequence_parallel = sp;
+                        if (zb) snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "zb-h1");
+                        for (int st = 0; st < pp; st++) {
+                            tri_plan_mem a, b;
+                            cr_assert(tri_plan_stage_mem(&c, NULL, st, &a) == 0);
+                            cr_assert(tri_plan_stage_mem(&c, &k, st, &b) == 0);
+                            cr_expect(!memcmp(&a, &b, sizeof a),
+                                      "tp %d pp %d dp %d vpp %d %s zero %d sp %d zb %d stage %d: describe %zu/%zu/%zu/"
+                                      "%zu/%zu, closed form %zu/%zu/%zu/%zu/%zu",
+                                      tp, pp, dp, vpp, pol[p], z, sp, zb, st, a.params, a.optim, a.saved_act_alloc,
+                                      a.saved_act_peak, a.workspace, b.params, b.optim, b.saved_act_alloc,
+                                      b.saved_act_peak, b.workspace);
+                            tri_mem_estimate e;
+                            cr_assert(tri_preflight_model(&c, 2, 0, st, 0, 1, 0, &e) == 0);
+                            /* preflight counts the unpadded parameters and no mailbox */
+                            if (!z) cr_expect_eq(a.params, e.params);
+                            cr_expect_leq(a.saved_act_alloc, e.acts);
+                            cr_expect_geq(a.saved_act_alloc + a.workspace, e.acts);
+                            n++;
+                        }
+                    }
+    tri_plan_cache_clear();
+    cr_expect_gt(n, 100);
+}
+
+/* Bytes per parameter against Megatron's distributed-optimizer table
+ * (/work/shared/REFERENCE.md): fp32 8 + 8/d, bf16 params with fp32 grads
+ * 6 + 12/d, without ZeRO 16 and 18; model large enough that padding is
+ * noise. */
+Test(plan, bytes_per_parameter_match_megatrons_table) {
+    const tri_gpu_kind *k = tri_gpu_lookup("h100");
+    const int dps[3] = {2, 4, 8};
+    for (int i = 0; i < 3; i++)
+        for (int bf = 0; bf < 2; bf++)
+            for (int z = 0; z < 2; z++) {
+                tri_config c;
+                base_cfg(&c, 4, 8, 1024, 128, 1000, 64, 1);
+                set_layout(&c, 1, 1, dps[i], 1, "none", z);
+                snprintf(c.train.precision, sizeof c.train.precision, "%s", bf ? "bf16" : "fp32");
+                tri_plan_mem m;
+                cr_assert(tri_plan_stage_mem(&c, k, 0, &m) == 0);
+                double n = (double)tri_plan_param_elems(&c, 0), d = dps[i];
+                double got = (double)(m.params + m.grads + m.optim) / n;
+                double want = bf ? (z ? 6 + 12 / d : 18) : (z ? 8 + 8 / d : 16);
+                cr_expect(got > want * 0.999 && got < want * 1.001, "dp %d %s zero %d: %.4f bytes/param, want %.4f",
+                          dps[i], bf ? "bf16" : "fp32", z, got, want);
+            }
+    tri_plan_cache_clear();
+}
+
+/* The planner's model FLOPs are the model's own count (tri_gpt_flops_per_token)
+ * and, for GPT shapes, Megatron's 72 B s L h^2 (1 + s/6h + V/12hL) within
+ * 0.5% (biases, LayerNorms and the position embedding are what differ);
+ * recompute adds one forward of the layers (full) or of attention (selective). */
+Test(plan, flops_match_the_model_and_megatrons_formula) {
+    const int shapes[][5] = {{24, 16, 2048, 4096, 131072}, {96, 96, 12288, 2048, 51200}, {40, 48, 6144, 2048, 51200}};
+    const tri_gpu_kind *k = tri_gpu_lookup("a100");
+    for (int s = 0; s < 3; s++) {
+        tri_config c;
+        base_cfg(&c, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4], 64, 1);
+        set_layout(&c, 8, 1, 8, 1, "none", 1);
+        snprintf(c.train.precision, sizeof c.train.precision, "bf16");
+        tri_plan_time t, tf, ts;
+        cr_assert(tri_plan_time_step(&c, k, &t) == 0);
+        double B = 64, S = c.model.seq_len, L = c.model.n_layer, h = c.model.n_embd, V = c.model.vocab_size;
+        double tokens = B * S;
+        cr_expect_float_eq(t.model_flops, tri_gpt_flops_per_token(&c.model) * tokens, 1e-9 * t.model_flops);
+        double meg = 72.0 * B * S * L * h * h * (1 + S / (6 * h) + V / (12 * h * L));
+        cr_expect(t.model_flops > meg * 0.995 && t.model_flops < meg * 1.005, "shape %d: %.4g vs Megatron %.4g", s,
+                  t.model_flops, meg);
+        cr_expect_float_eq(t.hw_flops, t.model_flops, 1e-9 * t.model_flops);
+        snprintf(c.train.recompute, sizeof c.train.recompute, "full");
+        cr_assert(tri_plan_time_step(&c, k, &tf) == 0);
+        double fwd_layers = (24.0 * h * h + 4.0 * h * S) * L * tokens;
+        cr_expect_float_eq(tf.hw_flops - tf.model_flops, fwd_layers, 1e-9 * fwd_layers);
+        snprintf(c.train.recompute, sizeof c.train.recompute, "selective");
+        cr_assert(tri_plan_time_step(&c, k, &ts) == 0);
+        cr_expect_float_eq(ts.hw_flops - ts.model_flops, 4.0 * h * S * L * tokens, 1e-9 * fwd_layers);
+        cr_expect_gt(tf.step_s, ts.step_s);
+        cr_expect_geq(ts.step_s, t.step_s);
+    }
+    tri_plan_cache_clear();
+}
+
+/* The step's parts: no communication on one device; the bubble is the
+ * simulator's (p-1)/m for 1F1B with uniform stages; more micro-batches
+ * shrink it. */
+Test(plan, step_parts_follow_the_layout) {
+    const tri_gpu_kind *k = tri_gpu_lookup("h100");
+    tri_config c;
+    base_cfg(&c, 32, 16, 2048, 2048, 50000, 64, 1);
+    snprintf(c.train.precision, sizeof c.train.precision, "bf16");
+    set_layout(&c, 1, 1, 1, 1, "selective", 0);
+    tri_plan_time t;
+    cr_assert(tri_plan_time_step(&c, k, &t) == 0);
+    cr_expect(t.tp_s == 0 && t.dp_s == 0 && t.pp_s == 0 && t.bubble_s == 0);
+    cr_expect(t.mfu > 0.2 && t.mfu < 0.9, "mfu %g", t.mfu);
+    set_layout(&c, 2, 4, 8, 1, "selective", 1);
+    cr_assert(tri_plan_time_step(&c, k, &t) == 0);
+    cr_expect(t.tp_s > 0 && t.dp_s >= 0 && t.pp_s > 0 && t.bubble_s > 0);
+    /* m = 64 / 8 = 8 micro-batches over 4 stages: the simulator gives about
+     * (p - 1) / m (the last stage's head makes the stages unequal) */
+    cr_expect(t.bubble > 0.30 && t.bubble < 0.45, "bubble %g, (p-1)/m = 0.375", t.bubble);
+    tri_plan_cache_clear();
+}
+
+/* ------------------------------------------------------------------------ */
+/* against `trident bench` through tridentrun                                 */
+
+static size_t json_size(cJSON *o, const char *k) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsNumber(v), "no %s", k);
+    return (size_t)v->valuedouble;
+}
+
+/* Rank 0's predicted memory against the allocator's peaks that `trident
+ * bench` reports (its last JSON line's "mem"), within 5% per key (the
+ * figures are the same functions, so they agree to the byte but for the
+ * pipeline's mailboxes, which can grow when sends complete late). */
+Test(plan, memory_matches_bench_through_tridentrun, .timeout = 600) {
+    /* tp pp dp vpp recompute zero schedule */
+    struct {
+        int tp, pp, dp, vpp;
+        const char *rec;
+        int zero;
+        const char *sched;
+    } grid[] = {
+        {1, 1, 1, 1, "none", 0, "1f1b"},        {1, 1, 1, 1, "full", 0, "1f1b"},  {2, 1, 1, 1, "selective", 0, "1f1b"},
+        {1, 2, 1, 1, "none", 0, "1f1b"},        {1, 1, 2, 1, "full", 1, "1f1b"},  {1, 1, 2, 1, "selective", 0, "1f1b"},
+        {2, 2, 1, 1, "full", 0, "1f1b"},        {2, 1, 2, 1, "none", 1, "1f1b"},  {1, 2, 2, 1, "selective", 1, "1f1b"},
+        {1, 4, 1, 1, "selective", 0, "1f1b"},   {1, 1, 4, 1, "none", 1, "1f1b"},  {4, 1, 1, 1, "full", 0, "1f1b"},
+        {1, 2, 1, 2, "none", 0, "interleaved"}, {1, 2, 1, 1, "full", 0, "zb-h1"},
+    };
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char *dir = tt_mkdtemp();
+    for (size_t i = 0; i < sizeof grid / sizeof grid[0]; i++) {
+        int n = grid[i].tp * grid[i].pp * grid[i].dp;
+        char sets[1024], cmd[4096];
+        snprintf(sets, sizeof sets,
+                 "--set model.n_layer=4 --set model.n_head=4 --set model.n_embd=64 --set model.seq_len=32 "
+                 "--set model.vocab_size=300 --set train.global_batch=8 --set train.micro_batch=2 "
+                 "--set parallel.tp=%d --set parallel.pp=%d --set parallel.dp=%d --set parallel.vpp=%d "
+                 "--set train.recompute=%s --set parallel.zero=%d --set parallel.schedule=%s",
+                 grid[i].tp, grid[i].pp, grid[i].dp, grid[i].vpp, grid[i].rec, grid[i].zero, grid[i].sched);
+        snprintf(
+            cmd, sizeof cmd,
+            "cd %s && timeout 120 %s --nproc-per-node %d --log-dir %s/logs_%zu -- %s bench %s/configs/tiny-test.json "
+            "--steps 1 %s",
+            dir, tt_bin("tridentrun"), n, dir, i, tt_bin("trident"), TRI_SOURCE_DIR, sets);
+        char *out = NULL;
+        int rc = tt_run(cmd, &out);
+        cr_assert_eq(rc, 0, "%s\n%s", cmd, out);
+        char *last = NULL;
+        for (char *q = strstr(out, "{\"config\""); q; q = strstr(q + 1, "{\"config\"")) last = q;
+        cJSON *j = last ? cJSON_Parse(last) : NULL;
+        cr_assert(j, "no JSON in %s", out);
+        cJSON *mem = cJSON_GetObjectItemCaseSensitive(j, "mem");
+        cr_assert(mem);
+        /* the plan sized as the rank ran: tridentrun's threads per rank */
+        omp_set_num_threads((int)(cores / n > 0 ? cores / n : 1));
+        tri_config c;
+        const char *argv_sets[16];
+        int ns = 0;
+        char *copy = strdup(sets), *save = NULL;
+        for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+            if (strcmp(tok, "--set") != 0) argv_sets[ns++] = tok;
+        char cfgpath[1200];
+        snprintf(cfgpath, sizeof cfgpath, "%s/configs/tiny-test.json", TRI_SOURCE_DIR);
+        cr_assert(tri_config_load(&c, cfgpath, ns, argv_sets) == 0);
+        tri_plan_mem p;
+        cr_assert(tri_plan_stage_mem(&c, NULL, 0, &p) == 0);
+        const char *keys[6] = {"params", "grads", "optim", "saved_act_peak", "saved_act_alloc", "workspace"};
+        size_t pred[6] = {p.params, p.grads, p.optim, p.saved_act_peak, p.saved_act_alloc, p.workspace};
+        double got_total = 0, want_total = 0;
+        for (int k = 0; k < 6; k++) {
+            double got = (double)json_size(mem, keys[k]), want = (double)pred[k];
+            if (k != 3) {
+                got_total += got;
+                want_total += want;
+            }
+            if (k == 5) continue;
+            cr_expect(got >= want * 0.95 && got <= want * 1.05, "%s: %s measured %.0f, planned %.0f", sets, keys[k],
+                      got, want);
+        }
+        /* the workspace: the planned one plus, at most, one mailbox buffer
+         * per send of the step that completes late (src/pipeline.c adds
+         * them then; MPI decides when) */
+        double got_ws = (double)json_size(mem, "workspace"), box = 2.0 * 32 * 64 * 4;
+        double sends = 2.0 * (8 / (2 * grid[i].dp)) * grid[i].vpp * (grid[i].pp > 1);
+        cr_expect(got_ws >= (double)p.workspace && got_ws <= (double)p.workspace + sends * box,
+                  "%s: workspace measured %.0f, planned %zu + up to %.0f late sends of %.0f bytes", sets, got_ws,
+                  p.workspace, sends, box);
+        cr_expect(got_total >= want_total * 0.95 && got_total <= want_total * 1.05,
+                  "%s: total measured %.0f, planned %.0f", sets, got_total, want_total);
+        free(copy);
+        cJSON_Delete(j);
+        free(out);
+    }
+    tri_plan_cache_clear();
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the search                                                                 */
+
+/* Over many shapes and device counts: every layout the search proposes
+ * passes tri_gpt_check_layout and the schedule's rules, fills exactly N
+ * devices, divides the batch, and fits the device's memory by the
+ * planner's own per-stage figures recomputed here for every stage. */
+Test(plan, search_proposes_only_valid_layouts_that_fit, .timeout = 300) {
+    unsigned seed = 12345;
+    int proposals = 0, rejected_oom = 0;
+    const int heads[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+    const int ns[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+    for (int it = 0; it < 36; it++) {
+        seed = seed * 1103515245u + 12345u;
+        int NH = heads[(seed >> 8) % 10], HS = 32 << ((seed >> 12) % 3);
+        int L = 1 + (int)((seed >> 16) % 48), T = 256 << ((seed >> 20) % 4);
+        int V = 1000 + (int)((seed >> 3) % 60000), N = ns[(seed >> 24) % 12];
+        int gb = (it % 3 == 0) ? 96 : (it % 3 == 1 ? 64 : 30);
+        /* every third case is far too big for the devices, to exercise the rejections */
+        int C = NH * HS * (it % 4 == 3 ? 16 : 1);
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd,
+                 "%s plan %s/configs/tiny-test.json --gpu %s --gpus %d --search --json --top 100000 "
+                 "--set model.n_layer=%d --set model.n_head=%d --set model.n_embd=%d --set model.seq_len=%d "
+                 "--set model.vocab_size=%d --set train.global_batch=%d --set train.micro_batch=1 "
+                 "--set train.precision=bf16",
+                 tt_bin("trident"), TRI_SOURCE_DIR, it % 2 ? "h100" : "a100", N, L, NH, C, T, V, gb);
+        char *out = NULL;
+        int rc = tt_run(cmd, &out);
+        cr_assert(rc == 0 || rc == 1, "%s: rc %d\n%s", cmd, rc, out);
+        const tri_gpu_kind *k = tri_gpu_lookup(it % 2 ? "h100" : "a100");
+        for (char *line = out; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+            cJSON *j = cJSON_Parse(line);
+            if (!j) {
+                char *nl = strchr(line, '\n');
+                if (!nl) break;
+                continue;
+            }
+            cJSON *rej = cJSON_GetObjectItemCaseSensitive(j, "rejected");
+            if (rej) {
+                rejected_oom += (int)json_size(rej, "out_of_memory");
+                cJSON_Delete(j);
+                continue;
+            }
+            tri_config c;
+            base_cfg(&c, L, NH, C, T, V, gb, (int)json_size(j, "micro_batch"));
+            int tp = (int)json_size(j, "tp"), pp = (int)json_size(j, "pp"), dp = (int)json_size(j, "dp"),
+                vpp = (int)json_size(j, "vpp");
+            set_layout(&c, tp, pp, dp, vpp, cJSON_GetObjectItemCaseSensitive(j, "recompute")->valuestring,
+                       (int)json_size(j, "zero"));
+            c.parallel.sequence_parallel = (int)json_size(j, "sequence_parallel");
+            snprintf(c.train.precision, sizeof c.train.precision, "bf16");
+            cr_expect_eq(tp * pp * dp, N, "%s", line);
+            cr_expect(tp <= 8 && NH % tp == 0, "%s", line);
+            cr_expect_eq(gb % (c.train.micro_batch * dp), 0, "%s", line);
+            cr_expect_eq(tri_gpt_check_layout(&c.model, tp, pp, vpp, ""), 0, "%s", line);
+            tri_schedule s;
+            int kind = vpp > 1 ? TRI_SCHED_INTERLEAVED : TRI_SCHED_1F1B;
+            cr_expect_eq(tri_schedule_build(&s, (tri_sched_kind)kind, pp, vpp, gb / (c.train.micro_batch * dp)), 0,
+                         "%s", line);
+            tri_schedule_free(&s);
+            for (int st = 0; st < pp; st++) {
+                tri_plan_mem m;
+                cr_assert(tri_plan_stage_mem(&c, k, st, &m) == 0);
+                cr_expect_leq((double)m.total, k->mem_bytes, "%s: stage %d needs %zu", line, st, m.total);
+            }
+            proposals++;
+            cJSON_Delete(j);
+        }
+        free(out);
+        tri_plan_cache_clear();
+    }
+    cr_expect_gt(proposals, 50);
+    cr_expect_gt(rejected_oom, 0);
+}
+
+/* The human output names the rejections: a shape whose heads do not divide
+ * by 2 and a batch that does not divide by 3. */
+Test(plan, search_says_why_layouts_were_rejected) {
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd,
+             "%s plan %s/configs/tiny-test.json --gpu h100 --gpus 6 --set model.n_head=3 --set model.n_embd=96 "
+             "--set model.n_layer=4 --set train.global_batch=8 --set train.micro_batch=1",
+             tt_bin("trident"), TRI_SOURCE_DIR);
+    int rc = tt_run(cmd, &out);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "n_head 3 is not divisible by tp 2"), "%s", out);
+    cr_expect(strstr(out, "global_batch 8 is not divisible by dp 3") ||
+                  strstr(out, "global_batch 8 is not divisible by dp 6"),
+              "%s", out);
+    cr_expect(strstr(out, "#1 layout tp=3"), "%s", out);
+    free(out);
+}
