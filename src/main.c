@@ -24,6 +24,8 @@ static void usage(FILE *f) {
                "        training throughput on synthetic tokens, with the machine's sgemm speed\n"
                "  schedule --pp P --micro-batches M [--vpp V] [--schedule S] [--costs F,B,W] [--json]\n"
                "        a pipeline schedule's timeline, deadlock check, bubble and peak memory (simulated)\n"
+               "  sweep SWEEP.json [--dry-run] [--threads N] [--set ...]\n"
+               "        a grid of training runs (model sizes, layouts, learning rates), resumable, with a summary\n"
                "  tokenize train|encode|decode ...\n"
                "        byte-level BPE: train a tokenizer, encode text to token files, decode\n"
                "  data info|dump PATH ...\n"
@@ -48,6 +50,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval")) return tri_cmd_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return tri_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "schedule")) return tri_cmd_schedule(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sweep")) return tri_cmd_sweep(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return tri_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "data")) return tri_cmd_data(argc - 1, argv + 1);
     if (!strcmp(cmd, "config-help")) {
