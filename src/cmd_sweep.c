@@ -580,11 +580,19 @@ static void read_stats(const char *dir, run_stats *s) {
     free(mfu);
 }
 
+/* A number that reads back exactly (cJSON prints 15 digits when they are
+ * within an epsilon), or null for NAN. */
 static void add_num(cJSON *o, const char *key, double v) {
-    if (isnan(v))
+    if (!isfinite(v)) {
         cJSON_AddNullToObject(o, key);
-    else
-        cJSON_AddNumberToObject(o, key, v);
+        return;
+    }
+    char buf[40];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    cJSON_AddRawToObject(o, key, buf);
 }
 
 static const char *status_of(const point *p) {
@@ -601,36 +609,41 @@ static cJSON *summary_line(const point *p) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "point", p->name);
     cJSON_AddStringToObject(o, "run_dir", p->dir);
-    for (const cJSON *v = p->values->child; v; v = v->next) cJSON_AddItemToObject(o, v->string, cJSON_Duplicate(v, 1));
+    for (const cJSON *v = p->values->child; v; v = v->next) {
+        if (cJSON_IsNumber(v))
+            add_num(o, v->string, v->valuedouble);
+        else
+            cJSON_AddItemToObject(o, v->string, cJSON_Duplicate(v, 1));
+    }
     cJSON_AddStringToObject(o, "status", status_of(p));
-    if (p->ran && p->exit_code != 0) cJSON_AddNumberToObject(o, "exit_code", p->exit_code);
+    if (p->ran && p->exit_code != 0) add_num(o, "exit_code", p->exit_code);
     double fpt = tri_gpt_flops_per_token(&c->model);
     double tps_step = (double)c->train.global_batch * c->model.seq_len;
     double tokens = (double)s.last_step * tps_step;
-    cJSON_AddNumberToObject(o, "params", (double)tri_gpt_num_params(&c->model));
-    cJSON_AddNumberToObject(o, "flops_per_token", fpt);
-    cJSON_AddNumberToObject(o, "tokens_per_step", tps_step);
-    cJSON_AddNumberToObject(o, "steps", s.last_step);
-    cJSON_AddNumberToObject(o, "tokens", tokens);
-    cJSON_AddNumberToObject(o, "flops", fpt * tokens);
+    add_num(o, "params", (double)tri_gpt_num_params(&c->model));
+    add_num(o, "flops_per_token", fpt);
+    add_num(o, "tokens_per_step", tps_step);
+    add_num(o, "steps", s.last_step);
+    add_num(o, "tokens", tokens);
+    add_num(o, "flops", fpt * tokens);
     add_num(o, "final_loss", s.final_loss);
     add_num(o, "final_val_loss", s.final_val);
     add_num(o, "best_val_loss", s.best_val);
     add_num(o, "step_ms", s.step_ms);
     add_num(o, "tokens_per_s", s.tokens_per_s);
     add_num(o, "mfu", s.mfu);
-    cJSON_AddNumberToObject(o, "n_layer", c->model.n_layer);
-    cJSON_AddNumberToObject(o, "n_embd", c->model.n_embd);
-    cJSON_AddNumberToObject(o, "n_head", c->model.n_head);
-    cJSON_AddNumberToObject(o, "seq_len", c->model.seq_len);
-    cJSON_AddNumberToObject(o, "vocab_size", c->model.vocab_size);
-    cJSON_AddNumberToObject(o, "global_batch", c->train.global_batch);
-    cJSON_AddNumberToObject(o, "train_steps", c->train.steps);
-    cJSON_AddNumberToObject(o, "lr", c->train.lr);
-    cJSON_AddNumberToObject(o, "tp", c->parallel.tp);
-    cJSON_AddNumberToObject(o, "pp", c->parallel.pp);
-    cJSON_AddNumberToObject(o, "dp", c->parallel.dp);
-    cJSON_AddNumberToObject(o, "ranks", ranks_of(c));
+    add_num(o, "n_layer", c->model.n_layer);
+    add_num(o, "n_embd", c->model.n_embd);
+    add_num(o, "n_head", c->model.n_head);
+    add_num(o, "seq_len", c->model.seq_len);
+    add_num(o, "vocab_size", c->model.vocab_size);
+    add_num(o, "global_batch", c->train.global_batch);
+    add_num(o, "train_steps", c->train.steps);
+    add_num(o, "lr", c->train.lr);
+    add_num(o, "tp", c->parallel.tp);
+    add_num(o, "pp", c->parallel.pp);
+    add_num(o, "dp", c->parallel.dp);
+    add_num(o, "ranks", ranks_of(c));
     double wall = p->ran ? p->wall_s : NAN;
     if (!p->ran && p->state == P_DONE) { /* the run's own time, from its done marker */
         char path[TRI_PATH_MAX + 16];
