@@ -5,7 +5,7 @@
  *
  *   {"description": "what it measures and how to prepare its data",
  *    "base": "configs/quickstart.json",          (relative to the working directory, like every path)
- *    "out": "runs/scaling",
+ *    "out": "runs/scaling",                       (--out DIR instead)
  *    "set":  {"train.steps": 200},               (optional: every point)
  *    "grid": {"train.lr": [1e-3, 3e-3]},         (optional: one axis per key)
  *    "zip":  [{"model.n_embd": [64, 128], "model.n_head": [2, 4]}],  (optional: keys that vary together)
@@ -260,11 +260,11 @@ static int read_sweep(sweep *sw, int n_cli_sets, const char *const *cli_sets) {
     if (!cJSON_IsString(base) || !base->valuestring[0])
         return sweep_error(sw, "base", "expected the path of a config file (a non-empty string), got %s",
                            base ? json_kind(base) : "nothing");
-    if (!cJSON_IsString(out) || !out->valuestring[0])
+    if (sw->out == NULL && (!cJSON_IsString(out) || !out->valuestring[0]))
         return sweep_error(sw, "out", "expected an output directory (a non-empty string), got %s",
                            out ? json_kind(out) : "nothing");
     sw->base = base->valuestring;
-    sw->out = out->valuestring;
+    if (sw->out == NULL) sw->out = out->valuestring;
     if (strlen(sw->out) > TRI_PATH_MAX - NAME_MAX_LEN - 64)
         return sweep_error(sw, "out", "longer than %d bytes", TRI_PATH_MAX - NAME_MAX_LEN - 64);
     const cJSON *thr = cJSON_GetObjectItemCaseSensitive(sw->root, "threads");
@@ -302,6 +302,16 @@ static int read_sweep(sweep *sw, int n_cli_sets, const char *const *cli_sets) {
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)(eq - cli_sets[i]), cli_sets[i]);
         char *k = sw->cli_keys[sw->n_cli_keys++] = xstrdup(key);
+        int replaced = 0; /* the command line wins over the file's "set" */
+        for (int j = 0; j < sw->n_fixed && !replaced; j++) {
+            size_t kl = strlen(k);
+            if (!strncmp(sw->fixed[j], k, kl) && sw->fixed[j][kl] == '=') {
+                free(sw->fixed[j]);
+                sw->fixed[j] = xstrdup(cli_sets[i]);
+                replaced = 1;
+            }
+        }
+        if (replaced) continue;
         if (check_key(sw, "--set", k, seen, &n_seen) != 0) return -1;
         sw->fixed[sw->n_fixed++] = xstrdup(cli_sets[i]);
     }
@@ -820,13 +830,15 @@ static void sweep_usage(FILE *f) {
                "  (the sweep file's format: docs/scaling.md; an example: configs/sweeps/scaling.json)\n"
                "  --dry-run        validate every point and print its command; run nothing\n"
                "  --threads N      `trident train --threads N` for every point (overrides the file's \"threads\")\n"
-               "  --set k=v        one more fixed override for every point (repeatable)\n");
+               "  --set k=v        a fixed override for every point, over the file's \"set\" (repeatable)\n"
+               "  --out DIR        the output directory instead of the file's \"out\"\n");
 }
 
 int tri_cmd_sweep(int argc, char **argv) {
     sweep sw;
     memset(&sw, 0, sizeof sw);
     const char **cli_sets = calloc((size_t)argc, sizeof *cli_sets);
+    const char *cli_out = NULL;
     int n_cli = 0, rc = 2;
     if (cli_sets == NULL) TRI_FAIL("out of memory");
     for (int i = 1; i < argc; i++) {
@@ -843,6 +855,8 @@ int tri_cmd_sweep(int argc, char **argv) {
             sw.threads = (int)v;
         } else if (!strcmp(a, "--set") && i + 1 < argc) {
             cli_sets[n_cli++] = argv[++i];
+        } else if (!strcmp(a, "--out") && i + 1 < argc) {
+            cli_out = argv[++i];
         } else if (a[0] == '-') {
             tri_error("sweep: unknown or incomplete option '%s' (try `trident sweep --help`)", a);
             goto out;
@@ -857,6 +871,7 @@ int tri_cmd_sweep(int argc, char **argv) {
         tri_error("sweep: missing SWEEP.json (e.g. configs/sweeps/scaling.json)");
         goto out;
     }
+    sw.out = cli_out; /* NULL: the file's */
     if (read_sweep(&sw, n_cli, cli_sets) != 0) goto out;
     /* this program, and tridentrun beside it (as tridentrun finds trident) */
     ssize_t self_len = readlink("/proc/self/exe", sw.self, sizeof sw.self - 1);

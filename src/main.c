@@ -24,7 +24,7 @@ static void usage(FILE *f) {
                "        training throughput on synthetic tokens, with the machine's sgemm speed\n"
                "  schedule --pp P --micro-batches M [--vpp V] [--schedule S] [--costs F,B,W] [--json]\n"
                "        a pipeline schedule's timeline, deadlock check, bubble and peak memory (simulated)\n"
-               "  sweep SWEEP.json [--dry-run] [--threads N] [--set ...]\n"
+               "  sweep SWEEP.json [--dry-run] [--out DIR] [--threads N] [--set ...]\n"
                "        a grid of training runs (model sizes, layouts, learning rates), resumable, with a summary\n"
                "  tokenize train|encode|decode ...\n"
                "        byte-level BPE: train a tokenizer, encode text to token files, decode\n"
