@@ -256,19 +256,24 @@ Test(sweep, point_killed_halfway_resumes_to_the_uninterrupted_result, .timeout =
 Test(sweep, two_rank_point_runs_through_tridentrun, .timeout = 300) {
     char *dir = make_dir(), *out = NULL;
     write_text(dir, "s.json",
-               "{\"base\": \"base.json\", \"out\": \"out\", \"set\": {\"train.steps\": 4},\n"
+               "{\"base\": \"base.json\", \"out\": \"elsewhere\", \"set\": {\"train.steps\": 100},\n"
                " \"grid\": {\"parallel.dp\": [1, 2]}}\n");
-    cr_assert_eq(sweep(dir, "s.json", "--dry-run", &out), 0, "%s", out);
+    /* the command line's --set wins over the file's "set", --out over its "out" */
+    static const char *const opts = "--out out --set train.steps=4";
+    cr_assert_eq(sweep(dir, "s.json", "--dry-run --out out --set train.steps=4", &out), 0, "%s", out);
+    cr_expect(strstr(out, "--set train.steps=4") != NULL && strstr(out, "train.steps=100") == NULL, "%s", out);
     cr_expect(strstr(out, "tridentrun --log-dir") != NULL, "dry run shows the launcher: %s", out);
     free(out);
     char p[4200];
     snprintf(p, sizeof p, "%s/out", dir);
     struct stat st;
     cr_expect(stat(p, &st) != 0, "--dry-run created %s", p);
-    cr_assert_eq(sweep(dir, "s.json", "", &out), 0, "%s", out);
+    cr_assert_eq(sweep(dir, "s.json", opts, &out), 0, "%s", out);
     free(out);
     cJSON *lines[4];
     cr_assert_eq(summary(dir, lines, 4), 2);
+    cr_expect_eq((int)num(lines[0], "steps"), 4);
+    cr_expect_eq((int)num(lines[1], "steps"), 4);
     cr_expect_eq((int)num(lines[1], "ranks"), 2);
     cr_expect_eq((int)num(lines[1], "dp"), 2);
     snprintf(p, sizeof p, "%s/%s/ranks/rank_1.log", dir, str(lines[1], "run_dir"));
