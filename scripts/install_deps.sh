@@ -11,6 +11,7 @@ PKGS=(
   openmpi-bin libopenmpi-dev            # ranks and the CPU transport
   xz-utils                              # tokenize reads .xz text through xz -dc
   python3-numpy                         # scripts and independent checks in tests
+  python3-matplotlib                    # scripts/plot.py (loss curves, scaling-law fit)
   clang libclang-rt-14-dev              # ASan/UBSan build and libFuzzer (scripts/test_sanitize.sh, fuzz.sh)
   libomp-14-dev                         # OpenMP for clang
   llvm                                  # llvm-symbolizer: file:line in sanitizer reports

@@ -10,6 +10,7 @@ int tri_cmd_eval(int argc, char **argv);
 int tri_cmd_bench(int argc, char **argv);
 int tri_cmd_schedule(int argc, char **argv);
 int tri_cmd_plan(int argc, char **argv);
+int tri_cmd_sweep(int argc, char **argv);
 
 /* Parses an option's value; on failure prints "trident: OPT: expected ..., got VALUE"
  * and returns -1. */

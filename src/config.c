@@ -145,6 +145,9 @@ static const field fields[] = {
     NUM(log, peak_gflops, 300, 0, 0, GT0,
         "peak GFLOP/s of all the job's hardware together, for MFU (`trident bench` measures sgemm; "
         "300 is a 2-core AVX-512 VM's)"),
+    NUM(log, plot, 0, 0, 1, R_LO | R_HI,
+        "at the end of a run, world rank 0 draws the loss curves of log.dir into PNGs with scripts/plot.py "
+        "(true/false; a missing python3 or matplotlib is a warning, not a failure)"),
 
     NUM(debug, fail_step, -1, -1, 0, R_LO, "test only: at this step ... (-1: never)"),
     NUM(debug, fail_rank, -1, -1, 0, R_LO, "... this rank exits with code 3 (-1: never)"),
@@ -786,3 +789,5 @@ void tri_config_help(FILE *f) {
     fprintf(f, "\nAlso checked: n_embd %% n_head == 0, global_batch %% micro_batch == 0, "
                "min_lr <= lr, sequence_parallel only with tp > 1 and seq_len %% tp == 0.\n");
 }
+
+int tri_config_has_key(const char *dotted) { return dotted != NULL && find_dotted(dotted) != NULL; }

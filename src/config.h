@@ -68,6 +68,7 @@ typedef struct tri_log_cfg {
     int every;              /* steps between log lines                      */
     char dir[TRI_PATH_MAX]; /* metrics.jsonl goes here                      */
     double peak_gflops;     /* for MFU: the machine's peak, GFLOP/s         */
+    int plot;               /* 1: world rank 0 runs scripts/plot.py on dir at the end */
 } tri_log_cfg;
 
 typedef struct tri_config {
@@ -107,5 +108,9 @@ void tri_config_print(const tri_config *cfg, FILE *f);
 
 /* Prints every field with its type, default, range and help text. */
 void tri_config_help(FILE *f);
+
+/* Whether "section.key" names a config field (for tools that build --set
+ * overrides, e.g. `trident sweep`). */
+int tri_config_has_key(const char *dotted);
 
 #endif

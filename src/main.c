@@ -26,6 +26,8 @@ static void usage(FILE *f) {
                "        a pipeline schedule's timeline, deadlock check, bubble and peak memory (simulated)\n"
                "  plan CONFIG --gpu h100|a100|cpu [--gpus N] [--search] [--set ...] [--json]\n"
                "        memory per rank and step time of a layout, or the best layouts of N devices\n"
+               "  sweep SWEEP.json [--dry-run] [--out DIR] [--threads N] [--set ...]\n"
+               "        a grid of training runs (model sizes, layouts, learning rates), resumable, with a summary\n"
                "  tokenize train|encode|decode ...\n"
                "        byte-level BPE: train a tokenizer, encode text to token files, decode\n"
                "  data info|dump PATH ...\n"
@@ -51,6 +53,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return tri_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "schedule")) return tri_cmd_schedule(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return tri_cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sweep")) return tri_cmd_sweep(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return tri_cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "data")) return tri_cmd_data(argc - 1, argv + 1);
     if (!strcmp(cmd, "config-help")) {

@@ -18,6 +18,7 @@
 #include "model/ckpt_store.h"
 #include "src/base/stop.h"
 #include "src/datafiles.h"
+#include "src/plot.h"
 #include "src/preflight.h"
 
 static double now_s(void) {
@@ -65,6 +66,17 @@ static int save(trainer *t, int step, double loss) {
     if (rc == 0 && t->is_logger && !t->opts.quiet)
         printf("saved checkpoint %s/step_%08d (%.2f s)\n", t->cfg->checkpoint.dir, step, now_s() - t0);
     return rc;
+}
+
+/* log.plot: the run's curves as PNGs in log.dir (after MPI is shut down, so
+ * that the fork does not happen under MPI). Failures are warnings. */
+static void plot_run(const tri_config *cfg) {
+    char tps[32], fpt[32];
+    snprintf(tps, sizeof tps, "%.0f", (double)cfg->train.global_batch * (double)cfg->model.seq_len);
+    snprintf(fpt, sizeof fpt, "%.17g", tri_gpt_flops_per_token(&cfg->model));
+    const char *args[] = {"--tokens-per-step", tps, "--flops-per-token", fpt, "--out", cfg->log.dir,
+                          cfg->log.dir,        NULL};
+    tri_plot_run("log.plot", args);
 }
 
 int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
@@ -239,5 +251,6 @@ done:
         tri_dist_abort(&t->dist, rc);
     }
     tri_dist_free(&t->dist);
+    if (rc == 0 && cfg->log.plot && t->is_logger && !opts->synthetic) plot_run(cfg);
     return rc;
 }

@@ -26,7 +26,7 @@
 
 #include "src/config.h"
 
-#define N_CONFIG_FIELDS 46 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 47 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -398,6 +398,7 @@ static void check_defaults_except_data(const tri_config *c) {
     cr_expect_eq(c->log.every, 1);
     cr_expect_str_eq(c->log.dir, "logs");
     cr_expect(c->log.peak_gflops == 300.0);
+    cr_expect_eq(c->log.plot, 0);
     cr_expect_eq(c->debug.fail_step, -1);
     cr_expect_eq(c->debug.fail_rank, -1);
 }
@@ -550,6 +551,7 @@ static void expect_same(const tri_config *a, const tri_config *b) {
     SAME_I(log.every);
     SAME_S(log.dir);
     SAME_D(log.peak_gflops);
+    SAME_I(log.plot);
     SAME_I(debug.fail_step);
     SAME_I(debug.fail_rank);
 #undef SAME_I
@@ -597,6 +599,7 @@ static void unusual_config(tri_config *c, uint64_t seed) {
     c->log.every = 2147483647;
     snprintf(c->log.dir, sizeof c->log.dir, "/abs/log");
     c->log.peak_gflops = 1.2345678901234567e15;
+    c->log.plot = 1;
     c->debug.fail_step = 5;
     c->debug.fail_rank = 0;
 }
