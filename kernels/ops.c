@@ -2,9 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/cuda_module.h"
 #include "kernels/ops.h"
 #include "src/base/err.h"
-#include "kernels/cuda_module.h"
 
 /* "cuda": the CUDA op table of the CUDA module (kernels/cuda_module.h) once
  * the module loads and the CUDA runtime finds a driver and a device;

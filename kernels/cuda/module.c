@@ -2,8 +2,8 @@
  * the module exports. Built only into the module. */
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
-#include "kernels/cuda_module.h"
 #include "kernels/ctx.h"
+#include "kernels/cuda_module.h"
 #include "parallel/comm.h"
 #ifdef TRI_HAVE_NCCL
 #include "parallel/comm_nccl.h"
