@@ -8,18 +8,6 @@
 #include "src/base/err.h"
 #include "src/base/size.h"
 
-size_t tri_dtype_size(tri_dtype t) {
-    switch (t) {
-    case TRI_F32: return 4;
-    case TRI_F64: return 8;
-    case TRI_I32: return 4;
-    case TRI_U8: return 1;
-    case TRI_BF16: return 2;
-    case TRI_F16: return 2;
-    }
-    TRI_FAIL("unknown dtype %d", (int)t);
-}
-
 int tri_ctx_init(tri_ctx *c, const char *device, int threads) {
     memset(c, 0, sizeof *c);
     c->ops = tri_ops_get(device ? device : "cpu");

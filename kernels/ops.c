@@ -2,29 +2,23 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/cuda_module.h"
 #include "kernels/ops.h"
 #include "src/base/err.h"
-#ifdef TRI_HAVE_CUDA
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/device.h"
-#endif
 
-/* "cuda": the CUDA op table once the CUDA runtime finds a driver and a
- * device; otherwise NULL with the reason: this build has no CUDA backend, or
- * there is no driver or no device (the message says which). */
+/* "cuda": the CUDA op table of the CUDA module (kernels/cuda_module.h) once
+ * the module loads and the CUDA runtime finds a driver and a device;
+ * otherwise NULL with the reason: this build has no CUDA backend, the module
+ * cannot be loaded (e.g. cuBLASLt missing), or there is no driver or no
+ * device (the message says which). */
 static const tri_ops *cuda_ops(void) {
-#ifdef TRI_HAVE_CUDA
-    char why[256];
-    if (tri_cuda_probe(why, sizeof why) != 0) {
+    char why[4608];
+    const tri_cuda_module *m = tri_cuda_module_get(why, sizeof why);
+    if (m == NULL || m->probe(why, sizeof why) != 0) {
         tri_error("--device cuda: %s", why);
         return NULL;
     }
-    return tri_cuda_ops();
-#else
-    tri_error("--device cuda: this build has no CUDA backend (built without CUDA: no nvcc was found at configure "
-              "time, or -DTRI_CUDA=OFF)");
-    return NULL;
-#endif
+    return m->ops();
 }
 
 /* The backend a test registered (tri_ops_register_test), or NULL. */

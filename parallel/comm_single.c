@@ -29,13 +29,6 @@ static void window(tri_comm *c, int open) {
     if (c->ctx) tri_ctx_host_window(c->ctx, open);
 }
 
-void tri_comm_init_self(tri_comm *c, int world_rank) {
-    memset(c, 0, sizeof *c);
-    c->size = 1;
-    c->rank = 0;
-    c->world_rank = world_rank;
-}
-
 static int trivial(const tri_comm *c) { return c->size == 1 || c->impl == NULL; }
 
 /* ---- reductions of 16-bit floats (bf16, fp16 activations under mixed

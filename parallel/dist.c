@@ -18,7 +18,7 @@
 #include "parallel/comm_mpi.h"
 #endif
 #ifdef TRI_HAVE_NCCL
-#include "parallel/comm_nccl.h"
+#include "kernels/cuda_module.h"
 #endif
 
 /* How the ranks were started. */
@@ -347,8 +347,21 @@ static int bcast_id(void *ctx, void *buf, size_t len) {
 int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
     if (d->mesh.world == 1 || d->nccl) return 0;
 #ifdef TRI_HAVE_NCCL
+    /* NCCL lives in the CUDA module (kernels/cuda_module.h), loaded here */
+    char why[4608];
+    const tri_cuda_module *mod = tri_cuda_module_get(why, sizeof why);
+    if (mod != NULL && (mod->nccl_init == NULL || mod->comm_size != sizeof(tri_comm))) {
+        snprintf(why, sizeof why, "the CUDA backend module %s",
+                 mod->nccl_init == NULL ? "was built without NCCL" : "was built from another version of Trident");
+        mod = NULL;
+    }
+    if (mod == NULL) {
+        tri_error("rank %d: %s", d->mesh.rank, why);
+        snprintf(err, errlen, "trident: rank %d: the NCCL transport could not start", d->mesh.rank);
+        return -1;
+    }
     tri_comm fresh[N_GROUPS];
-    if (tri_nccl_init(&d->mesh, d->local_rank, bcast_id, d, &fresh[0], &fresh[1], &fresh[2], &fresh[3], &fresh[4]) !=
+    if (mod->nccl_init(&d->mesh, d->local_rank, bcast_id, d, &fresh[0], &fresh[1], &fresh[2], &fresh[3], &fresh[4]) !=
         0) {
         snprintf(err, errlen, "trident: rank %d: the NCCL transport could not start", d->mesh.rank);
         return -1;

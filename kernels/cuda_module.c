@@ -1,0 +1,95 @@
+/* Finding and opening the CUDA module (kernels/cuda_module.h). */
+#include "kernels/cuda_module.h"
+
+#include <stdio.h>
+
+#ifdef TRI_HAVE_CUDA
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/ctx.h"
+
+/* The module once loaded (never closed: its op table and code stay in use). */
+static const tri_cuda_module *loaded;
+
+/* dir/libtri_cuda.so into out[n]; 0, or -1 when it does not fit. */
+static int join(char *out, size_t n, const char *dir, size_t dir_len) {
+    int w = snprintf(out, n, "%.*s/%s", (int)dir_len, dir, TRI_CUDA_MODULE_FILE);
+    return w > 0 && (size_t)w < n ? 0 : -1;
+}
+
+/* The path to open: $TRI_CUDA_MODULE; else the first of <program's
+ * directory>/libtri_cuda.so and <build directory>/libtri_cuda.so that
+ * exists; else the first of them (whose dlopen then says it is missing). */
+static void module_path(char *out, size_t n) {
+    const char *env = getenv("TRI_CUDA_MODULE");
+    if (env != NULL && *env != '\0') {
+        snprintf(out, n, "%s", env);
+        return;
+    }
+    char exe[PATH_MAX], first[PATH_MAX + 32] = "";
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        const char *slash = strrchr(exe, '/');
+        if (slash != NULL && join(first, sizeof first, exe, (size_t)(slash - exe)) == 0 && access(first, F_OK) == 0) {
+            snprintf(out, n, "%s", first);
+            return;
+        }
+    }
+#ifdef TRI_CUDA_MODULE_DIR
+    char built[PATH_MAX + 32];
+    if (join(built, sizeof built, TRI_CUDA_MODULE_DIR, strlen(TRI_CUDA_MODULE_DIR)) == 0 && access(built, F_OK) == 0) {
+        snprintf(out, n, "%s", built);
+        return;
+    }
+#endif
+    snprintf(out, n, "%s", first[0] ? first : TRI_CUDA_MODULE_FILE);
+}
+
+const tri_cuda_module *tri_cuda_module_get(char *why, size_t n) {
+    if (loaded != NULL) return loaded;
+    char path[PATH_MAX + 32];
+    module_path(path, sizeof path);
+    /* RTLD_NOW: a library the module needs that this machine lacks is named
+     * here, not at some later call. RTLD_LOCAL: its symbols stay its own. */
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        const char *e = dlerror();
+        snprintf(why, n, "the CUDA backend module %s cannot be loaded: %s", path, e ? e : "dlopen failed");
+        return NULL;
+    }
+    const tri_cuda_module *(*entry)(void) = NULL;
+    *(void **)&entry = dlsym(h, TRI_CUDA_MODULE_ENTRY);
+    const tri_cuda_module *m = entry != NULL ? entry() : NULL;
+    if (m == NULL) {
+        snprintf(why, n, "the CUDA backend module %s cannot be loaded: it has no entry point %s", path,
+                 TRI_CUDA_MODULE_ENTRY);
+        dlclose(h);
+        return NULL;
+    }
+    if (m->abi != TRI_CUDA_MODULE_ABI || m->ops_size != sizeof(tri_ops) || m->ctx_size != sizeof(tri_ctx)) {
+        snprintf(why, n,
+                 "the CUDA backend module %s cannot be loaded: it was built from another version of Trident "
+                 "(table version %d, sizes of tri_ops %zu and tri_ctx %zu; this program has %d, %zu and %zu)",
+                 path, m->abi, m->ops_size, m->ctx_size, TRI_CUDA_MODULE_ABI, sizeof(tri_ops), sizeof(tri_ctx));
+        dlclose(h);
+        return NULL;
+    }
+    loaded = m;
+    return m;
+}
+
+#else
+
+const tri_cuda_module *tri_cuda_module_get(char *why, size_t n) {
+    snprintf(why, n,
+             "this build has no CUDA backend (built without CUDA: no nvcc was found at configure time, or "
+             "-DTRI_CUDA=OFF)");
+    return NULL;
+}
+
+#endif
