@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "kernels/ctx.h"
+#include "src/base/err.h"
 
 /* The module once loaded (never closed: its op table and code stay in use). */
 static const tri_cuda_module *loaded;
@@ -62,9 +63,10 @@ const tri_cuda_module *tri_cuda_module_get(char *why, size_t n) {
         snprintf(why, n, "the CUDA backend module %s cannot be loaded: %s", path, e ? e : "dlopen failed");
         return NULL;
     }
-    const tri_cuda_module *(*entry)(void) = NULL;
+    static const tri_cuda_host host = {.verror = tri_verror, .fail_at = tri_fail_at};
+    const tri_cuda_module *(*entry)(const tri_cuda_host *) = NULL;
     *(void **)&entry = dlsym(h, TRI_CUDA_MODULE_ENTRY);
-    const tri_cuda_module *m = entry != NULL ? entry() : NULL;
+    const tri_cuda_module *m = entry != NULL ? entry(&host) : NULL;
     if (m == NULL) {
         snprintf(why, n, "the CUDA backend module %s cannot be loaded: it has no entry point %s", path,
                  TRI_CUDA_MODULE_ENTRY);

@@ -17,18 +17,28 @@
 #ifndef TRI_CUDA_MODULE_H
 #define TRI_CUDA_MODULE_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #include "kernels/ops.h"
 
 /* Bumped whenever the table below changes. */
 #define TRI_CUDA_MODULE_ABI 1
-/* The module's exported entry point: const tri_cuda_module *(void). */
+/* The module's exported entry point:
+ * const tri_cuda_module *tri_cuda_module_entry(const tri_cuda_host *host). */
 #define TRI_CUDA_MODULE_ENTRY "tri_cuda_module_entry"
 #define TRI_CUDA_MODULE_FILE  "libtri_cuda.so"
 
 struct tri_mesh;
 struct tri_comm;
+
+/* What the module takes from the program: error reporting (src/base/err.h),
+ * which has state (tri_error_capture) that must be one per process; the
+ * module's tri_error and tri_fail_at forward here. */
+typedef struct tri_cuda_host {
+    int (*verror)(const char *fmt, va_list ap);
+    void (*fail_at)(const char *file, int line, const char *fmt, ...);
+} tri_cuda_host;
 
 typedef struct tri_cuda_module {
     int abi;                              /* TRI_CUDA_MODULE_ABI of the module's build */
