@@ -1,5 +1,6 @@
 /* The safetensors reader (tri_st_open, tri_st_read_piece): the input is the
- * whole file. An accepted file must be readable: every tensor's corner box,
+ * whole file. An accepted file must be readable: every tensor (F32, BF16 or
+ * F16) spans its element count times its dtype's size, its corner box,
  * plain and transposed, reads without error, and tri_st_expect finds each
  * tensor under its own name and shape. */
 #include <string.h>
@@ -15,7 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_ASSERT(f.fd >= 0);
     for (size_t i = 0; i < f.layout.n; i++) {
         const tri_st_entry *e = &f.layout.entries[i];
-        FUZZ_ASSERT(e->end - e->begin == (uint64_t)tri_st_numel(e) * sizeof(float));
+        /* F32, BF16 or F16: read back as floats */
+        FUZZ_ASSERT(e->end - e->begin == (uint64_t)tri_st_numel(e) * tri_dtype_size(e->dtype));
         FUZZ_ASSERT(e->end <= f.layout.data_bytes);
         /* the bottom-right corner, at most 3 x 3 */
         size_t nr = e->rows < 3 ? e->rows : 3, nc = e->cols < 3 ? e->cols : 3;
