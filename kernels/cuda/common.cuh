@@ -32,6 +32,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* The name of an exported host entry point of a kernel file: tri_cuda_<name>
  * in the real build, tri_cuemu_<name> under the emulation (so that both can
@@ -72,6 +75,65 @@
 #else
 #error "kernels/cuda/*.cu compile with nvcc, or as host C++ with -DTRI_CUEMU (tests/cuemu)"
 #endif
+
+/* ---- storage types of the compute dtype ----
+ * The tensors that kernels/ops.h passes as `void *` (activations, and
+ * parameters as the ops read them) are stored as ctx->act_dtype: float
+ * (TRI_F32) or bf16 (TRI_BF16). A kernel is a template on that storage type
+ * T; it reads with tri_cu_ld (exact widening to fp32), computes and
+ * accumulates in fp32, and writes with tri_cu_st (one rounding to nearest,
+ * ties to even; NaN quieted with its sign kept, as kernels/half.h, so a bf16
+ * kernel stores the bits the CPU's bf16 emulation would store for the same
+ * fp32 value). bf16 is held as its 16 bits, the layout of CUDA's
+ * __nv_bfloat16, so cuBLASLt reads the same memory as CUDA_R_16BF.
+ * A host entry point takes the dtype and instantiates the kernel through
+ * TRI_CU_DTYPE_SWITCH. */
+typedef struct tri_cu_bf16 {
+    uint16_t bits;
+} tri_cu_bf16;
+
+DEVFN float tri_cu_ld(const float *p, size_t i) { return p[i]; }
+DEVFN void tri_cu_st(float *p, size_t i, float v) { p[i] = v; }
+
+DEVFN float tri_cu_ld(const tri_cu_bf16 *p, size_t i) {
+    const uint32_t u = (uint32_t)p[i].bits << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+DEVFN void tri_cu_st(tri_cu_bf16 *p, size_t i, float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        p[i].bits = (uint16_t)((u >> 16) | 0x0040u); /* NaN: quiet, keep the sign */
+    } else {
+        u += 0x7fffu + ((u >> 16) & 1u); /* ties to even; a carry may reach the exponent or infinity */
+        p[i].bits = (uint16_t)(u >> 16);
+    }
+}
+
+/* A host entry point was given a dtype it has no kernel for: a programming
+ * error (the op table admits only fp32 and bf16), reported and fatal. */
+static inline void tri_cu_bad_dtype(const char *what, int dt, const char *file, int line) {
+    fprintf(stderr, "trident: CUDA kernel %s at %s:%d: dtype %d is neither fp32 nor bf16\n", what, file, line, dt);
+    abort();
+}
+
+/* Runs `body` (a statement list) with T the storage type of dtype `dt`
+ * (TRI_F32 or TRI_BF16); any other dtype aborts naming the entry point. */
+#define TRI_CU_DTYPE_SWITCH(dt, what, T, ...)                                                         \
+    do {                                                                                              \
+        if ((dt) == TRI_BF16) {                                                                       \
+            typedef tri_cu_bf16 T;                                                                    \
+            __VA_ARGS__                                                                               \
+        } else if ((dt) == TRI_F32) {                                                                 \
+            typedef float T;                                                                          \
+            __VA_ARGS__                                                                               \
+        } else {                                                                                      \
+            tri_cu_bad_dtype((what), (int)(dt), __FILE__, __LINE__);                                  \
+        }                                                                                             \
+    } while (0)
 
 /* Full-warp mask of the *_sync intrinsics. */
 #define FULL_MASK 0xffffffffu

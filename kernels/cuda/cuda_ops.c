@@ -223,11 +223,11 @@ static void cu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch_buf, const v
 }
 
 static void cu_gelu_fwd(tri_ctx *c, void *out, const void *inp, size_t N) {
-    TRI_CU(gelu_fwd)(st(c)->stream, out, inp, N);
+    TRI_CU(gelu_fwd)(st(c)->stream, c->act_dtype, out, inp, N);
 }
 
 static void cu_gelu_bwd(tri_ctx *c, void *dinp, const void *inp, const void *dout, size_t N) {
-    TRI_CU(gelu_bwd)(st(c)->stream, dinp, inp, dout, N);
+    TRI_CU(gelu_bwd)(st(c)->stream, c->act_dtype, dinp, inp, dout, N);
 }
 
 static void cu_residual_fwd(tri_ctx *c, void *out, const void *res, const void *x, const void *bias, size_t N,

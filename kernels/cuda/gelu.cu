@@ -1,4 +1,5 @@
-/* GELU, tanh approximation, on CUDA, fp32 (bf16 later).
+/* GELU, tanh approximation, on CUDA, fp32 or bf16 storage (fp32 arithmetic;
+ * common.cuh's tri_cu_ld / tri_cu_st).
  * Contracts: gelu_fwd / gelu_bwd in kernels/ops.h, the entry points in
  * kernels/cuda/kernels.h. The formulas of kernels/cpu/gelu.c, one exp per
  * element and no cancellation for negative x:
@@ -33,17 +34,18 @@ DEVFN float gelu_grad_one(float x) {
     return x > 30.0f ? 1.0f : (x < -30.0f ? 0.0f : g);
 }
 
-KERNEL gelu_fwd_kernel(float *out, const float *inp, size_t N) {
+template <typename T> KERNEL gelu_fwd_kernel(T *out, const T *inp, size_t N) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride) out[i] = gelu_one(inp[i]);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride)
+        tri_cu_st(out, i, gelu_one(tri_cu_ld(inp, i)));
 }
 
 /* dinp may alias dout: each element is read before it is written, by the
  * same thread. */
-KERNEL gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, size_t N) {
+template <typename T> KERNEL gelu_bwd_kernel(T *dinp, const T *inp, const T *dout, size_t N) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride)
-        dinp[i] = gelu_grad_one(inp[i]) * dout[i];
+        tri_cu_st(dinp, i, gelu_grad_one(tri_cu_ld(inp, i)) * tri_cu_ld(dout, i));
 }
 
 static unsigned gelu_blocks(size_t N) {
@@ -51,12 +53,16 @@ static unsigned gelu_blocks(size_t N) {
     return b < GELU_MAX_BLOCKS ? (unsigned)b : (unsigned)GELU_MAX_BLOCKS;
 }
 
-extern "C" void TRI_CU(gelu_fwd)(void *stream, float *out, const float *inp, size_t N) {
+extern "C" void TRI_CU(gelu_fwd)(void *stream, tri_dtype dt, void *out, const void *inp, size_t N) {
     if (N == 0) return;
-    LAUNCH(gelu_fwd_kernel, gelu_blocks(N), GELU_THREADS, 0, stream, out, inp, N);
+    TRI_CU_DTYPE_SWITCH(dt, "gelu_fwd", T,
+                        LAUNCH(gelu_fwd_kernel<T>, gelu_blocks(N), GELU_THREADS, 0, stream, (T *)out, (const T *)inp,
+                               N););
 }
 
-extern "C" void TRI_CU(gelu_bwd)(void *stream, float *dinp, const float *inp, const float *dout, size_t N) {
+extern "C" void TRI_CU(gelu_bwd)(void *stream, tri_dtype dt, void *dinp, const void *inp, const void *dout, size_t N) {
     if (N == 0) return;
-    LAUNCH(gelu_bwd_kernel, gelu_blocks(N), GELU_THREADS, 0, stream, dinp, inp, dout, N);
+    TRI_CU_DTYPE_SWITCH(dt, "gelu_bwd", T,
+                        LAUNCH(gelu_bwd_kernel<T>, gelu_blocks(N), GELU_THREADS, 0, stream, (T *)dinp, (const T *)inp,
+                               (const T *)dout, N););
 }

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/dtype.h"
+
 #ifdef TRI_CUEMU
 #define TRI_CU(name) tri_cuemu_##name
 #else
@@ -38,8 +40,8 @@ size_t TRI_CU(layernorm_bwd_scratch_floats)(size_t N, size_t C);
 /* ---- gelu.cu (tanh approximation) ----
  * out (N) = gelu(inp)                                          [overwrite; out != inp]
  * dinp (N) = gelu'(inp) * dout                                 [overwrite; dinp may alias dout] */
-void TRI_CU(gelu_fwd)(void *stream, float *out, const float *inp, size_t N);
-void TRI_CU(gelu_bwd)(void *stream, float *dinp, const float *inp, const float *dout, size_t N);
+void TRI_CU(gelu_fwd)(void *stream, tri_dtype dt, void *out, const void *inp, size_t N);
+void TRI_CU(gelu_bwd)(void *stream, tri_dtype dt, void *dinp, const void *inp, const void *dout, size_t N);
 
 /* ---- crossentropy.cu: vocab-parallel softmax cross-entropy ----
  * logits (N, Vl) hold global columns [vstart, vstart + Vl); columns >= V are

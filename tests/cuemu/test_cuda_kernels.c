@@ -70,6 +70,54 @@ static void expect_close(const char *what, const float *got, const float *want, 
 
 static double sum_tol(size_t L) { return 2.0 * (double)(L + 4) * FLT_EPSILON; }
 
+/* ---- bf16 storage ----
+ * A bf16 kernel reads bf16 tensors, computes in fp32 and rounds each stored
+ * value once; the CPU's bf16 emulation (kernels/ops.h) does the same, so its
+ * reference is the fp32 CPU op on the bf16 inputs, each output rounded to
+ * bf16. The two fp32 values before rounding differ by the fp32 tolerance of
+ * the op; rounding each to bf16 (8 significant bits) adds at most one bf16
+ * spacing, BF16_EPS * |value| with BF16_EPS = 2^-7, between them. So a bf16
+ * check allows (fp32 tolerance) + BF16_EPS * |want|. */
+#define BF16_EPS (1.0 / 128.0)
+
+/* n floats rounded to bf16: the bits (for the kernel) and, if `as_f32` is
+ * non-NULL, the same values widened (for the CPU op). */
+static uint16_t *to_bf16(const float *x, size_t n, float *as_f32) {
+    uint16_t *h = malloc(sizeof(uint16_t) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) {
+        h[i] = tri_f32_to_bf16(x[i]);
+        if (as_f32) as_f32[i] = tri_bf16_to_f32(h[i]);
+    }
+    return h;
+}
+
+/* n bf16 values, NaN (0x7fc0) everywhere: a poisoned bf16 output. */
+static uint16_t *alloc_nan_bf16(size_t n) {
+    uint16_t *h = malloc(sizeof(uint16_t) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) h[i] = 0x7fc0;
+    return h;
+}
+
+/* In place: every value rounded to bf16 (the CPU reference's stores). */
+static void round_bf16(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = tri_round_bf16(x[i]);
+}
+
+/* The bf16 check: |got - want| <= tol * scale[i] + BF16_EPS * |want| (scale
+ * NULL: 1 + |want|). */
+static void expect_close_bf16(const char *what, const uint16_t *got_h, const float *want, const double *scale, size_t n,
+                              double tol, const char *shape) {
+    for (size_t i = 0; i < n; i++) {
+        const float got = tri_bf16_to_f32(got_h[i]);
+        const double sc = scale ? scale[i] : 1.0 + fabs((double)want[i]);
+        const double lim = tol * sc + BF16_EPS * fabs((double)want[i]);
+        const double err = fabs((double)got - (double)want[i]);
+        if (!(err <= lim))
+            cr_assert_fail("%s %s (bf16): element %zu is %.9g, the CPU op gives %.9g (|diff| %.3g > tolerance %.3g)",
+                           what, shape, i, got, want[i], err, lim);
+    }
+}
+
 /* ---- LayerNorm ---- */
 
 static const size_t LN_SHAPES[][2] = {{1, 1}, {3, 5}, {7, 33}, {17, 100}, {5, 257}, {100, 31}, {1100, 7}, {37, 768}};
@@ -182,7 +230,7 @@ static void gelu_case(size_t N, uint64_t seed) {
     for (size_t i = 0; i < sizeof edge / sizeof edge[0] && i < N; i++) inp[(i * 7919) % N] = edge[i];
     float *out = alloc_nan(N), *ref = alloc_nan(N);
     tri_cuemu_set_seed(seed);
-    tri_cuemu_gelu_fwd(NULL, out, inp, N);
+    tri_cuemu_gelu_fwd(NULL, TRI_F32, out, inp, N);
     tri_cpu_gelu_fwd(ref, inp, N);
     double *sc = malloc(sizeof(double) * N), *scb = malloc(sizeof(double) * N);
     float *dout = alloc_fill(N, &s, -2.0f, 2.0f);
@@ -197,14 +245,55 @@ static void gelu_case(size_t N, uint64_t seed) {
     expect_close("gelu_fwd", out, ref, sc, N, FLT_EPSILON, shape);
 
     float *dinp = alloc_nan(N), *rdinp = alloc_nan(N);
-    tri_cuemu_gelu_bwd(NULL, dinp, inp, dout, N);
+    tri_cuemu_gelu_bwd(NULL, TRI_F32, dinp, inp, dout, N);
     tri_cpu_gelu_bwd(rdinp, inp, dout, N);
     expect_close("gelu_bwd", dinp, rdinp, scb, N, FLT_EPSILON, shape);
     /* dinp may alias dout */
     float *inplace = dup(dout, N);
-    tri_cuemu_gelu_bwd(NULL, inplace, inp, inplace, N);
+    tri_cuemu_gelu_bwd(NULL, TRI_F32, inplace, inp, inplace, N);
     cr_expect(memcmp(inplace, dinp, sizeof(float) * N) == 0, "gelu_bwd in place differs from out of place %s", shape);
     free(inp), free(out), free(ref), free(sc), free(scb), free(dout), free(dinp), free(rdinp), free(inplace);
+}
+
+/* bf16 storage: the kernels on bf16 inputs against the fp32 CPU op on the
+ * same (rounded) values, outputs rounded; the tolerances of gelu_case plus
+ * one bf16 spacing. */
+static void gelu_case_bf16(size_t N, uint64_t seed) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "(N %zu, seed %llu)", N, (unsigned long long)seed);
+    uint64_t s = seed * 15485863 + N;
+    float *inp = alloc_fill(N, &s, -8.0f, 8.0f), *dout = alloc_fill(N, &s, -2.0f, 2.0f);
+    uint16_t *inp_h = to_bf16(inp, N, inp), *dout_h = to_bf16(dout, N, dout);
+    uint16_t *out_h = alloc_nan_bf16(N), *dinp_h = alloc_nan_bf16(N);
+    float *ref = alloc_nan(N), *rdinp = alloc_nan(N);
+    double *sc = malloc(sizeof(double) * N), *scb = malloc(sizeof(double) * N);
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_gelu_fwd(NULL, TRI_BF16, out_h, inp_h, N);
+    tri_cuemu_gelu_bwd(NULL, TRI_BF16, dinp_h, inp_h, dout_h, N);
+    tri_cpu_gelu_fwd(ref, inp, N);
+    tri_cpu_gelu_bwd(rdinp, inp, dout, N);
+    for (size_t i = 0; i < N; i++) {
+        double u, sv, t;
+        gelu_terms(inp[i], &u, &sv, &t);
+        sc[i] = (8.0 + 8.0 * fabs(u)) * (fabs((double)ref[i]) + FLT_MIN);
+        scb[i] = (8.0 + 8.0 * fabs(u)) * ((fabs(sv) + fabs(t)) * fabs((double)dout[i]) + FLT_MIN);
+    }
+    round_bf16(ref, N);
+    round_bf16(rdinp, N);
+    expect_close_bf16("gelu_fwd", out_h, ref, sc, N, FLT_EPSILON, shape);
+    expect_close_bf16("gelu_bwd", dinp_h, rdinp, scb, N, FLT_EPSILON, shape);
+    /* dinp may alias dout */
+    uint16_t *inplace = to_bf16(dout, N, NULL);
+    tri_cuemu_gelu_bwd(NULL, TRI_BF16, inplace, inp_h, inplace, N);
+    cr_expect(memcmp(inplace, dinp_h, sizeof(uint16_t) * N) == 0, "bf16 gelu_bwd in place differs %s", shape);
+    free(inp), free(dout), free(inp_h), free(dout_h), free(out_h), free(dinp_h), free(ref), free(rdinp), free(sc);
+    free(scb), free(inplace);
+}
+
+Test(cuda_emu, gelu_bf16_matches_the_cpu_op_on_rounded_values) {
+    const size_t sizes[] = {1, 31, 257, 4097};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+        for (uint64_t seed = 1; seed <= 2; seed++) gelu_case_bf16(sizes[k], seed);
 }
 
 Test(cuda_emu, gelu_fwd_bwd_match_the_cpu_op) {
