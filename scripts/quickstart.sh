@@ -9,15 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install_deps.sh
 ./scripts/build.sh
-./scripts/prepare_data.sh
+./scripts/prepare_bpe.sh
 T=./build/trident
-D=data/kjv
-if [ ! -f $D/bpe_val.bin ] || [ $D/bpe_val.bin -ot $D/val.txt ] || [ $D/bpe_val.bin -ot $T ]; then
-  echo "== a 4096-token BPE tokenizer and token files ($D/)"
-  $T tokenize train --vocab-size 4096 --out $D/tokenizer.json $D/train.txt
-  $T tokenize encode --quiet --tokenizer $D/tokenizer.json --format llmc --out $D/bpe_train $D/train.txt
-  $T tokenize encode --quiet --tokenizer $D/tokenizer.json --format llmc --out $D/bpe_val $D/val.txt
-fi
 echo "== training configs/quickstart.json on 4 ranks (tp=2 x dp=2); logs in runs/quickstart/"
 rm -rf runs/quickstart
 ./build/tridentrun --log-dir runs/quickstart/ranks -- \

@@ -56,6 +56,7 @@
 #include "src/cli.h"
 #include "src/config.h"
 #include "src/plot.h"
+#include "data/sampler.h"
 #include "src/base/err.h"
 #include "src/base/file.h"
 #include "src/base/fs.h"
@@ -94,6 +95,7 @@ typedef struct sweep {
     cJSON *root;
     const char *base, *out;
     int threads, plot, dry_run;
+    int has_description; /* the file has a "description" (where its data comes from) */
     char *fixed[MAX_SETS];
     int n_fixed;
     char *cli_keys[MAX_SETS]; /* the keys of the command line's --set */
@@ -286,6 +288,7 @@ static int read_sweep(sweep *sw, int n_cli_sets, const char *const *cli_sets) {
         if (!cJSON_IsString(d))
             return sweep_error(sw, "description", "expected a string or an array of strings, got %s in the array",
                                json_kind(d));
+    sw->has_description = desc != NULL;
 
     const char *seen[MAX_SETS];
     int n_seen = 0;
@@ -447,6 +450,34 @@ static void free_point(point *p) {
 }
 
 static int ranks_of(const tri_config *c) { return c->parallel.tp * c->parallel.pp * c->parallel.dp; }
+
+/* The point's data files open (data.train, data.val) and its tokenizer file
+ * exists, checked before anything runs: a sweep whose data is missing
+ * (the example's comes from the quickstart) fails once, at the start, rather
+ * than once per point. Points with the data settings of the previous point
+ * are not checked again. Returns 0 or -1 (printed: the file, then the point). */
+static int check_point_data(const sweep *sw, const point *p, const point *prev, int idx) {
+    const tri_data_cfg *d = &p->cfg.data;
+    if (prev != NULL && !strcmp(d->train, prev->cfg.data.train) && !strcmp(d->val, prev->cfg.data.val) &&
+        !strcmp(d->tokenizer, prev->cfg.data.tokenizer) && p->cfg.model.seq_len == prev->cfg.model.seq_len &&
+        p->cfg.model.vocab_size == prev->cfg.model.vocab_size)
+        return 0;
+    const char *specs[2] = {d->train, d->val}, *keys[2] = {"data.train", "data.val"};
+    for (int k = 0; k < 2; k++) {
+        if (!specs[k][0]) continue;
+        tri_sampler s;
+        if (tri_sampler_init(&s, specs[k], p->cfg.model.seq_len, p->cfg.model.vocab_size, p->cfg.train.seed) != 0)
+            return sweep_error(sw, NULL, "point %d (%s): %s = \"%s\" cannot be read (above); nothing was run%s",
+                               idx + 1, p->name, keys[k], specs[k],
+                               sw->has_description ? " (the sweep's \"description\" says how its data is made)" : "");
+        tri_sampler_free(&s);
+    }
+    if (d->tokenizer[0] && !file_exists(d->tokenizer))
+        return sweep_error(sw, NULL, "point %d (%s): data.tokenizer = \"%s\": no such file; nothing was run%s", idx + 1,
+                           p->name, d->tokenizer,
+                           sw->has_description ? " (the sweep's \"description\" says how its data is made)" : "");
+    return 0;
+}
 
 /* point.json: the settings a run directory was made for. */
 static cJSON *point_json(const sweep *sw, const point *p) {
@@ -898,6 +929,7 @@ int tri_cmd_sweep(int argc, char **argv) {
                             j + 1, i + 1, p->name);
                 goto out;
             }
+        if (!sw.dry_run && check_point_data(&sw, p, i > 0 ? &sw.points[i - 1] : NULL, i) != 0) goto out;
         need_runner |= ranks_of(&p->cfg) > 1;
         char path[TRI_PATH_MAX + 16], why[512];
         snprintf(path, sizeof path, "%s/done", p->dir);

@@ -317,6 +317,15 @@ Test(sweep, bad_sweep_files_name_the_file_and_the_key, .timeout = 120) {
          "4]}]}",
          "s.json: point 2 (n_embd=30_n_head=4): not a valid config"},
         {"{\"base\": \"nope.json\", \"out\": \"out\"}", "nope.json"},
+        /* data that is not there: refused once, before any point runs, naming the file and the point */
+        {"{\"base\": \"base.json\", \"out\": \"out\", \"set\": {\"data.train\": \"gone.bin\"}}",
+         "s.json: point 1 (base): data.train = \"gone.bin\" cannot be read"},
+        {"{\"base\": \"base.json\", \"out\": \"out\", \"description\": \"make val2.bin first\",\n"
+         " \"grid\": {\"data.val\": [\"val.bin\", \"val2.bin\"]}}",
+         "point 2 (val=val2.bin): data.val = \"val2.bin\" cannot be read (above); nothing was run (the sweep's "
+         "\"description\""},
+        {"{\"base\": \"base.json\", \"out\": \"out\", \"set\": {\"data.tokenizer\": \"tok.json\"}}",
+         "point 1 (base): data.tokenizer = \"tok.json\": no such file"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_text(dir, "s.json", cases[i].json);
