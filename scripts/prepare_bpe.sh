@@ -5,7 +5,7 @@
 # its training part (data/kjv/tokenizer.json), and both parts encoded with it
 # as llm.c token files (data/kjv/bpe_train.bin, data/kjv/bpe_val.bin).
 # Needs the built binary (./scripts/build.sh). Idempotent: does nothing when
-# the token files are newer than the text and the binary. About 40 s.
+# the token files are newer than the text and the binary. Takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=./build/trident
