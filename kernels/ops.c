@@ -38,3 +38,23 @@ const tri_ops *tri_ops_get(const char *name) {
     tri_error("unknown device '%s' (expected cpu, cpu-guard or cuda)", name != NULL ? name : "(null)");
     return NULL;
 }
+
+void tri_ops_adamw_multi(tri_ctx *c, const tri_adamw_span *spans, int count, float lr, float beta1, float beta2,
+                         float eps, int t) {
+    if (count <= 0) return;
+    if (c->ops->adamw_multi != NULL) {
+        c->ops->adamw_multi(c, spans, count, lr, beta1, beta2, eps, t);
+        return;
+    }
+    for (int i = 0; i < count; i++)
+        c->ops->adamw(c, spans[i].param, spans[i].m, spans[i].v, spans[i].grad, spans[i].n, lr, beta1, beta2, eps,
+                      spans[i].wd, t);
+}
+
+double tri_ops_sumsq_multi(tri_ctx *c, const float *const *xs, const size_t *ns, int count) {
+    if (count <= 0) return 0.0;
+    if (c->ops->sumsq_multi != NULL) return c->ops->sumsq_multi(c, xs, ns, count);
+    double sum = 0.0;
+    for (int i = 0; i < count; i++) sum += c->ops->sumsq(c, xs[i], ns[i]);
+    return sum;
+}

@@ -33,6 +33,14 @@
 
 #include "kernels/ctx.h"
 
+/* One span of a multi-tensor AdamW step (adamw_multi): backend pointers. */
+typedef struct tri_adamw_span {
+    float *param, *m, *v;
+    const float *grad;
+    size_t n;
+    float wd;
+} tri_adamw_span;
+
 typedef struct tri_ops {
     const char *name; /* "cpu", "cpu-guard", "cuda" */
     /* The compute dtypes (ctx->act_dtype, ctx->param_dtype) this backend's
@@ -155,15 +163,36 @@ typedef struct tri_ops {
     void (*adamw)(tri_ctx *c, float *param, float *m, float *v, const float *grad, size_t n, float lr, float beta1,
                   float beta2, float eps, float wd, int t);
 
+    /* ---- the same over many spans at once ----
+     * adamw on each span in turn (hyper-parameters shared, wd per span);
+     * `spans` is host memory (the pointers in it are backend memory) and may
+     * be reused once the call returns. A GPU backend updates every span in
+     * one launch. May be NULL in a table: call it through
+     * tri_ops_adamw_multi, which then calls adamw per span. */
+    void (*adamw_multi)(tri_ctx *c, const tri_adamw_span *spans, int count, float lr, float beta1, float beta2,
+                        float eps, int t);
+
     /* ---- reductions and elementwise helpers on fp32 tensors ----
      * sum and sum of squares, in double, returned to the host.           */
     double (*sum)(tri_ctx *c, const float *x, size_t n);
     double (*sumsq)(tri_ctx *c, const float *x, size_t n);
+    /* the sum of sumsq over `count` spans (xs[i], ns[i]; host arrays of
+     * backend pointers), in double, returned to the host: one reduction and
+     * one wait on a GPU. May be NULL: tri_ops_sumsq_multi then adds the
+     * spans' sumsq in order. */
+    double (*sumsq_multi)(tri_ctx *c, const float *const *xs, const size_t *ns, int count);
     /* x (n) *= s                                                          [in place] */
     void (*scale)(tri_ctx *c, float *x, float s, size_t n);
     /* y (n) += x (n)                                                      [accumulate] */
     void (*add)(tri_ctx *c, float *y, const float *x, size_t n);
 } tri_ops;
+
+/* adamw_multi of c's backend, or adamw on each span in order where the
+ * backend has none (the same bits as those calls). */
+void tri_ops_adamw_multi(tri_ctx *c, const tri_adamw_span *spans, int count, float lr, float beta1, float beta2,
+                         float eps, int t);
+/* sumsq_multi of c's backend, or the spans' sumsq added in order from 0. */
+double tri_ops_sumsq_multi(tri_ctx *c, const float *const *xs, const size_t *ns, int count);
 
 /* The CPU backend (kernels/cpu/). Always available. */
 const tri_ops *tri_ops_cpu(void);

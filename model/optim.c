@@ -20,6 +20,13 @@ static int init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg, const 
         return tri_error("out of memory (optimizer tables)");
     }
     o->n_chunks = g->n_chunks;
+    int most = 1;
+    for (int k = 0; k < g->n_chunks; k++) most = g->chunks[k].n_params > most ? g->chunks[k].n_params : most;
+    o->spans = calloc((size_t)most, sizeof *o->spans);
+    if (!o->spans) {
+        tri_optim_free(o, g);
+        return tri_error("out of memory (optimizer tables)");
+    }
     for (int k = 0; k < g->n_chunks; k++) {
         size_t n = g->chunks[k].n_elems;
         if (sync) {
@@ -86,6 +93,7 @@ void tri_optim_free(tri_optim *o, const tri_gpt *g) {
         if (o->master) tri_ctx_release(g->ctx, o->master[k], bytes, TRI_MEM_OPTIM);
     }
     free(o->master);
+    free(o->spans);
     free(o->m);
     free(o->v);
     free(o->n_state);
@@ -101,8 +109,37 @@ double tri_lr_at(const tri_adamw_cfg *c, int s) {
     return c->min_lr + coeff * (c->lr - c->min_lr);
 }
 
+/* Spans of the gradient whose squares a norm adds: a growable host table. */
+typedef struct span_list {
+    const float **xs;
+    size_t *ns;
+    int n, cap;
+} span_list;
+
+static void span_add(span_list *l, const float *x, size_t n) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        const float **xs = realloc(l->xs, (size_t)cap * sizeof *xs);
+        size_t *ns = xs ? realloc(l->ns, (size_t)cap * sizeof *ns) : NULL;
+        if (!xs || !ns) TRI_FAIL("out of host memory for the gradient norm's table of %d spans", cap);
+        l->xs = xs, l->ns = ns, l->cap = cap;
+    }
+    l->xs[l->n] = x;
+    l->ns[l->n++] = n;
+}
+
+/* The sum of squares of the listed spans (one reduction on a GPU), and the
+ * list freed. */
+static double span_sumsq(tri_ctx *c, span_list *l) {
+    double sum = tri_ops_sumsq_multi(c, (const float *const *)l->xs, l->ns, l->n);
+    free(l->xs);
+    free(l->ns);
+    memset(l, 0, sizeof *l);
+    return sum;
+}
+
 double tri_grad_sumsq_local(const tri_gpt *g) {
-    double sum = 0.0;
+    span_list l = {0};
     for (int k = 0; k < g->n_chunks; k++) {
         const tri_chunk *ch = &g->chunks[k];
         for (int i = 0; i < ch->n_params; i++) {
@@ -110,10 +147,10 @@ double tri_grad_sumsq_local(const tri_gpt *g) {
             if (p->replicated && g->tp_rank != 0) continue;
             /* the tied embedding counts once: the head stage's copy is skipped */
             if (p->kind == TRI_P_WTE && !ch->has_embedding) continue;
-            sum += g->ctx->ops->sumsq(g->ctx, ch->grad_mem + p->offset, p->numel);
+            span_add(&l, ch->grad_mem + p->offset, p->numel);
         }
     }
-    return sum;
+    return span_sumsq(g->ctx, &l);
 }
 
 void tri_optim_runs(const tri_optim *o, const tri_gpt *g, int k, int i,
@@ -141,31 +178,28 @@ static int counted(const tri_gpt *g, const tri_chunk *ch, const tri_param *p) {
 }
 
 typedef struct run_ctx {
-    const tri_optim *o;
-    tri_gpt *g;
-    int k;
+    const tri_gpt *g;
+    const tri_chunk *ch;
     const tri_param *p;
-    double sum;
+    span_list spans;
 } run_ctx;
 
 static void sumsq_run(void *ctx, size_t a, size_t e, size_t s0) {
     (void)s0;
     run_ctx *r = ctx;
-    const tri_chunk *ch = &r->g->chunks[r->k];
-    r->sum += r->g->ctx->ops->sumsq(r->g->ctx, ch->grad_mem + r->p->offset + a, e - a);
+    span_add(&r->spans, r->ch->grad_mem + r->p->offset + a, e - a);
 }
 
 double tri_grad_sumsq_shards(const tri_optim *o, const tri_gpt *g) {
-    run_ctx r = {o, (tri_gpt *)g, 0, NULL, 0.0};
+    run_ctx r = {g, NULL, NULL, {0}};
     for (int k = 0; k < g->n_chunks; k++) {
-        const tri_chunk *ch = &g->chunks[k];
-        r.k = k;
-        for (int i = 0; i < ch->n_params; i++) {
-            r.p = &ch->params[i];
-            if (counted(g, ch, r.p)) tri_optim_runs(o, g, k, i, sumsq_run, &r);
+        r.ch = &g->chunks[k];
+        for (int i = 0; i < r.ch->n_params; i++) {
+            r.p = &r.ch->params[i];
+            if (counted(g, r.ch, r.p)) tri_optim_runs(o, g, k, i, sumsq_run, &r);
         }
     }
-    return r.sum;
+    return span_sumsq(g->ctx, &r.spans);
 }
 
 /* ZeRO: bucket by bucket, this rank's shard of each. */
@@ -181,15 +215,21 @@ static void step_zero(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
             size_t lo, hi;
             tri_grad_sync_shard(s, b, &lo, &hi);
             if (clip_scale != 1.0f) c->ops->scale(c, ch->grad_mem + lo, clip_scale, hi - lo);
+            int n = 0;
             for (int i = 0; i < ch->n_params; i++) {
                 const tri_param *p = &ch->params[i];
                 size_t a = lo > p->offset ? lo : p->offset, e = hi < p->offset + p->numel ? hi : p->offset + p->numel;
                 if (a >= e) continue;
-                float wd = p->decay ? (float)o->cfg.weight_decay : 0.0f;
                 size_t st = s0 + (a - lo);
-                c->ops->adamw(c, mw ? mw + st : pm + a, o->m[k] + st, o->v[k] + st, ch->grad_mem + a, e - a, (float)lr,
-                              (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps, wd, o->t);
+                o->spans[n++] = (tri_adamw_span){.param = mw ? mw + st : pm + a,
+                                                 .m = o->m[k] + st,
+                                                 .v = o->v[k] + st,
+                                                 .grad = ch->grad_mem + a,
+                                                 .n = e - a,
+                                                 .wd = p->decay ? (float)o->cfg.weight_decay : 0.0f};
             }
+            tri_ops_adamw_multi(c, o->spans, n, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps,
+                                o->t);
             /* 16-bit parameters: the shard rounded from its masters, then all-gathered in 16 bits */
             if (mw) c->ops->cast(c, (char *)ch->param_mem + lo * esz, ch->param_dtype, mw + s0, TRI_F32, hi - lo);
             s0 += hi - lo;
@@ -213,10 +253,15 @@ void tri_optim_step(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
         float *pm = o->master[k] ? o->master[k] : ch->param_mem;
         for (int i = 0; i < ch->n_params; i++) {
             const tri_param *p = &ch->params[i];
-            float wd = p->decay ? (float)o->cfg.weight_decay : 0.0f;
-            c->ops->adamw(c, pm + p->offset, o->m[k] + p->offset, o->v[k] + p->offset, ch->grad_mem + p->offset,
-                          p->numel, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps, wd, o->t);
+            o->spans[i] = (tri_adamw_span){.param = pm + p->offset,
+                                           .m = o->m[k] + p->offset,
+                                           .v = o->v[k] + p->offset,
+                                           .grad = ch->grad_mem + p->offset,
+                                           .n = p->numel,
+                                           .wd = p->decay ? (float)o->cfg.weight_decay : 0.0f};
         }
+        tri_ops_adamw_multi(c, o->spans, ch->n_params, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2,
+                            (float)o->cfg.eps, o->t);
         if (o->master[k]) c->ops->cast(c, ch->param_mem, ch->param_dtype, o->master[k], TRI_F32, ch->n_elems);
     }
 }

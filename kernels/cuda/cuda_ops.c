@@ -40,7 +40,11 @@ typedef struct cuda_state {
     void *scratch;
     size_t scratch_bytes;
     tri_dbias_policy dbias;
-    tri_cu_adamw_tensor adamw_row; /* host copy of AdamW's one-tensor table */
+    /* host tables of the multi-tensor AdamW and sum-of-squares launches,
+     * grown as needed; copied to scratch before each launch */
+    tri_cu_adamw_tensor *adamw_tab;
+    tri_cu_span *span_tab;
+    int adamw_cap, span_cap;
 } cuda_state;
 
 static cuda_state *st(tri_ctx *c) { return (cuda_state *)c->backend; }
@@ -113,6 +117,8 @@ static void cu_shutdown(tri_ctx *c) {
         TRI_CUDA_CHECK(cudaStreamSynchronize(s->stream));
         TRI_CUDA_CHECK(cudaStreamDestroy(s->stream));
     }
+    free(s->adamw_tab);
+    free(s->span_tab);
     free(s);
     c->backend = NULL;
     c->stream = NULL;
@@ -270,19 +276,66 @@ static void cu_crossentropy_bwd(tri_ctx *c, float *losses, void *dlogits, const 
 
 /* ---- AdamW, reductions ---- */
 
-/* One span: a one-entry table, copied to the device (scratch) before the
- * launch. The host copy lives in the state, so it outlives the async copy. */
+/* Grows a host table of `size`-byte entries to at least n entries. */
+static void *grow_table(void *tab, int *cap, int n, size_t size) {
+    if (n <= *cap) return tab;
+    int c = *cap ? *cap : 64;
+    while (c < n) c *= 2;
+    void *t = realloc(tab, (size_t)c * size);
+    if (t == NULL) TRI_FAIL("--device %s: out of host memory for a table of %d tensors", BACKEND_NAME, c);
+    *cap = c;
+    return t;
+}
+
+/* Every span in one launch: the table built on the host, copied to scratch,
+ * then the kernel. The wait at the end lets the next call rewrite the host
+ * table (the copy reads it asynchronously); it is one wait per chunk or
+ * ZeRO bucket per step, not one per tensor. */
+static void cu_adamw_multi(tri_ctx *c, const tri_adamw_span *spans, int count, float lr, float beta1, float beta2,
+                           float eps, int t) {
+    if (count <= 0) return;
+    cuda_state *s = st(c);
+    s->adamw_tab = grow_table(s->adamw_tab, &s->adamw_cap, count, sizeof *s->adamw_tab);
+    for (int i = 0; i < count; i++)
+        s->adamw_tab[i] = (tri_cu_adamw_tensor){.param = spans[i].param,
+                                                .m = spans[i].m,
+                                                .v = spans[i].v,
+                                                .grad = spans[i].grad,
+                                                .n = spans[i].n,
+                                                .wd = spans[i].wd};
+    const size_t blocks = TRI_CU(adamw_plan)(s->adamw_tab, count);
+    if (blocks == 0) return;
+    const size_t bytes = (size_t)count * sizeof *s->adamw_tab;
+    tri_cu_adamw_tensor *dev = scratch(c, bytes);
+    TRI_CUDA_CHECK(cudaMemcpyAsync(dev, s->adamw_tab, bytes, cudaMemcpyHostToDevice, s->stream));
+    TRI_CU(adamw_multi)(s->stream, dev, count, blocks, lr, beta1, beta2, eps, t, 1.0f);
+    TRI_CUDA_CHECK(cudaStreamSynchronize(s->stream));
+}
+
 static void cu_adamw(tri_ctx *c, float *param, float *m, float *v, const float *grad, size_t n, float lr, float beta1,
                      float beta2, float eps, float wd, int t) {
-    if (n == 0) return;
+    const tri_adamw_span one = {.param = param, .m = m, .v = v, .grad = grad, .n = n, .wd = wd};
+    cu_adamw_multi(c, &one, 1, lr, beta1, beta2, eps, t);
+}
+
+/* The sum of squares of every span: one table, one launch (the fixed tree
+ * of sum_multi), one wait for the double. Scratch: the table, then the
+ * result, then the per-block partials. */
+static double cu_sumsq_multi(tri_ctx *c, const float *const *xs, const size_t *ns, int count) {
+    if (count <= 0) return 0.0;
     cuda_state *s = st(c);
-    s->adamw_row = (tri_cu_adamw_tensor){.param = param, .m = m, .v = v, .grad = grad, .n = n, .wd = wd};
-    const size_t blocks = TRI_CU(adamw_plan)(&s->adamw_row, 1);
-    tri_cu_adamw_tensor *dev = scratch(c, sizeof *dev);
-    TRI_CUDA_CHECK(cudaMemcpyAsync(dev, &s->adamw_row, sizeof *dev, cudaMemcpyHostToDevice, s->stream));
-    TRI_CU(adamw_multi)(s->stream, dev, 1, blocks, lr, beta1, beta2, eps, t, 1.0f);
-    /* the next AdamW call rewrites adamw_row: the copy must have read it */
-    TRI_CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    s->span_tab = grow_table(s->span_tab, &s->span_cap, count, sizeof *s->span_tab);
+    for (int i = 0; i < count; i++) s->span_tab[i] = (tri_cu_span){.x = xs[i], .n = ns[i]};
+    const size_t blocks = TRI_CU(sum_plan)(s->span_tab, count);
+    const size_t tab_bytes = ((size_t)count * sizeof *s->span_tab + 255) / 256 * 256;
+    char *buf = scratch(c, tab_bytes + (1 + (blocks ? blocks : 1)) * sizeof(double));
+    tri_cu_span *dev = (tri_cu_span *)buf;
+    double *result = (double *)(buf + tab_bytes);
+    TRI_CUDA_CHECK(cudaMemcpyAsync(dev, s->span_tab, (size_t)count * sizeof *dev, cudaMemcpyHostToDevice, s->stream));
+    TRI_CU(sum_multi)(s->stream, result, result + 1, dev, count, blocks, 1);
+    double r = 0.0;
+    cu_to_host(c, &r, result, sizeof r);
+    return r;
 }
 
 static double reduce(tri_ctx *c, const float *x, size_t n, int square) {
@@ -331,8 +384,10 @@ static const tri_ops CUDA_OPS = {
     .crossentropy_combine = cu_crossentropy_combine,
     .crossentropy_bwd = cu_crossentropy_bwd,
     .adamw = cu_adamw,
+    .adamw_multi = cu_adamw_multi,
     .sum = cu_sum,
     .sumsq = cu_sumsq,
+    .sumsq_multi = cu_sumsq_multi,
     .scale = cu_scale,
     .add = cu_add,
 };

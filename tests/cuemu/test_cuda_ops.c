@@ -496,6 +496,47 @@ Test(cuda_ops, adamw_matches_the_cpu_over_steps_and_decays) {
     dfree(d_p, 0), dfree(d_m, 0), dfree(d_v, 0), free(p), free(m), free(v);
 }
 
+/* Several spans in one call (the optimizer's per-chunk step): sizes that are
+ * not multiples of the kernel's chunk, an empty span, a weight decay per
+ * span; against the CPU's adamw on each span. Then the gradient norm's sum of
+ * squares over the same spans in one reduction, against the CPU's sumsq per
+ * span added up (relative 1e-12: both sum in double, in different orders). */
+Test(cuda_ops, adamw_multi_and_sumsq_multi_match_the_cpu_span_by_span) {
+    enum { K = 5 };
+    const size_t ns[K] = {1000, 0, 4097, 3, 70000};
+    const float wds[K] = {0.1f, 0.1f, 0.0f, 0.05f, 0.0f};
+    uint64_t s = 71;
+    float *p[K], *m[K], *v[K], *g[K];
+    tri_adamw_span de[K];
+    const float *xs[K];
+    for (int k = 0; k < K; k++) {
+        p[k] = hrand(ns[k], &s, -1, 1), m[k] = calloc(ns[k] + 1, 4), v[k] = calloc(ns[k] + 1, 4);
+        g[k] = hrand(ns[k], &s, -1, 1);
+        de[k] = (tri_adamw_span){
+            dev(p[k], ns[k] * 4), dev(m[k], ns[k] * 4), dev(v[k], ns[k] * 4), dev(g[k], ns[k] * 4), ns[k], wds[k]};
+        xs[k] = de[k].grad;
+    }
+    for (int t = 1; t <= 3; t++) {
+        tri_ops_adamw_multi(&E, de, K, 1e-2f, 0.9f, 0.95f, 1e-8f, t);
+        for (int k = 0; k < K; k++)
+            P.ops->adamw(&P, p[k], m[k], v[k], g[k], ns[k], 1e-2f, 0.9f, 0.95f, 1e-8f, wds[k], t);
+    }
+    for (int k = 0; k < K; k++) {
+        check("adamw_multi param", de[k].param, p[k], ns[k]);
+        check("adamw_multi m", de[k].m, m[k], ns[k]);
+        check("adamw_multi v", de[k].v, v[k], ns[k]);
+    }
+    double want = 0;
+    for (int k = 0; k < K; k++) want += P.ops->sumsq(&P, g[k], ns[k]);
+    const double got = tri_ops_sumsq_multi(&E, xs, ns, K);
+    cr_expect(fabs(got - want) <= 1e-12 * want, "sumsq_multi %.17g, the CPU's spans add to %.17g", got, want);
+    cr_expect_eq(tri_ops_sumsq_multi(&E, xs, ns, 0), 0.0);
+    for (int k = 0; k < K; k++) {
+        dfree(de[k].param, 0), dfree(de[k].m, 0), dfree(de[k].v, 0), dfree((void *)de[k].grad, 0);
+        free(p[k]), free(m[k]), free(v[k]), free(g[k]);
+    }
+}
+
 /* ---- a training step of a tiny GPT ---- */
 
 typedef struct run_out {
