@@ -14,7 +14,12 @@
  * runs on the one stream, so a buffer that grows is freed in stream order
  * (cudaFreeAsync) behind the ops that used it.
  *
- * fp32 throughout (every dtype of the context is F32). Compiled with
+ * Dtypes: the context starts fp32 (every dtype F32). The kernels of LayerNorm,
+ * GELU, the residual, the bias gradient and the embedding take the compute
+ * dtype (c->act_dtype, which tri_ctx_set_precision also gives the
+ * parameters): fp32 or bf16; gradients of weights, statistics and the
+ * optimizer's tensors stay fp32. compute_dtypes admits bf16 once every op
+ * does (see the table). Compiled with
  * TRI_CUEMU, the same file is the emulated backend "cuda-emu" of the tests
  * (kernels/cuda/cuda_ops.h). */
 #include "kernels/cuda/cuda_ops.h"
@@ -175,7 +180,7 @@ static void cu_matmul_fwd(tri_ctx *c, void *out, const void *inp, const void *we
         TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g);
     } else if (fill) { /* C = 0: out = bias broadcast, or 0 */
         cu_zero(c, out, N * OC * sizeof(float));
-        if (bias) TRI_CU(residual_fwd)(st(c)->stream, out, out, out, bias, N, OC);
+        if (bias) TRI_CU(residual_fwd)(st(c)->stream, c->act_dtype, out, out, out, bias, N, OC);
     }
 }
 
@@ -185,7 +190,7 @@ static void cu_matmul_bwd(tri_ctx *c, void *dinp, float *dweight, float *dbias, 
     const tri_dbias_route route = tri_gemm_dbias_route(s->dbias, dweight != NULL, dbias != NULL, N, C, OC);
     if (route == TRI_DBIAS_ROUTE_REDUCE && N > 0) {
         float *part = scratch(c, TRI_CU(bias_bwd_scratch_floats)(N, OC) * sizeof(float));
-        TRI_CU(bias_bwd)(s->stream, dbias, part, dout, N, OC);
+        TRI_CU(bias_bwd)(s->stream, c->act_dtype, dbias, part, dout, N, OC);
     }
     tri_gemm_call g;
     int fill = 0;
@@ -204,13 +209,13 @@ static void cu_matmul_bwd(tri_ctx *c, void *dinp, float *dweight, float *dbias, 
 
 static void cu_layernorm_fwd(tri_ctx *c, void *out, float *mean, float *rstd, const void *inp, const void *w,
                              const void *b, size_t N, size_t C) {
-    TRI_CU(layernorm_fwd)(st(c)->stream, out, mean, rstd, inp, w, b, N, C);
+    TRI_CU(layernorm_fwd)(st(c)->stream, c->act_dtype, out, mean, rstd, inp, w, b, N, C);
 }
 
 static void cu_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                              const void *w, const float *mean, const float *rstd, size_t N, size_t C) {
     float *part = scratch(c, TRI_CU(layernorm_bwd_scratch_floats)(N, C) * sizeof(float));
-    TRI_CU(layernorm_bwd)(st(c)->stream, dinp, dw, db, part, dout, inp, w, mean, rstd, N, C);
+    TRI_CU(layernorm_bwd)(st(c)->stream, c->act_dtype, dinp, dw, db, part, dout, inp, w, mean, rstd, N, C);
 }
 
 static void cu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS) {
@@ -232,26 +237,26 @@ static void cu_gelu_bwd(tri_ctx *c, void *dinp, const void *inp, const void *dou
 
 static void cu_residual_fwd(tri_ctx *c, void *out, const void *res, const void *x, const void *bias, size_t N,
                             size_t C) {
-    TRI_CU(residual_fwd)(st(c)->stream, out, res, x, bias, N, C);
+    TRI_CU(residual_fwd)(st(c)->stream, c->act_dtype, out, res, x, bias, N, C);
 }
 
 static void cu_bias_bwd(tri_ctx *c, float *dbias, const void *dout, size_t N, size_t C) {
     if (N == 0 || C == 0) return;
     float *part = scratch(c, TRI_CU(bias_bwd_scratch_floats)(N, C) * sizeof(float));
-    TRI_CU(bias_bwd)(st(c)->stream, dbias, part, dout, N, C);
+    TRI_CU(bias_bwd)(st(c)->stream, c->act_dtype, dbias, part, dout, N, C);
 }
 
 /* ---- embedding, cross-entropy ---- */
 
 static void cu_embedding_fwd(tri_ctx *c, void *out, const int32_t *ids, const void *wte, const void *wpe, size_t B,
                              size_t T, size_t C, size_t vstart, size_t Vl) {
-    TRI_CU(embedding_fwd)(st(c)->stream, out, ids, wte, wpe, B, T, C, vstart, Vl);
+    TRI_CU(embedding_fwd)(st(c)->stream, c->act_dtype, out, ids, wte, wpe, B, T, C, vstart, Vl);
 }
 
 static void cu_embedding_bwd(tri_ctx *c, float *dwte, float *dwpe, const void *dout, const int32_t *ids, size_t B,
                              size_t T, size_t C, size_t vstart, size_t Vl) {
     float *keys = scratch(c, TRI_CU(embedding_bwd_scratch_floats)(B, T) * sizeof(float));
-    TRI_CU(embedding_bwd)(st(c)->stream, dwte, dwpe, keys, dout, ids, B, T, C, vstart, Vl);
+    TRI_CU(embedding_bwd)(st(c)->stream, c->act_dtype, dwte, dwpe, keys, dout, ids, B, T, C, vstart, Vl);
 }
 
 static void cu_crossentropy_stats(tri_ctx *c, float *stats, const void *logits, const int32_t *targets, size_t N,
@@ -303,6 +308,7 @@ static void cu_add(tri_ctx *c, float *y, const float *x, size_t n) { TRI_CU(add)
 
 static const tri_ops CUDA_OPS = {
     .name = BACKEND_NAME,
+    /* TODO(lead): .compute_dtypes = (1u << TRI_F32) | (1u << TRI_BF16) once GEMMs, attention, CE take bf16 */
     .init = cu_init,
     .shutdown = cu_shutdown,
     .alloc = cu_alloc,

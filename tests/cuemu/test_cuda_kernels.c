@@ -132,7 +132,7 @@ static void layernorm_case(size_t N, size_t C, uint64_t seed) {
     float *out = alloc_nan(N * C), *mean = alloc_nan(N), *rstd = alloc_nan(N);
     float *rout = alloc_nan(N * C), *rmean = alloc_nan(N), *rrstd = alloc_nan(N);
     tri_cuemu_set_seed(seed);
-    tri_cuemu_layernorm_fwd(NULL, out, mean, rstd, inp, w, b, N, C);
+    tri_cuemu_layernorm_fwd(NULL, TRI_F32, out, mean, rstd, inp, w, b, N, C);
     tri_cpu_layernorm_fwd(rout, rmean, rrstd, inp, w, b, N, C);
     /* mean: scale 1 + |mean| (inputs are O(1)); rstd and out: relative to
      * themselves plus 1 */
@@ -146,7 +146,7 @@ static void layernorm_case(size_t N, size_t C, uint64_t seed) {
     float *db = alloc_fill(C, &s, -1.0f, 1.0f);
     float *rdinp = dup(dinp, N * C), *rdw = dup(dw, C), *rdb = dup(db, C);
     float *scratch = alloc_nan(tri_cuemu_layernorm_bwd_scratch_floats(N, C));
-    tri_cuemu_layernorm_bwd(NULL, dinp, dw, db, scratch, dout, inp, w, rmean, rrstd, N, C);
+    tri_cuemu_layernorm_bwd(NULL, TRI_F32, dinp, dw, db, scratch, dout, inp, w, rmean, rrstd, N, C);
     tri_cpu_layernorm_bwd(rdinp, rdw, rdb, dout, inp, w, rmean, rrstd, N, C);
     /* dinp: rstd * (|g| + |mean g| + |xhat| |mean g xhat|) + |dinp before|,
      * bounded by rstd * (1 + |xhat|) * 2 max|g| + |dinp before|; dw, db: the
@@ -196,7 +196,7 @@ Test(cuda_emu, layernorm_bwd_weight_grads_do_not_depend_on_scheduling) {
         float *scratch = alloc_nan(tri_cuemu_layernorm_bwd_scratch_floats(N, C));
         tri_cuemu_set_workers(run % 2 + 1);
         tri_cuemu_set_seed((uint64_t)run * 17 + 1);
-        tri_cuemu_layernorm_bwd(NULL, tmp, dw, db, scratch, dout, inp, w, mean, rstd, N, C);
+        tri_cuemu_layernorm_bwd(NULL, TRI_F32, tmp, dw, db, scratch, dout, inp, w, mean, rstd, N, C);
         if (run == 0) {
             memcpy(first, dw, sizeof dw);
             memcpy(first + C, db, sizeof db);
@@ -418,7 +418,7 @@ static void embedding_case(size_t B, size_t T, size_t C, size_t vstart, size_t V
     float *wte = alloc_fill(Vl * C, &s, -1.0f, 1.0f), *wpe = with_wpe ? alloc_fill(T * C, &s, -1.0f, 1.0f) : NULL;
     float *out = alloc_nan(rows * C), *rout = alloc_nan(rows * C);
     tri_cuemu_set_seed(seed);
-    tri_cuemu_embedding_fwd(NULL, out, ids, wte, wpe, B, T, C, vstart, Vl);
+    tri_cuemu_embedding_fwd(NULL, TRI_F32, out, ids, wte, wpe, B, T, C, vstart, Vl);
     tri_cpu_embedding_fwd(rout, ids, wte, wpe, B, T, C, vstart, Vl);
     cr_assert(memcmp(out, rout, sizeof(float) * rows * C) == 0, "embedding_fwd %s differs from the CPU op", shape);
 
@@ -432,7 +432,7 @@ static void embedding_case(size_t B, size_t T, size_t C, size_t vstart, size_t V
         float *scratch = alloc_nan(tri_cuemu_embedding_bwd_scratch_floats(B, T));
         tri_cuemu_set_workers(run % 2 + 1);
         tri_cuemu_set_seed(seed * 101 + (uint64_t)run);
-        tri_cuemu_embedding_bwd(NULL, g, gp, scratch, dout, ids, B, T, C, vstart, Vl);
+        tri_cuemu_embedding_bwd(NULL, TRI_F32, g, gp, scratch, dout, ids, B, T, C, vstart, Vl);
         cr_assert(memcmp(g, rdwte, sizeof(float) * Vl * C) == 0, "embedding_bwd dwte %s run %d differs from the CPU op",
                   shape, run);
         if (with_wpe)
@@ -697,12 +697,12 @@ static void elementwise_case(size_t N, size_t C, uint64_t seed) {
         const float *bb = with_bias ? bias : NULL;
         float *out = alloc_nan(n), *rout = alloc_nan(n);
         tri_cuemu_set_seed(seed);
-        tri_cuemu_residual_fwd(NULL, out, res, x, bb, N, C);
+        tri_cuemu_residual_fwd(NULL, TRI_F32, out, res, x, bb, N, C);
         tri_cpu_residual_fwd(rout, res, x, bb, N, C);
         cr_assert(memcmp(out, rout, sizeof(float) * n) == 0, "residual_fwd %s bias %d differs", shape, with_bias);
         float *a = dup(res, n), *b = dup(x, n); /* out aliasing res, then x */
-        tri_cuemu_residual_fwd(NULL, a, a, x, bb, N, C);
-        tri_cuemu_residual_fwd(NULL, b, res, b, bb, N, C);
+        tri_cuemu_residual_fwd(NULL, TRI_F32, a, a, x, bb, N, C);
+        tri_cuemu_residual_fwd(NULL, TRI_F32, b, res, b, bb, N, C);
         cr_assert(memcmp(a, rout, sizeof(float) * n) == 0 && memcmp(b, rout, sizeof(float) * n) == 0,
                   "residual_fwd in place %s bias %d differs", shape, with_bias);
         free(out), free(rout), free(a), free(b);
@@ -718,7 +718,7 @@ static void elementwise_case(size_t N, size_t C, uint64_t seed) {
         float *g = dup(db, C), *scratch = alloc_nan(tri_cuemu_bias_bwd_scratch_floats(N, C));
         tri_cuemu_set_workers(run % 2 + 1);
         tri_cuemu_set_seed(seed * 13 + (uint64_t)run);
-        tri_cuemu_bias_bwd(NULL, g, scratch, x, N, C);
+        tri_cuemu_bias_bwd(NULL, TRI_F32, g, scratch, x, N, C);
         expect_close("bias_bwd", g, rdb, sc, C, sum_tol(N), shape);
         if (run == 0)
             first = dup(g, C);
