@@ -170,6 +170,32 @@ static void cu_host_window(tri_ctx *c, int open) {
     if (open) cu_sync(c);
 }
 
+/* ---- cast ---- */
+
+/* A dtype's name for messages (the module has no kernels/ctx.c). */
+static const char *dtype_name(tri_dtype t) {
+    return t == TRI_F32 ? "fp32" : t == TRI_BF16 ? "bf16" : t == TRI_F16 ? "fp16" : "a non-float dtype";
+}
+
+/* fp32 <-> bf16 by the cast kernels of elementwise.cu (the bits of
+ * kernels/half.h, as the CPU's cast); a dtype to itself is a copy (none when
+ * dst is src). fp16 is not a dtype of this backend: compute_dtypes leaves it
+ * out, so tri_ctx_set_precision refuses train.precision=fp16 and no tensor
+ * here is fp16. A cast from or to it (or any other dtype) is a programming
+ * error, reported (naming the dtypes) and fatal. */
+static void cu_cast(tri_ctx *c, void *dst, tri_dtype dst_t, const void *src, tri_dtype src_t, size_t n) {
+    if (dst_t == src_t && (dst_t == TRI_F32 || dst_t == TRI_BF16)) {
+        if (dst != src && n > 0) cu_copy(c, dst, src, n * tri_dtype_size(dst_t));
+    } else if (src_t == TRI_F32 && dst_t == TRI_BF16) {
+        TRI_CU(cast_f32_to_bf16)(st(c)->stream, dst, src, n);
+    } else if (src_t == TRI_BF16 && dst_t == TRI_F32) {
+        TRI_CU(cast_bf16_to_f32)(st(c)->stream, dst, src, n);
+    } else {
+        TRI_FAIL("--device %s: cast from %s to %s: the CUDA backend casts only between fp32 and bf16", BACKEND_NAME,
+                 dtype_name(src_t), dtype_name(dst_t));
+    }
+}
+
 /* ---- linear layer ---- */
 
 static void cu_matmul_fwd(tri_ctx *c, void *out, const void *inp, const void *weight, const void *bias, size_t N,
@@ -319,6 +345,7 @@ static const tri_ops CUDA_OPS = {
     .zero = cu_zero,
     .sync = cu_sync,
     .host_window = cu_host_window,
+    .cast = cu_cast,
     .matmul_fwd = cu_matmul_fwd,
     .matmul_bwd = cu_matmul_bwd,
     .layernorm_fwd = cu_layernorm_fwd,

@@ -205,6 +205,114 @@ Test(cuda_ops, a_failed_cuda_call_names_file_line_call_and_rank) {
     free(msg);
 }
 
+/* ---- cast, dtypes ---- */
+
+/* The cast op against the CPU's (kernels/cpu/precision.c, the bits of
+ * kernels/half.h), bit for bit: fp32 -> bf16 on every bf16 value, each tie
+ * above it and one ulp either side of the tie, and random fp32 patterns (NaN
+ * payloads, infinities, subnormals); bf16 -> fp32 on every bf16 value; fp32
+ * -> fp32 and bf16 -> bf16 as copies. n (267144) is not a multiple of the
+ * block and exceeds one grid: the grid-stride loop runs twice. The device
+ * destinations start poisoned; a cast in place and an empty one change
+ * nothing. */
+Test(cuda_ops, cast_matches_the_cpu_cast_bit_for_bit) {
+    const size_t nb = 65536, nr = 5000, n = 4 * nb + nr;
+    uint32_t *bits = malloc(sizeof(uint32_t) * n);
+    uint64_t s = 31;
+    for (size_t h = 0; h < nb; h++) {
+        bits[4 * h] = (uint32_t)h << 16;
+        bits[4 * h + 1] = ((uint32_t)h << 16) | 0x8000u;
+        bits[4 * h + 2] = ((uint32_t)h << 16) | 0x7fffu;
+        bits[4 * h + 3] = ((uint32_t)h << 16) | 0x8001u;
+    }
+    for (size_t i = 4 * nb; i < n; i++) bits[i] = (uint32_t)rng(&s);
+    uint16_t *half = malloc(sizeof(uint16_t) * n), *poison16 = malloc(sizeof(uint16_t) * n);
+    for (size_t i = 0; i < n; i++) half[i] = (uint16_t)(i < nb ? i : rng(&s)), poison16[i] = 0xa5a5;
+    uint32_t *poison32 = malloc(sizeof(uint32_t) * n);
+    for (size_t i = 0; i < n; i++) poison32[i] = 0xa5a5a5a5u;
+    void *d32 = dev(bits, n * 4), *d16 = dev(half, n * 2);
+    uint16_t *got16 = malloc(sizeof(uint16_t) * n), *want16 = malloc(sizeof(uint16_t) * n);
+    uint32_t *got32 = malloc(sizeof(uint32_t) * n), *want32 = malloc(sizeof(uint32_t) * n);
+
+    void *o16 = dev(poison16, n * 2), *o32 = dev(poison32, n * 4);
+    E.ops->cast(&E, o16, TRI_BF16, d32, TRI_F32, n);
+    P.ops->cast(&P, want16, TRI_BF16, bits, TRI_F32, n);
+    E.ops->to_host(&E, got16, o16, n * 2);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(got16[i], want16[i], "fp32 0x%08x -> bf16: 0x%04x on cuda-emu, 0x%04x on the CPU", bits[i],
+                     got16[i], want16[i]);
+
+    E.ops->cast(&E, o32, TRI_F32, d16, TRI_BF16, n);
+    P.ops->cast(&P, want32, TRI_F32, half, TRI_BF16, n);
+    E.ops->to_host(&E, got32, o32, n * 4);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(got32[i], want32[i], "bf16 0x%04x -> fp32: 0x%08x on cuda-emu, 0x%08x on the CPU", half[i],
+                     got32[i], want32[i]);
+
+    /* the same dtype: copies (NaN payloads kept) */
+    E.ops->to_device(&E, o32, poison32, n * 4);
+    E.ops->to_device(&E, o16, poison16, n * 2);
+    E.ops->cast(&E, o32, TRI_F32, d32, TRI_F32, n);
+    E.ops->cast(&E, o16, TRI_BF16, d16, TRI_BF16, n);
+    P.ops->cast(&P, want32, TRI_F32, bits, TRI_F32, n);
+    P.ops->cast(&P, want16, TRI_BF16, half, TRI_BF16, n);
+    E.ops->to_host(&E, got32, o32, n * 4);
+    E.ops->to_host(&E, got16, o16, n * 2);
+    cr_assert(memcmp(got32, want32, n * 4) == 0, "fp32 -> fp32 differs from the CPU's cast");
+    cr_assert(memcmp(got16, want16, n * 2) == 0, "bf16 -> bf16 differs from the CPU's cast");
+
+    /* in place with the same dtype, and n = 0: nothing changes */
+    E.ops->cast(&E, d32, TRI_F32, d32, TRI_F32, n);
+    E.ops->cast(&E, o16, TRI_BF16, d32, TRI_F32, 0);
+    E.ops->cast(&E, o32, TRI_F32, d16, TRI_BF16, 0);
+    E.ops->to_host(&E, got32, d32, n * 4);
+    E.ops->to_host(&E, got16, o16, n * 2);
+    cr_assert(memcmp(got32, bits, n * 4) == 0, "an fp32 cast in place changed the tensor");
+    cr_assert(memcmp(got16, half, n * 2) == 0, "an empty cast wrote");
+    E.ops->to_host(&E, got32, o32, n * 4);
+    cr_assert(memcmp(got32, bits, n * 4) == 0, "an empty cast wrote");
+
+    dfree(d32, n * 4), dfree(d16, n * 2), dfree(o16, n * 2), dfree(o32, n * 4);
+    free(bits), free(half), free(poison16), free(poison32), free(got16), free(want16), free(got32), free(want32);
+}
+
+/* fp16 is not a dtype of this backend: set_precision refuses it with a
+ * message naming the backend, the dtype and what it computes in; a cast
+ * from or to it, and a kernel given it, are programming errors that abort
+ * naming the dtypes, or the entry point. */
+static void set_fp16_child(void) {
+    const int rc = tri_ctx_set_precision(&E, TRI_F16);
+    _exit(rc == -1 && E.act_dtype == TRI_F32 && E.param_dtype == TRI_F32 ? 0 : 3);
+}
+
+static void cast_fp16_child(void) {
+    void *a = E.ops->alloc(&E, 64), *b = E.ops->alloc(&E, 64);
+    E.ops->cast(&E, a, TRI_F16, b, TRI_F32, 4);
+}
+
+static void kernel_fp16_child(void) {
+    /* embedding_bwd without dwpe and without local rows launches nothing */
+    void *scratch = E.ops->alloc(&E, 64), *dout = E.ops->alloc(&E, 64), *ids = E.ops->alloc(&E, 64);
+    tri_cuemu_embedding_bwd(E.stream, TRI_F16, NULL, NULL, scratch, dout, ids, 1, 2, 1, 0, 0);
+}
+
+Test(cuda_ops, fp16_is_refused_by_set_precision_and_aborts_a_cast_or_a_kernel) {
+    int status;
+    char *msg = run_child(set_fp16_child, &status);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "set_precision(fp16): status %d, stderr: %s", status, msg);
+    cr_assert(strstr(msg, "trident: the cuda-emu backend does not compute in fp16 (it computes in fp32"), "message: %s",
+              msg);
+    free(msg);
+    msg = run_child(cast_fp16_child, &status);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "cast to fp16: status %d, stderr: %s", status, msg);
+    cr_assert(strstr(msg, "cast from fp32 to fp16") && strstr(msg, "only between fp32 and bf16"), "message: %s", msg);
+    free(msg);
+    msg = run_child(kernel_fp16_child, &status);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "kernel: status %d, stderr: %s", status, msg);
+    cr_assert(strstr(msg, "CUDA kernel embedding_bwd") && strstr(msg, "is neither fp32 nor bf16"), "message: %s", msg);
+    free(msg);
+}
+
 /* ---- linear layer, through the plan cache ---- */
 
 static void matmul_case(size_t N, size_t C, size_t OC, uint64_t seed) {
