@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/half.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/optim.h"
@@ -489,6 +490,122 @@ Test(cuda_ops, gelu_residual_bias_scale_add_match_the_cpu) {
     dfree(d_x, 0), dfree(d_r, 0), dfree(d_g, 0), dfree(d_b, 0), dfree(d_out, 0), dfree(d_gi, 0), dfree(d_db, 0),
         dfree(d_y, 0);
     free(x), free(r), free(g), free(b), free(out), free(gi), free(db), free(y);
+}
+
+/* ---- bf16 compute dtype through the table ---- */
+
+/* n floats rounded to bf16, on the host (for the CPU ops) and on the device. */
+static uint16_t *h16(const float *x, size_t n) {
+    uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) h[i] = tri_f32_to_bf16(x[i]);
+    return h;
+}
+
+static void *dev16(const uint16_t *h, size_t n) { return dev(h, n * sizeof(uint16_t)); }
+
+/* The device bf16 tensor d against the CPU's bf16 h: the tolerance of check
+ * plus one bf16 spacing (2^-7 |cpu|), the two roundings of values that
+ * differ by the fp32 tolerance. */
+static void check16(const char *what, const void *d, const uint16_t *h, size_t n) {
+    uint16_t *got = malloc((n ? n : 1) * sizeof(uint16_t));
+    E.ops->to_host(&E, got, d, n * sizeof(uint16_t));
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)tri_bf16_to_f32(h[i])));
+    for (size_t i = 0; i < n; i++) {
+        const double g = tri_bf16_to_f32(got[i]), w = tri_bf16_to_f32(h[i]);
+        if (!(fabs(g - w) <= TOL * (1.0 + mx) + fabs(w) / 128.0))
+            cr_assert_fail("%s (bf16): element %zu of %zu is %.9g on cuda-emu, %.9g on the CPU", what, i, n, g, w);
+    }
+    free(got);
+}
+
+/* The ops whose kernels take bf16 (LayerNorm, GELU, residual, bias gradient,
+ * embedding) with a bf16 compute dtype, against the CPU's bf16 emulation on
+ * the same bf16 inputs: the dtype reaches every kernel, = and += hold
+ * (dinp accumulates into bf16; dw, db, dbias, dwte, dwpe stay fp32). E's
+ * dtypes are set by hand: compute_dtypes admits bf16 only once every op of
+ * the table takes it. */
+Test(cuda_ops, bf16_layernorm_gelu_residual_bias_embedding_follow_the_cpu) {
+    E.act_dtype = E.param_dtype = TRI_BF16;
+    cr_assert_eq(tri_ctx_set_precision(&P, TRI_BF16), 0);
+    const size_t N = 37, C = 29, n = N * C;
+    uint64_t s = 60;
+    float *f = hrand(n, &s, -2, 2);
+    uint16_t *inp = h16(f, n), *nan16 = malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) nan16[i] = 0x7fc0;
+    free(f), f = hrand(C, &s, 0.5f, 1.5f);
+    uint16_t *w = h16(f, C);
+    free(f), f = hrand(C, &s, -1, 1);
+    uint16_t *b = h16(f, C);
+    free(f), f = hrand(n, &s, -1, 1);
+    uint16_t *dout = h16(f, n);
+    free(f), f = hrand(n, &s, -1, 1);
+    uint16_t *dinp = h16(f, n);
+    free(f);
+    void *d_inp = dev16(inp, n), *d_w = dev16(w, C), *d_b = dev16(b, C), *d_dout = dev16(dout, n);
+
+    /* LayerNorm */
+    uint16_t *out = malloc(n * sizeof(uint16_t));
+    float *mean = hnan(N), *rstd = hnan(N), *dw = hrand(C, &s, -1, 1), *db = hrand(C, &s, -1, 1);
+    void *d_out = dev16(nan16, n), *d_dinp = dev16(dinp, n);
+    float *d_mean = dev(mean, N * 4), *d_rstd = dev(rstd, N * 4), *d_dw = dev(dw, C * 4), *d_db = dev(db, C * 4);
+    E.ops->layernorm_fwd(&E, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    P.ops->layernorm_fwd(&P, out, mean, rstd, inp, w, b, N, C);
+    check16("layernorm_fwd out", d_out, out, n);
+    check("layernorm_fwd mean", d_mean, mean, N);
+    check("layernorm_fwd rstd", d_rstd, rstd, N);
+    E.ops->layernorm_bwd(&E, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    P.ops->layernorm_bwd(&P, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    check16("layernorm_bwd dinp", d_dinp, dinp, n);
+    check("layernorm_bwd dw", d_dw, dw, C);
+    check("layernorm_bwd db", d_db, db, C);
+
+    /* GELU, the backward in place */
+    void *d_g = dev16(nan16, n), *d_gi = dev16(dout, n);
+    uint16_t *g = malloc(n * sizeof(uint16_t)), *gi = malloc(n * sizeof(uint16_t));
+    memcpy(gi, dout, n * sizeof(uint16_t));
+    E.ops->gelu_fwd(&E, d_g, d_inp, n);
+    P.ops->gelu_fwd(&P, g, inp, n);
+    check16("gelu_fwd", d_g, g, n);
+    E.ops->gelu_bwd(&E, d_gi, d_inp, d_gi, n);
+    P.ops->gelu_bwd(&P, gi, inp, gi, n);
+    check16("gelu_bwd in place", d_gi, gi, n);
+
+    /* residual with a bias, out aliasing res; the bias gradient into fp32 */
+    void *d_r = dev16(dinp, n);
+    uint16_t *r = malloc(n * sizeof(uint16_t));
+    memcpy(r, dinp, n * sizeof(uint16_t));
+    E.ops->residual_fwd(&E, d_r, d_r, d_inp, d_b, N, C);
+    P.ops->residual_fwd(&P, r, r, inp, b, N, C);
+    check16("residual_fwd", d_r, r, n);
+    float *dbias = hrand(C, &s, -1, 1), *d_dbias = dev(dbias, C * 4);
+    E.ops->bias_bwd(&E, d_dbias, d_dout, N, C);
+    P.ops->bias_bwd(&P, dbias, dout, N, C);
+    check("bias_bwd", d_dbias, dbias, C);
+
+    /* embedding: B = 1, T = N rows of C, the vocabulary slice [3, 3 + Vl) */
+    const size_t Vl = 11, vstart = 3;
+    int32_t ids[37];
+    for (size_t i = 0; i < N; i++) ids[i] = (int32_t)(rng(&s) % 20);
+    int32_t *d_ids = dev(ids, sizeof ids);
+    /* wte: the first Vl rows of inp, wpe: the rows of dout */
+    uint16_t *eo = malloc(n * sizeof(uint16_t));
+    void *d_eo = dev16(nan16, n);
+    E.ops->embedding_fwd(&E, d_eo, d_ids, d_inp, d_dout, 1, N, C, vstart, Vl);
+    P.ops->embedding_fwd(&P, eo, ids, inp, dout, 1, N, C, vstart, Vl);
+    check16("embedding_fwd", d_eo, eo, n);
+    float *dwte = hrand(Vl * C, &s, -1, 1), *dwpe = hrand(n, &s, -1, 1);
+    float *d_dwte = dev(dwte, Vl * C * 4), *d_dwpe = dev(dwpe, n * 4);
+    E.ops->embedding_bwd(&E, d_dwte, d_dwpe, d_dinp, d_ids, 1, N, C, vstart, Vl);
+    P.ops->embedding_bwd(&P, dwte, dwpe, dinp, ids, 1, N, C, vstart, Vl);
+    check("embedding_bwd dwte", d_dwte, dwte, Vl * C);
+    check("embedding_bwd dwpe", d_dwpe, dwpe, n);
+
+    dfree(d_inp, 0), dfree(d_w, 0), dfree(d_b, 0), dfree(d_dout, 0), dfree(d_out, 0), dfree(d_dinp, 0);
+    dfree(d_mean, 0), dfree(d_rstd, 0), dfree(d_dw, 0), dfree(d_db, 0), dfree(d_g, 0), dfree(d_gi, 0);
+    dfree(d_r, 0), dfree(d_dbias, 0), dfree(d_ids, 0), dfree(d_eo, 0), dfree(d_dwte, 0), dfree(d_dwpe, 0);
+    free(inp), free(nan16), free(w), free(b), free(dout), free(dinp), free(out), free(mean), free(rstd), free(dw);
+    free(db), free(g), free(gi), free(r), free(dbias), free(eo), free(dwte), free(dwpe);
 }
 
 /* ---- attention ---- */
