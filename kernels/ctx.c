@@ -48,8 +48,12 @@ int tri_precision_parse(const char *s) {
 int tri_ctx_set_precision(tri_ctx *c, tri_dtype compute) {
     if (compute != TRI_F32 && compute != TRI_BF16 && compute != TRI_F16)
         return tri_error("%s is not a compute dtype (expected fp32, bf16 or fp16)", tri_precision_name(compute));
-    if (compute != TRI_F32 && !(c->ops->compute_dtypes & (1u << compute)))
-        return tri_error("the %s backend does not compute in %s", c->ops->name, tri_precision_name(compute));
+    if (compute != TRI_F32 && !(c->ops->compute_dtypes & (1u << compute))) {
+        const unsigned has = c->ops->compute_dtypes;
+        return tri_error("the %s backend does not compute in %s (it computes in fp32%s%s)", c->ops->name,
+                         tri_precision_name(compute), has & (1u << TRI_BF16) ? ", bf16" : "",
+                         has & (1u << TRI_F16) ? ", fp16" : "");
+    }
     c->act_dtype = c->param_dtype = compute;
     c->grad_dtype = c->master_dtype = TRI_F32;
     return 0;

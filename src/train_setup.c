@@ -149,7 +149,11 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     if (tri_ctx_init(&t->ctx, opts->device ? opts->device : "cpu", opts->threads) != 0) return rc;
     /* mixed precision: 16-bit parameters and activations (validated by the config) */
     int precision = tri_precision_parse(cfg->train.precision);
-    if (tri_ctx_set_precision(&t->ctx, (tri_dtype)precision) != 0) return rc;
+    if (tri_ctx_set_precision(&t->ctx, (tri_dtype)precision) != 0) {
+        tri_error("train.precision=%s is not available with --device %s", cfg->train.precision,
+                  opts->device ? opts->device : "cpu");
+        return rc;
+    }
     t->fp16 = precision == TRI_F16;
     t->loss_scale = t->fp16 ? cfg->train.loss_scale_init : 1.0;
     tri_dist_bind_ctx(&t->dist, &t->ctx);

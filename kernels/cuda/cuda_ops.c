@@ -14,7 +14,12 @@
  * runs on the one stream, so a buffer that grows is freed in stream order
  * (cudaFreeAsync) behind the ops that used it.
  *
- * fp32 throughout (every dtype of the context is F32). Compiled with
+ * Dtypes: the context starts fp32 (every dtype F32). The kernels of LayerNorm,
+ * GELU, the residual, the bias gradient and the embedding take the compute
+ * dtype (c->act_dtype, which tri_ctx_set_precision also gives the
+ * parameters): fp32 or bf16; gradients of weights, statistics and the
+ * optimizer's tensors stay fp32. compute_dtypes admits bf16 once every op
+ * does (see the table). Compiled with
  * TRI_CUEMU, the same file is the emulated backend "cuda-emu" of the tests
  * (kernels/cuda/cuda_ops.h). */
 #include "kernels/cuda/cuda_ops.h"
@@ -171,6 +176,32 @@ static void cu_host_window(tri_ctx *c, int open) {
     if (open) cu_sync(c);
 }
 
+/* ---- cast ---- */
+
+/* A dtype's name for messages (the module has no kernels/ctx.c). */
+static const char *dtype_name(tri_dtype t) {
+    return t == TRI_F32 ? "fp32" : t == TRI_BF16 ? "bf16" : t == TRI_F16 ? "fp16" : "a non-float dtype";
+}
+
+/* fp32 <-> bf16 by the cast kernels of elementwise.cu (the bits of
+ * kernels/half.h, as the CPU's cast); a dtype to itself is a copy (none when
+ * dst is src). fp16 is not a dtype of this backend: compute_dtypes leaves it
+ * out, so tri_ctx_set_precision refuses train.precision=fp16 and no tensor
+ * here is fp16. A cast from or to it (or any other dtype) is a programming
+ * error, reported (naming the dtypes) and fatal. */
+static void cu_cast(tri_ctx *c, void *dst, tri_dtype dst_t, const void *src, tri_dtype src_t, size_t n) {
+    if (dst_t == src_t && (dst_t == TRI_F32 || dst_t == TRI_BF16)) {
+        if (dst != src && n > 0) cu_copy(c, dst, src, n * tri_dtype_size(dst_t));
+    } else if (src_t == TRI_F32 && dst_t == TRI_BF16) {
+        TRI_CU(cast_f32_to_bf16)(st(c)->stream, dst, src, n);
+    } else if (src_t == TRI_BF16 && dst_t == TRI_F32) {
+        TRI_CU(cast_bf16_to_f32)(st(c)->stream, dst, src, n);
+    } else {
+        TRI_FAIL("--device %s: cast from %s to %s: the CUDA backend casts only between fp32 and bf16", BACKEND_NAME,
+                 dtype_name(src_t), dtype_name(dst_t));
+    }
+}
+
 /* ---- linear layer ---- */
 
 static void cu_matmul_fwd(tri_ctx *c, void *out, const void *inp, const void *weight, const void *bias, size_t N,
@@ -181,7 +212,7 @@ static void cu_matmul_fwd(tri_ctx *c, void *out, const void *inp, const void *we
         TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g);
     } else if (fill) { /* C = 0: out = bias broadcast, or 0 */
         cu_zero(c, out, N * OC * sizeof(float));
-        if (bias) TRI_CU(residual_fwd)(st(c)->stream, out, out, out, bias, N, OC);
+        if (bias) TRI_CU(residual_fwd)(st(c)->stream, c->act_dtype, out, out, out, bias, N, OC);
     }
 }
 
@@ -191,7 +222,7 @@ static void cu_matmul_bwd(tri_ctx *c, void *dinp, float *dweight, float *dbias, 
     const tri_dbias_route route = tri_gemm_dbias_route(s->dbias, dweight != NULL, dbias != NULL, N, C, OC);
     if (route == TRI_DBIAS_ROUTE_REDUCE && N > 0) {
         float *part = scratch(c, TRI_CU(bias_bwd_scratch_floats)(N, OC) * sizeof(float));
-        TRI_CU(bias_bwd)(s->stream, dbias, part, dout, N, OC);
+        TRI_CU(bias_bwd)(s->stream, c->act_dtype, dbias, part, dout, N, OC);
     }
     tri_gemm_call g;
     int fill = 0;
@@ -210,13 +241,13 @@ static void cu_matmul_bwd(tri_ctx *c, void *dinp, float *dweight, float *dbias, 
 
 static void cu_layernorm_fwd(tri_ctx *c, void *out, float *mean, float *rstd, const void *inp, const void *w,
                              const void *b, size_t N, size_t C) {
-    TRI_CU(layernorm_fwd)(st(c)->stream, out, mean, rstd, inp, w, b, N, C);
+    TRI_CU(layernorm_fwd)(st(c)->stream, c->act_dtype, out, mean, rstd, inp, w, b, N, C);
 }
 
 static void cu_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                              const void *w, const float *mean, const float *rstd, size_t N, size_t C) {
     float *part = scratch(c, TRI_CU(layernorm_bwd_scratch_floats)(N, C) * sizeof(float));
-    TRI_CU(layernorm_bwd)(st(c)->stream, dinp, dw, db, part, dout, inp, w, mean, rstd, N, C);
+    TRI_CU(layernorm_bwd)(st(c)->stream, c->act_dtype, dinp, dw, db, part, dout, inp, w, mean, rstd, N, C);
 }
 
 static void cu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS) {
@@ -238,26 +269,26 @@ static void cu_gelu_bwd(tri_ctx *c, void *dinp, const void *inp, const void *dou
 
 static void cu_residual_fwd(tri_ctx *c, void *out, const void *res, const void *x, const void *bias, size_t N,
                             size_t C) {
-    TRI_CU(residual_fwd)(st(c)->stream, out, res, x, bias, N, C);
+    TRI_CU(residual_fwd)(st(c)->stream, c->act_dtype, out, res, x, bias, N, C);
 }
 
 static void cu_bias_bwd(tri_ctx *c, float *dbias, const void *dout, size_t N, size_t C) {
     if (N == 0 || C == 0) return;
     float *part = scratch(c, TRI_CU(bias_bwd_scratch_floats)(N, C) * sizeof(float));
-    TRI_CU(bias_bwd)(st(c)->stream, dbias, part, dout, N, C);
+    TRI_CU(bias_bwd)(st(c)->stream, c->act_dtype, dbias, part, dout, N, C);
 }
 
 /* ---- embedding, cross-entropy ---- */
 
 static void cu_embedding_fwd(tri_ctx *c, void *out, const int32_t *ids, const void *wte, const void *wpe, size_t B,
                              size_t T, size_t C, size_t vstart, size_t Vl) {
-    TRI_CU(embedding_fwd)(st(c)->stream, out, ids, wte, wpe, B, T, C, vstart, Vl);
+    TRI_CU(embedding_fwd)(st(c)->stream, c->act_dtype, out, ids, wte, wpe, B, T, C, vstart, Vl);
 }
 
 static void cu_embedding_bwd(tri_ctx *c, float *dwte, float *dwpe, const void *dout, const int32_t *ids, size_t B,
                              size_t T, size_t C, size_t vstart, size_t Vl) {
     float *keys = scratch(c, TRI_CU(embedding_bwd_scratch_floats)(B, T) * sizeof(float));
-    TRI_CU(embedding_bwd)(st(c)->stream, dwte, dwpe, keys, dout, ids, B, T, C, vstart, Vl);
+    TRI_CU(embedding_bwd)(st(c)->stream, c->act_dtype, dwte, dwpe, keys, dout, ids, B, T, C, vstart, Vl);
 }
 
 static void cu_crossentropy_stats(tri_ctx *c, float *stats, const void *logits, const int32_t *targets, size_t N,
@@ -356,6 +387,7 @@ static void cu_add(tri_ctx *c, float *y, const float *x, size_t n) { TRI_CU(add)
 
 static const tri_ops CUDA_OPS = {
     .name = BACKEND_NAME,
+    /* TODO(lead): .compute_dtypes = (1u << TRI_F32) | (1u << TRI_BF16) once GEMMs, attention, CE take bf16 */
     .init = cu_init,
     .shutdown = cu_shutdown,
     .alloc = cu_alloc,
@@ -366,6 +398,7 @@ static const tri_ops CUDA_OPS = {
     .zero = cu_zero,
     .sync = cu_sync,
     .host_window = cu_host_window,
+    .cast = cu_cast,
     .matmul_fwd = cu_matmul_fwd,
     .matmul_bwd = cu_matmul_bwd,
     .layernorm_fwd = cu_layernorm_fwd,

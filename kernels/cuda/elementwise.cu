@@ -1,5 +1,7 @@
 /* Residual + bias, the bias gradient and small elementwise helpers on CUDA,
- * fp32 (bf16 later), and the fp32 <-> bf16 casts. Contracts: residual_fwd,
+ * and the fp32 <-> bf16 casts. residual_fwd's tensors and bias_bwd's dout
+ * are fp32 or bf16 (fp32 arithmetic; common.cuh's tri_cu_ld / tri_cu_st);
+ * dbias, and scale's and add's tensors, are fp32. Contracts: residual_fwd,
  * bias_bwd, scale, add in kernels/ops.h (CPU: kernels/cpu/elementwise.c);
  * the entry points in kernels/cuda/kernels.h.
  *
@@ -32,11 +34,11 @@ static unsigned ew_blocks(size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 /* out = res + x (+ bias[column]); out may alias res or x (each element is
- * read, then written, by one thread). */
-KERNEL residual_kernel(float *out, const float *res, const float *x, const float *bias, size_t n, size_t C) {
+ * read, then written, by one thread). One rounding, at the store. */
+template <typename T> KERNEL residual_kernel(T *out, const T *res, const T *x, const T *bias, size_t n, size_t C) {
     EW_LOOP(i, n) {
-        const float v = res[i] + x[i];
-        out[i] = bias != NULL ? v + bias[i % C] : v;
+        const float v = tri_cu_ld(res, i) + tri_cu_ld(x, i);
+        tri_cu_st(out, i, bias != NULL ? v + tri_cu_ld(bias, i % C) : v);
     }
 }
 
@@ -47,14 +49,14 @@ KERNEL add_kernel(float *y, const float *x, size_t n) { EW_LOOP(i, n) y[i] += x[
 /* Block (column block, row group g): the group's column sums of dout into
  * part[g * C + c]; lanes y sum rows y, y + BB_ROW_LANES, ..., then the lanes'
  * sums are added in lane order. */
-KERNEL bias_part_kernel(float *part, const float *dout, int N, int C, int rows_per_group) {
+template <typename T> KERNEL bias_part_kernel(float *part, const T *dout, int N, int C, int rows_per_group) {
     SHARED(float, sb, BB_ROW_LANES *BB_COLS);
     const int tx = threadIdx.x, ty = threadIdx.y, g = blockIdx.y;
     const int c = blockIdx.x * BB_COLS + tx;
     const int r0 = g * rows_per_group, r1 = r0 + rows_per_group < N ? r0 + rows_per_group : N;
     float a = 0.0f;
     if (c < C)
-        for (int n = r0 + ty; n < r1; n += BB_ROW_LANES) a += dout[(size_t)n * C + c];
+        for (int n = r0 + ty; n < r1; n += BB_ROW_LANES) a += tri_cu_ld(dout, (size_t)n * C + c);
     sb[ty * BB_COLS + tx] = a;
     __syncthreads();
     if (ty == 0 && c < C) {
@@ -107,19 +109,24 @@ static int bb_groups(size_t N) {
     return g < BB_MAX_GROUPS ? (int)(g > 0 ? g : 1) : (int)BB_MAX_GROUPS;
 }
 
-extern "C" void TRI_CU(residual_fwd)(void *stream, float *out, const float *res, const float *x, const float *bias,
-                                     size_t N, size_t C) {
+extern "C" void TRI_CU(residual_fwd)(void *stream, tri_dtype dt, void *out, const void *res, const void *x,
+                                     const void *bias, size_t N, size_t C) {
     if (N * C == 0) return;
-    LAUNCH(residual_kernel, ew_blocks(N * C), EW_THREADS, 0, stream, out, res, x, bias, N * C, C);
+    TRI_CU_DTYPE_SWITCH(dt, "residual_fwd", T,
+                        LAUNCH(residual_kernel<T>, ew_blocks(N * C), EW_THREADS, 0, stream, (T *)out, (const T *)res,
+                               (const T *)x, (const T *)bias, N * C, C););
 }
 
 extern "C" size_t TRI_CU(bias_bwd_scratch_floats)(size_t N, size_t C) { return (size_t)bb_groups(N) * C; }
 
-extern "C" void TRI_CU(bias_bwd)(void *stream, float *dbias, float *scratch, const float *dout, size_t N, size_t C) {
+extern "C" void TRI_CU(bias_bwd)(void *stream, tri_dtype dt, float *dbias, float *scratch, const void *dout, size_t N,
+                                 size_t C) {
     if (N == 0 || C == 0) return;
     const int G = bb_groups(N), rows_per_group = (int)((N + (size_t)G - 1) / (size_t)G);
-    LAUNCH(bias_part_kernel, dim3(tri_cu_blocks(C, BB_COLS), (unsigned)G), dim3(BB_COLS, BB_ROW_LANES), 0, stream,
-           scratch, dout, (int)N, (int)C, rows_per_group);
+    TRI_CU_DTYPE_SWITCH(dt, "bias_bwd", T,
+                        LAUNCH(bias_part_kernel<T>, dim3(tri_cu_blocks(C, BB_COLS), (unsigned)G),
+                               dim3(BB_COLS, BB_ROW_LANES), 0, stream, scratch, (const T *)dout, (int)N, (int)C,
+                               rows_per_group););
     LAUNCH(bias_final_kernel, tri_cu_blocks(C, EW_THREADS), EW_THREADS, 0, stream, dbias, scratch, (int)C, G);
 }
 

@@ -1,8 +1,16 @@
 /* The host entry points of the CUDA kernel files (the .cu files of kernels/cuda), callable
  * from C. Each launches its kernels on `stream` (a cudaStream_t; NULL is the
  * default stream) and returns without waiting; pointers are device memory.
- * The contracts are those of the op of the same name in kernels/ops.h, in
- * fp32; what differs (scratch buffers a kernel needs) is said here.
+ * The contracts are those of the op of the same name in kernels/ops.h; what
+ * differs (scratch buffers a kernel needs) is said here.
+ *
+ * Dtypes. An entry point that takes `tri_dtype dt` (after the stream) has its
+ * `void *` tensors in that dtype, TRI_F32 or TRI_BF16 (the context's compute
+ * dtype; any other aborts, naming the entry point); it computes in fp32,
+ * rounds each stored value once (to nearest even), and a `void *` output that
+ * accumulates is widened, accumulated in fp32 and rounded once, as the CPU's
+ * bf16 emulation does (kernels/ops.h). `float *` tensors are fp32 whatever dt
+ * is. Entry points without a dtype are fp32 only.
  *
  * The names are tri_cuda_<op> in the nvcc build and tri_cuemu_<op> when the
  * same sources are compiled as host C++ against the emulation layer of
@@ -27,14 +35,15 @@ extern "C" {
 
 /* ---- layernorm.cu (eps = 1e-5) ----
  * out (N, C) = (inp - mean) * rstd * w + b; mean, rstd (N)    [overwrite] */
-void TRI_CU(layernorm_fwd)(void *stream, float *out, float *mean, float *rstd, const float *inp, const float *w,
-                           const float *b, size_t N, size_t C);
+void TRI_CU(layernorm_fwd)(void *stream, tri_dtype dt, void *out, float *mean, float *rstd, const void *inp,
+                           const void *w, const void *b, size_t N, size_t C);
 /* dinp (N, C) += ..., dw (C) += ..., db (C) += ...             [all accumulate]
  * scratch: layernorm_bwd_scratch_floats(N, C) floats of device memory (the
  * per-row-group partial sums of dw and db, reduced in a fixed order: the
  * result does not depend on scheduling). */
-void TRI_CU(layernorm_bwd)(void *stream, float *dinp, float *dw, float *db, float *scratch, const float *dout,
-                           const float *inp, const float *w, const float *mean, const float *rstd, size_t N, size_t C);
+void TRI_CU(layernorm_bwd)(void *stream, tri_dtype dt, void *dinp, float *dw, float *db, float *scratch,
+                           const void *dout, const void *inp, const void *w, const float *mean, const float *rstd,
+                           size_t N, size_t C);
 size_t TRI_CU(layernorm_bwd_scratch_floats)(size_t N, size_t C);
 
 /* ---- gelu.cu (tanh approximation) ----
@@ -65,9 +74,9 @@ void TRI_CU(crossentropy_bwd)(void *stream, float *losses, float *dlogits, const
  *      dwpe may be NULL]. Deterministic: every element's additions happen in token
  *      order, as on the CPU (the same bits). scratch: embedding_bwd_scratch_floats(B, T)
  *      floats of device memory, 8-byte aligned (the sorted token keys). */
-void TRI_CU(embedding_fwd)(void *stream, float *out, const int32_t *ids, const float *wte, const float *wpe, size_t B,
-                           size_t T, size_t C, size_t vstart, size_t Vl);
-void TRI_CU(embedding_bwd)(void *stream, float *dwte, float *dwpe, float *scratch, const float *dout,
+void TRI_CU(embedding_fwd)(void *stream, tri_dtype dt, void *out, const int32_t *ids, const void *wte, const void *wpe,
+                           size_t B, size_t T, size_t C, size_t vstart, size_t Vl);
+void TRI_CU(embedding_bwd)(void *stream, tri_dtype dt, float *dwte, float *dwpe, float *scratch, const void *dout,
                            const int32_t *ids, size_t B, size_t T, size_t C, size_t vstart, size_t Vl);
 size_t TRI_CU(embedding_bwd_scratch_floats)(size_t B, size_t T);
 
@@ -126,16 +135,16 @@ void TRI_CU(sum)(void *stream, double *result, double *partial, const float *x, 
 /* ---- elementwise.cu ----
  * residual_fwd: out (N, C) = res + x + bias (C)       [overwrite; bias may be NULL;
  *                                                      out may alias res or x]
- * bias_bwd: dbias (C) += column sums of dout (N, C)   [accumulate]; scratch:
+ * bias_bwd: dbias (C, fp32) += column sums of dout (N, C)   [accumulate]; scratch:
  *   bias_bwd_scratch_floats(N, C) floats (partial sums over fixed row groups:
  *   the same bits under any schedule)
- * scale: x (n) *= s [in place];  add: y (n) += x (n) [accumulate]
+ * scale: x (n) *= s [in place];  add: y (n) += x (n) [accumulate]; fp32 only
  * cast_f32_to_bf16: out (n) = in rounded to bf16 (nearest, ties to even; the bits of
  *   kernels/half.h's tri_f32_to_bf16), stored as uint16_t   [overwrite]
  * cast_bf16_to_f32: out (n) = in, exactly                     [overwrite] */
-void TRI_CU(residual_fwd)(void *stream, float *out, const float *res, const float *x, const float *bias, size_t N,
-                          size_t C);
-void TRI_CU(bias_bwd)(void *stream, float *dbias, float *scratch, const float *dout, size_t N, size_t C);
+void TRI_CU(residual_fwd)(void *stream, tri_dtype dt, void *out, const void *res, const void *x, const void *bias,
+                          size_t N, size_t C);
+void TRI_CU(bias_bwd)(void *stream, tri_dtype dt, float *dbias, float *scratch, const void *dout, size_t N, size_t C);
 size_t TRI_CU(bias_bwd_scratch_floats)(size_t N, size_t C);
 void TRI_CU(scale)(void *stream, float *x, float s, size_t n);
 void TRI_CU(add)(void *stream, float *y, const float *x, size_t n);

@@ -1,4 +1,6 @@
-/* LayerNorm over the last dimension on CUDA, eps = 1e-5, fp32 (bf16 later).
+/* LayerNorm over the last dimension on CUDA, eps = 1e-5, fp32 or bf16
+ * storage of out, inp, w, b, dinp, dout (fp32 arithmetic; common.cuh's
+ * tri_cu_ld / tri_cu_st); mean, rstd, dw, db and the partial sums are fp32.
  * Contracts: layernorm_fwd / layernorm_bwd in kernels/ops.h, the entry
  * points in kernels/cuda/kernels.h. Same formulas as kernels/cpu/layernorm.c
  * (two-pass variance, biased, divided by C); sums run as block reductions,
@@ -7,7 +9,8 @@
  * Forward: one block per row. Backward: one block per row for dinp; dw and db
  * in two deterministic steps (no float atomics): partial column sums over
  * fixed row groups into scratch, then each column's partials summed in group
- * order and added to dw, db. */
+ * order and added to dw, db. dinp accumulates: the old value is widened,
+ * the increment added in fp32 and the sum rounded once. */
 #include "kernels/cuda/common.cuh"
 
 #define LN_EPS 1e-5f
@@ -37,23 +40,24 @@ DEVFN float block_sum(float v, float *red) {
 }
 
 /* Row blockIdx.x: out = (x - mean) * rstd * w + b; mean, rstd saved. */
-KERNEL layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                            int C) {
+template <typename T>
+KERNEL layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int C) {
     SHARED(float, red, 32);
     const size_t row = blockIdx.x;
-    const float *x = inp + row * C;
-    float *o = out + row * C;
+    const T *x = inp + row * C;
+    T *o = out + row * C;
     const float invC = 1.0f / (float)C;
     float s = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += tri_cu_ld(x, c);
     const float m = block_sum(s, red) * invC;
     float ss = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float d = x[c] - m;
+        const float d = tri_cu_ld(x, c) - m;
         ss += d * d;
     }
     const float rs = 1.0f / sqrtf(block_sum(ss, red) * invC + LN_EPS);
-    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = (x[c] - m) * rs * w[c] + b[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        tri_cu_st(o, c, (tri_cu_ld(x, c) - m) * rs * tri_cu_ld(w, c) + tri_cu_ld(b, c));
     if (threadIdx.x == 0) {
         mean[row] = m;
         rstd[row] = rs;
@@ -62,24 +66,25 @@ KERNEL layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *i
 
 /* Row blockIdx.x: dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)),
  * g = dout * w, xhat = (x - mean) * rstd. */
-KERNEL layernorm_bwd_dinp_kernel(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
-                                 const float *rstd, int C) {
+template <typename T>
+KERNEL layernorm_bwd_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *w, const float *mean, const float *rstd,
+                                 int C) {
     SHARED(float, red, 32);
     const size_t row = blockIdx.x;
-    const float *x = inp + row * C, *d = dout + row * C;
-    float *di = dinp + row * C;
+    const T *x = inp + row * C, *d = dout + row * C;
+    T *di = dinp + row * C;
     const float m = mean[row], rs = rstd[row], invC = 1.0f / (float)C;
     float sg = 0.0f, sgx = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float g = d[c] * w[c];
+        const float g = tri_cu_ld(d, c) * tri_cu_ld(w, c);
         sg += g;
-        sgx += g * ((x[c] - m) * rs);
+        sgx += g * ((tri_cu_ld(x, c) - m) * rs);
     }
     const float mg = block_sum(sg, red) * invC;
     const float mgx = block_sum(sgx, red) * invC;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float xhat = (x[c] - m) * rs;
-        di[c] += (d[c] * w[c] - mg - xhat * mgx) * rs;
+        const float xhat = (tri_cu_ld(x, c) - m) * rs;
+        tri_cu_st(di, c, tri_cu_ld(di, c) + (tri_cu_ld(d, c) * tri_cu_ld(w, c) - mg - xhat * mgx) * rs);
     }
 }
 
@@ -88,8 +93,9 @@ KERNEL layernorm_bwd_dinp_kernel(float *dinp, const float *dout, const float *in
  * part[g * C + c] (dw) and part[(G + g) * C + c] (db). Threads (LN_COLS,
  * LN_ROW_LANES): lane y sums rows y, y + LN_ROW_LANES, ... of the group; the
  * lanes' sums are then added in lane order. */
-KERNEL layernorm_bwd_part_kernel(float *part, const float *dout, const float *inp, const float *mean, const float *rstd,
-                                 int N, int C, int rows_per_group) {
+template <typename T>
+KERNEL layernorm_bwd_part_kernel(float *part, const T *dout, const T *inp, const float *mean, const float *rstd, int N,
+                                 int C, int rows_per_group) {
     SHARED(float, sw, LN_ROW_LANES *LN_COLS);
     SHARED(float, sb, LN_ROW_LANES *LN_COLS);
     const int tx = threadIdx.x, ty = threadIdx.y, g = blockIdx.y, G = gridDim.y;
@@ -98,8 +104,8 @@ KERNEL layernorm_bwd_part_kernel(float *part, const float *dout, const float *in
     float aw = 0.0f, ab = 0.0f;
     if (c < C) {
         for (int n = r0 + ty; n < r1; n += LN_ROW_LANES) {
-            const float dv = dout[(size_t)n * C + c];
-            aw += dv * ((inp[(size_t)n * C + c] - mean[n]) * rstd[n]);
+            const float dv = tri_cu_ld(dout, (size_t)n * C + c);
+            aw += dv * ((tri_cu_ld(inp, (size_t)n * C + c) - mean[n]) * rstd[n]);
             ab += dv;
         }
     }
@@ -146,21 +152,26 @@ static int bwd_groups(size_t N) {
 
 extern "C" size_t TRI_CU(layernorm_bwd_scratch_floats)(size_t N, size_t C) { return 2 * (size_t)bwd_groups(N) * C; }
 
-extern "C" void TRI_CU(layernorm_fwd)(void *stream, float *out, float *mean, float *rstd, const float *inp,
-                                      const float *w, const float *b, size_t N, size_t C) {
+extern "C" void TRI_CU(layernorm_fwd)(void *stream, tri_dtype dt, void *out, float *mean, float *rstd, const void *inp,
+                                      const void *w, const void *b, size_t N, size_t C) {
     if (N == 0 || C == 0) return;
-    LAUNCH(layernorm_fwd_kernel, (unsigned)N, row_threads(C), 0, stream, out, mean, rstd, inp, w, b, (int)C);
+    TRI_CU_DTYPE_SWITCH(dt, "layernorm_fwd", T,
+                        LAUNCH(layernorm_fwd_kernel<T>, (unsigned)N, row_threads(C), 0, stream, (T *)out, mean, rstd,
+                               (const T *)inp, (const T *)w, (const T *)b, (int)C););
 }
 
-extern "C" void TRI_CU(layernorm_bwd)(void *stream, float *dinp, float *dw, float *db, float *scratch,
-                                      const float *dout, const float *inp, const float *w, const float *mean,
+extern "C" void TRI_CU(layernorm_bwd)(void *stream, tri_dtype dt, void *dinp, float *dw, float *db, float *scratch,
+                                      const void *dout, const void *inp, const void *w, const float *mean,
                                       const float *rstd, size_t N, size_t C) {
     if (N == 0 || C == 0) return;
-    LAUNCH(layernorm_bwd_dinp_kernel, (unsigned)N, row_threads(C), 0, stream, dinp, dout, inp, w, mean, rstd, (int)C);
     const int G = bwd_groups(N);
     const int rows_per_group = (int)((N + (size_t)G - 1) / (size_t)G);
-    LAUNCH(layernorm_bwd_part_kernel, dim3(tri_cu_blocks(C, LN_COLS), (unsigned)G), dim3(LN_COLS, LN_ROW_LANES), 0,
-           stream, scratch, dout, inp, mean, rstd, (int)N, (int)C, rows_per_group);
+    TRI_CU_DTYPE_SWITCH(dt, "layernorm_bwd", T,
+                        LAUNCH(layernorm_bwd_dinp_kernel<T>, (unsigned)N, row_threads(C), 0, stream, (T *)dinp,
+                               (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, (int)C);
+                        LAUNCH(layernorm_bwd_part_kernel<T>, dim3(tri_cu_blocks(C, LN_COLS), (unsigned)G),
+                               dim3(LN_COLS, LN_ROW_LANES), 0, stream, scratch, (const T *)dout, (const T *)inp, mean,
+                               rstd, (int)N, (int)C, rows_per_group););
     LAUNCH(layernorm_bwd_final_kernel, tri_cu_blocks(C, LN_FINAL_THREADS), LN_FINAL_THREADS, 0, stream, dw, db, scratch,
            (int)C, G);
 }

@@ -132,7 +132,7 @@ static void layernorm_case(size_t N, size_t C, uint64_t seed) {
     float *out = alloc_nan(N * C), *mean = alloc_nan(N), *rstd = alloc_nan(N);
     float *rout = alloc_nan(N * C), *rmean = alloc_nan(N), *rrstd = alloc_nan(N);
     tri_cuemu_set_seed(seed);
-    tri_cuemu_layernorm_fwd(NULL, out, mean, rstd, inp, w, b, N, C);
+    tri_cuemu_layernorm_fwd(NULL, TRI_F32, out, mean, rstd, inp, w, b, N, C);
     tri_cpu_layernorm_fwd(rout, rmean, rrstd, inp, w, b, N, C);
     /* mean: scale 1 + |mean| (inputs are O(1)); rstd and out: relative to
      * themselves plus 1 */
@@ -146,7 +146,7 @@ static void layernorm_case(size_t N, size_t C, uint64_t seed) {
     float *db = alloc_fill(C, &s, -1.0f, 1.0f);
     float *rdinp = dup(dinp, N * C), *rdw = dup(dw, C), *rdb = dup(db, C);
     float *scratch = alloc_nan(tri_cuemu_layernorm_bwd_scratch_floats(N, C));
-    tri_cuemu_layernorm_bwd(NULL, dinp, dw, db, scratch, dout, inp, w, rmean, rrstd, N, C);
+    tri_cuemu_layernorm_bwd(NULL, TRI_F32, dinp, dw, db, scratch, dout, inp, w, rmean, rrstd, N, C);
     tri_cpu_layernorm_bwd(rdinp, rdw, rdb, dout, inp, w, rmean, rrstd, N, C);
     /* dinp: rstd * (|g| + |mean g| + |xhat| |mean g xhat|) + |dinp before|,
      * bounded by rstd * (1 + |xhat|) * 2 max|g| + |dinp before|; dw, db: the
@@ -181,6 +181,74 @@ Test(cuda_emu, layernorm_fwd_bwd_match_the_cpu_op) {
         for (uint64_t seed = 1; seed <= 3; seed++) layernorm_case(LN_SHAPES[k][0], LN_SHAPES[k][1], seed);
 }
 
+/* bf16 storage: out, inp, w, b, dinp and dout bf16, mean, rstd, dw and db
+ * fp32. The reference is the fp32 CPU op on the rounded inputs, its bf16
+ * outputs rounded; dinp accumulates into bf16, so its reference is
+ * round(old + the CPU's fp32 increment). The fp32 outputs (mean, rstd, dw,
+ * db) are computed from the same fp32 values on both sides: the fp32
+ * tolerances of layernorm_case; the bf16 ones add one bf16 spacing. */
+static void layernorm_case_bf16(size_t N, size_t C, uint64_t seed) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "(N %zu, C %zu, seed %llu)", N, C, (unsigned long long)seed);
+    uint64_t s = seed * 7927 + N * 37 + C;
+    float *inp = alloc_fill(N * C, &s, -2.0f, 2.0f);
+    for (size_t i = 0; i < N * C; i++) inp[i] += (float)(i / C % 3); /* rows with different means */
+    float *w = alloc_fill(C, &s, 0.5f, 1.5f), *b = alloc_fill(C, &s, -0.5f, 0.5f);
+    uint16_t *inp_h = to_bf16(inp, N * C, inp), *w_h = to_bf16(w, C, w), *b_h = to_bf16(b, C, b);
+    uint16_t *out_h = alloc_nan_bf16(N * C);
+    float *mean = alloc_nan(N), *rstd = alloc_nan(N);
+    float *rout = alloc_nan(N * C), *rmean = alloc_nan(N), *rrstd = alloc_nan(N);
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_layernorm_fwd(NULL, TRI_BF16, out_h, mean, rstd, inp_h, w_h, b_h, N, C);
+    tri_cpu_layernorm_fwd(rout, rmean, rrstd, inp, w, b, N, C);
+    expect_close("layernorm_fwd mean", mean, rmean, NULL, N, sum_tol(C), shape);
+    expect_close("layernorm_fwd rstd", rstd, rrstd, NULL, N, sum_tol(C), shape);
+    float *want_out = dup(rout, N * C);
+    round_bf16(want_out, N * C);
+    expect_close_bf16("layernorm_fwd out", out_h, want_out, NULL, N * C, sum_tol(C), shape);
+
+    /* backward from the CPU's saved statistics, into pre-filled gradients */
+    float *dout = alloc_fill(N * C, &s, -1.0f, 1.0f), *dinp = alloc_fill(N * C, &s, -1.0f, 1.0f);
+    uint16_t *dout_h = to_bf16(dout, N * C, dout), *dinp_h = to_bf16(dinp, N * C, dinp);
+    float *dw = alloc_fill(C, &s, -1.0f, 1.0f), *db = alloc_fill(C, &s, -1.0f, 1.0f);
+    float *rdinp = dup(dinp, N * C), *rdw = dup(dw, C), *rdb = dup(db, C);
+    float *scratch = alloc_nan(tri_cuemu_layernorm_bwd_scratch_floats(N, C));
+    tri_cuemu_set_seed(seed + 11);
+    tri_cuemu_layernorm_bwd(NULL, TRI_BF16, dinp_h, dw, db, scratch, dout_h, inp_h, w_h, rmean, rrstd, N, C);
+    tri_cpu_layernorm_bwd(rdinp, rdw, rdb, dout, inp, w, rmean, rrstd, N, C); /* rdinp = old + increment, fp32 */
+    /* the scales of layernorm_case */
+    double *sc_in = malloc(sizeof(double) * N * C), *sc_w = calloc(C, sizeof(double)),
+           *sc_b = calloc(C, sizeof(double));
+    double gmax = 0;
+    for (size_t i = 0; i < N * C; i++) gmax = fmax(gmax, fabs((double)dout[i] * w[i % C]));
+    for (size_t n = 0; n < N; n++)
+        for (size_t c = 0; c < C; c++) {
+            const size_t i = n * C + c;
+            const double xhat = ((double)inp[i] - rmean[n]) * rrstd[n];
+            sc_in[i] = 1.0 + fabs((double)rdinp[i]) + rrstd[n] * (1.0 + fabs(xhat)) * 2.0 * gmax;
+            sc_w[c] += fabs(dout[i] * xhat);
+            sc_b[c] += fabs((double)dout[i]);
+        }
+    for (size_t c = 0; c < C; c++) {
+        sc_w[c] += 1.0 + fabs((double)rdw[c]);
+        sc_b[c] += 1.0 + fabs((double)rdb[c]);
+    }
+    round_bf16(rdinp, N * C);
+    expect_close_bf16("layernorm_bwd dinp", dinp_h, rdinp, sc_in, N * C, sum_tol(C), shape);
+    expect_close("layernorm_bwd dw", dw, rdw, sc_w, C, sum_tol(N), shape);
+    expect_close("layernorm_bwd db", db, rdb, sc_b, C, sum_tol(N), shape);
+
+    free(sc_in), free(sc_w), free(sc_b), free(want_out);
+    free(inp), free(w), free(b), free(inp_h), free(w_h), free(b_h), free(out_h), free(mean), free(rstd), free(rout);
+    free(rmean), free(rrstd), free(dout), free(dinp), free(dout_h), free(dinp_h), free(dw), free(db), free(rdinp);
+    free(rdw), free(rdb), free(scratch);
+}
+
+Test(cuda_emu, layernorm_bf16_matches_the_cpu_op_on_rounded_values) {
+    for (size_t k = 0; k < sizeof LN_SHAPES / sizeof LN_SHAPES[0]; k++)
+        for (uint64_t seed = 1; seed <= 2; seed++) layernorm_case_bf16(LN_SHAPES[k][0], LN_SHAPES[k][1], seed);
+}
+
 /* The backward's dw and db are reduced in a fixed order (no atomics): the
  * same bits under every scheduling seed and worker count. */
 Test(cuda_emu, layernorm_bwd_weight_grads_do_not_depend_on_scheduling) {
@@ -196,7 +264,7 @@ Test(cuda_emu, layernorm_bwd_weight_grads_do_not_depend_on_scheduling) {
         float *scratch = alloc_nan(tri_cuemu_layernorm_bwd_scratch_floats(N, C));
         tri_cuemu_set_workers(run % 2 + 1);
         tri_cuemu_set_seed((uint64_t)run * 17 + 1);
-        tri_cuemu_layernorm_bwd(NULL, tmp, dw, db, scratch, dout, inp, w, mean, rstd, N, C);
+        tri_cuemu_layernorm_bwd(NULL, TRI_F32, tmp, dw, db, scratch, dout, inp, w, mean, rstd, N, C);
         if (run == 0) {
             memcpy(first, dw, sizeof dw);
             memcpy(first + C, db, sizeof db);
@@ -418,7 +486,7 @@ static void embedding_case(size_t B, size_t T, size_t C, size_t vstart, size_t V
     float *wte = alloc_fill(Vl * C, &s, -1.0f, 1.0f), *wpe = with_wpe ? alloc_fill(T * C, &s, -1.0f, 1.0f) : NULL;
     float *out = alloc_nan(rows * C), *rout = alloc_nan(rows * C);
     tri_cuemu_set_seed(seed);
-    tri_cuemu_embedding_fwd(NULL, out, ids, wte, wpe, B, T, C, vstart, Vl);
+    tri_cuemu_embedding_fwd(NULL, TRI_F32, out, ids, wte, wpe, B, T, C, vstart, Vl);
     tri_cpu_embedding_fwd(rout, ids, wte, wpe, B, T, C, vstart, Vl);
     cr_assert(memcmp(out, rout, sizeof(float) * rows * C) == 0, "embedding_fwd %s differs from the CPU op", shape);
 
@@ -432,7 +500,7 @@ static void embedding_case(size_t B, size_t T, size_t C, size_t vstart, size_t V
         float *scratch = alloc_nan(tri_cuemu_embedding_bwd_scratch_floats(B, T));
         tri_cuemu_set_workers(run % 2 + 1);
         tri_cuemu_set_seed(seed * 101 + (uint64_t)run);
-        tri_cuemu_embedding_bwd(NULL, g, gp, scratch, dout, ids, B, T, C, vstart, Vl);
+        tri_cuemu_embedding_bwd(NULL, TRI_F32, g, gp, scratch, dout, ids, B, T, C, vstart, Vl);
         cr_assert(memcmp(g, rdwte, sizeof(float) * Vl * C) == 0, "embedding_bwd dwte %s run %d differs from the CPU op",
                   shape, run);
         if (with_wpe)
@@ -459,6 +527,67 @@ Test(cuda_emu, embedding_fwd_bwd_match_the_cpu_op_bit_for_bit) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (uint64_t seed = 1; seed <= 3; seed++)
             embedding_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], cases[c][4], (int)cases[c][5], seed);
+}
+
+/* bf16 storage: wte, wpe, out and dout bf16, dwte and dwpe fp32. The forward
+ * adds at most two widened values and rounds once, as the CPU op on the
+ * rounded values followed by one rounding: the same bf16 bits. The backward
+ * adds the same widened dout values in the CPU's order into fp32: the CPU's
+ * fp32 bits, under every schedule. */
+static void embedding_case_bf16(size_t B, size_t T, size_t C, size_t vstart, size_t Vl, int with_wpe, uint64_t seed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "(B %zu, T %zu, C %zu, vstart %zu, Vl %zu, wpe %d, seed %llu)", B, T, C, vstart, Vl,
+             with_wpe, (unsigned long long)seed);
+    uint64_t s = seed * 6163 + B * 89 + T * 11 + C;
+    const size_t rows = B * T, span = vstart + Vl + 8;
+    int32_t *ids = malloc(sizeof(int32_t) * rows);
+    for (size_t r = 0; r < rows; r++) {
+        const uint64_t u = rng_next(&s);
+        ids[r] = (u & 1) ? (int32_t)(vstart + (u >> 8) % 3) : (int32_t)((u >> 8) % span) - 3;
+    }
+    float *wte = alloc_fill(Vl * C, &s, -1.0f, 1.0f), *wpe = with_wpe ? alloc_fill(T * C, &s, -1.0f, 1.0f) : NULL;
+    uint16_t *wte_h = to_bf16(wte, Vl * C, wte), *wpe_h = with_wpe ? to_bf16(wpe, T * C, wpe) : NULL;
+    uint16_t *out_h = alloc_nan_bf16(rows * C);
+    float *rout = alloc_nan(rows * C);
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_embedding_fwd(NULL, TRI_BF16, out_h, ids, wte_h, wpe_h, B, T, C, vstart, Vl);
+    tri_cpu_embedding_fwd(rout, ids, wte, wpe, B, T, C, vstart, Vl);
+    uint16_t *want_h = to_bf16(rout, rows * C, NULL);
+    cr_assert(memcmp(out_h, want_h, sizeof(uint16_t) * rows * C) == 0,
+              "bf16 embedding_fwd %s differs from the CPU op on the rounded values", shape);
+
+    float *dout = alloc_fill(rows * C, &s, -1.0f, 1.0f);
+    uint16_t *dout_h = to_bf16(dout, rows * C, dout);
+    float *dwte = alloc_fill(Vl * C, &s, -1.0f, 1.0f), *dwpe = with_wpe ? alloc_fill(T * C, &s, -1.0f, 1.0f) : NULL;
+    float *rdwte = dup(dwte, Vl * C), *rdwpe = with_wpe ? dup(dwpe, T * C) : NULL;
+    tri_cpu_embedding_bwd(rdwte, rdwpe, dout, ids, B, T, C, vstart, Vl);
+    for (int run = 0; run < 3; run++) {
+        float *g = dup(dwte, Vl * C), *gp = with_wpe ? dup(dwpe, T * C) : NULL;
+        float *scratch = alloc_nan(tri_cuemu_embedding_bwd_scratch_floats(B, T));
+        tri_cuemu_set_workers(run % 2 + 1);
+        tri_cuemu_set_seed(seed * 103 + (uint64_t)run);
+        tri_cuemu_embedding_bwd(NULL, TRI_BF16, g, gp, scratch, dout_h, ids, B, T, C, vstart, Vl);
+        cr_assert(memcmp(g, rdwte, sizeof(float) * Vl * C) == 0,
+                  "bf16 embedding_bwd dwte %s run %d differs from the CPU op", shape, run);
+        if (with_wpe)
+            cr_assert(memcmp(gp, rdwpe, sizeof(float) * T * C) == 0,
+                      "bf16 embedding_bwd dwpe %s run %d differs from the CPU op", shape, run);
+        free(g), free(gp), free(scratch);
+    }
+    tri_cuemu_set_workers(2);
+    free(ids), free(wte), free(wpe), free(wte_h), free(wpe_h), free(out_h), free(rout), free(want_h), free(dout);
+    free(dout_h), free(dwte), free(dwpe), free(rdwte), free(rdwpe);
+}
+
+Test(cuda_emu, embedding_bf16_matches_the_cpu_op_bit_for_bit_on_rounded_values) {
+    /* the shapes of the fp32 test */
+    const size_t cases[][6] = {{1, 1, 1, 0, 5, 1},    {2, 37, 33, 0, 30, 1},     {3, 50, 45, 40, 30, 0},
+                               {4, 100, 7, 5, 64, 1}, {2, 19, 300, 1000, 17, 1}, {5, 9, 31, 7, 1, 0},
+                               {2, 11, 40, 3, 0, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 2; seed++)
+            embedding_case_bf16(cases[c][0], cases[c][1], cases[c][2], cases[c][3], cases[c][4], (int)cases[c][5],
+                                seed);
 }
 
 /* ---- causal attention (flash-style on CUDA) ---- */
@@ -697,12 +826,12 @@ static void elementwise_case(size_t N, size_t C, uint64_t seed) {
         const float *bb = with_bias ? bias : NULL;
         float *out = alloc_nan(n), *rout = alloc_nan(n);
         tri_cuemu_set_seed(seed);
-        tri_cuemu_residual_fwd(NULL, out, res, x, bb, N, C);
+        tri_cuemu_residual_fwd(NULL, TRI_F32, out, res, x, bb, N, C);
         tri_cpu_residual_fwd(rout, res, x, bb, N, C);
         cr_assert(memcmp(out, rout, sizeof(float) * n) == 0, "residual_fwd %s bias %d differs", shape, with_bias);
         float *a = dup(res, n), *b = dup(x, n); /* out aliasing res, then x */
-        tri_cuemu_residual_fwd(NULL, a, a, x, bb, N, C);
-        tri_cuemu_residual_fwd(NULL, b, res, b, bb, N, C);
+        tri_cuemu_residual_fwd(NULL, TRI_F32, a, a, x, bb, N, C);
+        tri_cuemu_residual_fwd(NULL, TRI_F32, b, res, b, bb, N, C);
         cr_assert(memcmp(a, rout, sizeof(float) * n) == 0 && memcmp(b, rout, sizeof(float) * n) == 0,
                   "residual_fwd in place %s bias %d differs", shape, with_bias);
         free(out), free(rout), free(a), free(b);
@@ -718,7 +847,7 @@ static void elementwise_case(size_t N, size_t C, uint64_t seed) {
         float *g = dup(db, C), *scratch = alloc_nan(tri_cuemu_bias_bwd_scratch_floats(N, C));
         tri_cuemu_set_workers(run % 2 + 1);
         tri_cuemu_set_seed(seed * 13 + (uint64_t)run);
-        tri_cuemu_bias_bwd(NULL, g, scratch, x, N, C);
+        tri_cuemu_bias_bwd(NULL, TRI_F32, g, scratch, x, N, C);
         expect_close("bias_bwd", g, rdb, sc, C, sum_tol(N), shape);
         if (run == 0)
             first = dup(g, C);
@@ -742,6 +871,65 @@ Test(cuda_emu, residual_bias_scale_add_match_the_cpu_ops) {
     const size_t shapes[][2] = {{1, 1}, {3, 5}, {7, 33}, {100, 31}, {17, 300}, {1100, 257}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
         for (uint64_t seed = 1; seed <= 2; seed++) elementwise_case(shapes[k][0], shapes[k][1], seed);
+}
+
+/* bf16 storage: residual_fwd's out, res, x and bias bf16; bias_bwd's dout
+ * bf16 and dbias fp32. residual_fwd rounds once the fp32 value the CPU op
+ * computes on the rounded inputs (same order: (res + x) + bias), so the
+ * fp32 tolerance is 0 and the bf16 bits must be those of that value rounded
+ * (out of place and aliasing res or x). bias_bwd sums the same widened
+ * values as the CPU op on the rounded dout: the fp32 tolerance of
+ * elementwise_case, and the same bits under every schedule. */
+static void elementwise_case_bf16(size_t N, size_t C, uint64_t seed) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "(N %zu, C %zu, seed %llu)", N, C, (unsigned long long)seed);
+    uint64_t s = seed * 1299721 + N * 5 + C;
+    const size_t n = N * C;
+    float *res = alloc_fill(n, &s, -2.0f, 2.0f), *x = alloc_fill(n, &s, -2.0f, 2.0f), *bias = alloc_fill(C, &s, -1, 1);
+    uint16_t *res_h = to_bf16(res, n, res), *x_h = to_bf16(x, n, x), *bias_h = to_bf16(bias, C, bias);
+    for (int with_bias = 0; with_bias <= 1; with_bias++) {
+        float *rout = alloc_nan(n);
+        uint16_t *out_h = alloc_nan_bf16(n);
+        tri_cuemu_set_seed(seed);
+        tri_cuemu_residual_fwd(NULL, TRI_BF16, out_h, res_h, x_h, with_bias ? bias_h : NULL, N, C);
+        tri_cpu_residual_fwd(rout, res, x, with_bias ? bias : NULL, N, C);
+        uint16_t *want_h = to_bf16(rout, n, NULL);
+        cr_assert(memcmp(out_h, want_h, sizeof(uint16_t) * n) == 0, "bf16 residual_fwd %s bias %d differs", shape,
+                  with_bias);
+        uint16_t *a = to_bf16(res, n, NULL), *b = to_bf16(x, n, NULL); /* out aliasing res, then x */
+        tri_cuemu_residual_fwd(NULL, TRI_BF16, a, a, x_h, with_bias ? bias_h : NULL, N, C);
+        tri_cuemu_residual_fwd(NULL, TRI_BF16, b, res_h, b, with_bias ? bias_h : NULL, N, C);
+        cr_assert(memcmp(a, want_h, sizeof(uint16_t) * n) == 0 && memcmp(b, want_h, sizeof(uint16_t) * n) == 0,
+                  "bf16 residual_fwd in place %s bias %d differs", shape, with_bias);
+        free(rout), free(out_h), free(want_h), free(a), free(b);
+    }
+    float *db = alloc_fill(C, &s, -1.0f, 1.0f), *rdb = dup(db, C), *first = NULL;
+    tri_cpu_bias_bwd(rdb, x, N, C);
+    double *sc = malloc(sizeof(double) * C);
+    for (size_t c = 0; c < C; c++) {
+        sc[c] = 1.0 + fabs((double)db[c]);
+        for (size_t r = 0; r < N; r++) sc[c] += fabs((double)x[r * C + c]);
+    }
+    for (int run = 0; run < 3; run++) {
+        float *g = dup(db, C), *scratch = alloc_nan(tri_cuemu_bias_bwd_scratch_floats(N, C));
+        tri_cuemu_set_workers(run % 2 + 1);
+        tri_cuemu_set_seed(seed * 17 + (uint64_t)run);
+        tri_cuemu_bias_bwd(NULL, TRI_BF16, g, scratch, x_h, N, C);
+        expect_close("bf16 bias_bwd", g, rdb, sc, C, sum_tol(N), shape);
+        if (run == 0)
+            first = dup(g, C);
+        else
+            cr_assert(memcmp(first, g, sizeof(float) * C) == 0, "bf16 bias_bwd %s run %d: other bits", shape, run);
+        free(g), free(scratch);
+    }
+    tri_cuemu_set_workers(2);
+    free(res), free(x), free(bias), free(res_h), free(x_h), free(bias_h), free(db), free(rdb), free(first), free(sc);
+}
+
+Test(cuda_emu, residual_bias_bwd_bf16_match_the_cpu_ops_on_rounded_values) {
+    const size_t shapes[][2] = {{1, 1}, {3, 5}, {7, 33}, {100, 31}, {17, 300}, {1100, 257}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (uint64_t seed = 1; seed <= 2; seed++) elementwise_case_bf16(shapes[k][0], shapes[k][1], seed);
 }
 
 /* ---- fp32 <-> bf16 casts, bit for bit against kernels/half.h ---- */

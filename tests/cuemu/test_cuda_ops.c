@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/half.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/optim.h"
@@ -205,6 +206,114 @@ Test(cuda_ops, a_failed_cuda_call_names_file_line_call_and_rank) {
     free(msg);
 }
 
+/* ---- cast, dtypes ---- */
+
+/* The cast op against the CPU's (kernels/cpu/precision.c, the bits of
+ * kernels/half.h), bit for bit: fp32 -> bf16 on every bf16 value, each tie
+ * above it and one ulp either side of the tie, and random fp32 patterns (NaN
+ * payloads, infinities, subnormals); bf16 -> fp32 on every bf16 value; fp32
+ * -> fp32 and bf16 -> bf16 as copies. n (267144) is not a multiple of the
+ * block and exceeds one grid: the grid-stride loop runs twice. The device
+ * destinations start poisoned; a cast in place and an empty one change
+ * nothing. */
+Test(cuda_ops, cast_matches_the_cpu_cast_bit_for_bit) {
+    const size_t nb = 65536, nr = 5000, n = 4 * nb + nr;
+    uint32_t *bits = malloc(sizeof(uint32_t) * n);
+    uint64_t s = 31;
+    for (size_t h = 0; h < nb; h++) {
+        bits[4 * h] = (uint32_t)h << 16;
+        bits[4 * h + 1] = ((uint32_t)h << 16) | 0x8000u;
+        bits[4 * h + 2] = ((uint32_t)h << 16) | 0x7fffu;
+        bits[4 * h + 3] = ((uint32_t)h << 16) | 0x8001u;
+    }
+    for (size_t i = 4 * nb; i < n; i++) bits[i] = (uint32_t)rng(&s);
+    uint16_t *half = malloc(sizeof(uint16_t) * n), *poison16 = malloc(sizeof(uint16_t) * n);
+    for (size_t i = 0; i < n; i++) half[i] = (uint16_t)(i < nb ? i : rng(&s)), poison16[i] = 0xa5a5;
+    uint32_t *poison32 = malloc(sizeof(uint32_t) * n);
+    for (size_t i = 0; i < n; i++) poison32[i] = 0xa5a5a5a5u;
+    void *d32 = dev(bits, n * 4), *d16 = dev(half, n * 2);
+    uint16_t *got16 = malloc(sizeof(uint16_t) * n), *want16 = malloc(sizeof(uint16_t) * n);
+    uint32_t *got32 = malloc(sizeof(uint32_t) * n), *want32 = malloc(sizeof(uint32_t) * n);
+
+    void *o16 = dev(poison16, n * 2), *o32 = dev(poison32, n * 4);
+    E.ops->cast(&E, o16, TRI_BF16, d32, TRI_F32, n);
+    P.ops->cast(&P, want16, TRI_BF16, bits, TRI_F32, n);
+    E.ops->to_host(&E, got16, o16, n * 2);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(got16[i], want16[i], "fp32 0x%08x -> bf16: 0x%04x on cuda-emu, 0x%04x on the CPU", bits[i],
+                     got16[i], want16[i]);
+
+    E.ops->cast(&E, o32, TRI_F32, d16, TRI_BF16, n);
+    P.ops->cast(&P, want32, TRI_F32, half, TRI_BF16, n);
+    E.ops->to_host(&E, got32, o32, n * 4);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(got32[i], want32[i], "bf16 0x%04x -> fp32: 0x%08x on cuda-emu, 0x%08x on the CPU", half[i],
+                     got32[i], want32[i]);
+
+    /* the same dtype: copies (NaN payloads kept) */
+    E.ops->to_device(&E, o32, poison32, n * 4);
+    E.ops->to_device(&E, o16, poison16, n * 2);
+    E.ops->cast(&E, o32, TRI_F32, d32, TRI_F32, n);
+    E.ops->cast(&E, o16, TRI_BF16, d16, TRI_BF16, n);
+    P.ops->cast(&P, want32, TRI_F32, bits, TRI_F32, n);
+    P.ops->cast(&P, want16, TRI_BF16, half, TRI_BF16, n);
+    E.ops->to_host(&E, got32, o32, n * 4);
+    E.ops->to_host(&E, got16, o16, n * 2);
+    cr_assert(memcmp(got32, want32, n * 4) == 0, "fp32 -> fp32 differs from the CPU's cast");
+    cr_assert(memcmp(got16, want16, n * 2) == 0, "bf16 -> bf16 differs from the CPU's cast");
+
+    /* in place with the same dtype, and n = 0: nothing changes */
+    E.ops->cast(&E, d32, TRI_F32, d32, TRI_F32, n);
+    E.ops->cast(&E, o16, TRI_BF16, d32, TRI_F32, 0);
+    E.ops->cast(&E, o32, TRI_F32, d16, TRI_BF16, 0);
+    E.ops->to_host(&E, got32, d32, n * 4);
+    E.ops->to_host(&E, got16, o16, n * 2);
+    cr_assert(memcmp(got32, bits, n * 4) == 0, "an fp32 cast in place changed the tensor");
+    cr_assert(memcmp(got16, half, n * 2) == 0, "an empty cast wrote");
+    E.ops->to_host(&E, got32, o32, n * 4);
+    cr_assert(memcmp(got32, bits, n * 4) == 0, "an empty cast wrote");
+
+    dfree(d32, n * 4), dfree(d16, n * 2), dfree(o16, n * 2), dfree(o32, n * 4);
+    free(bits), free(half), free(poison16), free(poison32), free(got16), free(want16), free(got32), free(want32);
+}
+
+/* fp16 is not a dtype of this backend: set_precision refuses it with a
+ * message naming the backend, the dtype and what it computes in; a cast
+ * from or to it, and a kernel given it, are programming errors that abort
+ * naming the dtypes, or the entry point. */
+static void set_fp16_child(void) {
+    const int rc = tri_ctx_set_precision(&E, TRI_F16);
+    _exit(rc == -1 && E.act_dtype == TRI_F32 && E.param_dtype == TRI_F32 ? 0 : 3);
+}
+
+static void cast_fp16_child(void) {
+    void *a = E.ops->alloc(&E, 64), *b = E.ops->alloc(&E, 64);
+    E.ops->cast(&E, a, TRI_F16, b, TRI_F32, 4);
+}
+
+static void kernel_fp16_child(void) {
+    /* embedding_bwd without dwpe and without local rows launches nothing */
+    void *scratch = E.ops->alloc(&E, 64), *dout = E.ops->alloc(&E, 64), *ids = E.ops->alloc(&E, 64);
+    tri_cuemu_embedding_bwd(E.stream, TRI_F16, NULL, NULL, scratch, dout, ids, 1, 2, 1, 0, 0);
+}
+
+Test(cuda_ops, fp16_is_refused_by_set_precision_and_aborts_a_cast_or_a_kernel) {
+    int status;
+    char *msg = run_child(set_fp16_child, &status);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "set_precision(fp16): status %d, stderr: %s", status, msg);
+    cr_assert(strstr(msg, "trident: the cuda-emu backend does not compute in fp16 (it computes in fp32"), "message: %s",
+              msg);
+    free(msg);
+    msg = run_child(cast_fp16_child, &status);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "cast to fp16: status %d, stderr: %s", status, msg);
+    cr_assert(strstr(msg, "cast from fp32 to fp16") && strstr(msg, "only between fp32 and bf16"), "message: %s", msg);
+    free(msg);
+    msg = run_child(kernel_fp16_child, &status);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "kernel: status %d, stderr: %s", status, msg);
+    cr_assert(strstr(msg, "CUDA kernel embedding_bwd") && strstr(msg, "is neither fp32 nor bf16"), "message: %s", msg);
+    free(msg);
+}
+
 /* ---- linear layer, through the plan cache ---- */
 
 static void matmul_case(size_t N, size_t C, size_t OC, uint64_t seed) {
@@ -381,6 +490,122 @@ Test(cuda_ops, gelu_residual_bias_scale_add_match_the_cpu) {
     dfree(d_x, 0), dfree(d_r, 0), dfree(d_g, 0), dfree(d_b, 0), dfree(d_out, 0), dfree(d_gi, 0), dfree(d_db, 0),
         dfree(d_y, 0);
     free(x), free(r), free(g), free(b), free(out), free(gi), free(db), free(y);
+}
+
+/* ---- bf16 compute dtype through the table ---- */
+
+/* n floats rounded to bf16, on the host (for the CPU ops) and on the device. */
+static uint16_t *h16(const float *x, size_t n) {
+    uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) h[i] = tri_f32_to_bf16(x[i]);
+    return h;
+}
+
+static void *dev16(const uint16_t *h, size_t n) { return dev(h, n * sizeof(uint16_t)); }
+
+/* The device bf16 tensor d against the CPU's bf16 h: the tolerance of check
+ * plus one bf16 spacing (2^-7 |cpu|), the two roundings of values that
+ * differ by the fp32 tolerance. */
+static void check16(const char *what, const void *d, const uint16_t *h, size_t n) {
+    uint16_t *got = malloc((n ? n : 1) * sizeof(uint16_t));
+    E.ops->to_host(&E, got, d, n * sizeof(uint16_t));
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)tri_bf16_to_f32(h[i])));
+    for (size_t i = 0; i < n; i++) {
+        const double g = tri_bf16_to_f32(got[i]), w = tri_bf16_to_f32(h[i]);
+        if (!(fabs(g - w) <= TOL * (1.0 + mx) + fabs(w) / 128.0))
+            cr_assert_fail("%s (bf16): element %zu of %zu is %.9g on cuda-emu, %.9g on the CPU", what, i, n, g, w);
+    }
+    free(got);
+}
+
+/* The ops whose kernels take bf16 (LayerNorm, GELU, residual, bias gradient,
+ * embedding) with a bf16 compute dtype, against the CPU's bf16 emulation on
+ * the same bf16 inputs: the dtype reaches every kernel, = and += hold
+ * (dinp accumulates into bf16; dw, db, dbias, dwte, dwpe stay fp32). E's
+ * dtypes are set by hand: compute_dtypes admits bf16 only once every op of
+ * the table takes it. */
+Test(cuda_ops, bf16_layernorm_gelu_residual_bias_embedding_follow_the_cpu) {
+    E.act_dtype = E.param_dtype = TRI_BF16;
+    cr_assert_eq(tri_ctx_set_precision(&P, TRI_BF16), 0);
+    const size_t N = 37, C = 29, n = N * C;
+    uint64_t s = 60;
+    float *f = hrand(n, &s, -2, 2);
+    uint16_t *inp = h16(f, n), *nan16 = malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) nan16[i] = 0x7fc0;
+    free(f), f = hrand(C, &s, 0.5f, 1.5f);
+    uint16_t *w = h16(f, C);
+    free(f), f = hrand(C, &s, -1, 1);
+    uint16_t *b = h16(f, C);
+    free(f), f = hrand(n, &s, -1, 1);
+    uint16_t *dout = h16(f, n);
+    free(f), f = hrand(n, &s, -1, 1);
+    uint16_t *dinp = h16(f, n);
+    free(f);
+    void *d_inp = dev16(inp, n), *d_w = dev16(w, C), *d_b = dev16(b, C), *d_dout = dev16(dout, n);
+
+    /* LayerNorm */
+    uint16_t *out = malloc(n * sizeof(uint16_t));
+    float *mean = hnan(N), *rstd = hnan(N), *dw = hrand(C, &s, -1, 1), *db = hrand(C, &s, -1, 1);
+    void *d_out = dev16(nan16, n), *d_dinp = dev16(dinp, n);
+    float *d_mean = dev(mean, N * 4), *d_rstd = dev(rstd, N * 4), *d_dw = dev(dw, C * 4), *d_db = dev(db, C * 4);
+    E.ops->layernorm_fwd(&E, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    P.ops->layernorm_fwd(&P, out, mean, rstd, inp, w, b, N, C);
+    check16("layernorm_fwd out", d_out, out, n);
+    check("layernorm_fwd mean", d_mean, mean, N);
+    check("layernorm_fwd rstd", d_rstd, rstd, N);
+    E.ops->layernorm_bwd(&E, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    P.ops->layernorm_bwd(&P, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    check16("layernorm_bwd dinp", d_dinp, dinp, n);
+    check("layernorm_bwd dw", d_dw, dw, C);
+    check("layernorm_bwd db", d_db, db, C);
+
+    /* GELU, the backward in place */
+    void *d_g = dev16(nan16, n), *d_gi = dev16(dout, n);
+    uint16_t *g = malloc(n * sizeof(uint16_t)), *gi = malloc(n * sizeof(uint16_t));
+    memcpy(gi, dout, n * sizeof(uint16_t));
+    E.ops->gelu_fwd(&E, d_g, d_inp, n);
+    P.ops->gelu_fwd(&P, g, inp, n);
+    check16("gelu_fwd", d_g, g, n);
+    E.ops->gelu_bwd(&E, d_gi, d_inp, d_gi, n);
+    P.ops->gelu_bwd(&P, gi, inp, gi, n);
+    check16("gelu_bwd in place", d_gi, gi, n);
+
+    /* residual with a bias, out aliasing res; the bias gradient into fp32 */
+    void *d_r = dev16(dinp, n);
+    uint16_t *r = malloc(n * sizeof(uint16_t));
+    memcpy(r, dinp, n * sizeof(uint16_t));
+    E.ops->residual_fwd(&E, d_r, d_r, d_inp, d_b, N, C);
+    P.ops->residual_fwd(&P, r, r, inp, b, N, C);
+    check16("residual_fwd", d_r, r, n);
+    float *dbias = hrand(C, &s, -1, 1), *d_dbias = dev(dbias, C * 4);
+    E.ops->bias_bwd(&E, d_dbias, d_dout, N, C);
+    P.ops->bias_bwd(&P, dbias, dout, N, C);
+    check("bias_bwd", d_dbias, dbias, C);
+
+    /* embedding: B = 1, T = N rows of C, the vocabulary slice [3, 3 + Vl) */
+    const size_t Vl = 11, vstart = 3;
+    int32_t ids[37];
+    for (size_t i = 0; i < N; i++) ids[i] = (int32_t)(rng(&s) % 20);
+    int32_t *d_ids = dev(ids, sizeof ids);
+    /* wte: the first Vl rows of inp, wpe: the rows of dout */
+    uint16_t *eo = malloc(n * sizeof(uint16_t));
+    void *d_eo = dev16(nan16, n);
+    E.ops->embedding_fwd(&E, d_eo, d_ids, d_inp, d_dout, 1, N, C, vstart, Vl);
+    P.ops->embedding_fwd(&P, eo, ids, inp, dout, 1, N, C, vstart, Vl);
+    check16("embedding_fwd", d_eo, eo, n);
+    float *dwte = hrand(Vl * C, &s, -1, 1), *dwpe = hrand(n, &s, -1, 1);
+    float *d_dwte = dev(dwte, Vl * C * 4), *d_dwpe = dev(dwpe, n * 4);
+    E.ops->embedding_bwd(&E, d_dwte, d_dwpe, d_dinp, d_ids, 1, N, C, vstart, Vl);
+    P.ops->embedding_bwd(&P, dwte, dwpe, dinp, ids, 1, N, C, vstart, Vl);
+    check("embedding_bwd dwte", d_dwte, dwte, Vl * C);
+    check("embedding_bwd dwpe", d_dwpe, dwpe, n);
+
+    dfree(d_inp, 0), dfree(d_w, 0), dfree(d_b, 0), dfree(d_dout, 0), dfree(d_out, 0), dfree(d_dinp, 0);
+    dfree(d_mean, 0), dfree(d_rstd, 0), dfree(d_dw, 0), dfree(d_db, 0), dfree(d_g, 0), dfree(d_gi, 0);
+    dfree(d_r, 0), dfree(d_dbias, 0), dfree(d_ids, 0), dfree(d_eo, 0), dfree(d_dwte, 0), dfree(d_dwpe, 0);
+    free(inp), free(nan16), free(w), free(b), free(dout), free(dinp), free(out), free(mean), free(rstd), free(dw);
+    free(db), free(g), free(gi), free(r), free(dbias), free(eo), free(dwte), free(dwpe);
 }
 
 /* ---- attention ---- */
