@@ -171,10 +171,10 @@ static void cu_matmul_fwd(tri_ctx *c, void *out, const void *inp, const void *we
                           size_t C, size_t OC) {
     tri_gemm_call g;
     int fill = 0;
-    if (tri_gemm_plan_fwd(&g, &fill, out, inp, weight, bias, N, C, OC) == 0) {
+    if (tri_gemm_plan_fwd(&g, &fill, c->act_dtype, out, inp, weight, bias, N, C, OC) == 0) {
         TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g);
     } else if (fill) { /* C = 0: out = bias broadcast, or 0 */
-        cu_zero(c, out, N * OC * sizeof(float));
+        cu_zero(c, out, N * OC * tri_dtype_size(c->act_dtype));
         if (bias) TRI_CU(residual_fwd)(st(c)->stream, out, out, out, bias, N, OC);
     }
 }
@@ -189,12 +189,12 @@ static void cu_matmul_bwd(tri_ctx *c, void *dinp, float *dweight, float *dbias, 
     }
     tri_gemm_call g;
     int fill = 0;
-    if (tri_gemm_plan_dinp(&g, &fill, dinp, dout, weight, N, C, OC) == 0)
+    if (tri_gemm_plan_dinp(&g, &fill, c->act_dtype, dinp, dout, weight, N, C, OC) == 0)
         TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
     else if (fill)
-        cu_zero(c, dinp, N * C * sizeof(float));
+        cu_zero(c, dinp, N * C * tri_dtype_size(c->act_dtype));
     float *bgrad = route == TRI_DBIAS_ROUTE_EPILOGUE ? scratch(c, OC * sizeof(float)) : NULL;
-    if (tri_gemm_plan_dweight(&g, dweight, bgrad, dout, inp, N, C, OC) == 0) {
+    if (tri_gemm_plan_dweight(&g, c->act_dtype, dweight, bgrad, dout, inp, N, C, OC) == 0) {
         TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
         if (bgrad) TRI_CU(add)(s->stream, dbias, bgrad, OC); /* the epilogue overwrites; dbias accumulates */
     }
@@ -214,12 +214,12 @@ static void cu_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, const
 }
 
 static void cu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS) {
-    TRI_CU(attention_fwd)(st(c)->stream, out, state, qkv, B, T, NH, HS);
+    TRI_CU(attention_fwd)(st(c)->stream, c->act_dtype, out, state, qkv, B, T, NH, HS);
 }
 
 static void cu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch_buf, const void *dout, const void *qkv,
                              const void *out, const float *state, size_t B, size_t T, int NH, int HS) {
-    TRI_CU(attention_bwd)(st(c)->stream, dqkv, scratch_buf, dout, qkv, out, state, B, T, NH, HS);
+    TRI_CU(attention_bwd)(st(c)->stream, c->act_dtype, dqkv, scratch_buf, dout, qkv, out, state, B, T, NH, HS);
 }
 
 static void cu_gelu_fwd(tri_ctx *c, void *out, const void *inp, size_t N) {
@@ -256,7 +256,7 @@ static void cu_embedding_bwd(tri_ctx *c, float *dwte, float *dwpe, const void *d
 
 static void cu_crossentropy_stats(tri_ctx *c, float *stats, const void *logits, const int32_t *targets, size_t N,
                                   size_t Vl, size_t vstart, size_t V) {
-    TRI_CU(crossentropy_stats)(st(c)->stream, stats, logits, targets, N, Vl, vstart, V);
+    TRI_CU(crossentropy_stats)(st(c)->stream, c->act_dtype, stats, logits, targets, N, Vl, vstart, V);
 }
 
 static void cu_crossentropy_combine(tri_ctx *c, float *stats, const float *gather, size_t N, int R) {
@@ -265,7 +265,8 @@ static void cu_crossentropy_combine(tri_ctx *c, float *stats, const float *gathe
 
 static void cu_crossentropy_bwd(tri_ctx *c, float *losses, void *dlogits, const void *logits, const float *stats,
                                 const int32_t *targets, float dscale, size_t N, size_t Vl, size_t vstart, size_t V) {
-    TRI_CU(crossentropy_bwd)(st(c)->stream, losses, dlogits, logits, stats, targets, dscale, N, Vl, vstart, V);
+    TRI_CU(crossentropy_bwd)
+    (st(c)->stream, c->act_dtype, losses, dlogits, logits, stats, targets, dscale, N, Vl, vstart, V);
 }
 
 /* ---- AdamW, reductions ---- */

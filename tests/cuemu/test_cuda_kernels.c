@@ -330,7 +330,7 @@ static void crossentropy_case(size_t N, size_t V, size_t Vl, size_t R, uint64_t 
         for (size_t n = 0; n < N; n++)
             for (size_t j = 0; j < Vl; j++) slice[k][n * Vl + j] = k * Vl + j < V ? full[n * V + k * Vl + j] : pad;
         tri_cuemu_set_seed(seed + k);
-        tri_cuemu_crossentropy_stats(NULL, gather + k * N * 3, slice[k], targets, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_stats(NULL, TRI_F32, gather + k * N * 3, slice[k], targets, N, Vl, k * Vl, V);
         tri_cpu_crossentropy_stats(rgather + k * N * 3, slice[k], targets, N, Vl, k * Vl, V);
     }
     /* max and target logit: copies of one logit, exact; the sum of
@@ -366,7 +366,7 @@ static void crossentropy_case(size_t N, size_t V, size_t Vl, size_t R, uint64_t 
     for (size_t k = 0; k < R; k++) {
         float *d = alloc_nan(N * Vl), *rd = alloc_nan(N * Vl);
         tri_cuemu_set_seed(seed * 3 + k);
-        tri_cuemu_crossentropy_bwd(NULL, losses, d, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_bwd(NULL, TRI_F32, losses, d, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
         tri_cpu_crossentropy_bwd(rlosses, rd, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
         expect_close("crossentropy_bwd losses", losses, rlosses, lsc, N, 8 * FLT_EPSILON, shape);
         for (size_t n = 0; n < N; n++)
@@ -375,9 +375,9 @@ static void crossentropy_case(size_t N, size_t V, size_t Vl, size_t R, uint64_t 
         expect_close("crossentropy_bwd dlogits", d, rd, dsc, N * Vl, FLT_EPSILON, shape);
         /* in place (dlogits = logits) gives the same bits; each output alone too */
         float *inplace = dup(slice[k], N * Vl), *only_d = alloc_nan(N * Vl), *only_l = alloc_nan(N);
-        tri_cuemu_crossentropy_bwd(NULL, NULL, inplace, inplace, rcomb, targets, dscale, N, Vl, k * Vl, V);
-        tri_cuemu_crossentropy_bwd(NULL, NULL, only_d, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
-        tri_cuemu_crossentropy_bwd(NULL, only_l, NULL, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_bwd(NULL, TRI_F32, NULL, inplace, inplace, rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_bwd(NULL, TRI_F32, NULL, only_d, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_bwd(NULL, TRI_F32, only_l, NULL, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
         cr_expect(memcmp(inplace, d, sizeof(float) * N * Vl) == 0, "in place differs %s slice %zu", shape, k);
         cr_expect(memcmp(only_d, d, sizeof(float) * N * Vl) == 0, "dlogits alone differs %s slice %zu", shape, k);
         cr_expect(memcmp(only_l, losses, sizeof(float) * N) == 0, "losses alone differ %s slice %zu", shape, k);
@@ -483,14 +483,14 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     float *out = alloc_nan(BT * C), *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, HS));
     float *rout = alloc_nan(BT * C), *att = alloc_nan(B * (size_t)NH * T * T);
     tri_cuemu_set_seed(seed);
-    tri_cuemu_attention_fwd(NULL, out, lse, qkv, B, T, NH, HS);
+    tri_cuemu_attention_fwd(NULL, TRI_F32, out, lse, qkv, B, T, NH, HS);
     tri_cpu_attention_fwd(rout, att, qkv, B, T, NH, HS);
 
     float *dqkv = alloc_nan(BT * C3), *rdqkv = alloc_nan(BT * C3);
     float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
     float *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
     tri_cuemu_set_seed(seed + 7);
-    tri_cuemu_attention_bwd(NULL, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_F32, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
     tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, att, B, T, NH, HS);
 
     /* magnitudes, in double */
@@ -550,8 +550,8 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     float *again = alloc_nan(BT * C3), *out2 = alloc_nan(BT * C);
     tri_cuemu_set_seed(seed * 977 + 3);
     tri_cuemu_set_workers(1);
-    tri_cuemu_attention_fwd(NULL, out2, lse, qkv, B, T, NH, HS);
-    tri_cuemu_attention_bwd(NULL, again, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    tri_cuemu_attention_fwd(NULL, TRI_F32, out2, lse, qkv, B, T, NH, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_F32, again, scratch, dout, qkv, out, lse, B, T, NH, HS);
     tri_cuemu_set_workers(2);
     cr_expect(memcmp(out2, out, sizeof(float) * BT * C) == 0, "attention_fwd %s: other bits under another seed", shape);
     cr_expect(memcmp(again, dqkv, sizeof(float) * BT * C3) == 0, "attention_bwd %s: other bits under another seed",

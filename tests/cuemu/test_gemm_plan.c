@@ -73,7 +73,7 @@ Test(gemm_plan, fwd_dinp_dweight_plans_compute_the_ops_row_major_formulas) {
         tri_gemm_call g;
         int fill = -1;
         for (int with_bias = 0; with_bias < 2; with_bias++) {
-            cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, out, inp, w, with_bias ? b : NULL, N, C, OC), 0);
+            cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_F32, out, inp, w, with_bias ? b : NULL, N, C, OC), 0);
             cr_assert_eq(fill, 0);
             cr_assert_eq(g.d.epilogue, with_bias ? TRI_GEMM_EPI_BIAS : TRI_GEMM_EPI_NONE);
             naive_run(&g);
@@ -85,7 +85,7 @@ Test(gemm_plan, fwd_dinp_dweight_plans_compute_the_ops_row_major_formulas) {
                 }
             expect_near(with_bias ? "fwd with bias" : "fwd", out, want, N * OC, N, C, OC);
         }
-        cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, dinp, dout, w, N, C, OC), 0);
+        cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_F32, dinp, dout, w, N, C, OC), 0);
         naive_run(&g);
         for (size_t n = 0; n < N; n++)
             for (size_t c = 0; c < C; c++) {
@@ -106,7 +106,7 @@ Test(gemm_plan, fwd_dinp_dweight_plans_compute_the_ops_row_major_formulas) {
                 for (size_t n = 0; n < N; n++) a += dout[n * OC + o];
                 want[OC * C + o] = a;
             }
-            cr_assert_eq(tri_gemm_plan_dweight(&g, dw, epi ? bg : NULL, dout, inp, N, C, OC), 0);
+            cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_F32, dw, epi ? bg : NULL, dout, inp, N, C, OC), 0);
             cr_assert_eq(g.d.epilogue, epi ? TRI_GEMM_EPI_BGRADB : TRI_GEMM_EPI_NONE);
             naive_run(&g);
             expect_near("dweight", dw, want, OC * C, N, C, OC);
@@ -122,15 +122,15 @@ Test(gemm_plan, layouts_are_the_column_major_transposes) {
     const size_t N = 5, C = 7, OC = 3;
     tri_gemm_call g;
     int fill;
-    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, buf, buf + 64, buf + 128, buf + 192, N, C, OC), 0);
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, buf + 192, N, C, OC), 0);
     cr_assert(g.d.transa == 1 && g.d.transb == 0 && g.d.m == OC && g.d.n == N && g.d.k == C);
     cr_assert(g.d.lda == C && g.d.ldb == C && g.d.ldc == OC && g.d.accumulate == 0 && g.d.align == 16);
     cr_assert(g.A == buf + 128 && g.B == buf + 64 && g.D == buf && g.bias == buf + 192);
-    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, buf, buf + 64, buf + 128, N, C, OC), 0);
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, N, C, OC), 0);
     cr_assert(g.d.transa == 0 && g.d.transb == 0 && g.d.m == C && g.d.n == N && g.d.k == OC);
     cr_assert(g.d.lda == C && g.d.ldb == OC && g.d.ldc == C && g.d.accumulate == 0);
     cr_assert(g.A == buf + 128 && g.B == buf + 64 && g.D == buf && g.bias == NULL);
-    cr_assert_eq(tri_gemm_plan_dweight(&g, buf, NULL, buf + 64, buf + 128, N, C, OC), 0);
+    cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_F32, buf, NULL, buf + 64, buf + 128, N, C, OC), 0);
     cr_assert(g.d.transa == 0 && g.d.transb == 1 && g.d.m == C && g.d.n == OC && g.d.k == N);
     cr_assert(g.d.lda == C && g.d.ldb == OC && g.d.ldc == C && g.d.accumulate == 1);
     cr_assert(g.A == buf + 128 && g.B == buf + 64 && g.D == buf);
@@ -140,21 +140,21 @@ Test(gemm_plan, empty_sizes_run_no_gemm_and_say_what_to_fill) {
     _Alignas(64) static float buf[64];
     tri_gemm_call g;
     int fill = -1;
-    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, buf, buf, buf, NULL, 0, 4, 4), 1);
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf, buf, NULL, 0, 4, 4), 1);
     cr_assert_eq(fill, 0);
-    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, buf, buf, buf, NULL, 4, 4, 0), 1);
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf, buf, NULL, 4, 4, 0), 1);
     cr_assert_eq(fill, 0);
-    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, buf, buf, buf, buf, 4, 0, 4), 1);
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf, buf, buf, 4, 0, 4), 1);
     cr_assert_eq(fill, 1); /* out = bias broadcast */
-    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, NULL, buf, buf, 4, 4, 4), 1);
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_F32, NULL, buf, buf, 4, 4, 4), 1);
     cr_assert_eq(fill, 0);
-    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, buf, buf, buf, 4, 4, 0), 1);
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_F32, buf, buf, buf, 4, 4, 0), 1);
     cr_assert_eq(fill, 1); /* dinp = 0 */
-    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, buf, buf, buf, 0, 4, 4), 1);
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_F32, buf, buf, buf, 0, 4, 4), 1);
     cr_assert_eq(fill, 0);
-    cr_assert_eq(tri_gemm_plan_dweight(&g, NULL, NULL, buf, buf, 4, 4, 4), 1);
-    cr_assert_eq(tri_gemm_plan_dweight(&g, buf, NULL, buf, buf, 0, 4, 4), 1); /* += nothing */
-    cr_assert_eq(tri_gemm_plan_dweight(&g, buf, NULL, buf, buf, 4, 4, 4), 0);
+    cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_F32, NULL, NULL, buf, buf, 4, 4, 4), 1);
+    cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_F32, buf, NULL, buf, buf, 0, 4, 4), 1); /* += nothing */
+    cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_F32, buf, NULL, buf, buf, 4, 4, 4), 0);
 }
 
 Test(gemm_plan, dbias_route_follows_the_policy_and_what_runs) {
@@ -182,12 +182,12 @@ Test(gemm_plan, alignment_is_the_least_of_the_operands_and_part_of_the_key) {
     cr_assert_eq(tri_gemm_ptr_align(NULL), 16);
     tri_gemm_call a, b;
     int fill;
-    tri_gemm_plan_fwd(&a, &fill, buf, buf + 64, buf + 128, NULL, 4, 8, 4);
-    tri_gemm_plan_fwd(&b, &fill, buf, buf + 65, buf + 128, NULL, 4, 8, 4); /* inp 4-byte aligned */
+    tri_gemm_plan_fwd(&a, &fill, TRI_F32, buf, buf + 64, buf + 128, NULL, 4, 8, 4);
+    tri_gemm_plan_fwd(&b, &fill, TRI_F32, buf, buf + 65, buf + 128, NULL, 4, 8, 4); /* inp 4-byte aligned */
     cr_assert_eq(a.d.align, 16);
     cr_assert_eq(b.d.align, 4);
     cr_assert_not(tri_gemm_desc_equal(&a.d, &b.d));
-    tri_gemm_plan_fwd(&b, &fill, buf, buf + 64, buf + 128, buf + 2, 4, 8, 4); /* bias 8-byte aligned */
+    tri_gemm_plan_fwd(&b, &fill, TRI_F32, buf, buf + 64, buf + 128, buf + 2, 4, 8, 4); /* bias 8-byte aligned */
     cr_assert_eq(b.d.align, 8);
 }
 
@@ -205,10 +205,10 @@ Test(gemm_plan, cache_misses_once_per_distinct_gemm_and_hits_after) {
     /* 40 distinct GEMMs (grows the array past its first 16 entries) */
     tri_gemm_desc ds[40];
     for (int i = 0; i < 40; i++) {
-        if (i % 4 == 0) tri_gemm_plan_fwd(&g, &fill, buf, buf + 64, buf + 128, NULL, 2 + i, 8, 4);
-        if (i % 4 == 1) tri_gemm_plan_fwd(&g, &fill, buf, buf + 64, buf + 128, buf + 192, 2 + i, 8, 4);
-        if (i % 4 == 2) tri_gemm_plan_dinp(&g, &fill, buf, buf + 64, buf + 128, 2 + i, 8, 4);
-        if (i % 4 == 3) tri_gemm_plan_dweight(&g, buf, NULL, buf + 64, buf + 128, 2 + i, 8, 4);
+        if (i % 4 == 0) tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, NULL, 2 + i, 8, 4);
+        if (i % 4 == 1) tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, buf + 192, 2 + i, 8, 4);
+        if (i % 4 == 2) tri_gemm_plan_dinp(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, 2 + i, 8, 4);
+        if (i % 4 == 3) tri_gemm_plan_dweight(&g, TRI_F32, buf, NULL, buf + 64, buf + 128, 2 + i, 8, 4);
         ds[i] = g.d;
         cr_assert_null(tri_gemm_cache_find(&c, &g.d));
         tri_gemm_entry *e = tri_gemm_cache_add(&c, &g.d);
