@@ -474,6 +474,70 @@ Test(cuda_emu, embedding_fwd_bwd_match_the_cpu_op_bit_for_bit) {
  *   out_id: sum_j p_ij |v_jd|;  dv_jd: sum_i p_ij |dout_id|;
  *   dk_jd: scale sum_i p_ij (|dp_ij| + |delta_i|) |q_id|;  dq_id likewise with |k_jd|;
  *   lse_i: 1 + |lse_i|. */
+/* The magnitudes of the tolerance above, in double, from the inputs (qkv,
+ * dout) and the forward's out `o`: sc_o (B*T*C) for out, sc_d (B*T*3C) for
+ * dqkv, sc_l (B*NH*T) for the lse, wlse (B*NH*T) the lse itself; returns the
+ * tolerance 2 (T + HS + 4) eps (1 + a). */
+typedef struct att_scales {
+    double *sc_o, *sc_d, *sc_l, *wlse, tol;
+} att_scales;
+
+static att_scales attention_scales(const float *qkv, const float *dout, const float *out, size_t B, size_t T, int NH,
+                                   int HS) {
+    const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T;
+    const double scale = 1.0 / sqrt((double)HS);
+    att_scales r;
+    r.sc_o = calloc(BT * C, sizeof(double)), r.sc_d = calloc(BT * C3, sizeof(double));
+    r.sc_l = malloc(sizeof(double) * B * NH * T), r.wlse = malloc(sizeof(double) * B * NH * T);
+    double *p = malloc(sizeof(double) * T * T), *dp = malloc(sizeof(double) * T * T), *dl = malloc(sizeof(double) * T);
+    double amax = 0.0;
+    for (size_t b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + b * T * C3 + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+            const float *dO = dout + b * T * C + (size_t)h * HS;
+            const float *o = out + b * T * C + (size_t)h * HS;
+            const size_t bh = b * (size_t)NH + (size_t)h;
+            for (size_t i = 0; i < T; i++) {
+                double mx = -INFINITY, sum = 0.0, dlt = 0.0;
+                for (size_t j = 0; j <= i; j++) {
+                    double dot = 0.0, mag = 0.0, dd = 0.0;
+                    for (int d = 0; d < HS; d++) {
+                        dot += (double)q[i * C3 + d] * k[j * C3 + d];
+                        mag += fabs((double)q[i * C3 + d] * k[j * C3 + d]);
+                        dd += (double)dO[i * C + d] * v[j * C3 + d];
+                    }
+                    p[i * T + j] = dot * scale;
+                    dp[i * T + j] = dd;
+                    amax = fmax(amax, mag * scale);
+                    mx = fmax(mx, dot * scale);
+                }
+                for (size_t j = 0; j <= i; j++) sum += exp(p[i * T + j] - mx);
+                r.wlse[bh * T + i] = mx + log(sum);
+                r.sc_l[bh * T + i] = 1.0 + fabs(r.wlse[bh * T + i]);
+                for (size_t j = 0; j <= i; j++) p[i * T + j] = exp(p[i * T + j] - r.wlse[bh * T + i]);
+                for (int d = 0; d < HS; d++) dlt += (double)dO[i * C + d] * o[i * C + d];
+                dl[i] = dlt;
+            }
+            for (size_t i = 0; i < T; i++)
+                for (size_t j = 0; j <= i; j++) {
+                    const double pij = p[i * T + j], g = pij * (fabs(dp[i * T + j]) + fabs(dl[i])) * scale;
+                    for (int d = 0; d < HS; d++) {
+                        r.sc_o[(b * T + i) * C + (size_t)h * HS + d] += pij * fabs((double)v[j * C3 + d]);
+                        r.sc_d[(b * T + j) * C3 + 2 * C + (size_t)h * HS + d] += pij * fabs((double)dO[i * C + d]);
+                        r.sc_d[(b * T + j) * C3 + C + (size_t)h * HS + d] += g * fabs((double)q[i * C3 + d]);
+                        r.sc_d[(b * T + i) * C3 + (size_t)h * HS + d] += g * fabs((double)k[j * C3 + d]);
+                    }
+                }
+        }
+    for (size_t i = 0; i < BT * C; i++) r.sc_o[i] += FLT_MIN;
+    for (size_t i = 0; i < BT * C3; i++) r.sc_d[i] += FLT_MIN;
+    r.tol = sum_tol(T + (size_t)HS) * (1.0 + amax);
+    free(p), free(dp), free(dl);
+    return r;
+}
+
+static void att_scales_free(att_scales *r) { free(r->sc_o), free(r->sc_d), free(r->sc_l), free(r->wlse); }
+
 static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     char shape[128];
     snprintf(shape, sizeof shape, "(B %zu, T %zu, NH %d, HS %d, seed %llu)", B, T, NH, HS, (unsigned long long)seed);
@@ -493,58 +557,12 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     tri_cuemu_attention_bwd(NULL, TRI_F32, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
     tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, att, B, T, NH, HS);
 
-    /* magnitudes, in double */
-    const double scale = 1.0 / sqrt((double)HS);
-    double *sc_o = calloc(BT * C, sizeof(double)), *sc_d = calloc(BT * C3, sizeof(double));
-    double *sc_l = malloc(sizeof(double) * B * NH * T), *wlse = malloc(sizeof(double) * B * NH * T);
-    double *p = malloc(sizeof(double) * T * T), *dp = malloc(sizeof(double) * T * T), *dl = malloc(sizeof(double) * T);
-    double amax = 0.0;
-    for (size_t b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + b * T * C3 + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
-            const float *dO = dout + b * T * C + (size_t)h * HS;
-            const float *o = rout + b * T * C + (size_t)h * HS;
-            const size_t bh = b * (size_t)NH + (size_t)h;
-            for (size_t i = 0; i < T; i++) {
-                double mx = -INFINITY, sum = 0.0, dlt = 0.0;
-                for (size_t j = 0; j <= i; j++) {
-                    double dot = 0.0, mag = 0.0, dd = 0.0;
-                    for (int d = 0; d < HS; d++) {
-                        dot += (double)q[i * C3 + d] * k[j * C3 + d];
-                        mag += fabs((double)q[i * C3 + d] * k[j * C3 + d]);
-                        dd += (double)dO[i * C + d] * v[j * C3 + d];
-                    }
-                    p[i * T + j] = dot * scale;
-                    dp[i * T + j] = dd;
-                    amax = fmax(amax, mag * scale);
-                    mx = fmax(mx, dot * scale);
-                }
-                for (size_t j = 0; j <= i; j++) sum += exp(p[i * T + j] - mx);
-                wlse[bh * T + i] = mx + log(sum);
-                sc_l[bh * T + i] = 1.0 + fabs(wlse[bh * T + i]);
-                for (size_t j = 0; j <= i; j++) p[i * T + j] = exp(p[i * T + j] - wlse[bh * T + i]);
-                for (int d = 0; d < HS; d++) dlt += (double)dO[i * C + d] * o[i * C + d];
-                dl[i] = dlt;
-            }
-            for (size_t i = 0; i < T; i++)
-                for (size_t j = 0; j <= i; j++) {
-                    const double pij = p[i * T + j], g = pij * (fabs(dp[i * T + j]) + fabs(dl[i])) * scale;
-                    for (int d = 0; d < HS; d++) {
-                        sc_o[(b * T + i) * C + (size_t)h * HS + d] += pij * fabs((double)v[j * C3 + d]);
-                        sc_d[(b * T + j) * C3 + 2 * C + (size_t)h * HS + d] += pij * fabs((double)dO[i * C + d]);
-                        sc_d[(b * T + j) * C3 + C + (size_t)h * HS + d] += g * fabs((double)q[i * C3 + d]);
-                        sc_d[(b * T + i) * C3 + (size_t)h * HS + d] += g * fabs((double)k[j * C3 + d]);
-                    }
-                }
-        }
-    for (size_t i = 0; i < BT * C; i++) sc_o[i] += FLT_MIN;
-    for (size_t i = 0; i < BT * C3; i++) sc_d[i] += FLT_MIN;
-    const double tol = sum_tol(T + (size_t)HS) * (1.0 + amax);
-    expect_close("attention_fwd out", out, rout, sc_o, BT * C, tol, shape);
+    att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
+    expect_close("attention_fwd out", out, rout, sc.sc_o, BT * C, sc.tol, shape);
     float *wl = malloc(sizeof(float) * B * NH * T);
-    for (size_t i = 0; i < B * (size_t)NH * T; i++) wl[i] = (float)wlse[i];
-    expect_close("attention_fwd lse", lse, wl, sc_l, B * (size_t)NH * T, tol, shape);
-    expect_close("attention_bwd dqkv", dqkv, rdqkv, sc_d, BT * C3, tol, shape);
+    for (size_t i = 0; i < B * (size_t)NH * T; i++) wl[i] = (float)sc.wlse[i];
+    expect_close("attention_fwd lse", lse, wl, sc.sc_l, B * (size_t)NH * T, sc.tol, shape);
+    expect_close("attention_bwd dqkv", dqkv, rdqkv, sc.sc_d, BT * C3, sc.tol, shape);
 
     /* no atomics: another schedule gives the same bits */
     float *again = alloc_nan(BT * C3), *out2 = alloc_nan(BT * C);
@@ -556,9 +574,82 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     cr_expect(memcmp(out2, out, sizeof(float) * BT * C) == 0, "attention_fwd %s: other bits under another seed", shape);
     cr_expect(memcmp(again, dqkv, sizeof(float) * BT * C3) == 0, "attention_bwd %s: other bits under another seed",
               shape);
+    att_scales_free(&sc);
     free(again), free(out2), free(wl);
     free(qkv), free(dout), free(out), free(lse), free(rout), free(att), free(dqkv), free(rdqkv), free(scratch);
-    free(rscratch), free(sc_o), free(sc_d), free(sc_l), free(wlse), free(p), free(dp), free(dl);
+    free(rscratch);
+}
+
+/* bf16 storage of qkv, out, dout and dqkv (lse and scratch fp32). Inputs are
+ * rounded to bf16 and the CPU computes in fp32 on the rounded values: the
+ * forward with the op (tri_cpu_attention_fwd), its out rounded to bf16; the
+ * backward with the CPU's flash-style attention (tri_cpu_attention_flash_bwd),
+ * the one CPU implementation that takes the forward's out and lse as the CUDA
+ * kernels do, fed the very inputs the CUDA backward gets (the rounded out,
+ * the CPU's lse), so that both sides compute the same fp32 function of the
+ * same values and differ by fp32 rounding and the final rounding to bf16
+ * only. Tolerance: the fp32 one above (magnitudes from the rounded inputs)
+ * plus one bf16 spacing of the value (expect_close_bf16). The lse is fp32:
+ * the fp32 tolerance. Outputs NaN-poisoned; the bits must not depend on the
+ * schedule. */
+static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t seed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "(B %zu, T %zu, NH %d, HS %d, seed %llu)", B, T, NH, HS, (unsigned long long)seed);
+    uint64_t s = seed * 92821 + T * 131 + (size_t)NH * 17 + (size_t)HS;
+    const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T, nl = B * (size_t)NH * T;
+    float *qkv = alloc_fill(BT * C3, &s, -1.5f, 1.5f), *dout = alloc_fill(BT * C, &s, -1.0f, 1.0f);
+    uint16_t *qkv_h = to_bf16(qkv, BT * C3, qkv), *dout_h = to_bf16(dout, BT * C, dout);
+    uint16_t *out_h = alloc_nan_bf16(BT * C), *dqkv_h = alloc_nan_bf16(BT * C3);
+    float *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, HS));
+    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_attention_fwd(NULL, TRI_BF16, out_h, lse, qkv_h, B, T, NH, HS);
+
+    float *rout = alloc_nan(BT * C), *att = alloc_nan(B * (size_t)NH * T * T);
+    float *flash_out = alloc_nan(BT * C), *rlse = alloc_nan(nl);
+    tri_cpu_attention_fwd(rout, att, qkv, B, T, NH, HS);
+    tri_cpu_attention_flash_fwd(flash_out, rlse, qkv, B, T, NH, HS);
+    att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
+    round_bf16(rout, BT * C);
+    expect_close_bf16("attention_fwd out", out_h, rout, sc.sc_o, BT * C, sc.tol, shape);
+    float *wl = malloc(sizeof(float) * nl);
+    for (size_t i = 0; i < nl; i++) wl[i] = (float)sc.wlse[i];
+    expect_close("attention_fwd lse (bf16 inputs)", lse, wl, sc.sc_l, nl, sc.tol, shape);
+
+    /* the backward on the CPU op's rounded out and the CPU's lse, both sides */
+    uint16_t *rout_h = to_bf16(rout, BT * C, NULL);
+    float *rdqkv = alloc_nan(BT * C3), *rscratch = alloc_nan(tri_cpu_attention_flash_scratch_floats(B, T, NH, HS));
+    tri_cuemu_set_seed(seed + 7);
+    tri_cuemu_attention_bwd(NULL, TRI_BF16, dqkv_h, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, HS);
+    tri_cpu_attention_flash_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
+    round_bf16(rdqkv, BT * C3);
+    expect_close_bf16("attention_bwd dqkv", dqkv_h, rdqkv, sc.sc_d, BT * C3, sc.tol, shape);
+
+    /* no atomics: another schedule gives the same bits */
+    uint16_t *out2 = alloc_nan_bf16(BT * C), *again = alloc_nan_bf16(BT * C3);
+    float *lse2 = alloc_nan(nl);
+    tri_cuemu_set_seed(seed * 977 + 5);
+    tri_cuemu_set_workers(1);
+    tri_cuemu_attention_fwd(NULL, TRI_BF16, out2, lse2, qkv_h, B, T, NH, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_BF16, again, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, HS);
+    tri_cuemu_set_workers(2);
+    cr_expect(memcmp(out2, out_h, sizeof(uint16_t) * BT * C) == 0 && memcmp(lse2, lse, sizeof(float) * nl) == 0,
+              "bf16 attention_fwd %s: other bits under another seed", shape);
+    cr_expect(memcmp(again, dqkv_h, sizeof(uint16_t) * BT * C3) == 0,
+              "bf16 attention_bwd %s: other bits under another seed", shape);
+    att_scales_free(&sc);
+    free(qkv), free(dout), free(qkv_h), free(dout_h), free(out_h), free(dqkv_h), free(lse), free(scratch), free(rout);
+    free(att), free(flash_out), free(rlse), free(wl), free(rout_h), free(rdqkv), free(rscratch), free(out2);
+    free(again), free(lse2);
+}
+
+Test(cuda_emu, attention_bf16_matches_the_cpu_op_on_rounded_values) {
+    /* (B, T, NH, HS): T = 1; T not a multiple of the 32-row tile (one and
+     * three tiles); HS 16, 24 and 64 */
+    const size_t cases[][4] = {{1, 1, 2, 16}, {2, 37, 3, 24}, {1, 70, 2, 16}, {1, 33, 1, 64}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 2; seed++)
+            attention_case_bf16(cases[c][0], cases[c][1], (int)cases[c][2], (int)cases[c][3], seed);
 }
 
 Test(cuda_emu, attention_fwd_bwd_match_the_cpu_op) {
