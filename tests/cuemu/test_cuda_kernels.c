@@ -398,6 +398,83 @@ Test(cuda_emu, crossentropy_stats_combine_bwd_match_the_cpu_op) {
             crossentropy_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], seed);
 }
 
+/* bf16 logits and dlogits (stats, gather and losses fp32). The logits are
+ * rounded to bf16 (padded columns hold a bf16 NaN, never read); the CPU ops
+ * run in fp32 on the rounded values. stats and losses are fp32 outputs of
+ * the same fp32 computation on the same values: the fp32 tolerances of
+ * crossentropy_case (max and target logit exact). dlogits: the CPU's rounded
+ * to bf16; the fp32 tolerance plus one bf16 spacing (expect_close_bf16).
+ * In place (dlogits = logits, both bf16) must give the out-of-place bits. */
+static void crossentropy_case_bf16(size_t N, size_t V, size_t Vl, size_t R, uint64_t seed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "(N %zu, V %zu, Vl %zu, R %zu, seed %llu)", N, V, Vl, R, (unsigned long long)seed);
+    uint64_t s = seed * 7177 + N * 7 + V;
+    float *full = alloc_fill(N * V, &s, -6.0f, 6.0f);
+    for (size_t i = 0; i < N * V; i++) full[i] += 3.0f * (float)(i % V) / (float)V;
+    round_bf16(full, N * V);
+    int32_t *targets = malloc(sizeof(int32_t) * N);
+    for (size_t n = 0; n < N; n++) {
+        const size_t t = n == 0 ? 0 : n == 1 ? V - 1 : n == 2 ? Vl - 1 : (size_t)(rng_next(&s) % V);
+        targets[n] = n == 3 ? -1 : (int32_t)(t < V ? t : V - 1);
+    }
+    const float dscale = 1.0f / (float)N;
+    float *gather = alloc_nan(R * N * 3), *rgather = alloc_nan(R * N * 3), *slice = malloc(sizeof(float) * N * Vl);
+    uint16_t **slice_h = malloc(sizeof(uint16_t *) * R);
+    for (size_t k = 0; k < R; k++) {
+        for (size_t n = 0; n < N; n++)
+            for (size_t j = 0; j < Vl; j++) slice[n * Vl + j] = k * Vl + j < V ? full[n * V + k * Vl + j] : NAN;
+        slice_h[k] = to_bf16(slice, N * Vl, NULL);
+        tri_cuemu_set_seed(seed + k);
+        tri_cuemu_crossentropy_stats(NULL, TRI_BF16, gather + k * N * 3, slice_h[k], targets, N, Vl, k * Vl, V);
+        tri_cpu_crossentropy_stats(rgather + k * N * 3, slice, targets, N, Vl, k * Vl, V);
+    }
+    for (size_t i = 0; i < R * N; i++) {
+        const float *g = gather + 3 * i, *r = rgather + 3 * i;
+        cr_assert(g[0] == r[0] && g[2] == r[2],
+                  "bf16 crossentropy_stats %s: slice %zu row %zu: (max %g, target %g), "
+                  "the CPU gives (%g, %g)",
+                  shape, i / N, i % N, g[0], g[2], r[0], r[2]);
+        cr_assert(fabs((double)g[1] - r[1]) <= (sum_tol(Vl) + 4 * FLT_EPSILON) * (fabs((double)r[1]) + FLT_MIN),
+                  "bf16 crossentropy_stats %s: slice %zu row %zu: sum %.9g, the CPU gives %.9g", shape, i / N, i % N,
+                  g[1], r[1]);
+    }
+    float *comb = alloc_nan(N * 3);
+    tri_cpu_crossentropy_combine(comb, rgather, N, (int)R);
+    float *losses = alloc_nan(N), *rlosses = alloc_nan(N), *rd = alloc_nan(N * Vl);
+    double *lsc = malloc(sizeof(double) * N), *dsc = malloc(sizeof(double) * N * Vl);
+    for (size_t n = 0; n < N; n++)
+        lsc[n] = 1.0 + fabs(log(comb[3 * n + 1])) + fabs((double)comb[3 * n]) + fabs((double)comb[3 * n + 2]);
+    for (size_t k = 0; k < R; k++) {
+        for (size_t n = 0; n < N; n++)
+            for (size_t j = 0; j < Vl; j++) slice[n * Vl + j] = tri_bf16_to_f32(slice_h[k][n * Vl + j]);
+        uint16_t *d = alloc_nan_bf16(N * Vl);
+        tri_cuemu_set_seed(seed * 3 + k);
+        tri_cuemu_crossentropy_bwd(NULL, TRI_BF16, losses, d, slice_h[k], comb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cpu_crossentropy_bwd(rlosses, rd, slice, comb, targets, dscale, N, Vl, k * Vl, V);
+        expect_close("bf16 crossentropy_bwd losses", losses, rlosses, lsc, N, 8 * FLT_EPSILON, shape);
+        for (size_t i = 0; i < N * Vl; i++) dsc[i] = (8.0 + 2.0 * 24.0) * (fabs((double)rd[i]) + dscale) + FLT_MIN;
+        round_bf16(rd, N * Vl);
+        expect_close_bf16("crossentropy_bwd dlogits", d, rd, dsc, N * Vl, FLT_EPSILON, shape);
+        uint16_t *inplace = malloc(sizeof(uint16_t) * N * Vl);
+        memcpy(inplace, slice_h[k], sizeof(uint16_t) * N * Vl);
+        tri_cuemu_crossentropy_bwd(NULL, TRI_BF16, NULL, inplace, inplace, comb, targets, dscale, N, Vl, k * Vl, V);
+        cr_expect(memcmp(inplace, d, sizeof(uint16_t) * N * Vl) == 0, "bf16 in place differs %s slice %zu", shape, k);
+        free(d), free(inplace);
+    }
+    for (size_t k = 0; k < R; k++) free(slice_h[k]);
+    free(slice_h), free(slice), free(full), free(targets), free(gather), free(rgather), free(comb), free(losses);
+    free(rlosses), free(rd), free(lsc), free(dsc);
+}
+
+Test(cuda_emu, crossentropy_bf16_matches_the_cpu_op_on_rounded_values) {
+    /* (N, V, Vl, R): one slice with padding; three slices, the last part
+     * padding; a slice that is all padding; long rows */
+    const size_t cases[][4] = {{5, 37, 40, 1}, {7, 100, 34, 3}, {6, 33, 16, 4}, {5, 2000, 1001, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 2; seed++)
+            crossentropy_case_bf16(cases[c][0], cases[c][1], cases[c][2], cases[c][3], seed);
+}
+
 /* ---- vocab-parallel embedding ---- */
 
 /* ids drawn over [-3, vstart + Vl + 5): negative ids, ids below and above this
