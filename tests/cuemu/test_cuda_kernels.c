@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/half.h"
 #include "tests/cuemu/cuemu_api.h"
@@ -473,6 +474,99 @@ Test(cuda_emu, crossentropy_bf16_matches_the_cpu_op_on_rounded_values) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (uint64_t seed = 1; seed <= 2; seed++)
             crossentropy_case_bf16(cases[c][0], cases[c][1], cases[c][2], cases[c][3], seed);
+}
+
+/* ---- bf16 GEMMs (the plans of kernels/cuda/gemm_plan.h through the
+ * emulated executor, tests/cuemu/gemm_emu.c) ----
+ * inp, weight, bias and dout rounded to bf16; the CPU's matmul in fp32 on the
+ * rounded values is the reference. out and dinp are bf16 (the CPU's rounded
+ * once); dweight (accumulated into pre-filled fp32) and the BGRADB bias
+ * gradient are fp32 (not rounded). Tolerance: a dot of L terms in fp32,
+ * sum_tol(L) times the sum of the terms' magnitudes (plus |bias| or |dweight
+ * before|), plus one bf16 spacing of the value for the bf16 outputs. The
+ * forward also runs with inp at an odd bf16 element (2-byte aligned: the
+ * least a bf16 operand may have). */
+static void matmul_case_bf16(size_t N, size_t C, size_t OC, uint64_t seed) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "(N %zu, C %zu, OC %zu, seed %llu)", N, C, OC, (unsigned long long)seed);
+    uint64_t s = seed * 2147483647u + N * 31 + C * 7 + OC;
+    float *inp = alloc_fill(N * C, &s, -1.0f, 1.0f), *w = alloc_fill(OC * C, &s, -1.0f, 1.0f);
+    float *b = alloc_fill(OC, &s, -1.0f, 1.0f), *dout = alloc_fill(N * OC, &s, -1.0f, 1.0f);
+    uint16_t *w_h = to_bf16(w, OC * C, w), *b_h = to_bf16(b, OC, b), *dout_h = to_bf16(dout, N * OC, dout);
+    uint16_t *inp_h = malloc(sizeof(uint16_t) * (N * C + 1)); /* inp_h + 1: the odd copy */
+    uint16_t *tmp = to_bf16(inp, N * C, inp);
+    memcpy(inp_h + 1, tmp, sizeof(uint16_t) * N * C);
+    tri_gemm_exec x;
+    cr_assert_eq(tri_cuemu_gemm_init(&x, NULL, 0), 0);
+    tri_gemm_call g;
+    int fill = -1;
+    for (int v = 0; v < 3; v++) { /* no bias, bias, bias with the odd inp */
+        const uint16_t *in = v == 2 ? inp_h + 1 : tmp;
+        uint16_t *out_h = alloc_nan_bf16(N * OC);
+        float *rout = alloc_nan(N * OC);
+        double *sc = malloc(sizeof(double) * N * OC);
+        cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_BF16, out_h, in, w_h, v ? b_h : NULL, N, C, OC), 0);
+        if (v == 2) cr_assert_eq(g.d.align, 2u, "a bf16 operand at an odd element: 2-byte alignment");
+        tri_cuemu_gemm_run(&x, NULL, &g);
+        tri_cpu_matmul_fwd(rout, inp, w, v ? b : NULL, N, C, OC);
+        for (size_t n = 0; n < N; n++)
+            for (size_t o = 0; o < OC; o++) {
+                double m = v ? fabs((double)b[o]) : 0.0;
+                for (size_t c = 0; c < C; c++) m += fabs((double)inp[n * C + c] * w[o * C + c]);
+                sc[n * OC + o] = m + FLT_MIN;
+            }
+        round_bf16(rout, N * OC);
+        expect_close_bf16(v ? "matmul_fwd with bias" : "matmul_fwd", out_h, rout, sc, N * OC, sum_tol(C + 1), shape);
+        free(out_h), free(rout), free(sc);
+    }
+    /* dinp = dout @ W */
+    uint16_t *dinp_h = alloc_nan_bf16(N * C);
+    float *rdinp = alloc_nan(N * C);
+    double *sci = malloc(sizeof(double) * N * C);
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_BF16, dinp_h, dout_h, w_h, N, C, OC), 0);
+    tri_cuemu_gemm_run(&x, NULL, &g);
+    tri_cpu_matmul_bwd(rdinp, NULL, NULL, dout, inp, w, N, C, OC);
+    for (size_t n = 0; n < N; n++)
+        for (size_t c = 0; c < C; c++) {
+            double m = 0.0;
+            for (size_t o = 0; o < OC; o++) m += fabs((double)dout[n * OC + o] * w[o * C + c]);
+            sci[n * C + c] = m + FLT_MIN;
+        }
+    round_bf16(rdinp, N * C);
+    expect_close_bf16("matmul_bwd dinp", dinp_h, rdinp, sci, N * C, sum_tol(OC), shape);
+    /* dweight (fp32) += dout^T @ inp, with and without the BGRADB bias gradient (fp32) */
+    float *dw0 = alloc_fill(OC * C, &s, -1.0f, 1.0f);
+    double *scw = malloc(sizeof(double) * OC * C), *scb = malloc(sizeof(double) * OC);
+    for (size_t o = 0; o < OC; o++) {
+        scb[o] = FLT_MIN;
+        for (size_t n = 0; n < N; n++) scb[o] += fabs((double)dout[n * OC + o]);
+        for (size_t c = 0; c < C; c++) {
+            double m = fabs((double)dw0[o * C + c]);
+            for (size_t n = 0; n < N; n++) m += fabs((double)dout[n * OC + o] * inp[n * C + c]);
+            scw[o * C + c] = m + FLT_MIN;
+        }
+    }
+    for (int epi = 0; epi < 2; epi++) {
+        float *dw = dup(dw0, OC * C), *rdw = dup(dw0, OC * C), *bg = alloc_nan(OC), *rdb = calloc(OC, sizeof(float));
+        cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_BF16, dw, epi ? bg : NULL, dout_h, tmp, N, C, OC), 0);
+        cr_assert(g.d.atype == TRI_BF16 && g.d.btype == TRI_BF16 && g.d.dtype == TRI_F32 && g.d.biastype == TRI_F32);
+        tri_cuemu_gemm_run(&x, NULL, &g);
+        tri_cpu_matmul_bwd(NULL, rdw, rdb, dout, inp, w, N, C, OC);
+        expect_close("bf16 matmul_bwd dweight (fp32)", dw, rdw, scw, OC * C, sum_tol(N + 1), shape);
+        if (epi) expect_close("bf16 matmul_bwd dbias through BGRADB (fp32)", bg, rdb, scb, OC, sum_tol(N), shape);
+        free(dw), free(rdw), free(bg), free(rdb);
+    }
+    tri_cuemu_gemm_free(&x);
+    free(inp), free(w), free(b), free(dout), free(w_h), free(b_h), free(dout_h), free(inp_h), free(tmp);
+    free(dinp_h), free(rdinp), free(sci), free(dw0), free(scw), free(scb);
+}
+
+Test(cuda_emu, bf16_matmul_gemms_match_the_cpu_op_on_rounded_values) {
+    /* (N, C, OC): one element; sizes not multiples of 2, 8 or 32; a long
+     * inner dimension */
+    const size_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 70}, {64, 96, 40}, {5, 300, 9}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (uint64_t seed = 1; seed <= 2; seed++) matmul_case_bf16(shapes[k][0], shapes[k][1], shapes[k][2], seed);
 }
 
 /* ---- vocab-parallel embedding ---- */
