@@ -251,3 +251,82 @@ Test(gemm_plan, cache_misses_once_per_distinct_gemm_and_hits_after) {
     cr_assert_eq(released, 40);
     cr_assert_eq(c.n, 0);
 }
+
+/* The operand types of each plan: all in the compute dtype for fwd (bias
+ * too) and dinp; dweight reads bf16 (or fp32) and writes fp32, the BGRADB
+ * bias gradient fp32. */
+Test(gemm_plan, types_follow_the_compute_dtype_and_dweight_accumulates_in_fp32) {
+    _Alignas(64) static float buf[4096];
+    const tri_dtype dts[2] = {TRI_F32, TRI_BF16};
+    tri_gemm_call g;
+    int fill;
+    for (int i = 0; i < 2; i++) {
+        const tri_dtype dt = dts[i];
+        cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, dt, buf, buf + 64, buf + 128, buf + 192, 5, 7, 3), 0);
+        cr_assert(g.d.atype == dt && g.d.btype == dt && g.d.dtype == dt && g.d.biastype == dt, "fwd, dtype %d", dt);
+        cr_assert_eq(tri_gemm_check_types(&g), 0);
+        cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, dt, buf, buf + 64, buf + 128, 5, 7, 3), 0);
+        cr_assert(g.d.atype == dt && g.d.btype == dt && g.d.dtype == dt, "dinp, dtype %d", dt);
+        cr_assert_eq(tri_gemm_plan_dweight(&g, dt, buf, buf + 256, buf + 64, buf + 128, 5, 7, 3), 0);
+        cr_assert(g.d.atype == dt && g.d.btype == dt && g.d.dtype == TRI_F32 && g.d.biastype == TRI_F32,
+                  "dweight, dtype %d", dt);
+        cr_assert_eq(tri_gemm_check_types(&g), 0);
+    }
+    cr_assert_eq(tri_gemm_type_size(TRI_F32), 4);
+    cr_assert_eq(tri_gemm_type_size(TRI_BF16), 2);
+    cr_assert_eq(tri_gemm_type_size(TRI_F16), 0);
+    char s[320];
+    tri_gemm_plan_dweight(&g, TRI_BF16, buf, buf + 256, buf + 64, buf + 128, 5, 7, 3);
+    tri_gemm_desc_str(&g.d, s, sizeof s);
+    cr_assert(strstr(s, "types bf16 bf16 -> f32 (bias f32)") != NULL, "%s", s);
+}
+
+/* A pointer must be aligned to its element: 2 bytes are enough for a bf16
+ * operand, not for an fp32 one (nor for the fp32 dweight of a bf16 plan). */
+Test(gemm_plan, pointers_must_be_aligned_to_their_elements_type) {
+    _Alignas(64) static unsigned char raw[8192];
+    void *a16 = raw, *a2 = raw + 2050;
+    tri_gemm_call g;
+    int fill;
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_BF16, a16, a2, a16, NULL, 4, 8, 4), 0);
+    cr_assert_eq(g.d.align, 2);
+    cr_assert_eq(tri_gemm_check_types(&g), 0);
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_F32, a16, a2, a16, NULL, 4, 8, 4), 0);
+    cr_assert_eq(tri_gemm_check_types(&g), -1, "a 2-byte aligned fp32 operand");
+    cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_BF16, (float *)(void *)(raw + 4096 + 2), NULL, a16, a2, 4, 8, 4), 0);
+    cr_assert_eq(tri_gemm_check_types(&g), -1, "a 2-byte aligned fp32 dweight");
+    cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_BF16, (float *)(void *)(raw + 4096 + 4), NULL, a16, a2, 4, 8, 4), 0);
+    cr_assert_eq(tri_gemm_check_types(&g), 0);
+    g.d.dtype = TRI_F16;
+    cr_assert_eq(tri_gemm_check_types(&g), -1, "fp16 is not a type of these GEMMs");
+}
+
+/* The same shapes in fp32 and bf16 are different GEMMs: different plans in
+ * the cache; and each type field of the key matters on its own. */
+Test(gemm_plan, types_are_part_of_the_key) {
+    _Alignas(64) static float buf[4096];
+    tri_gemm_cache c = {0};
+    tri_gemm_call g;
+    int fill;
+    tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, buf + 192, 6, 8, 4);
+    const tri_gemm_desc f32 = g.d;
+    tri_gemm_plan_fwd(&g, &fill, TRI_BF16, buf, buf + 64, buf + 128, buf + 192, 6, 8, 4);
+    const tri_gemm_desc bf16 = g.d;
+    cr_assert_not(tri_gemm_desc_equal(&f32, &bf16));
+    cr_assert_null(tri_gemm_cache_find(&c, &f32));
+    cr_assert_not_null(tri_gemm_cache_add(&c, &f32));
+    cr_assert_null(tri_gemm_cache_find(&c, &bf16), "a bf16 GEMM found the fp32 plan");
+    cr_assert_not_null(tri_gemm_cache_add(&c, &bf16));
+    cr_assert_not_null(tri_gemm_cache_find(&c, &f32));
+    cr_assert_not_null(tri_gemm_cache_find(&c, &bf16));
+    cr_assert_eq(c.n, 2);
+    for (int f = 0; f < 4; f++) {
+        tri_gemm_desc d = bf16;
+        tri_dtype *t[4] = {&d.atype, &d.btype, &d.dtype, &d.biastype};
+        *t[f] = TRI_F32;
+        cr_assert_not(tri_gemm_desc_equal(&d, &bf16), "type field %d", f);
+        cr_assert_neq(tri_gemm_desc_hash(&d), tri_gemm_desc_hash(&bf16), "type field %d", f);
+        cr_assert_null(tri_gemm_cache_find(&c, &d), "type field %d changed, still a hit", f);
+    }
+    tri_gemm_cache_free(&c);
+}
