@@ -126,14 +126,14 @@ static void build(tri_gemm_exec *x, tri_gemm_entry *e) {
 }
 
 void TRI_CU(gemm_run)(tri_gemm_exec *x, void *stream, const tri_gemm_call *g) {
+    /* every call: two calls with one key may misalign different pointers */
+    if (tri_gemm_check_types(g) != 0) {
+        char s[320];
+        tri_gemm_desc_str(&g->d, s, sizeof s);
+        TRI_FAIL("cuBLASLt GEMM %s: a type is neither fp32 nor bf16, or a pointer is not aligned to its element", s);
+    }
     tri_gemm_entry *e = tri_gemm_cache_find(&x->cache, &g->d);
     if (e == NULL) {
-        if (tri_gemm_check_types(g) != 0) {
-            char s[256];
-            tri_gemm_desc_str(&g->d, s, sizeof s);
-            TRI_FAIL("cuBLASLt GEMM %s: a type is neither fp32 nor bf16, or a pointer is not aligned to its element",
-                     s);
-        }
         e = tri_gemm_cache_add(&x->cache, &g->d);
         if (e == NULL) TRI_FAIL("out of host memory for the GEMM plan cache");
         build(x, e);

@@ -73,13 +73,6 @@ void TRI_CU(gemm_run)(tri_gemm_exec *x, void *stream, const tri_gemm_call *g) {
     tri_gemm_entry *e = tri_gemm_cache_find(&x->cache, d);
     if (e == NULL) {
         validate(d);
-        if (tri_gemm_check_types(g) != 0) {
-            char s[320];
-            tri_gemm_desc_str(d, s, sizeof s);
-            TRI_FAIL("emulated cuBLASLt: GEMM %s: a type is neither fp32 nor bf16, or a pointer is not aligned to "
-                     "its element",
-                     s);
-        }
         e = tri_gemm_cache_add(&x->cache, d);
         if (e == NULL) TRI_FAIL("out of host memory for the GEMM plan cache");
         x->heuristic_calls++;
@@ -92,7 +85,13 @@ void TRI_CU(gemm_run)(tri_gemm_exec *x, void *stream, const tri_gemm_call *g) {
             TRI_FAIL("emulated cuBLASLt: operand %d (%p) is less aligned than the plan's %u bytes", i, ptrs[i],
                      d->align);
     if (d->epilogue != TRI_GEMM_EPI_NONE && g->bias == NULL) TRI_FAIL("emulated cuBLASLt: epilogue without a bias");
-    if (tri_gemm_check_types(g) != 0) TRI_FAIL("emulated cuBLASLt: an operand is not aligned to its element");
+    if (tri_gemm_check_types(g) != 0) { /* every call, as gemm_lt.c */
+        char s[320];
+        tri_gemm_desc_str(d, s, sizeof s);
+        TRI_FAIL("emulated cuBLASLt: GEMM %s: a type is neither fp32 nor bf16, or a pointer is not aligned to its "
+                 "element",
+                 s);
+    }
     const int m = (int)d->m, n = (int)d->n, k = (int)d->k;
     const uint64_t arows = d->transa ? d->k : d->m, acols = d->transa ? d->m : d->k;
     const uint64_t brows = d->transb ? d->n : d->k, bcols = d->transb ? d->k : d->n;
