@@ -1,4 +1,8 @@
-/* Causal multi-head self-attention on CUDA, flash-style, fp32 (bf16 later).
+/* Causal multi-head self-attention on CUDA, flash-style, fp32 or bf16
+ * storage of qkv, out, dout and dqkv (the template parameter S; the tiles in
+ * shared memory, the arithmetic, lse and the scratch are fp32: tensors are
+ * widened as they are loaded (common.cuh's tri_cu_ld) and each output is
+ * rounded once as it is stored (tri_cu_st)).
  * Contracts: attention_fwd / attention_bwd in kernels/ops.h, the entry points
  * in kernels/cuda/kernels.h. The (T, T) probabilities are never stored: the
  * forward keeps one log-sum-exp per row (the saved state, (B, NH, T)), the
@@ -47,10 +51,11 @@ enum { FA_TILE = 32, FA_DELTA_THREADS = 128 };
 
 /* Rows [r0, r0 + FA_TILE) of a (T, HS) slab with row stride ld into dst (row
  * stride dst_ld), rows past T as zeros; all threads of the block take part. */
-DEVFN void fa_load_tile(float *dst, int dst_ld, const float *src, size_t ld, int r0, int T, int HS) {
+template <typename S>
+DEVFN void fa_load_tile(float *dst, int dst_ld, const S *src, size_t ld, int r0, int nrows, int HS) {
     for (int idx = threadIdx.x; idx < FA_TILE * HS; idx += blockDim.x) {
         const int r = idx / HS, d = idx % HS;
-        dst[r * dst_ld + d] = r0 + r < T ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+        dst[r * dst_ld + d] = r0 + r < nrows ? tri_cu_ld(src, (size_t)(r0 + r) * ld + d) : 0.0f;
     }
 }
 
@@ -61,13 +66,13 @@ DEVFN float fa_dot(const float *a, const float *b, int HS) {
 }
 
 /* Block (query tile, head, batch): out and lse of its rows. */
-KERNEL fa_fwd_kernel(float *out, float *lse, const float *qkv, int T, int NH, int HS, float scale) {
+template <typename S> KERNEL fa_fwd_kernel(S *out, float *lse, const S *qkv, int T, int NH, int HS, float scale) {
     DYN_SMEM(float, smem);
     const int i0 = blockIdx.x * FA_TILE, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x, i = i0 + tid;
     const size_t C = (size_t)NH * HS, C3 = 3 * C;
     const int P = HS + 1; /* padded stride of the rows a thread owns */
     float *Qs = smem, *Os = Qs + FA_TILE * P, *Ks = Os + FA_TILE * P, *Vs = Ks + FA_TILE * HS;
-    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+    const S *q = qkv + (size_t)b * T * C3 + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
     fa_load_tile(Qs, P, q, C3, i0, T, HS);
     float *o = Os + tid * P;
     for (int d = 0; d < HS; d++) o[d] = 0.0f;
@@ -106,25 +111,28 @@ KERNEL fa_fwd_kernel(float *out, float *lse, const float *qkv, int T, int NH, in
     }
     if (i < T) {
         const float inv = 1.0f / l;
-        float *dst = out + ((size_t)b * T + i) * C + (size_t)h * HS;
-        for (int d = 0; d < HS; d++) dst[d] = o[d] * inv;
+        const size_t dst = ((size_t)b * T + i) * C + (size_t)h * HS;
+        for (int d = 0; d < HS; d++) tri_cu_st(out, dst + d, o[d] * inv);
         lse[((size_t)b * NH + h) * T + i] = m + logf(l);
     }
 }
 
 /* Row (b = blockIdx.y, h, i) of delta (B, NH, T) = dout_i . out_i. */
-KERNEL fa_delta_kernel(float *delta, const float *dout, const float *out, int T, int NH, int HS) {
+template <typename S> KERNEL fa_delta_kernel(float *delta, const S *dout, const S *out, int T, int NH, int HS) {
     const size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t rows = (size_t)NH * T;
     if (r >= rows) return;
     const int h = (int)(r / T), i = (int)(r % T), b = blockIdx.y;
     const size_t off = ((size_t)b * T + i) * NH * HS + (size_t)h * HS;
-    delta[(size_t)b * rows + r] = fa_dot(dout + off, out + off, HS);
+    float s = 0.0f;
+    for (int d = 0; d < HS; d++) s += tri_cu_ld(dout, off + d) * tri_cu_ld(out, off + d);
+    delta[(size_t)b * rows + r] = s;
 }
 
 /* Block (key tile, head, batch): dk, dv of its keys. */
-KERNEL fa_bwd_dkdv_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *delta, int T,
-                          int NH, int HS, float scale) {
+template <typename S>
+KERNEL fa_bwd_dkdv_kernel(S *dqkv, const S *dout, const S *qkv, const float *lse, const float *delta, int T, int NH,
+                          int HS, float scale) {
     DYN_SMEM(float, smem);
     const int j0 = blockIdx.x * FA_TILE, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x, j = j0 + tid;
     const size_t C = (size_t)NH * HS, C3 = 3 * C;
@@ -132,8 +140,8 @@ KERNEL fa_bwd_dkdv_kernel(float *dqkv, const float *dout, const float *qkv, cons
     float *Ks = smem, *Vs = Ks + FA_TILE * P, *dKs = Vs + FA_TILE * P, *dVs = dKs + FA_TILE * P;
     float *Qs = dVs + FA_TILE * P, *dOs = Qs + FA_TILE * HS, *Ls = dOs + FA_TILE * HS, *Ds = Ls + FA_TILE;
     const size_t base = (size_t)b * T * C3 + (size_t)h * HS;
-    const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
-    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    const S *q = qkv + base, *k = q + C, *v = q + 2 * C;
+    const S *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     const float *L = lse + ((size_t)b * NH + h) * T, *D = delta + ((size_t)b * NH + h) * T;
     fa_load_tile(Ks, P, k, C3, j0, T, HS);
     fa_load_tile(Vs, P, v, C3, j0, T, HS);
@@ -164,17 +172,18 @@ KERNEL fa_bwd_dkdv_kernel(float *dqkv, const float *dout, const float *qkv, cons
         }
     }
     if (j < T) {
-        float *dst = dqkv + base + (size_t)j * C3;
+        const size_t dst = base + (size_t)j * C3;
         for (int d = 0; d < HS; d++) {
-            dst[C + d] = dk[d];
-            dst[2 * C + d] = dv[d];
+            tri_cu_st(dqkv, dst + C + d, dk[d]);
+            tri_cu_st(dqkv, dst + 2 * C + d, dv[d]);
         }
     }
 }
 
 /* Block (query tile, head, batch): dq of its queries. */
-KERNEL fa_bwd_dq_kernel(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *delta, int T,
-                        int NH, int HS, float scale) {
+template <typename S>
+KERNEL fa_bwd_dq_kernel(S *dqkv, const S *dout, const S *qkv, const float *lse, const float *delta, int T, int NH,
+                        int HS, float scale) {
     DYN_SMEM(float, smem);
     const int i0 = blockIdx.x * FA_TILE, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x, i = i0 + tid;
     const size_t C = (size_t)NH * HS, C3 = 3 * C;
@@ -182,8 +191,8 @@ KERNEL fa_bwd_dq_kernel(float *dqkv, const float *dout, const float *qkv, const 
     float *Qs = smem, *dOs = Qs + FA_TILE * P, *dQs = dOs + FA_TILE * P, *Ks = dQs + FA_TILE * P;
     float *Vs = Ks + FA_TILE * HS;
     const size_t base = (size_t)b * T * C3 + (size_t)h * HS;
-    const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
-    const float *dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    const S *q = qkv + base, *k = q + C, *v = q + 2 * C;
+    const S *dO = dout + (size_t)b * T * C + (size_t)h * HS;
     fa_load_tile(Qs, P, q, C3, i0, T, HS);
     fa_load_tile(dOs, P, dO, C, i0, T, HS);
     float *dq = dQs + tid * P;
@@ -208,8 +217,8 @@ KERNEL fa_bwd_dq_kernel(float *dqkv, const float *dout, const float *qkv, const 
         }
     }
     if (i < T) {
-        float *dst = dqkv + base + (size_t)i * C3;
-        for (int d = 0; d < HS; d++) dst[d] = dq[d];
+        const size_t dst = base + (size_t)i * C3;
+        for (int d = 0; d < HS; d++) tri_cu_st(dqkv, dst + d, dq[d]);
     }
 }
 
@@ -217,27 +226,33 @@ extern "C" size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int
 
 extern "C" size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int HS) { return B * (size_t)NH * T; }
 
-extern "C" void TRI_CU(attention_fwd)(void *stream, float *out, float *lse, const float *qkv, size_t B, size_t T,
-                                      int NH, int HS) {
+extern "C" void TRI_CU(attention_fwd)(void *stream, tri_dtype dt, void *out, float *lse, const void *qkv, size_t B,
+                                      size_t T, int NH, int HS) {
     if (B == 0 || T == 0 || NH <= 0 || HS <= 0) return;
     const size_t smem = sizeof(float) * (size_t)FA_TILE * (2 * (size_t)(HS + 1) + 2 * (size_t)HS);
-    FA_SMEM_OPTIN(fa_fwd_kernel, smem);
     const dim3 grid(tri_cu_blocks(T, FA_TILE), (unsigned)NH, (unsigned)B);
-    LAUNCH(fa_fwd_kernel, grid, FA_TILE, smem, stream, out, lse, qkv, (int)T, NH, HS, 1.0f / sqrtf((float)HS));
+    TRI_CU_DTYPE_SWITCH(dt, "attention_fwd", S, FA_SMEM_OPTIN(fa_fwd_kernel<S>, smem);
+                        LAUNCH(fa_fwd_kernel<S>, grid, FA_TILE, smem, stream, (S *)out, lse, (const S *)qkv, (int)T, NH,
+                               HS, 1.0f / sqrtf((float)HS)););
 }
 
-extern "C" void TRI_CU(attention_bwd)(void *stream, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                      const float *out, const float *lse, size_t B, size_t T, int NH, int HS) {
+extern "C" void TRI_CU(attention_bwd)(void *stream, tri_dtype dt, void *dqkv, float *scratch, const void *dout,
+                                      const void *qkv, const void *out, const float *lse, size_t B, size_t T, int NH,
+                                      int HS) {
     if (B == 0 || T == 0 || NH <= 0 || HS <= 0) return;
     const float scale = 1.0f / sqrtf((float)HS);
     float *delta = scratch;
-    LAUNCH(fa_delta_kernel, dim3(tri_cu_blocks((size_t)NH * T, FA_DELTA_THREADS), (unsigned)B), FA_DELTA_THREADS, 0,
-           stream, delta, dout, out, (int)T, NH, HS);
+    const dim3 dgrid(tri_cu_blocks((size_t)NH * T, FA_DELTA_THREADS), (unsigned)B);
     const dim3 grid(tri_cu_blocks(T, FA_TILE), (unsigned)NH, (unsigned)B);
     const size_t smem_kv = sizeof(float) * ((size_t)FA_TILE * (4 * (size_t)(HS + 1) + 2 * (size_t)HS) + 2 * FA_TILE);
-    FA_SMEM_OPTIN(fa_bwd_dkdv_kernel, smem_kv);
-    LAUNCH(fa_bwd_dkdv_kernel, grid, FA_TILE, smem_kv, stream, dqkv, dout, qkv, lse, delta, (int)T, NH, HS, scale);
     const size_t smem_q = sizeof(float) * (size_t)FA_TILE * (3 * (size_t)(HS + 1) + 2 * (size_t)HS);
-    FA_SMEM_OPTIN(fa_bwd_dq_kernel, smem_q);
-    LAUNCH(fa_bwd_dq_kernel, grid, FA_TILE, smem_q, stream, dqkv, dout, qkv, lse, delta, (int)T, NH, HS, scale);
+    TRI_CU_DTYPE_SWITCH(dt, "attention_bwd", S,
+                        LAUNCH(fa_delta_kernel<S>, dgrid, FA_DELTA_THREADS, 0, stream, delta, (const S *)dout,
+                               (const S *)out, (int)T, NH, HS);
+                        FA_SMEM_OPTIN(fa_bwd_dkdv_kernel<S>, smem_kv);
+                        LAUNCH(fa_bwd_dkdv_kernel<S>, grid, FA_TILE, smem_kv, stream, (S *)dqkv, (const S *)dout,
+                               (const S *)qkv, lse, delta, (int)T, NH, HS, scale);
+                        FA_SMEM_OPTIN(fa_bwd_dq_kernel<S>, smem_q);
+                        LAUNCH(fa_bwd_dq_kernel<S>, grid, FA_TILE, smem_q, stream, (S *)dqkv, (const S *)dout,
+                               (const S *)qkv, lse, delta, (int)T, NH, HS, scale););
 }

@@ -1,4 +1,7 @@
-/* Vocab-parallel softmax cross-entropy on CUDA, fp32 (bf16 logits later).
+/* Vocab-parallel softmax cross-entropy on CUDA: logits and dlogits of fp32
+ * or bf16 storage (the template parameter T: widened as they are read,
+ * tri_cu_ld; dlogits rounded once as stored, tri_cu_st), the stats, the
+ * gathered stats and the losses fp32, all arithmetic fp32.
  * Contracts: crossentropy_stats / crossentropy_combine / crossentropy_bwd in
  * kernels/ops.h, the entry points in kernels/cuda/kernels.h; the same three
  * steps as kernels/cpu/crossentropy.c.
@@ -13,7 +16,8 @@
  * shuffles and across warps through shared memory. NaN logits are skipped by
  * the max and make the sum NaN, as on the CPU. bwd: a block per row, one pass
  * (dlogits may alias logits: every element is read, then written, by one
- * thread). combine: a thread per row. */
+ * thread; for bf16 too, as an element is 2 bytes of its own). combine: a
+ * thread per row. */
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
@@ -47,14 +51,15 @@ DEVFN long long ce_local_target(int32_t tgt, size_t vstart, size_t Vr) {
 
 /* Row blockIdx.x: stats[3n..3n+2] = (local max, sum of exp(l - max), owned
  * target logit or 0). blockDim.x = CE_THREADS. */
-KERNEL ce_stats_kernel(float *stats, const float *logits, const int32_t *targets, size_t Vl, size_t vstart, size_t Vr) {
+template <typename T>
+KERNEL ce_stats_kernel(float *stats, const T *logits, const int32_t *targets, size_t Vl, size_t vstart, size_t Vr) {
     SHARED(float, wm, 32);
     SHARED(float, ws, 32);
     const size_t n = blockIdx.x;
-    const float *row = logits + n * Vl;
+    const T *row = logits + n * Vl;
     float m = -INFINITY, s = 0.0f;
     for (size_t j = threadIdx.x; j < Vr; j += blockDim.x) {
-        const float l = row[j];
+        const float l = tri_cu_ld(row, j);
         if (l > m) { /* a new max (never for NaN): rescale the sum */
             s = (s != 0.0f ? s * expf(m - l) : 0.0f) + 1.0f;
             m = l;
@@ -77,7 +82,7 @@ KERNEL ce_stats_kernel(float *stats, const float *logits, const int32_t *targets
             const long long lt = ce_local_target(targets[n], vstart, Vr);
             stats[3 * n + 0] = m;
             stats[3 * n + 1] = s;
-            stats[3 * n + 2] = lt >= 0 ? row[lt] : 0.0f;
+            stats[3 * n + 2] = lt >= 0 ? tri_cu_ld(row, (size_t)lt) : 0.0f;
         }
     }
 }
@@ -112,18 +117,19 @@ KERNEL ce_loss_kernel(float *losses, const float *stats, size_t N) {
 
 /* Row blockIdx.x: d[j] = exp(l[j] - M) * (dscale / S) for real columns, minus
  * dscale at the owned target; 0 for padded columns. */
-KERNEL ce_grad_kernel(float *dlogits, const float *logits, const float *stats, const int32_t *targets, float dscale,
-                      size_t Vl, size_t vstart, size_t Vr) {
+template <typename T>
+KERNEL ce_grad_kernel(T *dlogits, const T *logits, const float *stats, const int32_t *targets, float dscale, size_t Vl,
+                      size_t vstart, size_t Vr) {
     const size_t n = blockIdx.x;
     const float M = stats[3 * n + 0], k = dscale / stats[3 * n + 1];
     const long long lt = ce_local_target(targets[n], vstart, Vr);
-    const float *l = logits + n * Vl;
-    float *d = dlogits + n * Vl;
+    const T *l = logits + n * Vl;
+    T *d = dlogits + n * Vl;
     for (size_t j = threadIdx.x; j < Vl; j += blockDim.x) {
         float v = 0.0f;
-        if (j < Vr) v = expf(l[j] - M) * k;
+        if (j < Vr) v = expf(tri_cu_ld(l, j) - M) * k;
         if ((long long)j == lt) v -= dscale;
-        d[j] = v;
+        tri_cu_st(d, j, v);
     }
 }
 
@@ -132,11 +138,13 @@ static size_t real_cols(size_t Vl, size_t vstart, size_t V) {
     return V - vstart < Vl ? V - vstart : Vl;
 }
 
-extern "C" void TRI_CU(crossentropy_stats)(void *stream, float *stats, const float *logits, const int32_t *targets,
-                                           size_t N, size_t Vl, size_t vstart, size_t V) {
+extern "C" void TRI_CU(crossentropy_stats)(void *stream, tri_dtype dt, float *stats, const void *logits,
+                                           const int32_t *targets, size_t N, size_t Vl, size_t vstart, size_t V) {
     if (N == 0) return;
-    LAUNCH(ce_stats_kernel, (unsigned)N, CE_THREADS, 0, stream, stats, logits, targets, Vl, vstart,
-           real_cols(Vl, vstart, V));
+    const size_t Vr = real_cols(Vl, vstart, V);
+    TRI_CU_DTYPE_SWITCH(dt, "crossentropy_stats", T,
+                        LAUNCH(ce_stats_kernel<T>, (unsigned)N, CE_THREADS, 0, stream, stats, (const T *)logits,
+                               targets, Vl, vstart, Vr););
 }
 
 extern "C" void TRI_CU(crossentropy_combine)(void *stream, float *stats, const float *gather, size_t N, int R) {
@@ -144,13 +152,16 @@ extern "C" void TRI_CU(crossentropy_combine)(void *stream, float *stats, const f
     LAUNCH(ce_combine_kernel, tri_cu_blocks(N, CE_COMBINE_THREADS), CE_COMBINE_THREADS, 0, stream, stats, gather, N, R);
 }
 
-extern "C" void TRI_CU(crossentropy_bwd)(void *stream, float *losses, float *dlogits, const float *logits,
+extern "C" void TRI_CU(crossentropy_bwd)(void *stream, tri_dtype dt, float *losses, void *dlogits, const void *logits,
                                          const float *stats, const int32_t *targets, float dscale, size_t N, size_t Vl,
                                          size_t vstart, size_t V) {
     if (N == 0) return;
     if (losses)
         LAUNCH(ce_loss_kernel, tri_cu_blocks(N, CE_COMBINE_THREADS), CE_COMBINE_THREADS, 0, stream, losses, stats, N);
-    if (dlogits && Vl > 0)
-        LAUNCH(ce_grad_kernel, (unsigned)N, CE_THREADS, 0, stream, dlogits, logits, stats, targets, dscale, Vl, vstart,
-               real_cols(Vl, vstart, V));
+    if (dlogits && Vl > 0) {
+        const size_t Vr = real_cols(Vl, vstart, V);
+        TRI_CU_DTYPE_SWITCH(dt, "crossentropy_bwd", T,
+                            LAUNCH(ce_grad_kernel<T>, (unsigned)N, CE_THREADS, 0, stream, (T *)dlogits,
+                                   (const T *)logits, stats, targets, dscale, Vl, vstart, Vr););
+    }
 }

@@ -14,12 +14,12 @@
  * runs on the one stream, so a buffer that grows is freed in stream order
  * (cudaFreeAsync) behind the ops that used it.
  *
- * Dtypes: the context starts fp32 (every dtype F32). The kernels of LayerNorm,
- * GELU, the residual, the bias gradient and the embedding take the compute
- * dtype (c->act_dtype, which tri_ctx_set_precision also gives the
- * parameters): fp32 or bf16; gradients of weights, statistics and the
- * optimizer's tensors stay fp32. compute_dtypes admits bf16 once every op
- * does (see the table). Compiled with
+ * Dtypes: the context starts fp32 (every dtype F32); train.precision = bf16
+ * (tri_ctx_set_precision) makes activations and parameters bf16, and every
+ * kernel and GEMM takes that compute dtype (c->act_dtype): bf16 storage,
+ * fp32 arithmetic and accumulation. Gradients of weights, statistics and the
+ * optimizer's tensors stay fp32. fp16 is not offered (compute_dtypes).
+ * Compiled with
  * TRI_CUEMU, the same file is the emulated backend "cuda-emu" of the tests
  * (kernels/cuda/cuda_ops.h). */
 #include "kernels/cuda/cuda_ops.h"
@@ -208,10 +208,10 @@ static void cu_matmul_fwd(tri_ctx *c, void *out, const void *inp, const void *we
                           size_t C, size_t OC) {
     tri_gemm_call g;
     int fill = 0;
-    if (tri_gemm_plan_fwd(&g, &fill, out, inp, weight, bias, N, C, OC) == 0) {
+    if (tri_gemm_plan_fwd(&g, &fill, c->act_dtype, out, inp, weight, bias, N, C, OC) == 0) {
         TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g);
     } else if (fill) { /* C = 0: out = bias broadcast, or 0 */
-        cu_zero(c, out, N * OC * sizeof(float));
+        cu_zero(c, out, N * OC * tri_dtype_size(c->act_dtype));
         if (bias) TRI_CU(residual_fwd)(st(c)->stream, c->act_dtype, out, out, out, bias, N, OC);
     }
 }
@@ -226,12 +226,12 @@ static void cu_matmul_bwd(tri_ctx *c, void *dinp, float *dweight, float *dbias, 
     }
     tri_gemm_call g;
     int fill = 0;
-    if (tri_gemm_plan_dinp(&g, &fill, dinp, dout, weight, N, C, OC) == 0)
+    if (tri_gemm_plan_dinp(&g, &fill, c->act_dtype, dinp, dout, weight, N, C, OC) == 0)
         TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
     else if (fill)
-        cu_zero(c, dinp, N * C * sizeof(float));
+        cu_zero(c, dinp, N * C * tri_dtype_size(c->act_dtype));
     float *bgrad = route == TRI_DBIAS_ROUTE_EPILOGUE ? scratch(c, OC * sizeof(float)) : NULL;
-    if (tri_gemm_plan_dweight(&g, dweight, bgrad, dout, inp, N, C, OC) == 0) {
+    if (tri_gemm_plan_dweight(&g, c->act_dtype, dweight, bgrad, dout, inp, N, C, OC) == 0) {
         TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
         if (bgrad) TRI_CU(add)(s->stream, dbias, bgrad, OC); /* the epilogue overwrites; dbias accumulates */
     }
@@ -251,12 +251,12 @@ static void cu_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, const
 }
 
 static void cu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS) {
-    TRI_CU(attention_fwd)(st(c)->stream, out, state, qkv, B, T, NH, HS);
+    TRI_CU(attention_fwd)(st(c)->stream, c->act_dtype, out, state, qkv, B, T, NH, HS);
 }
 
 static void cu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch_buf, const void *dout, const void *qkv,
                              const void *out, const float *state, size_t B, size_t T, int NH, int HS) {
-    TRI_CU(attention_bwd)(st(c)->stream, dqkv, scratch_buf, dout, qkv, out, state, B, T, NH, HS);
+    TRI_CU(attention_bwd)(st(c)->stream, c->act_dtype, dqkv, scratch_buf, dout, qkv, out, state, B, T, NH, HS);
 }
 
 static void cu_gelu_fwd(tri_ctx *c, void *out, const void *inp, size_t N) {
@@ -293,7 +293,7 @@ static void cu_embedding_bwd(tri_ctx *c, float *dwte, float *dwpe, const void *d
 
 static void cu_crossentropy_stats(tri_ctx *c, float *stats, const void *logits, const int32_t *targets, size_t N,
                                   size_t Vl, size_t vstart, size_t V) {
-    TRI_CU(crossentropy_stats)(st(c)->stream, stats, logits, targets, N, Vl, vstart, V);
+    TRI_CU(crossentropy_stats)(st(c)->stream, c->act_dtype, stats, logits, targets, N, Vl, vstart, V);
 }
 
 static void cu_crossentropy_combine(tri_ctx *c, float *stats, const float *gather, size_t N, int R) {
@@ -302,7 +302,8 @@ static void cu_crossentropy_combine(tri_ctx *c, float *stats, const float *gathe
 
 static void cu_crossentropy_bwd(tri_ctx *c, float *losses, void *dlogits, const void *logits, const float *stats,
                                 const int32_t *targets, float dscale, size_t N, size_t Vl, size_t vstart, size_t V) {
-    TRI_CU(crossentropy_bwd)(st(c)->stream, losses, dlogits, logits, stats, targets, dscale, N, Vl, vstart, V);
+    TRI_CU(crossentropy_bwd)
+    (st(c)->stream, c->act_dtype, losses, dlogits, logits, stats, targets, dscale, N, Vl, vstart, V);
 }
 
 /* ---- AdamW, reductions ---- */
@@ -387,7 +388,7 @@ static void cu_add(tri_ctx *c, float *y, const float *x, size_t n) { TRI_CU(add)
 
 static const tri_ops CUDA_OPS = {
     .name = BACKEND_NAME,
-    /* TODO(lead): .compute_dtypes = (1u << TRI_F32) | (1u << TRI_BF16) once GEMMs, attention, CE take bf16 */
+    .compute_dtypes = (1u << TRI_F32) | (1u << TRI_BF16),
     .init = cu_init,
     .shutdown = cu_shutdown,
     .alloc = cu_alloc,

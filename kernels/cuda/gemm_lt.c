@@ -1,5 +1,8 @@
-/* The CUDA backend's GEMMs through cuBLASLt (kernels/cuda/gemm.h): fp32
- * storage, fp32 compute (CUBLAS_COMPUTE_32F: no TF32, so that results stay
+/* The CUDA backend's GEMMs through cuBLASLt (kernels/cuda/gemm.h): fp32 or
+ * bf16 storage as the plan's types say (CUDA_R_32F / CUDA_R_16BF per
+ * operand: fwd and dinp all in the compute dtype, dweight bf16 x bf16 into
+ * an fp32 D and an fp32 BGRADB output), fp32 compute and fp32 alpha / beta
+ * (CUBLAS_COMPUTE_32F, scale type CUDA_R_32F: no TF32, so that results stay
  * comparable with the CPU backend's), one plan per distinct GEMM, built and
  * searched at its first call and cached in the executor. Every cuBLASLt
  * status is checked (TRI_CUBLAS_CHECK: file:line, the call, the rank). */
@@ -54,10 +57,16 @@ void TRI_CU(gemm_free)(tri_gemm_exec *x) {
     memset(x, 0, sizeof *x);
 }
 
+static cudaDataType_t cuda_type(tri_dtype t) {
+    if (t == TRI_F32) return CUDA_R_32F;
+    if (t == TRI_BF16) return CUDA_R_16BF;
+    TRI_FAIL("cuBLASLt GEMM: storage dtype %d is neither fp32 nor bf16", (int)t);
+}
+
 /* A stored matrix of the plan: rows x cols (column-major) with leading dim ld. */
-static cublasLtMatrixLayout_t layout(uint64_t rows, uint64_t cols, uint64_t ld) {
+static cublasLtMatrixLayout_t layout(tri_dtype t, uint64_t rows, uint64_t cols, uint64_t ld) {
     cublasLtMatrixLayout_t l = NULL;
-    TRI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, rows, cols, (int64_t)ld));
+    TRI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, cuda_type(t), rows, cols, (int64_t)ld));
     return l;
 }
 
@@ -74,11 +83,15 @@ static void build(tri_gemm_exec *x, tri_gemm_entry *e) {
                                    : d->epilogue == TRI_GEMM_EPI_BGRADB ? CUBLASLT_EPILOGUE_BGRADB
                                                                         : CUBLASLT_EPILOGUE_DEFAULT;
     TRI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (d->epilogue != TRI_GEMM_EPI_NONE) { /* the default is D's type; said all the same */
+        const int32_t bt = (int32_t)cuda_type(d->biastype);
+        TRI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
     e->handles[0] = md;
     /* stored shapes: A is m x k (k x m when transposed), B k x n (n x k), D m x n */
-    e->handles[1] = layout(d->transa ? d->k : d->m, d->transa ? d->m : d->k, d->lda);
-    e->handles[2] = layout(d->transb ? d->n : d->k, d->transb ? d->k : d->n, d->ldb);
-    e->handles[3] = layout(d->m, d->n, d->ldc);
+    e->handles[1] = layout(d->atype, d->transa ? d->k : d->m, d->transa ? d->m : d->k, d->lda);
+    e->handles[2] = layout(d->btype, d->transb ? d->n : d->k, d->transb ? d->k : d->n, d->ldb);
+    e->handles[3] = layout(d->dtype, d->m, d->n, d->ldc);
 
     cublasLtMatmulPreference_t pref = NULL;
     TRI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -113,6 +126,12 @@ static void build(tri_gemm_exec *x, tri_gemm_entry *e) {
 }
 
 void TRI_CU(gemm_run)(tri_gemm_exec *x, void *stream, const tri_gemm_call *g) {
+    /* every call: two calls with one key may misalign different pointers */
+    if (tri_gemm_check_types(g) != 0) {
+        char s[320];
+        tri_gemm_desc_str(&g->d, s, sizeof s);
+        TRI_FAIL("cuBLASLt GEMM %s: a type is neither fp32 nor bf16, or a pointer is not aligned to its element", s);
+    }
     tri_gemm_entry *e = tri_gemm_cache_find(&x->cache, &g->d);
     if (e == NULL) {
         e = tri_gemm_cache_add(&x->cache, &g->d);

@@ -13,6 +13,18 @@ unsigned tri_gemm_ptr_align(const void *p) {
     return al;
 }
 
+unsigned tri_gemm_type_size(tri_dtype t) { return t == TRI_F32 ? 4u : t == TRI_BF16 ? 2u : 0u; }
+
+int tri_gemm_check_types(const tri_gemm_call *g) {
+    const void *p[4] = {g->A, g->B, g->D, g->bias};
+    const tri_dtype t[4] = {g->d.atype, g->d.btype, g->d.dtype, g->d.biastype};
+    for (int i = 0; i < 4; i++) {
+        const unsigned sz = tri_gemm_type_size(t[i]);
+        if (sz == 0 || (p[i] != NULL && tri_gemm_ptr_align(p[i]) < sz)) return -1;
+    }
+    return 0;
+}
+
 static unsigned min_align(const void *a, const void *b, const void *c, const void *d) {
     unsigned al = tri_gemm_ptr_align(a);
     const unsigned x[3] = {tri_gemm_ptr_align(b), tri_gemm_ptr_align(c), tri_gemm_ptr_align(d)};
@@ -21,8 +33,9 @@ static unsigned min_align(const void *a, const void *b, const void *c, const voi
     return al;
 }
 
-static void set(tri_gemm_call *g, int ta, int tb, size_t m, size_t n, size_t k, size_t lda, size_t ldb, size_t ldc,
-                int acc, tri_gemm_epilogue epi, const void *A, const void *B, void *D, void *bias) {
+static void set(tri_gemm_call *g, tri_dtype ab, tri_dtype dt, int ta, int tb, size_t m, size_t n, size_t k, size_t lda,
+                size_t ldb, size_t ldc, int acc, tri_gemm_epilogue epi, const void *A, const void *B, void *D,
+                void *bias) {
     memset(g, 0, sizeof *g);
     g->d.transa = ta;
     g->d.transb = tb;
@@ -35,14 +48,16 @@ static void set(tri_gemm_call *g, int ta, int tb, size_t m, size_t n, size_t k, 
     g->d.accumulate = acc;
     g->d.epilogue = epi;
     g->d.align = min_align(A, B, D, bias);
+    g->d.atype = g->d.btype = ab;
+    g->d.dtype = g->d.biastype = dt; /* cuBLASLt's bias type defaults to D's */
     g->A = A;
     g->B = B;
     g->D = D;
     g->bias = bias;
 }
 
-int tri_gemm_plan_fwd(tri_gemm_call *g, int *fill, void *out, const void *inp, const void *weight, const void *bias,
-                      size_t N, size_t C, size_t OC) {
+int tri_gemm_plan_fwd(tri_gemm_call *g, int *fill, tri_dtype dt, void *out, const void *inp, const void *weight,
+                      const void *bias, size_t N, size_t C, size_t OC) {
     *fill = 0;
     memset(g, 0, sizeof *g);
     if (N == 0 || OC == 0) return 1;
@@ -51,12 +66,13 @@ int tri_gemm_plan_fwd(tri_gemm_call *g, int *fill, void *out, const void *inp, c
         return 1;
     }
     /* out^T (OC x N, ld OC) = W^T-as-stored^T ... : A = W stored (C x OC, ld C), op T; B = inp stored (C x N, ld C) */
-    set(g, 1, 0, OC, N, C, C, C, OC, 0, bias ? TRI_GEMM_EPI_BIAS : TRI_GEMM_EPI_NONE, weight, inp, out, (void *)bias);
+    set(g, dt, dt, 1, 0, OC, N, C, C, C, OC, 0, bias ? TRI_GEMM_EPI_BIAS : TRI_GEMM_EPI_NONE, weight, inp, out,
+        (void *)bias);
     return 0;
 }
 
-int tri_gemm_plan_dinp(tri_gemm_call *g, int *fill, void *dinp, const void *dout, const void *weight, size_t N,
-                       size_t C, size_t OC) {
+int tri_gemm_plan_dinp(tri_gemm_call *g, int *fill, tri_dtype dt, void *dinp, const void *dout, const void *weight,
+                       size_t N, size_t C, size_t OC) {
     *fill = 0;
     memset(g, 0, sizeof *g);
     if (dinp == NULL || N == 0 || C == 0) return 1;
@@ -65,17 +81,18 @@ int tri_gemm_plan_dinp(tri_gemm_call *g, int *fill, void *dinp, const void *dout
         return 1;
     }
     /* dinp^T (C x N, ld C) = A (W stored: C x OC, ld C) @ B (dout stored: OC x N, ld OC) */
-    set(g, 0, 0, C, N, OC, C, OC, C, 0, TRI_GEMM_EPI_NONE, weight, dout, dinp, NULL);
+    set(g, dt, dt, 0, 0, C, N, OC, C, OC, C, 0, TRI_GEMM_EPI_NONE, weight, dout, dinp, NULL);
     return 0;
 }
 
-int tri_gemm_plan_dweight(tri_gemm_call *g, float *dweight, float *dbias_scratch, const void *dout, const void *inp,
-                          size_t N, size_t C, size_t OC) {
+int tri_gemm_plan_dweight(tri_gemm_call *g, tri_dtype dt, float *dweight, float *dbias_scratch, const void *dout,
+                          const void *inp, size_t N, size_t C, size_t OC) {
     memset(g, 0, sizeof *g);
     if (dweight == NULL || N == 0 || C == 0 || OC == 0) return 1;
-    /* dW^T (C x OC, ld C) += A (inp stored: C x N, ld C) @ op(B) (dout stored: OC x N, ld OC; op T) */
-    set(g, 0, 1, C, OC, N, C, OC, C, 1, dbias_scratch ? TRI_GEMM_EPI_BGRADB : TRI_GEMM_EPI_NONE, inp, dout, dweight,
-        dbias_scratch);
+    /* dW^T (C x OC, ld C) += A (inp stored: C x N, ld C) @ op(B) (dout stored: OC x N, ld OC; op T);
+     * dW and the bias gradient fp32 whatever dt */
+    set(g, dt, TRI_F32, 0, 1, C, OC, N, C, OC, C, 1, dbias_scratch ? TRI_GEMM_EPI_BGRADB : TRI_GEMM_EPI_NONE, inp, dout,
+        dweight, dbias_scratch);
     return 0;
 }
 
@@ -95,23 +112,26 @@ static uint64_t mix(uint64_t h, uint64_t v) {
 
 uint64_t tri_gemm_desc_hash(const tri_gemm_desc *d) {
     uint64_t h = 0x243F6A8885A308D3ull;
-    const uint64_t v[9] = {(uint64_t)d->transa,
-                           (uint64_t)d->transb,
-                           d->m,
-                           d->n,
-                           d->k,
-                           d->lda,
-                           d->ldb,
-                           d->ldc,
-                           (uint64_t)d->accumulate | (uint64_t)d->epilogue << 8 | (uint64_t)d->align << 16};
-    for (int i = 0; i < 9; i++) h = mix(h, v[i]);
+    const uint64_t v[10] = {(uint64_t)d->transa,
+                            (uint64_t)d->transb,
+                            d->m,
+                            d->n,
+                            d->k,
+                            d->lda,
+                            d->ldb,
+                            d->ldc,
+                            (uint64_t)d->accumulate | (uint64_t)d->epilogue << 8 | (uint64_t)d->align << 16,
+                            (uint64_t)d->atype | (uint64_t)d->btype << 8 | (uint64_t)d->dtype << 16 |
+                                (uint64_t)d->biastype << 24};
+    for (int i = 0; i < 10; i++) h = mix(h, v[i]);
     return h;
 }
 
 int tri_gemm_desc_equal(const tri_gemm_desc *a, const tri_gemm_desc *b) {
     return a->transa == b->transa && a->transb == b->transb && a->m == b->m && a->n == b->n && a->k == b->k &&
            a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc && a->accumulate == b->accumulate &&
-           a->epilogue == b->epilogue && a->align == b->align;
+           a->epilogue == b->epilogue && a->align == b->align && a->atype == b->atype && a->btype == b->btype &&
+           a->dtype == b->dtype && a->biastype == b->biastype;
 }
 
 tri_gemm_entry *tri_gemm_cache_find(tri_gemm_cache *c, const tri_gemm_desc *d) {
@@ -152,10 +172,16 @@ void tri_gemm_cache_free(tri_gemm_cache *c) {
     c->n = c->cap = 0;
 }
 
+static const char *type_name(tri_dtype t) { return t == TRI_F32 ? "f32" : t == TRI_BF16 ? "bf16" : "?"; }
+
 void tri_gemm_desc_str(const tri_gemm_desc *d, char *buf, size_t n) {
     static const char *const epi[] = {"none", "bias", "bgradb"};
-    snprintf(buf, n, "m %llu n %llu k %llu, A%s B%s, lda %llu ldb %llu ldc %llu, beta %d, epilogue %s, align %u",
-             (unsigned long long)d->m, (unsigned long long)d->n, (unsigned long long)d->k, d->transa ? "^T" : "",
-             d->transb ? "^T" : "", (unsigned long long)d->lda, (unsigned long long)d->ldb, (unsigned long long)d->ldc,
-             d->accumulate, d->epilogue >= 0 && d->epilogue <= 2 ? epi[d->epilogue] : "?", d->align);
+    snprintf(
+        buf, n,
+        "m %llu n %llu k %llu, A%s B%s, lda %llu ldb %llu ldc %llu, beta %d, epilogue %s, align %u, types %s %s -> "
+        "%s (bias %s)",
+        (unsigned long long)d->m, (unsigned long long)d->n, (unsigned long long)d->k, d->transa ? "^T" : "",
+        d->transb ? "^T" : "", (unsigned long long)d->lda, (unsigned long long)d->ldb, (unsigned long long)d->ldc,
+        d->accumulate, d->epilogue >= 0 && d->epilogue <= 2 ? epi[d->epilogue] : "?", d->align, type_name(d->atype),
+        type_name(d->btype), type_name(d->dtype), type_name(d->biastype));
 }

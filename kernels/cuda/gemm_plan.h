@@ -20,6 +20,13 @@
  * sums of op(B) over k, i.e. of dout over its N rows), written into scratch
  * and then added (the epilogue overwrites; the op accumulates).
  *
+ * Types. The `void *` operands are in the compute dtype dt (TRI_F32 or
+ * TRI_BF16: ctx->act_dtype); every GEMM computes and scales in fp32. fwd and
+ * dinp: A, B, D and the BIAS epilogue's bias in dt. dweight: A, B in dt, D
+ * (dW, the fp32 gradient it accumulates into) and the BGRADB output in fp32.
+ * A pointer must be aligned to its element size (2 bytes for bf16, 4 for
+ * fp32); the plan's `align` is the least alignment of its pointers.
+ *
  * GELU epilogues do not apply: the op table has no fused linear + GELU (the
  * model keeps the pre-GELU activation and calls gelu_fwd / gelu_bwd). */
 #ifndef TRI_CUDA_GEMM_PLAN_H
@@ -27,6 +34,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +61,9 @@ typedef struct tri_gemm_desc {
     int accumulate;         /* beta: 0 (overwrite) or 1 */
     tri_gemm_epilogue epilogue;
     unsigned align; /* bytes (1..16, a power of two) that divide every pointer of the call */
+    /* storage types (TRI_F32 or TRI_BF16) of A, B, C = D, and of the bias
+     * vector (the epilogue's input or output; D's type when there is none) */
+    tri_dtype atype, btype, dtype, biastype;
 } tri_gemm_desc;
 
 /* A GEMM with its operands. bias: the BIAS epilogue's input or the BGRADB
@@ -65,21 +77,27 @@ typedef struct tri_gemm_call {
 
 /* The largest power of two <= 16 dividing the address (16 for NULL). */
 unsigned tri_gemm_ptr_align(const void *p);
+/* Bytes per element of a GEMM storage type: 4 (TRI_F32), 2 (TRI_BF16), 0
+ * for any other type (no GEMM takes it). */
+unsigned tri_gemm_type_size(tri_dtype t);
+/* 0 when every pointer of g is aligned to its element size and g's types
+ * are fp32 or bf16; -1 otherwise (what cuBLASLt would refuse). */
+int tri_gemm_check_types(const tri_gemm_call *g);
 
 /* out (N, OC) = inp (N, C) @ weight (OC, C)^T (+ bias): the GEMM, with the
  * BIAS epilogue when bias is non-NULL. Returns 0, or 1 when there is no GEMM
  * to run: N or OC is 0 (nothing to write) or C is 0 (out is the bias
  * broadcast, or 0: *fill is set to 1). */
-int tri_gemm_plan_fwd(tri_gemm_call *g, int *fill, void *out, const void *inp, const void *weight, const void *bias,
-                      size_t N, size_t C, size_t OC);
+int tri_gemm_plan_fwd(tri_gemm_call *g, int *fill, tri_dtype dt, void *out, const void *inp, const void *weight,
+                      const void *bias, size_t N, size_t C, size_t OC);
 /* dinp (N, C) = dout (N, OC) @ weight (OC, C). 1 when nothing to run (*fill
  * set to 1 when dinp must be zeroed: OC = 0). */
-int tri_gemm_plan_dinp(tri_gemm_call *g, int *fill, void *dinp, const void *dout, const void *weight, size_t N,
-                       size_t C, size_t OC);
+int tri_gemm_plan_dinp(tri_gemm_call *g, int *fill, tri_dtype dt, void *dinp, const void *dout, const void *weight,
+                       size_t N, size_t C, size_t OC);
 /* dweight (OC, C) += dout^T @ inp, with the BGRADB epilogue into
  * dbias_scratch when it is non-NULL. 1 when nothing to run. */
-int tri_gemm_plan_dweight(tri_gemm_call *g, float *dweight, float *dbias_scratch, const void *dout, const void *inp,
-                          size_t N, size_t C, size_t OC);
+int tri_gemm_plan_dweight(tri_gemm_call *g, tri_dtype dt, float *dweight, float *dbias_scratch, const void *dout,
+                          const void *inp, size_t N, size_t C, size_t OC);
 
 /* Where matmul_bwd's dbias comes from: 0 (not asked for), TRI_DBIAS_EPILOGUE
  * (the policy allows it and the dweight GEMM runs: dweight asked for and
@@ -121,7 +139,8 @@ tri_gemm_entry *tri_gemm_cache_add(tri_gemm_cache *c, const tri_gemm_desc *d);
 /* Releases every entry (through release) and the array; NULL-safe. */
 void tri_gemm_cache_free(tri_gemm_cache *c);
 
-/* "m 768 n 512 k 256 A^T B lda 256 ... beta 1 bias align 16", for messages. */
+/* "m 768 n 512 k 256, A^T B, ... beta 1, epilogue bias, align 16, types
+ * bf16 bf16 -> f32 (bias f32)", for messages. */
 void tri_gemm_desc_str(const tri_gemm_desc *d, char *buf, size_t n);
 
 #ifdef __cplusplus

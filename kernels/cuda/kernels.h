@@ -54,17 +54,19 @@ void TRI_CU(gelu_bwd)(void *stream, tri_dtype dt, void *dinp, const void *inp, c
 
 /* ---- crossentropy.cu: vocab-parallel softmax cross-entropy ----
  * logits (N, Vl) hold global columns [vstart, vstart + Vl); columns >= V are
- * padding. targets (N) are device memory.
+ * padding. targets (N) are device memory. logits and dlogits are of dtype dt
+ * (fp32 or bf16; fp32 arithmetic), stats, gather and losses fp32.
  * stats (N, 3) = (local max, sum of exp(l - max), owned target logit or 0)   [overwrite]
  * combine: stats (N, 3) = the global (M, S, target) from gather (R, N, 3)     [overwrite]
  * bwd: losses (N) = log S + M - target          [overwrite; may be NULL]
  *      dlogits (N, Vl) = (softmax - onehot) * dscale, 0 in padded columns
  *                                               [overwrite; may be NULL; may alias logits] */
-void TRI_CU(crossentropy_stats)(void *stream, float *stats, const float *logits, const int32_t *targets, size_t N,
-                                size_t Vl, size_t vstart, size_t V);
+void TRI_CU(crossentropy_stats)(void *stream, tri_dtype dt, float *stats, const void *logits, const int32_t *targets,
+                                size_t N, size_t Vl, size_t vstart, size_t V);
 void TRI_CU(crossentropy_combine)(void *stream, float *stats, const float *gather, size_t N, int R);
-void TRI_CU(crossentropy_bwd)(void *stream, float *losses, float *dlogits, const float *logits, const float *stats,
-                              const int32_t *targets, float dscale, size_t N, size_t Vl, size_t vstart, size_t V);
+void TRI_CU(crossentropy_bwd)(void *stream, tri_dtype dt, float *losses, void *dlogits, const void *logits,
+                              const float *stats, const int32_t *targets, float dscale, size_t N, size_t Vl,
+                              size_t vstart, size_t V);
 
 /* ---- embedding.cu: vocab-parallel token + position embedding ----
  * This rank holds token rows [vstart, vstart + Vl) as wte (Vl, C); ids (B*T)
@@ -81,7 +83,9 @@ void TRI_CU(embedding_bwd)(void *stream, tri_dtype dt, float *dwte, float *dwpe,
 size_t TRI_CU(embedding_bwd_scratch_floats)(size_t B, size_t T);
 
 /* ---- attention.cu: causal multi-head self-attention, flash-style ----
- * qkv (B, T, 3, NH, HS); out (B, T, NH, HS); scale 1/sqrt(HS).
+ * qkv (B, T, 3, NH, HS); out (B, T, NH, HS); scale 1/sqrt(HS). qkv, out, dout and
+ * dqkv are of dtype dt (fp32 or bf16: loaded into fp32 tiles, fp32 arithmetic, each
+ * output rounded once); lse and scratch fp32.
  * fwd: out [overwrite]; lse (B, NH, T) = log sum_{j<=i} exp(s_ij) [overwrite]: the
  *      saved state, attention_saved_floats(B, T, NH, HS) floats.
  * bwd: dqkv (B, T, 3, NH, HS) [overwrite] from dout, qkv and the forward's out and
@@ -89,9 +93,10 @@ size_t TRI_CU(embedding_bwd_scratch_floats)(size_t B, size_t T);
  *      row). No atomics: the same bits under any schedule.
  * Shared memory per block: 4 * 32 * (4 HS + 2) bytes in the forward, 4 * 32 * (6 HS
  * + 6) in the backward (opt-in above 48 KiB): HS <= 128 on every sm_80 / sm_90. */
-void TRI_CU(attention_fwd)(void *stream, float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS);
-void TRI_CU(attention_bwd)(void *stream, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *out, const float *lse, size_t B, size_t T, int NH, int HS);
+void TRI_CU(attention_fwd)(void *stream, tri_dtype dt, void *out, float *lse, const void *qkv, size_t B, size_t T,
+                           int NH, int HS);
+void TRI_CU(attention_bwd)(void *stream, tri_dtype dt, void *dqkv, float *scratch, const void *dout, const void *qkv,
+                           const void *out, const float *lse, size_t B, size_t T, int NH, int HS);
 size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int HS);
 size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int HS);
 

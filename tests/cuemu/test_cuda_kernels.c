@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/half.h"
 #include "tests/cuemu/cuemu_api.h"
@@ -398,7 +399,7 @@ static void crossentropy_case(size_t N, size_t V, size_t Vl, size_t R, uint64_t 
         for (size_t n = 0; n < N; n++)
             for (size_t j = 0; j < Vl; j++) slice[k][n * Vl + j] = k * Vl + j < V ? full[n * V + k * Vl + j] : pad;
         tri_cuemu_set_seed(seed + k);
-        tri_cuemu_crossentropy_stats(NULL, gather + k * N * 3, slice[k], targets, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_stats(NULL, TRI_F32, gather + k * N * 3, slice[k], targets, N, Vl, k * Vl, V);
         tri_cpu_crossentropy_stats(rgather + k * N * 3, slice[k], targets, N, Vl, k * Vl, V);
     }
     /* max and target logit: copies of one logit, exact; the sum of
@@ -434,7 +435,7 @@ static void crossentropy_case(size_t N, size_t V, size_t Vl, size_t R, uint64_t 
     for (size_t k = 0; k < R; k++) {
         float *d = alloc_nan(N * Vl), *rd = alloc_nan(N * Vl);
         tri_cuemu_set_seed(seed * 3 + k);
-        tri_cuemu_crossentropy_bwd(NULL, losses, d, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_bwd(NULL, TRI_F32, losses, d, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
         tri_cpu_crossentropy_bwd(rlosses, rd, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
         expect_close("crossentropy_bwd losses", losses, rlosses, lsc, N, 8 * FLT_EPSILON, shape);
         for (size_t n = 0; n < N; n++)
@@ -443,9 +444,9 @@ static void crossentropy_case(size_t N, size_t V, size_t Vl, size_t R, uint64_t 
         expect_close("crossentropy_bwd dlogits", d, rd, dsc, N * Vl, FLT_EPSILON, shape);
         /* in place (dlogits = logits) gives the same bits; each output alone too */
         float *inplace = dup(slice[k], N * Vl), *only_d = alloc_nan(N * Vl), *only_l = alloc_nan(N);
-        tri_cuemu_crossentropy_bwd(NULL, NULL, inplace, inplace, rcomb, targets, dscale, N, Vl, k * Vl, V);
-        tri_cuemu_crossentropy_bwd(NULL, NULL, only_d, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
-        tri_cuemu_crossentropy_bwd(NULL, only_l, NULL, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_bwd(NULL, TRI_F32, NULL, inplace, inplace, rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_bwd(NULL, TRI_F32, NULL, only_d, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cuemu_crossentropy_bwd(NULL, TRI_F32, only_l, NULL, slice[k], rcomb, targets, dscale, N, Vl, k * Vl, V);
         cr_expect(memcmp(inplace, d, sizeof(float) * N * Vl) == 0, "in place differs %s slice %zu", shape, k);
         cr_expect(memcmp(only_d, d, sizeof(float) * N * Vl) == 0, "dlogits alone differs %s slice %zu", shape, k);
         cr_expect(memcmp(only_l, losses, sizeof(float) * N) == 0, "losses alone differ %s slice %zu", shape, k);
@@ -464,6 +465,176 @@ Test(cuda_emu, crossentropy_stats_combine_bwd_match_the_cpu_op) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (uint64_t seed = 1; seed <= 3; seed++)
             crossentropy_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], seed);
+}
+
+/* bf16 logits and dlogits (stats, gather and losses fp32). The logits are
+ * rounded to bf16 (padded columns hold a bf16 NaN, never read); the CPU ops
+ * run in fp32 on the rounded values. stats and losses are fp32 outputs of
+ * the same fp32 computation on the same values: the fp32 tolerances of
+ * crossentropy_case (max and target logit exact). dlogits: the CPU's rounded
+ * to bf16; the fp32 tolerance plus one bf16 spacing (expect_close_bf16).
+ * In place (dlogits = logits, both bf16) must give the out-of-place bits. */
+static void crossentropy_case_bf16(size_t N, size_t V, size_t Vl, size_t R, uint64_t seed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "(N %zu, V %zu, Vl %zu, R %zu, seed %llu)", N, V, Vl, R, (unsigned long long)seed);
+    uint64_t s = seed * 7177 + N * 7 + V;
+    float *full = alloc_fill(N * V, &s, -6.0f, 6.0f);
+    for (size_t i = 0; i < N * V; i++) full[i] += 3.0f * (float)(i % V) / (float)V;
+    round_bf16(full, N * V);
+    int32_t *targets = malloc(sizeof(int32_t) * N);
+    for (size_t n = 0; n < N; n++) {
+        const size_t t = n == 0 ? 0 : n == 1 ? V - 1 : n == 2 ? Vl - 1 : (size_t)(rng_next(&s) % V);
+        targets[n] = n == 3 ? -1 : (int32_t)(t < V ? t : V - 1);
+    }
+    const float dscale = 1.0f / (float)N;
+    float *gather = alloc_nan(R * N * 3), *rgather = alloc_nan(R * N * 3), *slice = malloc(sizeof(float) * N * Vl);
+    uint16_t **slice_h = malloc(sizeof(uint16_t *) * R);
+    for (size_t k = 0; k < R; k++) {
+        for (size_t n = 0; n < N; n++)
+            for (size_t j = 0; j < Vl; j++) slice[n * Vl + j] = k * Vl + j < V ? full[n * V + k * Vl + j] : NAN;
+        slice_h[k] = to_bf16(slice, N * Vl, NULL);
+        tri_cuemu_set_seed(seed + k);
+        tri_cuemu_crossentropy_stats(NULL, TRI_BF16, gather + k * N * 3, slice_h[k], targets, N, Vl, k * Vl, V);
+        tri_cpu_crossentropy_stats(rgather + k * N * 3, slice, targets, N, Vl, k * Vl, V);
+    }
+    for (size_t i = 0; i < R * N; i++) {
+        const float *g = gather + 3 * i, *r = rgather + 3 * i;
+        cr_assert(g[0] == r[0] && g[2] == r[2],
+                  "bf16 crossentropy_stats %s: slice %zu row %zu: (max %g, target %g), "
+                  "the CPU gives (%g, %g)",
+                  shape, i / N, i % N, g[0], g[2], r[0], r[2]);
+        cr_assert(fabs((double)g[1] - r[1]) <= (sum_tol(Vl) + 4 * FLT_EPSILON) * (fabs((double)r[1]) + FLT_MIN),
+                  "bf16 crossentropy_stats %s: slice %zu row %zu: sum %.9g, the CPU gives %.9g", shape, i / N, i % N,
+                  g[1], r[1]);
+    }
+    float *comb = alloc_nan(N * 3);
+    tri_cpu_crossentropy_combine(comb, rgather, N, (int)R);
+    float *losses = alloc_nan(N), *rlosses = alloc_nan(N), *rd = alloc_nan(N * Vl);
+    double *lsc = malloc(sizeof(double) * N), *dsc = malloc(sizeof(double) * N * Vl);
+    for (size_t n = 0; n < N; n++)
+        lsc[n] = 1.0 + fabs(log(comb[3 * n + 1])) + fabs((double)comb[3 * n]) + fabs((double)comb[3 * n + 2]);
+    for (size_t k = 0; k < R; k++) {
+        for (size_t n = 0; n < N; n++)
+            for (size_t j = 0; j < Vl; j++) slice[n * Vl + j] = tri_bf16_to_f32(slice_h[k][n * Vl + j]);
+        uint16_t *d = alloc_nan_bf16(N * Vl);
+        tri_cuemu_set_seed(seed * 3 + k);
+        tri_cuemu_crossentropy_bwd(NULL, TRI_BF16, losses, d, slice_h[k], comb, targets, dscale, N, Vl, k * Vl, V);
+        tri_cpu_crossentropy_bwd(rlosses, rd, slice, comb, targets, dscale, N, Vl, k * Vl, V);
+        expect_close("bf16 crossentropy_bwd losses", losses, rlosses, lsc, N, 8 * FLT_EPSILON, shape);
+        for (size_t i = 0; i < N * Vl; i++) dsc[i] = (8.0 + 2.0 * 24.0) * (fabs((double)rd[i]) + dscale) + FLT_MIN;
+        round_bf16(rd, N * Vl);
+        expect_close_bf16("crossentropy_bwd dlogits", d, rd, dsc, N * Vl, FLT_EPSILON, shape);
+        uint16_t *inplace = malloc(sizeof(uint16_t) * N * Vl);
+        memcpy(inplace, slice_h[k], sizeof(uint16_t) * N * Vl);
+        tri_cuemu_crossentropy_bwd(NULL, TRI_BF16, NULL, inplace, inplace, comb, targets, dscale, N, Vl, k * Vl, V);
+        cr_expect(memcmp(inplace, d, sizeof(uint16_t) * N * Vl) == 0, "bf16 in place differs %s slice %zu", shape, k);
+        free(d), free(inplace);
+    }
+    for (size_t k = 0; k < R; k++) free(slice_h[k]);
+    free(slice_h), free(slice), free(full), free(targets), free(gather), free(rgather), free(comb), free(losses);
+    free(rlosses), free(rd), free(lsc), free(dsc);
+}
+
+Test(cuda_emu, crossentropy_bf16_matches_the_cpu_op_on_rounded_values) {
+    /* (N, V, Vl, R): one slice with padding; three slices, the last part
+     * padding; a slice that is all padding; long rows */
+    const size_t cases[][4] = {{5, 37, 40, 1}, {7, 100, 34, 3}, {6, 33, 16, 4}, {5, 2000, 1001, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 2; seed++)
+            crossentropy_case_bf16(cases[c][0], cases[c][1], cases[c][2], cases[c][3], seed);
+}
+
+/* ---- bf16 GEMMs (the plans of kernels/cuda/gemm_plan.h through the
+ * emulated executor, tests/cuemu/gemm_emu.c) ----
+ * inp, weight, bias and dout rounded to bf16; the CPU's matmul in fp32 on the
+ * rounded values is the reference. out and dinp are bf16 (the CPU's rounded
+ * once); dweight (accumulated into pre-filled fp32) and the BGRADB bias
+ * gradient are fp32 (not rounded). Tolerance: a dot of L terms in fp32,
+ * sum_tol(L) times the sum of the terms' magnitudes (plus |bias| or |dweight
+ * before|), plus one bf16 spacing of the value for the bf16 outputs. The
+ * forward also runs with inp at an odd bf16 element (2-byte aligned: the
+ * least a bf16 operand may have). */
+static void matmul_case_bf16(size_t N, size_t C, size_t OC, uint64_t seed) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "(N %zu, C %zu, OC %zu, seed %llu)", N, C, OC, (unsigned long long)seed);
+    uint64_t s = seed * 2147483647u + N * 31 + C * 7 + OC;
+    float *inp = alloc_fill(N * C, &s, -1.0f, 1.0f), *w = alloc_fill(OC * C, &s, -1.0f, 1.0f);
+    float *b = alloc_fill(OC, &s, -1.0f, 1.0f), *dout = alloc_fill(N * OC, &s, -1.0f, 1.0f);
+    uint16_t *w_h = to_bf16(w, OC * C, w), *b_h = to_bf16(b, OC, b), *dout_h = to_bf16(dout, N * OC, dout);
+    uint16_t *inp_h = malloc(sizeof(uint16_t) * (N * C + 1)); /* inp_h + 1: the odd copy */
+    uint16_t *tmp = to_bf16(inp, N * C, inp);
+    memcpy(inp_h + 1, tmp, sizeof(uint16_t) * N * C);
+    tri_gemm_exec x;
+    cr_assert_eq(tri_cuemu_gemm_init(&x, NULL, 0), 0);
+    tri_gemm_call g;
+    int fill = -1;
+    for (int v = 0; v < 3; v++) { /* no bias, bias, bias with the odd inp */
+        const uint16_t *in = v == 2 ? inp_h + 1 : tmp;
+        uint16_t *out_h = alloc_nan_bf16(N * OC);
+        float *rout = alloc_nan(N * OC);
+        double *sc = malloc(sizeof(double) * N * OC);
+        cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_BF16, out_h, in, w_h, v ? b_h : NULL, N, C, OC), 0);
+        if (v == 2) cr_assert_eq(g.d.align, 2u, "a bf16 operand at an odd element: 2-byte alignment");
+        tri_cuemu_gemm_run(&x, NULL, &g);
+        tri_cpu_matmul_fwd(rout, inp, w, v ? b : NULL, N, C, OC);
+        for (size_t n = 0; n < N; n++)
+            for (size_t o = 0; o < OC; o++) {
+                double m = v ? fabs((double)b[o]) : 0.0;
+                for (size_t c = 0; c < C; c++) m += fabs((double)inp[n * C + c] * w[o * C + c]);
+                sc[n * OC + o] = m + FLT_MIN;
+            }
+        round_bf16(rout, N * OC);
+        expect_close_bf16(v ? "matmul_fwd with bias" : "matmul_fwd", out_h, rout, sc, N * OC, sum_tol(C + 1), shape);
+        free(out_h), free(rout), free(sc);
+    }
+    /* dinp = dout @ W */
+    uint16_t *dinp_h = alloc_nan_bf16(N * C);
+    float *rdinp = alloc_nan(N * C);
+    double *sci = malloc(sizeof(double) * N * C);
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_BF16, dinp_h, dout_h, w_h, N, C, OC), 0);
+    tri_cuemu_gemm_run(&x, NULL, &g);
+    tri_cpu_matmul_bwd(rdinp, NULL, NULL, dout, inp, w, N, C, OC);
+    for (size_t n = 0; n < N; n++)
+        for (size_t c = 0; c < C; c++) {
+            double m = 0.0;
+            for (size_t o = 0; o < OC; o++) m += fabs((double)dout[n * OC + o] * w[o * C + c]);
+            sci[n * C + c] = m + FLT_MIN;
+        }
+    round_bf16(rdinp, N * C);
+    expect_close_bf16("matmul_bwd dinp", dinp_h, rdinp, sci, N * C, sum_tol(OC), shape);
+    /* dweight (fp32) += dout^T @ inp, with and without the BGRADB bias gradient (fp32) */
+    float *dw0 = alloc_fill(OC * C, &s, -1.0f, 1.0f);
+    double *scw = malloc(sizeof(double) * OC * C), *scb = malloc(sizeof(double) * OC);
+    for (size_t o = 0; o < OC; o++) {
+        scb[o] = FLT_MIN;
+        for (size_t n = 0; n < N; n++) scb[o] += fabs((double)dout[n * OC + o]);
+        for (size_t c = 0; c < C; c++) {
+            double m = fabs((double)dw0[o * C + c]);
+            for (size_t n = 0; n < N; n++) m += fabs((double)dout[n * OC + o] * inp[n * C + c]);
+            scw[o * C + c] = m + FLT_MIN;
+        }
+    }
+    for (int epi = 0; epi < 2; epi++) {
+        float *dw = dup(dw0, OC * C), *rdw = dup(dw0, OC * C), *bg = alloc_nan(OC), *rdb = calloc(OC, sizeof(float));
+        cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_BF16, dw, epi ? bg : NULL, dout_h, tmp, N, C, OC), 0);
+        cr_assert(g.d.atype == TRI_BF16 && g.d.btype == TRI_BF16 && g.d.dtype == TRI_F32 && g.d.biastype == TRI_F32);
+        tri_cuemu_gemm_run(&x, NULL, &g);
+        tri_cpu_matmul_bwd(NULL, rdw, rdb, dout, inp, w, N, C, OC);
+        expect_close("bf16 matmul_bwd dweight (fp32)", dw, rdw, scw, OC * C, sum_tol(N + 1), shape);
+        if (epi) expect_close("bf16 matmul_bwd dbias through BGRADB (fp32)", bg, rdb, scb, OC, sum_tol(N), shape);
+        free(dw), free(rdw), free(bg), free(rdb);
+    }
+    tri_cuemu_gemm_free(&x);
+    free(inp), free(w), free(b), free(dout), free(w_h), free(b_h), free(dout_h), free(inp_h), free(tmp);
+    free(dinp_h), free(rdinp), free(sci), free(dw0), free(scw), free(scb);
+}
+
+Test(cuda_emu, bf16_matmul_gemms_match_the_cpu_op_on_rounded_values) {
+    /* (N, C, OC): one element; sizes not multiples of 2, 8 or 32; a long
+     * inner dimension */
+    const size_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 70}, {64, 96, 40}, {5, 300, 9}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        for (uint64_t seed = 1; seed <= 2; seed++) matmul_case_bf16(shapes[k][0], shapes[k][1], shapes[k][2], seed);
 }
 
 /* ---- vocab-parallel embedding ---- */
@@ -603,36 +774,28 @@ Test(cuda_emu, embedding_bf16_matches_the_cpu_op_bit_for_bit_on_rounded_values) 
  *   out_id: sum_j p_ij |v_jd|;  dv_jd: sum_i p_ij |dout_id|;
  *   dk_jd: scale sum_i p_ij (|dp_ij| + |delta_i|) |q_id|;  dq_id likewise with |k_jd|;
  *   lse_i: 1 + |lse_i|. */
-static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
-    char shape[128];
-    snprintf(shape, sizeof shape, "(B %zu, T %zu, NH %d, HS %d, seed %llu)", B, T, NH, HS, (unsigned long long)seed);
-    uint64_t s = seed * 40503 + T * 131 + (size_t)NH * 17 + (size_t)HS;
+/* The magnitudes of the tolerance above, in double, from the inputs (qkv,
+ * dout) and the forward's out `o`: sc_o (B*T*C) for out, sc_d (B*T*3C) for
+ * dqkv, sc_l (B*NH*T) for the lse, wlse (B*NH*T) the lse itself; returns the
+ * tolerance 2 (T + HS + 4) eps (1 + a). */
+typedef struct att_scales {
+    double *sc_o, *sc_d, *sc_l, *wlse, tol;
+} att_scales;
+
+static att_scales attention_scales(const float *qkv, const float *dout, const float *out, size_t B, size_t T, int NH,
+                                   int HS) {
     const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T;
-    float *qkv = alloc_fill(BT * C3, &s, -1.5f, 1.5f), *dout = alloc_fill(BT * C, &s, -1.0f, 1.0f);
-    float *out = alloc_nan(BT * C), *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, HS));
-    float *rout = alloc_nan(BT * C), *att = alloc_nan(B * (size_t)NH * T * T);
-    tri_cuemu_set_seed(seed);
-    tri_cuemu_attention_fwd(NULL, out, lse, qkv, B, T, NH, HS);
-    tri_cpu_attention_fwd(rout, att, qkv, B, T, NH, HS);
-
-    float *dqkv = alloc_nan(BT * C3), *rdqkv = alloc_nan(BT * C3);
-    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
-    float *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
-    tri_cuemu_set_seed(seed + 7);
-    tri_cuemu_attention_bwd(NULL, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
-    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, att, B, T, NH, HS);
-
-    /* magnitudes, in double */
     const double scale = 1.0 / sqrt((double)HS);
-    double *sc_o = calloc(BT * C, sizeof(double)), *sc_d = calloc(BT * C3, sizeof(double));
-    double *sc_l = malloc(sizeof(double) * B * NH * T), *wlse = malloc(sizeof(double) * B * NH * T);
+    att_scales r;
+    r.sc_o = calloc(BT * C, sizeof(double)), r.sc_d = calloc(BT * C3, sizeof(double));
+    r.sc_l = malloc(sizeof(double) * B * NH * T), r.wlse = malloc(sizeof(double) * B * NH * T);
     double *p = malloc(sizeof(double) * T * T), *dp = malloc(sizeof(double) * T * T), *dl = malloc(sizeof(double) * T);
     double amax = 0.0;
     for (size_t b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const float *q = qkv + b * T * C3 + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
             const float *dO = dout + b * T * C + (size_t)h * HS;
-            const float *o = rout + b * T * C + (size_t)h * HS;
+            const float *o = out + b * T * C + (size_t)h * HS;
             const size_t bh = b * (size_t)NH + (size_t)h;
             for (size_t i = 0; i < T; i++) {
                 double mx = -INFINITY, sum = 0.0, dlt = 0.0;
@@ -649,9 +812,9 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
                     mx = fmax(mx, dot * scale);
                 }
                 for (size_t j = 0; j <= i; j++) sum += exp(p[i * T + j] - mx);
-                wlse[bh * T + i] = mx + log(sum);
-                sc_l[bh * T + i] = 1.0 + fabs(wlse[bh * T + i]);
-                for (size_t j = 0; j <= i; j++) p[i * T + j] = exp(p[i * T + j] - wlse[bh * T + i]);
+                r.wlse[bh * T + i] = mx + log(sum);
+                r.sc_l[bh * T + i] = 1.0 + fabs(r.wlse[bh * T + i]);
+                for (size_t j = 0; j <= i; j++) p[i * T + j] = exp(p[i * T + j] - r.wlse[bh * T + i]);
                 for (int d = 0; d < HS; d++) dlt += (double)dO[i * C + d] * o[i * C + d];
                 dl[i] = dlt;
             }
@@ -659,35 +822,134 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
                 for (size_t j = 0; j <= i; j++) {
                     const double pij = p[i * T + j], g = pij * (fabs(dp[i * T + j]) + fabs(dl[i])) * scale;
                     for (int d = 0; d < HS; d++) {
-                        sc_o[(b * T + i) * C + (size_t)h * HS + d] += pij * fabs((double)v[j * C3 + d]);
-                        sc_d[(b * T + j) * C3 + 2 * C + (size_t)h * HS + d] += pij * fabs((double)dO[i * C + d]);
-                        sc_d[(b * T + j) * C3 + C + (size_t)h * HS + d] += g * fabs((double)q[i * C3 + d]);
-                        sc_d[(b * T + i) * C3 + (size_t)h * HS + d] += g * fabs((double)k[j * C3 + d]);
+                        r.sc_o[(b * T + i) * C + (size_t)h * HS + d] += pij * fabs((double)v[j * C3 + d]);
+                        r.sc_d[(b * T + j) * C3 + 2 * C + (size_t)h * HS + d] += pij * fabs((double)dO[i * C + d]);
+                        r.sc_d[(b * T + j) * C3 + C + (size_t)h * HS + d] += g * fabs((double)q[i * C3 + d]);
+                        r.sc_d[(b * T + i) * C3 + (size_t)h * HS + d] += g * fabs((double)k[j * C3 + d]);
                     }
                 }
         }
-    for (size_t i = 0; i < BT * C; i++) sc_o[i] += FLT_MIN;
-    for (size_t i = 0; i < BT * C3; i++) sc_d[i] += FLT_MIN;
-    const double tol = sum_tol(T + (size_t)HS) * (1.0 + amax);
-    expect_close("attention_fwd out", out, rout, sc_o, BT * C, tol, shape);
+    for (size_t i = 0; i < BT * C; i++) r.sc_o[i] += FLT_MIN;
+    for (size_t i = 0; i < BT * C3; i++) r.sc_d[i] += FLT_MIN;
+    r.tol = sum_tol(T + (size_t)HS) * (1.0 + amax);
+    free(p), free(dp), free(dl);
+    return r;
+}
+
+static void att_scales_free(att_scales *r) { free(r->sc_o), free(r->sc_d), free(r->sc_l), free(r->wlse); }
+
+static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "(B %zu, T %zu, NH %d, HS %d, seed %llu)", B, T, NH, HS, (unsigned long long)seed);
+    uint64_t s = seed * 40503 + T * 131 + (size_t)NH * 17 + (size_t)HS;
+    const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T;
+    float *qkv = alloc_fill(BT * C3, &s, -1.5f, 1.5f), *dout = alloc_fill(BT * C, &s, -1.0f, 1.0f);
+    float *out = alloc_nan(BT * C), *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, HS));
+    float *rout = alloc_nan(BT * C), *att = alloc_nan(B * (size_t)NH * T * T);
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_attention_fwd(NULL, TRI_F32, out, lse, qkv, B, T, NH, HS);
+    tri_cpu_attention_fwd(rout, att, qkv, B, T, NH, HS);
+
+    float *dqkv = alloc_nan(BT * C3), *rdqkv = alloc_nan(BT * C3);
+    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
+    float *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
+    tri_cuemu_set_seed(seed + 7);
+    tri_cuemu_attention_bwd(NULL, TRI_F32, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, att, B, T, NH, HS);
+
+    att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
+    expect_close("attention_fwd out", out, rout, sc.sc_o, BT * C, sc.tol, shape);
     float *wl = malloc(sizeof(float) * B * NH * T);
-    for (size_t i = 0; i < B * (size_t)NH * T; i++) wl[i] = (float)wlse[i];
-    expect_close("attention_fwd lse", lse, wl, sc_l, B * (size_t)NH * T, tol, shape);
-    expect_close("attention_bwd dqkv", dqkv, rdqkv, sc_d, BT * C3, tol, shape);
+    for (size_t i = 0; i < B * (size_t)NH * T; i++) wl[i] = (float)sc.wlse[i];
+    expect_close("attention_fwd lse", lse, wl, sc.sc_l, B * (size_t)NH * T, sc.tol, shape);
+    expect_close("attention_bwd dqkv", dqkv, rdqkv, sc.sc_d, BT * C3, sc.tol, shape);
 
     /* no atomics: another schedule gives the same bits */
     float *again = alloc_nan(BT * C3), *out2 = alloc_nan(BT * C);
     tri_cuemu_set_seed(seed * 977 + 3);
     tri_cuemu_set_workers(1);
-    tri_cuemu_attention_fwd(NULL, out2, lse, qkv, B, T, NH, HS);
-    tri_cuemu_attention_bwd(NULL, again, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    tri_cuemu_attention_fwd(NULL, TRI_F32, out2, lse, qkv, B, T, NH, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_F32, again, scratch, dout, qkv, out, lse, B, T, NH, HS);
     tri_cuemu_set_workers(2);
     cr_expect(memcmp(out2, out, sizeof(float) * BT * C) == 0, "attention_fwd %s: other bits under another seed", shape);
     cr_expect(memcmp(again, dqkv, sizeof(float) * BT * C3) == 0, "attention_bwd %s: other bits under another seed",
               shape);
+    att_scales_free(&sc);
     free(again), free(out2), free(wl);
     free(qkv), free(dout), free(out), free(lse), free(rout), free(att), free(dqkv), free(rdqkv), free(scratch);
-    free(rscratch), free(sc_o), free(sc_d), free(sc_l), free(wlse), free(p), free(dp), free(dl);
+    free(rscratch);
+}
+
+/* bf16 storage of qkv, out, dout and dqkv (lse and scratch fp32). Inputs are
+ * rounded to bf16 and the CPU computes in fp32 on the rounded values: the
+ * forward with the op (tri_cpu_attention_fwd), its out rounded to bf16; the
+ * backward with the CPU's flash-style attention (tri_cpu_attention_flash_bwd),
+ * the one CPU implementation that takes the forward's out and lse as the CUDA
+ * kernels do, fed the very inputs the CUDA backward gets (the rounded out,
+ * the CPU's lse), so that both sides compute the same fp32 function of the
+ * same values and differ by fp32 rounding and the final rounding to bf16
+ * only. Tolerance: the fp32 one above (magnitudes from the rounded inputs)
+ * plus one bf16 spacing of the value (expect_close_bf16). The lse is fp32:
+ * the fp32 tolerance. Outputs NaN-poisoned; the bits must not depend on the
+ * schedule. */
+static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t seed) {
+    char shape[128];
+    snprintf(shape, sizeof shape, "(B %zu, T %zu, NH %d, HS %d, seed %llu)", B, T, NH, HS, (unsigned long long)seed);
+    uint64_t s = seed * 92821 + T * 131 + (size_t)NH * 17 + (size_t)HS;
+    const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T, nl = B * (size_t)NH * T;
+    float *qkv = alloc_fill(BT * C3, &s, -1.5f, 1.5f), *dout = alloc_fill(BT * C, &s, -1.0f, 1.0f);
+    uint16_t *qkv_h = to_bf16(qkv, BT * C3, qkv), *dout_h = to_bf16(dout, BT * C, dout);
+    uint16_t *out_h = alloc_nan_bf16(BT * C), *dqkv_h = alloc_nan_bf16(BT * C3);
+    float *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, HS));
+    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
+    tri_cuemu_set_seed(seed);
+    tri_cuemu_attention_fwd(NULL, TRI_BF16, out_h, lse, qkv_h, B, T, NH, HS);
+
+    float *rout = alloc_nan(BT * C), *att = alloc_nan(B * (size_t)NH * T * T);
+    float *flash_out = alloc_nan(BT * C), *rlse = alloc_nan(nl);
+    tri_cpu_attention_fwd(rout, att, qkv, B, T, NH, HS);
+    tri_cpu_attention_flash_fwd(flash_out, rlse, qkv, B, T, NH, HS);
+    att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
+    round_bf16(rout, BT * C);
+    expect_close_bf16("attention_fwd out", out_h, rout, sc.sc_o, BT * C, sc.tol, shape);
+    float *wl = malloc(sizeof(float) * nl);
+    for (size_t i = 0; i < nl; i++) wl[i] = (float)sc.wlse[i];
+    expect_close("attention_fwd lse (bf16 inputs)", lse, wl, sc.sc_l, nl, sc.tol, shape);
+
+    /* the backward on the CPU op's rounded out and the CPU's lse, both sides */
+    uint16_t *rout_h = to_bf16(rout, BT * C, NULL);
+    float *rdqkv = alloc_nan(BT * C3), *rscratch = alloc_nan(tri_cpu_attention_flash_scratch_floats(B, T, NH, HS));
+    tri_cuemu_set_seed(seed + 7);
+    tri_cuemu_attention_bwd(NULL, TRI_BF16, dqkv_h, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, HS);
+    tri_cpu_attention_flash_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
+    round_bf16(rdqkv, BT * C3);
+    expect_close_bf16("attention_bwd dqkv", dqkv_h, rdqkv, sc.sc_d, BT * C3, sc.tol, shape);
+
+    /* no atomics: another schedule gives the same bits */
+    uint16_t *out2 = alloc_nan_bf16(BT * C), *again = alloc_nan_bf16(BT * C3);
+    float *lse2 = alloc_nan(nl);
+    tri_cuemu_set_seed(seed * 977 + 5);
+    tri_cuemu_set_workers(1);
+    tri_cuemu_attention_fwd(NULL, TRI_BF16, out2, lse2, qkv_h, B, T, NH, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_BF16, again, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, HS);
+    tri_cuemu_set_workers(2);
+    cr_expect(memcmp(out2, out_h, sizeof(uint16_t) * BT * C) == 0 && memcmp(lse2, lse, sizeof(float) * nl) == 0,
+              "bf16 attention_fwd %s: other bits under another seed", shape);
+    cr_expect(memcmp(again, dqkv_h, sizeof(uint16_t) * BT * C3) == 0,
+              "bf16 attention_bwd %s: other bits under another seed", shape);
+    att_scales_free(&sc);
+    free(qkv), free(dout), free(qkv_h), free(dout_h), free(out_h), free(dqkv_h), free(lse), free(scratch), free(rout);
+    free(att), free(flash_out), free(rlse), free(wl), free(rout_h), free(rdqkv), free(rscratch), free(out2);
+    free(again), free(lse2);
+}
+
+Test(cuda_emu, attention_bf16_matches_the_cpu_op_on_rounded_values) {
+    /* (B, T, NH, HS): T = 1; T not a multiple of the 32-row tile (one and
+     * three tiles); HS 16, 24 and 64 */
+    const size_t cases[][4] = {{1, 1, 2, 16}, {2, 37, 3, 24}, {1, 70, 2, 16}, {1, 33, 1, 64}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 2; seed++)
+            attention_case_bf16(cases[c][0], cases[c][1], (int)cases[c][2], (int)cases[c][3], seed);
 }
 
 Test(cuda_emu, attention_fwd_bwd_match_the_cpu_op) {

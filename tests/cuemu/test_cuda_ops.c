@@ -414,6 +414,100 @@ Test(cuda_ops, gemm_plans_are_searched_once_per_shape_and_reused) {
     free(h);
 }
 
+/* ---- the linear layer in bf16 ----
+ * The op table does not declare bf16 yet (its compute_dtypes are set once
+ * every op takes it), so the test sets the context's dtypes as
+ * tri_ctx_set_precision(bf16) would. The `void *` tensors are bf16, dweight
+ * and dbias fp32. dbias through the BGRADB epilogue (the reduction,
+ * bias_bwd, reads fp32 until elementwise.cu takes bf16). Reference: the CPU
+ * op in fp32 on the bf16-rounded inputs, the bf16 outputs rounded;
+ * tolerance: TOL as above plus one bf16 spacing of the value. The fill paths
+ * (C = 0, OC = 0) must zero exactly the bf16 tensor, not the bytes of as many
+ * floats: a sentinel after it must survive. */
+
+static uint16_t *hbf16(const float *x, size_t n, float *rounded) {
+    uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) {
+        h[i] = tri_f32_to_bf16(x[i]);
+        rounded[i] = tri_bf16_to_f32(h[i]);
+    }
+    return h;
+}
+
+static void check_bf16(const char *what, const void *d, const float *h, size_t n) {
+    uint16_t *got = malloc((n ? n : 1) * sizeof(uint16_t));
+    E.ops->to_host(&E, got, d, n * sizeof(uint16_t));
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)h[i]));
+    for (size_t i = 0; i < n; i++) {
+        const double want = tri_round_bf16(h[i]), g = tri_bf16_to_f32(got[i]);
+        if (!(fabs(g - want) <= TOL * (1.0 + mx) + fabs(want) / 128.0))
+            cr_assert_fail("%s (bf16): element %zu of %zu is %.9g on cuda-emu, %.9g on the CPU", what, i, n, g, want);
+    }
+    free(got);
+}
+
+Test(cuda_ops, bf16_matmul_fwd_bwd_match_the_cpu_on_rounded_values) {
+    E.act_dtype = E.param_dtype = TRI_BF16;
+    const size_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 70}};
+    for (size_t si = 0; si < 3; si++) {
+        const size_t N = shapes[si][0], C = shapes[si][1], OC = shapes[si][2];
+        uint64_t s = 700 + si;
+        char w[160];
+        float *inp = hrand(N * C, &s, -1, 1), *wt = hrand(OC * C, &s, -1, 1), *b = hrand(OC, &s, -1, 1);
+        float *dout = hrand(N * OC, &s, -1, 1), *dw0 = hrand(OC * C, &s, -1, 1);
+        uint16_t *inp_h = hbf16(inp, N * C, inp), *wt_h = hbf16(wt, OC * C, wt), *b_h = hbf16(b, OC, b);
+        uint16_t *dout_h = hbf16(dout, N * OC, dout);
+        void *d_inp = dev(inp_h, N * C * 2), *d_w = dev(wt_h, OC * C * 2), *d_b = dev(b_h, OC * 2);
+        void *d_dout = dev(dout_h, N * OC * 2);
+        uint16_t *nan_h = malloc(2 * (N * OC + N * C));
+        for (size_t i = 0; i < N * OC + N * C; i++) nan_h[i] = 0x7fc0;
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            void *d_out = dev(nan_h, N * OC * 2);
+            float *out = hnan(N * OC);
+            E.ops->matmul_fwd(&E, d_out, d_inp, d_w, with_bias ? d_b : NULL, N, C, OC);
+            P.ops->matmul_fwd(&P, out, inp, wt, with_bias ? b : NULL, N, C, OC);
+            snprintf(w, sizeof w, "bf16 matmul_fwd (N %zu, C %zu, OC %zu, bias %d)", N, C, OC, with_bias);
+            check_bf16(w, d_out, out, N * OC);
+            dfree(d_out, N * OC * 2);
+            free(out);
+        }
+        tri_cuemu_ops_set_dbias_policy(&E, TRI_DBIAS_EPILOGUE);
+        float *dinp = hnan(N * C), *dw = hdup(dw0, OC * C), *db0 = hrand(OC, &s, -1, 1), *db = hdup(db0, OC);
+        void *d_dinp = dev(nan_h, N * C * 2), *d_dw = dev(dw0, OC * C * 4), *d_db = dev(db0, OC * 4);
+        E.ops->matmul_bwd(&E, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
+        P.ops->matmul_bwd(&P, dinp, dw, db, dout, inp, wt, N, C, OC);
+        snprintf(w, sizeof w, "bf16 matmul_bwd (N %zu, C %zu, OC %zu)", N, C, OC);
+        check_bf16(w, d_dinp, dinp, N * C);
+        check(w, d_dw, dw, OC * C); /* fp32 */
+        check(w, d_db, db, OC);     /* fp32 */
+        tri_cuemu_ops_set_dbias_policy(&E, TRI_DBIAS_REDUCE);
+        dfree(d_dinp, N * C * 2), dfree(d_dw, OC * C * 4), dfree(d_db, OC * 4);
+        dfree(d_inp, N * C * 2), dfree(d_w, OC * C * 2), dfree(d_b, OC * 2), dfree(d_dout, N * OC * 2);
+        free(inp), free(wt), free(b), free(dout), free(dw0), free(inp_h), free(wt_h), free(b_h), free(dout_h);
+        free(nan_h), free(dinp), free(dw), free(db0), free(db);
+    }
+    /* the fill paths: C = 0 without bias (out = 0), OC = 0 (dinp = 0) */
+    const size_t N = 3, OC = 5, n = N * OC, extra = 8;
+    uint16_t *poison = malloc(2 * (n + extra)), *got = malloc(2 * (n + extra));
+    for (size_t i = 0; i < n + extra; i++) poison[i] = 0x7fc0;
+    void *d_x = dev(poison, 2), *d_out = dev(poison, 2 * (n + extra));
+    for (int k = 0; k < 2; k++) {
+        if (k == 0)
+            E.ops->matmul_fwd(&E, d_out, d_x, d_x, NULL, N, 0, OC);
+        else
+            E.ops->matmul_bwd(&E, d_out, NULL, NULL, d_x, d_x, d_x, N, OC, 0);
+        E.ops->to_host(&E, got, d_out, 2 * (n + extra));
+        for (size_t i = 0; i < n; i++) cr_assert_eq(got[i], 0, "%s: element %zu not zeroed", k ? "dinp" : "out", i);
+        for (size_t i = n; i < n + extra; i++)
+            cr_assert_eq(got[i], 0x7fc0, "%s: element %zu past the tensor was written", k ? "dinp" : "out", i);
+        E.ops->to_device(&E, d_out, poison, 2 * (n + extra));
+    }
+    dfree(d_x, 2), dfree(d_out, 2 * (n + extra));
+    free(poison), free(got);
+    E.act_dtype = E.param_dtype = TRI_F32;
+}
+
 /* ---- LayerNorm, GELU, residual, bias ---- */
 
 Test(cuda_ops, layernorm_fwd_bwd_match_the_cpu) {

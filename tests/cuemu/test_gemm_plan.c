@@ -73,7 +73,7 @@ Test(gemm_plan, fwd_dinp_dweight_plans_compute_the_ops_row_major_formulas) {
         tri_gemm_call g;
         int fill = -1;
         for (int with_bias = 0; with_bias < 2; with_bias++) {
-            cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, out, inp, w, with_bias ? b : NULL, N, C, OC), 0);
+            cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_F32, out, inp, w, with_bias ? b : NULL, N, C, OC), 0);
             cr_assert_eq(fill, 0);
             cr_assert_eq(g.d.epilogue, with_bias ? TRI_GEMM_EPI_BIAS : TRI_GEMM_EPI_NONE);
             naive_run(&g);
@@ -85,7 +85,7 @@ Test(gemm_plan, fwd_dinp_dweight_plans_compute_the_ops_row_major_formulas) {
                 }
             expect_near(with_bias ? "fwd with bias" : "fwd", out, want, N * OC, N, C, OC);
         }
-        cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, dinp, dout, w, N, C, OC), 0);
+        cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_F32, dinp, dout, w, N, C, OC), 0);
         naive_run(&g);
         for (size_t n = 0; n < N; n++)
             for (size_t c = 0; c < C; c++) {
@@ -106,7 +106,7 @@ Test(gemm_plan, fwd_dinp_dweight_plans_compute_the_ops_row_major_formulas) {
                 for (size_t n = 0; n < N; n++) a += dout[n * OC + o];
                 want[OC * C + o] = a;
             }
-            cr_assert_eq(tri_gemm_plan_dweight(&g, dw, epi ? bg : NULL, dout, inp, N, C, OC), 0);
+            cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_F32, dw, epi ? bg : NULL, dout, inp, N, C, OC), 0);
             cr_assert_eq(g.d.epilogue, epi ? TRI_GEMM_EPI_BGRADB : TRI_GEMM_EPI_NONE);
             naive_run(&g);
             expect_near("dweight", dw, want, OC * C, N, C, OC);
@@ -122,15 +122,15 @@ Test(gemm_plan, layouts_are_the_column_major_transposes) {
     const size_t N = 5, C = 7, OC = 3;
     tri_gemm_call g;
     int fill;
-    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, buf, buf + 64, buf + 128, buf + 192, N, C, OC), 0);
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, buf + 192, N, C, OC), 0);
     cr_assert(g.d.transa == 1 && g.d.transb == 0 && g.d.m == OC && g.d.n == N && g.d.k == C);
     cr_assert(g.d.lda == C && g.d.ldb == C && g.d.ldc == OC && g.d.accumulate == 0 && g.d.align == 16);
     cr_assert(g.A == buf + 128 && g.B == buf + 64 && g.D == buf && g.bias == buf + 192);
-    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, buf, buf + 64, buf + 128, N, C, OC), 0);
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, N, C, OC), 0);
     cr_assert(g.d.transa == 0 && g.d.transb == 0 && g.d.m == C && g.d.n == N && g.d.k == OC);
     cr_assert(g.d.lda == C && g.d.ldb == OC && g.d.ldc == C && g.d.accumulate == 0);
     cr_assert(g.A == buf + 128 && g.B == buf + 64 && g.D == buf && g.bias == NULL);
-    cr_assert_eq(tri_gemm_plan_dweight(&g, buf, NULL, buf + 64, buf + 128, N, C, OC), 0);
+    cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_F32, buf, NULL, buf + 64, buf + 128, N, C, OC), 0);
     cr_assert(g.d.transa == 0 && g.d.transb == 1 && g.d.m == C && g.d.n == OC && g.d.k == N);
     cr_assert(g.d.lda == C && g.d.ldb == OC && g.d.ldc == C && g.d.accumulate == 1);
     cr_assert(g.A == buf + 128 && g.B == buf + 64 && g.D == buf);
@@ -140,21 +140,21 @@ Test(gemm_plan, empty_sizes_run_no_gemm_and_say_what_to_fill) {
     _Alignas(64) static float buf[64];
     tri_gemm_call g;
     int fill = -1;
-    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, buf, buf, buf, NULL, 0, 4, 4), 1);
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf, buf, NULL, 0, 4, 4), 1);
     cr_assert_eq(fill, 0);
-    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, buf, buf, buf, NULL, 4, 4, 0), 1);
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf, buf, NULL, 4, 4, 0), 1);
     cr_assert_eq(fill, 0);
-    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, buf, buf, buf, buf, 4, 0, 4), 1);
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf, buf, buf, 4, 0, 4), 1);
     cr_assert_eq(fill, 1); /* out = bias broadcast */
-    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, NULL, buf, buf, 4, 4, 4), 1);
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_F32, NULL, buf, buf, 4, 4, 4), 1);
     cr_assert_eq(fill, 0);
-    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, buf, buf, buf, 4, 4, 0), 1);
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_F32, buf, buf, buf, 4, 4, 0), 1);
     cr_assert_eq(fill, 1); /* dinp = 0 */
-    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, buf, buf, buf, 0, 4, 4), 1);
+    cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_F32, buf, buf, buf, 0, 4, 4), 1);
     cr_assert_eq(fill, 0);
-    cr_assert_eq(tri_gemm_plan_dweight(&g, NULL, NULL, buf, buf, 4, 4, 4), 1);
-    cr_assert_eq(tri_gemm_plan_dweight(&g, buf, NULL, buf, buf, 0, 4, 4), 1); /* += nothing */
-    cr_assert_eq(tri_gemm_plan_dweight(&g, buf, NULL, buf, buf, 4, 4, 4), 0);
+    cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_F32, NULL, NULL, buf, buf, 4, 4, 4), 1);
+    cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_F32, buf, NULL, buf, buf, 0, 4, 4), 1); /* += nothing */
+    cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_F32, buf, NULL, buf, buf, 4, 4, 4), 0);
 }
 
 Test(gemm_plan, dbias_route_follows_the_policy_and_what_runs) {
@@ -182,12 +182,12 @@ Test(gemm_plan, alignment_is_the_least_of_the_operands_and_part_of_the_key) {
     cr_assert_eq(tri_gemm_ptr_align(NULL), 16);
     tri_gemm_call a, b;
     int fill;
-    tri_gemm_plan_fwd(&a, &fill, buf, buf + 64, buf + 128, NULL, 4, 8, 4);
-    tri_gemm_plan_fwd(&b, &fill, buf, buf + 65, buf + 128, NULL, 4, 8, 4); /* inp 4-byte aligned */
+    tri_gemm_plan_fwd(&a, &fill, TRI_F32, buf, buf + 64, buf + 128, NULL, 4, 8, 4);
+    tri_gemm_plan_fwd(&b, &fill, TRI_F32, buf, buf + 65, buf + 128, NULL, 4, 8, 4); /* inp 4-byte aligned */
     cr_assert_eq(a.d.align, 16);
     cr_assert_eq(b.d.align, 4);
     cr_assert_not(tri_gemm_desc_equal(&a.d, &b.d));
-    tri_gemm_plan_fwd(&b, &fill, buf, buf + 64, buf + 128, buf + 2, 4, 8, 4); /* bias 8-byte aligned */
+    tri_gemm_plan_fwd(&b, &fill, TRI_F32, buf, buf + 64, buf + 128, buf + 2, 4, 8, 4); /* bias 8-byte aligned */
     cr_assert_eq(b.d.align, 8);
 }
 
@@ -205,10 +205,10 @@ Test(gemm_plan, cache_misses_once_per_distinct_gemm_and_hits_after) {
     /* 40 distinct GEMMs (grows the array past its first 16 entries) */
     tri_gemm_desc ds[40];
     for (int i = 0; i < 40; i++) {
-        if (i % 4 == 0) tri_gemm_plan_fwd(&g, &fill, buf, buf + 64, buf + 128, NULL, 2 + i, 8, 4);
-        if (i % 4 == 1) tri_gemm_plan_fwd(&g, &fill, buf, buf + 64, buf + 128, buf + 192, 2 + i, 8, 4);
-        if (i % 4 == 2) tri_gemm_plan_dinp(&g, &fill, buf, buf + 64, buf + 128, 2 + i, 8, 4);
-        if (i % 4 == 3) tri_gemm_plan_dweight(&g, buf, NULL, buf + 64, buf + 128, 2 + i, 8, 4);
+        if (i % 4 == 0) tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, NULL, 2 + i, 8, 4);
+        if (i % 4 == 1) tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, buf + 192, 2 + i, 8, 4);
+        if (i % 4 == 2) tri_gemm_plan_dinp(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, 2 + i, 8, 4);
+        if (i % 4 == 3) tri_gemm_plan_dweight(&g, TRI_F32, buf, NULL, buf + 64, buf + 128, 2 + i, 8, 4);
         ds[i] = g.d;
         cr_assert_null(tri_gemm_cache_find(&c, &g.d));
         tri_gemm_entry *e = tri_gemm_cache_add(&c, &g.d);
@@ -250,4 +250,83 @@ Test(gemm_plan, cache_misses_once_per_distinct_gemm_and_hits_after) {
     tri_gemm_cache_free(&c);
     cr_assert_eq(released, 40);
     cr_assert_eq(c.n, 0);
+}
+
+/* The operand types of each plan: all in the compute dtype for fwd (bias
+ * too) and dinp; dweight reads bf16 (or fp32) and writes fp32, the BGRADB
+ * bias gradient fp32. */
+Test(gemm_plan, types_follow_the_compute_dtype_and_dweight_accumulates_in_fp32) {
+    _Alignas(64) static float buf[4096];
+    const tri_dtype dts[2] = {TRI_F32, TRI_BF16};
+    tri_gemm_call g;
+    int fill;
+    for (int i = 0; i < 2; i++) {
+        const tri_dtype dt = dts[i];
+        cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, dt, buf, buf + 64, buf + 128, buf + 192, 5, 7, 3), 0);
+        cr_assert(g.d.atype == dt && g.d.btype == dt && g.d.dtype == dt && g.d.biastype == dt, "fwd, dtype %d", dt);
+        cr_assert_eq(tri_gemm_check_types(&g), 0);
+        cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, dt, buf, buf + 64, buf + 128, 5, 7, 3), 0);
+        cr_assert(g.d.atype == dt && g.d.btype == dt && g.d.dtype == dt, "dinp, dtype %d", dt);
+        cr_assert_eq(tri_gemm_plan_dweight(&g, dt, buf, buf + 256, buf + 64, buf + 128, 5, 7, 3), 0);
+        cr_assert(g.d.atype == dt && g.d.btype == dt && g.d.dtype == TRI_F32 && g.d.biastype == TRI_F32,
+                  "dweight, dtype %d", dt);
+        cr_assert_eq(tri_gemm_check_types(&g), 0);
+    }
+    cr_assert_eq(tri_gemm_type_size(TRI_F32), 4);
+    cr_assert_eq(tri_gemm_type_size(TRI_BF16), 2);
+    cr_assert_eq(tri_gemm_type_size(TRI_F16), 0);
+    char s[320];
+    tri_gemm_plan_dweight(&g, TRI_BF16, buf, buf + 256, buf + 64, buf + 128, 5, 7, 3);
+    tri_gemm_desc_str(&g.d, s, sizeof s);
+    cr_assert(strstr(s, "types bf16 bf16 -> f32 (bias f32)") != NULL, "%s", s);
+}
+
+/* A pointer must be aligned to its element: 2 bytes are enough for a bf16
+ * operand, not for an fp32 one (nor for the fp32 dweight of a bf16 plan). */
+Test(gemm_plan, pointers_must_be_aligned_to_their_elements_type) {
+    _Alignas(64) static unsigned char raw[8192];
+    void *a16 = raw, *a2 = raw + 2050;
+    tri_gemm_call g;
+    int fill;
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_BF16, a16, a2, a16, NULL, 4, 8, 4), 0);
+    cr_assert_eq(g.d.align, 2);
+    cr_assert_eq(tri_gemm_check_types(&g), 0);
+    cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_F32, a16, a2, a16, NULL, 4, 8, 4), 0);
+    cr_assert_eq(tri_gemm_check_types(&g), -1, "a 2-byte aligned fp32 operand");
+    cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_BF16, (float *)(void *)(raw + 4096 + 2), NULL, a16, a2, 4, 8, 4), 0);
+    cr_assert_eq(tri_gemm_check_types(&g), -1, "a 2-byte aligned fp32 dweight");
+    cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_BF16, (float *)(void *)(raw + 4096 + 4), NULL, a16, a2, 4, 8, 4), 0);
+    cr_assert_eq(tri_gemm_check_types(&g), 0);
+    g.d.dtype = TRI_F16;
+    cr_assert_eq(tri_gemm_check_types(&g), -1, "fp16 is not a type of these GEMMs");
+}
+
+/* The same shapes in fp32 and bf16 are different GEMMs: different plans in
+ * the cache; and each type field of the key matters on its own. */
+Test(gemm_plan, types_are_part_of_the_key) {
+    _Alignas(64) static float buf[4096];
+    tri_gemm_cache c = {0};
+    tri_gemm_call g;
+    int fill;
+    tri_gemm_plan_fwd(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, buf + 192, 6, 8, 4);
+    const tri_gemm_desc f32 = g.d;
+    tri_gemm_plan_fwd(&g, &fill, TRI_BF16, buf, buf + 64, buf + 128, buf + 192, 6, 8, 4);
+    const tri_gemm_desc bf16 = g.d;
+    cr_assert_not(tri_gemm_desc_equal(&f32, &bf16));
+    cr_assert_null(tri_gemm_cache_find(&c, &f32));
+    cr_assert_not_null(tri_gemm_cache_add(&c, &f32));
+    cr_assert_null(tri_gemm_cache_find(&c, &bf16), "a bf16 GEMM found the fp32 plan");
+    cr_assert_not_null(tri_gemm_cache_add(&c, &bf16));
+    cr_assert_not_null(tri_gemm_cache_find(&c, &f32));
+    cr_assert_not_null(tri_gemm_cache_find(&c, &bf16));
+    cr_assert_eq(c.n, 2);
+    for (int f = 0; f < 4; f++) {
+        tri_gemm_desc d = bf16;
+        tri_dtype *t[4] = {&d.atype, &d.btype, &d.dtype, &d.biastype};
+        *t[f] = TRI_F32;
+        cr_assert_not(tri_gemm_desc_equal(&d, &bf16), "type field %d", f);
+        cr_assert_neq(tri_gemm_desc_hash(&d), tri_gemm_desc_hash(&bf16), "type field %d", f);
+        cr_assert_null(tri_gemm_cache_find(&c, &d), "type field %d changed, still a hit", f);
+    }
+    tri_gemm_cache_free(&c);
 }
