@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/ops.h"
 #include "parallel/tcp_store.h"
 #include "src/base/err.h"
 
@@ -377,6 +378,7 @@ int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
     watch_groups(d);
     d->progress = keep;
     tri_dist_set_timeout(d, timeout);
+    for (int i = 0; i < N_GROUPS; i++) group_at(d, i)->device_only = 1;
     d->nccl = 1;
     return 0;
 #else
@@ -385,6 +387,19 @@ int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
              d->mesh.rank);
     return -1;
 #endif
+}
+
+int tri_dist_check_device_memory(tri_dist *d, char *err, size_t errlen) {
+    int probe = 0;
+    if (d->world.ctx == NULL || tri_ctx_owns(d->world.ctx, &probe, sizeof probe) < 0) {
+        snprintf(err, errlen,
+                 "trident: rank %d: checking that every collective takes backend memory needs a backend that knows "
+                 "its allocations (--device cpu-guard), bound to the groups (device %s)",
+                 d->mesh.rank, d->world.ctx && d->world.ctx->ops ? d->world.ctx->ops->name : "none");
+        return -1;
+    }
+    for (int i = 0; i < N_GROUPS; i++) group_at(d, i)->device_only = 1;
+    return 0;
 }
 
 void tri_dist_bind_ctx(tri_dist *d, tri_ctx *ctx) {

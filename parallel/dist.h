@@ -12,6 +12,19 @@
  * transport is MPI ("launch with tridentrun/mpirun, or build with CUDA for
  * NCCL").
  * Otherwise: a world of one rank, no transport at all.
+ *
+ * Host and device memory (docs/cuda.md "Multi-GPU"). NCCL reads device
+ * memory only. Before tri_dist_use_nccl every group takes host memory (MPI,
+ * or nothing: transport 2's groups wait for NCCL); from it on every group is
+ * device_only (parallel/comm.h): activations, gradients, parameters and
+ * pipeline buffers are backend memory already, and the few host values the
+ * trainer exchanges (the step's loss and gradient norm, the stop flag, the
+ * validation sums, the pipeline timings, the checkpoint's agreement flag and
+ * directory) go through the _host calls, which stage them through a backend
+ * buffer on such a group. There is no second, host-side communicator: one
+ * set of groups, one transport at a time. The trainer switches after the
+ * preflight checks (src/train_setup.c), so what runs before (the checkpoint
+ * store's opening, the preflight agreement) is on MPI.
  */
 #ifndef TRI_DIST_H
 #define TRI_DIST_H
@@ -45,6 +58,12 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
  * A world of one: nothing to do. Returns 0, or -1 with a message in err (no
  * NCCL in this build, no CUDA device). */
 int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen);
+/* For tests, in place of tri_dist_use_nccl where there is no GPU: every
+ * group keeps its transport (MPI) but becomes device_only, so every later
+ * call checks that its buffers are backend memory and ends the job naming
+ * the call when one is not. Needs a bound context that knows its allocations
+ * ("cpu-guard"); returns 0, or -1 with a message in err. */
+int tri_dist_check_device_memory(tri_dist *d, char *err, size_t errlen);
 /* Every group's calls touch the memory of this backend context (its stream,
  * its guard); set once the context exists. */
 void tri_dist_bind_ctx(tri_dist *d, tri_ctx *ctx);
