@@ -235,6 +235,8 @@ static int store_world(tri_dist *d, int tp, int pp, int dp, char *err, size_t er
         }
     free(all);
     pending_groups(d);
+    /* host values before NCCL (the checkpoint store, the preflight) go through the store */
+    tri_store_comm_world(&d->world, d->store);
     return 0;
 }
 #endif
