@@ -79,9 +79,11 @@ static int env_launcher(int *world, int *rank) {
     return rc < 0 ? LAUNCH_BAD : LAUNCH_NONE;
 }
 
-/* This rank's index on its node as the launcher says; -1 when none does. */
+/* This rank's index on its node as the launcher says; -1 when none does.
+ * The variables in the order the CUDA backend reads them to pick its device
+ * (kernels/cuda/cuda_ops.c), so that NCCL picks the same one. */
 static int env_local_rank(void) {
-    static const char *const vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         int v = env_int(vars[i]);
         if (v >= 0) return v;
@@ -364,8 +366,10 @@ int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
         return -1;
     }
     tri_comm fresh[N_GROUPS];
-    if (mod->nccl_init(&d->mesh, d->local_rank, bcast_id, d, &fresh[0], &fresh[1], &fresh[2], &fresh[3], &fresh[4]) !=
-        0) {
+    /* the CUDA context's device: local rank % devices, device 0 when the
+     * launcher gives no local rank (as kernels/cuda/cuda_ops.c chooses) */
+    int local = d->local_rank >= 0 ? d->local_rank : 0;
+    if (mod->nccl_init(&d->mesh, local, bcast_id, d, &fresh[0], &fresh[1], &fresh[2], &fresh[3], &fresh[4]) != 0) {
         snprintf(err, errlen, "trident: rank %d: the NCCL transport could not start", d->mesh.rank);
         return -1;
     }
