@@ -680,6 +680,27 @@ Test(parallel, after_the_nccl_switch_every_collective_takes_backend_memory, .tim
     char more[512];
     snprintf(more, sizeof more, "%s --device cpu-guard", base);
     expect_layouts_follow(dir, ref, "dev_ref", "dev", more, layouts, sizeof layouts / sizeof layouts[0]);
+    /* a resume loads the checkpoint after the switch (its agreement flags staged too) */
+    char extra[1024];
+    snprintf(extra, sizeof extra, "%s --set parallel.pp=2 --stop-at-step 5", more);
+    cr_assert_eq(run(dir, 2, 2, "dev_resume", extra, &out), 0, "%s", out);
+    free(out);
+    snprintf(extra, sizeof extra, "%s --set parallel.pp=2 --resume", more);
+    cr_assert_eq(run(dir, 2, 2, "dev_resume", extra, &out), 0, "%s", out);
+    cr_expect(strstr(out, "resumed from") != NULL, "%s", out);
+    free(out);
+    expect_follows(dir, ref, "dev_ref", "dev_resume", "resumed tp=2 dp=2 pp=2");
+    /* bf16: the TP activations' 16-bit reductions take backend memory too
+     * (the curve is bf16's, not the reference's: only that it completes) */
+    snprintf(extra, sizeof extra,
+             "%s --set parallel.pp=2 --set parallel.sequence_parallel=true --set "
+             "train.precision=bf16",
+             more);
+    cr_expect_eq(run(dir, 2, 1, "dev_bf16", extra, &out), 0, "%s", out);
+    free(out);
+    double *l = NULL;
+    cr_expect_eq(losses(dir, "dev_bf16", &l), 10);
+    free(l);
     unsetenv("TRIDENT_DEBUG_CHECK_DEVICE_MEMORY");
     /* the validation losses arrived too */
     char p[4200], *val = NULL;
