@@ -102,6 +102,11 @@ void tri_ctx_host_window(tri_ctx *c, int open) {
     if (c && c->ops && c->ops->host_window) c->ops->host_window(c, open);
 }
 
+int tri_ctx_owns(tri_ctx *c, const void *p, size_t bytes) {
+    if (c == NULL || c->ops == NULL || c->ops->owns == NULL) return -1;
+    return c->ops->owns(c, p, bytes) ? 1 : 0;
+}
+
 void tri_mem_json(const tri_mem_stats *m, char *buf, size_t n) {
     snprintf(buf, n,
              "{\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"saved_act_peak\": %zu, \"saved_act_alloc\": %zu, "

@@ -104,6 +104,11 @@ void tri_ctx_to_host(tri_ctx *c, void *host_dst, const void *src, size_t bytes);
  * A no-op except under "cpu-guard". NULL-safe. */
 void tri_ctx_host_window(tri_ctx *c, int open);
 
+/* Whether [p, p + bytes) is backend memory of c, inside one allocation: 1
+ * yes, 0 no (host memory), -1 when the backend cannot tell (every backend
+ * but "cpu-guard"). For the check of device-only groups (parallel/comm.h). */
+int tri_ctx_owns(tri_ctx *c, const void *p, size_t bytes);
+
 /* The accounting as JSON: {"params": B, "grads": B, "optim": B,
  * "saved_act_peak": B (slots in use at most), "saved_act_alloc": B (slots
  * allocated), "workspace": B}, bytes of this rank. */

@@ -67,6 +67,11 @@ typedef struct tri_ops {
     /* opens (1) / closes (0) backend memory to in-place host access by a
      * transport; NULL where that is always allowed (the plain CPU backend) */
     void (*host_window)(tri_ctx *c, int open);
+    /* 1 when [p, p + bytes) lies inside one allocation of this backend, 0
+     * when it does not (host memory, or straddling); NULL where the backend
+     * cannot tell (only "cpu-guard" can: the check of device-only groups,
+     * parallel/comm.h) */
+    int (*owns)(tri_ctx *c, const void *p, size_t bytes);
 
     /* dst (n) of dst_t = src (n) of src_t, each of F32, BF16 or F16:
      * exact when widening or keeping the type, round to nearest even when

@@ -117,7 +117,7 @@ static int owns(const tri_gpt *g, const tri_chunk *ch, const tri_dist *d, const 
 }
 
 static int agree(tri_dist *d, int failed) {
-    tri_comm_allreduce(&d->world, &failed, 1, TRI_I32, TRI_MAX);
+    tri_comm_allreduce_host(&d->world, &failed, 1, TRI_I32, TRI_MAX);
     return failed ? -1 : 0;
 }
 
@@ -289,7 +289,7 @@ int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key
         if (failed) tri_ckpt_store_close(store);
     }
     if (agree(d, failed) != 0) return -1;
-    tri_comm_broadcast(&d->world, found, sizeof found, TRI_U8, 0);
+    tri_comm_broadcast_host(&d->world, found, sizeof found, TRI_U8, 0);
     int k = snprintf(dir, n, "%s", found);
     TRI_CHECK(k >= 0 && (size_t)k < n);
     return 0;
@@ -330,7 +330,7 @@ int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri
         if (!failed && tri_st_create(opath, &Lo, meta) != 0) failed = 1;
     }
     if (agree(d, failed) != 0) goto fail;
-    tri_comm_broadcast(&d->world, tmp, sizeof tmp, TRI_U8, 0);
+    tri_comm_broadcast_host(&d->world, tmp, sizeof tmp, TRI_U8, 0);
     snprintf(mpath, sizeof mpath, "%s/model.safetensors", tmp);
     snprintf(opath, sizeof opath, "%s/optimizer.safetensors", tmp);
     failed = write_params(mpath, &Lm, "", g, o, d, BUF_PARAMS) != 0;

@@ -6,7 +6,11 @@
  * so a single-rank run needs no transport at all.
  *
  * Buffers are host (CPU backend) or device (CUDA backend) memory of the
- * backend in use. All calls are collective over the group unless they say
+ * backend in use, except in the _host forms (small control values in host
+ * memory: a loss, a norm, a stop flag, a checkpoint path). A group whose
+ * transport reads device memory only (NCCL: device_only below) must never be
+ * handed host memory by the other calls; the _host forms stage through a
+ * backend buffer there (docs/cuda.md "Multi-GPU"). All calls are collective over the group unless they say
  * otherwise. A failure inside a transport is fatal: it prints the rank and the
  * call, and aborts every rank (a half-finished collective cannot be recovered).
  * So is a wait that outlasts the group's timeout_s (a peer stopped, wedged or
@@ -50,6 +54,11 @@ struct tri_progress;
 /* A transport implements these for groups of size > 1. */
 typedef struct tri_comm_impl {
     const char *name;
+    /* 1: the transport reads and writes backend memory on the device itself,
+     * ordered after the compute stream by its own events (NCCL): the wrappers
+     * open no host window (which would synchronise the compute stream) and
+     * hand it 16-bit reductions as they are (NCCL sums bf16 and fp16) */
+    int device;
     void (*allreduce)(struct tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op);
     void (*iallreduce)(struct tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r);
     /* recv (n) = sum over ranks of the rank-th n-slice of send (size*n)   */
@@ -97,6 +106,13 @@ typedef struct tri_comm {
     double timeout_s;                    /* <= 0: no deadline                */
     const struct tri_progress *progress; /* where the caller is; may be NULL */
     char name[8];                        /* "tp", "dp", "pp", "emb", "world" */
+    /* Every buffer of every call is backend memory of ctx (set by tri_dist
+     * for NCCL groups, and by tri_dist_check_device_memory for the test that
+     * stands in for them). The wrappers check each buffer where the ctx can
+     * tell (tri_ctx_owns: "cpu-guard") and end the job naming the rank, the
+     * group, the call and the buffer when one is host memory; a group of one
+     * copies with the backend's copy, not memmove; the _host forms stage. */
+    int device_only;
 } tri_comm;
 
 /* A group of one: every call below is trivial on it. */
@@ -118,6 +134,14 @@ void tri_comm_ireduce_scatter(tri_comm *c, void *recv, const void *send, size_t 
  * tri_comm_wait(r). */
 void tri_comm_iallgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r);
 void tri_comm_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root);
+/* The _host forms: buf (recv, send) is host memory holding a few control
+ * values. On a device_only group (a context must be bound) each call
+ * allocates a backend scratch buffer (TRI_MEM_OTHER), copies in, runs the
+ * call above on it, copies out and frees it: synchronous and not fast, for a
+ * handful of values per step; elsewhere each is the call above. */
+void tri_comm_allreduce_host(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op);
+void tri_comm_allgather_host(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t);
+void tri_comm_broadcast_host(tri_comm *c, void *buf, size_t n, tri_dtype t, int root);
 /* Point-to-point (not collective): peer is a rank index within the group. */
 void tri_comm_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r);
 void tri_comm_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r);

@@ -381,6 +381,7 @@ static void nccl_free(tri_comm *c) {
 
 static const tri_comm_impl nccl_impl = {
     .name = "nccl",
+    .device = 1, /* device memory on its own stream: no host window, native 16-bit sums */
     .allreduce = nccl_allreduce,
     .iallreduce = nccl_iallreduce,
     .reduce_scatter = nccl_reduce_scatter,

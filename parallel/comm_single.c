@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "kernels/half.h"
+#include "kernels/ops.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -24,12 +25,47 @@ static void count(tri_comm *c, size_t n, tri_dtype t, double t0) {
 }
 
 /* Transports read and write backend memory in place: open it to host access
- * around the call (a no-op except under the cpu-guard backend). */
+ * around the call (a no-op except under the cpu-guard backend, and a stream
+ * synchronisation under CUDA). Not for a transport that works on the device
+ * itself (NCCL orders its stream after the compute stream with events). */
 static void window(tri_comm *c, int open) {
-    if (c->ctx) tri_ctx_host_window(c->ctx, open);
+    if (c->ctx && !(c->impl && c->impl->device)) tri_ctx_host_window(c->ctx, open);
 }
 
 static int trivial(const tri_comm *c) { return c->size == 1 || c->impl == NULL; }
+
+/* A device_only group: every buffer must be backend memory. Where the
+ * context can tell (cpu-guard), host memory ends the job here, before any
+ * transport sees it, with the rank, group, call and buffer. */
+static void need_device(const tri_comm *c, const char *op, const char *what, const void *p, size_t n, tri_dtype t) {
+    if (!c->device_only || n == 0) return;
+    size_t bytes = n * tri_dtype_size(t);
+    int own = c->ctx ? tri_ctx_owns(c->ctx, p, bytes) : 0;
+    if (own != 0) return; /* backend memory, or the backend cannot tell */
+    fprintf(stderr,
+            "trident: rank %d: %s over %s: %s (%zu bytes at %p) is %s, but the group's transport takes backend "
+            "memory only (NCCL); a host value must go through the _host calls (parallel/comm.h)\n",
+            c->world_rank, op, c->name[0] ? c->name : "a group", what, bytes, p,
+            c->ctx ? "not backend memory" : "unchecked (no backend context bound)");
+    fflush(stderr);
+    exit(1);
+}
+
+/* The copy a group of one makes (all-gather, reduce-scatter of one rank):
+ * backend memory is copied by the backend where the group is device only. */
+static void local_copy(tri_comm *c, void *dst, const void *src, size_t bytes) {
+    if (dst == src || bytes == 0) return;
+    if (c->device_only && c->ctx) {
+        c->ctx->ops->copy(c->ctx, dst, src, bytes);
+        return;
+    }
+    window(c, 1);
+    memmove(dst, src, bytes);
+    window(c, 0);
+}
+
+/* 16-bit reductions are widened on the host unless the transport sums them on the device. */
+static int widen(const tri_comm *c, tri_dtype t) { return (t == TRI_BF16 || t == TRI_F16) && !c->impl->device; }
 
 /* ---- reductions of 16-bit floats (bf16, fp16 activations under mixed
  * precision) ----
@@ -42,8 +78,6 @@ static int trivial(const tri_comm *c) { return c->size == 1 || c->impl == NULL; 
  * ncclHalf, accumulating in the 16-bit type along its ring), moving half
  * the bytes at the cost of one rounding per hop. The non-blocking forms
  * complete at once (the request is left inactive). */
-
-static int is16(tri_dtype t) { return t == TRI_BF16 || t == TRI_F16; }
 
 static float *widen16(const tri_comm *c, const void *src, tri_dtype t, size_t n, size_t room) {
     float *f = malloc((room ? room : 1) * sizeof *f);
@@ -86,8 +120,9 @@ static void reduce_scatter16(tri_comm *c, void *recv, const void *send, size_t n
 }
 
 void tri_comm_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
+    need_device(c, "all-reduce", "the buffer", buf, n, t);
     if (trivial(c) || n == 0) return;
-    if (is16(t)) {
+    if (widen(c, t)) {
         allreduce16(c, buf, n, t, op);
         return;
     }
@@ -100,8 +135,9 @@ void tri_comm_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop
 
 void tri_comm_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
     r->active = 0;
+    need_device(c, "all-reduce", "the buffer", buf, n, t);
     if (trivial(c) || n == 0) return;
-    if (is16(t)) {
+    if (widen(c, t)) {
         allreduce16(c, buf, n, t, op);
         return;
     }
@@ -112,15 +148,13 @@ void tri_comm_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redo
 }
 
 void tri_comm_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
+    need_device(c, "reduce-scatter", "the input", send, n * (size_t)c->size, t);
+    need_device(c, "reduce-scatter", "the output", recv, n, t);
     if (trivial(c)) {
-        if (recv != send) {
-            window(c, 1);
-            memmove(recv, send, n * tri_dtype_size(t));
-            window(c, 0);
-        }
+        local_copy(c, recv, send, n * tri_dtype_size(t));
         return;
     }
-    if (is16(t)) {
+    if (widen(c, t)) {
         reduce_scatter16(c, recv, send, n, t);
         return;
     }
@@ -132,12 +166,10 @@ void tri_comm_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t n
 }
 
 void tri_comm_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
+    need_device(c, "all-gather", "the input", send, n, t);
+    need_device(c, "all-gather", "the output", recv, n * (size_t)c->size, t);
     if (trivial(c)) {
-        if (recv != send) {
-            window(c, 1);
-            memmove(recv, send, n * tri_dtype_size(t));
-            window(c, 0);
-        }
+        local_copy(c, recv, send, n * tri_dtype_size(t));
         return;
     }
     double t0 = now_s();
@@ -149,15 +181,13 @@ void tri_comm_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri
 
 void tri_comm_ireduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r) {
     r->active = 0;
+    need_device(c, "reduce-scatter", "the input", send, n * (size_t)c->size, t);
+    need_device(c, "reduce-scatter", "the output", recv, n, t);
     if (trivial(c)) {
-        if (recv != send) {
-            window(c, 1);
-            memmove(recv, send, n * tri_dtype_size(t));
-            window(c, 0);
-        }
+        local_copy(c, recv, send, n * tri_dtype_size(t));
         return;
     }
-    if (is16(t)) {
+    if (widen(c, t)) {
         reduce_scatter16(c, recv, send, n, t);
         return;
     }
@@ -169,12 +199,10 @@ void tri_comm_ireduce_scatter(tri_comm *c, void *recv, const void *send, size_t 
 
 void tri_comm_iallgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r) {
     r->active = 0;
+    need_device(c, "all-gather", "the input", send, n, t);
+    need_device(c, "all-gather", "the output", recv, n * (size_t)c->size, t);
     if (trivial(c)) {
-        if (recv != send) {
-            window(c, 1);
-            memmove(recv, send, n * tri_dtype_size(t));
-            window(c, 0);
-        }
+        local_copy(c, recv, send, n * tri_dtype_size(t));
         return;
     }
     double t0 = now_s();
@@ -184,6 +212,7 @@ void tri_comm_iallgather(tri_comm *c, void *recv, const void *send, size_t n, tr
 }
 
 void tri_comm_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root) {
+    need_device(c, "broadcast", "the buffer", buf, n, t);
     if (trivial(c) || n == 0) return;
     double t0 = now_s();
     window(c, 1);
@@ -194,6 +223,7 @@ void tri_comm_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root)
 
 void tri_comm_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r) {
     r->active = 0;
+    need_device(c, "send", "the buffer", buf, n, t);
     if (trivial(c)) {
         fprintf(stderr, "trident: rank %d: send to peer %d in a group of one\n", c->world_rank, peer);
         abort();
@@ -205,6 +235,7 @@ void tri_comm_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int pee
 
 void tri_comm_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r) {
     r->active = 0;
+    need_device(c, "receive", "the buffer", buf, n, t);
     if (trivial(c)) {
         fprintf(stderr, "trident: rank %d: receive from peer %d in a group of one\n", c->world_rank, peer);
         abort();
@@ -239,6 +270,66 @@ void tri_comm_barrier(tri_comm *c) {
     c->impl->barrier(c);
     window(c, 0);
     c->stats.seconds += now_s() - t0;
+}
+
+/* ---- host control values ---- */
+
+/* A backend scratch buffer for a _host call on a device_only group. */
+static void *stage_alloc(tri_comm *c, const char *op, size_t bytes) {
+    if (c->ctx == NULL) {
+        fprintf(stderr, "trident: rank %d: %s of host values over %s: the group is device only but has no context\n",
+                c->world_rank, op, c->name);
+        exit(1);
+    }
+    void *d = tri_ctx_alloc(c->ctx, bytes, TRI_MEM_OTHER, "a staged host value of a collective");
+    if (d == NULL) exit(1); /* said */
+    return d;
+}
+
+void tri_comm_allreduce_host(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
+    if (trivial(c) || n == 0) return;
+    if (!c->device_only) {
+        tri_comm_allreduce(c, buf, n, t, op);
+        return;
+    }
+    size_t bytes = n * tri_dtype_size(t);
+    void *d = stage_alloc(c, "all-reduce", bytes);
+    tri_ctx_to_device(c->ctx, d, buf, bytes);
+    tri_comm_allreduce(c, d, n, t, op);
+    tri_ctx_to_host(c->ctx, buf, d, bytes);
+    tri_ctx_release(c->ctx, d, bytes, TRI_MEM_OTHER);
+}
+
+void tri_comm_allgather_host(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
+    size_t bytes = n * tri_dtype_size(t);
+    if (trivial(c)) { /* host memory: never the backend's copy */
+        if (recv != send && bytes) memmove(recv, send, bytes);
+        return;
+    }
+    if (!c->device_only) {
+        tri_comm_allgather(c, recv, send, n, t);
+        return;
+    }
+    size_t all = bytes * (size_t)c->size;
+    char *d = stage_alloc(c, "all-gather", all);
+    tri_ctx_to_device(c->ctx, d + (size_t)c->rank * bytes, send, bytes);
+    tri_comm_allgather(c, d, d + (size_t)c->rank * bytes, n, t);
+    tri_ctx_to_host(c->ctx, recv, d, all);
+    tri_ctx_release(c->ctx, d, all, TRI_MEM_OTHER);
+}
+
+void tri_comm_broadcast_host(tri_comm *c, void *buf, size_t n, tri_dtype t, int root) {
+    if (trivial(c) || n == 0) return;
+    if (!c->device_only) {
+        tri_comm_broadcast(c, buf, n, t, root);
+        return;
+    }
+    size_t bytes = n * tri_dtype_size(t);
+    void *d = stage_alloc(c, "broadcast", bytes);
+    if (c->rank == root) tri_ctx_to_device(c->ctx, d, buf, bytes);
+    tri_comm_broadcast(c, d, n, t, root);
+    tri_ctx_to_host(c->ctx, buf, d, bytes);
+    tri_ctx_release(c->ctx, d, bytes, TRI_MEM_OTHER);
 }
 
 void tri_comm_free(tri_comm *c) {

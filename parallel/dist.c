@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/ops.h"
 #include "parallel/tcp_store.h"
 #include "src/base/err.h"
 
@@ -78,9 +79,11 @@ static int env_launcher(int *world, int *rank) {
     return rc < 0 ? LAUNCH_BAD : LAUNCH_NONE;
 }
 
-/* This rank's index on its node as the launcher says; -1 when none does. */
+/* This rank's index on its node as the launcher says; -1 when none does.
+ * The variables in the order the CUDA backend reads them to pick its device
+ * (kernels/cuda/cuda_ops.c), so that NCCL picks the same one. */
 static int env_local_rank(void) {
-    static const char *const vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         int v = env_int(vars[i]);
         if (v >= 0) return v;
@@ -234,6 +237,8 @@ static int store_world(tri_dist *d, int tp, int pp, int dp, char *err, size_t er
         }
     free(all);
     pending_groups(d);
+    /* host values before NCCL (the checkpoint store, the preflight) go through the store */
+    tri_store_comm_world(&d->world, d->store);
     return 0;
 }
 #endif
@@ -361,8 +366,10 @@ int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
         return -1;
     }
     tri_comm fresh[N_GROUPS];
-    if (mod->nccl_init(&d->mesh, d->local_rank, bcast_id, d, &fresh[0], &fresh[1], &fresh[2], &fresh[3], &fresh[4]) !=
-        0) {
+    /* the CUDA context's device: local rank % devices, device 0 when the
+     * launcher gives no local rank (as kernels/cuda/cuda_ops.c chooses) */
+    int local = d->local_rank >= 0 ? d->local_rank : 0;
+    if (mod->nccl_init(&d->mesh, local, bcast_id, d, &fresh[0], &fresh[1], &fresh[2], &fresh[3], &fresh[4]) != 0) {
         snprintf(err, errlen, "trident: rank %d: the NCCL transport could not start", d->mesh.rank);
         return -1;
     }
@@ -377,6 +384,7 @@ int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
     watch_groups(d);
     d->progress = keep;
     tri_dist_set_timeout(d, timeout);
+    for (int i = 0; i < N_GROUPS; i++) group_at(d, i)->device_only = 1;
     d->nccl = 1;
     return 0;
 #else
@@ -385,6 +393,19 @@ int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
              d->mesh.rank);
     return -1;
 #endif
+}
+
+int tri_dist_check_device_memory(tri_dist *d, char *err, size_t errlen) {
+    int probe = 0;
+    if (d->world.ctx == NULL || tri_ctx_owns(d->world.ctx, &probe, sizeof probe) < 0) {
+        snprintf(err, errlen,
+                 "trident: rank %d: checking that every collective takes backend memory needs a backend that knows "
+                 "its allocations (--device cpu-guard), bound to the groups (device %s)",
+                 d->mesh.rank, d->world.ctx && d->world.ctx->ops ? d->world.ctx->ops->name : "none");
+        return -1;
+    }
+    for (int i = 0; i < N_GROUPS; i++) group_at(d, i)->device_only = 1;
+    return 0;
 }
 
 void tri_dist_bind_ctx(tri_dist *d, tri_ctx *ctx) {

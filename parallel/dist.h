@@ -6,12 +6,28 @@
  * Launched with torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR,
  * MASTER_PORT) and no MPI launcher, or by srun in a build without MPI (or
  * with TRI_BOOTSTRAP=store): the world meets through the TCP store
- * (parallel/tcp_store.h), which bootstraps NCCL; the groups have no transport
- * until tri_dist_use_nccl (any call before it ends the job, saying so). A
+ * (parallel/tcp_store.h), which bootstraps NCCL; until tri_dist_use_nccl the
+ * world group's collectives of host values go through the store
+ * (tri_store_comm_world) and the other groups have no transport (any call on
+ * them ends the job, saying so). A
  * build without NCCL refuses such a world of several ranks: the CPU ops'
  * transport is MPI ("launch with tridentrun/mpirun, or build with CUDA for
  * NCCL").
  * Otherwise: a world of one rank, no transport at all.
+ *
+ * Host and device memory (docs/cuda.md "Multi-GPU"). NCCL reads device
+ * memory only. Before tri_dist_use_nccl every group takes host memory (MPI;
+ * under transport 2 only the world group, through the store); from it on every group is
+ * device_only (parallel/comm.h): activations, gradients, parameters and
+ * pipeline buffers are backend memory already, and the few host values the
+ * trainer exchanges (the step's loss and gradient norm, the stop flag, the
+ * validation sums, the pipeline timings, the checkpoint's agreement flag and
+ * directory) go through the _host calls, which stage them through a backend
+ * buffer on such a group. There is no second, host-side communicator: one
+ * set of groups, one transport at a time. The trainer switches after the
+ * preflight checks (src/train_setup.c), so what runs before (the checkpoint
+ * store's opening, the preflight agreement: world collectives of host
+ * values) is on MPI or the store.
  */
 #ifndef TRI_DIST_H
 #define TRI_DIST_H
@@ -45,6 +61,12 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
  * A world of one: nothing to do. Returns 0, or -1 with a message in err (no
  * NCCL in this build, no CUDA device). */
 int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen);
+/* For tests, in place of tri_dist_use_nccl where there is no GPU: every
+ * group keeps its transport (MPI) but becomes device_only, so every later
+ * call checks that its buffers are backend memory and ends the job naming
+ * the call when one is not. Needs a bound context that knows its allocations
+ * ("cpu-guard"); returns 0, or -1 with a message in err. */
+int tri_dist_check_device_memory(tri_dist *d, char *err, size_t errlen);
 /* Every group's calls touch the memory of this backend context (its stream,
  * its guard); set once the context exists. */
 void tri_dist_bind_ctx(tri_dist *d, tri_ctx *ctx);

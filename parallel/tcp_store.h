@@ -82,6 +82,16 @@ int tri_store_allgather(tri_store *s, const char *prefix, const void *mine, size
 /* A rendezvous of every rank (tri_store_allgather of nothing). */
 int tri_store_barrier(tri_store *s, const char *name);
 
+/* The world group over the store (parallel/comm_store.c): a tri_comm of
+ * s->world ranks whose all-reduce (f32, f64, i32, u8), all-gather, broadcast
+ * and barrier go through tri_store_allgather, for the few host values a
+ * store-launched world exchanges before NCCL exists (the checkpoint store's
+ * opening, the preflight agreement). Any other call, or a rank missing past
+ * the store's deadline, ends the job naming the rank and the call. s must
+ * outlive c; tri_comm_free(c) leaves s alone. A world of one: a group of one. */
+struct tri_comm;
+void tri_store_comm_world(struct tri_comm *c, tri_store *s);
+
 /* ------------------------------------------------------------------------ */
 /* The launcher's environment                                               */
 

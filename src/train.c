@@ -191,7 +191,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         }
         /* every rank must agree on stopping, or the save below would hang */
         int stop = tri_stop_signal();
-        tri_comm_allreduce(&t->dist.world, &stop, 1, TRI_I32, TRI_MAX);
+        tri_comm_allreduce_host(&t->dist.world, &stop, 1, TRI_I32, TRI_MAX);
         if (stop) {
             if (t->is_logger) fprintf(stderr, "trident: signal %d: saving a checkpoint at step %d\n", stop, done_steps);
             if (!opts->synthetic && save(t, done_steps, loss) != 0)
@@ -230,7 +230,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         int np = mesh->pp < TRI_REPORT_MAX_STAGES ? mesh->pp : TRI_REPORT_MAX_STAGES;
         double *all = calloc((size_t)mesh->pp * 3, sizeof *all);
         if (all) {
-            tri_comm_allgather(&t->dist.pp, all, mine, 3, TRI_F64);
+            tri_comm_allgather_host(&t->dist.pp, all, mine, 3, TRI_F64);
             r->stages = np;
             for (int s = 0; s < np; s++) {
                 r->stage_busy_s[s] = all[3 * s];

@@ -113,6 +113,32 @@ void trainer_free(trainer *t) {
     tri_ckpt_store_close(&t->store);
 }
 
+/* Test-only: TRIDENT_DEBUG_CHECK_DEVICE_MEMORY=1 (with --device cpu-guard)
+ * makes the groups device only where NCCL would take over, on MPI, so that
+ * tests/test_parallel.c shows that no host buffer reaches a collective after
+ * that point (tri_dist_check_device_memory). */
+static int check_device_memory(void) {
+    const char *e = getenv("TRIDENT_DEBUG_CHECK_DEVICE_MEMORY");
+    return e != NULL && e[0] == '1';
+}
+
+/* With the CUDA backend and several ranks, every group moves onto NCCL, which
+ * reads device memory only: from here on the groups take backend memory, and
+ * host values go through the _host calls (parallel/dist.h). Before it (the
+ * checkpoint store, the preflight checks) they ran on MPI with host values.
+ * Returns 0, or -1 after a message naming the rank. */
+static int device_groups(trainer *t, const tri_run_opts *opts) {
+    if (t->dist.mesh.world == 1) return 0;
+    char err[512] = "";
+    int rc = 0;
+    if (opts->device && strcmp(opts->device, "cuda") == 0)
+        rc = tri_dist_use_nccl(&t->dist, err, sizeof err);
+    else if (check_device_memory())
+        rc = tri_dist_check_device_memory(&t->dist, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "%s\n", err);
+    return rc;
+}
+
 /* Everything before step 1, on every rank: layout checks, the mesh, the
  * backend, data, model, optimizer, gradient buckets, resume or init, metrics
  * file and banner. Returns 0, or the exit code (2 bad input, 1 runtime); the
@@ -193,6 +219,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                         .val = t->has_val ? &t->val_data : NULL};
     if (tri_preflight_run(&pf) != 0) return rc;
     t->eval_batches = pf.eval_batches;
+    if (device_groups(t, opts) != 0) return 1;
 
     /* this stage's chunks, the schedule and the slots it keeps alive */
     if (tri_stage_plan_init(&t->plan, cfg, mesh->pp_rank) != 0) return rc;

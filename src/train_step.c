@@ -127,14 +127,14 @@ double train_step(trainer *t, int step, double *norm) {
     /* (element 0 lies in DP rank 0's first shard under ZeRO: counted once) */
     if (forced_overflow(step)) t->ctx.ops->scale(&t->ctx, g->chunks[0].grad_mem, INFINITY, 1);
     /* the loss lives on the head stage; identical on every TP rank */
-    tri_comm_allreduce(&t->dist.dp, &loss_sum, 1, TRI_F64, TRI_SUM);
-    tri_comm_allreduce(&t->dist.pp, &loss_sum, 1, TRI_F64, TRI_SUM);
+    tri_comm_allreduce_host(&t->dist.dp, &loss_sum, 1, TRI_F64, TRI_SUM);
+    tri_comm_allreduce_host(&t->dist.pp, &loss_sum, 1, TRI_F64, TRI_SUM);
     /* ZeRO: each DP rank holds its shards of the reduced gradient: every
      * element is counted on exactly one of them */
     double sumsq = zero ? tri_grad_sumsq_shards(&t->opt, g) : tri_grad_sumsq_local(g);
-    if (zero) tri_comm_allreduce(&t->dist.dp, &sumsq, 1, TRI_F64, TRI_SUM);
-    tri_comm_allreduce(&t->dist.tp, &sumsq, 1, TRI_F64, TRI_SUM);
-    tri_comm_allreduce(&t->dist.pp, &sumsq, 1, TRI_F64, TRI_SUM);
+    if (zero) tri_comm_allreduce_host(&t->dist.dp, &sumsq, 1, TRI_F64, TRI_SUM);
+    tri_comm_allreduce_host(&t->dist.tp, &sumsq, 1, TRI_F64, TRI_SUM);
+    tri_comm_allreduce_host(&t->dist.pp, &sumsq, 1, TRI_F64, TRI_SUM);
     *norm = sqrt(sumsq);
     if (t->fp16) *norm /= S;
     double loss = loss_sum / ((double)t->G * (double)t->T);
@@ -176,7 +176,7 @@ double evaluate(trainer *t) {
         /* every rank (with a batch this round or not) takes part, so all
          * leave together and none waits in a collective for the others */
         int stop = tri_stop_signal();
-        tri_comm_allreduce(&t->dist.world, &stop, 1, TRI_I32, TRI_MAX);
+        tri_comm_allreduce_host(&t->dist.world, &stop, 1, TRI_I32, TRI_MAX);
         if (stop) {
             t->stop = stop;
             return NAN;
@@ -192,8 +192,8 @@ double evaluate(trainer *t) {
         count += t->mb * t->T;
     }
     double buf[2] = {sum, (double)count};
-    tri_comm_allreduce(&t->dist.dp, buf, 2, TRI_F64, TRI_SUM);
-    tri_comm_allreduce(&t->dist.pp, buf, 2, TRI_F64, TRI_SUM);
+    tri_comm_allreduce_host(&t->dist.dp, buf, 2, TRI_F64, TRI_SUM);
+    tri_comm_allreduce_host(&t->dist.pp, buf, 2, TRI_F64, TRI_SUM);
     /* count is added on every PP stage: the loss only on the last one */
     return buf[1] > 0 ? buf[0] / (buf[1] / t->dist.mesh.pp) : NAN;
 }

@@ -24,9 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/ctx.h"
 #include "kernels/half.h"
 #include "model/gpt.h"
 #include "model/runtime.h"
+#include "parallel/comm.h"
 
 /* ------------------------------------------------------------------------ */
 /* Processes                                                                */
@@ -1268,4 +1270,101 @@ Test(tridentrun, names_the_failing_rank_from_each_kind_of_report, .timeout = 60)
     cr_assert(strstr(r.text, "tridentrun: cannot run"), "%s", r.text);
     free(r.text);
     remove_tmpdir(&t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Device-only groups (parallel/comm.h): what reaches the transport         */
+
+/* A transport of two ranks that only records what it is handed. */
+static tri_ctx dev_ctx;
+static tri_dtype seen_dtype;
+static int seen_owned, seen_calls;
+static void fake_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
+    (void)c, (void)op;
+    seen_calls++;
+    seen_dtype = t;
+    seen_owned = tri_ctx_owns(&dev_ctx, buf, n * tri_dtype_size(t));
+}
+static void fake_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root) {
+    fake_allreduce(c, buf, n, t, TRI_SUM);
+    (void)root;
+}
+
+static void fake_group(tri_comm *c, const tri_comm_impl *impl) {
+    tri_comm_init_self(c, 3);
+    c->size = 2;
+    c->rank = 1;
+    c->impl = impl;
+    c->ctx = &dev_ctx;
+    c->device_only = 1;
+    snprintf(c->name, sizeof c->name, "dp");
+}
+
+/* A host buffer handed to a device-only group ends the process (exit 1)
+ * before the transport sees it, naming the rank, group, call and buffer;
+ * backend buffers and the staged _host forms reach the transport as backend
+ * memory. Run in a child, whose stderr is read back. */
+Test(comm_device, a_host_buffer_on_a_device_only_group_ends_the_job_naming_it, .timeout = 30) {
+    char path[] = "/tmp/trident-devonly-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(fd, 2);
+        static const tri_comm_impl impl = {.name = "fake", .allreduce = fake_allreduce, .broadcast = fake_broadcast};
+        if (tri_ctx_init(&dev_ctx, "cpu-guard", 1) != 0) _exit(10);
+        tri_comm c;
+        fake_group(&c, &impl);
+        float *dev = tri_ctx_alloc(&dev_ctx, 4 * sizeof(float), TRI_MEM_OTHER, "test");
+        tri_comm_allreduce(&c, dev, 4, TRI_F32, TRI_SUM);
+        if (seen_calls != 1 || seen_owned != 1) _exit(11);
+        double host = 2.5;
+        tri_comm_allreduce_host(&c, &host, 1, TRI_F64, TRI_SUM);
+        if (seen_calls != 2 || seen_owned != 1 || seen_dtype != TRI_F64 || host != 2.5) _exit(12);
+        char path_buf[64] = "step_00000005";
+        tri_comm_broadcast_host(&c, path_buf, sizeof path_buf, TRI_U8, 1); /* from this rank */
+        if (seen_calls != 3 || seen_owned != 1 || strcmp(path_buf, "step_00000005") != 0) _exit(13);
+        fprintf(stderr, "staged calls passed\n");
+        tri_comm_allreduce(&c, &host, 1, TRI_F64, TRI_SUM);
+        _exit(0); /* not reached */
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    close(fd);
+    char *err = slurp(path);
+    unlink(path);
+    cr_assert(WIFEXITED(st), "%s", err);
+    cr_expect_eq(WEXITSTATUS(st), 1, "exit %d: %s", WEXITSTATUS(st), err);
+    cr_expect(strstr(err, "staged calls passed") != NULL, "%s", err);
+    cr_expect(strstr(err, "rank 3: all-reduce over dp: the buffer (8 bytes") != NULL, "%s", err);
+    cr_expect(strstr(err, "is not backend memory") != NULL, "%s", err);
+    cr_expect_eq(seen_calls, 0); /* in the parent: nothing ran here */
+    free(err);
+}
+
+/* A transport that works on the device (NCCL: impl.device) is handed 16-bit
+ * reductions as they are, on the caller's backend buffer; any other gets them
+ * widened to fp32 in host scratch (MPI cannot sum bf16). */
+Test(comm_device, a_device_transport_sums_16_bit_itself, .timeout = 30) {
+    cr_assert_eq(tri_ctx_init(&dev_ctx, "cpu-guard", 1), 0);
+    static const tri_comm_impl on_device = {.name = "fake", .device = 1, .allreduce = fake_allreduce};
+    static const tri_comm_impl on_host = {.name = "fake", .allreduce = fake_allreduce};
+    uint16_t *dev = tri_ctx_alloc(&dev_ctx, 8 * sizeof(uint16_t), TRI_MEM_OTHER, "test");
+    tri_comm c;
+    fake_group(&c, &on_device);
+    seen_calls = 0;
+    tri_comm_allreduce(&c, dev, 8, TRI_BF16, TRI_SUM);
+    cr_expect_eq(seen_calls, 1);
+    cr_expect_eq(seen_dtype, TRI_BF16);
+    cr_expect_eq(seen_owned, 1);
+    fake_group(&c, &on_host);
+    c.device_only = 0;
+    tri_comm_allreduce(&c, dev, 8, TRI_BF16, TRI_SUM);
+    cr_expect_eq(seen_calls, 2);
+    cr_expect_eq(seen_dtype, TRI_F32);
+    cr_expect_eq(seen_owned, 0);
+    tri_ctx_release(&dev_ctx, dev, 8 * sizeof(uint16_t), TRI_MEM_OTHER);
+    tri_ctx_free(&dev_ctx);
 }

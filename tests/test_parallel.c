@@ -650,3 +650,65 @@ Test(zero, pipeline_checkpoints_reshard, .timeout = 600) {
     tt_rmrf(dir);
     free(dir);
 }
+
+/* Where NCCL would take over (src/train_setup.c), the test-only switch makes
+ * every group device only on MPI: from then on each collective and send
+ * checks, on the guarded backend, that its buffers are backend memory, and a
+ * host buffer ends the job (tests/test_comm.c shows that it does). Training
+ * with validation and checkpoints at tp2 dp2 pp2, ZeRO on a pipeline and
+ * sequence parallelism then runs to the end, following one rank: no host
+ * buffer reaches a collective after the switch, and the host values (loss,
+ * norm, stop flag, validation sums, checkpoint agreement and directory)
+ * arrive intact through their staging. */
+Test(parallel, after_the_nccl_switch_every_collective_takes_backend_memory, .timeout = 600) {
+    char *dir = make_dir(), *out = NULL;
+    const char *base = PIPE_MODEL " --set train.eval_every=5 --set checkpoint.every=5";
+    cr_assert_eq(run(dir, 1, 1, "dev_ref", base, &out), 0, "%s", out);
+    free(out);
+    double *ref;
+    cr_assert_eq(losses(dir, "dev_ref", &ref), 10);
+    /* the check needs a backend that knows its allocations */
+    cr_assert_eq(setenv("TRIDENT_DEBUG_CHECK_DEVICE_MEMORY", "1", 1), 0);
+    int rc = run(dir, 1, 2, "dev_cpu", base, &out);
+    cr_expect(rc != 0 && strstr(out, "cpu-guard") != NULL, "a check that cannot check was accepted: %s", out);
+    free(out);
+    const layout layouts[] = {
+        {2, 2, "--set parallel.pp=2"},
+        {1, 2, "--set parallel.pp=2 --set parallel.zero=true --set parallel.bucket_mb=0.01"},
+        {2, 1, "--set parallel.pp=2 --set parallel.vpp=2 --set parallel.sequence_parallel=true"},
+    };
+    char more[512];
+    snprintf(more, sizeof more, "%s --device cpu-guard", base);
+    expect_layouts_follow(dir, ref, "dev_ref", "dev", more, layouts, sizeof layouts / sizeof layouts[0]);
+    /* a resume loads the checkpoint after the switch (its agreement flags staged too) */
+    char extra[1024];
+    snprintf(extra, sizeof extra, "%s --set parallel.pp=2 --stop-at-step 5", more);
+    cr_assert_eq(run(dir, 2, 2, "dev_resume", extra, &out), 0, "%s", out);
+    free(out);
+    snprintf(extra, sizeof extra, "%s --set parallel.pp=2 --resume", more);
+    cr_assert_eq(run(dir, 2, 2, "dev_resume", extra, &out), 0, "%s", out);
+    cr_expect(strstr(out, "resumed from") != NULL, "%s", out);
+    free(out);
+    expect_follows(dir, ref, "dev_ref", "dev_resume", "resumed tp=2 dp=2 pp=2");
+    /* bf16: the TP activations' 16-bit reductions take backend memory too
+     * (the curve is bf16's, not the reference's: only that it completes) */
+    snprintf(extra, sizeof extra,
+             "%s --set parallel.pp=2 --set parallel.sequence_parallel=true --set "
+             "train.precision=bf16",
+             more);
+    cr_expect_eq(run(dir, 2, 1, "dev_bf16", extra, &out), 0, "%s", out);
+    free(out);
+    double *l = NULL;
+    cr_expect_eq(losses(dir, "dev_bf16", &l), 10);
+    free(l);
+    unsetenv("TRIDENT_DEBUG_CHECK_DEVICE_MEMORY");
+    /* the validation losses arrived too */
+    char p[4200], *val = NULL;
+    snprintf(p, sizeof p, "grep -c val_loss %s/log_dev_0/metrics.jsonl", dir);
+    cr_expect_eq(tt_run(p, &val), 0);
+    cr_expect(val && atoi(val) == 2, "validation lines: %s", val ? val : "");
+    free(val);
+    free(ref);
+    tt_rmrf(dir);
+    free(dir);
+}

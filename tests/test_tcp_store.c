@@ -486,3 +486,65 @@ Test(dist_store, malformed_rank_variables_are_refused, .timeout = 30) {
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
 }
+
+/* ------------------------------------------------------------------------ */
+/* The world group over the store (host values before NCCL)                 */
+
+/* world ranks: an int max, a double sum, an all-gather, a broadcast from
+ * the last rank, a barrier; then (arg != NULL) a send, which the store refuses.
+ * Expected values in closed form from the rank numbers. */
+static int store_world_rank(int rank, int world, int port, void *arg) {
+    tri_store s;
+    if (tri_store_init(&s, "127.0.0.1", port, rank, world, 10.0) != 0) return 10;
+    tri_comm c;
+    tri_store_comm_world(&c, &s);
+    if (c.size != world || c.rank != rank || strcmp(c.name, "world") != 0) return 11;
+    int bad = rank == 1 ? 7 : rank; /* max over 0, 7, 2 */
+    tri_comm_allreduce(&c, &bad, 1, TRI_I32, TRI_MAX);
+    if (bad != 7) return 12;
+    double v[2] = {0.5 * rank, 1.0}; /* sums: 0.5 * (0 + 1 + ... + world-1), world */
+    tri_comm_allreduce(&c, v, 2, TRI_F64, TRI_SUM);
+    if (v[0] != 0.25 * world * (world - 1) || v[1] != (double)world) return 13;
+    int mine = rank * rank + 1, all[8];
+    tri_comm_allgather(&c, all, &mine, 1, TRI_I32);
+    for (int r = 0; r < world; r++)
+        if (all[r] != r * r + 1) return 14;
+    char dir[64] = "";
+    if (rank == world - 1) snprintf(dir, sizeof dir, "step_%08d", 42);
+    tri_comm_broadcast(&c, dir, sizeof dir, TRI_U8, world - 1);
+    if (strcmp(dir, "step_00000042") != 0) return 15;
+    tri_comm_barrier(&c);
+    if (arg != NULL) {
+        float x = 1;
+        tri_req r;
+        tri_comm_isend(&c, &x, 1, TRI_F32, (rank + 1) % world, 0, &r); /* must not return */
+        return 16;
+    }
+    tri_comm_free(&c);
+    tri_store_free(&s);
+    return 0;
+}
+
+Test(dist_store, world_collectives_of_host_values_go_through_the_store, .timeout = 60) {
+    int port = free_port(), ranks[3] = {0, 1, 2}, codes[3];
+    char paths[3][64];
+    run_ranks(ranks, 3, 3, port, store_world_rank, NULL, 30, codes, paths);
+    for (int i = 0; i < 3; i++) {
+        char *text = slurp(paths[i]);
+        cr_expect_eq(codes[i], 0, "rank %d exited %d: %s", i, codes[i], text);
+    }
+}
+
+Test(dist_store, the_store_world_refuses_point_to_point_naming_the_call, .timeout = 60) {
+    int port = free_port(), ranks[2] = {0, 1}, codes[2];
+    char paths[2][64];
+    run_ranks(ranks, 2, 2, port, store_world_rank, "send", 30, codes, paths);
+    for (int i = 0; i < 2; i++) {
+        char *text = slurp(paths[i]);
+        cr_expect_eq(codes[i], 1, "rank %d exited %d: %s", i, codes[i], text);
+        char want[96];
+        snprintf(want, sizeof want, "trident: rank %d: send over world through the TCP store", i);
+        cr_expect(strstr(text, want) != NULL, "%s", text);
+        cr_expect(strstr(text, "tri_dist_use_nccl") != NULL, "%s", text);
+    }
+}

@@ -110,6 +110,16 @@ static void guard_host_window(tri_ctx *c, int open) {
         close_mem(c);
 }
 
+static int guard_owns(tri_ctx *c, const void *p, size_t bytes) {
+    const guard_state *g = state_of(c);
+    const char *q = p;
+    for (int i = 0; i < g->n; i++) {
+        const char *lo = g->maps[i].p;
+        if (q >= lo && q < lo + g->maps[i].len) return bytes <= (size_t)(lo + g->maps[i].len - q);
+    }
+    return 0;
+}
+
 /* Every other entry: open, run the CPU op, close. */
 #define CPU (tri_ops_cpu())
 #define GUARD_VOID(name, params, args) \
@@ -208,6 +218,7 @@ static const tri_ops GUARD_OPS = {
     .zero = guard_zero,
     .sync = guard_sync,
     .host_window = guard_host_window,
+    .owns = guard_owns,
     .cast = guard_cast,
     .matmul_fwd = guard_matmul_fwd,
     .matmul_bwd = guard_matmul_bwd,
