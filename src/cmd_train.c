@@ -14,7 +14,8 @@ static void train_usage(FILE *f) {
                "  --resume                  continue from the newest complete checkpoint in checkpoint.dir, verified\n"
                "                            (from scratch if there is none)\n"
                "  --threads N               OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS or all cores)\n"
-               "  --device cpu|cpu-guard|cuda  compute backend (default cpu; cpu-guard: a test mode that faults on "
+               "  --device cpu|cpu-guard|cuda  compute backend (default: the config's \"device\", cpu; cpu-guard: a "
+               "test mode that faults on "
                "host access to backend memory)\n"
                "  --stop-at-step N          save a checkpoint and stop after step N (resume with --resume)\n"
                "  --allow-data-change       with --resume: continue even if a data file's size or fingerprint\n"
@@ -29,7 +30,7 @@ int tri_cmd_train(int argc, char **argv) {
     const char **sets = calloc((size_t)argc, sizeof *sets);
     int n_sets = 0, print_only = 0, rc = 2;
     tri_run_opts opts = {0};
-    opts.device = "cpu";
+    char device_set[64] = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -57,7 +58,8 @@ int tri_cmd_train(int argc, char **argv) {
             if (tri_arg_int("--stop-at-step", argv[++i], 1, 1L << 30, &v) != 0) goto out;
             opts.stop_at = (int)v;
         } else if (!strcmp(a, "--device") && i + 1 < argc) {
-            opts.device = argv[++i];
+            /* the config's top-level "device", overridden after every --set */
+            snprintf(device_set, sizeof device_set, "device=%s", argv[++i]);
         } else if (a[0] == '-') {
             tri_error("train: unknown or incomplete option '%s' (try `trident train --help`)", a);
             goto out;
@@ -72,8 +74,10 @@ int tri_cmd_train(int argc, char **argv) {
         tri_error("train: missing CONFIG (a JSON file, e.g. configs/quickstart.json)");
         goto out;
     }
+    if (device_set[0]) sets[n_sets++] = device_set;
     tri_config cfg;
     if (tri_config_load(&cfg, path, n_sets, sets) != 0) goto out;
+    opts.device = cfg.device;
     if (print_only) {
         tri_config_print(&cfg, stdout);
         rc = 0;

@@ -39,7 +39,8 @@ enum {
 };
 
 typedef struct field {
-    const char *section, *key;
+    const char *section, *key; /* section "" for a top-level key */
+    const char *name;          /* "section.key", or the key of a top-level one: for messages */
     field_type type;
     size_t offset;       /* into tri_config                                 */
     size_t size;         /* sizeof the member (string capacity incl. NUL)   */
@@ -56,15 +57,21 @@ typedef struct field {
     _Generic(MEMBER(path), int : FT_INT, uint64_t : FT_U64, double : FT_DOUBLE, char * : FT_STRING)
 #define FIELD(sec, name, dnum, dstr, lo, hi, flags, help)                                                            \
     {                                                                                                                \
-#sec, #name, MEMBER_TYPE(sec.name), offsetof(tri_config, sec.name), sizeof MEMBER(sec.name), (dnum), (dstr), \
-            (lo), (hi), (flags), (help), NULL                                                                        \
+#sec, #name, #sec "." #name, MEMBER_TYPE(sec.name), offsetof(tri_config, sec.name), sizeof MEMBER(sec.name), \
+            (dnum), (dstr), (lo), (hi), (flags), (help), NULL                                                        \
     }
 #define NUM(sec, name, dnum, lo, hi, flags, help) FIELD(sec, name, dnum, NULL, lo, hi, flags, help)
 #define STR(sec, name, dstr, flags, help)         FIELD(sec, name, 0, dstr, 0, 0, flags, help)
-#define CHOICE(sec, name, dstr, choices, help)                                                                        \
-    {                                                                                                                 \
-#sec, #name, FT_STRING, offsetof(tri_config, sec.name), sizeof MEMBER(sec.name), 0, (dstr), 0, 0, R_REQUIRED, \
-            (help), (choices)                                                                                         \
+#define CHOICE(sec, name, dstr, choices, help)                                                                         \
+    {                                                                                                                  \
+#sec, #name, #sec "." #name, FT_STRING, offsetof(tri_config, sec.name), sizeof MEMBER(sec.name), 0, (dstr), 0, \
+            0, R_REQUIRED, (help), (choices)                                                                           \
+    }
+/* A top-level string key with a fixed set of values ({"device": "cuda"}). */
+#define TOP_CHOICE(name, dstr, choices, help)                                                                      \
+    {                                                                                                              \
+        "", #name, #name, FT_STRING, offsetof(tri_config, name), sizeof MEMBER(name), 0, (dstr), 0, 0, R_REQUIRED, \
+            (help), (choices)                                                                                      \
     }
 
 #define POS  (R_LO)                    /* with lo = 1: a positive integer    */
@@ -72,6 +79,10 @@ typedef struct field {
 #define UNIT (R_LO | R_HI | R_HI_OPEN) /* with [0, 1)                         */
 
 static const field fields[] = {
+    TOP_CHOICE(device, "cpu", "cpu|cpu-guard|cuda",
+               "compute backend, {\"device\": \"cuda\"} at the top level; --device on the command line wins "
+               "(cpu-guard: a test mode that faults on host access to backend memory)"),
+
     NUM(model, n_layer, 4, 1, 0, POS, "transformer blocks"),
     NUM(model, n_head, 4, 1, 0, POS, "attention heads (must divide n_embd)"),
     NUM(model, n_embd, 128, 1, 0, POS, "channels C (a multiple of n_head)"),
@@ -262,8 +273,8 @@ static int in_range(const field *f, double v) {
 static void report_range(const char *file, const char *prefix, const field *f, double v) {
     char range[96], got[32];
     describe_range(f, range, sizeof range);
-    report(file, "%s%s.%s: expected %s%s%s, got %s", prefix, f->section, f->key, type_noun(f->type),
-           range[0] ? " " : "", range, fmt_double(v, got, sizeof got));
+    report(file, "%s%s: expected %s%s%s, got %s", prefix, f->name, type_noun(f->type), range[0] ? " " : "", range,
+           fmt_double(v, got, sizeof got));
 }
 
 static const field *find_field(const char *section, size_t section_len, const char *key) {
@@ -274,16 +285,16 @@ static const field *find_field(const char *section, size_t section_len, const ch
     return NULL;
 }
 
-/* "section.key" -> field, or NULL. */
+/* "section.key" (or a top-level key) -> field, or NULL. */
 static const field *find_dotted(const char *dotted) {
     const char *dot = strchr(dotted, '.');
-    if (dot == NULL) return NULL;
+    if (dot == NULL) return find_field("", 0, dotted);
     return find_field(dotted, (size_t)(dot - dotted), dot + 1);
 }
 
 static int is_section(const char *name) {
     for (size_t i = 0; i < N_FIELDS; i++)
-        if (strcmp(fields[i].section, name) == 0) return 1;
+        if (fields[i].section[0] != '\0' && strcmp(fields[i].section, name) == 0) return 1;
     return 0;
 }
 
@@ -320,7 +331,7 @@ static const char *value_text(const tri_config *cfg, const field *f, char *buf, 
 static int set_string(tri_config *cfg, const field *f, const char *s, const char *file, const char *prefix) {
     size_t len = strlen(s);
     if (len >= f->size) {
-        report(file, "%s%s.%s: longer than %zu bytes (%zu)", prefix, f->section, f->key, f->size - 1, len);
+        report(file, "%s%s: longer than %zu bytes (%zu)", prefix, f->name, f->size - 1, len);
         return -1;
     }
     memcpy(member(cfg, f), s, len + 1);
@@ -333,8 +344,7 @@ static int set_string(tri_config *cfg, const field *f, const char *s, const char
 static int set_number(tri_config *cfg, const field *f, double v, const char *file, const char *prefix) {
     char got[32];
     if (!isfinite(v)) {
-        report(file, "%s%s.%s: expected a finite number, got %s", prefix, f->section, f->key,
-               fmt_double(v, got, sizeof got));
+        report(file, "%s%s: expected a finite number, got %s", prefix, f->name, fmt_double(v, got, sizeof got));
         return -1;
     }
     if (f->type == FT_DOUBLE) {
@@ -343,16 +353,15 @@ static int set_number(tri_config *cfg, const field *f, double v, const char *fil
     }
     /* FT_INT */
     if (v != floor(v)) {
-        report(file, "%s%s.%s: expected an integer, got %s", prefix, f->section, f->key,
-               fmt_double(v, got, sizeof got));
+        report(file, "%s%s: expected an integer, got %s", prefix, f->name, fmt_double(v, got, sizeof got));
         return -1;
     }
     if (!(v >= (double)INT_MIN && v <= (double)INT_MAX)) {
         if (!in_range(f, v)) {
             report_range(file, prefix, f, v);
         } else {
-            report(file, "%s%s.%s: expected an integer in [%d, %d], got %s", prefix, f->section, f->key, INT_MIN,
-                   INT_MAX, fmt_double(v, got, sizeof got));
+            report(file, "%s%s: expected an integer in [%d, %d], got %s", prefix, f->name, INT_MIN, INT_MAX,
+                   fmt_double(v, got, sizeof got));
         }
         return -1;
     }
@@ -382,7 +391,7 @@ static int set_from_json(tri_config *cfg, const field *f, const cJSON *item, con
     switch (f->type) {
     case FT_STRING:
         if (!cJSON_IsString(item)) {
-            report(file, "%s.%s: expected a string, got %s", f->section, f->key, json_kind(item));
+            report(file, "%s: expected a string, got %s", f->name, json_kind(item));
             return -1;
         }
         return set_string(cfg, f, item->valuestring, file, "");
@@ -390,7 +399,7 @@ static int set_from_json(tri_config *cfg, const field *f, const cJSON *item, con
     case FT_DOUBLE:
         if (cJSON_IsBool(item) && is_flag(f)) return set_number(cfg, f, cJSON_IsTrue(item) ? 1 : 0, file, "");
         if (!cJSON_IsNumber(item)) {
-            report(file, "%s.%s: expected %s, got %s", f->section, f->key, type_noun(f->type), json_kind(item));
+            report(file, "%s: expected %s, got %s", f->name, type_noun(f->type), json_kind(item));
             return -1;
         }
         return set_number(cfg, f, item->valuedouble, file, "");
@@ -398,8 +407,7 @@ static int set_from_json(tri_config *cfg, const field *f, const cJSON *item, con
         uint64_t u;
         if (cJSON_IsString(item)) {
             if (parse_u64(item->valuestring, &u) != 0) {
-                report(file, "%s.%s: expected a decimal integer in [0, 2^64-1], got \"%s\"", f->section, f->key,
-                       item->valuestring);
+                report(file, "%s: expected a decimal integer in [0, 2^64-1], got \"%s\"", f->name, item->valuestring);
                 return -1;
             }
         } else if (cJSON_IsNumber(item)) {
@@ -409,14 +417,14 @@ static int set_from_json(tri_config *cfg, const field *f, const cJSON *item, con
             char got[32];
             if (!(v >= 0 && v <= TWO_POW_53 && v == floor(v))) {
                 report(file,
-                       "%s.%s: expected an integer in [0, 2^53] (or a decimal string up to "
+                       "%s: expected an integer in [0, 2^53] (or a decimal string up to "
                        "2^64-1), got %s",
-                       f->section, f->key, fmt_double(v, got, sizeof got));
+                       f->name, fmt_double(v, got, sizeof got));
                 return -1;
             }
             u = (uint64_t)v;
         } else {
-            report(file, "%s.%s: expected an integer or a decimal string, got %s", f->section, f->key, json_kind(item));
+            report(file, "%s: expected an integer or a decimal string, got %s", f->name, json_kind(item));
             return -1;
         }
         *(uint64_t *)member(cfg, f) = u;
@@ -530,10 +538,18 @@ static int apply_json(tri_config *cfg, const char *text, const char *file) {
         rc = -1;
     }
     for (const cJSON *sec = rc == 0 ? root->child : NULL; sec != NULL && rc == 0; sec = sec->next) {
-        if (!is_section(sec->string)) {
+        const field *top = find_field("", 0, sec->string);
+        if (top != NULL) { /* a top-level key ("device") */
+            if (duplicate_before(root, sec)) {
+                report(file, "%s: key given twice", sec->string);
+                rc = -1;
+            } else {
+                rc = set_from_json(cfg, top, sec, file);
+            }
+        } else if (!is_section(sec->string)) {
             report(file,
                    "%s: unknown section (expected model, train, data, parallel, "
-                   "checkpoint, log or debug)",
+                   "checkpoint, log or debug, or the key device)",
                    sec->string);
             rc = -1;
         } else if (duplicate_before(root, sec)) {
@@ -596,12 +612,11 @@ static int validate(const tri_config *cfg, const char *file) {
         const field *f = &fields[i];
         if (f->type == FT_STRING) {
             if ((f->flags & R_REQUIRED) && ((const char *)cmember(cfg, f))[0] == '\0') {
-                report(file, "%s.%s: required, got an empty string", f->section, f->key);
+                report(file, "%s: required, got an empty string", f->name);
                 return -1;
             }
             if (f->choices && !is_choice(f->choices, (const char *)cmember(cfg, f))) {
-                report(file, "%s.%s: \"%s\" is not one of %s", f->section, f->key, (const char *)cmember(cfg, f),
-                       f->choices);
+                report(file, "%s: \"%s\" is not one of %s", f->name, (const char *)cmember(cfg, f), f->choices);
                 return -1;
             }
             continue;
@@ -726,7 +741,10 @@ char *tri_config_to_json(const tri_config *cfg) {
     const char *sec_name = NULL;
     for (size_t i = 0; i < N_FIELDS; i++) {
         const field *f = &fields[i];
-        if (sec_name == NULL || strcmp(sec_name, f->section) != 0) {
+        if (f->section[0] == '\0') {
+            sec = root; /* a top-level key */
+            sec_name = NULL;
+        } else if (sec_name == NULL || strcmp(sec_name, f->section) != 0) {
             sec_name = f->section;
             sec = cJSON_GetObjectItemCaseSensitive(root, sec_name);
             if (sec == NULL) sec = cJSON_AddObjectToObject(root, sec_name);
@@ -765,20 +783,21 @@ void tri_config_print(const tri_config *cfg, FILE *f) {
         const field *fd = &fields[i];
         const char *v = value_text(cfg, fd, buf, sizeof buf);
         if (fd->type == FT_STRING)
-            fprintf(f, "%s.%s = \"%s\"\n", fd->section, fd->key, v);
+            fprintf(f, "%s = \"%s\"\n", fd->name, v);
         else
-            fprintf(f, "%s.%s = %s\n", fd->section, fd->key, v);
+            fprintf(f, "%s = %s\n", fd->name, v);
     }
 }
 
 void tri_config_help(FILE *f) {
     fprintf(f, "Configuration keys: set them in the JSON file as {\"section\": {\"key\": value}}\n"
-               "or on the command line with --set section.key=value (later wins).\n\n");
+               "(device at the top level: {\"device\": \"cuda\"}) or on the command line with\n"
+               "--set section.key=value (--set device=cuda; later wins).\n\n");
     fprintf(f, "  %-24s %-7s %-14s %-20s %s\n", "key", "type", "default", "range", "meaning");
     for (size_t i = 0; i < N_FIELDS; i++) {
         const field *fd = &fields[i];
         char name[64], def[64], range[96];
-        snprintf(name, sizeof name, "%s.%s", fd->section, fd->key);
+        snprintf(name, sizeof name, "%s", fd->name);
         if (fd->type == FT_STRING)
             snprintf(def, sizeof def, "\"%s\"", fd->def_str);
         else

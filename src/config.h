@@ -72,6 +72,7 @@ typedef struct tri_log_cfg {
 } tri_log_cfg;
 
 typedef struct tri_config {
+    char device[16]; /* "cpu" | "cpu-guard" | "cuda": the top-level key "device" */
     tri_model_cfg model;
     tri_train_cfg train;
     tri_data_cfg data;

@@ -26,7 +26,7 @@
 
 #include "src/config.h"
 
-#define N_CONFIG_FIELDS 47 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 48 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -163,6 +163,26 @@ Test(config, wrong_json_types) {
     EXPECT_ERROR("{\"train\": 3}", "train", "expected an object, got a number");
     EXPECT_ERROR("[1, 2]", "expected a JSON object", "got an array");
     EXPECT_ERROR("{\"train\": {\"seed\": false}}", "train.seed", "got false");
+}
+
+/* The one top-level key: "device" (a choice), in the file or by --set. */
+Test(config, device_is_a_top_level_choice) {
+    EXPECT_ERROR("{\"device\": \"gpu\", \"data\": {\"train\": \"t.bin\"}}", "device: \"gpu\" is not one of",
+                 "cpu|cpu-guard|cuda");
+    EXPECT_ERROR("{\"device\": 1, \"data\": {\"train\": \"t.bin\"}}", "device: expected a string, got a number");
+    EXPECT_ERROR("{\"device\": \"cuda\", \"device\": \"cpu\", \"data\": {\"train\": \"t.bin\"}}",
+                 "device: key given twice");
+    EXPECT_SET_ERROR("device=tpu", "device: \"tpu\" is not one of");
+    char path[256];
+    write_tmp("{\"device\": \"cuda\", \"data\": {\"train\": \"t.bin\"}}", path);
+    tri_config cfg;
+    cr_assert_eq(tri_config_load(&cfg, path, 0, NULL), 0);
+    cr_expect_str_eq(cfg.device, "cuda");
+    cr_assert_eq(tri_config_load(&cfg, path, OVS("device=cpu-guard")), 0);
+    cr_expect_str_eq(cfg.device, "cpu-guard");
+    write_tmp("{\"data\": {\"train\": \"t.bin\"}}", path);
+    cr_assert_eq(tri_config_load(&cfg, path, 0, NULL), 0);
+    cr_expect_str_eq(cfg.device, "cpu", "the default");
 }
 
 Test(config, integer_fields_reject_fractions) {
@@ -625,7 +645,7 @@ Test(config, to_json_round_trips_exactly) {
     }
 }
 
-/* "section.key" names of the JSON that to_json writes (parsed by cJSON here,
+/* "section.key" names (and "device") of the JSON that to_json writes (parsed by cJSON here,
  * not by the config code). Returns how many; names[i] malloc'd. */
 static int json_keys(const tri_config *c, char names[][64], int max) {
     char *json = tri_config_to_json(c);
@@ -634,6 +654,12 @@ static int json_keys(const tri_config *c, char names[][64], int max) {
     cr_assert_not_null(root, "to_json wrote invalid JSON:\n%s", json);
     int n = 0;
     for (cJSON *s = root->child; s != NULL; s = s->next) {
+        if (!strcmp(s->string, "device")) { /* the one top-level key */
+            cr_assert(cJSON_IsString(s), "device is not a string");
+            cr_assert_lt(n, max);
+            snprintf(names[n++], 64, "device");
+            continue;
+        }
         cr_assert(cJSON_IsObject(s), "%s is not an object", s->string);
         for (cJSON *k = s->child; k != NULL; k = k->next) {
             cr_assert_lt(n, max);
@@ -690,7 +716,7 @@ Test(config, help_lists_every_key) {
     }
     cr_expect_eq(total, n, "help has %d lines for the %d keys", total, n);
     /* no line for a key that to_json does not write: count lines whose
-     * first word looks like section.key */
+     * first word looks like section.key (or is device) */
     int keyish = 0;
     for (const char *line = help; *line != '\0';) {
         const char *p = line;
@@ -698,6 +724,7 @@ Test(config, help_lists_every_key) {
         const char *sp = strpbrk(p, " \n");
         const char *dot = strchr(p, '.');
         if (sp != NULL && dot != NULL && dot < sp && p[0] >= 'a' && p[0] <= 'z') keyish++;
+        if (!strncmp(p, "device ", 7)) keyish++; /* the top-level key */
         const char *nl = strchr(line, '\n');
         if (nl == NULL) break;
         line = nl + 1;

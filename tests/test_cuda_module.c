@@ -127,3 +127,29 @@ Test(cuda_module, trident_with_an_unloadable_module_exits_2_naming_it) {
     tt_rmrf(dir);
     free(dir);
 }
+
+/* "device": "cuda" in the config selects the backend as --device does (exit
+ * 2, the same message, where it cannot start), and --device on the command
+ * line wins over it. */
+Test(cuda_module, the_config_device_key_selects_cuda_and_the_flag_wins) {
+    char *dir = tt_mkdtemp(), cmd[8192], *out = NULL, cfgpath[4200];
+    snprintf(cfgpath, sizeof cfgpath, "%s/c.json", dir);
+    FILE *f = fopen(cfgpath, "w");
+    cr_assert(f);
+    fprintf(f, "{\"device\": \"cuda\", \"data\": {\"train\": \"%s/t.bin\"}}\n", dir);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "TRI_CUDA_MODULE=/nonexistent %s train %s --set checkpoint.dir=%s/ckpt --set log.dir=%s/log",
+             tt_bin("trident"), cfgpath, dir, dir);
+    int rc = tt_run(cmd, &out);
+    cr_expect_eq(rc, 2, "exit code %d:\n%s", rc, out);
+    cr_expect(strstr(out, "trident: --device cuda: ") != NULL, "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s train %s --device cpu --print-config", tt_bin("trident"), cfgpath);
+    rc = tt_run(cmd, &out);
+    cr_expect_eq(rc, 0, "exit code %d:\n%s", rc, out);
+    cr_expect(strstr(out, "device = \"cpu\"") != NULL, "--device cpu did not win: %s", out);
+    free(out);
+    tt_rmrf(dir);
+    free(dir);
+}
