@@ -547,6 +547,15 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
     out->m = m;
     out->compute_s = m * (F + Bk) + opt_s;
     out->tp_s = m * TPs;
+    if (gpu->share > 0 && gpu->share < 1 && par->pp == 1) {
+        /* oversubscribed ranks in lockstep (no pipeline: every rank runs
+         * the same work between TP or DP synchronisations): a round ends
+         * when the core running the most ranks has run them all, so a rank
+         * gets 1 / ceil(ranks x threads / cores) of a core, not the fluid
+         * cores / (ranks x threads) the rates include (docs/plan.md) */
+        double lock = 1.0 / ceil(1.0 / gpu->share - 1e-9);
+        out->compute_s *= gpu->share / lock;
+    }
 
     /* the bubble: the schedule simulated with this stage's costs per chunk */
     sched_entry *e = sched_get(kind, par->pp, par->vpp, m);

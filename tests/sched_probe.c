@@ -14,9 +14,13 @@
  *      delay one blocking collective adds;
  * then C. the all-reduce alone: its round trip when no rank computes.
  * Rank 0 prints one JSON line: ranks, cores, work_ms (CPU time of a round),
- * share (CPU / wall of A), round_ms_a, round_ms_b (means of the slowest
- * rank's), delay_ms (the median over the blocks of B - A per round) and
- * rtt_us (C).
+ * share (work / wall of A: the fluid share, cores / ranks when quiet),
+ * lock_share (work / wall of B: the share of ranks in lockstep),
+ * lock_model (the planner's 1 / ceil(ranks / cores)), round_ms_a,
+ * round_ms_b (means of the slowest rank's), b_minus_a_ms (the median over
+ * the blocks of B - A per round), delay_ms (B's round beyond
+ * ceil(ranks / cores) x work: what a blocking collective adds beyond the
+ * lockstep share, the planner's --sync-ms) and rtt_us (C).
  * Not a test: it measures; scripts/bench_plan.sh runs it. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,9 +111,12 @@ int main(int argc, char **argv) {
     tri_comm_allreduce(&d.world, &wc, 1, TRI_F64, TRI_MAX);
     if (d.mesh.rank == 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        printf("{\"ranks\": %d, \"cores\": %ld, \"work_ms\": %.3f, \"share\": %.4f, \"round_ms_a\": %.3f, "
-               "\"round_ms_b\": %.3f, \"delay_ms\": %.3f, \"rtt_us\": %.1f}\n",
-               world, cores, 1e3 * v[0] / world, v[0] / world / wa, 1e3 * wa, 1e3 * wb, 1e3 * delay, 1e6 * wc);
+        double work_s = v[0] / world, per_core = (double)((world + cores - 1) / (cores > 0 ? cores : 1));
+        printf("{\"ranks\": %d, \"cores\": %ld, \"work_ms\": %.3f, \"share\": %.4f, \"lock_share\": %.4f, "
+               "\"lock_model\": %.4f, \"round_ms_a\": %.3f, \"round_ms_b\": %.3f, \"b_minus_a_ms\": %.3f, "
+               "\"delay_ms\": %.3f, \"rtt_us\": %.1f}\n",
+               world, cores, 1e3 * work_s, work_s / wa, work_s / wb, 1.0 / per_core, 1e3 * wa, 1e3 * wb, 1e3 * delay,
+               1e3 * (wb - per_core * work_s), 1e6 * wc);
     }
     tri_dist_free(&d);
     return 0;

@@ -238,6 +238,25 @@ Test(plan, oversubscribed_ranks_pay_a_delay_per_blocking_wait) {
         cr_assert(tri_plan_time_step(&c, &k, &b) == 0);
         cr_expect(a.step_s == b.step_s, "a device of its own: no delay");
     }
+    /* ranks in lockstep (pp = 1): 3 single-thread ranks on 2 cores (share
+     * 2/3) run at 1 / ceil(3 / 2) = 1/2 of a core, their compute 4/3 of what
+     * the fluid share gives; 4 ranks (share 1/2): unchanged; a pipeline
+     * keeps the fluid share */
+    k.sync_s = 0;
+    snprintf(c.train.recompute, sizeof c.train.recompute, "none");
+    const int lay[3][3] = {{3, 1, 1}, {1, 1, 4}, {1, 3, 1}};
+    const double sh[3] = {2.0 / 3.0, 0.5, 2.0 / 3.0}, want[3] = {4.0 / 3.0, 1.0, 1.0};
+    for (int i = 0; i < 3; i++) {
+        set_layout(&c, lay[i][0], lay[i][1], lay[i][2], 1, "none", 0);
+        c.model.n_layer = 6;
+        c.train.micro_batch = 2;
+        k.share = 1.0;
+        cr_assert(tri_plan_time_step(&c, &k, &a) == 0);
+        k.share = sh[i];
+        cr_assert(tri_plan_time_step(&c, &k, &b) == 0);
+        cr_expect(fabs(b.compute_s / a.compute_s - want[i]) < 1e-9, "tp %d pp %d dp %d: compute x %g, want %g",
+                  lay[i][0], lay[i][1], lay[i][2], b.compute_s / a.compute_s, want[i]);
+    }
     tri_plan_cache_clear();
 }
 
