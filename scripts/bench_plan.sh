@@ -29,6 +29,20 @@ wait_load() {
     done
 }
 
+# The oversubscription constants (docs/plan.md, "Oversubscribed cores"):
+# tests/sched_probe.c at 2, 3 and 4 single-thread ranks, ROUNDS times each,
+# alternating; its delay_ms at 3-4 ranks is what `trident plan --sync-ms`
+# takes (the default is the figure docs/plan.md records).
+echo "sched_probe (one JSON line per run):"
+for r in $(seq "$ROUNDS"); do
+    for n in 2 3 4; do
+        wait_load || { echo "load stayed >= 2, probe at $n ranks skipped"; continue; }
+        timeout 300 ./build/tridentrun --nproc-per-node "$n" --log-dir /tmp/bench_plan_logs -- \
+            ./build/tests/sched_probe 2>&1 | grep '"delay_ms"' || echo "probe at $n ranks failed"
+    done
+done
+echo
+
 # tp pp dp (6 heads and 6 layers: tp 1, 2, 3; pp 1, 2, 3; global batch 8)
 LAYOUTS="1 1 1
 2 1 1

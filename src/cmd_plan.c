@@ -26,6 +26,12 @@
 /* Shared-memory MPI between ranks of one machine: the all-reduce bandwidth
  * docs/performance.md measured at tp = 2 (82 MB per step in 26 ms). */
 #define CPU_MPI_BW 3.0e9
+/* Ranks oversubscribing the cores: what one blocking collective adds beyond
+ * the lockstep share, a peer being descheduled (tests/sched_probe.c's
+ * delay_ms at 4 single-thread ranks on this machine's 2 cores with 7.4 ms of
+ * work between all-reduces: 0.65-0.71 ms; at 3 ranks it is <= 0;
+ * docs/plan.md "Oversubscribed cores"); --sync-ms replaces it. */
+#define CPU_SYNC_S 0.7e-3
 
 static double now_s(void) {
     struct timespec ts;
@@ -372,7 +378,7 @@ static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int 
 static void plan_usage(FILE *f) {
     fprintf(f,
             "usage: trident plan CONFIG --gpu h100|a100|cpu [--gpus N] [--search] [--set section.key=value]...\n"
-            "                    [--json] [--top K] [--threads K]\n"
+            "                    [--json] [--top K] [--threads K] [--cores C] [--sync-ms D]\n"
             "  predicts, without allocating the model, each rank's memory (parameters, gradients, optimizer,\n"
             "  saved activations at the schedule's peak, workspace) and the step time (compute, exposed TP, DP\n"
             "  and PP communication, pipeline bubble), tokens/s, TFLOP/s per device and MFU (docs/plan.md).\n"
@@ -382,7 +388,9 @@ static void plan_usage(FILE *f) {
             "  devices: every valid layout of N devices, the best K (--top, default 5) that fit, and why the\n"
             "  others were rejected; parallel.tp/pp/dp/vpp, train.micro_batch/recompute and parallel.zero given\n"
             "  with --set stay fixed in the search. --gpu cpu: this machine, N ranks on it, with its measured sgemm;\n"
-            "  --threads K: threads per rank (default: cores / N, as tridentrun). --json: one object per line.\n"
+            "  --threads K: threads per rank (default: cores / N, as tridentrun); --cores C: the machine's cores\n"
+            "  (default: those online); --sync-ms D: what a blocking collective costs when N x K exceeds C\n"
+            "  (default: the measured constant, docs/plan.md). --json: one object per line.\n"
             "  train.precision bf16 or fp16 may be set here before the trainer accepts it.\n");
 }
 
@@ -391,7 +399,8 @@ int tri_cmd_plan(int argc, char **argv) {
     const char **sets = calloc((size_t)argc + 2, sizeof *sets);
     int n_sets = 0, json = 0, do_search = 0, layout_set = 0, rc = 2;
     fixed fx = {0};
-    long gpus = 0, top = 5, threads = 0;
+    long gpus = 0, top = 5, threads = 0, cores_opt = 0;
+    double sync_ms = -1;
     char precision[16] = "";
     if (!sets) return tri_error("out of memory");
     for (int i = 1; i < argc; i++) {
@@ -411,6 +420,17 @@ int tri_cmd_plan(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--threads") && v) {
             if (tri_arg_int(a, v, 1, 1024, &threads)) goto out;
+            i++;
+        } else if (!strcmp(a, "--cores") && v) {
+            if (tri_arg_int(a, v, 1, 1 << 20, &cores_opt)) goto out;
+            i++;
+        } else if (!strcmp(a, "--sync-ms") && v) {
+            char *end;
+            sync_ms = strtod(v, &end);
+            if (*end || end == v || !(sync_ms >= 0 && sync_ms < 1e6)) {
+                tri_error("plan: --sync-ms %s: not a number of milliseconds >= 0", v);
+                goto out;
+            }
             i++;
         } else if (!strcmp(a, "--json")) {
             json = 1;
@@ -474,7 +494,7 @@ int tri_cmd_plan(int argc, char **argv) {
     int cpu = !strcmp(gpu_name, "cpu");
     double limit;
     if (cpu) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        long cores = cores_opt ? cores_opt : sysconf(_SC_NPROCESSORS_ONLN);
         if (cores < 1) cores = 1;
         int t = threads ? (int)threads : (int)(cores / gpus > 0 ? cores / gpus : 1);
         tri_set_threads(t);
@@ -507,6 +527,7 @@ int tri_cmd_plan(int argc, char **argv) {
         kind.gemm_flops = cpu_gemm_flops;
         kind.gemm_ctx = &probe;
         kind.share = probe.share;
+        kind.sync_s = sync_ms >= 0 ? sync_ms * 1e-3 : CPU_SYNC_S;
         mfu_probe = &probe;
     } else {
         const tri_gpu_kind *g = tri_gpu_lookup(gpu_name);

@@ -28,12 +28,12 @@ static const tri_gpu_kind gpu_table[] = {
      * (both directions: 450 each way); DGX H100: 8 GPUs, one 400 Gb/s NDR
      * ConnectX-7 port per GPU (50 GB/s each way). */
     {"h100", "NVIDIA H100 SXM5 80GB", 989 * TB, 494.5 * TB, 80 * GB, 3.35 * TB, 450 * GB, 50 * GB, 8, 0.80, 96.0, 0.45,
-     0.80, 10e-6, 1, 0.0, NULL, NULL},
+     0.80, 10e-6, 1, 0.0, NULL, NULL, 0.0},
     /* NVIDIA A100 SXM4 80GB datasheet: 312 TFLOP/s dense BF16, 156 TF32,
      * 80 GB HBM2e at 2.039 TB/s, NVLink 600 GB/s (300 each way); DGX A100:
      * 8 GPUs, eight 200 Gb/s HDR ports (25 GB/s each way per GPU). */
     {"a100", "NVIDIA A100 SXM4 80GB", 312 * TB, 156 * TB, 80 * GB, 2.039 * TB, 300 * GB, 25 * GB, 8, 0.85, 64.0, 0.50,
-     0.80, 10e-6, 1, 0.0, NULL, NULL},
+     0.80, 10e-6, 1, 0.0, NULL, NULL, 0.0},
 };
 
 const tri_gpu_kind *tri_gpu_lookup(const char *name) {
@@ -497,6 +497,7 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
 
     /* per stage, per micro-batch, over its chunks */
     double F = 0, Bk = 0, TPs = 0, busiest = -1, opt_elems = 0;
+    int busy_layers = 0;
     int *layers = malloc(((size_t)md->n_layer + 1) * sizeof *layers);
     if (!layers) return tri_error("out of memory");
     for (int s = 0; s < par->pp; s++) {
@@ -525,6 +526,7 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
         tp += nl * (L.tp_f + L.tp_b);
         if (f + b + tp > busiest) {
             busiest = f + b + tp;
+            busy_layers = nl;
             F = f;
             Bk = b;
             TPs = tp;
@@ -545,6 +547,15 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
     out->m = m;
     out->compute_s = m * (F + Bk) + opt_s;
     out->tp_s = m * TPs;
+    if (gpu->share > 0 && gpu->share < 1 && par->pp == 1) {
+        /* oversubscribed ranks in lockstep (no pipeline: every rank runs
+         * the same work between TP or DP synchronisations): a round ends
+         * when the core running the most ranks has run them all, so a rank
+         * gets 1 / ceil(ranks x threads / cores) of a core, not the fluid
+         * cores / (ranks x threads) the rates include (docs/plan.md) */
+        double lock = 1.0 / ceil(1.0 / gpu->share - 1e-9);
+        out->compute_s *= gpu->share / lock;
+    }
 
     /* the bubble: the schedule simulated with this stage's costs per chunk */
     sched_entry *e = sched_get(kind, par->pp, par->vpp, m);
@@ -576,13 +587,31 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
     /* data parallel: fp32 gradients reduced (ZeRO: reduce-scattered, then the
      * parameters all-gathered), overlapped with the last micro-batch's
      * backward */
+    int over = gpu->share > 0 && gpu->share < 1;
     if (par->dp > 1) {
         double bw = bw_for(gpu, par->tp * par->dp) * gpu->link_eff;
+        /* oversubscribed CPU ranks: the copies of shared-memory MPI are work
+         * on the shared cores, and no core is idle to overlap them */
+        if (over) bw *= gpu->share;
         double gbytes = opt_elems * 4.0;
         double red = par->zero ? half_ring_s(gbytes, par->dp, bw, c.lat) : allreduce_s(gbytes, par->dp, bw, c.lat);
         double gather = par->zero ? half_ring_s(opt_elems * P, par->dp, bw, c.lat) : 0.0;
-        double window = Bk;
+        double window = over ? 0.0 : Bk;
         out->dp_s = (red > window ? red - window : 0.0) + gather;
+    }
+    if (over && gpu->sync_s > 0) {
+        /* each blocking wait finds a peer descheduled: sync_s per TP
+         * collective (4 a layer and micro-batch, 6 under full recompute, one
+         * at each end), pipeline receive (2 m vpp), DP wait (the buckets, the
+         * ZeRO gather) and the step's small reductions (loss over dp and pp,
+         * gradient norm over tp, pp and dp under ZeRO, the stop flag) */
+        double per_layer = policy == TRI_RECOMPUTE_FULL ? 6.0 : 4.0;
+        double n_tp = par->tp > 1 ? m * (busy_layers * per_layer + 2.0) + 1.0 : 0.0;
+        double n_pp = par->pp > 1 ? 2.0 * m * par->vpp + 2.0 : 0.0;
+        double n_dp = par->dp > 1 ? 2.0 + 2.0 * par->zero : 0.0;
+        out->tp_s += n_tp * gpu->sync_s;
+        out->pp_s += n_pp * gpu->sync_s;
+        out->dp_s += (n_dp + (world > 1 ? 1.0 : 0.0)) * gpu->sync_s;
     }
     out->step_s = out->compute_s + out->tp_s + out->dp_s + out->pp_s + out->bubble_s;
     double tokens = (double)cfg->train.global_batch * T;

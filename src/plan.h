@@ -60,6 +60,9 @@ typedef struct tri_gpu_kind {
                          of its own. A rank that waits gives its cores away. */
     double (*gemm_flops)(void *ctx, size_t M, size_t N, size_t K); /* measured FLOP/s of a GEMM shape, or NULL */
     void *gemm_ctx;
+    double sync_s; /* CPU ranks oversubscribing the cores (share < 1): what each blocking
+                      collective or pipeline receive adds, a peer being descheduled
+                      (docs/plan.md, tests/sched_probe.c); 0 otherwise */
 } tri_gpu_kind;
 
 /* The table's kinds: "h100", "a100". NULL for another name. */

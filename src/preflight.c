@@ -18,6 +18,7 @@
 #include "src/base/err.h"
 #include "src/base/file.h"
 #include "src/base/size.h"
+#include "src/plan.h"
 #include "src/stage_plan.h"
 
 /* ------------------------------------------------------------------------ */
@@ -141,6 +142,36 @@ size_t tri_preflight_checkpoint_bytes(const tri_model_cfg *m) {
     return c.ok ? bytes : SIZE_MAX;
 }
 
+/* This rank's estimate when training, from the planner's memory of its
+ * pipeline stage (tri_plan_stage_mem: what the allocator counts, in
+ * train.precision's dtypes, under parallel.zero, with the mailbox) for
+ * micro-batches of micro_batch sequences and the config's micro-batches per
+ * step. Replaces e's params, grads, optim and acts; keeps other. */
+static int planned_bytes(const tri_config *cfg, size_t micro_batch, int pp_rank, size_t other, tri_mem_estimate *e) {
+    tri_config c = *cfg;
+    const tri_parallel_cfg *par = &cfg->parallel;
+    if ((size_t)cfg->train.micro_batch != micro_batch) {
+        int per = cfg->train.micro_batch * par->dp;
+        int mb = per > 0 && cfg->train.global_batch % per == 0 ? cfg->train.global_batch / per : 1;
+        c.train.micro_batch = (int)micro_batch;
+        c.train.global_batch = mb * (int)micro_batch * par->dp;
+    }
+    tri_plan_mem pm;
+    int rc = tri_plan_stage_mem(&c, NULL, pp_rank, &pm);
+    tri_plan_cache_clear();
+    if (rc != 0) return -1;
+    checked k = {1, NULL};
+    e->params = pm.params;
+    e->grads = pm.grads;
+    e->optim = pm.optim;
+    e->acts = pm.saved_act_alloc + pm.workspace;
+    size_t t = cadd(&k, cadd(&k, pm.params, pm.grads, "the total"), pm.optim, "the total");
+    t = cadd(&k, t, e->acts, "the total");
+    e->total = cadd(&k, t, other, "the total");
+    if (!k.ok) return overflow_error(&cfg->model, micro_batch, &k);
+    return 0;
+}
+
 /* Ranks of this job on this machine (they share its memory). */
 static int local_ranks(void) {
     const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -217,6 +248,12 @@ int tri_preflight_model(const tri_config *cfg, size_t micro_batch, int tp_rank, 
         c.what = c.ok ? "this rank's total memory" : c.what;
         return overflow_error(m, micro_batch, &c);
     }
+    /* training: the planner's figures of this stage, which know the dtypes
+     * of train.precision, ZeRO's shard and padding and the pipeline's
+     * mailbox (at most 18 bytes a parameter plus padding: checked first) */
+    if (training) cmul(&c, n_floats, 32, "32 bytes per parameter (the training state)");
+    if (!c.ok) return overflow_error(m, micro_batch, &c);
+    if (training && planned_bytes(cfg, micro_batch, pp_rank, other, &e) != 0) return -1;
     if (out) *out = e;
     if (!check_memory) return 0;
     return tri_preflight_check_memory(&e, ranks, &avail);

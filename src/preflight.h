@@ -24,11 +24,14 @@
  *   7. the filesystem of checkpoint.dir has room for one checkpoint.
  * The outcome is all-reduced over the world, so every rank stops together.
  *
- * The activation figure is the stage runtime's (model/runtime.h) recomputed
- * with checked arithmetic in one function, preflight_activation_bytes: the
- * workspace plus, for every chunk of the rank's pipeline stage, its saved
- * slots (the stage plan's peak of micro-batches in flight, src/stage_plan.h;
- * one when not training) times tri_slot_bytes. */
+ * The sizes are first bounded with checked arithmetic (fp32, no ZeRO) in
+ * preflight_activation_bytes and tri_preflight_rank_bytes, so that an
+ * overflow names the keys. A training estimate is then the planner's memory
+ * of the rank's pipeline stage (tri_plan_stage_mem, src/plan.h: the bytes
+ * the allocator counts, in train.precision's dtypes, with ZeRO's padding and
+ * 1/dp optimizer shard, the schedule's saved slots under train.recompute and
+ * parallel.vpp, the workspace and the pipeline's mailbox); evaluation and
+ * sampling (training 0) keep the fp32 figures of one micro-batch. */
 #ifndef TRI_PREFLIGHT_H
 #define TRI_PREFLIGHT_H
 
@@ -40,10 +43,12 @@
 
 /* One rank's memory, in bytes. */
 typedef struct tri_mem_estimate {
-    size_t params; /* 4 bytes per float of this rank's parameter slice      */
-    size_t grads;  /* the same for the gradients                            */
-    size_t optim;  /* AdamW's two moments: 2 x 4 bytes per float (training) */
-    size_t acts;   /* saved activations (slots x slot bytes) and workspace  */
+    size_t params; /* this rank's parameter slice in its dtype              */
+    size_t grads;  /* fp32 gradients                                        */
+    size_t optim;  /* AdamW's two fp32 moments (+ fp32 master weights when
+                      the parameters are 16-bit); a 1/dp shard under ZeRO   */
+    size_t acts;   /* saved activations (slots x slot bytes) and workspace
+                      (with the pipeline's mailbox when training)           */
     size_t other;  /* parameter table, batch buffers, caller's extras       */
     size_t total;  /* the sum; SIZE_MAX if it overflowed                    */
 } tri_mem_estimate;
@@ -78,9 +83,11 @@ int tri_preflight_run(tri_preflight *p);
 /* The size and memory checks alone (steps 1 to 3) for the rank at
  * (tp_rank, pp_rank) of cfg's layout, not collective: for commands that
  * allocate before tri_train (bench's sgemm probe, extra_bytes) or outside
- * it (eval and sample, training = 0: parameters, gradients and activations
- * of a micro-batch of micro_batch sequences, no optimizer). check_memory 0
- * keeps only the overflow checks. Returns 0 or -1 (printed). */
+ * it (eval and sample, training = 0: fp32 parameters, gradients and
+ * activations of a micro-batch of micro_batch sequences, no optimizer).
+ * Training: the planner's figures (above) for micro-batches of micro_batch
+ * sequences. check_memory 0 keeps only the overflow checks. Returns 0 or -1
+ * (printed). */
 int tri_preflight_model(const tri_config *cfg, size_t micro_batch, int tp_rank, int pp_rank, size_t extra_bytes,
                         int training, int check_memory, tri_mem_estimate *out);
 
