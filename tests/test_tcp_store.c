@@ -397,6 +397,25 @@ typedef struct dist_case {
     int call_allreduce; /* then try a collective before NCCL exists */
 } dist_case;
 
+/* Before a rank exits on purpose (a refused call ends the process): rank 0
+ * serves the store and takes it down when it exits, so it must not go while
+ * another rank still reads keys of the last collective. Every other rank
+ * writes a key (its last store access) and rank 0 waits for them all.
+ * Returns 0 or -1. */
+static int through_store(tri_store *s, int rank, int world) {
+    char key[32], one = 1;
+    size_t len = 0;
+    if (rank != 0) {
+        snprintf(key, sizeof key, "through/%d", rank);
+        return tri_store_set(s, key, &one, 1);
+    }
+    for (int r = 1; r < world; r++) {
+        snprintf(key, sizeof key, "through/%d", r);
+        if (tri_store_wait(s, key, &one, 1, &len, 30.0) != 0) return -1;
+    }
+    return 0;
+}
+
 static int dist_rank(int rank, int world, int port, void *arg) {
     const dist_case *c = arg;
     char v[32];
@@ -424,6 +443,7 @@ static int dist_rank(int rank, int world, int port, void *arg) {
     if (d.tp.size != c->tp || d.tp.rank != tp_rank || d.dp.size != c->dp || d.dp.rank != dp_rank) return 22;
     if (d.pp.size != c->pp || d.pp.rank != pp_rank || d.local_rank != rank) return 23;
     if (c->call_allreduce) {
+        if (through_store(d.store, rank, world) != 0) return 26;
         float x = 1;
         tri_comm_allreduce(&d.tp, &x, 1, TRI_F32, TRI_SUM); /* must not return */
         return 24;
@@ -515,6 +535,7 @@ static int store_world_rank(int rank, int world, int port, void *arg) {
     if (strcmp(dir, "step_00000042") != 0) return 15;
     tri_comm_barrier(&c);
     if (arg != NULL) {
+        if (through_store(&s, rank, world) != 0) return 17;
         float x = 1;
         tri_req r;
         tri_comm_isend(&c, &x, 1, TRI_F32, (rank + 1) % world, 0, &r); /* must not return */
