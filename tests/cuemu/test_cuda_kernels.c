@@ -1078,6 +1078,35 @@ Test(cuda_emu, sums_match_the_cpu_op_and_do_not_depend_on_scheduling) {
 /* residual, scale and add do one rounding per element in the CPU's order: the
  * CPU's bits. bias_bwd sums N rows in another order: 2 (N + 4) eps times the
  * sum of |dout| over the column plus |dbias before|. */
+/* bias_bwd of dout (dtype dt; x: the same values as floats) into a
+ * pre-filled dbias against the CPU op, under three schedules that must
+ * give the same bits (fixed row groups, no atomics). */
+static void bias_bwd_check(tri_dtype dt, const void *dout, const float *x, size_t N, size_t C, uint64_t seed0,
+                           uint64_t *s, const char *shape) {
+    const char *what = dt == TRI_BF16 ? "bf16 bias_bwd" : "bias_bwd";
+    float *db = alloc_fill(C, s, -1.0f, 1.0f), *rdb = dup(db, C), *first = NULL;
+    tri_cpu_bias_bwd(rdb, x, N, C);
+    double *sc = malloc(sizeof(double) * C);
+    for (size_t c = 0; c < C; c++) {
+        sc[c] = 1.0 + fabs((double)db[c]);
+        for (size_t r = 0; r < N; r++) sc[c] += fabs((double)x[r * C + c]);
+    }
+    for (int run = 0; run < 3; run++) {
+        float *g = dup(db, C), *scratch = alloc_nan(tri_cuemu_bias_bwd_scratch_floats(N, C));
+        tri_cuemu_set_workers(run % 2 + 1);
+        tri_cuemu_set_seed(seed0 + (uint64_t)run);
+        tri_cuemu_bias_bwd(NULL, dt, g, scratch, dout, N, C);
+        expect_close(what, g, rdb, sc, C, sum_tol(N), shape);
+        if (run == 0)
+            first = dup(g, C);
+        else
+            cr_assert(memcmp(first, g, sizeof(float) * C) == 0, "%s %s run %d: other bits", what, shape, run);
+        free(g), free(scratch);
+    }
+    tri_cuemu_set_workers(2);
+    free(db), free(rdb), free(first), free(sc);
+}
+
 static void elementwise_case(size_t N, size_t C, uint64_t seed) {
     char shape[96];
     snprintf(shape, sizeof shape, "(N %zu, C %zu, seed %llu)", N, C, (unsigned long long)seed);
@@ -1098,26 +1127,7 @@ static void elementwise_case(size_t N, size_t C, uint64_t seed) {
                   "residual_fwd in place %s bias %d differs", shape, with_bias);
         free(out), free(rout), free(a), free(b);
     }
-    float *db = alloc_fill(C, &s, -1.0f, 1.0f), *rdb = dup(db, C), *first = NULL;
-    tri_cpu_bias_bwd(rdb, x, N, C);
-    double *sc = malloc(sizeof(double) * C);
-    for (size_t c = 0; c < C; c++) {
-        sc[c] = 1.0 + fabs((double)db[c]);
-        for (size_t r = 0; r < N; r++) sc[c] += fabs((double)x[r * C + c]);
-    }
-    for (int run = 0; run < 3; run++) {
-        float *g = dup(db, C), *scratch = alloc_nan(tri_cuemu_bias_bwd_scratch_floats(N, C));
-        tri_cuemu_set_workers(run % 2 + 1);
-        tri_cuemu_set_seed(seed * 13 + (uint64_t)run);
-        tri_cuemu_bias_bwd(NULL, TRI_F32, g, scratch, x, N, C);
-        expect_close("bias_bwd", g, rdb, sc, C, sum_tol(N), shape);
-        if (run == 0)
-            first = dup(g, C);
-        else
-            cr_assert(memcmp(first, g, sizeof(float) * C) == 0, "bias_bwd %s run %d: other bits", shape, run);
-        free(g), free(scratch);
-    }
-    tri_cuemu_set_workers(2);
+    bias_bwd_check(TRI_F32, x, x, N, C, seed * 13, &s, shape);
     float *y = dup(res, n), *ry = dup(res, n);
     tri_cuemu_add(NULL, y, x, n);
     tri_cpu_add(ry, x, n);
@@ -1125,7 +1135,7 @@ static void elementwise_case(size_t N, size_t C, uint64_t seed) {
     tri_cuemu_scale(NULL, y, 0.3f, n);
     tri_cpu_scale(ry, 0.3f, n);
     cr_assert(memcmp(y, ry, sizeof(float) * n) == 0, "scale %s differs", shape);
-    free(res), free(x), free(bias), free(db), free(rdb), free(first), free(sc), free(y), free(ry);
+    free(res), free(x), free(bias), free(y), free(ry);
 }
 
 Test(cuda_emu, residual_bias_scale_add_match_the_cpu_ops) {
@@ -1165,27 +1175,8 @@ static void elementwise_case_bf16(size_t N, size_t C, uint64_t seed) {
                   "bf16 residual_fwd in place %s bias %d differs", shape, with_bias);
         free(rout), free(out_h), free(want_h), free(a), free(b);
     }
-    float *db = alloc_fill(C, &s, -1.0f, 1.0f), *rdb = dup(db, C), *first = NULL;
-    tri_cpu_bias_bwd(rdb, x, N, C);
-    double *sc = malloc(sizeof(double) * C);
-    for (size_t c = 0; c < C; c++) {
-        sc[c] = 1.0 + fabs((double)db[c]);
-        for (size_t r = 0; r < N; r++) sc[c] += fabs((double)x[r * C + c]);
-    }
-    for (int run = 0; run < 3; run++) {
-        float *g = dup(db, C), *scratch = alloc_nan(tri_cuemu_bias_bwd_scratch_floats(N, C));
-        tri_cuemu_set_workers(run % 2 + 1);
-        tri_cuemu_set_seed(seed * 17 + (uint64_t)run);
-        tri_cuemu_bias_bwd(NULL, TRI_BF16, g, scratch, x_h, N, C);
-        expect_close("bf16 bias_bwd", g, rdb, sc, C, sum_tol(N), shape);
-        if (run == 0)
-            first = dup(g, C);
-        else
-            cr_assert(memcmp(first, g, sizeof(float) * C) == 0, "bf16 bias_bwd %s run %d: other bits", shape, run);
-        free(g), free(scratch);
-    }
-    tri_cuemu_set_workers(2);
-    free(res), free(x), free(bias), free(res_h), free(x_h), free(bias_h), free(db), free(rdb), free(first), free(sc);
+    bias_bwd_check(TRI_BF16, x_h, x, N, C, seed * 17, &s, shape);
+    free(res), free(x), free(bias), free(res_h), free(x_h), free(bias_h);
 }
 
 Test(cuda_emu, residual_bias_bwd_bf16_match_the_cpu_ops_on_rounded_values) {
