@@ -434,21 +434,40 @@ static uint16_t *hbf16(const float *x, size_t n, float *rounded) {
     return h;
 }
 
-static void check_bf16(const char *what, const void *d, const float *h, size_t n) {
+/* n floats rounded to bf16, on the host (for the CPU ops) and on the device. */
+static uint16_t *h16(const float *x, size_t n) {
+    uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) h[i] = tri_f32_to_bf16(x[i]);
+    return h;
+}
+
+static void *dev16(const uint16_t *h, size_t n) { return dev(h, n * sizeof(uint16_t)); }
+
+/* The device bf16 tensor d against the CPU's bf16 h: the tolerance of check
+ * plus one bf16 spacing (2^-7 |cpu|), the two roundings of values that
+ * differ by the fp32 tolerance. */
+static void check16(const char *what, const void *d, const uint16_t *h, size_t n) {
     uint16_t *got = malloc((n ? n : 1) * sizeof(uint16_t));
     E.ops->to_host(&E, got, d, n * sizeof(uint16_t));
     double mx = 0;
-    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)h[i]));
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)tri_bf16_to_f32(h[i])));
     for (size_t i = 0; i < n; i++) {
-        const double want = tri_round_bf16(h[i]), g = tri_bf16_to_f32(got[i]);
-        if (!(fabs(g - want) <= TOL * (1.0 + mx) + fabs(want) / 128.0))
-            cr_assert_fail("%s (bf16): element %zu of %zu is %.9g on cuda-emu, %.9g on the CPU", what, i, n, g, want);
+        const double g = tri_bf16_to_f32(got[i]), w = tri_bf16_to_f32(h[i]);
+        if (!(fabs(g - w) <= TOL * (1.0 + mx) + fabs(w) / 128.0))
+            cr_assert_fail("%s (bf16): element %zu of %zu is %.9g on cuda-emu, %.9g on the CPU", what, i, n, g, w);
     }
     free(got);
 }
 
+/* The device bf16 tensor d against the CPU's fp32 h rounded to bf16. */
+static void check_bf16(const char *what, const void *d, const float *h, size_t n) {
+    uint16_t *want = h16(h, n);
+    check16(what, d, want, n);
+    free(want);
+}
+
 Test(cuda_ops, bf16_matmul_fwd_bwd_match_the_cpu_on_rounded_values) {
-    E.act_dtype = E.param_dtype = TRI_BF16;
+    cr_assert_eq(tri_ctx_set_precision(&E, TRI_BF16), 0);
     const size_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 70}};
     for (size_t si = 0; si < 3; si++) {
         const size_t N = shapes[si][0], C = shapes[si][1], OC = shapes[si][2];
@@ -588,39 +607,12 @@ Test(cuda_ops, gelu_residual_bias_scale_add_match_the_cpu) {
 
 /* ---- bf16 compute dtype through the table ---- */
 
-/* n floats rounded to bf16, on the host (for the CPU ops) and on the device. */
-static uint16_t *h16(const float *x, size_t n) {
-    uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) h[i] = tri_f32_to_bf16(x[i]);
-    return h;
-}
-
-static void *dev16(const uint16_t *h, size_t n) { return dev(h, n * sizeof(uint16_t)); }
-
-/* The device bf16 tensor d against the CPU's bf16 h: the tolerance of check
- * plus one bf16 spacing (2^-7 |cpu|), the two roundings of values that
- * differ by the fp32 tolerance. */
-static void check16(const char *what, const void *d, const uint16_t *h, size_t n) {
-    uint16_t *got = malloc((n ? n : 1) * sizeof(uint16_t));
-    E.ops->to_host(&E, got, d, n * sizeof(uint16_t));
-    double mx = 0;
-    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)tri_bf16_to_f32(h[i])));
-    for (size_t i = 0; i < n; i++) {
-        const double g = tri_bf16_to_f32(got[i]), w = tri_bf16_to_f32(h[i]);
-        if (!(fabs(g - w) <= TOL * (1.0 + mx) + fabs(w) / 128.0))
-            cr_assert_fail("%s (bf16): element %zu of %zu is %.9g on cuda-emu, %.9g on the CPU", what, i, n, g, w);
-    }
-    free(got);
-}
-
 /* The ops whose kernels take bf16 (LayerNorm, GELU, residual, bias gradient,
  * embedding) with a bf16 compute dtype, against the CPU's bf16 emulation on
  * the same bf16 inputs: the dtype reaches every kernel, = and += hold
- * (dinp accumulates into bf16; dw, db, dbias, dwte, dwpe stay fp32). E's
- * dtypes are set by hand: compute_dtypes admits bf16 only once every op of
- * the table takes it. */
+ * (dinp accumulates into bf16; dw, db, dbias, dwte, dwpe stay fp32). */
 Test(cuda_ops, bf16_layernorm_gelu_residual_bias_embedding_follow_the_cpu) {
-    E.act_dtype = E.param_dtype = TRI_BF16;
+    cr_assert_eq(tri_ctx_set_precision(&E, TRI_BF16), 0);
     cr_assert_eq(tri_ctx_set_precision(&P, TRI_BF16), 0);
     const size_t N = 37, C = 29, n = N * C;
     uint64_t s = 60;
