@@ -20,10 +20,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+#include "kernels/cuda/gemm.h"
 #include "kernels/ops.h"
 
 /* Bumped whenever the table below changes. */
-#define TRI_CUDA_MODULE_ABI 1
+#define TRI_CUDA_MODULE_ABI 2
 /* The module's exported entry point:
  * const tri_cuda_module *tri_cuda_module_entry(const tri_cuda_host *host). */
 #define TRI_CUDA_MODULE_ENTRY "tri_cuda_module_entry"
@@ -49,6 +50,10 @@ typedef struct tri_cuda_module {
     int (*nccl_init)(const struct tri_mesh *m, int local_rank, int (*bcast)(void *ctx, void *buf, size_t len),
                      void *bctx, struct tri_comm *world, struct tri_comm *tp, struct tri_comm *dp, struct tri_comm *pp,
                      struct tri_comm *emb);
+    /* Tests (tests/gpu): tri_cuda_ops_gemm and tri_cuda_ops_set_dbias_policy
+     * (kernels/cuda/cuda_ops.h), for a context of the table above. */
+    const tri_gemm_exec *(*ops_gemm)(const tri_ctx *c);
+    void (*ops_set_dbias_policy)(tri_ctx *c, tri_dbias_policy p);
 } tri_cuda_module;
 
 /* The module, loaded at the first call and kept for the life of the process.

@@ -42,17 +42,20 @@ typedef struct sgemm_probe {
     double *times; /* [step]: that step's seconds */
 } sgemm_probe;
 
+/* M = 0: no sgemm (a GPU run: only the step times are kept). */
 static int probe_init(sgemm_probe *p, size_t M, size_t K, size_t N, size_t steps) {
     memset(p, 0, sizeof *p);
+    p->after = calloc(steps, sizeof(double));
+    p->times = calloc(steps, sizeof(double));
+    if (!p->after || !p->times) return -1;
+    if (M == 0) return 0;
     p->M = M;
     p->K = K;
     p->N = N;
     p->A = malloc(M * K * sizeof(float));
     p->B = malloc(N * K * sizeof(float));
     p->C = malloc(M * N * sizeof(float));
-    p->after = calloc(steps, sizeof(double));
-    p->times = calloc(steps, sizeof(double));
-    if (!p->A || !p->B || !p->C || !p->after || !p->times) return -1;
+    if (!p->A || !p->B || !p->C) return -1;
     for (size_t i = 0; i < M * K; i++) p->A[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
     for (size_t i = 0; i < N * K; i++) p->B[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
     return 0;
@@ -87,7 +90,7 @@ static double probe_best(sgemm_probe *p, int reps) {
 static void after_step(void *ctx, int step, double seconds) {
     sgemm_probe *p = ctx;
     p->times[step] = seconds;
-    p->after[step] = probe_best(p, 2);
+    if (p->M > 0) p->after[step] = probe_best(p, 2);
 }
 
 /* Under pipelining: each stage's compute (busy), idle and p2p time per
@@ -135,10 +138,14 @@ static int pipeline_report(const tri_config *cfg, const tri_run_report *rep, dou
 }
 
 static void bench_usage(FILE *f) {
-    fprintf(f, "usage: trident bench CONFIG [--steps N] [--threads K] [--set section.key=value]...\n"
+    fprintf(f, "usage: trident bench CONFIG [--steps N] [--threads K] [--device cpu|cuda] [--peak-tflops P]\n"
+               "                     [--set section.key=value]...\n"
                "  runs N training steps (after one warm-up step) on synthetic tokens and prints tokens/s,\n"
                "  model GFLOP/s, MFU against this machine's measured sgemm speed, communication per group\n"
                "  (under tridentrun), and a last line of JSON.\n"
+               "  --device cuda         train on one GPU per rank; no sgemm is measured: MFU is against\n"
+               "                        --peak-tflops, the device's peak TFLOP/s in the run's precision\n"
+               "                        (dense bf16: 989 on H100 SXM and H200, 312 on A100; scripts/bench_gpu.sh)\n"
                "  --skip-memory-check   start even if a rank's memory estimate exceeds the memory available\n");
 }
 
@@ -147,6 +154,8 @@ int tri_cmd_bench(int argc, char **argv) {
     const char **sets = calloc((size_t)argc + 2, sizeof *sets);
     int n_sets = 0;
     long steps = 10, threads = 0;
+    const char *device = "cpu";
+    double peak_tflops = 0.0;
     int rc = 2, skip_memory_check = 0;
     sgemm_probe probe = {0};
     /* the data files are not read: synthetic tokens */
@@ -162,6 +171,17 @@ int tri_cmd_bench(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--threads") && v) {
             if (tri_arg_int(a, v, 1, 1024, &threads)) goto out;
+            i++;
+        } else if (!strcmp(a, "--device") && v) {
+            device = v;
+            i++;
+        } else if (!strcmp(a, "--peak-tflops") && v) {
+            char *end;
+            peak_tflops = strtod(v, &end);
+            if (end == v || *end != '\0' || !(peak_tflops > 0.0 && peak_tflops < 1e9)) {
+                tri_error("bench: --peak-tflops '%s' is not a positive number of TFLOP/s", v);
+                goto out;
+            }
             i++;
         } else if (!strcmp(a, "--skip-memory-check")) {
             skip_memory_check = 1;
@@ -182,6 +202,12 @@ int tri_cmd_bench(int argc, char **argv) {
         tri_error("bench: missing CONFIG");
         goto out;
     }
+    /* on the CPU the peak is measured (sgemm); elsewhere it is given */
+    const int on_cpu = !strcmp(device, "cpu") || !strcmp(device, "cpu-guard");
+    if (on_cpu && peak_tflops > 0.0) {
+        tri_error("bench: --peak-tflops is for --device cuda (on the CPU the peak is measured)");
+        goto out;
+    }
     char steps_set[64];
     snprintf(steps_set, sizeof steps_set, "train.steps=%ld", steps + 1);
     sets[n_sets++] = steps_set;
@@ -194,7 +220,7 @@ int tri_cmd_bench(int argc, char **argv) {
      * its sizes and this rank's memory with it first (src/preflight.h) */
     size_t probe_floats = 0;
     size_t fac[3][2] = {{BT, C}, {4 * C, C}, {BT, 4 * C}};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; on_cpu && k < 3; k++) {
         size_t x;
         if (!tri_size_mul(&x, fac[k][0], fac[k][1]) || !tri_size_add(&probe_floats, probe_floats, x) ||
             probe_floats > SIZE_MAX / sizeof(float)) {
@@ -213,13 +239,13 @@ int tri_cmd_bench(int argc, char **argv) {
                             probe_floats * sizeof(float), 1, !skip_memory_check, NULL) != 0)
         goto out; /* (a layout that does not fit the world is tri_train's to report) */
     rc = 1;
-    if (probe_init(&probe, BT, C, 4 * C, (size_t)steps + 1) != 0) {
+    if (probe_init(&probe, on_cpu ? BT : 0, C, 4 * C, (size_t)steps + 1) != 0) {
         tri_error("bench: out of memory");
         goto out;
     }
-    double peak = probe_best(&probe, 15);
+    double peak = on_cpu ? probe_best(&probe, 15) : peak_tflops * 1e3;
     tri_run_opts opts = {0};
-    opts.device = "cpu";
+    opts.device = device;
     opts.threads = (int)threads;
     opts.synthetic = 1;
     opts.quiet = 1;
@@ -233,9 +259,9 @@ int tri_cmd_bench(int argc, char **argv) {
     double *times = probe.times;
 
     /* the best sgemm seen at any point: before, after every step, at the end */
-    double again = probe_best(&probe, 15);
+    double again = on_cpu ? probe_best(&probe, 15) : 0.0;
     if (again > peak) peak = again;
-    for (long i = 1; i <= steps; i++)
+    for (long i = 1; on_cpu && i <= steps; i++)
         if (probe.after[i] > peak) peak = probe.after[i];
     /* one rank's best sgemm times the ranks, but ranks that share a machine
      * share its cores: with more local ranks x threads than cores (the
@@ -244,7 +270,7 @@ int tri_cmd_bench(int argc, char **argv) {
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     int local = ls ? atoi(ls) : 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (local > 0 && cores > 0 && (long)local * nthreads > cores)
+    if (on_cpu && local > 0 && cores > 0 && (long)local * nthreads > cores)
         job_peak *= (double)cores / ((double)local * nthreads);
     double flops_step = tri_gpt_flops_per_token(&cfg.model) * (double)cfg.train.global_batch * cfg.model.seq_len;
     /* per step: model GFLOP/s over the job's sgemm GFLOP/s right after it (median) */
@@ -254,8 +280,8 @@ int tri_cmd_bench(int argc, char **argv) {
         rc = 1;
         goto out;
     }
-    for (long i = 1; i <= steps; i++)
-        paired[i - 1] = flops_step / times[i] / 1e9 / (probe.after[i] * rep.world); /* all ranks probed at once */
+    for (long i = 1; i <= steps; i++) /* all ranks probed at once; on a GPU, against the given peak */
+        paired[i - 1] = flops_step / times[i] / 1e9 / ((on_cpu ? probe.after[i] : peak) * rep.world);
     qsort(paired, (size_t)steps, sizeof *paired, cmp_double);
     double mfu_paired = paired[steps / 2];
     free(paired);
@@ -264,20 +290,28 @@ int tri_cmd_bench(int argc, char **argv) {
     double med = times[1 + steps / 2];
     double tps = (double)cfg.train.global_batch * cfg.model.seq_len / med;
     double gflops = flops_step / med / 1e9;
-    double mfu = gflops / job_peak;
+    double mfu = job_peak > 0.0 ? gflops / job_peak : 0.0;
+    if (!(job_peak > 0.0)) mfu_paired = 0.0;
 
-    printf("bench %s: %zu params, B=%d T=%d, %d rank(s) (tp=%d pp=%d dp=%d) x %d threads\n", path,
+    printf("bench %s: %zu params, B=%d T=%d, %d rank(s) (tp=%d pp=%d dp=%d) x %d threads, device %s, %s\n", path,
            tri_gpt_num_params(&cfg.model), cfg.train.global_batch, cfg.model.seq_len, rep.world, cfg.parallel.tp,
-           cfg.parallel.pp, cfg.parallel.dp, nthreads);
+           cfg.parallel.pp, cfg.parallel.dp, nthreads, device, cfg.train.precision);
     printf("  step time   %.1f ms (median of %ld; min %.1f, max %.1f)\n", med * 1e3, steps, times[1] * 1e3,
            times[steps] * 1e3);
     printf("  throughput  %.0f tokens/s, %.1f GFLOP/s of model FLOPs (%.1f MFLOP/token)\n", tps, gflops,
            tri_gpt_flops_per_token(&cfg.model) / 1e6);
-    printf("  sgemm       best %.1f GFLOP/s per rank (%zux%zux%zu, %d threads), %.1f for the job's %d rank(s)\n", peak,
-           BT, C, 4 * C, nthreads, job_peak, rep.world);
-    printf("  MFU         %.1f%% of the best sgemm speed; %.1f%% of the sgemm speed measured right after\n"
-           "              each step (median; cancels this VM's slow phases)\n",
-           100.0 * mfu, 100.0 * mfu_paired);
+    if (on_cpu) {
+        printf("  sgemm       best %.1f GFLOP/s per rank (%zux%zux%zu, %d threads), %.1f for the job's %d rank(s)\n",
+               peak, BT, C, 4 * C, nthreads, job_peak, rep.world);
+        printf("  MFU         %.1f%% of the best sgemm speed; %.1f%% of the sgemm speed measured right after\n"
+               "              each step (median; cancels this VM's slow phases)\n",
+               100.0 * mfu, 100.0 * mfu_paired);
+    } else if (job_peak > 0.0) {
+        printf("  MFU         %.1f%% of the given peak, %.1f TFLOP/s per device (%.1f for the job's %d rank(s))\n",
+               100.0 * mfu, peak / 1e3, job_peak / 1e3, rep.world);
+    } else {
+        printf("  MFU         not computed: give the device's peak with --peak-tflops\n");
+    }
     /* rank 0's view of communication: per step, and its share of step time */
     const char *names[3] = {"tp", "dp", "pp"};
     const tri_comm_stats *st[3] = {&rep.tp, &rep.dp, &rep.pp};
@@ -299,13 +333,14 @@ int tri_cmd_bench(int argc, char **argv) {
     tri_mem_json(&rep.mem, memjson, sizeof memjson);
     printf("  memory      rank 0, recompute %s: %s; saved activations in use at most %.2f MiB\n", cfg.train.recompute,
            memline, (double)rep.mem.saved_in_use_peak / (1024.0 * 1024.0));
-    printf("{\"config\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, \"threads\": %d, \"recompute\": \"%s\", "
+    printf("{\"config\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, "
+           "\"threads\": %d, \"recompute\": \"%s\", "
            "\"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, "
            "\"mfu_paired\": %.4f, \"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f, \"pp\": %d, \"vpp\": %d, "
            "\"schedule\": \"%s\", \"bubble\": %.4f, \"bubble_sim\": %.4f, \"mem\": %s}\n",
-           path, rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads, cfg.train.recompute, med * 1e3, tps, gflops,
-           job_peak, mfu, mfu_paired, share[0], share[1], cfg.parallel.pp, cfg.parallel.vpp, cfg.parallel.schedule,
-           bubble, bubble_sim, memjson);
+           path, device, cfg.train.precision, rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads,
+           cfg.train.recompute, med * 1e3, tps, gflops, job_peak, mfu, mfu_paired, share[0], share[1], cfg.parallel.pp,
+           cfg.parallel.vpp, cfg.parallel.schedule, bubble, bubble_sim, memjson);
 out:
     probe_free(&probe);
     free(sets);

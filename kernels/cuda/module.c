@@ -26,6 +26,8 @@ static const tri_cuda_module module = {
 #ifdef TRI_HAVE_NCCL
     .nccl_init = tri_nccl_init,
 #endif
+    .ops_gemm = tri_cuda_ops_gemm,
+    .ops_set_dbias_policy = tri_cuda_ops_set_dbias_policy,
 };
 
 /* The program's, from the entry point's argument. */

@@ -30,18 +30,32 @@
 #include "model/gpt.h"
 #include "model/optim.h"
 #include "model/runtime.h"
+#ifdef TRI_GPU_TEST
+/* Built a second time as tests/gpu's tri_gpu_tests: the same comparisons
+ * against the real backend "cuda" (DEV_NAME and the dev_* hooks:
+ * tests/gpu/gpu_backend.h); the emulator-only tests (the emulated runtime's
+ * bookkeeping and failures, scheduling seeds) are left out there. */
+#include "tests/gpu/gpu_backend.h"
+#else
 #include "tests/cuemu/cuemu_api.h"
 #include "tests/cuemu/cuemu_rt.h"
+#define DEV_NAME             "cuda-emu"
+#define dev_set_dbias_policy tri_cuemu_ops_set_dbias_policy
+#define dev_gemm             tri_cuemu_ops_gemm
+static void dev_register(void) {
+    tri_ops_register_test(tri_cuemu_ops());
+    tri_cuemu_set_seed(5);
+}
+#endif
 
 #define TOL 1e-4
 
 static tri_ctx E, P; /* the emulated CUDA backend, the CPU backend */
 
 static void start(void) {
-    tri_ops_register_test(tri_cuemu_ops());
-    cr_assert_eq(tri_ctx_init(&E, "cuda-emu", 0), 0);
+    dev_register();
+    cr_assert_eq(tri_ctx_init(&E, DEV_NAME, 0), 0);
     cr_assert_eq(tri_ctx_init(&P, "cpu", 0), 0);
-    tri_cuemu_set_seed(5);
 }
 
 static void stop(void) {
@@ -96,7 +110,7 @@ static void check(const char *what, const float *d, const float *h, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const double err = fabs((double)got[i] - (double)h[i]);
         if (!(err <= TOL * (1.0 + mx)))
-            cr_assert_fail("%s: element %zu of %zu is %.9g on cuda-emu, %.9g on the CPU", what, i, n, got[i], h[i]);
+            cr_assert_fail("%s: element %zu of %zu is %.9g on " DEV_NAME ", %.9g on the CPU", what, i, n, got[i], h[i]);
     }
     free(got);
 }
@@ -104,8 +118,10 @@ static void check(const char *what, const float *d, const float *h, size_t n) {
 /* ---- memory ---- */
 
 Test(cuda_ops, memory_is_zeroed_copied_and_freed_on_the_device) {
+#ifndef TRI_GPU_TEST
     tri_cuemu_rt_stats s0, s1;
     tri_cuemu_rt_stats_get(&s0);
+#endif
     const size_t n = 1000;
     uint64_t s = 1;
     float *h = hrand(n, &s, -1, 1), *back = hnan(n);
@@ -119,18 +135,23 @@ Test(cuda_ops, memory_is_zeroed_copied_and_freed_on_the_device) {
     E.ops->sync(&E);
     E.ops->to_host(&E, back, b, n * sizeof(float));
     for (size_t i = 0; i < n; i++) cr_assert_eq(back[i], i >= 10 && i < 30 ? 0.0f : h[i]);
+#ifndef TRI_GPU_TEST
     tri_cuemu_rt_stats_get(&s1);
     cr_assert_eq(s1.live_allocs, s0.live_allocs + 2);
     cr_assert_geq(s1.syncs, s0.syncs + 4, "staging copies and sync wait for the stream");
+#endif
     E.ops->free(&E, a, n * sizeof(float));
     E.ops->free(&E, b, n * sizeof(float));
     E.ops->free(&E, NULL, 0);
+#ifndef TRI_GPU_TEST
     tri_cuemu_rt_stats_get(&s1);
     cr_assert_eq(s1.live_allocs, s0.live_allocs);
+#endif
     free(h);
     free(back);
 }
 
+#ifndef TRI_GPU_TEST
 Test(cuda_ops, a_context_frees_all_its_device_memory_and_a_failed_alloc_is_null) {
     tri_cuemu_rt_stats s0, s1;
     tri_cuemu_rt_stats_get(&s0);
@@ -205,6 +226,7 @@ Test(cuda_ops, a_failed_cuda_call_names_file_line_call_and_rank) {
     cr_assert(WIFSIGNALED(status) && strstr(msg, "(rank -1): cudaMemcpyAsync"), "message: %s", msg);
     free(msg);
 }
+#endif
 
 /* ---- cast, dtypes ---- */
 
@@ -336,7 +358,7 @@ static void matmul_case(size_t N, size_t C, size_t OC, uint64_t seed) {
     }
     /* every subset of (dinp, dweight, dbias), both ways to dbias */
     for (int policy = 0; policy < 2; policy++) {
-        tri_cuemu_ops_set_dbias_policy(&E, policy ? TRI_DBIAS_EPILOGUE : TRI_DBIAS_REDUCE);
+        dev_set_dbias_policy(&E, policy ? TRI_DBIAS_EPILOGUE : TRI_DBIAS_REDUCE);
         for (int mask = 0; mask < 8; mask++) {
             float *dinp = hnan(N * C), *dw = hdup(dw0, OC * C), *db = hdup(db0, OC);
             float *d_dinp = dev(nan_out, N * C * 4), *d_dw = dev(dw0, OC * C * 4), *d_db = dev(db0, OC * 4);
@@ -359,7 +381,7 @@ static void matmul_case(size_t N, size_t C, size_t OC, uint64_t seed) {
             free(dinp), free(dw), free(db);
         }
     }
-    tri_cuemu_ops_set_dbias_policy(&E, TRI_DBIAS_REDUCE);
+    dev_set_dbias_policy(&E, TRI_DBIAS_REDUCE);
     dfree(d_inp, N * C * 4), dfree(d_w, OC * C * 4), dfree(d_b, OC * 4), dfree(d_dout, N * OC * 4);
     free(inp), free(wt), free(b), free(dout), free(dw0), free(db0), free(nan_out);
 }
@@ -395,7 +417,7 @@ Test(cuda_ops, gemm_plans_are_searched_once_per_shape_and_reused) {
     float *x = dev(h, ((N + 1) * C + 4) * 4), *wt = dev(h, OC * C * 4), *out = dev(h, (N + 1) * OC * 4),
           *b = dev(h, OC * 4);
     float *dx = dev(h, N * C * 4), *dwt = dev(h, OC * C * 4);
-    const tri_gemm_exec *g = tri_cuemu_ops_gemm(&E);
+    const tri_gemm_exec *g = dev_gemm(&E);
     const unsigned long long h0 = g->cache.hits, m0 = g->cache.misses, q0 = g->heuristic_calls;
     for (int r = 0; r < 5; r++) E.ops->matmul_fwd(&E, out, x, wt, b, N, C, OC);
     cr_assert_eq(g->cache.misses - m0, 1);
@@ -929,14 +951,14 @@ static run_out train_on(const char *device) { return train_on_precision(device, 
  * normalised first steps amplify a little; a wiring mistake moves the loss
  * by far more, and the parameters by O(lr) per step. */
 Test(cuda_ops, six_training_steps_of_a_tiny_gpt_follow_the_cpu) {
-    run_out e = train_on("cuda-emu"), p = train_on("cpu");
+    run_out e = train_on(DEV_NAME), p = train_on("cpu");
     cr_assert_eq(e.n, p.n);
     double worst = 0;
     for (int i = 0; i < 6; i++) {
         const double rel = fabs(e.loss[i] - p.loss[i]) / p.loss[i];
         worst = fmax(worst, rel);
-        cr_assert(isfinite(e.loss[i]) && rel <= 1e-5, "step %d: loss %.9g on cuda-emu, %.9g on the CPU", i, e.loss[i],
-                  p.loss[i]);
+        cr_assert(isfinite(e.loss[i]) && rel <= 1e-5, "step %d: loss %.9g on " DEV_NAME ", %.9g on the CPU", i,
+                  e.loss[i], p.loss[i]);
     }
     cr_assert(p.loss[5] < p.loss[0] - 0.01, "the model learns: %.4f -> %.4f", p.loss[0], p.loss[5]);
     double dn = 0, pn = 0;
