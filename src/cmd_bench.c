@@ -154,7 +154,8 @@ int tri_cmd_bench(int argc, char **argv) {
     const char **sets = calloc((size_t)argc + 2, sizeof *sets);
     int n_sets = 0;
     long steps = 10, threads = 0;
-    const char *device = "cpu";
+    const char *device = NULL; /* --device, else the config's "device" */
+    char device_set[64];
     double peak_tflops = 0.0;
     int rc = 2, skip_memory_check = 0;
     sgemm_probe probe = {0};
@@ -202,17 +203,22 @@ int tri_cmd_bench(int argc, char **argv) {
         tri_error("bench: missing CONFIG");
         goto out;
     }
+    char steps_set[64];
+    snprintf(steps_set, sizeof steps_set, "train.steps=%ld", steps + 1);
+    sets[n_sets++] = steps_set;
+    tri_config cfg;
+    if (device) { /* the config's top-level "device", overridden last */
+        snprintf(device_set, sizeof device_set, "device=%s", device);
+        sets[n_sets++] = device_set;
+    }
+    if (tri_config_load(&cfg, path, n_sets, sets) != 0) goto out;
+    device = cfg.device;
     /* on the CPU the peak is measured (sgemm); elsewhere it is given */
     const int on_cpu = !strcmp(device, "cpu") || !strcmp(device, "cpu-guard");
     if (on_cpu && peak_tflops > 0.0) {
         tri_error("bench: --peak-tflops is for --device cuda (on the CPU the peak is measured)");
         goto out;
     }
-    char steps_set[64];
-    snprintf(steps_set, sizeof steps_set, "train.steps=%ld", steps + 1);
-    sets[n_sets++] = steps_set;
-    tri_config cfg;
-    if (tri_config_load(&cfg, path, n_sets, sets) != 0) goto out;
     tri_set_threads((int)threads);
     int nthreads = omp_get_max_threads();
     size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len, C = (size_t)cfg.model.n_embd;
