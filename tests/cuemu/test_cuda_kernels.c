@@ -123,6 +123,32 @@ static void expect_close_bf16(const char *what, const uint16_t *got_h, const flo
 
 static const size_t LN_SHAPES[][2] = {{1, 1}, {3, 5}, {7, 33}, {17, 100}, {5, 257}, {100, 31}, {1100, 7}, {37, 768}};
 
+/* The magnitudes behind layernorm_bwd's outputs (the CPU's results r*):
+ * dinp: rstd * (|g| + |mean g| + |xhat| |mean g xhat|) + |dinp before|,
+ * bounded by rstd * (1 + |xhat|) * 2 max|g| + |dinp before|; dw, db: the
+ * sums of |dout * xhat| and |dout| over rows plus |dw, db before|. */
+static void ln_bwd_scales(const float *dout, const float *inp, const float *w, const float *rmean, const float *rrstd,
+                          const float *rdinp, const float *rdw, const float *rdb, size_t N, size_t C,
+                          double **sc_in_out, double **sc_w_out, double **sc_b_out) {
+    double *sc_in = malloc(sizeof(double) * N * C), *sc_w = calloc(C, sizeof(double)),
+           *sc_b = calloc(C, sizeof(double));
+    double gmax = 0;
+    for (size_t i = 0; i < N * C; i++) gmax = fmax(gmax, fabs((double)dout[i] * w[i % C]));
+    for (size_t n = 0; n < N; n++)
+        for (size_t c = 0; c < C; c++) {
+            const size_t i = n * C + c;
+            const double xhat = ((double)inp[i] - rmean[n]) * rrstd[n];
+            sc_in[i] = 1.0 + fabs((double)rdinp[i]) + rrstd[n] * (1.0 + fabs(xhat)) * 2.0 * gmax;
+            sc_w[c] += fabs(dout[i] * xhat);
+            sc_b[c] += fabs((double)dout[i]);
+        }
+    for (size_t c = 0; c < C; c++) {
+        sc_w[c] += 1.0 + fabs((double)rdw[c]);
+        sc_b[c] += 1.0 + fabs((double)rdb[c]);
+    }
+    *sc_in_out = sc_in, *sc_w_out = sc_w, *sc_b_out = sc_b;
+}
+
 static void layernorm_case(size_t N, size_t C, uint64_t seed) {
     char shape[96];
     snprintf(shape, sizeof shape, "(N %zu, C %zu, seed %llu)", N, C, (unsigned long long)seed);
@@ -149,25 +175,8 @@ static void layernorm_case(size_t N, size_t C, uint64_t seed) {
     float *scratch = alloc_nan(tri_cuemu_layernorm_bwd_scratch_floats(N, C));
     tri_cuemu_layernorm_bwd(NULL, TRI_F32, dinp, dw, db, scratch, dout, inp, w, rmean, rrstd, N, C);
     tri_cpu_layernorm_bwd(rdinp, rdw, rdb, dout, inp, w, rmean, rrstd, N, C);
-    /* dinp: rstd * (|g| + |mean g| + |xhat| |mean g xhat|) + |dinp before|,
-     * bounded by rstd * (1 + |xhat|) * 2 max|g| + |dinp before|; dw, db: the
-     * sums of |dout * xhat| and |dout| over rows plus |dw, db before| */
-    double *sc_in = malloc(sizeof(double) * N * C), *sc_w = calloc(C, sizeof(double)),
-           *sc_b = calloc(C, sizeof(double));
-    double gmax = 0;
-    for (size_t i = 0; i < N * C; i++) gmax = fmax(gmax, fabs((double)dout[i] * w[i % C]));
-    for (size_t n = 0; n < N; n++)
-        for (size_t c = 0; c < C; c++) {
-            const size_t i = n * C + c;
-            const double xhat = ((double)inp[i] - rmean[n]) * rrstd[n];
-            sc_in[i] = 1.0 + fabs((double)rdinp[i]) + rrstd[n] * (1.0 + fabs(xhat)) * 2.0 * gmax;
-            sc_w[c] += fabs(dout[i] * xhat);
-            sc_b[c] += fabs((double)dout[i]);
-        }
-    for (size_t c = 0; c < C; c++) {
-        sc_w[c] += 1.0 + fabs((double)rdw[c]);
-        sc_b[c] += 1.0 + fabs((double)rdb[c]);
-    }
+    double *sc_in, *sc_w, *sc_b;
+    ln_bwd_scales(dout, inp, w, rmean, rrstd, rdinp, rdw, rdb, N, C, &sc_in, &sc_w, &sc_b);
     expect_close("layernorm_bwd dinp", dinp, rdinp, sc_in, N * C, sum_tol(C), shape);
     expect_close("layernorm_bwd dw", dw, rdw, sc_w, C, sum_tol(N), shape);
     expect_close("layernorm_bwd db", db, rdb, sc_b, C, sum_tol(N), shape);
@@ -217,23 +226,8 @@ static void layernorm_case_bf16(size_t N, size_t C, uint64_t seed) {
     tri_cuemu_set_seed(seed + 11);
     tri_cuemu_layernorm_bwd(NULL, TRI_BF16, dinp_h, dw, db, scratch, dout_h, inp_h, w_h, rmean, rrstd, N, C);
     tri_cpu_layernorm_bwd(rdinp, rdw, rdb, dout, inp, w, rmean, rrstd, N, C); /* rdinp = old + increment, fp32 */
-    /* the scales of layernorm_case */
-    double *sc_in = malloc(sizeof(double) * N * C), *sc_w = calloc(C, sizeof(double)),
-           *sc_b = calloc(C, sizeof(double));
-    double gmax = 0;
-    for (size_t i = 0; i < N * C; i++) gmax = fmax(gmax, fabs((double)dout[i] * w[i % C]));
-    for (size_t n = 0; n < N; n++)
-        for (size_t c = 0; c < C; c++) {
-            const size_t i = n * C + c;
-            const double xhat = ((double)inp[i] - rmean[n]) * rrstd[n];
-            sc_in[i] = 1.0 + fabs((double)rdinp[i]) + rrstd[n] * (1.0 + fabs(xhat)) * 2.0 * gmax;
-            sc_w[c] += fabs(dout[i] * xhat);
-            sc_b[c] += fabs((double)dout[i]);
-        }
-    for (size_t c = 0; c < C; c++) {
-        sc_w[c] += 1.0 + fabs((double)rdw[c]);
-        sc_b[c] += 1.0 + fabs((double)rdb[c]);
-    }
+    double *sc_in, *sc_w, *sc_b;
+    ln_bwd_scales(dout, inp, w, rmean, rrstd, rdinp, rdw, rdb, N, C, &sc_in, &sc_w, &sc_b);
     round_bf16(rdinp, N * C);
     expect_close_bf16("layernorm_bwd dinp", dinp_h, rdinp, sc_in, N * C, sum_tol(C), shape);
     expect_close("layernorm_bwd dw", dw, rdw, sc_w, C, sum_tol(N), shape);
