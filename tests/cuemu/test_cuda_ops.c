@@ -39,6 +39,7 @@
 #else
 #include "tests/cuemu/cuemu_api.h"
 #include "tests/cuemu/cuemu_rt.h"
+#include "tests/cuemu/run_child.h"
 #define DEV_NAME             "cuda-emu"
 #define dev_set_dbias_policy tri_cuemu_ops_set_dbias_policy
 #define dev_gemm             tri_cuemu_ops_gemm
@@ -174,29 +175,6 @@ Test(cuda_ops, a_context_frees_all_its_device_memory_and_a_failed_alloc_is_null)
     cr_assert_eq(s1.live_allocs, s0.live_allocs, "the context left %zu allocations", s1.live_allocs - s0.live_allocs);
     cr_assert_eq(s1.live_bytes, s0.live_bytes);
     free(h);
-}
-
-static char *run_child(void (*fn)(void), int *status) {
-    int fd[2];
-    cr_assert_eq(pipe(fd), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        dup2(fd[1], 2);
-        close(fd[0]);
-        fn();
-        _exit(0);
-    }
-    close(fd[1]);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    ssize_t r;
-    while ((r = read(fd[0], buf + len, cap - 1 - len)) > 0) len += (size_t)r;
-    buf[len] = '\0';
-    close(fd[0]);
-    waitpid(pid, status, 0);
-    return buf;
 }
 
 /* a device-to-device copy between host buffers: the runtime refuses it */

@@ -14,6 +14,7 @@
 
 #include "tests/cuemu/cuemu_api.h"
 #include "tests/cuemu/selftest.h"
+#include "tests/cuemu/run_child.h"
 
 static uint64_t rng_next(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -127,31 +128,6 @@ Test(cuemu, warp_intrinsics_match_a_plain_loop) {
             }
         }
     }
-}
-
-/* Runs fn(arg) in a child process with stderr into a pipe; returns what it
- * wrote (malloc'd) and its wait status in *status. */
-static char *run_child(void (*fn)(void), int *status) {
-    int fd[2];
-    cr_assert_eq(pipe(fd), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        dup2(fd[1], 2);
-        close(fd[0]);
-        fn();
-        _exit(0);
-    }
-    close(fd[1]);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    ssize_t r;
-    while ((r = read(fd[0], buf + len, cap - 1 - len)) > 0) len += (size_t)r;
-    buf[len] = '\0';
-    close(fd[0]);
-    waitpid(pid, status, 0);
-    return buf;
 }
 
 static void divergent_child(void) {
