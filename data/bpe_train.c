@@ -22,8 +22,8 @@
 #include "data/bytemap.h"
 #include "data/hash.h"
 #include "data/tokenizer.h"
-#include "src/base/stop.h"
-#include "src/base/err.h"
+#include "base/stop.h"
+#include "base/err.h"
 
 /* ---- per-thread word counts: a tri_bmap from word bytes to count ---------- */
 

@@ -18,7 +18,7 @@
 #include "data/dataset.h"
 #include "data/dataset_internal.h"
 #include "data/hash.h"
-#include "src/base/file.h"
+#include "base/file.h"
 
 void tri_data_err(const char *file, const char *fmt, ...) {
     char msg[1536];

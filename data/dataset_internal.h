@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "data/dataset.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 #define TRI_LLMC_MAGIC         20240520
 #define TRI_LLMC_VERSION       1

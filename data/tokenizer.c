@@ -5,8 +5,8 @@
 
 #include "data/bytemap.h"
 #include "data/hash.h"
-#include "src/base/file.h"
-#include "src/base/err.h"
+#include "base/file.h"
+#include "base/err.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "kernels/ops.h"
-#include "src/base/err.h"
-#include "src/base/size.h"
+#include "base/err.h"
+#include "base/size.h"
 
 int tri_ctx_init(tri_ctx *c, const char *device, int threads) {
     memset(c, 0, sizeof *c);

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "kernels/ctx.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 /* The module once loaded (never closed: its op table and code stay in use). */
 static const tri_cuda_module *loaded;

@@ -3,7 +3,7 @@
  * CMakeLists.txt) can carry a copy of it. */
 #include "kernels/dtype.h"
 
-#include "src/base/err.h"
+#include "base/err.h"
 
 size_t tri_dtype_size(tri_dtype t) {
     switch (t) {

@@ -4,7 +4,7 @@
 
 #include "kernels/cuda_module.h"
 #include "kernels/ops.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 /* "cuda": the CUDA op table of the CUDA module (kernels/cuda_module.h) once
  * the module loads and the CUDA runtime finds a driver and a device;

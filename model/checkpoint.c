@@ -12,8 +12,8 @@
 
 #include "model/ckpt_store.h"
 #include "model/safetensors.h"
-#include "src/base/err.h"
-#include "src/base/fs.h"
+#include "base/err.h"
+#include "base/fs.h"
 
 enum { MAX_PIECES = 3 };
 

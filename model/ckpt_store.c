@@ -20,9 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "src/base/crc32c.h"
-#include "src/base/err.h"
-#include "src/base/fs.h"
+#include "base/crc32c.h"
+#include "base/err.h"
+#include "base/fs.h"
 
 #define STEP_PREFIX        "step_"
 #define TMP_PREFIX         ".tmp-"

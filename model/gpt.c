@@ -10,8 +10,8 @@
 
 #include "kernels/half.h"
 #include "model/init.h"
-#include "src/base/err.h"
-#include "src/base/size.h"
+#include "base/err.h"
+#include "base/size.h"
 
 /* ------------------------------------------------------------------------ */
 /* shapes                                                                    */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/base/err.h"
+#include "base/err.h"
 
 static int init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg, const tri_grad_sync *sync) {
     memset(o, 0, sizeof *o);

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/base/err.h"
-#include "src/base/size.h"
+#include "base/err.h"
+#include "base/size.h"
 
 int tri_recompute_parse(const char *s) {
     if (strcmp(s, "none") == 0) return TRI_RECOMPUTE_NONE;

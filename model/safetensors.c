@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "kernels/half.h"
-#include "src/base/file.h"
-#include "src/base/err.h"
+#include "base/file.h"
+#include "base/err.h"
 
 #define ELEM         ((size_t)sizeof(float)) /* the pieces' element: fp32 in memory */
 #define METADATA_KEY "__metadata__"

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "parallel/watchdog.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((tri_req *)0)->opaque), "MPI_Request must fit in tri_req.opaque");
 

@@ -23,7 +23,7 @@
 
 #include "parallel/nccl_plan.h"
 #include "parallel/watchdog.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 /* nccl_plan.h mirrors NCCL's numbering so that it can be tested without NCCL. */
 _Static_assert(TRI_NCCL_UINT8 == (int)ncclUint8 && TRI_NCCL_INT32 == (int)ncclInt32, "NCCL type numbering");

@@ -13,7 +13,7 @@
 
 #include "kernels/ops.h"
 #include "parallel/tcp_store.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 #ifdef TRI_HAVE_MPI
 #include "parallel/comm_mpi.h"

@@ -1,5 +1,5 @@
 #include "parallel/grad_sync.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 #include <stdio.h>
 #include <stdlib.h>

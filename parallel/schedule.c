@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/base/err.h"
+#include "base/err.h"
 
 static const char *const sched_names[] = {"1f1b", "interleaved", "gpipe", "zb-h1", "forward"};
 static const char *const act_names[] = {"forward",  "backward",  "B",         "W",     "send-act",

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "src/base/err.h"
+#include "base/err.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "src/base/err.h"
-#include "src/base/file.h"
+#include "base/err.h"
+#include "base/file.h"
 
 #define TWO_POW_53 9007199254740992.0
 

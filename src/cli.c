@@ -1,5 +1,5 @@
 #include "src/cli.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
 #include "data/dataset.h"
 #include "src/cli.h"
 #include "src/cmd_data.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 static void data_usage(FILE *f) {
     fprintf(f, "usage: trident data info PATH [--json] [--vocab V] [--seq-len T]\n"

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "data/sampler.h"
-#include "src/base/err.h"
-#include "src/base/stop.h"
+#include "base/err.h"
+#include "base/stop.h"
 #include "src/cli.h"
 #include "src/infer.h"
 #include "src/train.h"

@@ -12,8 +12,8 @@
 
 #include "model/gpt.h"
 #include "model/runtime.h"
-#include "src/base/err.h"
-#include "src/base/size.h"
+#include "base/err.h"
+#include "base/size.h"
 #include "src/cli.h"
 #include "src/config.h"
 #include "src/plan.h"

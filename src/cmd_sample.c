@@ -6,11 +6,11 @@
 #include <string.h>
 
 #include "data/tokenizer.h"
-#include "src/base/stop.h"
+#include "base/stop.h"
 #include "src/cli.h"
 #include "src/infer.h"
 #include "src/train.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 static void sample_usage(FILE *f) {
     fprintf(f, "usage: trident sample --ckpt DIR [options]\n"

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "parallel/schedule.h"
-#include "src/base/err.h"
+#include "base/err.h"
 #include "src/cli.h"
 
 static void schedule_usage(FILE *f) {

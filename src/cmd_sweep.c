@@ -57,9 +57,9 @@
 #include "src/config.h"
 #include "src/plot.h"
 #include "data/sampler.h"
-#include "src/base/err.h"
-#include "src/base/file.h"
-#include "src/base/fs.h"
+#include "base/err.h"
+#include "base/file.h"
+#include "base/fs.h"
 
 #define MAX_POINTS    4096
 #define MAX_KEYS      64 /* varying keys over all axes */

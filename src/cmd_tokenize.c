@@ -21,9 +21,9 @@
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
-#include "src/base/stop.h"
+#include "base/stop.h"
 #include "src/cli.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 static void tok_usage(FILE *f) {
     fprintf(f, "usage: trident tokenize train --vocab-size N --out tok.json [--threads K] CORPUS...\n"

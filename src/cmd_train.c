@@ -6,7 +6,7 @@
 #include "src/cli.h"
 #include "src/config.h"
 #include "src/train.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 static void train_usage(FILE *f) {
     fprintf(f, "usage: trident train CONFIG [options]\n"

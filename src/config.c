@@ -22,7 +22,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "src/base/file.h"
+#include "base/file.h"
 
 /* ------------------------------------------------------------------------ */
 /* The field table                                                          */

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/base/err.h"
-#include "src/base/file.h"
+#include "base/err.h"
+#include "base/file.h"
 
 typedef struct datafile {
     const char *role, *path;

@@ -8,9 +8,9 @@
 
 #include "model/checkpoint.h"
 #include "model/ckpt_store.h"
-#include "src/base/file.h"
+#include "base/file.h"
 #include "src/preflight.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 /* The run config stored in state.json, or the model shape of a Hugging Face
  * config.json (everything else at its default). */

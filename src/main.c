@@ -8,7 +8,7 @@
 #include "src/cmd_data.h"
 #include "src/cmd_tokenize.h"
 #include "src/config.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: trident <command> [options]\n"

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/base/clock.h"
-#include "src/base/err.h"
+#include "base/clock.h"
+#include "base/err.h"
 
 /* ---- where a message goes: model chunks and tags ----
  * Local chunk c of stage s is model chunk j = c * n_stages + s. A message is

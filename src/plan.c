@@ -12,7 +12,7 @@
 #include "model/runtime.h"
 #include "parallel/grad_sync.h"
 #include "parallel/schedule.h"
-#include "src/base/err.h"
+#include "base/err.h"
 #include "src/pipeline.h"
 #include "src/stage_plan.h"
 

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/base/err.h"
-#include "src/base/size.h"
+#include "base/err.h"
+#include "base/size.h"
 
 int tri_stage_plan_init(tri_stage_plan *sp, const tri_config *cfg, int pp_rank) {
     const tri_parallel_cfg *par = &cfg->parallel;

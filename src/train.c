@@ -16,7 +16,7 @@
 
 #include "model/checkpoint.h"
 #include "model/ckpt_store.h"
-#include "src/base/stop.h"
+#include "base/stop.h"
 #include "src/datafiles.h"
 #include "src/plot.h"
 #include "src/preflight.h"

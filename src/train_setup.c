@@ -11,13 +11,13 @@
 
 #include "model/checkpoint.h"
 #include "model/ckpt_store.h"
-#include "src/base/file.h"
-#include "src/base/fs.h"
+#include "base/file.h"
+#include "base/fs.h"
 #include "src/ckpt_state.h"
 #include "src/datafiles.h"
 #include "src/preflight.h"
 #include "src/stage_plan.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 static void grads_ready(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
 

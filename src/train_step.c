@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/base/err.h"
-#include "src/base/stop.h"
+#include "base/err.h"
+#include "base/stop.h"
 
 static void fill_synthetic(int32_t *x, size_t n, uint64_t seed, int vocab) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;

@@ -73,8 +73,8 @@
 #include "model/gpt.h"
 #include "model/runtime.h"
 #include "parallel/mesh.h"
-#include "src/base/file.h"
-#include "src/base/size.h"
+#include "base/file.h"
+#include "base/size.h"
 #include "src/config.h"
 #include "src/stage_plan.h"
 

@@ -20,7 +20,7 @@
 
 #include "helpers/testutil.h"
 #include "model/ckpt_store.h"
-#include "src/base/fs.h"
+#include "base/fs.h"
 
 static int rm_cb(const char *p, const struct stat *sb, int type, struct FTW *ftw) {
     (void)sb;

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "src/base/crc32c.h"
+#include "base/crc32c.h"
 
 /* straight from the definition: reflected, poly 0x82F63B78, init/xorout ~0 */
 static uint32_t crc_bitwise(const unsigned char *p, size_t n) {

@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 
 #include "helpers/testutil.h"
-#include "src/base/file.h"
-#include "src/base/fs.h"
+#include "base/file.h"
+#include "base/fs.h"
 
 /* every entry of dir except . and .., joined by ',' in readdir order (<= 1 expected) */
 static void list_dir(const char *dir, char *out, size_t n) {

@@ -15,7 +15,7 @@
 #include "helpers/testutil.h"
 #include "model/gpt.h"
 #include "model/runtime.h"
-#include "src/base/size.h"
+#include "base/size.h"
 #include "src/config.h"
 #include "src/datafiles.h"
 #include "src/preflight.h"

@@ -27,7 +27,7 @@
 
 #include "kernels/cpu/vec.h"
 #include "kernels/ops.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 /* The CPU backend's state (ctx->backend): the host scratch that the 16-bit
  * emulation widens tensors into (one op at a time per context), grown as

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "kernels/cuda/check.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 #ifdef TRI_CUEMU
 #define BACKEND_NAME         "cuda-emu"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/check.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 void tri_cuda_fail(cudaError_t err, const char *what, const char *file, int line) {
     tri_error("CUDA error at %s:%d (rank %d): %s: %s: %s", file, line, tri_cuda_world_rank(), what,

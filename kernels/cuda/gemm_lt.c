@@ -13,7 +13,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/gemm.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 _Static_assert(sizeof(cublasLtMatmulAlgo_t) <= sizeof(((tri_gemm_entry *)0)->algo),
                "the plan cache's algorithm bytes must hold a cublasLtMatmulAlgo_t");

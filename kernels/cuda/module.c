@@ -11,7 +11,7 @@
 #include "kernels/ctx.h"
 #include "kernels/cuda_module.h"
 #include "parallel/comm.h"
-#include "src/base/err.h"
+#include "base/err.h"
 #ifdef TRI_HAVE_NCCL
 #include "parallel/comm_nccl.h"
 #endif

@@ -1,4 +1,4 @@
-#include "src/base/crc32c.h"
+#include "base/crc32c.h"
 
 #include <string.h>
 

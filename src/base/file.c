@@ -1,4 +1,4 @@
-#include "src/base/file.h"
+#include "base/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "src/base/err.h"
+#include "base/err.h"
 
 int tri_open_regular_why(const char *path, size_t *size, char *why, size_t n) {
     /* O_NONBLOCK: opening a FIFO with no writer would otherwise block forever */

@@ -1,4 +1,4 @@
-#include "src/base/fs.h"
+#include "base/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "src/base/err.h"
+#include "base/err.h"
 
 int tri_fsync_path(const char *path, int dir) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (dir ? O_DIRECTORY : 0));

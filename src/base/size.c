@@ -1,4 +1,4 @@
-#include "src/base/size.h"
+#include "base/size.h"
 
 #include <stdio.h>
 

@@ -1,4 +1,4 @@
-#include "src/base/stop.h"
+#include "base/stop.h"
 
 #include <signal.h>
 #include <string.h>

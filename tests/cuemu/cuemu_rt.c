@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "kernels/cuda/check.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 typedef struct alloc_rec {
     uintptr_t base;

@@ -17,7 +17,7 @@
 
 #include "kernels/cuda/gemm.h"
 #include "kernels/half.h"
-#include "src/base/err.h"
+#include "base/err.h"
 
 int TRI_CU(gemm_init)(tri_gemm_exec *x, void *workspace, size_t bytes) {
     memset(x, 0, sizeof *x);
