@@ -1,7 +1,7 @@
 /* The world group over the TCP store (parallel/tcp_store.h), for the host
  * values a store-launched world exchanges before its NCCL communicators
- * exist: the checkpoint store's opening (model/checkpoint.c) and the
- * preflight agreement (src/preflight.c). Every call is one
+ * exist: the checkpoint store's opening (model/ckpt/checkpoint.c) and the
+ * preflight agreement (src/train/preflight.c). Every call is one
  * tri_store_allgather of the callers' bytes, reduced or picked locally in
  * rank order, so every rank computes the same result. Slow (a round trip per
  * rank through rank 0's server, keys never freed): a handful of small values

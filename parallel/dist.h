@@ -25,7 +25,7 @@
  * directory) go through the _host calls, which stage them through a backend
  * buffer on such a group. There is no second, host-side communicator: one
  * set of groups, one transport at a time. The trainer switches after the
- * preflight checks (src/train_setup.c), so what runs before (the checkpoint
+ * preflight checks (src/train/setup.c), so what runs before (the checkpoint
  * store's opening, the preflight agreement: world collectives of host
  * values) is on MPI or the store.
  */

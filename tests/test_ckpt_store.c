@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "helpers/testutil.h"
-#include "model/ckpt_store.h"
+#include "model/ckpt/store.h"
 #include "base/fs.h"
 
 static int rm_cb(const char *p, const struct stat *sb, int type, struct FTW *ftw) {

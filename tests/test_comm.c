@@ -1,5 +1,5 @@
 /* Multi-rank tests of the MPI transport (parallel/comm_mpi.c), the process
- * context (parallel/dist.c) and the launcher (src/tridentrun.c).
+ * context (parallel/dist.c) and the launcher (src/cli/tridentrun.c).
  *
  * Each multi-rank test starts a child process: mpirun (or tridentrun) running
  * tests/mpi_probe.c, which writes what every comm op returned to

@@ -1,4 +1,4 @@
-/* The configuration system (src/config.c) against values written out by hand:
+/* The configuration system (src/config/config.c) against values written out by hand:
  * the defaults and the shipped configs are compared with the numbers of the
  * specification field by field (not through the field table), every error
  * case must return -1 and print exactly one stderr line that starts
@@ -24,7 +24,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "src/config.h"
+#include "config/config.h"
 
 #define N_CONFIG_FIELDS 48 /* members of tri_config minus `source`, counted by hand */
 

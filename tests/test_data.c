@@ -19,7 +19,7 @@
 
 #include "data/dataset.h"
 #include "data/sampler.h"
-#include "src/cmd_data.h"
+#include "cli/cmd_data.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 

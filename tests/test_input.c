@@ -10,8 +10,8 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "helpers/testutil.h"
-#include "model/checkpoint.h"
-#include "src/ckpt_state.h"
+#include "model/ckpt/checkpoint.h"
+#include "train/ckpt_state.h"
 
 /* Runs tri_hf_config_parse on json with stderr captured; returns its result
  * and the message (malloc'd) in *err. */

@@ -13,7 +13,7 @@
 
 #include "helpers/testutil.h"
 #include "kernels/half.h"
-#include "model/safetensors.h"
+#include "model/ckpt/safetensors.h"
 
 #define MAX_STEPS 256
 

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "helpers/testutil.h"
-#include "model/safetensors.h"
+#include "model/ckpt/safetensors.h"
 
 #define LOSS_RTOL  1e-6
 #define PARAM_ATOL 1e-5
@@ -651,7 +651,7 @@ Test(zero, pipeline_checkpoints_reshard, .timeout = 600) {
     free(dir);
 }
 
-/* Where NCCL would take over (src/train_setup.c), the test-only switch makes
+/* Where NCCL would take over (src/train/setup.c), the test-only switch makes
  * every group device only on MPI: from then on each collective and send
  * checks, on the guarded backend, that its buffers are backend memory, and a
  * host buffer ends the job (tests/test_comm.c shows that it does). Training

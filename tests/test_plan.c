@@ -1,4 +1,4 @@
-/* The planner (src/plan.h, `trident plan`): its closed forms against the
+/* The planner (src/plan/plan.h, `trident plan`): its closed forms against the
  * model's own tables and FLOP count, its memory against what `trident bench`
  * measures with the allocator accounting through tridentrun, and the search
  * against tri_gpt_check_layout, the schedule's rules and the memory limit. */
@@ -16,9 +16,9 @@
 #include "model/gpt.h"
 #include "model/runtime.h"
 #include "parallel/schedule.h"
-#include "src/config.h"
-#include "src/plan.h"
-#include "src/preflight.h"
+#include "config/config.h"
+#include "plan/plan.h"
+#include "train/preflight.h"
 
 static void base_cfg(tri_config *c, int L, int NH, int C, int T, int V, int gb, int mb) {
     tri_config_defaults(c);

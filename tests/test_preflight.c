@@ -1,8 +1,8 @@
-/* The preflight's figures (src/preflight.h) against independent ones: the
+/* The preflight's figures (src/train/preflight.h) against independent ones: the
  * activation and parameter bytes against what model/gpt.c really allocates,
  * the per-rank sum by hand, /proc/meminfo and cgroup parsing on literal
  * texts, the refusal message; the data-file fingerprints (data/dataset.h)
- * and their check on resume (src/datafiles.h); the divergence hint. */
+ * and their check on resume (src/train/datafiles.h); the divergence hint. */
 #include <criterion/criterion.h>
 
 #include <stdint.h>
@@ -16,9 +16,9 @@
 #include "model/gpt.h"
 #include "model/runtime.h"
 #include "base/size.h"
-#include "src/config.h"
-#include "src/datafiles.h"
-#include "src/preflight.h"
+#include "config/config.h"
+#include "train/datafiles.h"
+#include "train/preflight.h"
 
 static tri_config tiny(int L, int NH, int C, int T, int V, int tp) {
     tri_config c;

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "helpers/testutil.h"
-#include "model/safetensors.h"
+#include "model/ckpt/safetensors.h"
 
 /* Exact in F32: an integer in (-2^21, 2^21) plus 0.5. */
 static float cf(int e, size_t r, size_t c) {

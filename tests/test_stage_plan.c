@@ -1,6 +1,6 @@
 /* Pipeline layouts (tri_chunks_layout, tri_gpt_check_layout in model/gpt.h)
  * against hand-written layer ranges and the messages they must print, and
- * stage plans (src/stage_plan.h) against the closed forms of the schedules'
+ * stage plans (src/plan/stage_plan.h) against the closed forms of the schedules'
  * saved micro-batches: 1F1B keeps min(pp - s, m) on stage s, GPipe m, one
  * stage 1. */
 #include <criterion/criterion.h>
@@ -11,8 +11,8 @@
 
 #include "helpers/testutil.h"
 #include "model/gpt.h"
-#include "src/config.h"
-#include "src/stage_plan.h"
+#include "config/config.h"
+#include "plan/stage_plan.h"
 
 static tri_model_cfg model(int L) {
     return (tri_model_cfg){.n_layer = L, .n_head = 2, .n_embd = 16, .seq_len = 8, .vocab_size = 256};

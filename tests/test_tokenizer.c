@@ -17,7 +17,7 @@
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
-#include "src/cmd_tokenize.h"
+#include "cli/cmd_tokenize.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 

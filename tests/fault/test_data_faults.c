@@ -30,8 +30,8 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "helpers/testutil.h"
-#include "src/config.h"
-#include "src/preflight.h"
+#include "config/config.h"
+#include "train/preflight.h"
 
 #define LIMITS "prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=60"
 

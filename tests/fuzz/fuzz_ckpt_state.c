@@ -1,9 +1,9 @@
-/* A checkpoint's state.json (src/ckpt_state.c): the input is the file's text.
+/* A checkpoint's state.json (src/train/ckpt_state.c): the input is the file's text.
  * An accepted one gives a step and sample count in range and a config that
  * survives its own dump. */
 #include <string.h>
 
-#include "src/ckpt_state.h"
+#include "train/ckpt_state.h"
 #include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,5 +1,5 @@
 /* A checkpoint root's `latest` and a step dir's manifest.json
- * (model/ckpt_store.c: tri_ckpt_verify, tri_ckpt_find, tri_ckpt_resolve): the
+ * (model/ckpt/store.c: tri_ckpt_verify, tri_ckpt_find, tri_ckpt_resolve): the
  * input is the `latest` text, a NUL, then manifest.json (none when empty).
  * The root holds step_00000007/ (a checkpoint from before manifests: a
  * state.json only) and step_00000012/ (config.json = "{}\n", and the
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model/ckpt_store.h"
+#include "model/ckpt/store.h"
 #include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,10 +1,10 @@
-/* The config file and `--set` overrides (src/config.c): the input is the JSON
+/* The config file and `--set` overrides (src/config/config.c): the input is the JSON
  * text, then NUL-separated overrides ("section.key=value"). An accepted
  * config must survive its own dump: tri_config_to_json, loaded back, gives
  * the same dump. */
 #include <string.h>
 
-#include "src/config.h"
+#include "config/config.h"
 #include "tests/fuzz/fuzz_util.h"
 
 #define MAX_OVERRIDES 16

@@ -1,10 +1,10 @@
-/* A checkpoint's Hugging Face config.json (model/checkpoint.c:
+/* A checkpoint's Hugging Face config.json (model/ckpt/checkpoint.c:
  * tri_hf_config_parse), as `trident sample` reads it: the input is the
  * file's text. An accepted one gives positive sizes, and the config.json
  * Trident writes for that shape parses back to the same shape. */
 #include <string.h>
 
-#include "model/checkpoint.h"
+#include "model/ckpt/checkpoint.h"
 #include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -5,7 +5,7 @@
  * tensor under its own name and shape. */
 #include <string.h>
 
-#include "model/safetensors.h"
+#include "model/ckpt/safetensors.h"
 #include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

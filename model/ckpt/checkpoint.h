@@ -1,0 +1,74 @@
+/* Layout-independent checkpoints of a tri_gpt (and its AdamW state).
+ *
+ * A checkpoint directory holds
+ *   model.safetensors      every tensor whole, in its global shape, under the
+ *                          Hugging Face GPT-2 names and layouts (Conv1D
+ *                          weights [in, out]; wte trimmed to the real vocab)
+ *                          in fp32, bf16 or fp16 (checkpoint.dtype; fp32
+ *                          widens 16-bit parameters exactly)
+ *   optimizer.safetensors  AdamW moments under "exp_avg.<name>" and
+ *                          "exp_avg_sq.<name>", same shapes, fp32; and the
+ *                          fp32 master weights under "master.<name>" unless
+ *                          model.safetensors holds them exactly (fp32
+ *                          parameters saved in fp32: then it is the masters)
+ *   config.json            a Hugging Face GPT-2 config
+ *   state.json             the trainer's state (the caller's text)
+ * Every rank writes only the slices it owns into the one preallocated file
+ * (replicated tensors by TP rank 0, only DP rank 0 writes; with the
+ * distributed optimizer every DP rank writes the optimizer state of its
+ * shards, slices that may begin and end inside a row), so a checkpoint saved
+ * with any tp/pp/dp and parallel.zero loads with any other, and in any
+ * train.precision: loading reads model.safetensors (widened to fp32 on the
+ * host), rounds it into 16-bit parameters where the run has them and takes
+ * it as the master weights, then master.<name> where present replaces the
+ * masters (and the 16-bit parameters are rounded from them again; an fp32
+ * run takes them as its parameters). So a run resumes bit for bit in its
+ * own precision, whatever checkpoint.dtype was.
+ */
+#ifndef TRI_MODEL_CHECKPOINT_H
+#define TRI_MODEL_CHECKPOINT_H
+
+#include "model/ckpt/store.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "parallel/dist.h"
+
+/* Collective over the world, at start-up before anything is trained: the
+ * writing rank (world rank 0) opens the checkpoint store at `root`
+ * (tri_ckpt_store_open: validated with `key` named, locked, stale temp dirs
+ * removed) and then
+ *   resume:    finds the checkpoint to resume from (tri_ckpt_find: the newest
+ *              complete one, verified) and continues its run (pruning);
+ *   no resume: refuses a root that already holds a checkpoint.
+ * Every rank gets the same answer: 0 with dir[n] the step dir to resume from
+ * ("" for a fresh start), or -1 on every rank (rank 0 printed why). Rank 0
+ * says what it chose when `verbose`. Rank 0's *store stays open (holding the
+ * lock) until tri_ckpt_store_close; the other ranks' stays closed. */
+int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key, int resume, tri_dist *d, char *dir,
+                        size_t n, int verbose);
+
+/* Collective over the world. Writes step_<step> into the store (open on world
+ * rank 0, see above) through a temporary directory and the crash-safe commit
+ * of model/ckpt/store.h, then prunes to `keep` (0: keep all). Returns 0 on
+ * every rank, or -1 on every rank: the temporary directory is removed and the
+ * checkpoints saved before are intact. model_dtype is model.safetensors'
+ * dtype: TRI_F32, TRI_BF16 or TRI_F16. */
+int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
+                   const char *state_json, int keep, tri_dtype model_dtype);
+
+/* Collective over the world. Loads this rank's slices from the checkpoint
+ * directory `dir` (a step directory); o may be NULL (inference: the
+ * optimizer file is then not needed). Shapes are checked against the model;
+ * errors name the file and the tensor. Returns 0 on every rank or -1 on
+ * every rank. */
+int tri_model_load(const char *dir, tri_gpt *g, tri_optim *o, tri_dist *d);
+
+/* The Hugging Face GPT-2 config.json text for cfg (malloc'd). */
+char *tri_hf_config_json(const tri_model_cfg *cfg);
+
+/* Reads a model shape from a Hugging Face GPT-2 config.json text (n_embd,
+ * n_head, n_layer, n_positions, vocab_size). `name` names the file in
+ * messages. Returns 0 or -1. */
+int tri_hf_config_parse(const char *json, const char *name, tri_model_cfg *cfg);
+
+#endif

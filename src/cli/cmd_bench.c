@@ -1,0 +1,354 @@
+/* `trident bench CONFIG [--steps N] [--threads K] [--set ...]`: training
+ * throughput on synthetic tokens, and the machine's sgemm speed on the
+ * model's own GEMM shape, so that MFU can be read against what this machine
+ * can do rather than a datasheet. Works under tridentrun too (rank 0 prints). */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model/gpt.h"
+#include "parallel/dist.h"
+#include "parallel/mesh.h"
+#include "base/err.h"
+#include "base/size.h"
+#include "cli/cli.h"
+#include "config/config.h"
+#include "train/preflight.h"
+#include "parallel/schedule.h"
+#include "plan/stage_plan.h"
+#include "train/train.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* out (M, N) = A (M, K) @ B (N, K)^T, the shape of the MLP's first GEMM,
+ * timed by the GFLOP/s it reaches. */
+typedef struct sgemm_probe {
+    size_t M, K, N;
+    float *A, *B, *C;
+    double *after; /* [step]: GFLOP/s measured right after that step */
+    double *times; /* [step]: that step's seconds */
+} sgemm_probe;
+
+/* M = 0: no sgemm (a GPU run: only the step times are kept). */
+static int probe_init(sgemm_probe *p, size_t M, size_t K, size_t N, size_t steps) {
+    memset(p, 0, sizeof *p);
+    p->after = calloc(steps, sizeof(double));
+    p->times = calloc(steps, sizeof(double));
+    if (!p->after || !p->times) return -1;
+    if (M == 0) return 0;
+    p->M = M;
+    p->K = K;
+    p->N = N;
+    p->A = malloc(M * K * sizeof(float));
+    p->B = malloc(N * K * sizeof(float));
+    p->C = malloc(M * N * sizeof(float));
+    if (!p->A || !p->B || !p->C) return -1;
+    for (size_t i = 0; i < M * K; i++) p->A[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < N * K; i++) p->B[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    return 0;
+}
+
+static void probe_free(sgemm_probe *p) {
+    free(p->A);
+    free(p->B);
+    free(p->C);
+    free(p->after);
+    free(p->times);
+    memset(p, 0, sizeof *p);
+}
+
+/* The best GFLOP/s of `reps` runs. */
+static double probe_best(sgemm_probe *p, int reps) {
+    double best = 0.0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->M, (int)p->N, (int)p->K, 1.0f, p->A, (int)p->K,
+                    p->B, (int)p->K, 0.0f, p->C, (int)p->N);
+        double g = 2.0 * (double)p->M * (double)p->N * (double)p->K / (now_s() - t0) / 1e9;
+        if (g > best) best = g;
+    }
+    return best;
+}
+
+/* After each training step: its time, and the machine's sgemm speed at that
+ * moment. This VM has phases of about half speed lasting seconds; dividing
+ * each step's model GFLOP/s by the sgemm speed measured right after it
+ * cancels them. */
+static void after_step(void *ctx, int step, double seconds) {
+    sgemm_probe *p = ctx;
+    p->times[step] = seconds;
+    if (p->M > 0) p->after[step] = probe_best(p, 2);
+}
+
+/* Under pipelining: each stage's compute (busy), idle and p2p time per
+ * step, and the measured bubble (the busiest stage's idle time over its busy
+ * time, idle = the longest stage's span minus its busy time) beside the
+ * simulator's prediction with unit costs for the same schedule. Returns 0 or
+ * -1 (printed). */
+static int pipeline_report(const tri_config *cfg, const tri_run_report *rep, double *bubble, double *bubble_sim) {
+    if (cfg->parallel.pp == 1 || rep->stages == 0 || rep->steps == 0) return 0;
+    tri_stage_plan plan;
+    if (tri_stage_plan_init(&plan, cfg, 0) != 0) return -1;
+    tri_schedule s;
+    tri_sim_result r;
+    tri_sim_costs unit = {1.0, 1.0, 1.0};
+    int rc = tri_schedule_build(&s, plan.kind, plan.pp, plan.vpp, plan.m);
+    if (rc == 0) {
+        rc = tri_schedule_simulate(&s, unit, &r);
+        if (rc == 0) {
+            *bubble_sim = r.bubble;
+            tri_sim_result_free(&r);
+        }
+        tri_schedule_free(&s);
+    }
+    if (rc != 0) {
+        tri_stage_plan_free(&plan);
+        return -1;
+    }
+    double span = 0.0, busiest = 0.0;
+    for (int i = 0; i < rep->stages; i++) {
+        if (rep->stage_span_s[i] > span) span = rep->stage_span_s[i];
+        if (rep->stage_busy_s[i] > busiest) busiest = rep->stage_busy_s[i];
+    }
+    *bubble = busiest > 0 ? (span - busiest) / busiest : 0.0;
+    printf("  pipeline    %s, pp=%d vpp=%d, %d micro-batches per step; per step:\n", tri_sched_name(plan.kind), plan.pp,
+           plan.vpp, plan.m);
+    for (int i = 0; i < rep->stages; i++)
+        printf("    stage %-3d busy %8.1f ms  idle %8.1f ms  p2p wait %8.1f ms\n", i,
+               1e3 * rep->stage_busy_s[i] / rep->steps, 1e3 * (span - rep->stage_busy_s[i]) / rep->steps,
+               1e3 * rep->stage_p2p_s[i] / rep->steps);
+    printf("  bubble      measured %.3f (idle / busy of the busiest stage), simulated %.3f (unit costs, "
+           "`trident schedule`)\n",
+           *bubble, *bubble_sim);
+    tri_stage_plan_free(&plan);
+    return 0;
+}
+
+static void bench_usage(FILE *f) {
+    fprintf(f, "usage: trident bench CONFIG [--steps N] [--threads K] [--device cpu|cuda] [--peak-tflops P]\n"
+               "                     [--set section.key=value]...\n"
+               "  runs N training steps (after one warm-up step) on synthetic tokens and prints tokens/s,\n"
+               "  model GFLOP/s, MFU against this machine's measured sgemm speed, communication per group\n"
+               "  (under tridentrun), and a last line of JSON.\n"
+               "  --device cuda         train on one GPU per rank; no sgemm is measured: MFU is against\n"
+               "                        --peak-tflops, the device's peak TFLOP/s in the run's precision\n"
+               "                        (dense bf16: 989 on H100 SXM and H200, 312 on A100; scripts/bench_gpu.sh)\n"
+               "  --skip-memory-check   start even if a rank's memory estimate exceeds the memory available\n");
+}
+
+int tri_cmd_bench(int argc, char **argv) {
+    const char *path = NULL;
+    const char **sets = calloc((size_t)argc + 2, sizeof *sets);
+    int n_sets = 0;
+    long steps = 10, threads = 0;
+    const char *device = NULL; /* --device, else the config's "device" */
+    char device_set[64];
+    double peak_tflops = 0.0;
+    int rc = 2, skip_memory_check = 0;
+    sgemm_probe probe = {0};
+    /* the data files are not read: synthetic tokens */
+    sets[n_sets++] = "data.train=synthetic";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            bench_usage(stdout);
+            rc = 0;
+            goto out;
+        } else if (!strcmp(a, "--steps") && v) {
+            if (tri_arg_int(a, v, 1, 1000000, &steps)) goto out;
+            i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            if (tri_arg_int(a, v, 1, 1024, &threads)) goto out;
+            i++;
+        } else if (!strcmp(a, "--device") && v) {
+            device = v;
+            i++;
+        } else if (!strcmp(a, "--peak-tflops") && v) {
+            char *end;
+            peak_tflops = strtod(v, &end);
+            if (end == v || *end != '\0' || !(peak_tflops > 0.0 && peak_tflops < 1e9)) {
+                tri_error("bench: --peak-tflops '%s' is not a positive number of TFLOP/s", v);
+                goto out;
+            }
+            i++;
+        } else if (!strcmp(a, "--skip-memory-check")) {
+            skip_memory_check = 1;
+        } else if (!strcmp(a, "--set") && v) {
+            sets[n_sets++] = v;
+            i++;
+        } else if (a[0] == '-') {
+            tri_error("bench: unknown or incomplete option '%s' (try `trident bench --help`)", a);
+            goto out;
+        } else if (!path) {
+            path = a;
+        } else {
+            tri_error("bench: unexpected argument '%s'", a);
+            goto out;
+        }
+    }
+    if (!path) {
+        tri_error("bench: missing CONFIG");
+        goto out;
+    }
+    char steps_set[64];
+    snprintf(steps_set, sizeof steps_set, "train.steps=%ld", steps + 1);
+    sets[n_sets++] = steps_set;
+    tri_config cfg;
+    if (device) { /* the config's top-level "device", overridden last */
+        snprintf(device_set, sizeof device_set, "device=%s", device);
+        sets[n_sets++] = device_set;
+    }
+    if (tri_config_load(&cfg, path, n_sets, sets) != 0) goto out;
+    device = cfg.device;
+    /* on the CPU the peak is measured (sgemm); elsewhere it is given */
+    const int on_cpu = !strcmp(device, "cpu") || !strcmp(device, "cpu-guard");
+    if (on_cpu && peak_tflops > 0.0) {
+        tri_error("bench: --peak-tflops is for --device cuda (on the CPU the peak is measured)");
+        goto out;
+    }
+    tri_set_threads((int)threads);
+    int nthreads = omp_get_max_threads();
+    size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len, C = (size_t)cfg.model.n_embd;
+    /* the sgemm probe is allocated before tri_train's own preflight: check
+     * its sizes and this rank's memory with it first (src/train/preflight.h) */
+    size_t probe_floats = 0;
+    size_t fac[3][2] = {{BT, C}, {4 * C, C}, {BT, 4 * C}};
+    for (int k = 0; on_cpu && k < 3; k++) {
+        size_t x;
+        if (!tri_size_mul(&x, fac[k][0], fac[k][1]) || !tri_size_add(&probe_floats, probe_floats, x) ||
+            probe_floats > SIZE_MAX / sizeof(float)) {
+            tri_error("bench: the sgemm probe (train.micro_batch x model.seq_len x 4 model.n_embd) overflows "
+                      "64-bit sizes (train.micro_batch %d, model.seq_len %d, model.n_embd %d)",
+                      cfg.train.micro_batch, cfg.model.seq_len, cfg.model.n_embd);
+            goto out;
+        }
+    }
+    int world, rank;
+    tri_mesh mesh;
+    char err[256];
+    tri_dist_env_world(&world, &rank);
+    if (tri_mesh_init(&mesh, world, rank, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp, err, sizeof err) == 0 &&
+        tri_preflight_model(&cfg, (size_t)cfg.train.micro_batch, mesh.tp_rank, mesh.pp_rank,
+                            probe_floats * sizeof(float), 1, !skip_memory_check, NULL) != 0)
+        goto out; /* (a layout that does not fit the world is tri_train's to report) */
+    rc = 1;
+    if (probe_init(&probe, on_cpu ? BT : 0, C, 4 * C, (size_t)steps + 1) != 0) {
+        tri_error("bench: out of memory");
+        goto out;
+    }
+    double peak = on_cpu ? probe_best(&probe, 15) : peak_tflops * 1e3;
+    tri_run_opts opts = {0};
+    opts.device = device;
+    opts.threads = (int)threads;
+    opts.synthetic = 1;
+    opts.quiet = 1;
+    opts.skip_memory_check = skip_memory_check;
+    opts.after_step = after_step;
+    opts.after_step_ctx = &probe;
+    tri_run_report rep = {0};
+    opts.report = &rep;
+    rc = tri_train(&cfg, &opts);
+    if (rc != 0 || rep.rank != 0) goto out;
+    double *times = probe.times;
+
+    /* the best sgemm seen at any point: before, after every step, at the end */
+    double again = on_cpu ? probe_best(&probe, 15) : 0.0;
+    if (again > peak) peak = again;
+    for (long i = 1; on_cpu && i <= steps; i++)
+        if (probe.after[i] > peak) peak = probe.after[i];
+    /* one rank's best sgemm times the ranks, but ranks that share a machine
+     * share its cores: with more local ranks x threads than cores (the
+     * oversubscribed quickstart layouts), the machine's cores are the limit */
+    double job_peak = peak * rep.world;
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int local = ls ? atoi(ls) : 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (on_cpu && local > 0 && cores > 0 && (long)local * nthreads > cores)
+        job_peak *= (double)cores / ((double)local * nthreads);
+    double flops_step = tri_gpt_flops_per_token(&cfg.model) * (double)cfg.train.global_batch * cfg.model.seq_len;
+    /* per step: model GFLOP/s over the job's sgemm GFLOP/s right after it (median) */
+    double *paired = calloc((size_t)steps, sizeof *paired);
+    if (!paired) {
+        tri_error("bench: out of memory");
+        rc = 1;
+        goto out;
+    }
+    for (long i = 1; i <= steps; i++) /* all ranks probed at once; on a GPU, against the given peak */
+        paired[i - 1] = flops_step / times[i] / 1e9 / ((on_cpu ? probe.after[i] : peak) * rep.world);
+    qsort(paired, (size_t)steps, sizeof *paired, cmp_double);
+    double mfu_paired = paired[steps / 2];
+    free(paired);
+    /* the first step warms caches and page-faults the buffers: not counted */
+    qsort(times + 1, (size_t)steps, sizeof *times, cmp_double);
+    double med = times[1 + steps / 2];
+    double tps = (double)cfg.train.global_batch * cfg.model.seq_len / med;
+    double gflops = flops_step / med / 1e9;
+    double mfu = job_peak > 0.0 ? gflops / job_peak : 0.0;
+    if (!(job_peak > 0.0)) mfu_paired = 0.0;
+
+    printf("bench %s: %zu params, B=%d T=%d, %d rank(s) (tp=%d pp=%d dp=%d) x %d threads, device %s, %s\n", path,
+           tri_gpt_num_params(&cfg.model), cfg.train.global_batch, cfg.model.seq_len, rep.world, cfg.parallel.tp,
+           cfg.parallel.pp, cfg.parallel.dp, nthreads, device, cfg.train.precision);
+    printf("  step time   %.1f ms (median of %ld; min %.1f, max %.1f)\n", med * 1e3, steps, times[1] * 1e3,
+           times[steps] * 1e3);
+    printf("  throughput  %.0f tokens/s, %.1f GFLOP/s of model FLOPs (%.1f MFLOP/token)\n", tps, gflops,
+           tri_gpt_flops_per_token(&cfg.model) / 1e6);
+    if (on_cpu) {
+        printf("  sgemm       best %.1f GFLOP/s per rank (%zux%zux%zu, %d threads), %.1f for the job's %d rank(s)\n",
+               peak, BT, C, 4 * C, nthreads, job_peak, rep.world);
+        printf("  MFU         %.1f%% of the best sgemm speed; %.1f%% of the sgemm speed measured right after\n"
+               "              each step (median; cancels this VM's slow phases)\n",
+               100.0 * mfu, 100.0 * mfu_paired);
+    } else if (job_peak > 0.0) {
+        printf("  MFU         %.1f%% of the given peak, %.1f TFLOP/s per device (%.1f for the job's %d rank(s))\n",
+               100.0 * mfu, peak / 1e3, job_peak / 1e3, rep.world);
+    } else {
+        printf("  MFU         not computed: give the device's peak with --peak-tflops\n");
+    }
+    /* rank 0's view of communication: per step, and its share of step time */
+    const char *names[3] = {"tp", "dp", "pp"};
+    const tri_comm_stats *st[3] = {&rep.tp, &rep.dp, &rep.pp};
+    double share[3] = {0, 0, 0};
+    for (int g = 0; g < 3; g++) {
+        if (st[g]->calls == 0 || rep.steps == 0) continue;
+        share[g] = st[g]->seconds / rep.seconds;
+        printf("  comm %s     %.2f MB/step in %.0f calls, %.1f ms/step blocked (%.1f%% of step time)\n", names[g],
+               (double)st[g]->bytes / rep.steps / 1e6, (double)st[g]->calls / rep.steps,
+               1e3 * st[g]->seconds / rep.steps, 100.0 * share[g]);
+    }
+    double bubble = 0.0, bubble_sim = 0.0;
+    if (pipeline_report(&cfg, &rep, &bubble, &bubble_sim) != 0) {
+        rc = 1;
+        goto out;
+    }
+    char memline[512], memjson[512];
+    tri_mem_line(&rep.mem, memline, sizeof memline);
+    tri_mem_json(&rep.mem, memjson, sizeof memjson);
+    printf("  memory      rank 0, recompute %s: %s; saved activations in use at most %.2f MiB\n", cfg.train.recompute,
+           memline, (double)rep.mem.saved_in_use_peak / (1024.0 * 1024.0));
+    printf("{\"config\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, "
+           "\"threads\": %d, \"recompute\": \"%s\", "
+           "\"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, "
+           "\"mfu_paired\": %.4f, \"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f, \"pp\": %d, \"vpp\": %d, "
+           "\"schedule\": \"%s\", \"bubble\": %.4f, \"bubble_sim\": %.4f, \"mem\": %s}\n",
+           path, device, cfg.train.precision, rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads,
+           cfg.train.recompute, med * 1e3, tps, gflops, job_peak, mfu, mfu_paired, share[0], share[1], cfg.parallel.pp,
+           cfg.parallel.vpp, cfg.parallel.schedule, bubble, bubble_sim, memjson);
+out:
+    probe_free(&probe);
+    free(sets);
+    return rc;
+}

@@ -1,0 +1,675 @@
+/* The planner's model; see src/plan/plan.h and docs/plan.md. */
+#include "plan/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ctx.h"
+#include "kernels/ops.h"
+#include "model/gpt.h"
+#include "model/runtime.h"
+#include "parallel/grad_sync.h"
+#include "parallel/schedule.h"
+#include "base/err.h"
+#include "src/pipeline.h"
+#include "plan/stage_plan.h"
+
+/* ------------------------------------------------------------------------ */
+/* the devices: ONE table, its sources in docs/plan.md                        */
+
+#define TB (1e12)
+#define GB (1e9)
+
+static const tri_gpu_kind gpu_table[] = {
+    /* NVIDIA H100 SXM5 80GB datasheet: 989 TFLOP/s dense BF16 (1,979 with
+     * sparsity), 494 TF32 dense, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s
+     * (both directions: 450 each way); DGX H100: 8 GPUs, one 400 Gb/s NDR
+     * ConnectX-7 port per GPU (50 GB/s each way). */
+    {"h100", "NVIDIA H100 SXM5 80GB", 989 * TB, 494.5 * TB, 80 * GB, 3.35 * TB, 450 * GB, 50 * GB, 8, 0.80, 96.0, 0.45,
+     0.80, 10e-6, 1, 0.0, NULL, NULL, 0.0},
+    /* NVIDIA A100 SXM4 80GB datasheet: 312 TFLOP/s dense BF16, 156 TF32,
+     * 80 GB HBM2e at 2.039 TB/s, NVLink 600 GB/s (300 each way); DGX A100:
+     * 8 GPUs, eight 200 Gb/s HDR ports (25 GB/s each way per GPU). */
+    {"a100", "NVIDIA A100 SXM4 80GB", 312 * TB, 156 * TB, 80 * GB, 2.039 * TB, 300 * GB, 25 * GB, 8, 0.85, 64.0, 0.50,
+     0.80, 10e-6, 1, 0.0, NULL, NULL, 0.0},
+};
+
+const tri_gpu_kind *tri_gpu_lookup(const char *name) {
+    for (size_t i = 0; i < sizeof gpu_table / sizeof gpu_table[0]; i++)
+        if (!strcmp(gpu_table[i].name, name)) return &gpu_table[i];
+    return NULL;
+}
+
+int tri_plan_precision_bytes(const char *precision) {
+    if (!strcmp(precision, "fp32")) return 4;
+    if (!strcmp(precision, "bf16") || !strcmp(precision, "fp16")) return 2;
+    return -1;
+}
+
+static tri_dtype precision_dtype(const char *precision) {
+    if (!strcmp(precision, "bf16")) return TRI_BF16;
+    if (!strcmp(precision, "fp16")) return TRI_F16;
+    return TRI_F32;
+}
+
+/* ------------------------------------------------------------------------ */
+/* a description of one stage without parameter tables                       */
+
+/* Flash attention (the GPU backends' kernels): the log-sum-exp of every
+ * (batch, head, query) row is all it keeps; no T x T scratch. */
+static size_t flash_saved_floats(size_t B, size_t T, int NH, int HS) {
+    (void)HS;
+    return B * (size_t)NH * T;
+}
+static size_t flash_scratch_floats(size_t B, size_t T, int NH, int HS) {
+    (void)B, (void)T, (void)NH, (void)HS;
+    return 0;
+}
+
+typedef struct stage_desc {
+    tri_gpt g;
+    tri_chunk chunks[TRI_MAX_VPP];
+    tri_chunk_spec specs[TRI_MAX_VPP];
+    int *layers;
+    tri_ctx ctx;
+    tri_ops ops;
+    int described; /* g from tri_gpt_describe (free it) */
+} stage_desc;
+
+static size_t r16(size_t n) { return (n + 15) / 16 * 16; }
+
+/* Elements of one chunk's parameter table (model/gpt.c build_table). */
+static size_t chunk_elems(const tri_model_cfg *m, int tp, int n_layers, int emb, int head) {
+    size_t C = (size_t)m->n_embd, F = 4 * C, t = (size_t)tp, T = (size_t)m->seq_len;
+    size_t layer = 4 * r16(C) + r16(3 * C / t * C) + r16(3 * C / t) + r16(C * C / t) + r16(C) + r16(F / t * C) +
+                   r16(F / t) + r16(C * F / t) + r16(C);
+    size_t n = (size_t)n_layers * layer;
+    if (head) n += 2 * r16(C);
+    if (emb) n += r16(T * C);
+    if (emb || head) n += r16(tri_padded_vocab(m->vocab_size, tp) / t * C);
+    return n;
+}
+
+static void stage_free(stage_desc *d) {
+    if (d->described) {
+        d->g.ctx = NULL;
+        tri_gpt_free(&d->g);
+    }
+    free(d->layers);
+    memset(d, 0, sizeof *d);
+}
+
+/* The chunks of stage pp_rank: by tri_gpt_describe (CPU, exactly as
+ * preflight) or as a shell holding only the sizes the runtime's size
+ * functions read (GPU). Returns 0 or -1 (printed). */
+static int stage_init(stage_desc *d, const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank) {
+    const tri_model_cfg *m = &cfg->model;
+    const tri_parallel_cfg *par = &cfg->parallel;
+    memset(d, 0, sizeof *d);
+    if (par->vpp > TRI_MAX_VPP)
+        return tri_error("parallel.vpp = %d: at most %d virtual chunks per stage", par->vpp, TRI_MAX_VPP);
+    d->layers = malloc(((size_t)m->n_layer + 1) * sizeof *d->layers);
+    if (!d->layers) return tri_error("out of memory (layer list of %d layers)", m->n_layer);
+    if (tri_chunks_layout(m, par->pp, pp_rank, par->vpp, par->pp_layout, d->specs, d->layers) != 0) {
+        stage_free(d);
+        return -1;
+    }
+    tri_dtype act = precision_dtype(cfg->train.precision);
+    d->ops = *tri_ops_cpu();
+    if (gpu && gpu->flash) {
+        d->ops.attention_saved_floats = flash_saved_floats;
+        d->ops.attention_scratch_floats = flash_scratch_floats;
+    }
+    d->ctx.ops = &d->ops;
+    d->ctx.act_dtype = d->ctx.param_dtype = act;
+    d->ctx.grad_dtype = d->ctx.master_dtype = TRI_F32;
+    if (!gpu) {
+        if (tri_gpt_describe(&d->g, m, par->tp, 0, d->specs, par->vpp) != 0) {
+            stage_free(d);
+            return -1;
+        }
+        d->described = 1;
+        if (tri_gpt_set_sequence_parallel(&d->g, par->sequence_parallel) != 0) {
+            stage_free(d);
+            return -1;
+        }
+        /* fp32: no context, as preflight; else one that only says the dtype */
+        if (act != TRI_F32) d->g.ctx = &d->ctx;
+        return 0;
+    }
+    tri_gpt *g = &d->g;
+    g->cfg = *m;
+    g->ctx = &d->ctx;
+    g->tp = par->tp;
+    g->sp = par->sequence_parallel;
+    g->C = (size_t)m->n_embd;
+    g->NH = m->n_head;
+    g->NHl = m->n_head / par->tp;
+    g->HS = m->n_embd / m->n_head;
+    g->Cl = (size_t)g->NHl * (size_t)g->HS;
+    g->F = 4 * g->C;
+    g->Fl = g->F / (size_t)par->tp;
+    g->Vp = tri_padded_vocab(m->vocab_size, par->tp);
+    g->Vl = g->Vp / (size_t)par->tp;
+    g->n_chunks = par->vpp;
+    g->chunks = d->chunks;
+    for (int k = 0; k < par->vpp; k++) {
+        d->chunks[k].n_layers = d->specs[k].n_layers;
+        d->chunks[k].has_embedding = d->specs[k].has_embedding;
+        d->chunks[k].has_head = d->specs[k].has_head;
+        d->chunks[k].n_elems =
+            chunk_elems(m, par->tp, d->specs[k].n_layers, d->specs[k].has_embedding, d->specs[k].has_head);
+    }
+    return 0;
+}
+
+size_t tri_plan_param_elems(const tri_config *cfg, int pp_rank) {
+    const tri_parallel_cfg *par = &cfg->parallel;
+    tri_chunk_spec specs[TRI_MAX_VPP];
+    if (par->vpp > TRI_MAX_VPP) return 0;
+    int *layers = malloc(((size_t)cfg->model.n_layer + 1) * sizeof *layers);
+    if (!layers) return 0;
+    size_t n = 0;
+    if (tri_chunks_layout(&cfg->model, par->pp, pp_rank, par->vpp, par->pp_layout, specs, layers) == 0)
+        for (int k = 0; k < par->vpp; k++)
+            n += chunk_elems(&cfg->model, par->tp, specs[k].n_layers, specs[k].has_embedding, specs[k].has_head);
+    free(layers);
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the schedule                                                              */
+
+static int sched_kind(const tri_config *cfg) {
+    int kind = tri_sched_parse(cfg->parallel.schedule);
+    if (kind == TRI_SCHED_1F1B && cfg->parallel.vpp > 1) kind = TRI_SCHED_INTERLEAVED;
+    return kind;
+}
+
+static int micro_batches(const tri_config *cfg) {
+    long per = (long)cfg->train.micro_batch * cfg->parallel.dp;
+    if (per <= 0 || cfg->train.global_batch % per != 0) return -1;
+    return (int)(cfg->train.global_batch / per);
+}
+
+/* Schedules and their simulations, kept for the search (layouts share
+ * them): the lists, the forward-only list that evaluation runs, the peaks of
+ * the unit-cost simulation, and bubbles already simulated by cost ratio. */
+typedef struct sched_entry {
+    int kind, pp, vpp, m;
+    tri_schedule s, ev;
+    int *peak_chunk; /* [pp * vpp] */
+    int n_bubbles;
+    double ratio[8], bubble[8]; /* (b / f, w / f) -> simulated bubble */
+    double wratio[8];
+} sched_entry;
+
+#define SCHED_CACHE 48
+static sched_entry cache[SCHED_CACHE];
+static int cache_n, cache_next;
+
+static void entry_free(sched_entry *e) {
+    tri_schedule_free(&e->s);
+    tri_schedule_free(&e->ev);
+    free(e->peak_chunk);
+    memset(e, 0, sizeof *e);
+}
+
+void tri_plan_cache_clear(void) {
+    for (int i = 0; i < cache_n; i++) entry_free(&cache[i]);
+    cache_n = cache_next = 0;
+}
+
+/* The entry of (kind, pp, vpp, m), built and simulated on first use. NULL
+ * after a message when the schedule refuses the numbers. */
+static sched_entry *sched_get(int kind, int pp, int vpp, int m) {
+    for (int i = 0; i < cache_n; i++)
+        if (cache[i].kind == kind && cache[i].pp == pp && cache[i].vpp == vpp && cache[i].m == m) return &cache[i];
+    sched_entry e;
+    memset(&e, 0, sizeof e);
+    e.kind = kind;
+    e.pp = pp;
+    e.vpp = vpp;
+    e.m = m;
+    if (tri_schedule_build(&e.s, (tri_sched_kind)kind, pp, vpp, m) != 0) return NULL;
+    if (tri_schedule_build(&e.ev, TRI_SCHED_FORWARD, pp, vpp, 1) != 0) {
+        entry_free(&e);
+        return NULL;
+    }
+    tri_sim_result r;
+    memset(&r, 0, sizeof r);
+    tri_sim_costs unit = {1.0, 1.0, 1.0};
+    int rc = tri_schedule_simulate(&e.s, unit, &r);
+    if (rc != 0 || r.deadlock || r.invalid) {
+        tri_error("the %s schedule of parallel.pp %d x parallel.vpp %d with %d micro-batches %s",
+                  tri_sched_name((tri_sched_kind)kind), pp, vpp, m, rc != 0 ? "could not be simulated" : r.why);
+        tri_sim_result_free(&r);
+        entry_free(&e);
+        return NULL;
+    }
+    e.peak_chunk = malloc((size_t)pp * (size_t)vpp * sizeof *e.peak_chunk);
+    if (!e.peak_chunk) {
+        tri_sim_result_free(&r);
+        entry_free(&e);
+        tri_error("out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < pp * vpp; i++) e.peak_chunk[i] = r.peak_chunk ? r.peak_chunk[i] : 1;
+    tri_sim_result_free(&r);
+    int slot = cache_n < SCHED_CACHE ? cache_n++ : cache_next;
+    if (cache_n == SCHED_CACHE && slot == cache_next) {
+        if (cache[slot].peak_chunk) entry_free(&cache[slot]);
+        cache_next = (cache_next + 1) % SCHED_CACHE;
+    }
+    cache[slot] = e;
+    return &cache[slot];
+}
+
+/* The simulated bubble (idle / busy of the busiest rank) with costs c. */
+static int sched_bubble(sched_entry *e, tri_sim_costs c, double *bubble) {
+    double rb = c.b / c.f, rw = c.w / c.f;
+    for (int i = 0; i < e->n_bubbles; i++)
+        if (fabs(e->ratio[i] - rb) < 1e-3 * rb && fabs(e->wratio[i] - rw) <= 1e-3 * rb) {
+            *bubble = e->bubble[i];
+            return 0;
+        }
+    tri_sim_result r;
+    memset(&r, 0, sizeof r);
+    int rc = tri_schedule_simulate(&e->s, c, &r);
+    if (rc != 0 || r.deadlock || r.invalid) {
+        tri_sim_result_free(&r);
+        return tri_error("plan: the schedule could not be simulated with costs %g, %g, %g", c.f, c.b, c.w);
+    }
+    *bubble = r.bubble;
+    tri_sim_result_free(&r);
+    if (e->n_bubbles < 8) {
+        e->ratio[e->n_bubbles] = rb;
+        e->wratio[e->n_bubbles] = rw;
+        e->bubble[e->n_bubbles++] = *bubble;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* memory                                                                    */
+
+int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out) {
+    const tri_parallel_cfg *par = &cfg->parallel;
+    memset(out, 0, sizeof *out);
+    out->stage = pp_rank;
+    int P = tri_plan_precision_bytes(cfg->train.precision);
+    int kind = sched_kind(cfg), m = micro_batches(cfg);
+    if (P < 0) return tri_error("train.precision \"%s\" is not one of fp32, bf16, fp16", cfg->train.precision);
+    if (kind < 0) return tri_error("parallel.schedule \"%s\" is not a schedule", cfg->parallel.schedule);
+    if (m < 1)
+        return tri_error("train.global_batch (%d) is not a multiple of train.micro_batch (%d) x parallel.dp (%d)",
+                         cfg->train.global_batch, cfg->train.micro_batch, par->dp);
+    int policy = tri_recompute_parse(cfg->train.recompute);
+    if (policy < 0) return tri_error("train.recompute \"%s\" is not none, selective or full", cfg->train.recompute);
+    if (pp_rank < 0 || pp_rank >= par->pp) return tri_error("plan: no pipeline stage %d of %d", pp_rank, par->pp);
+    stage_desc d;
+    if (stage_init(&d, cfg, gpu, pp_rank) != 0) return -1;
+    sched_entry *e = sched_get(kind, par->pp, par->vpp, m);
+    if (!e) {
+        stage_free(&d);
+        return -1;
+    }
+    size_t B = (size_t)cfg->train.micro_batch, T = (size_t)cfg->model.seq_len;
+    int split = kind == TRI_SCHED_ZBH1, rc = 0;
+    size_t slot[TRI_MAX_VPP] = {0};
+    for (int c = 0; rc == 0 && c < par->vpp; c++) {
+        slot[c] = tri_slot_bytes(&d.g, c, B, T, (tri_recompute)policy, split, NULL);
+        if (slot[c] == 0) rc = -1;
+        int peak = e->peak_chunk[pp_rank * par->vpp + c];
+        out->saved_act_alloc += slot[c] * (size_t)(peak > 1 ? peak : 1);
+    }
+    if (rc == 0) {
+        /* slots in use: acquired at a forward, released after the backward
+         * (after W under zero-bubble schedules) */
+        size_t use = 0, peak = 0;
+        for (int i = 0; i < e->s.n[pp_rank]; i++) {
+            const tri_action *a = &e->s.a[pp_rank][i];
+            if (a->kind == TRI_ACT_FWD) {
+                use += slot[a->chunk];
+                if (use > peak) peak = use;
+            } else if (a->kind == TRI_ACT_BWD || a->kind == TRI_ACT_BWD_W) {
+                use -= slot[a->chunk];
+            }
+        }
+        out->saved_act_peak = peak;
+        size_t ws = tri_workspace_bytes(&d.g, B, T, (tri_recompute)policy);
+        if (ws == 0) rc = -1;
+        int boxes = tri_pipe_box_need(&d.g, e->s.a[pp_rank], e->s.n[pp_rank]);
+        int eb = tri_pipe_box_need(&d.g, e->ev.a[pp_rank], e->ev.n[pp_rank]);
+        if (eb > boxes) boxes = eb;
+        size_t A = (size_t)P;
+        out->workspace = ws + (size_t)boxes * tri_chunk_boundary_elems(&d.g, B, T) * A;
+        /* parameters: padded under ZeRO as tri_gpt_pad pads them */
+        size_t unit_pad = par->zero ? (size_t)par->dp * TRI_ZERO_ALIGN : 1, elems = 0, alloc = 0;
+        for (int k = 0; k < d.g.n_chunks; k++) {
+            size_t n = d.g.chunks[k].n_elems;
+            elems += n;
+            alloc += (n + unit_pad - 1) / unit_pad * unit_pad;
+        }
+        size_t master = P == 2 ? 4 : 0;
+        out->params = alloc * A;
+        out->grads = alloc * 4;
+        out->optim = par->zero ? alloc / (size_t)par->dp * (8 + master) : elems * (8 + master);
+        out->total = out->params + out->grads + out->optim + out->saved_act_alloc + out->workspace;
+    }
+    stage_free(&d);
+    return rc;
+}
+
+int tri_plan_memory(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out) {
+    memset(out, 0, sizeof *out);
+    /* stages differ only at the ends and in their layer counts: the first,
+     * the last, and any with the most layers */
+    int pp = cfg->parallel.pp, all = cfg->parallel.pp_layout[0] != '\0';
+    for (int s = 0; s < pp; s++) {
+        /* an even split: the middle stages equal stage 1 but for in-flight
+         * counts that fall with the stage index */
+        if (!all && s > 1 && s < pp - 1) continue;
+        tri_plan_mem e;
+        if (tri_plan_stage_mem(cfg, gpu, s, &e) != 0) return -1;
+        if (s == 0 || e.total > out->total) *out = e;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* time                                                                      */
+
+typedef struct costs {
+    const tri_gpu_kind *gpu;
+    double peak;  /* FLOP/s of the precision */
+    double A;     /* activation bytes        */
+    double tp_bw; /* bytes/s a TP collective moves per rank */
+    double lat;
+    int tp;
+} costs;
+
+/* A GEMM of M x N x K (2 M N K FLOPs). */
+static double gemm_s(const costs *c, double M, double N, double K) {
+    double fl = 2.0 * M * N * K;
+    if (fl <= 0) return 0;
+    if (c->gpu->gemm_flops) return fl / c->gpu->gemm_flops(c->gpu->gemm_ctx, (size_t)M, (size_t)N, (size_t)K);
+    double h = c->gpu->gemm_half;
+    double eff = c->gpu->gemm_eff * (M / (M + h)) * (N / (N + h)) * (K / (K + h));
+    return fl / (c->peak * eff);
+}
+
+/* A forward GEMM out (M, N) = x (M, K) W^T, and its backward: dx (M, K) =
+ * dout (M, N) W, dW (N, K) = dout^T x. */
+static double gemm_fwd(const costs *c, double M, double N, double K) { return gemm_s(c, M, N, K); }
+static double gemm_bwd(const costs *c, double M, double N, double K) { return gemm_s(c, M, K, N) + gemm_s(c, N, K, M); }
+
+/* Ring all-reduce of `bytes` over n ranks; all-gather + reduce-scatter move
+ * the same. */
+static double allreduce_s(double bytes, int n, double bw, double lat) {
+    if (n <= 1) return 0;
+    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+}
+static double half_ring_s(double bytes, int n, double bw, double lat) {
+    if (n <= 1) return 0;
+    return (double)(n - 1) / n * bytes / bw + (n - 1) * lat;
+}
+
+/* One layer, one micro-batch of M = B T tokens. */
+typedef struct layer_t {
+    double f, b;       /* compute, forward and backward (with recompute) */
+    double tp_f, tp_b; /* TP collectives */
+    double fl_f;       /* forward FLOPs (for what recompute adds) */
+    double re_fl;      /* FLOPs recompute adds */
+} layer_t;
+
+static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
+    const tri_model_cfg *m = &cfg->model;
+    double B = cfg->train.micro_batch, T = m->seq_len, M = B * T, C = m->n_embd, t = c->tp;
+    double NHl = (double)m->n_head / t, HS = C / m->n_head, A = c->A;
+    int sp = cfg->parallel.sequence_parallel;
+    const tri_gpu_kind *g = c->gpu;
+    layer_t L = {0};
+    double gf = gemm_fwd(c, M, 3 * C / t, C) + gemm_fwd(c, M, C, C / t) + gemm_fwd(c, M, 4 * C / t, C) +
+                gemm_fwd(c, M, C, 4 * C / t);
+    double gb = gemm_bwd(c, M, 3 * C / t, C) + gemm_bwd(c, M, C, C / t) + gemm_bwd(c, M, 4 * C / t, C) +
+                gemm_bwd(c, M, C, 4 * C / t);
+    /* attention: QK^T and PV over the full T x T square (Megatron's count) */
+    double att_fl = 4.0 * B * T * T * C / t, att_f, att_b;
+    if (g->gemm_flops) {
+        /* the CPU: (batch, head) GEMMs of T x T x HS run side by side on the
+         * threads, timed as one GEMM of (B heads T) x T x HS; probabilities kept */
+        att_f = att_fl / g->gemm_flops(g->gemm_ctx, (size_t)(B * NHl * T), (size_t)T, (size_t)HS);
+        att_b = 2.0 * att_f;
+    } else {
+        att_f = att_fl / (c->peak * g->attn_eff);
+        att_b = 2.5 * att_f; /* flash backward recomputes the probabilities */
+    }
+    /* the passes at memory bandwidth, elements per token: LayerNorms,
+     * residual adds (10 C, replicated: / t under SP), biases, GELU, the
+     * attention output (18 C / t); backward twice that */
+    double rep = sp ? 10.0 * C / t : 10.0 * C;
+    double el_f = M * (rep + 18.0 * C / t) * A / g->mem_bw;
+    if (!g->flash) el_f += B * NHl * T * T * 4.0 * 3.0 / g->mem_bw; /* the probabilities: scores, softmax */
+    double el_b = 2.0 * el_f;
+    double f = gf + att_f + el_f;
+    double ar = allreduce_s(M * C * A, c->tp, c->tp_bw, c->lat);
+    L.f = f;
+    L.b = gb + att_b + el_b;
+    L.tp_f = 2 * ar;
+    L.tp_b = 2 * ar;
+    L.fl_f = 2.0 * M * 12.0 * C * C / t + att_fl;
+    if (policy == TRI_RECOMPUTE_FULL) {
+        L.b += f;
+        L.tp_b += 2 * ar;
+        L.re_fl = L.fl_f;
+    } else if (policy == TRI_RECOMPUTE_SELECTIVE) {
+        L.b += att_f + (g->flash ? 0 : B * NHl * T * T * 4.0 * 3.0 / g->mem_bw);
+        L.re_fl = att_fl;
+    }
+    return L;
+}
+
+static double bw_for(const tri_gpu_kind *g, int span) { return (span <= g->per_node ? g->intra_bw : g->inter_bw); }
+
+int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out) {
+    const tri_model_cfg *md = &cfg->model;
+    const tri_parallel_cfg *par = &cfg->parallel;
+    memset(out, 0, sizeof *out);
+    int P = tri_plan_precision_bytes(cfg->train.precision);
+    int kind = sched_kind(cfg), m = micro_batches(cfg), policy = tri_recompute_parse(cfg->train.recompute);
+    if (P < 0 || kind < 0 || m < 1 || policy < 0)
+        return tri_error("plan: the layout's train.precision, parallel.schedule, train.recompute or batch is not "
+                         "valid");
+    costs c = {gpu, P == 2 ? gpu->peak_16 : gpu->peak_32, P, 0, gpu->latency_s, par->tp};
+    c.tp_bw = gpu->intra_bw * gpu->link_eff;
+    int world = par->tp * par->pp * par->dp;
+    layer_t L = layer_time(&c, cfg, policy);
+    double B = cfg->train.micro_batch, T = md->seq_len, M = B * T, C = md->n_embd, t = par->tp;
+    double Vl = (double)tri_padded_vocab(md->vocab_size, par->tp) / t;
+    /* the ends: LM head GEMM and cross-entropy (last stage), embedding (first) */
+    double head_f = gemm_fwd(&c, M, Vl, C) + 4.0 * M * Vl * c.A / gpu->mem_bw;
+    double head_b = gemm_bwd(&c, M, Vl, C);
+    double emb_f = 2.0 * M * C * c.A / gpu->mem_bw, emb_b = M * C * (c.A + 4.0) / gpu->mem_bw;
+    double ar = allreduce_s(M * C * c.A, par->tp, c.tp_bw, c.lat);
+
+    /* per stage, per micro-batch, over its chunks */
+    double F = 0, Bk = 0, TPs = 0, busiest = -1, opt_elems = 0;
+    int busy_layers = 0;
+    int *layers = malloc(((size_t)md->n_layer + 1) * sizeof *layers);
+    if (!layers) return tri_error("out of memory");
+    for (int s = 0; s < par->pp; s++) {
+        tri_chunk_spec specs[TRI_MAX_VPP];
+        if (par->vpp > TRI_MAX_VPP || tri_chunks_layout(md, par->pp, s, par->vpp, par->pp_layout, specs, layers) != 0) {
+            free(layers);
+            return -1;
+        }
+        double f = 0, b = 0, tp = 0;
+        int nl = 0;
+        for (int k = 0; k < par->vpp; k++) {
+            nl += specs[k].n_layers;
+            if (specs[k].has_embedding) {
+                f += emb_f;
+                b += emb_b;
+                tp += ar;
+            }
+            if (specs[k].has_head) {
+                f += head_f;
+                b += head_b;
+                tp += ar;
+            }
+        }
+        f += nl * L.f;
+        b += nl * L.b;
+        tp += nl * (L.tp_f + L.tp_b);
+        if (f + b + tp > busiest) {
+            busiest = f + b + tp;
+            busy_layers = nl;
+            F = f;
+            Bk = b;
+            TPs = tp;
+        }
+    }
+    free(layers);
+    opt_elems = (double)tri_plan_param_elems(cfg, 0);
+    for (int s = 1; s < par->pp; s++) {
+        double e = (double)tri_plan_param_elems(cfg, s);
+        if (e > opt_elems) opt_elems = e;
+    }
+    /* AdamW: reads parameter, gradient, moments (and master), writes them */
+    double master = P == 2 ? 8.0 : 0.0;
+    double opt_bytes = (par->zero ? opt_elems / par->dp : opt_elems) * (2.0 * P + 4.0 + 16.0 + master) +
+                       opt_elems * 4.0 /* the gradient norm */;
+    double opt_s = opt_bytes / gpu->mem_bw;
+
+    out->m = m;
+    out->compute_s = m * (F + Bk) + opt_s;
+    out->tp_s = m * TPs;
+    if (gpu->share > 0 && gpu->share < 1 && par->pp == 1) {
+        /* oversubscribed ranks in lockstep (no pipeline: every rank runs
+         * the same work between TP or DP synchronisations): a round ends
+         * when the core running the most ranks has run them all, so a rank
+         * gets 1 / ceil(ranks x threads / cores) of a core, not the fluid
+         * cores / (ranks x threads) the rates include (docs/plan.md) */
+        double lock = 1.0 / ceil(1.0 / gpu->share - 1e-9);
+        out->compute_s *= gpu->share / lock;
+    }
+
+    /* the bubble: the schedule simulated with this stage's costs per chunk */
+    sched_entry *e = sched_get(kind, par->pp, par->vpp, m);
+    if (!e) return -1;
+    tri_sim_costs sc = {(F + TPs / 2) / par->vpp, (Bk + TPs / 2) / par->vpp, 0.0};
+    if (kind == TRI_SCHED_ZBH1) {
+        /* B (input gradients) and W (weight gradients) split a backward in halves */
+        sc.w = sc.b / 2;
+        sc.b -= sc.w;
+    }
+    if (sched_bubble(e, sc, &out->bubble) != 0) return -1;
+    out->bubble_s = out->bubble * (m * (F + Bk) + out->tp_s);
+    if (gpu->share > 0 && gpu->share < 1) {
+        /* ranks oversubscribing a CPU's cores: a stage that idles gives its
+         * cores to the others, so the step is the longer of the busiest
+         * stage's path at a whole core's speed (busy x share, plus its
+         * bubble) and the machine's work at the shared speed */
+        double busy = m * (F + Bk) + out->tp_s, path = busy * gpu->share * (1.0 + out->bubble);
+        out->bubble_s = path > busy ? path - busy : 0.0;
+    }
+
+    /* pipeline sends: the activation forward and its gradient back, per
+     * micro-batch and chunk, on the critical path */
+    if (par->pp > 1) {
+        double msg = M * C * c.A / (par->sequence_parallel ? t : 1.0);
+        double bw = bw_for(gpu, world) * gpu->link_eff;
+        out->pp_s = 2.0 * m * par->vpp * (msg / bw + c.lat);
+    }
+    /* data parallel: fp32 gradients reduced (ZeRO: reduce-scattered, then the
+     * parameters all-gathered), overlapped with the last micro-batch's
+     * backward */
+    int over = gpu->share > 0 && gpu->share < 1;
+    if (par->dp > 1) {
+        double bw = bw_for(gpu, par->tp * par->dp) * gpu->link_eff;
+        /* oversubscribed CPU ranks: the copies of shared-memory MPI are work
+         * on the shared cores, and no core is idle to overlap them */
+        if (over) bw *= gpu->share;
+        double gbytes = opt_elems * 4.0;
+        double red = par->zero ? half_ring_s(gbytes, par->dp, bw, c.lat) : allreduce_s(gbytes, par->dp, bw, c.lat);
+        double gather = par->zero ? half_ring_s(opt_elems * P, par->dp, bw, c.lat) : 0.0;
+        double window = over ? 0.0 : Bk;
+        out->dp_s = (red > window ? red - window : 0.0) + gather;
+    }
+    if (over && gpu->sync_s > 0) {
+        /* each blocking wait finds a peer descheduled: sync_s per TP
+         * collective (4 a layer and micro-batch, 6 under full recompute, one
+         * at each end), pipeline receive (2 m vpp), DP wait (the buckets, the
+         * ZeRO gather) and the step's small reductions (loss over dp and pp,
+         * gradient norm over tp, pp and dp under ZeRO, the stop flag) */
+        double per_layer = policy == TRI_RECOMPUTE_FULL ? 6.0 : 4.0;
+        double n_tp = par->tp > 1 ? m * (busy_layers * per_layer + 2.0) + 1.0 : 0.0;
+        double n_pp = par->pp > 1 ? 2.0 * m * par->vpp + 2.0 : 0.0;
+        double n_dp = par->dp > 1 ? 2.0 + 2.0 * par->zero : 0.0;
+        out->tp_s += n_tp * gpu->sync_s;
+        out->pp_s += n_pp * gpu->sync_s;
+        out->dp_s += (n_dp + (world > 1 ? 1.0 : 0.0)) * gpu->sync_s;
+    }
+    out->step_s = out->compute_s + out->tp_s + out->dp_s + out->pp_s + out->bubble_s;
+    double tokens = (double)cfg->train.global_batch * T;
+    out->tokens_per_s = tokens / out->step_s;
+    out->model_flops = tri_gpt_flops_per_token(md) * tokens;
+    out->hw_flops = out->model_flops + (double)md->n_layer * L.re_fl / M * t * tokens;
+    out->tflops_per_gpu = out->model_flops / out->step_s / world / 1e12;
+    out->mfu = out->model_flops / out->step_s / (world * c.peak);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* validity                                                                  */
+
+int tri_plan_check(const tri_config *cfg, const tri_gpu_kind *gpu, char *why, size_t n) {
+    const tri_model_cfg *m = &cfg->model;
+    const tri_parallel_cfg *par = &cfg->parallel;
+    why[0] = '\0';
+    if (par->tp < 1 || par->pp < 1 || par->dp < 1 || par->vpp < 1) {
+        snprintf(why, n, "tp, pp, dp and vpp must be >= 1");
+        return -1;
+    }
+    if (gpu && par->tp > gpu->per_node) {
+        snprintf(why, n, "tp %d is above the %d devices of a node", par->tp, gpu->per_node);
+        return -1;
+    }
+    if (m->n_embd % m->n_head != 0) {
+        snprintf(why, n, "n_embd %d is not divisible by n_head %d", m->n_embd, m->n_head);
+        return -1;
+    }
+    if (m->n_head % par->tp != 0) {
+        snprintf(why, n, "n_head %d is not divisible by tp %d", m->n_head, par->tp);
+        return -1;
+    }
+    if (par->sequence_parallel && (par->tp < 2 || m->seq_len % par->tp != 0)) {
+        snprintf(why, n, "sequence parallelism needs tp > 1 and seq_len %d divisible by tp %d", m->seq_len, par->tp);
+        return -1;
+    }
+    long per = (long)cfg->train.micro_batch * par->dp;
+    if (per <= 0 || cfg->train.global_batch % per != 0) {
+        snprintf(why, n, "global_batch %d is not divisible by micro_batch %d x dp %d", cfg->train.global_batch,
+                 cfg->train.micro_batch, par->dp);
+        return -1;
+    }
+    tri_error_capture(why, n);
+    int rc = tri_gpt_check_layout(m, par->tp, par->pp, par->vpp, par->pp_layout);
+    if (rc == 0) {
+        int kind = sched_kind(cfg);
+        tri_schedule s;
+        if (kind < 0) {
+            rc = tri_error("parallel.schedule \"%s\" is not a schedule", par->schedule);
+        } else if (par->vpp > TRI_MAX_VPP) {
+            rc = tri_error("vpp %d is above %d", par->vpp, TRI_MAX_VPP);
+        } else if ((rc = tri_schedule_build(&s, (tri_sched_kind)kind, par->pp, par->vpp,
+                                            (int)(cfg->train.global_batch / per))) == 0) {
+            tri_schedule_free(&s);
+        }
+    }
+    tri_error_capture(NULL, 0);
+    return rc;
+}

@@ -1,0 +1,126 @@
+/* The planner's model (`trident plan`, docs/plan.md): what a layout of a
+ * GPT needs per rank and how long its step takes, without allocating the
+ * model.
+ *
+ * Memory of one rank (the keys of `trident bench`'s "mem"):
+ *   - params, grads, optim: the rank's parameter elements times the bytes of
+ *     their dtypes (16-bit or fp32 parameters, fp32 gradients, fp32 AdamW
+ *     moments plus fp32 master weights when the parameters are 16-bit); under
+ *     ZeRO-1 the buffers are padded as tri_gpt_pad pads them and the
+ *     optimizer keeps a 1/dp shard. On the CPU backend the elements come from
+ *     tri_gpt_describe, as preflight and the allocator get them; for GPUs
+ *     from the closed form of the same tables (tri_plan_param_elems), checked
+ *     equal in tests/test_plan.c.
+ *   - saved_act_alloc: sum over the stage's chunks of the schedule's peak of
+ *     micro-batches in flight times tri_slot_bytes (the pool allocated up
+ *     front); saved_act_peak: the most bytes of slots in use at once, from
+ *     walking the rank's action list;
+ *   - workspace: tri_workspace_bytes plus the pipeline's mailbox buffers
+ *     (tri_pipe_box_need, src/pipeline.h).
+ * The activation sizes always come from the runtime's own functions
+ * (model/runtime.h) on a description of the stage's chunks; for a GPU the
+ * description's backend keeps flash attention's state (B x heads x T fp32
+ * log-sum-exp values, no T x T scratch) instead of the CPU's probabilities.
+ *
+ * Time of one step (docs/plan.md): compute of the busiest pipeline stage
+ * (GEMMs at a shape-dependent efficiency of the device's peak, attention at
+ * a fixed efficiency, the other passes at memory bandwidth, recompute
+ * adding forward work to backward, the optimizer at memory bandwidth), the
+ * exposed TP, DP and PP communication (ring collectives at link bandwidth:
+ * NVLink inside a node, InfiniBand across), and the bubble from the
+ * schedule simulator (parallel/schedule.h) with the stage's forward and
+ * backward costs. */
+#ifndef TRI_PLAN_H
+#define TRI_PLAN_H
+
+#include <stddef.h>
+
+#include "config/config.h"
+
+/* One kind of device. The constants of the table in src/plan/plan.c and
+ * docs/plan.md (with their sources), or measured (`--gpu cpu`). */
+typedef struct tri_gpu_kind {
+    const char *name; /* "h100", "a100", "cpu"                                        */
+    const char *desc; /* e.g. "NVIDIA H100 SXM5 80GB"                                 */
+    double peak_16;   /* dense bf16/fp16 FLOP/s per device (cpu: measured sgemm)     */
+    double peak_32;   /* dense fp32 math FLOP/s used for precision fp32 (GPU: TF32)  */
+    double mem_bytes; /* device memory                                               */
+    double mem_bw;    /* memory bandwidth, bytes/s                                   */
+    double intra_bw;  /* per device and direction inside a node (NVLink), bytes/s    */
+    double inter_bw;  /* per device and direction across nodes (InfiniBand), bytes/s */
+    int per_node;     /* devices per node                                            */
+    double gemm_eff;  /* GEMM efficiency of large shapes (fraction of peak)          */
+    double gemm_half; /* the dimension at which a GEMM's efficiency halves           */
+    double attn_eff;  /* attention (QK^T, PV) at this fraction of peak               */
+    double link_eff;  /* fraction of link bandwidth a ring collective reaches        */
+    double latency_s; /* per collective step                                         */
+    int flash;        /* 1: attention keeps B x NH x T floats (flash); 0: the CPU's  */
+    double share;     /* CPU ranks oversubscribing the cores: the share of its cores a rank
+                         gets while all compute (the rates above include it); 0: a device
+                         of its own. A rank that waits gives its cores away. */
+    double (*gemm_flops)(void *ctx, size_t M, size_t N, size_t K); /* measured FLOP/s of a GEMM shape, or NULL */
+    void *gemm_ctx;
+    double sync_s; /* CPU ranks oversubscribing the cores (share < 1): what each blocking
+                      collective or pipeline receive adds, a peer being descheduled
+                      (docs/plan.md, tests/sched_probe.c); 0 otherwise */
+} tri_gpu_kind;
+
+/* The table's kinds: "h100", "a100". NULL for another name. */
+const tri_gpu_kind *tri_gpu_lookup(const char *name);
+
+/* Memory of one rank, bytes; the keys of `trident bench`'s "mem". */
+typedef struct tri_plan_mem {
+    size_t params, grads, optim, saved_act_peak, saved_act_alloc, workspace;
+    size_t total; /* params + grads + optim + saved_act_alloc + workspace */
+    int stage;    /* the pipeline rank it describes                     */
+} tri_plan_mem;
+
+/* The step of one layout. Times in seconds. */
+typedef struct tri_plan_time {
+    int m;            /* micro-batches per step per DP rank                 */
+    double compute_s; /* forward, backward, recompute and optimizer of the busiest stage */
+    double tp_s;      /* exposed tensor-parallel collectives                */
+    double dp_s;      /* exposed data-parallel reduction (and ZeRO gather)   */
+    double pp_s;      /* exposed pipeline sends and receives                 */
+    double bubble_s;  /* pipeline idle time of the busiest stage             */
+    double bubble;    /* the simulator's ratio idle / busy                   */
+    double step_s;    /* the sum                                             */
+    double tokens_per_s;
+    double model_flops; /* per step: tri_gpt_flops_per_token x tokens (no recompute) */
+    double hw_flops;    /* per step, with what recompute adds                  */
+    double tflops_per_gpu, mfu;
+} tri_plan_time;
+
+/* Elements of the parameters of the given stage's chunks on one TP rank,
+ * in closed form (every tensor rounded up to 16 elements, as the model's
+ * tables lay them out; wte on the first and last stage). */
+size_t tri_plan_param_elems(const tri_config *cfg, int pp_rank);
+
+/* Memory of pipeline rank pp_rank (TP rank 0) of cfg's layout on gpu (NULL:
+ * the CPU backend, sized by tri_gpt_describe as preflight sizes it; else the
+ * closed form of the parameters and gpu's attention sizes). cfg's
+ * train.precision sets the dtypes. Returns 0, or -1 with a message naming
+ * the numbers (a layout the model or the schedule refuses). */
+int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out);
+/* The largest total over the pipeline ranks. */
+int tri_plan_memory(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out);
+
+/* The step time of cfg's layout on gpu (may not be NULL; `--gpu cpu` builds
+ * a kind from measurements). Returns 0 or -1 (printed). */
+int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out);
+
+/* Why a layout is not a candidate, or "" when it is: checks tp | heads and
+ * tp <= per_node, the layers over pp x vpp (tri_gpt_check_layout), the
+ * batch over micro_batch x dp, the schedule's constraints, sequence
+ * parallelism's. Writes the reason into why; returns 0 when valid. Silent. */
+int tri_plan_check(const tri_config *cfg, const tri_gpu_kind *gpu, char *why, size_t n);
+
+/* Bytes per element of cfg's train.precision: activations and parameters
+ * (2 or 4); -1 for an unknown name. */
+int tri_plan_precision_bytes(const char *precision);
+
+/* Frees the schedules and simulations the planner keeps between calls
+ * (layouts of a search share them). */
+void tri_plan_cache_clear(void);
+
+#endif

@@ -1,0 +1,256 @@
+/* `trident train`, part 3: the cadence around the steps of one rank (logging,
+ * evaluation, signals, checkpoints, the run report). Every rank runs this same
+ * function; the mesh says which share of the batch and which slice of the
+ * model it has. Set-up is in train_setup.c, the step in train_step.c. */
+#include "train/trainer.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <time.h>
+
+#include "model/ckpt/checkpoint.h"
+#include "model/ckpt/store.h"
+#include "base/stop.h"
+#include "train/datafiles.h"
+#include "train/plot.h"
+#include "train/preflight.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *state_json(const trainer *t, int step, double loss) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "step", step);
+    cJSON_AddNumberToObject(root, "samples_consumed", (double)t->consumed);
+    cJSON_AddNumberToObject(root, "tokens_consumed", (double)t->consumed * (double)t->T);
+    cJSON_AddNumberToObject(root, "loss", loss);
+    /* AdamW's step count (fp16 skips steps without an update) and the loss scale */
+    cJSON_AddNumberToObject(root, "optimizer_updates", t->opt.t);
+    if (t->fp16) {
+        cJSON_AddNumberToObject(root, "loss_scale", t->loss_scale);
+        cJSON_AddNumberToObject(root, "loss_scale_clean_steps", t->scale_clean);
+    }
+    cJSON *rng = cJSON_AddObjectToObject(root, "rng");
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->cfg->train.seed);
+    cJSON_AddStringToObject(rng, "seed", seed);
+    cJSON_AddStringToObject(rng, "data",
+                            "global sample k is a pure function of (seed, k, data files): resuming after "
+                            "samples_consumed reads exactly what an uninterrupted run reads");
+    char *cfgjson = tri_config_to_json(t->cfg);
+    cJSON *c = cfgjson ? cJSON_Parse(cfgjson) : NULL;
+    free(cfgjson);
+    if (c) cJSON_AddItemToObject(root, "config", c);
+    tri_datafiles_to_state(root, t->has_train_data ? &t->train_data : NULL, t->has_val ? &t->val_data : NULL);
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+static int save(trainer *t, int step, double loss) {
+    tri_dist_progress(&t->dist, step, "save");
+    char *st = state_json(t, step, loss);
+    double t0 = now_s();
+    int rc = tri_model_save(&t->store, step, &t->gpt, &t->opt, &t->dist, st, t->cfg->checkpoint.keep,
+                            (tri_dtype)tri_precision_parse(t->cfg->checkpoint.dtype));
+    free(st);
+    if (rc == 0 && t->is_logger && !t->opts.quiet)
+        printf("saved checkpoint %s/step_%08d (%.2f s)\n", t->cfg->checkpoint.dir, step, now_s() - t0);
+    return rc;
+}
+
+/* log.plot: the run's curves as PNGs in log.dir (after MPI is shut down, so
+ * that the fork does not happen under MPI). Failures are warnings. */
+static void plot_run(const tri_config *cfg) {
+    char tps[32], fpt[32];
+    snprintf(tps, sizeof tps, "%.0f", (double)cfg->train.global_batch * (double)cfg->model.seq_len);
+    snprintf(fpt, sizeof fpt, "%.17g", tri_gpt_flops_per_token(&cfg->model));
+    const char *args[] = {"--tokens-per-step", tps, "--flops-per-token", fpt, "--out", cfg->log.dir,
+                          cfg->log.dir,        NULL};
+    tri_plot_run("log.plot", args);
+}
+
+int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
+    trainer tr;
+    memset(&tr, 0, sizeof tr);
+    trainer *t = &tr;
+    int start = 0;
+    int rc = trainer_setup(t, cfg, opts, &start);
+    if (rc != 0) goto done;
+    const tri_mesh *mesh = &t->dist.mesh;
+
+    tri_stop_install(0); /* SIGTERM, SIGINT, SIGUSR1 (tridentrun's and Slurm's --signal "save and stop") */
+
+    double flops_tok = tri_gpt_flops_per_token(&cfg->model);
+    double tokens_step = (double)t->G * (double)t->T;
+    double loss = NAN, measured = 0.0; /* seconds of the steps after the first */
+    int step = start;
+    rc = 0;
+    for (; step < cfg->train.steps; step++) {
+        if (cfg->debug.fail_rank == mesh->rank && cfg->debug.fail_step == step && !opts->resume) {
+            fprintf(stderr, "trident: rank %d: debug.fail_step %d reached, exiting with code 3 (fault injection)\n",
+                    mesh->rank, step);
+            fflush(NULL);
+            _exit(3);
+        }
+        if (step == start + 1) { /* measure from the second step on */
+            memset(&t->dist.tp.stats, 0, sizeof t->dist.tp.stats);
+            memset(&t->dist.dp.stats, 0, sizeof t->dist.dp.stats);
+            memset(&t->dist.pp.stats, 0, sizeof t->dist.pp.stats);
+        }
+        double t0 = now_s();
+        double norm;
+        tri_dist_progress(&t->dist, step + 1, "train");
+        loss = train_step(t, step, &norm);
+        double dt = now_s() - t0;
+        if (t->data_error) {
+            rc = 1;
+            goto done;
+        } /* said: a token file shrank under the job */
+        if (!t->skipped && (!isfinite(loss) || !isfinite(norm))) {
+            if (t->is_logger) {
+                char hint[1024];
+                fprintf(stderr,
+                        "trident: step %d: the loss (%g) or the gradient norm (%g) is not finite; stopping without "
+                        "an update or a checkpoint (the saved ones are untouched). %s\n",
+                        step + 1, loss, norm, tri_preflight_divergence_hint(cfg, step, hint, sizeof hint));
+            }
+            rc = 1;
+            goto done;
+        }
+        if (opts->after_step) opts->after_step(opts->after_step_ctx, step, dt);
+        if (step == start && t->metrics) { /* every buffer is in use after one step: the peak */
+            char mem[512];
+            tri_mem_json(&t->ctx.mem, mem, sizeof mem);
+            fprintf(t->metrics, "{\"step\": %d, \"mem\": %s}\n", step + 1, mem);
+            fflush(t->metrics);
+        }
+        if (step > start) {
+            measured += dt;
+            t->pipe_total.busy_s += t->pipe.stats.busy_s;
+            t->pipe_total.p2p_s += t->pipe.stats.p2p_s;
+            t->pipe_total.span_s += t->pipe.stats.span_s;
+        }
+        int done_steps = step + 1;
+        if (t->skipped && t->is_logger) { /* always said, whatever log.every */
+            if (!opts->quiet) {
+                printf("step %5d/%d | skipped: fp16 gradient overflow (norm %g), no update | loss scale now %g\n",
+                       done_steps, cfg->train.steps, norm, t->loss_scale);
+                fflush(stdout);
+            }
+            if (t->metrics) {
+                fprintf(t->metrics, "{\"step\": %d, \"skipped\": true, \"loss_scale\": %.17g}\n", done_steps,
+                        t->loss_scale);
+                fflush(t->metrics);
+            }
+        } else if (t->is_logger && (done_steps % cfg->log.every == 0 || done_steps == cfg->train.steps)) {
+            double tps = tokens_step / dt;
+            double mfu = flops_tok * tps / (cfg->log.peak_gflops * 1e9);
+            double lr = tri_lr_at(&t->opt.cfg, step);
+            if (!opts->quiet) {
+                printf("step %5d/%d | loss %.4f | lr %.3e | norm %.3f | %7.1f ms | %8.0f tok/s | MFU %5.1f%%\n",
+                       done_steps, cfg->train.steps, loss, lr, norm, dt * 1e3, tps, 100.0 * mfu);
+                fflush(stdout);
+            }
+            if (t->metrics) {
+                char scale[64] = "";
+                if (t->fp16) snprintf(scale, sizeof scale, ", \"loss_scale\": %.17g", t->loss_scale);
+                fprintf(t->metrics,
+                        "{\"step\": %d, \"loss\": %.17g, \"lr\": %.6e, \"grad_norm\": %.17g, \"ms\": %.3f, "
+                        "\"tokens_per_s\": %.1f, \"mfu\": %.5f%s}\n",
+                        done_steps, loss, lr, norm, dt * 1e3, tps, mfu, scale);
+                fflush(t->metrics);
+            }
+        }
+        if (t->has_val && done_steps % cfg->train.eval_every == 0) {
+            tri_dist_progress(&t->dist, done_steps, "eval");
+            double vl = evaluate(t);
+            if (t->data_error) {
+                rc = 1;
+                goto done;
+            }
+            if (t->stop && t->is_logger)
+                fprintf(stderr, "trident: %s during validation after step %d: validation abandoned\n",
+                        tri_stop_name(t->stop), done_steps);
+            if (t->is_logger && !t->stop) {
+                if (!opts->quiet) printf("step %5d/%d | val loss %.4f\n", done_steps, cfg->train.steps, vl);
+                if (t->metrics) {
+                    fprintf(t->metrics, "{\"step\": %d, \"val_loss\": %.6f}\n", done_steps, vl);
+                    fflush(t->metrics);
+                }
+            }
+        }
+        /* every rank must agree on stopping, or the save below would hang */
+        int stop = tri_stop_signal();
+        tri_comm_allreduce_host(&t->dist.world, &stop, 1, TRI_I32, TRI_MAX);
+        if (stop) {
+            if (t->is_logger) fprintf(stderr, "trident: signal %d: saving a checkpoint at step %d\n", stop, done_steps);
+            if (!opts->synthetic && save(t, done_steps, loss) != 0)
+                rc = 1;
+            else
+                rc = 128 + stop;
+            goto done;
+        }
+        if (opts->stop_at > 0 && done_steps == opts->stop_at && done_steps < cfg->train.steps) {
+            if (!opts->synthetic && save(t, done_steps, loss) != 0)
+                rc = 1;
+            else if (t->is_logger && !opts->quiet)
+                printf("stopped at step %d (--stop-at-step)\n", done_steps);
+            goto done;
+        }
+        int every = cfg->checkpoint.every;
+        if (!opts->synthetic && every > 0 && done_steps % every == 0 && done_steps < cfg->train.steps) {
+            if (save(t, done_steps, loss) != 0) {
+                rc = 1;
+                goto done;
+            }
+        }
+    }
+    if (opts->report) {
+        tri_run_report *r = opts->report;
+        r->world = mesh->world;
+        r->rank = mesh->rank;
+        r->steps = step > start ? step - start - 1 : 0;
+        r->seconds = measured;
+        r->tp = t->dist.tp.stats;
+        r->dp = t->dist.dp.stats;
+        r->pp = t->dist.pp.stats;
+        r->mem = t->ctx.mem;
+        /* every stage's pipeline figures, on every rank of the pipeline */
+        double mine[3] = {t->pipe_total.busy_s, t->pipe_total.p2p_s, t->pipe_total.span_s};
+        int np = mesh->pp < TRI_REPORT_MAX_STAGES ? mesh->pp : TRI_REPORT_MAX_STAGES;
+        double *all = calloc((size_t)mesh->pp * 3, sizeof *all);
+        if (all) {
+            tri_comm_allgather_host(&t->dist.pp, all, mine, 3, TRI_F64);
+            r->stages = np;
+            for (int s = 0; s < np; s++) {
+                r->stage_busy_s[s] = all[3 * s];
+                r->stage_p2p_s[s] = all[3 * s + 1];
+                r->stage_span_s[s] = all[3 * s + 2];
+            }
+            free(all);
+        }
+    }
+    /* the final checkpoint (with train.steps = 0: the freshly initialised model) */
+    if (!opts->synthetic && save(t, step, loss) != 0) rc = 1;
+    if (t->is_logger && !opts->quiet && !isnan(loss)) printf("final loss %.6f\n", loss);
+done:
+    fflush(NULL);
+    trainer_free(t);
+    if (rc != 0 && rc < 128 && t->dist.mesh.world > 1) {
+        fflush(NULL);
+        tri_dist_abort(&t->dist, rc);
+    }
+    tri_dist_free(&t->dist);
+    if (rc == 0 && cfg->log.plot && t->is_logger && !opts->synthetic) plot_run(cfg);
+    return rc;
+}

@@ -1,0 +1,331 @@
+/* `trident train`, part 1: everything before step 1. See src/train/trainer.h. */
+#include "train/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/ckpt/checkpoint.h"
+#include "model/ckpt/store.h"
+#include "base/file.h"
+#include "base/fs.h"
+#include "train/ckpt_state.h"
+#include "train/datafiles.h"
+#include "train/preflight.h"
+#include "plan/stage_plan.h"
+#include "base/err.h"
+
+static void grads_ready(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
+
+/* ZeRO: a bucket's shard is updated; its all-gather starts while the
+ * optimizer goes on with the next bucket. */
+static void shard_done(void *ctx, int chunk, int bucket) {
+    tri_grad_sync *sync = ctx;
+    tri_grad_sync_gather_start(&sync[chunk], bucket);
+}
+
+/* Test-only fault: leave out the ZeRO all-gather of the updated parameters
+ * (tests/test_parallel.c shows that the run then leaves the one-rank curve). */
+static int skip_zero_gather(void) {
+    const char *e = getenv("TRIDENT_DEBUG_SKIP_ZERO_GATHER");
+    return e != NULL && e[0] == '1';
+}
+
+void tri_set_threads(int n) {
+    /* the thread count and FTZ/DAZ are process-wide: a throwaway context sets them */
+    tri_ctx c;
+    if (tri_ctx_init(&c, "cpu", n) == 0) tri_ctx_free(&c);
+}
+
+/* Checks every size that must divide, on every rank, before anything is
+ * allocated; the messages name the numbers. Every rank says why in its own
+ * log: tridentrun's failure summary shows whichever rank it finds failed first. */
+static int check_layout(const tri_config *cfg) {
+    const tri_parallel_cfg *p = &cfg->parallel;
+    if (p->vpp > TRI_MAX_VPP)
+        return tri_error("parallel.vpp = %d: at most %d virtual chunks per stage", p->vpp, TRI_MAX_VPP);
+    if (tri_gpt_check_layout(&cfg->model, p->tp, p->pp, p->vpp, p->pp_layout) != 0) return -1;
+    long per = (long)cfg->train.micro_batch * p->dp;
+    if (cfg->train.global_batch % per) {
+        tri_error("train.global_batch (%d) is not divisible by train.micro_batch (%d) x parallel.dp (%d) = %ld",
+                  cfg->train.global_batch, cfg->train.micro_batch, p->dp, per);
+        return -1;
+    }
+    return 0;
+}
+
+/* A resumed run must have the checkpoint's model shape (a different n_head
+ * would load the same tensors and silently compute something else); other
+ * changes are allowed and said. Returns 0 or -1 (printed). */
+static int check_resume(const tri_config *now, const tri_config *saved, const char *dir, int verbose) {
+    struct {
+        const char *key;
+        int a, b;
+    } shape[] = {
+        {"model.n_layer", now->model.n_layer, saved->model.n_layer},
+        {"model.n_head", now->model.n_head, saved->model.n_head},
+        {"model.n_embd", now->model.n_embd, saved->model.n_embd},
+        {"model.seq_len", now->model.seq_len, saved->model.seq_len},
+        {"model.vocab_size", now->model.vocab_size, saved->model.vocab_size},
+    };
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+        if (shape[i].a != shape[i].b) {
+            tri_error("--resume: %s is %d, but the checkpoint %s was trained with %d", shape[i].key, shape[i].a, dir,
+                      shape[i].b);
+            return -1;
+        }
+    if (!verbose) return 0;
+    if (now->train.seed != saved->train.seed)
+        printf("note: train.seed is %llu, the checkpoint's run used %llu (the data order follows the new seed)\n",
+               (unsigned long long)now->train.seed, (unsigned long long)saved->train.seed);
+    if (strcmp(now->data.train, saved->data.train) != 0)
+        printf("note: data.train is \"%s\", the checkpoint's run used \"%s\"\n", now->data.train, saved->data.train);
+    if (now->train.global_batch != saved->train.global_batch)
+        printf("note: train.global_batch is %d, the checkpoint's run used %d (samples consumed carry over)\n",
+               now->train.global_batch, saved->train.global_batch);
+    return 0;
+}
+
+void trainer_free(trainer *t) {
+    free(t->inputs);
+    free(t->targets);
+    if (t->metrics) fclose(t->metrics);
+    for (int k = 0; k < t->gpt.n_chunks; k++) {
+        if (t->sync) tri_grad_sync_free(&t->sync[k]);
+        if (t->pools) tri_slot_pool_free(&t->pools[k], &t->gpt);
+    }
+    free(t->sync);
+    free(t->pools);
+    tri_pipe_free(&t->pipe);
+    tri_schedule_free(&t->sched);
+    tri_schedule_free(&t->eval_sched);
+    tri_stage_plan_free(&t->plan);
+    tri_optim_free(&t->opt, &t->gpt);
+    tri_workspace_free(&t->ws, &t->gpt);
+    tri_gpt_free(&t->gpt);
+    tri_ctx_free(&t->ctx);
+    if (t->has_train_data) tri_sampler_free(&t->train_data);
+    if (t->has_val) tri_sampler_free(&t->val_data);
+    tri_ckpt_store_close(&t->store);
+}
+
+/* Test-only: TRIDENT_DEBUG_CHECK_DEVICE_MEMORY=1 (with --device cpu-guard)
+ * makes the groups device only where NCCL would take over, on MPI, so that
+ * tests/test_parallel.c shows that no host buffer reaches a collective after
+ * that point (tri_dist_check_device_memory). */
+static int check_device_memory(void) {
+    const char *e = getenv("TRIDENT_DEBUG_CHECK_DEVICE_MEMORY");
+    return e != NULL && e[0] == '1';
+}
+
+/* With the CUDA backend and several ranks, every group moves onto NCCL, which
+ * reads device memory only: from here on the groups take backend memory, and
+ * host values go through the _host calls (parallel/dist.h). Before it (the
+ * checkpoint store, the preflight checks) they ran on MPI with host values.
+ * Returns 0, or -1 after a message naming the rank. */
+static int device_groups(trainer *t, const tri_run_opts *opts) {
+    if (t->dist.mesh.world == 1) return 0;
+    char err[512] = "";
+    int rc = 0;
+    if (opts->device && strcmp(opts->device, "cuda") == 0)
+        rc = tri_dist_use_nccl(&t->dist, err, sizeof err);
+    else if (check_device_memory())
+        rc = tri_dist_check_device_memory(&t->dist, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "%s\n", err);
+    return rc;
+}
+
+/* Everything before step 1, on every rank: layout checks, the mesh, the
+ * backend, data, model, optimizer, gradient buckets, resume or init, metrics
+ * file and banner. Returns 0, or the exit code (2 bad input, 1 runtime); the
+ * caller frees with trainer_free whatever was set up. *start gets the first
+ * step to run. */
+int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, int *start) {
+    t->cfg = cfg;
+    t->opts = *opts;
+    if (check_layout(cfg) != 0) return 2;
+    char err[512];
+    if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    tri_dist_set_timeout(&t->dist, cfg->parallel.timeout_s);
+    if (t->dist.transport == 2 && !(opts->device && strcmp(opts->device, "cuda") == 0)) {
+        /* the store bootstraps NCCL only: the CPU ops' transport is MPI */
+        fprintf(stderr,
+                "trident: rank %d: ranks launched without MPI (RANK/WORLD_SIZE or srun) communicate through NCCL, "
+                "which needs --device cuda (device is %s); on the CPU launch with tridentrun/mpirun\n",
+                t->dist.mesh.rank, opts->device ? opts->device : "cpu");
+        return 2;
+    }
+    const tri_mesh *mesh = &t->dist.mesh;
+    t->is_logger = mesh->rank == 0;
+    int rc = 2;
+    /* the checkpoint store before anything else: validated, locked, and the
+     * checkpoint to resume from found (a fresh start on a store holding one is refused) */
+    char ckpt[TRI_PATH_MAX + 32] = ""; /* checkpoint.dir + "/step_<N>" */
+    if (!opts->synthetic && tri_model_ckpt_open(&t->store, cfg->checkpoint.dir, "checkpoint.dir", opts->resume,
+                                                &t->dist, ckpt, sizeof ckpt, t->is_logger && !opts->quiet) != 0)
+        return rc;
+    int have_ckpt = ckpt[0] != '\0';
+    if (tri_ctx_init(&t->ctx, opts->device ? opts->device : "cpu", opts->threads) != 0) return rc;
+    /* mixed precision: 16-bit parameters and activations (validated by the config) */
+    int precision = tri_precision_parse(cfg->train.precision);
+    if (tri_ctx_set_precision(&t->ctx, (tri_dtype)precision) != 0) {
+        tri_error("train.precision=%s is not available with --device %s", cfg->train.precision,
+                  opts->device ? opts->device : "cpu");
+        return rc;
+    }
+    t->fp16 = precision == TRI_F16;
+    t->loss_scale = t->fp16 ? cfg->train.loss_scale_init : 1.0;
+    tri_dist_bind_ctx(&t->dist, &t->ctx);
+    t->policy = (tri_recompute)tri_recompute_parse(cfg->train.recompute); /* validated by the config */
+    t->G = (size_t)cfg->train.global_batch;
+    t->T = (size_t)cfg->model.seq_len;
+    t->mb = (size_t)cfg->train.micro_batch;
+    t->local_batch = t->G / (size_t)mesh->dp;
+    t->first_seq = (size_t)mesh->dp_rank * t->local_batch;
+    t->n_micro = (int)(t->local_batch / t->mb);
+
+    if (!opts->synthetic) {
+        const tri_data_cfg *dc = &cfg->data;
+        int T = cfg->model.seq_len, V = cfg->model.vocab_size;
+        uint64_t seed = cfg->train.seed;
+        if (tri_sampler_init_split(&t->train_data, dc->train, T, V, seed, dc->split, TRI_SPLIT_TRAIN) != 0) return rc;
+        t->has_train_data = 1;
+        if (cfg->train.eval_every > 0 && (dc->val[0] || dc->split > 0)) {
+            int vrc = dc->val[0]
+                          ? tri_sampler_init(&t->val_data, dc->val, T, V, seed)
+                          : tri_sampler_init_split(&t->val_data, dc->train, T, V, seed, dc->split, TRI_SPLIT_VAL);
+            if (vrc != 0) return rc;
+            t->has_val = 1;
+        } else if (cfg->train.eval_every > 0 && mesh->rank == 0) {
+            printf("note: train.eval_every is %d but there is no validation data (data.val is empty and "
+                   "data.split is 0): no validation loss\n",
+                   cfg->train.eval_every);
+        }
+    }
+
+    /* everything the run will need, before the model is allocated (src/train/preflight.h) */
+    tri_preflight pf = {.cfg = cfg,
+                        .dist = &t->dist,
+                        .synthetic = opts->synthetic,
+                        .skip_memory_check = opts->skip_memory_check,
+                        .verbose = t->is_logger && !opts->quiet,
+                        .val = t->has_val ? &t->val_data : NULL};
+    if (tri_preflight_run(&pf) != 0) return rc;
+    t->eval_batches = pf.eval_batches;
+    if (device_groups(t, opts) != 0) return 1;
+
+    /* this stage's chunks, the schedule and the slots it keeps alive */
+    if (tri_stage_plan_init(&t->plan, cfg, mesh->pp_rank) != 0) return rc;
+    if (tri_gpt_init(&t->gpt, &cfg->model, &t->ctx, &t->dist.tp, mesh->tp, mesh->tp_rank, t->plan.specs,
+                     t->plan.n_chunks) != 0)
+        return rc;
+    if (tri_gpt_set_sequence_parallel(&t->gpt, cfg->parallel.sequence_parallel) != 0) return rc;
+    rc = 1;
+    /* ZeRO: every bucket (the last one padded) cuts into dp aligned shards */
+    if (cfg->parallel.zero && tri_gpt_pad(&t->gpt, (size_t)mesh->dp * TRI_ZERO_ALIGN) != 0) return rc;
+    t->pools = calloc((size_t)t->gpt.n_chunks, sizeof *t->pools);
+    t->sync = calloc((size_t)t->gpt.n_chunks, sizeof *t->sync);
+    if (!t->pools || !t->sync) return rc;
+    for (int k = 0; k < t->gpt.n_chunks; k++)
+        if (tri_slot_pool_init(&t->pools[k], &t->gpt, k, t->mb, t->T, t->policy, t->plan.slots[k], t->plan.split) != 0)
+            return rc;
+    if (tri_workspace_init(&t->ws, &t->gpt, t->mb, t->T, t->policy) != 0) return rc;
+    if (tri_schedule_build(&t->sched, t->plan.kind, mesh->pp, t->plan.vpp, t->n_micro) != 0 ||
+        tri_schedule_build(&t->eval_sched, TRI_SCHED_FORWARD, mesh->pp, t->plan.vpp, 1) != 0)
+        return 2;
+    const tri_schedule *scheds[2] = {&t->sched, &t->eval_sched};
+    if (tri_pipe_init(&t->pipe, &t->gpt, t->pools, &t->ws, &t->dist.pp, &t->dist.progress, scheds, 2) != 0) return rc;
+    tri_adamw_cfg oc = {cfg->train.lr,    cfg->train.min_lr,       cfg->train.warmup_steps,
+                        cfg->train.steps, cfg->train.beta1,        cfg->train.beta2,
+                        cfg->train.eps,   cfg->train.weight_decay, cfg->train.grad_clip};
+    for (int k = 0; k < t->gpt.n_chunks; k++) {
+        tri_chunk *ch = &t->gpt.chunks[k];
+        if (!cfg->parallel.zero) {
+            if (tri_grad_sync_init(&t->sync[k], ch->grad_mem, ch->n_elems, &t->dist.dp, cfg->parallel.bucket_mb) != 0)
+                return rc;
+        } else {
+            if (tri_grad_sync_init_zero(&t->sync[k], ch->grad_mem, ch->param_mem, ch->param_dtype, ch->n_elems,
+                                        ch->n_alloc, &t->dist.dp, cfg->parallel.bucket_mb) != 0)
+                return rc;
+            /* the tied embedding's gradient is summed over the embedding
+             * group (train_step) before its buckets are reduce-scattered */
+            for (int i = 0; i < ch->n_params && mesh->pp > 1; i++) {
+                const tri_param *p = &ch->params[i];
+                if (p->kind == TRI_P_WTE) tri_grad_sync_defer(&t->sync[k], p->offset, p->offset + p->numel);
+            }
+        }
+        if (mesh->dp > 1) {
+            ch->grads_ready = grads_ready;
+            ch->grads_ready_ctx = &t->sync[k];
+        }
+    }
+    if (!cfg->parallel.zero) {
+        if (tri_optim_init(&t->opt, &t->gpt, &oc) != 0) return rc;
+    } else {
+        if (tri_optim_init_zero(&t->opt, &t->gpt, &oc, t->sync) != 0) return rc;
+        if (!skip_zero_gather()) {
+            t->opt.shard_done = shard_done;
+            t->opt.shard_done_ctx = t->sync;
+        }
+    }
+    t->inputs = malloc(t->mb * t->T * sizeof(int32_t));
+    t->targets = malloc(t->mb * t->T * sizeof(int32_t));
+    if (!t->inputs || !t->targets) return rc;
+
+    *start = 0;
+    if (have_ckpt) {
+        tri_config saved;
+        if (tri_ckpt_state_read(ckpt, start, &t->consumed, &saved) != 0) return 2;
+        if (check_resume(cfg, &saved, ckpt, t->is_logger && !opts->quiet) != 0) return 2;
+        if (tri_datafiles_check_resume(ckpt, t->has_train_data ? &t->train_data : NULL,
+                                       t->has_val ? &t->val_data : NULL, opts->allow_data_change,
+                                       t->is_logger && !opts->quiet) != 0)
+            return 2;
+        if (tri_model_load(ckpt, &t->gpt, &t->opt, &t->dist) != 0) return 2;
+        t->opt.t = *start;
+        /* fp16 skips steps: AdamW's count and the loss scale come from state.json */
+        double scale = t->loss_scale;
+        if (tri_ckpt_state_scaler(ckpt, &t->opt.t, &scale, &t->scale_clean) != 0) return 2;
+        if (t->fp16) t->loss_scale = scale;
+        if (t->is_logger && !opts->quiet)
+            printf("resumed from %s at step %d (%llu samples consumed)\n", ckpt, *start,
+                   (unsigned long long)t->consumed);
+    } else {
+        if (opts->resume && t->is_logger && !opts->synthetic)
+            printf("resume: no checkpoint in %s yet, starting from step 0\n", cfg->checkpoint.dir);
+        if (tri_gpt_init_params(&t->gpt, cfg->train.seed) != 0) return 1;
+        tri_optim_master_from_params(&t->opt, &t->gpt); /* 16-bit parameters: their fp32 masters */
+    }
+
+    if (t->is_logger && !opts->synthetic) {
+        if (tri_mkdir_p(cfg->log.dir) != 0) {
+            tri_error("log.dir: cannot create %s: %s", cfg->log.dir, strerror(errno));
+            return 2;
+        }
+        char mpath[TRI_PATH_MAX + 32];
+        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->log.dir);
+        t->metrics = fopen(mpath, *start > 0 ? "a" : "w");
+        if (!t->metrics) {
+            tri_error("%s: cannot open: %s", mpath, strerror(errno));
+            return 2;
+        }
+    }
+    if (t->is_logger && !opts->quiet) {
+        printf("config %s:\n", cfg->source);
+        tri_config_print(cfg, stdout);
+        printf("trident: %zu parameters, tp=%d pp=%d dp=%d, %d micro-batches of %zu per rank, %d threads\n",
+               tri_gpt_num_params(&cfg->model), mesh->tp, mesh->pp, mesh->dp, t->n_micro, t->mb, omp_get_max_threads());
+        char mem[256];
+        tri_mem_line(&t->ctx.mem, mem, sizeof mem);
+        printf("trident: memory per rank (recompute %s): %s\n", cfg->train.recompute, mem);
+        fflush(stdout);
+    }
+    return 0;
+}
