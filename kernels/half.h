@@ -15,7 +15,7 @@
  *     2^-24) and below 2^-25 (or at it: a tie to even zero) it is a signed
  *     zero; NaNs stay NaN (quieted, sign kept).
  *   - bf16 / fp16 -> fp32: exact.
- * Tested bit for bit against an independent reference (tests/test_half.c).
+ * Tested bit for bit against an independent reference (tests/kernels/test_half.c).
  */
 #ifndef TRI_HALF_H
 #define TRI_HALF_H

@@ -318,7 +318,7 @@ static const void *tp_gather(tri_gpt *g, void *full, const void *shard, size_t B
 static void tp_sum_row_grads(tri_gpt *g, float *part, float **dst, int n) {
     tri_ctx *c = g->ctx;
     /* test-only fault: TRIDENT_DEBUG_SKIP_SP_GRAD_REDUCE=1 leaves the sum out
-     * (tests/test_parallel.c shows that the run then leaves one rank's curve) */
+     * (tests/system/test_parallel.c shows that the run then leaves one rank's curve) */
     const char *skip = getenv("TRIDENT_DEBUG_SKIP_SP_GRAD_REDUCE");
     if (!(skip && skip[0] == '1')) tri_comm_allreduce(g->tp_comm, part, (size_t)n * g->C, TRI_F32, TRI_SUM);
     for (int i = 0; i < n; i++) c->ops->add(c, dst[i], part + (size_t)i * g->C, g->C);

@@ -2,7 +2,7 @@
  * mapping, each group's ncclCommSplit arguments, the grouping of
  * point-to-point calls into ncclGroupStart/End batches with their completion
  * events, and the failure message. parallel/comm_nccl.c (CUDA builds only)
- * drives NCCL and CUDA from these; tests/test_nccl_plan.c tests them on any
+ * drives NCCL and CUDA from these; tests/parallel/test_nccl_plan.c tests them on any
  * machine.
  *
  * Grouping (why and how): NCCL matches a send with its receive only inside

@@ -22,7 +22,7 @@
  * and the key (and for a rendezvous, the ranks that never arrived).
  *
  * Pure C and POSIX sockets, one server thread on rank 0; no CUDA, no MPI.
- * Tested on 127.0.0.1 with forked ranks (tests/test_tcp_store.c).
+ * Tested on 127.0.0.1 with forked ranks (tests/parallel/test_tcp_store.c).
  */
 #ifndef TRI_TCP_STORE_H
 #define TRI_TCP_STORE_H

@@ -14,7 +14,7 @@
  * short sleeps that grow with the time already waited (a rank waiting for a
  * stalled peer uses a fraction of a percent of a core, not all of it).
  *
- * Pure logic, no MPI and no global state: unit-tested in tests/test_watchdog.c.
+ * Pure logic, no MPI and no global state: unit-tested in tests/parallel/test_watchdog.c.
  */
 #ifndef TRI_WATCHDOG_H
 #define TRI_WATCHDOG_H
@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 /* parallel.timeout_s's default, also the deadline of a tri_dist that was
- * never told otherwise (tools such as tests/mpi_probe.c). */
+ * never told otherwise (tools such as tests/tools/mpi_probe.c). */
 #define TRI_WD_DEFAULT_TIMEOUT_S 600.0
 
 /* The exit code of a job aborted by the watchdog (as timeout(1)'s). */

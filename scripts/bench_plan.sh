@@ -30,7 +30,7 @@ wait_load() {
 }
 
 # The oversubscription constants (docs/plan.md, "Oversubscribed cores"):
-# tests/sched_probe.c at 2, 3 and 4 single-thread ranks, ROUNDS times each,
+# tests/tools/sched_probe.c at 2, 3 and 4 single-thread ranks, ROUNDS times each,
 # alternating; its delay_ms at 3-4 ranks is what `trident plan --sync-ms`
 # takes (the default is the figure docs/plan.md records).
 echo "sched_probe (one JSON line per run):"

@@ -27,7 +27,7 @@
  * docs/performance.md measured at tp = 2 (82 MB per step in 26 ms). */
 #define CPU_MPI_BW 3.0e9
 /* Ranks oversubscribing the cores: what one blocking collective adds beyond
- * the lockstep share, a peer being descheduled (tests/sched_probe.c's
+ * the lockstep share, a peer being descheduled (tests/tools/sched_probe.c's
  * delay_ms at 4 single-thread ranks on this machine's 2 cores with 7.4 ms of
  * work between all-reduces: 0.65-0.71 ms; at 3 ranks it is <= 0;
  * docs/plan.md "Oversubscribed cores"); --sync-ms replaces it. */

@@ -10,7 +10,7 @@
  *     optimizer keeps a 1/dp shard. On the CPU backend the elements come from
  *     tri_gpt_describe, as preflight and the allocator get them; for GPUs
  *     from the closed form of the same tables (tri_plan_param_elems), checked
- *     equal in tests/test_plan.c.
+ *     equal in tests/plan/test_plan.c.
  *   - saved_act_alloc: sum over the stage's chunks of the schedule's peak of
  *     micro-batches in flight times tri_slot_bytes (the pool allocated up
  *     front); saved_act_peak: the most bytes of slots in use at once, from
@@ -62,7 +62,7 @@ typedef struct tri_gpu_kind {
     void *gemm_ctx;
     double sync_s; /* CPU ranks oversubscribing the cores (share < 1): what each blocking
                       collective or pipeline receive adds, a peer being descheduled
-                      (docs/plan.md, tests/sched_probe.c); 0 otherwise */
+                      (docs/plan.md, tests/tools/sched_probe.c); 0 otherwise */
 } tri_gpu_kind;
 
 /* The table's kinds: "h100", "a100". NULL for another name. */

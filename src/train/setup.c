@@ -29,7 +29,7 @@ static void shard_done(void *ctx, int chunk, int bucket) {
 }
 
 /* Test-only fault: leave out the ZeRO all-gather of the updated parameters
- * (tests/test_parallel.c shows that the run then leaves the one-rank curve). */
+ * (tests/system/test_parallel.c shows that the run then leaves the one-rank curve). */
 static int skip_zero_gather(void) {
     const char *e = getenv("TRIDENT_DEBUG_SKIP_ZERO_GATHER");
     return e != NULL && e[0] == '1';
@@ -115,7 +115,7 @@ void trainer_free(trainer *t) {
 
 /* Test-only: TRIDENT_DEBUG_CHECK_DEVICE_MEMORY=1 (with --device cpu-guard)
  * makes the groups device only where NCCL would take over, on MPI, so that
- * tests/test_parallel.c shows that no host buffer reaches a collective after
+ * tests/system/test_parallel.c shows that no host buffer reaches a collective after
  * that point (tri_dist_check_device_memory). */
 static int check_device_memory(void) {
     const char *e = getenv("TRIDENT_DEBUG_CHECK_DEVICE_MEMORY");

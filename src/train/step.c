@@ -64,7 +64,7 @@ static void data_failed(trainer *t) {
 }
 
 /* Test-only fault: leave out the tied embedding's reduction over the
- * embedding group (tests/test_parallel.c shows that a pipeline then diverges
+ * embedding group (tests/system/test_parallel.c shows that a pipeline then diverges
  * from one rank). */
 static int skip_tied_reduce(void) {
     const char *e = getenv("TRIDENT_DEBUG_SKIP_TIED_REDUCE");

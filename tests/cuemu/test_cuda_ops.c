@@ -957,7 +957,7 @@ Test(cuda_ops, six_training_steps_of_a_tiny_gpt_follow_the_cpu) {
  * the reference. The runs differ where an fp32 value computed in another
  * order rounds to the neighbouring bf16 value (one spacing, 2^-8 relative);
  * the loss averages B*T of such values, so each step's loss is held to the
- * precision issue's bound, 0.2% relative (tests/test_mixed_precision.c;
+ * precision issue's bound, 0.2% relative (tests/system/test_mixed_precision.c;
  * measured 3.6e-5). AdamW's first steps move each weight by about lr
  * whatever the gradient's size, so a small gradient that differs in sign
  * moves its weight by 2 lr: the master weights are compared with what bf16

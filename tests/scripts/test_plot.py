@@ -19,8 +19,8 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "scripts", "plot.py")
-sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "plot.py")
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 import plot  # noqa: E402
 
 FAILS = []

@@ -418,7 +418,7 @@ Test(mixed, checkpoints_cross_between_fp32_and_bf16, .timeout = 120) {
  * rounding moves an activation by at most 2^-9 relative (bf16's half ulp);
  * the loss averages B*T of them, so the curves stay within a small fraction
  * of that: 0.2% per step is asserted (measured: about 0.01%). The same
- * layouts in fp32 agree to 1e-6 (tests/test_parallel.c), so a larger gap
+ * layouts in fp32 agree to 1e-6 (tests/system/test_parallel.c), so a larger gap
  * would be a precision bug, not parallelism. */
 Test(mixed, bf16_layouts_track_the_single_rank_bf16_run, .timeout = 240) {
     char *dir = make_dir(), *out = NULL, cmd[9000];

@@ -24,7 +24,7 @@
 #define AS_LIMIT   "2000000000" /* bytes of address space per trident */
 #define TIME_LIMIT 60           /* seconds per trident */
 
-/* A run directory with its own token files (as tests/test_train.c makes them). */
+/* A run directory with its own token files (as tests/system/test_train.c makes them). */
 static char *make_run_dir(void) {
     char *dir = tt_mkdtemp(), p[4200];
     snprintf(p, sizeof p, "%s/train.bin", dir);

@@ -6,9 +6,9 @@
  * once, to nearest even, as it stores it; an accumulating `void *` output is
  * widened, accumulated in fp32 and rounded once; `float *` outputs are fp32.
  * So for every op the reference is the fp32 op (tested against independent
- * references in tests/test_ops.c) run here on the same ROUNDED inputs, with
+ * references in tests/kernels/test_ops.c) run here on the same ROUNDED inputs, with
  * its `void *` outputs then rounded by kernels/half.h (tested bit for bit in
- * tests/test_half.c): the 16-bit outputs must equal it bit for bit, and the
+ * tests/kernels/test_half.c): the 16-bit outputs must equal it bit for bit, and the
  * fp32 outputs too. Overwritten 16-bit outputs are poisoned with NaN first.
  * Shapes are awkward (no multiple of a vector width) and some large enough
  * for the threaded paths; both contexts run in this process with the same

@@ -1,5 +1,5 @@
 /* model/ckpt_store: the checkpoint store in one process (the end-to-end
- * faults are in tests/fault/test_store.c). Checks look at the file system
+ * faults are in tests/fault/test_store_faults.c). Checks look at the file system
  * itself (readdir, stat, contents; the manifest parsed here and its checksums
  * recomputed bit by bit), not through the functions under test. */
 #include <criterion/criterion.h>

@@ -2,7 +2,7 @@
  * context (parallel/dist.c) and the launcher (src/cli/tridentrun.c).
  *
  * Each multi-rank test starts a child process: mpirun (or tridentrun) running
- * tests/mpi_probe.c, which writes what every comm op returned to
+ * tests/tools/mpi_probe.c, which writes what every comm op returned to
  * OUTDIR/probe_<rank>.txt. The expected values are computed here, in closed
  * form or by brute force over the ranks' inputs (never by the code under
  * test). Every child runs under a deadline, so a hang fails instead of
@@ -144,7 +144,7 @@ static const char *probe_path(void) {
     for (size_t i = 0; i < 2; i++)
         if (access(cands[i], X_OK) == 0) return cands[i];
     cr_assert_fail("mpi_probe is not built (expected %s or %s): add to CMake "
-                   "add_executable(mpi_probe tests/mpi_probe.c) and "
+                   "add_executable(mpi_probe tests/tools/mpi_probe.c) and "
                    "target_link_libraries(mpi_probe PRIVATE tri_parallel)",
                    cands[0], cands[1]);
     return NULL;

@@ -1,4 +1,4 @@
-/* mpi_probe: a small program run by tests/test_comm.c under mpirun (or alone)
+/* mpi_probe: a small program run by tests/parallel/test_comm.c under mpirun (or alone)
  * that exercises every comm op through tri_dist and writes what it received to
  * OUTDIR/probe_<world rank>.txt, one "key v1 v2 ..." line per result. It does
  * not check anything itself: the test computes the expected values in closed

@@ -654,7 +654,7 @@ Test(zero, pipeline_checkpoints_reshard, .timeout = 600) {
 /* Where NCCL would take over (src/train/setup.c), the test-only switch makes
  * every group device only on MPI: from then on each collective and send
  * checks, on the guarded backend, that its buffers are backend memory, and a
- * host buffer ends the job (tests/test_comm.c shows that it does). Training
+ * host buffer ends the job (tests/parallel/test_comm.c shows that it does). Training
  * with validation and checkpoints at tp2 dp2 pp2, ZeRO on a pipeline and
  * sequence parallelism then runs to the end, following one rank: no host
  * buffer reaches a collective after the switch, and the host values (loss,
