@@ -1,7 +1,9 @@
 #include "base/err.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static char *capture_buf;
 static size_t capture_n;
@@ -12,6 +14,10 @@ void tri_error_capture(char *buf, size_t n) {
     if (capture_buf) capture_buf[0] = '\0';
 }
 
+const char *tri_prog_name(void) {
+    return strcmp(program_invocation_short_name, "tridentrun") == 0 ? "tridentrun" : "trident";
+}
+
 int tri_verror(const char *fmt, va_list ap) {
     char msg[2048];
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -19,7 +25,7 @@ int tri_verror(const char *fmt, va_list ap) {
         if (!capture_buf[0]) snprintf(capture_buf, capture_n, "%s", msg); /* the first says what failed */
         return -1;
     }
-    fprintf(stderr, "trident: %s\n", msg);
+    fprintf(stderr, "%s: %s\n", tri_prog_name(), msg);
     return -1;
 }
 
@@ -31,13 +37,22 @@ int tri_error(const char *fmt, ...) {
     return -1;
 }
 
+int tri_error_rank(int rank, const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return tri_error("rank %d: %s", rank, msg);
+}
+
 void tri_fail_at(const char *file, int line, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "trident: internal error: %s:%d: %s\n", file, line, msg);
+    fprintf(stderr, "%s: internal error: %s:%d: %s\n", tri_prog_name(), file, line, msg);
     fflush(NULL);
     abort();
 }

@@ -3,22 +3,35 @@
  *   - User input at fault (a file, a config key, a number): tri_error() prints
  *     one line "trident: <message>" naming the culprit and returns -1, so a
  *     function can `return tri_error("%s: ...", path);`. The caller decides the
- *     exit code (2 for bad input).
+ *     exit code (base/exit.h: TRI_EXIT_BAD_INPUT for bad input).
+ *   - A failure on one rank of several: tri_error_rank() prints
+ *     "trident: rank R: <message>", so the launcher's summary can name it.
+ *   - Notes and warnings (nothing failed): base/log.h.
  *   - Internal faults (a violated contract, a size that cannot happen):
  *     TRI_CHECK(cond) and TRI_FAIL(fmt, ...) print file:line and abort. They
  *     are never compiled out, and cond is evaluated exactly once.
  *
  * Messages go to stderr unbuffered, so they survive an abort and interleave
- * sanely with other ranks' output under tridentrun. */
+ * sanely with other ranks' output under tridentrun. The prefix is the
+ * program's: "tridentrun: " in the launcher, "trident: " everywhere else
+ * (tri_prog_name; test programs included, so tests read the users' lines). */
 #ifndef TRI_BASE_ERR_H
 #define TRI_BASE_ERR_H
 
 #include <stdarg.h>
 #include <stddef.h>
 
+/* "tridentrun" when the running program is the launcher, else "trident":
+ * the prefix of every message (from glibc's program_invocation_short_name,
+ * so no state of ours). */
+const char *tri_prog_name(void);
+
 /* Prints "trident: <fmt...>\n" to stderr; returns -1. */
 int tri_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same with a va_list, for functions that take a format themselves. */
 int tri_verror(const char *fmt, va_list ap);
+/* Prints "trident: rank R: <fmt...>\n" to stderr; returns -1. */
+int tri_error_rank(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* While buf is set (n > 0), tri_error keeps its first message in buf (without
  * the "trident: " prefix) instead of printing it: for a caller that tries
  * many inputs and reports the reasons itself (the planner's search). Not

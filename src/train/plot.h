@@ -14,8 +14,4 @@
  * "trident: warning: <what>: ..." to stderr. */
 int tri_plot_run(const char *what, const char *const *args);
 
-/* The directory of this executable (readlink /proc/self/exe) into buf.
- * 0, or -1 (buf ""). */
-int tri_self_dir(char *buf, unsigned long n);
-
 #endif
