@@ -37,6 +37,15 @@ const char *tri_precision_name(tri_dtype t) {
     return "unknown";
 }
 
+const char *tri_device_name(tri_device d) {
+    switch (d) {
+    case TRI_DEVICE_CPU: return "cpu";
+    case TRI_DEVICE_CPU_GUARD: return "cpu-guard";
+    case TRI_DEVICE_CUDA: return "cuda";
+    }
+    return "unknown";
+}
+
 int tri_precision_parse(const char *s) {
     if (s == NULL) return -1;
     if (strcmp(s, "fp32") == 0) return TRI_F32;

@@ -57,6 +57,14 @@ typedef struct tri_ctx {
     tri_mem_stats mem;
 } tri_ctx;
 
+/* The backends a run can ask for (the config's "device", --device). The
+ * context is started by name (tri_device_name), which also reaches backends
+ * that only tests register (kernels/ops.h, tri_ops_register_test). */
+typedef enum { TRI_DEVICE_CPU = 0, TRI_DEVICE_CPU_GUARD, TRI_DEVICE_CUDA } tri_device;
+
+/* "cpu", "cpu-guard", "cuda". */
+const char *tri_device_name(tri_device d);
+
 /* Starts the backend named `device` ("cpu", "cpu-guard", "cuda") on this
  * process with `threads` worker threads (0: as the environment says).
  * Returns 0, or -1 after a message naming what is missing. */

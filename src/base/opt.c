@@ -66,7 +66,7 @@ static int is_choice(const char *choices, const char *s) {
 
 /* Stores val into o's destination; 0 or -1 after printing. */
 static int store(const tri_opt *o, const char *val, int argc) {
-    long l;
+    long l = 0;
     switch (o->kind) {
     case TRI_OPT_FLAG: *(int *)o->dst = 1; return 0;
     case TRI_OPT_STR:

@@ -212,9 +212,9 @@ int tri_cmd_bench(int argc, char **argv) {
         sets[n_sets++] = device_set;
     }
     if (tri_config_load(&cfg, path, n_sets, sets) != 0) goto out;
-    device = cfg.device;
+    device = tri_device_name(cfg.device);
     /* on the CPU the peak is measured (sgemm); elsewhere it is given */
-    const int on_cpu = !strcmp(device, "cpu") || !strcmp(device, "cpu-guard");
+    const int on_cpu = cfg.device != TRI_DEVICE_CUDA;
     if (on_cpu && peak_tflops > 0.0) {
         tri_error("bench: --peak-tflops is for --device cuda (on the CPU the peak is measured)");
         goto out;
@@ -251,7 +251,7 @@ int tri_cmd_bench(int argc, char **argv) {
     }
     double peak = on_cpu ? probe_best(&probe, 15) : peak_tflops * 1e3;
     tri_run_opts opts = {0};
-    opts.device = device;
+    opts.device = cfg.device;
     opts.threads = (int)threads;
     opts.synthetic = 1;
     opts.quiet = 1;
@@ -301,7 +301,7 @@ int tri_cmd_bench(int argc, char **argv) {
 
     printf("bench %s: %zu params, B=%d T=%d, %d rank(s) (tp=%d pp=%d dp=%d) x %d threads, device %s, %s\n", path,
            tri_gpt_num_params(&cfg.model), cfg.train.global_batch, cfg.model.seq_len, rep.world, cfg.parallel.tp,
-           cfg.parallel.pp, cfg.parallel.dp, nthreads, device, cfg.train.precision);
+           cfg.parallel.pp, cfg.parallel.dp, nthreads, device, tri_precision_name(cfg.train.precision));
     printf("  step time   %.1f ms (median of %ld; min %.1f, max %.1f)\n", med * 1e3, steps, times[1] * 1e3,
            times[steps] * 1e3);
     printf("  throughput  %.0f tokens/s, %.1f GFLOP/s of model FLOPs (%.1f MFLOP/token)\n", tps, gflops,
@@ -337,16 +337,17 @@ int tri_cmd_bench(int argc, char **argv) {
     char memline[512], memjson[512];
     tri_mem_line(&rep.mem, memline, sizeof memline);
     tri_mem_json(&rep.mem, memjson, sizeof memjson);
-    printf("  memory      rank 0, recompute %s: %s; saved activations in use at most %.2f MiB\n", cfg.train.recompute,
+    printf("  memory      rank 0, recompute %s: %s; saved activations in use at most %.2f MiB\n",
+           tri_recompute_name(cfg.train.recompute),
            memline, (double)rep.mem.saved_in_use_peak / (1024.0 * 1024.0));
     printf("{\"config\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, "
            "\"threads\": %d, \"recompute\": \"%s\", "
            "\"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, "
            "\"mfu_paired\": %.4f, \"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f, \"pp\": %d, \"vpp\": %d, "
            "\"schedule\": \"%s\", \"bubble\": %.4f, \"bubble_sim\": %.4f, \"mem\": %s}\n",
-           path, device, cfg.train.precision, rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads,
-           cfg.train.recompute, med * 1e3, tps, gflops, job_peak, mfu, mfu_paired, share[0], share[1], cfg.parallel.pp,
-           cfg.parallel.vpp, cfg.parallel.schedule, bubble, bubble_sim, memjson);
+           path, device, tri_precision_name(cfg.train.precision), rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads,
+           tri_recompute_name(cfg.train.recompute), med * 1e3, tps, gflops, job_peak, mfu, mfu_paired, share[0], share[1], cfg.parallel.pp,
+           cfg.parallel.vpp, tri_sched_name(cfg.parallel.schedule), bubble, bubble_sim, memjson);
 out:
     probe_free(&probe);
     free(sets);

@@ -159,8 +159,9 @@ static void print_row(const plan_row *r, double limit, int world) {
     char a[32], b[32], d[32], e[32], f[32], g[32], h[32], l[32];
     printf("layout tp=%d pp=%d dp=%d vpp=%d micro_batch=%d recompute=%s zero=%d sequence_parallel=%d schedule=%s "
            "precision=%s (%d ranks)\n",
-           c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch, c->train.recompute,
-           c->parallel.zero, c->parallel.sequence_parallel, c->parallel.schedule, c->train.precision, world);
+           c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
+           tri_recompute_name(c->train.recompute), c->parallel.zero, c->parallel.sequence_parallel,
+           tri_sched_name(c->parallel.schedule), tri_precision_name(c->train.precision), world);
     human(a, (double)m->params);
     human(b, (double)m->grads);
     human(d, (double)m->optim);
@@ -190,8 +191,9 @@ static void print_json(const plan_row *r) {
         "%zu, \"workspace\": %zu}, \"mem_total\": %zu, \"mem_stage\": %d, \"step_s\": %.6g, \"compute_s\": %.6g, "
         "\"tp_s\": %.6g, \"dp_s\": %.6g, \"pp_s\": %.6g, \"bubble_s\": %.6g, \"bubble\": %.6g, \"tokens_per_s\": "
         "%.6g, \"tflops_per_gpu\": %.6g, \"hw_tflops_per_gpu\": %.6g, \"mfu\": %.6g}\n",
-        c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch, c->train.recompute,
-        c->parallel.zero, c->parallel.sequence_parallel, c->parallel.schedule, c->train.precision,
+        c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
+        tri_recompute_name(c->train.recompute), c->parallel.zero, c->parallel.sequence_parallel,
+        tri_sched_name(c->parallel.schedule), tri_precision_name(c->train.precision),
         r->fits ? "true" : "false", m->params, m->grads, m->optim, m->saved_act_peak, m->saved_act_alloc, m->workspace,
         m->total, m->stage, t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s, t->bubble, t->tokens_per_s,
         t->tflops_per_gpu, t->hw_flops / t->step_s / (double)(c->parallel.tp * c->parallel.pp * c->parallel.dp) / 1e12,
@@ -242,7 +244,6 @@ static int evaluate(plan_row *row, const tri_gpu_kind *gpu, int cpu, double limi
 
 static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int gpus, double limit, int top, int json,
                   const fixed *fx) {
-    static const char *policies[3] = {"none", "selective", "full"};
     const tri_model_cfg *m = &base->model;
     size_t cap = 256, n = 0;
     plan_row *rows = malloc(cap * sizeof *rows);
@@ -271,8 +272,8 @@ static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int 
                         }
                         continue;
                     }
-                    for (int rc = 0; rc < 3; rc++) {
-                        if (fx->recompute && strcmp(policies[rc], base->train.recompute) != 0) continue;
+                    for (int rc = TRI_RECOMPUTE_NONE; rc <= TRI_RECOMPUTE_FULL; rc++) {
+                        if (fx->recompute && (tri_recompute)rc != base->train.recompute) continue;
                         for (int zero = 0; zero <= (dp > 1); zero++) {
                             if (fx->zero && zero != base->parallel.zero) continue;
                             plan_row row;
@@ -290,11 +291,11 @@ static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int 
                             int sp_ok = tp > 1 && m->seq_len % tp == 0;
                             c->parallel.sequence_parallel =
                                 (cpu || fx->sp) ? (base->parallel.sequence_parallel && sp_ok) : sp_ok;
-                            if (vpp > 1 && !strcmp(c->parallel.schedule, "zb-h1")) continue;
-                            if (vpp == 1 && !strcmp(c->parallel.schedule, "interleaved"))
-                                snprintf(c->parallel.schedule, sizeof c->parallel.schedule, "1f1b");
+                            if (vpp > 1 && c->parallel.schedule == TRI_SCHED_ZBH1) continue;
+                            if (vpp == 1 && c->parallel.schedule == TRI_SCHED_INTERLEAVED)
+                                c->parallel.schedule = TRI_SCHED_1F1B;
                             c->train.micro_batch = mb;
-                            snprintf(c->train.recompute, sizeof c->train.recompute, "%s", policies[rc]);
+                            c->train.recompute = (tri_recompute)rc;
                             n_tried++;
                             if (tri_plan_check(c, gpu, why, sizeof why) != 0) {
                                 reason_add(&rej, why);
@@ -350,7 +351,7 @@ static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int 
             printf("  %d out of memory; the closest, tp=%d pp=%d dp=%d vpp=%d micro_batch=%d recompute=%s zero=%d, "
                    "needs %s more than %s\n",
                    n_oom, c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
-                   c->train.recompute, c->parallel.zero, ov, lim);
+                   tri_recompute_name(c->train.recompute), c->parallel.zero, ov, lim);
         }
         for (int i = 0; i < rej.n; i++) printf("  %d: %s\n", rej.count[i], rej.text[i]);
         if (rej.other) printf("  %d for other reasons\n", rej.other);
@@ -474,11 +475,12 @@ int tri_cmd_plan(int argc, char **argv) {
     tri_config cfg;
     if (tri_config_load(&cfg, path, n_sets, sets) != 0) goto out;
     if (precision[0]) {
-        if (tri_plan_precision_bytes(precision) < 0) {
+        int dt = tri_precision_parse(precision);
+        if (dt < 0) {
             tri_error("plan: train.precision \"%s\" is not one of fp32, bf16, fp16", precision);
             goto out;
         }
-        snprintf(cfg.train.precision, sizeof cfg.train.precision, "%s", precision);
+        cfg.train.precision = (tri_dtype)dt;
     }
     int world = cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.dp;
     if (!gpus) gpus = world;
@@ -544,7 +546,7 @@ int tri_cmd_plan(int argc, char **argv) {
         printf("plan %s: %sB parameters (L=%d, C=%d, heads=%d, T=%d, V=%d), global batch %d sequences, %s, on %ld x "
                "%s",
                path, np, cfg.model.n_layer, cfg.model.n_embd, cfg.model.n_head, cfg.model.seq_len, cfg.model.vocab_size,
-               cfg.train.global_batch, cfg.train.precision, gpus, kind.desc);
+               cfg.train.global_batch, tri_precision_name(cfg.train.precision), gpus, kind.desc);
         if (cpu)
             printf(" (sgemm %.1f GFLOP/s per rank at the MLP's shape, copy %.1f GB/s)", kind.peak_16 / 1e9,
                    kind.mem_bw / 1e9);

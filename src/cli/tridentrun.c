@@ -1081,8 +1081,7 @@ static void print_stages(FILE *f, const plan *p) {
     if (!ok) {
         fprintf(f, "pipeline: the trainer would refuse this config (the reason is the trident: line on stderr)\n");
     } else {
-        int policy = tri_recompute_parse(cfg->train.recompute);
-        tri_recompute pol = policy < 0 ? TRI_RECOMPUTE_NONE : (tri_recompute)policy;
+        tri_recompute pol = cfg->train.recompute;
         size_t B = (size_t)cfg->train.micro_batch, T = (size_t)cfg->model.seq_len;
         fprintf(f,
                 "pipeline: schedule %s, parallel.pp %d x vpp %d, m = %d micro-batches per step per dp rank, bubble "

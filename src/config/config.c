@@ -22,12 +22,17 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/err.h"
 #include "base/file.h"
+#include "base/json.h"
 
 /* ------------------------------------------------------------------------ */
 /* The field table                                                          */
 
-typedef enum field_type { FT_INT, FT_U64, FT_DOUBLE, FT_STRING } field_type;
+/* FT_ENUM: a choice stored as its enum; the JSON, --set, the echo and the
+ * dump spell it by name, from the field's `choices` ("none|selective|full",
+ * the k-th name standing for values[k], or for k when values is NULL). */
+typedef enum field_type { FT_INT, FT_U64, FT_DOUBLE, FT_STRING, FT_ENUM } field_type;
 
 /* Range flags: which bounds exist, whether they are open, and "non-empty". */
 enum {
@@ -49,7 +54,9 @@ typedef struct field {
     double lo, hi;       /* bounds, used as the flags say                   */
     unsigned flags;
     const char *help;
-    const char *choices; /* string fields: "a|b|c", the only values allowed; NULL: any */
+    const char *choices; /* string and enum fields: "a|b|c", the only values allowed; NULL: any */
+    const int *values;   /* enum fields: the value of each choice (NULL: its index)   */
+    size_t text_cap;     /* enum fields: the longest text taken (as a string field's)  */
 } field;
 
 #define MEMBER(path) (((tri_config *)0)->path)
@@ -58,28 +65,40 @@ typedef struct field {
 #define FIELD(sec, name, dnum, dstr, lo, hi, flags, help)                                                            \
     {                                                                                                                \
 #sec, #name, #sec "." #name, MEMBER_TYPE(sec.name), offsetof(tri_config, sec.name), sizeof MEMBER(sec.name), \
-            (dnum), (dstr), (lo), (hi), (flags), (help), NULL                                                        \
+            (dnum), (dstr), (lo), (hi), (flags), (help), NULL, NULL, 0                                               \
     }
 #define NUM(sec, name, dnum, lo, hi, flags, help) FIELD(sec, name, dnum, NULL, lo, hi, flags, help)
 #define STR(sec, name, dstr, flags, help)         FIELD(sec, name, 0, dstr, 0, 0, flags, help)
-#define CHOICE(sec, name, dstr, choices, help)                                                                         \
-    {                                                                                                                  \
-#sec, #name, #sec "." #name, FT_STRING, offsetof(tri_config, sec.name), sizeof MEMBER(sec.name), 0, (dstr), 0, \
-            0, R_REQUIRED, (help), (choices)                                                                           \
+/* An enum member (an int-sized enum type) chosen by name. cap: the longest
+ * text accepted before the names are looked at (the message for a longer one
+ * says so, as for a string field). */
+#define CHOICE(sec, name, dstr, choices, vals, cap, help)                                                            \
+    {                                                                                                                \
+#sec, #name, #sec "." #name, FT_ENUM, offsetof(tri_config, sec.name), sizeof MEMBER(sec.name), 0, (dstr), 0, \
+            0, R_REQUIRED, (help), (choices), (vals), (cap)                                                          \
     }
-/* A top-level string key with a fixed set of values ({"device": "cuda"}). */
-#define TOP_CHOICE(name, dstr, choices, help)                                                                      \
-    {                                                                                                              \
-        "", #name, #name, FT_STRING, offsetof(tri_config, name), sizeof MEMBER(name), 0, (dstr), 0, 0, R_REQUIRED, \
-            (help), (choices)                                                                                      \
+/* A top-level key with a fixed set of values ({"device": "cuda"}). */
+#define TOP_CHOICE(name, dstr, choices, vals, cap, help)                                                          \
+    {                                                                                                             \
+        "", #name, #name, FT_ENUM, offsetof(tri_config, name), sizeof MEMBER(name), 0, (dstr), 0, 0, R_REQUIRED, \
+            (help), (choices), (vals), (cap)                                                                      \
     }
+
+/* The enum values behind the choices' names, in the names' order. */
+static const int precision_values[] = {TRI_F32, TRI_BF16, TRI_F16};
+static const int device_values[] = {TRI_DEVICE_CPU, TRI_DEVICE_CPU_GUARD, TRI_DEVICE_CUDA};
+static const int recompute_values[] = {TRI_RECOMPUTE_NONE, TRI_RECOMPUTE_SELECTIVE, TRI_RECOMPUTE_FULL};
+static const int schedule_values[] = {TRI_SCHED_1F1B, TRI_SCHED_INTERLEAVED, TRI_SCHED_GPIPE, TRI_SCHED_ZBH1};
+_Static_assert(sizeof(tri_dtype) == sizeof(int) && sizeof(tri_device) == sizeof(int) &&
+                   sizeof(tri_recompute) == sizeof(int) && sizeof(tri_sched_kind) == sizeof(int),
+               "enum fields are stored as int");
 
 #define POS  (R_LO)                    /* with lo = 1: a positive integer    */
 #define GT0  (R_LO | R_LO_OPEN)        /* with lo = 0: a number > 0           */
 #define UNIT (R_LO | R_HI | R_HI_OPEN) /* with [0, 1)                         */
 
 static const field fields[] = {
-    TOP_CHOICE(device, "cpu", "cpu|cpu-guard|cuda",
+    TOP_CHOICE(device, "cpu", "cpu|cpu-guard|cuda", device_values, 15,
                "compute backend, {\"device\": \"cuda\"} at the top level; --device on the command line wins "
                "(cpu-guard: a test mode that faults on host access to backend memory)"),
 
@@ -105,10 +124,10 @@ static const field fields[] = {
     NUM(train, seed, 1337, 0, 0, 0, "RNG seed, 0 .. 2^64-1 (in JSON a number up to 2^53, or a decimal string)"),
     NUM(train, eval_every, 0, 0, 0, R_LO, "steps between validation-loss evaluations (0: never)"),
     NUM(train, eval_batches, 4, 1, 0, POS, "micro-batches per evaluation"),
-    CHOICE(train, recompute, "none", "none|selective|full",
+    CHOICE(train, recompute, "none", "none|selective|full", recompute_values, 15,
            "activation checkpointing: none (save every block buffer), selective (recompute attention's "
            "T x T state in backward), full (save each layer's input, rerun its forward in backward)"),
-    CHOICE(train, precision, "fp32", "fp32|bf16|fp16",
+    CHOICE(train, precision, "fp32", "fp32|bf16|fp16", precision_values, 7,
            "compute precision of parameters and activations; bf16 and fp16 keep fp32 master weights, "
            "gradients and statistics (docs/precision.md)"),
     NUM(train, loss_scale_init, 65536, 1, 0, R_LO,
@@ -126,7 +145,7 @@ static const field fields[] = {
     NUM(parallel, pp, 1, 1, 0, POS, "pipeline-parallel stages"),
     NUM(parallel, dp, 1, 1, 0, POS, "data-parallel replicas"),
     NUM(parallel, vpp, 1, 1, 0, POS, "virtual pipeline chunks per stage (> 1: the interleaved schedule)"),
-    CHOICE(parallel, schedule, "1f1b", "1f1b|interleaved|gpipe|zb-h1",
+    CHOICE(parallel, schedule, "1f1b", "1f1b|interleaved|gpipe|zb-h1", schedule_values, 15,
            "pipeline schedule: 1f1b (interleaved when vpp > 1), interleaved, gpipe (all forwards, then all "
            "backwards), zb-h1 (zero-bubble: backward split into input and weight gradients)"),
     STR(parallel, pp_layout, "", 0,
@@ -147,7 +166,7 @@ static const field fields[] = {
     STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),
     NUM(checkpoint, keep, 0, 0, 0, R_LO, "checkpoints to keep (0: all)"),
-    CHOICE(checkpoint, dtype, "fp32", "fp32|bf16|fp16",
+    CHOICE(checkpoint, dtype, "fp32", "fp32|bf16|fp16", precision_values, 7,
            "dtype of model.safetensors (fp32: every tool loads it); the optimizer file keeps fp32 master "
            "weights whenever model.safetensors is not them"),
 
@@ -164,6 +183,17 @@ static const field fields[] = {
     NUM(debug, fail_rank, -1, -1, 0, R_LO, "... this rank exits with code 3 (-1: never)"),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
+
+/* A config being loaded: the values, and for each enum field whose text
+ * named no choice, that text (reported at validation, so that a later
+ * --set can still fix what the file said, as for every other field). */
+typedef struct loading {
+    tri_config cfg;
+    struct {
+        int is_bad;
+        char text[16];
+    } bad[N_FIELDS];
+} loading;
 
 /* Cross-field rules, checked after every field is in its own range. */
 typedef enum rule_kind { RULE_MULTIPLE, RULE_LE } rule_kind;
@@ -189,7 +219,7 @@ static void report(const char *file, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "trident: %s: %s\n", file, msg);
+    tri_error("%s: %s", file, msg);
 }
 
 static void *member(tri_config *cfg, const field *f) { return (char *)cfg + f->offset; }
@@ -205,24 +235,13 @@ static const char *fmt_double(double v, char *buf, size_t n) {
     return buf;
 }
 
-/* "a number" / "a string" / ... for a JSON item, for messages. */
-static const char *json_kind(const cJSON *item) {
-    if (cJSON_IsNumber(item)) return "a number";
-    if (cJSON_IsString(item)) return "a string";
-    if (cJSON_IsTrue(item)) return "true";
-    if (cJSON_IsFalse(item)) return "false";
-    if (cJSON_IsNull(item)) return "null";
-    if (cJSON_IsArray(item)) return "an array";
-    if (cJSON_IsObject(item)) return "an object";
-    return "an unknown value";
-}
-
 static const char *type_noun(field_type t) {
     switch (t) {
     case FT_INT: return "an integer";
     case FT_U64: return "an integer";
     case FT_DOUBLE: return "a number";
     case FT_STRING: return "a string";
+    case FT_ENUM: return "a string";
     }
     return "?";
 }
@@ -233,6 +252,7 @@ static const char *type_name(field_type t) {
     case FT_U64: return "uint64";
     case FT_DOUBLE: return "double";
     case FT_STRING: return "string";
+    case FT_ENUM: return "string";
     }
     return "?";
 }
@@ -306,8 +326,40 @@ static double get_number(const tri_config *cfg, const field *f) {
     case FT_U64: return (double)*(const uint64_t *)p;
     case FT_DOUBLE: return *(const double *)p;
     case FT_STRING: break;
+    case FT_ENUM: break;
     }
     return NAN;
+}
+
+/* The index of text among an enum field's choices, or -1. */
+static int choice_index(const field *f, const char *text) {
+    size_t n = strlen(text);
+    int k = 0;
+    for (const char *p = f->choices; *p; k++) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, text, n) == 0) return k;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+/* The name of an enum field's value (into buf), or "?" for a value that is
+ * not a choice. */
+static const char *choice_name(const field *f, int value, char *buf, size_t n) {
+    int k = 0;
+    for (const char *p = f->choices; *p; k++) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if ((f->values ? f->values[k] : k) == value) {
+            snprintf(buf, n, "%.*s", (int)len, p);
+            return buf;
+        }
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return "?";
 }
 
 /* The value as text: numbers shortest-exact, strings verbatim. (buf: 32 bytes
@@ -319,6 +371,7 @@ static const char *value_text(const tri_config *cfg, const field *f, char *buf, 
     case FT_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); return buf;
     case FT_DOUBLE: return fmt_double(*(const double *)p, buf, n);
     case FT_STRING: return (const char *)p;
+    case FT_ENUM: return choice_name(f, *(const int *)p, buf, n);
     }
     return "?";
 }
@@ -326,15 +379,25 @@ static const char *value_text(const tri_config *cfg, const field *f, char *buf, 
 /* ------------------------------------------------------------------------ */
 /* Setting one field                                                        */
 
-/* Stores a string into a string field. Returns 0, or -1 after a message.
- * `prefix` is "" for the file and "--set " for overrides. */
-static int set_string(tri_config *cfg, const field *f, const char *s, const char *file, const char *prefix) {
-    size_t len = strlen(s);
-    if (len >= f->size) {
-        report(file, "%s%s: longer than %zu bytes (%zu)", prefix, f->name, f->size - 1, len);
+/* Stores a string into a string or enum field. Returns 0, or -1 after a
+ * message. `prefix` is "" for the file and "--set " for overrides. A text
+ * that names no choice is kept for validation (it reports it). */
+static int set_string(loading *L, const field *f, const char *s, const char *file, const char *prefix) {
+    size_t len = strlen(s), cap = f->type == FT_ENUM ? f->text_cap : f->size - 1;
+    if (len > cap) {
+        report(file, "%s%s: longer than %zu bytes (%zu)", prefix, f->name, cap, len);
         return -1;
     }
-    memcpy(member(cfg, f), s, len + 1);
+    if (f->type == FT_STRING) {
+        memcpy(member(&L->cfg, f), s, len + 1);
+        return 0;
+    }
+    int k = choice_index(f, s);
+    L->bad[f - fields].is_bad = k < 0;
+    if (k < 0)
+        snprintf(L->bad[f - fields].text, sizeof L->bad[0].text, "%s", s);
+    else
+        *(int *)member(&L->cfg, f) = f->values ? f->values[k] : k;
     return 0;
 }
 
@@ -387,19 +450,21 @@ static int is_flag(const field *f) {
 }
 
 /* One JSON value into one field. */
-static int set_from_json(tri_config *cfg, const field *f, const cJSON *item, const char *file) {
+static int set_from_json(loading *L, const field *f, const cJSON *item, const char *file) {
+    tri_config *cfg = &L->cfg;
     switch (f->type) {
     case FT_STRING:
+    case FT_ENUM:
         if (!cJSON_IsString(item)) {
-            report(file, "%s: expected a string, got %s", f->name, json_kind(item));
+            report(file, "%s: expected a string, got %s", f->name, tri_json_kind(item));
             return -1;
         }
-        return set_string(cfg, f, item->valuestring, file, "");
+        return set_string(L, f, item->valuestring, file, "");
     case FT_INT:
     case FT_DOUBLE:
         if (cJSON_IsBool(item) && is_flag(f)) return set_number(cfg, f, cJSON_IsTrue(item) ? 1 : 0, file, "");
         if (!cJSON_IsNumber(item)) {
-            report(file, "%s: expected %s, got %s", f->name, type_noun(f->type), json_kind(item));
+            report(file, "%s: expected %s, got %s", f->name, type_noun(f->type), tri_json_kind(item));
             return -1;
         }
         return set_number(cfg, f, item->valuedouble, file, "");
@@ -424,7 +489,7 @@ static int set_from_json(tri_config *cfg, const field *f, const cJSON *item, con
             }
             u = (uint64_t)v;
         } else {
-            report(file, "%s: expected an integer or a decimal string, got %s", f->name, json_kind(item));
+            report(file, "%s: expected an integer or a decimal string, got %s", f->name, tri_json_kind(item));
             return -1;
         }
         *(uint64_t *)member(cfg, f) = u;
@@ -435,7 +500,8 @@ static int set_from_json(tri_config *cfg, const field *f, const cJSON *item, con
 }
 
 /* One "--set section.key=value" into the config; value parsed by the type. */
-static int apply_override(tri_config *cfg, const char *ov, const char *file) {
+static int apply_override(loading *L, const char *ov, const char *file) {
+    tri_config *cfg = &L->cfg;
     const char *eq = strchr(ov, '=');
     if (eq == NULL) {
         report(file, "--set %s: expected section.key=value", ov);
@@ -455,7 +521,7 @@ static int apply_override(tri_config *cfg, const char *ov, const char *file) {
         return -1;
     }
     const char *val = eq + 1;
-    if (f->type == FT_STRING) return set_string(cfg, f, val, file, "--set ");
+    if (f->type == FT_STRING || f->type == FT_ENUM) return set_string(L, f, val, file, "--set ");
 
     if (f->type == FT_U64) {
         uint64_t u;
@@ -519,7 +585,7 @@ static int duplicate_before(const cJSON *parent, const cJSON *item) {
 }
 
 /* Parses `text` (NUL-terminated) and applies it over *cfg. */
-static int apply_json(tri_config *cfg, const char *text, const char *file) {
+static int apply_json(loading *L, const char *text, const char *file) {
     const char *start = text;
     if ((unsigned char)start[0] == 0xEF && (unsigned char)start[1] == 0xBB && (unsigned char)start[2] == 0xBF)
         start += 3; /* UTF-8 byte-order mark */
@@ -534,7 +600,7 @@ static int apply_json(tri_config *cfg, const char *text, const char *file) {
     }
     int rc = 0;
     if (!cJSON_IsObject(root)) {
-        report(file, "expected a JSON object at the top level, got %s", json_kind(root));
+        report(file, "expected a JSON object at the top level, got %s", tri_json_kind(root));
         rc = -1;
     }
     for (const cJSON *sec = rc == 0 ? root->child : NULL; sec != NULL && rc == 0; sec = sec->next) {
@@ -544,7 +610,7 @@ static int apply_json(tri_config *cfg, const char *text, const char *file) {
                 report(file, "%s: key given twice", sec->string);
                 rc = -1;
             } else {
-                rc = set_from_json(cfg, top, sec, file);
+                rc = set_from_json(L, top, sec, file);
             }
         } else if (!is_section(sec->string)) {
             report(file,
@@ -556,7 +622,7 @@ static int apply_json(tri_config *cfg, const char *text, const char *file) {
             report(file, "%s: section given twice", sec->string);
             rc = -1;
         } else if (!cJSON_IsObject(sec)) {
-            report(file, "%s: expected an object, got %s", sec->string, json_kind(sec));
+            report(file, "%s: expected an object, got %s", sec->string, tri_json_kind(sec));
             rc = -1;
         }
         for (const cJSON *kv = rc == 0 ? sec->child : NULL; kv != NULL && rc == 0; kv = kv->next) {
@@ -568,7 +634,7 @@ static int apply_json(tri_config *cfg, const char *text, const char *file) {
                 report(file, "%s.%s: key given twice", sec->string, kv->string);
                 rc = -1;
             } else {
-                rc = set_from_json(cfg, f, kv, file);
+                rc = set_from_json(L, f, kv, file);
             }
         }
     }
@@ -594,20 +660,8 @@ static char *read_file(const char *path) {
 /* ------------------------------------------------------------------------ */
 /* Validation                                                               */
 
-/* Whether v is one of the "|"-separated words of choices. */
-static int is_choice(const char *choices, const char *v) {
-    size_t n = strlen(v);
-    for (const char *p = choices; *p;) {
-        const char *e = strchr(p, '|');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && strncmp(p, v, n) == 0) return 1;
-        if (!e) break;
-        p = e + 1;
-    }
-    return 0;
-}
-
-static int validate(const tri_config *cfg, const char *file) {
+static int validate(const loading *L, const char *file) {
+    const tri_config *cfg = &L->cfg;
     for (size_t i = 0; i < N_FIELDS; i++) {
         const field *f = &fields[i];
         if (f->type == FT_STRING) {
@@ -615,11 +669,15 @@ static int validate(const tri_config *cfg, const char *file) {
                 report(file, "%s: required, got an empty string", f->name);
                 return -1;
             }
-            if (f->choices && !is_choice(f->choices, (const char *)cmember(cfg, f))) {
-                report(file, "%s: \"%s\" is not one of %s", f->name, (const char *)cmember(cfg, f), f->choices);
-                return -1;
-            }
             continue;
+        }
+        if (f->type == FT_ENUM) {
+            if (!L->bad[i].is_bad) continue;
+            if (L->bad[i].text[0] == '\0')
+                report(file, "%s: required, got an empty string", f->name);
+            else
+                report(file, "%s: \"%s\" is not one of %s", f->name, L->bad[i].text, f->choices);
+            return -1;
         }
         if (f->type == FT_U64) continue; /* every uint64 is valid */
         double v = get_number(cfg, f);
@@ -677,6 +735,12 @@ void tri_config_defaults(tri_config *cfg) {
         case FT_U64: *(uint64_t *)p = (uint64_t)f->def; break;
         case FT_DOUBLE: *(double *)p = f->def; break;
         case FT_STRING: snprintf((char *)p, f->size, "%s", f->def_str); break;
+        case FT_ENUM: {
+            int k = choice_index(f, f->def_str);
+            TRI_CHECK(k >= 0); /* the table's default is one of its choices */
+            *(int *)p = f->values ? f->values[k] : k;
+            break;
+        }
         }
     }
 }
@@ -684,15 +748,16 @@ void tri_config_defaults(tri_config *cfg) {
 /* The shared tail of both loaders: JSON text (may be NULL: none), then the
  * overrides, then validation, on a local copy. */
 static int load(tri_config *cfg, const char *text, const char *name, int n_overrides, const char *const *overrides) {
-    tri_config *tmp = malloc(sizeof *tmp); /* ~6 KiB; off the stack */
-    if (tmp == NULL) {
+    loading *L = calloc(1, sizeof *L); /* ~7 KiB; off the stack */
+    if (L == NULL) {
         report(name, "out of memory");
         return -1;
     }
+    tri_config *tmp = &L->cfg;
     tri_config_defaults(tmp);
     snprintf(tmp->source, sizeof tmp->source, "%s", name);
     int rc = 0;
-    if (text != NULL) rc = apply_json(tmp, text, name);
+    if (text != NULL) rc = apply_json(L, text, name);
     if (rc == 0 && n_overrides > 0 && overrides == NULL) {
         report(name, "--set: %d overrides but no array", n_overrides);
         rc = -1;
@@ -702,12 +767,12 @@ static int load(tri_config *cfg, const char *text, const char *name, int n_overr
             report(name, "--set: override %d is NULL", i);
             rc = -1;
         } else {
-            rc = apply_override(tmp, overrides[i], name);
+            rc = apply_override(L, overrides[i], name);
         }
     }
-    if (rc == 0) rc = validate(tmp, name);
+    if (rc == 0) rc = validate(L, name);
     if (rc == 0) *cfg = *tmp;
-    free(tmp);
+    free(L);
     return rc;
 }
 
@@ -753,7 +818,7 @@ char *tri_config_to_json(const tri_config *cfg) {
         char buf[32];
         const char *text = value_text(cfg, f, buf, sizeof buf);
         cJSON *item = NULL;
-        if (f->type == FT_STRING || f->type == FT_U64) {
+        if (f->type == FT_STRING || f->type == FT_ENUM || f->type == FT_U64) {
             item = cJSON_CreateString(text);
         } else if (f->type == FT_DOUBLE && !isfinite(*(const double *)cmember(cfg, f))) {
             item = cJSON_CreateNull(); /* JSON has no inf/nan; loading it fails loudly */
@@ -782,7 +847,7 @@ void tri_config_print(const tri_config *cfg, FILE *f) {
         char buf[32];
         const field *fd = &fields[i];
         const char *v = value_text(cfg, fd, buf, sizeof buf);
-        if (fd->type == FT_STRING)
+        if (fd->type == FT_STRING || fd->type == FT_ENUM)
             fprintf(f, "%s = \"%s\"\n", fd->name, v);
         else
             fprintf(f, "%s = %s\n", fd->name, v);
@@ -798,7 +863,7 @@ void tri_config_help(FILE *f) {
         const field *fd = &fields[i];
         char name[64], def[64], range[96];
         snprintf(name, sizeof name, "%s", fd->name);
-        if (fd->type == FT_STRING)
+        if (fd->type == FT_STRING || fd->type == FT_ENUM)
             snprintf(def, sizeof def, "\"%s\"", fd->def_str);
         else
             fmt_double(fd->def, def, sizeof def);

@@ -8,6 +8,10 @@
  *   trident: configs/x.json: train.lr: expected a number > 0, got -1
  * and the loader returns -1; the caller exits with code 2 before any
  * allocation or training.
+ *
+ * Choices (recompute, precision, schedule, checkpoint dtype, device) are
+ * enums, parsed once here from the names in the field table; the rest of the
+ * program never compares their text.
  */
 #ifndef TRI_CONFIG_H
 #define TRI_CONFIG_H
@@ -15,7 +19,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kernels/ctx.h"       /* tri_device, tri_dtype */
 #include "model/config.h"
+#include "model/runtime.h"     /* tri_recompute */
+#include "parallel/schedule.h" /* tri_sched_kind */
 
 #define TRI_PATH_MAX 1024
 
@@ -31,8 +38,8 @@ typedef struct tri_train_cfg {
     uint64_t seed;
     int eval_every;         /* steps between val-loss evaluations; 0: never    */
     int eval_batches;       /* micro-batches per evaluation                    */
-    char recompute[16];     /* activation checkpointing: none | selective | full */
-    char precision[8];      /* fp32 | bf16 | fp16 (docs/precision.md)                 */
+    tri_recompute recompute; /* activation checkpointing: none | selective | full    */
+    tri_dtype precision;     /* TRI_F32 | TRI_BF16 | TRI_F16 (docs/precision.md)     */
     double loss_scale_init; /* fp16: the dynamic loss scale at step 1          */
     int loss_scale_window;  /* fp16: clean steps before the scale doubles      */
 } tri_train_cfg;
@@ -48,7 +55,8 @@ typedef struct tri_data_cfg {
 typedef struct tri_parallel_cfg {
     int tp, pp, dp;
     int vpp;               /* virtual pipeline chunks per stage              */
-    char schedule[16];     /* "1f1b" | "interleaved" | "gpipe" | "zb-h1"     */
+    tri_sched_kind schedule; /* 1F1B | INTERLEAVED | GPIPE | ZBH1; 1F1B with vpp > 1
+                                runs interleaved (src/plan/stage_plan.h resolves it) */
     char pp_layout[256];   /* layers per stage or chunk, "3,4,4,3"; "": even */
     double bucket_mb;      /* gradient all-reduce bucket size, MiB            */
     double timeout_s;      /* deadline of every communication wait; 0: none  */
@@ -61,7 +69,7 @@ typedef struct tri_ckpt_cfg {
     char dir[TRI_PATH_MAX]; /* checkpoints go to <dir>/step_<N>, <dir>/latest */
     int every;              /* steps between saves; 0: only the final one     */
     int keep;               /* how many to keep; 0: all                       */
-    char dtype[8];          /* model.safetensors: fp32 | bf16 | fp16          */
+    tri_dtype dtype;        /* model.safetensors: TRI_F32 | TRI_BF16 | TRI_F16 */
 } tri_ckpt_cfg;
 
 typedef struct tri_log_cfg {
@@ -72,7 +80,7 @@ typedef struct tri_log_cfg {
 } tri_log_cfg;
 
 typedef struct tri_config {
-    char device[16]; /* "cpu" | "cpu-guard" | "cuda": the top-level key "device" */
+    tri_device device; /* the top-level key "device": cpu | cpu-guard | cuda */
     tri_model_cfg model;
     tri_train_cfg train;
     tri_data_cfg data;

@@ -42,16 +42,10 @@ const tri_gpu_kind *tri_gpu_lookup(const char *name) {
     return NULL;
 }
 
-int tri_plan_precision_bytes(const char *precision) {
-    if (!strcmp(precision, "fp32")) return 4;
-    if (!strcmp(precision, "bf16") || !strcmp(precision, "fp16")) return 2;
+int tri_plan_precision_bytes(tri_dtype precision) {
+    if (precision == TRI_F32) return 4;
+    if (precision == TRI_BF16 || precision == TRI_F16) return 2;
     return -1;
-}
-
-static tri_dtype precision_dtype(const char *precision) {
-    if (!strcmp(precision, "bf16")) return TRI_BF16;
-    if (!strcmp(precision, "fp16")) return TRI_F16;
-    return TRI_F32;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -116,7 +110,7 @@ static int stage_init(stage_desc *d, const tri_config *cfg, const tri_gpu_kind *
         stage_free(d);
         return -1;
     }
-    tri_dtype act = precision_dtype(cfg->train.precision);
+    tri_dtype act = cfg->train.precision;
     d->ops = *tri_ops_cpu();
     if (gpu && gpu->flash) {
         d->ops.attention_saved_floats = flash_saved_floats;
@@ -183,7 +177,7 @@ size_t tri_plan_param_elems(const tri_config *cfg, int pp_rank) {
 /* the schedule                                                              */
 
 static int sched_kind(const tri_config *cfg) {
-    int kind = tri_sched_parse(cfg->parallel.schedule);
+    int kind = (int)cfg->parallel.schedule;
     if (kind == TRI_SCHED_1F1B && cfg->parallel.vpp > 1) kind = TRI_SCHED_INTERLEAVED;
     return kind;
 }
@@ -301,13 +295,12 @@ int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_ra
     out->stage = pp_rank;
     int P = tri_plan_precision_bytes(cfg->train.precision);
     int kind = sched_kind(cfg), m = micro_batches(cfg);
-    if (P < 0) return tri_error("train.precision \"%s\" is not one of fp32, bf16, fp16", cfg->train.precision);
-    if (kind < 0) return tri_error("parallel.schedule \"%s\" is not a schedule", cfg->parallel.schedule);
+    if (P < 0)
+        return tri_error("train.precision %s is not one of fp32, bf16, fp16", tri_precision_name(cfg->train.precision));
     if (m < 1)
         return tri_error("train.global_batch (%d) is not a multiple of train.micro_batch (%d) x parallel.dp (%d)",
                          cfg->train.global_batch, cfg->train.micro_batch, par->dp);
-    int policy = tri_recompute_parse(cfg->train.recompute);
-    if (policy < 0) return tri_error("train.recompute \"%s\" is not none, selective or full", cfg->train.recompute);
+    int policy = (int)cfg->train.recompute;
     if (pp_rank < 0 || pp_rank >= par->pp) return tri_error("plan: no pipeline stage %d of %d", pp_rank, par->pp);
     stage_desc d;
     if (stage_init(&d, cfg, gpu, pp_rank) != 0) return -1;
@@ -479,10 +472,9 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
     const tri_parallel_cfg *par = &cfg->parallel;
     memset(out, 0, sizeof *out);
     int P = tri_plan_precision_bytes(cfg->train.precision);
-    int kind = sched_kind(cfg), m = micro_batches(cfg), policy = tri_recompute_parse(cfg->train.recompute);
-    if (P < 0 || kind < 0 || m < 1 || policy < 0)
-        return tri_error("plan: the layout's train.precision, parallel.schedule, train.recompute or batch is not "
-                         "valid");
+    int kind = sched_kind(cfg), m = micro_batches(cfg), policy = (int)cfg->train.recompute;
+    if (P < 0 || m < 1)
+        return tri_error("plan: the layout's train.precision or batch is not valid");
     costs c = {gpu, P == 2 ? gpu->peak_16 : gpu->peak_32, P, 0, gpu->latency_s, par->tp};
     c.tp_bw = gpu->intra_bw * gpu->link_eff;
     int world = par->tp * par->pp * par->dp;
@@ -661,9 +653,7 @@ int tri_plan_check(const tri_config *cfg, const tri_gpu_kind *gpu, char *why, si
     if (rc == 0) {
         int kind = sched_kind(cfg);
         tri_schedule s;
-        if (kind < 0) {
-            rc = tri_error("parallel.schedule \"%s\" is not a schedule", par->schedule);
-        } else if (par->vpp > TRI_MAX_VPP) {
+        if (par->vpp > TRI_MAX_VPP) {
             rc = tri_error("vpp %d is above %d", par->vpp, TRI_MAX_VPP);
         } else if ((rc = tri_schedule_build(&s, (tri_sched_kind)kind, par->pp, par->vpp,
                                             (int)(cfg->train.global_batch / per))) == 0) {

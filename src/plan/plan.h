@@ -115,9 +115,9 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
  * parallelism's. Writes the reason into why; returns 0 when valid. Silent. */
 int tri_plan_check(const tri_config *cfg, const tri_gpu_kind *gpu, char *why, size_t n);
 
-/* Bytes per element of cfg's train.precision: activations and parameters
- * (2 or 4); -1 for an unknown name. */
-int tri_plan_precision_bytes(const char *precision);
+/* Bytes per element of a train.precision: activations and parameters
+ * (2 or 4); -1 for a dtype that is not a compute precision. */
+int tri_plan_precision_bytes(tri_dtype precision);
 
 /* Frees the schedules and simulations the planner keeps between calls
  * (layouts of a search share them). */

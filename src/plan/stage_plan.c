@@ -19,9 +19,7 @@ int tri_stage_plan_init(tri_stage_plan *sp, const tri_config *cfg, int pp_rank) 
         return tri_error("train.global_batch (%d) is not a positive multiple of train.micro_batch (%d) x parallel.dp "
                          "(%d) = %ld",
                          cfg->train.global_batch, cfg->train.micro_batch, par->dp, per);
-    int kind = tri_sched_parse(par->schedule);
-    if (kind < 0)
-        return tri_error("parallel.schedule \"%s\" is not one of 1f1b, interleaved, gpipe, zb-h1", par->schedule);
+    tri_sched_kind kind = par->schedule;
     if (kind == TRI_SCHED_1F1B && vpp > 1) kind = TRI_SCHED_INTERLEAVED;
     sp->pp = pp;
     sp->vpp = vpp;

@@ -61,7 +61,7 @@ static int save(trainer *t, int step, double loss) {
     char *st = state_json(t, step, loss);
     double t0 = now_s();
     int rc = tri_model_save(&t->store, step, &t->gpt, &t->opt, &t->dist, st, t->cfg->checkpoint.keep,
-                            (tri_dtype)tri_precision_parse(t->cfg->checkpoint.dtype));
+                            t->cfg->checkpoint.dtype);
     free(st);
     if (rc == 0 && t->is_logger && !t->opts.quiet)
         printf("saved checkpoint %s/step_%08d (%.2f s)\n", t->cfg->checkpoint.dir, step, now_s() - t0);

@@ -235,9 +235,8 @@ int tri_preflight_model(const tri_config *cfg, size_t micro_batch, int tp_rank, 
         tri_stage_plan_free(&sp);
         return -1;
     }
-    int policy = tri_recompute_parse(cfg->train.recompute);
     size_t acts = preflight_activation_bytes(&c, &g, sp.slots, sp.split, micro_batch, (size_t)m->seq_len,
-                                             policy < 0 ? TRI_RECOMPUTE_NONE : (tri_recompute)policy);
+                                             cfg->train.recompute);
     tri_stage_plan_free(&sp);
     size_t n_floats = tri_gpt_local_elems(&g);
     tri_gpt_free(&g);

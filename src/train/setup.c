@@ -131,7 +131,7 @@ static int device_groups(trainer *t, const tri_run_opts *opts) {
     if (t->dist.mesh.world == 1) return 0;
     char err[512] = "";
     int rc = 0;
-    if (opts->device && strcmp(opts->device, "cuda") == 0)
+    if (opts->device == TRI_DEVICE_CUDA)
         rc = tri_dist_use_nccl(&t->dist, err, sizeof err);
     else if (check_device_memory())
         rc = tri_dist_check_device_memory(&t->dist, err, sizeof err);
@@ -154,12 +154,12 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         return 2;
     }
     tri_dist_set_timeout(&t->dist, cfg->parallel.timeout_s);
-    if (t->dist.transport == 2 && !(opts->device && strcmp(opts->device, "cuda") == 0)) {
+    if (t->dist.transport == 2 && opts->device != TRI_DEVICE_CUDA) {
         /* the store bootstraps NCCL only: the CPU ops' transport is MPI */
         fprintf(stderr,
                 "trident: rank %d: ranks launched without MPI (RANK/WORLD_SIZE or srun) communicate through NCCL, "
                 "which needs --device cuda (device is %s); on the CPU launch with tridentrun/mpirun\n",
-                t->dist.mesh.rank, opts->device ? opts->device : "cpu");
+                t->dist.mesh.rank, tri_device_name(opts->device));
         return 2;
     }
     const tri_mesh *mesh = &t->dist.mesh;
@@ -172,18 +172,17 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                                                 &t->dist, ckpt, sizeof ckpt, t->is_logger && !opts->quiet) != 0)
         return rc;
     int have_ckpt = ckpt[0] != '\0';
-    if (tri_ctx_init(&t->ctx, opts->device ? opts->device : "cpu", opts->threads) != 0) return rc;
-    /* mixed precision: 16-bit parameters and activations (validated by the config) */
-    int precision = tri_precision_parse(cfg->train.precision);
-    if (tri_ctx_set_precision(&t->ctx, (tri_dtype)precision) != 0) {
-        tri_error("train.precision=%s is not available with --device %s", cfg->train.precision,
-                  opts->device ? opts->device : "cpu");
+    if (tri_ctx_init(&t->ctx, tri_device_name(opts->device), opts->threads) != 0) return rc;
+    /* mixed precision: 16-bit parameters and activations */
+    if (tri_ctx_set_precision(&t->ctx, cfg->train.precision) != 0) {
+        tri_error("train.precision=%s is not available with --device %s", tri_precision_name(cfg->train.precision),
+                  tri_device_name(opts->device));
         return rc;
     }
-    t->fp16 = precision == TRI_F16;
+    t->fp16 = cfg->train.precision == TRI_F16;
     t->loss_scale = t->fp16 ? cfg->train.loss_scale_init : 1.0;
     tri_dist_bind_ctx(&t->dist, &t->ctx);
-    t->policy = (tri_recompute)tri_recompute_parse(cfg->train.recompute); /* validated by the config */
+    t->policy = cfg->train.recompute;
     t->G = (size_t)cfg->train.global_batch;
     t->T = (size_t)cfg->model.seq_len;
     t->mb = (size_t)cfg->train.micro_batch;
@@ -324,7 +323,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                tri_gpt_num_params(&cfg->model), mesh->tp, mesh->pp, mesh->dp, t->n_micro, t->mb, omp_get_max_threads());
         char mem[256];
         tri_mem_line(&t->ctx.mem, mem, sizeof mem);
-        printf("trident: memory per rank (recompute %s): %s\n", cfg->train.recompute, mem);
+        printf("trident: memory per rank (recompute %s): %s\n", tri_recompute_name(cfg->train.recompute), mem);
         fflush(stdout);
     }
     return 0;

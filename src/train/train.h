@@ -26,7 +26,7 @@ typedef struct tri_run_report {
 typedef struct tri_run_opts {
     int resume;            /* continue from the newest complete checkpoint in checkpoint.dir, if any */
     int threads;           /* OpenMP/OpenBLAS threads; 0: leave as the environment says */
-    const char *device;    /* "cpu" (default) or "cuda" */
+    tri_device device;     /* TRI_DEVICE_CPU (the default), CPU_GUARD or CUDA */
     int synthetic;         /* bench: random tokens instead of the data files */
     int quiet;             /* no per-step lines */
     int stop_at;           /* > 0: save and stop after this step (the schedule still

@@ -37,8 +37,8 @@ static void set_layout(tri_config *c, int tp, int pp, int dp, int vpp, const cha
     c->parallel.dp = dp;
     c->parallel.vpp = vpp;
     c->parallel.zero = zero;
-    snprintf(c->train.recompute, sizeof c->train.recompute, "%s", rec);
-    snprintf(c->parallel.schedule, sizeof c->parallel.schedule, "%s", vpp > 1 ? "interleaved" : "1f1b");
+    c->train.recompute = (tri_recompute)tri_recompute_parse(rec);
+    c->parallel.schedule = (tri_sched_kind)tri_sched_parse(vpp > 1 ? "interleaved" : "1f1b");
 }
 
 /* The closed form of a stage's parameter elements equals the elements of
@@ -101,7 +101,7 @@ Test(plan, gpu_path_equals_describe_path_and_preflight) {
                         if ((sp && tp < 2) || (zb && (vpp > 1 || pp < 2))) continue;
                         set_layout(&c, tp, pp, dp, vpp, pol[p], z);
                         c.parallel.sequence_parallel = sp;
-                        if (zb) snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "zb-h1");
+                        if (zb) c.parallel.schedule = (tri_sched_kind)tri_sched_parse("zb-h1");
                         for (int st = 0; st < pp; st++) {
                             tri_plan_mem a, b;
                             cr_assert(tri_plan_stage_mem(&c, NULL, st, &a) == 0);
@@ -138,7 +138,7 @@ Test(plan, bytes_per_parameter_match_megatrons_table) {
                 tri_config c;
                 base_cfg(&c, 4, 8, 1024, 128, 1000, 64, 1);
                 set_layout(&c, 1, 1, dps[i], 1, "none", z);
-                snprintf(c.train.precision, sizeof c.train.precision, "%s", bf ? "bf16" : "fp32");
+                c.train.precision = (tri_dtype)tri_precision_parse(bf ? "bf16" : "fp32");
                 tri_plan_mem m;
                 cr_assert(tri_plan_stage_mem(&c, k, 0, &m) == 0);
                 double n = (double)tri_plan_param_elems(&c, 0), d = dps[i];
@@ -161,7 +161,7 @@ Test(plan, flops_match_the_model_and_megatrons_formula) {
         tri_config c;
         base_cfg(&c, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4], 64, 1);
         set_layout(&c, 8, 1, 8, 1, "none", 1);
-        snprintf(c.train.precision, sizeof c.train.precision, "bf16");
+        c.train.precision = (tri_dtype)tri_precision_parse("bf16");
         tri_plan_time t, tf, ts;
         cr_assert(tri_plan_time_step(&c, k, &t) == 0);
         double B = 64, S = c.model.seq_len, L = c.model.n_layer, h = c.model.n_embd, V = c.model.vocab_size;
@@ -171,11 +171,11 @@ Test(plan, flops_match_the_model_and_megatrons_formula) {
         cr_expect(t.model_flops > meg * 0.995 && t.model_flops < meg * 1.005, "shape %d: %.4g vs Megatron %.4g", s,
                   t.model_flops, meg);
         cr_expect_float_eq(t.hw_flops, t.model_flops, 1e-9 * t.model_flops);
-        snprintf(c.train.recompute, sizeof c.train.recompute, "full");
+        c.train.recompute = (tri_recompute)tri_recompute_parse("full");
         cr_assert(tri_plan_time_step(&c, k, &tf) == 0);
         double fwd_layers = (24.0 * h * h + 4.0 * h * S) * L * tokens;
         cr_expect_float_eq(tf.hw_flops - tf.model_flops, fwd_layers, 1e-9 * fwd_layers);
-        snprintf(c.train.recompute, sizeof c.train.recompute, "selective");
+        c.train.recompute = (tri_recompute)tri_recompute_parse("selective");
         cr_assert(tri_plan_time_step(&c, k, &ts) == 0);
         cr_expect_float_eq(ts.hw_flops - ts.model_flops, 4.0 * h * S * L * tokens, 1e-9 * fwd_layers);
         cr_expect_gt(tf.step_s, ts.step_s);
@@ -191,7 +191,7 @@ Test(plan, step_parts_follow_the_layout) {
     const tri_gpu_kind *k = tri_gpu_lookup("h100");
     tri_config c;
     base_cfg(&c, 32, 16, 2048, 2048, 50000, 64, 1);
-    snprintf(c.train.precision, sizeof c.train.precision, "bf16");
+    c.train.precision = (tri_dtype)tri_precision_parse("bf16");
     set_layout(&c, 1, 1, 1, 1, "selective", 0);
     tri_plan_time t;
     cr_assert(tri_plan_time_step(&c, k, &t) == 0);
@@ -221,7 +221,7 @@ Test(plan, oversubscribed_ranks_pay_a_delay_per_blocking_wait) {
     c.train.micro_batch = 1; /* m = 8 / (1 x 2) = 4 micro-batches */
     tri_plan_time a, b;
     for (int full = 0; full < 2; full++) {
-        snprintf(c.train.recompute, sizeof c.train.recompute, "%s", full ? "full" : "none");
+        c.train.recompute = (tri_recompute)tri_recompute_parse(full ? "full" : "none");
         k.share = 0.5;
         k.sync_s = 0;
         cr_assert(tri_plan_time_step(&c, &k, &a) == 0);
@@ -243,7 +243,7 @@ Test(plan, oversubscribed_ranks_pay_a_delay_per_blocking_wait) {
      * the fluid share gives; 4 ranks (share 1/2): unchanged; a pipeline
      * keeps the fluid share */
     k.sync_s = 0;
-    snprintf(c.train.recompute, sizeof c.train.recompute, "none");
+    c.train.recompute = (tri_recompute)tri_recompute_parse("none");
     const int lay[3][3] = {{3, 1, 1}, {1, 1, 4}, {1, 3, 1}};
     const double sh[3] = {2.0 / 3.0, 0.5, 2.0 / 3.0}, want[3] = {4.0 / 3.0, 1.0, 1.0};
     for (int i = 0; i < 3; i++) {
@@ -408,7 +408,7 @@ Test(plan, search_proposes_only_valid_layouts_that_fit, .timeout = 300) {
             set_layout(&c, tp, pp, dp, vpp, cJSON_GetObjectItemCaseSensitive(j, "recompute")->valuestring,
                        (int)json_size(j, "zero"));
             c.parallel.sequence_parallel = (int)json_size(j, "sequence_parallel");
-            snprintf(c.train.precision, sizeof c.train.precision, "bf16");
+            c.train.precision = (tri_dtype)tri_precision_parse("bf16");
             cr_expect_eq(tp * pp * dp, N, "%s", line);
             cr_expect(tp <= 8 && NH % tp == 0, "%s", line);
             cr_expect_eq(gb % (c.train.micro_batch * dp), 0, "%s", line);

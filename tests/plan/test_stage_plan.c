@@ -134,7 +134,7 @@ static tri_config plan_cfg(int L, int pp, int vpp, int m, const char *schedule, 
     c.parallel.dp = 2;
     c.train.micro_batch = 3;
     c.train.global_batch = m * 3 * 2;
-    snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "%s", schedule);
+    c.parallel.schedule = (tri_sched_kind)tri_sched_parse(schedule);
     snprintf(c.parallel.pp_layout, sizeof c.parallel.pp_layout, "%s", layout);
     return c;
 }

@@ -56,7 +56,7 @@ Test(preflight, estimate_matches_what_the_model_allocates) {
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         tri_config c = tiny(cases[k].L, cases[k].NH, cases[k].C, cases[k].T, cases[k].V, cases[k].tp);
-        snprintf(c.train.recompute, sizeof c.train.recompute, "%s", cases[k].recompute);
+        c.train.recompute = (tri_recompute)tri_recompute_parse(cases[k].recompute);
         tri_mem_estimate e;
         cr_assert_eq(tri_preflight_model(&c, (size_t)cases[k].B, cases[k].tp_rank, 0, 0, 1, 0, &e), 0, "case %zu", k);
         tri_ctx ctx;
@@ -171,7 +171,7 @@ Test(preflight, estimate_follows_precision_and_zero) {
     cr_expect_eq(f32.grads, 4 * n);
     cr_expect_eq(f32.optim, 8 * n);
 
-    snprintf(c.train.precision, sizeof c.train.precision, "bf16");
+    c.train.precision = (tri_dtype)tri_precision_parse("bf16");
     cr_assert_eq(tri_preflight_model(&c, 2, 0, 0, 0, 1, 0, &b16), 0);
     cr_expect_eq(b16.params, 2 * n, "bf16 parameters: %zu bytes for %zu elements", b16.params, n);
     cr_expect_eq(b16.grads, 4 * n, "gradients stay fp32");
@@ -186,7 +186,7 @@ Test(preflight, estimate_follows_precision_and_zero) {
     cr_expect_eq(bz1.grads, 4 * padded);
     cr_expect_eq(bz1.optim, padded / 2 * 12, "bf16 ZeRO-1 over 2: %zu vs %zu", bz1.optim, padded / 2 * 12);
 
-    snprintf(c.train.precision, sizeof c.train.precision, "fp32");
+    c.train.precision = (tri_dtype)tri_precision_parse("fp32");
     cr_assert_eq(tri_preflight_model(&c, 2, 0, 0, 0, 1, 0, &z1), 0);
     cr_expect_eq(z1.params, 4 * padded);
     cr_expect_eq(z1.grads, 4 * padded);
