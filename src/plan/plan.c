@@ -13,7 +13,7 @@
 #include "parallel/grad_sync.h"
 #include "parallel/schedule.h"
 #include "base/err.h"
-#include "src/pipeline.h"
+#include "parallel/pipeline.h"
 #include "plan/stage_plan.h"
 
 /* ------------------------------------------------------------------------ */

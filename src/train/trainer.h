@@ -2,7 +2,7 @@
  *   train_setup.c  everything before step 1 (layout, mesh, backend, data, model,
  *                  optimizer, resume or init);
  *   train_step.c   one optimizer step and the validation pass, through
- *                  the pipeline executor (src/pipeline.h; pp = 1 runs the
+ *                  the pipeline executor (parallel/pipeline.h; pp = 1 runs the
  *                  trivial schedule: each micro-batch forward, then backward);
  *   train.c        the cadence around the steps: logging, evaluation,
  *                  signals, checkpoints, the run report.
@@ -21,7 +21,7 @@
 #include "parallel/dist.h"
 #include "parallel/grad_sync.h"
 #include "parallel/schedule.h"
-#include "src/pipeline.h"
+#include "parallel/pipeline.h"
 #include "plan/stage_plan.h"
 #include "train/train.h"
 

@@ -1,5 +1,5 @@
-/* The pipeline executor. See src/pipeline.h. */
-#include "src/pipeline.h"
+/* The pipeline executor. See parallel/pipeline.h. */
+#include "parallel/pipeline.h"
 
 #include <math.h>
 #include <stdio.h>
