@@ -18,6 +18,7 @@
 #include "model/gpt.h"
 #include "model/runtime.h"
 #include "model/optim.h"
+#include "model/stage.h"
 #include "parallel/dist.h"
 #include "parallel/grad_sync.h"
 #include "parallel/schedule.h"
@@ -34,6 +35,7 @@ typedef struct trainer {
     tri_stage_plan plan;       /* this pipeline stage: chunks, schedule, slots */
     tri_schedule sched;        /* a training step's schedule (every stage)    */
     tri_schedule eval_sched;   /* one micro-batch forward only, for evaluation */
+    tri_stage stage;           /* the executor's callbacks over the chunks    */
     tri_pipe pipe;             /* the executor of both                        */
     tri_pipe_stats pipe_total; /* its stats summed over the measured steps    */
     tri_recompute policy;
