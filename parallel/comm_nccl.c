@@ -296,7 +296,7 @@ static void nccl_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int ro
 }
 
 /* Tags: NCCL has none; between two ranks of one group, sends are matched
- * with receives in the order posted (src/pipeline.c posts both sides of a
+ * with receives in the order posted (parallel/pipeline.c posts both sides of a
  * message in the same order). The tag is kept for the watchdog's report. */
 static void nccl_p2p(tri_comm *c, int send, void *buf, size_t n, tri_dtype t, int peer, int tag, tri_req *r) {
     const char *op = send ? "send" : "receive";

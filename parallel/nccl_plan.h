@@ -7,7 +7,7 @@
  *
  * Grouping (why and how): NCCL matches a send with its receive only inside
  * one ncclGroupStart/End or in the same order on both ranks; the pipeline
- * executor (src/pipeline.c) posts one batch's isend/irecv back to back and
+ * executor (parallel/pipeline.c) posts one batch's isend/irecv back to back and
  * then waits, and two stages exchanging in both directions would deadlock if
  * each call ran alone. So the transport opens a group at the first p2p call
  * and keeps it open for the following ones; the group is closed (ncclGroupEnd,

@@ -10,10 +10,11 @@
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/runtime.h"
+#include "model/stage.h"
 #include "parallel/grad_sync.h"
 #include "parallel/schedule.h"
 #include "base/err.h"
-#include "src/pipeline.h"
+#include "parallel/pipeline.h"
 #include "plan/stage_plan.h"
 
 /* ------------------------------------------------------------------------ */
@@ -334,8 +335,10 @@ int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_ra
         out->saved_act_peak = peak;
         size_t ws = tri_workspace_bytes(&d.g, B, T, (tri_recompute)policy);
         if (ws == 0) rc = -1;
-        int boxes = tri_pipe_box_need(&d.g, e->s.a[pp_rank], e->s.n[pp_rank]);
-        int eb = tri_pipe_box_need(&d.g, e->ev.a[pp_rank], e->ev.n[pp_rank]);
+        unsigned char ends[TRI_PIPE_MAX_CHUNKS];
+        tri_stage_ends(&d.g, ends);
+        int boxes = tri_pipe_box_need(e->s.a[pp_rank], e->s.n[pp_rank], ends);
+        int eb = tri_pipe_box_need(e->ev.a[pp_rank], e->ev.n[pp_rank], ends);
         if (eb > boxes) boxes = eb;
         size_t A = (size_t)P;
         out->workspace = ws + (size_t)boxes * tri_chunk_boundary_elems(&d.g, B, T) * A;

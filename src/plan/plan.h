@@ -16,7 +16,7 @@
  *     front); saved_act_peak: the most bytes of slots in use at once, from
  *     walking the rank's action list;
  *   - workspace: tri_workspace_bytes plus the pipeline's mailbox buffers
- *     (tri_pipe_box_need, src/pipeline.h).
+ *     (tri_pipe_box_need, parallel/pipeline.h).
  * The activation sizes always come from the runtime's own functions
  * (model/runtime.h) on a description of the stage's chunks; for a GPU the
  * description's backend keeps flash attention's state (B x heads x T fp32

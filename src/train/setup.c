@@ -240,7 +240,8 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         tri_schedule_build(&t->eval_sched, TRI_SCHED_FORWARD, mesh->pp, t->plan.vpp, 1) != 0)
         return 2;
     const tri_schedule *scheds[2] = {&t->sched, &t->eval_sched};
-    if (tri_pipe_init(&t->pipe, &t->gpt, t->pools, &t->ws, &t->dist.pp, &t->dist.progress, scheds, 2) != 0) return rc;
+    tri_pipe_stage view = tri_stage_bind(&t->stage, &t->gpt, t->pools, &t->ws);
+    if (tri_pipe_init(&t->pipe, &view, &t->dist.pp, &t->dist.progress, scheds, 2) != 0) return rc;
     tri_adamw_cfg oc = {cfg->train.lr,    cfg->train.min_lr,       cfg->train.warmup_steps,
                         cfg->train.steps, cfg->train.beta1,        cfg->train.beta2,
                         cfg->train.eps,   cfg->train.weight_decay, cfg->train.grad_clip};

@@ -114,7 +114,7 @@ double train_step(trainer *t, int step, double *norm) {
     }
     loader l = {t, step, 0, 0};
     double loss_sum =
-        tri_pipe_run(&t->pipe, &t->sched, TRI_FWD_TRAIN, dscale, t->sync, load_train, &l, t->inputs, t->targets);
+        tri_pipe_run(&t->pipe, &t->sched, TRI_PIPE_TRAIN, dscale, t->sync, load_train, &l, t->inputs, t->targets);
     if (l.failed) {
         data_failed(t);
         *norm = NAN;
@@ -184,7 +184,7 @@ double evaluate(trainer *t) {
         int i = round * dp + dpr;
         if (i >= n) continue;
         loader l = {t, 0, i, 0};
-        sum += tri_pipe_run(&t->pipe, &t->eval_sched, TRI_FWD_LOSS, 0.0f, NULL, load_eval, &l, t->inputs, t->targets);
+        sum += tri_pipe_run(&t->pipe, &t->eval_sched, TRI_PIPE_LOSS, 0.0f, NULL, load_eval, &l, t->inputs, t->targets);
         if (l.failed) {
             data_failed(t);
             return NAN;

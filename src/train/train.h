@@ -18,7 +18,7 @@ typedef struct tri_run_report {
     /* The pipeline phase of those steps, per stage (stage s of this rank's
      * pipeline at [s]; TRI_REPORT_MAX_STAGES at most): compute time, time
      * waiting for p2p batches, and the span from a step's first action to the
-     * end of its last compute action (src/pipeline.h), summed over the steps. */
+     * end of its last compute action (parallel/pipeline.h), summed over the steps. */
     int stages;
     double stage_busy_s[TRI_REPORT_MAX_STAGES], stage_p2p_s[TRI_REPORT_MAX_STAGES], stage_span_s[TRI_REPORT_MAX_STAGES];
 } tri_run_report;

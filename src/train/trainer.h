@@ -2,7 +2,7 @@
  *   train_setup.c  everything before step 1 (layout, mesh, backend, data, model,
  *                  optimizer, resume or init);
  *   train_step.c   one optimizer step and the validation pass, through
- *                  the pipeline executor (src/pipeline.h; pp = 1 runs the
+ *                  the pipeline executor (parallel/pipeline.h; pp = 1 runs the
  *                  trivial schedule: each micro-batch forward, then backward);
  *   train.c        the cadence around the steps: logging, evaluation,
  *                  signals, checkpoints, the run report.
@@ -18,10 +18,11 @@
 #include "model/gpt.h"
 #include "model/runtime.h"
 #include "model/optim.h"
+#include "model/stage.h"
 #include "parallel/dist.h"
 #include "parallel/grad_sync.h"
 #include "parallel/schedule.h"
-#include "src/pipeline.h"
+#include "parallel/pipeline.h"
 #include "plan/stage_plan.h"
 #include "train/train.h"
 
@@ -34,6 +35,7 @@ typedef struct trainer {
     tri_stage_plan plan;       /* this pipeline stage: chunks, schedule, slots */
     tri_schedule sched;        /* a training step's schedule (every stage)    */
     tri_schedule eval_sched;   /* one micro-batch forward only, for evaluation */
+    tri_stage stage;           /* the executor's callbacks over the chunks    */
     tri_pipe pipe;             /* the executor of both                        */
     tri_pipe_stats pipe_total; /* its stats summed over the measured steps    */
     tri_recompute policy;

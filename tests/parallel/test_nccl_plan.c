@@ -96,7 +96,7 @@ Test(nccl_plan, split_colors_and_keys_form_the_mesh_groups) {
         check_splits(layouts[i][0], layouts[i][1], layouts[i][2]);
 }
 
-/* src/pipeline.c's pattern: a batch's sends and receives back to back, then
+/* parallel/pipeline.c's pattern: a batch's sends and receives back to back, then
  * waits: one group, started once, ended at the first wait; every request of
  * it completes with the same event. */
 Test(nccl_plan, one_pipeline_batch_is_one_group) {

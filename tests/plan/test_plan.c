@@ -339,7 +339,7 @@ Test(plan, memory_matches_bench_through_tridentrun, .timeout = 600) {
                       got, want);
         }
         /* the workspace: the planned one plus, at most, one mailbox buffer
-         * per send of the step that completes late (src/pipeline.c adds
+         * per send of the step that completes late (parallel/pipeline.c adds
          * them then; MPI decides when) */
         double got_ws = (double)json_size(mem, "workspace"), box = 2.0 * 32 * 64 * 4;
         double sends = 2.0 * (8 / (2 * grid[i].dp)) * grid[i].vpp * (grid[i].pp > 1);

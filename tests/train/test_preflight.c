@@ -114,7 +114,7 @@ Test(preflight, estimate_under_pp_counts_the_stage_and_its_slots) {
         cr_expect_eq(e.params, m->bytes[TRI_MEM_PARAMS], "stage %d: params %zu vs %zu", s, e.params,
                      m->bytes[TRI_MEM_PARAMS]);
         size_t acts = m->bytes[TRI_MEM_SAVED] + m->bytes[TRI_MEM_WORKSPACE];
-        /* and the pipeline's mailbox (src/pipeline.h), which the training
+        /* and the pipeline's mailbox (parallel/pipeline.h), which the training
          * estimate counts: whole boundary buffers of B x T x C fp32, at
          * least one (the stage sends to or receives from its neighbour)
          * and at most one per micro-batch and direction */

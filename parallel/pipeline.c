@@ -1,5 +1,5 @@
-/* The pipeline executor. See src/pipeline.h. */
-#include "src/pipeline.h"
+/* The pipeline executor. See parallel/pipeline.h. */
+#include "parallel/pipeline.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -64,7 +64,7 @@ static int box_take(tri_pipe *p, int key) {
         p->box = nb;
         i = p->n_box;
         p->box[i].key = -1;
-        p->box[i].mem = tri_ctx_alloc(p->g->ctx, p->box_bytes, TRI_MEM_WORKSPACE, "pipeline p2p buffer");
+        p->box[i].mem = tri_ctx_alloc(p->st.ctx, p->box_bytes, TRI_MEM_WORKSPACE, "pipeline p2p buffer");
         if (!p->box[i].mem) TRI_FAIL("out of memory (pipeline p2p buffer of %zu bytes)", p->box_bytes);
         p->n_box++;
     }
@@ -73,13 +73,10 @@ static int box_take(tri_pipe *p, int key) {
 }
 
 /* Does local chunk c receive its input from, or send its output to, another stage? */
-static int has_input_msg(const tri_pipe *p, int c) { return !p->g->chunks[c].has_embedding; }
-static int has_output_msg(const tri_pipe *p, int c) { return !p->g->chunks[c].has_head; }
+static int has_input_msg(const unsigned char *ends, int c) { return !(ends[c] & TRI_PIPE_FIRST); }
+static int has_output_msg(const unsigned char *ends, int c) { return !(ends[c] & TRI_PIPE_LAST); }
 
-int tri_pipe_box_need(const tri_gpt *g, const tri_action *a, int n) {
-    tri_pipe view = {0};
-    view.g = (tri_gpt *)g;
-    const tri_pipe *p = &view;
+int tri_pipe_box_need(const tri_action *a, int n, const unsigned char *ends) {
     int live = 0, peak = 0, pending_sends = 0;
     for (int i = 0; i < n; i++) {
         const tri_action *x = &a[i];
@@ -97,47 +94,44 @@ int tri_pipe_box_need(const tri_gpt *g, const tri_action *a, int n) {
         }
         int c = x->chunk;
         if (x->kind == TRI_ACT_FWD) {
-            if (has_output_msg(p, c)) live++;
+            if (has_output_msg(ends, c)) live++;
             if (live > peak) peak = live;
-            if (has_input_msg(p, c)) live--;
+            if (has_input_msg(ends, c)) live--;
         } else if (x->kind == TRI_ACT_BWD || x->kind == TRI_ACT_BWD_IN) {
-            if (has_input_msg(p, c)) live++;
+            if (has_input_msg(ends, c)) live++;
             if (live > peak) peak = live;
-            if (has_output_msg(p, c)) live--;
+            if (has_output_msg(ends, c)) live--;
         }
     }
     return peak;
 }
 
-int tri_pipe_init(tri_pipe *p, tri_gpt *g, tri_slot_pool *pools, tri_workspace *ws, tri_comm *pp,
-                  tri_progress *progress, const tri_schedule *const *scheds, int n_scheds) {
+int tri_pipe_init(tri_pipe *p, const tri_pipe_stage *st, tri_comm *pp, tri_progress *progress,
+                  const tri_schedule *const *scheds, int n_scheds) {
     memset(p, 0, sizeof *p);
-    p->g = g;
-    p->pools = pools;
-    p->ws = ws;
+    TRI_CHECK(st->n_chunks >= 1 && st->n_chunks <= TRI_PIPE_MAX_CHUNKS);
+    p->st = *st;
     p->pp = pp;
     p->progress = progress;
     p->stage = pp->rank;
     p->n_stages = pp->size;
-    /* a chunk boundary: the rank's rows of the residual stream (a shard of
-     * them under sequence parallelism) */
-    p->box_bytes = tri_chunk_boundary_elems(g, pools[0].B, pools[0].T) * tri_dtype_size(g->ctx->act_dtype);
+    p->box_bytes = st->boundary_elems * tri_dtype_size(st->dtype);
     for (int i = 0; i < n_scheds; i++) {
         const tri_schedule *s = scheds[i];
-        TRI_CHECK(s->pp == p->n_stages && s->vpp == g->n_chunks);
-        int need = tri_pipe_box_need(g, s->a[p->stage], s->n[p->stage]);
+        TRI_CHECK(s->pp == p->n_stages && s->vpp == st->n_chunks);
+        int need = tri_pipe_box_need(s->a[p->stage], s->n[p->stage], st->ends);
         if (need > p->n_box) p->n_box = need;
         if (s->m > p->m_cap) p->m_cap = s->m;
     }
     p->box = calloc((size_t)p->n_box + 1, sizeof *p->box);
-    p->slot_of = calloc((size_t)p->m_cap * (size_t)g->n_chunks + 1, sizeof *p->slot_of);
+    p->slot_of = calloc((size_t)p->m_cap * (size_t)st->n_chunks + 1, sizeof *p->slot_of);
     if (!p->box || !p->slot_of) {
         tri_pipe_free(p);
         return tri_error("out of memory (pipeline mailbox)");
     }
     for (int i = 0; i < p->n_box; i++) {
         p->box[i].key = -1;
-        p->box[i].mem = tri_ctx_alloc(g->ctx, p->box_bytes, TRI_MEM_WORKSPACE, "pipeline p2p buffer");
+        p->box[i].mem = tri_ctx_alloc(st->ctx, p->box_bytes, TRI_MEM_WORKSPACE, "pipeline p2p buffer");
         if (!p->box[i].mem) {
             tri_pipe_free(p);
             return -1;
@@ -149,7 +143,7 @@ int tri_pipe_init(tri_pipe *p, tri_gpt *g, tri_slot_pool *pools, tri_workspace *
 void tri_pipe_free(tri_pipe *p) {
     if (!p) return;
     if (p->box)
-        for (int i = 0; i < p->n_box; i++) tri_ctx_release(p->g->ctx, p->box[i].mem, p->box_bytes, TRI_MEM_WORKSPACE);
+        for (int i = 0; i < p->n_box; i++) tri_ctx_release(p->st.ctx, p->box[i].mem, p->box_bytes, TRI_MEM_WORKSPACE);
     free(p->box);
     free(p->sends);
     free(p->slot_of);
@@ -189,8 +183,8 @@ static void run_batch(tri_pipe *p, const tri_action *a, int n) {
     enum { MAX_BATCH = 16 };
     TRI_CHECK(n <= MAX_BATCH);
     tri_req req[MAX_BATCH];
-    size_t count = p->box_bytes / tri_dtype_size(p->g->ctx->act_dtype);
-    tri_dtype dt = p->g->ctx->act_dtype;
+    size_t count = p->st.boundary_elems;
+    tri_dtype dt = p->st.dtype;
     for (int i = 0; i < n; i++) {
         memset(&req[i], 0, sizeof req[i]);
         int key = box_key(p, &a[i]), tag = msg_tag(p, &a[i]);
@@ -224,22 +218,21 @@ static void run_batch(tri_pipe *p, const tri_action *a, int n) {
     reap_sends(p, 0);
 }
 
-double tri_pipe_run(tri_pipe *p, const tri_schedule *s, tri_fwd_mode mode, float dscale, tri_grad_sync *sync,
+double tri_pipe_run(tri_pipe *p, const tri_schedule *s, tri_pipe_mode mode, float dscale, tri_grad_sync *sync,
                     tri_pipe_loader load, void *load_ctx, const int32_t *ids, const int32_t *targets) {
-    tri_gpt *g = p->g;
-    tri_ctx *ctx = g->ctx;
+    const tri_stage_ops *ops = p->st.ops;
+    void *stage = p->st.stage;
+    const unsigned char *ends = p->st.ends;
     const tri_action *a = s->a[p->stage];
-    int n = s->n[p->stage], nc = g->n_chunks;
+    int n = s->n[p->stage], nc = p->st.n_chunks;
     TRI_CHECK(s->m <= p->m_cap && s->vpp == nc);
     /* the last backward of each chunk (BWD_W for a split backward) starts the
      * chunk's DP reduction */
-    int last_bwd[64];
-    TRI_CHECK(nc <= 64);
+    int last_bwd[TRI_PIPE_MAX_CHUNKS];
     for (int c = 0; c < nc; c++) last_bwd[c] = -1;
     for (int i = 0; i < n; i++)
         if (a[i].kind == TRI_ACT_BWD || a[i].kind == TRI_ACT_BWD_W) last_bwd[a[i].chunk] = i;
 
-    size_t act_bytes = p->box_bytes;
     double loss = 0.0, t0 = tri_now_s(), busy = 0.0, wait = 0.0, last_compute = t0;
     for (int i = 0; i < n;) {
         const tri_action *x = &a[i];
@@ -253,44 +246,43 @@ double tri_pipe_run(tri_pipe *p, const tri_schedule *s, tri_fwd_mode mode, float
             continue;
         }
         int c = x->chunk, mb = x->mb;
-        tri_chunk *ch = &g->chunks[c];
-        tri_slot_pool *pool = &p->pools[c];
-        tri_slot **slotp = mb >= 0 ? &p->slot_of[(size_t)mb * (size_t)nc + (size_t)c] : NULL;
+        int first = (ends[c] & TRI_PIPE_FIRST) != 0, last = (ends[c] & TRI_PIPE_LAST) != 0;
+        void **slotp = mb >= 0 ? &p->slot_of[(size_t)mb * (size_t)nc + (size_t)c] : NULL;
         double c0 = tri_now_s();
         switch (x->kind) {
         case TRI_ACT_FWD: {
-            tri_slot *slot = tri_slot_acquire(pool, g);
+            void *slot = ops->acquire(stage, c);
             TRI_CHECK(slot != NULL); /* the pool holds the schedule's peak */
-            if ((ch->has_embedding || ch->has_head) && load && load(load_ctx, mb) != 0) {
-                tri_slot_release(pool, g, slot);
+            if ((first || last) && load && load(load_ctx, mb) != 0) {
+                ops->release(stage, c, slot);
                 return NAN;
             }
-            tri_slot_stage(g, pool, slot, ch->has_embedding ? ids : NULL, ch->has_head ? targets : NULL);
+            ops->stage_batch(stage, c, slot, first ? ids : NULL, last ? targets : NULL);
             int in = -1;
-            if (has_input_msg(p, c)) {
+            if (has_input_msg(ends, c)) {
                 tri_action r = {TRI_ACT_RECV_ACT, mb, c, -1};
                 in = box_find(p, box_key(p, &r));
                 TRI_CHECK(in >= 0); /* received before */
             }
-            loss += tri_chunk_forward(g, pool, slot, p->ws, in >= 0 ? p->box[in].mem : NULL, mode, dscale);
+            loss += ops->forward(stage, c, slot, in >= 0 ? p->box[in].mem : NULL, mode, dscale);
             if (in >= 0) p->box[in].key = -1;
-            if (has_output_msg(p, c)) {
+            if (has_output_msg(ends, c)) {
                 tri_action snd = {TRI_ACT_SEND_ACT, mb, c, -1};
                 int out = box_take(p, box_key(p, &snd));
-                ctx->ops->copy(ctx, p->box[out].mem, p->ws->out, act_bytes);
+                ops->copy_act(stage, p->box[out].mem);
             }
-            if (mode == TRI_FWD_TRAIN)
+            if (mode == TRI_PIPE_TRAIN)
                 *slotp = slot;
             else
-                tri_slot_release(pool, g, slot);
+                ops->release(stage, c, slot);
             break;
         }
         case TRI_ACT_BWD:
         case TRI_ACT_BWD_IN: {
-            tri_slot *slot = *slotp;
+            void *slot = *slotp;
             TRI_CHECK(slot != NULL);
             int in = -1;
-            if (has_output_msg(p, c)) {
+            if (has_output_msg(ends, c)) {
                 tri_action r = {TRI_ACT_RECV_GRAD, mb, c, -1};
                 in = box_find(p, box_key(p, &r));
                 TRI_CHECK(in >= 0); /* received before */
@@ -298,29 +290,29 @@ double tri_pipe_run(tri_pipe *p, const tri_schedule *s, tri_fwd_mode mode, float
             const void *dy = in >= 0 ? p->box[in].mem : NULL;
             if (x->kind == TRI_ACT_BWD) {
                 if (sync) tri_grad_sync_set_last(&sync[c], i == last_bwd[c]);
-                tri_chunk_backward(g, pool, slot, p->ws, dy);
+                ops->backward(stage, c, slot, dy);
             } else {
                 if (sync) tri_grad_sync_set_last(&sync[c], 0);
-                tri_chunk_backward_input(g, pool, slot, p->ws, dy);
+                ops->backward_input(stage, c, slot, dy);
             }
             if (in >= 0) p->box[in].key = -1;
-            if (has_input_msg(p, c)) {
+            if (has_input_msg(ends, c)) {
                 tri_action snd = {TRI_ACT_SEND_GRAD, mb, c, -1};
                 int out = box_take(p, box_key(p, &snd));
-                ctx->ops->copy(ctx, p->box[out].mem, p->ws->dres, act_bytes);
+                ops->copy_grad(stage, p->box[out].mem);
             }
             if (x->kind == TRI_ACT_BWD) {
-                tri_slot_release(pool, g, slot);
+                ops->release(stage, c, slot);
                 *slotp = NULL;
             }
             break;
         }
         case TRI_ACT_BWD_W: {
-            tri_slot *slot = *slotp;
+            void *slot = *slotp;
             TRI_CHECK(slot != NULL);
             if (sync) tri_grad_sync_set_last(&sync[c], i == last_bwd[c]);
-            tri_chunk_backward_weight(g, pool, slot, p->ws);
-            tri_slot_release(pool, g, slot);
+            ops->backward_weight(stage, c, slot);
+            ops->release(stage, c, slot);
             *slotp = NULL;
             break;
         }
