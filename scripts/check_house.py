@@ -54,6 +54,9 @@ STDERR_OK = {
 # Writable static storage that stays, with the reason (file: symbols).
 STATE_OK = {
     'src/base/stop.c': {'g_stop'},  # the stop flag a signal handler sets
+    # tridentrun's signal handler: the signal seen, how many, the child it
+    # passes them on to, and whether the first goes on as SIGUSR1
+    'src/launch/sigfwd.c': {'g_signal', 'g_requests', 'g_child_pid', 'g_graceful'},
 }
 
 # What nvcc writes into every .cu's host object (launch stubs, the fat binary's handle)

@@ -1,0 +1,170 @@
+/* tridentrun: the launcher users see (torchrun-like), built on Open MPI's
+ * mpirun. This file reads the options (one table: parser and --help); the
+ * launch wing does the work (src/launch/launch.h says what, in order).
+ *
+ *   tridentrun [options] -- COMMAND [ARGS...]
+ *   tridentrun --rank-exec --log-dir DIR [--tee] [--attempt N] -- COMMAND...
+ *       (the rank wrapper mpirun runs in each rank's place; internal)
+ *
+ * Exit code: 0, 2 (TRI_EXIT_BAD_INPUT) for bad arguments with one line
+ * "tridentrun: ...", else the failing rank's (src/launch/runner.c). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/exit.h"
+#include "base/opt.h"
+#include "launch/launch.h"
+
+#define RANK_EXEC_USAGE "--rank-exec --log-dir DIR [--tee] [--attempt N] -- COMMAND..."
+
+/* Whether o takes a value (not a flag). */
+static int takes_value(const tri_cmd_spec *spec, const char *name) {
+    for (int k = 0; k < spec->n_opts; k++)
+        if (!strcmp(spec->opts[k].name, name)) return spec->opts[k].kind != TRI_OPT_FLAG;
+    return 0;
+}
+
+/* tri_opt_parse, in the launcher's wording for the two messages where the
+ * table's differs: "unknown option 'X' (try ...)" and "X needs a value" (an
+ * option that takes a value given last: the table says "unknown or
+ * incomplete option" for both). */
+static int parse(const tri_cmd_spec *spec, int argc, char **argv) {
+    static const char unknown[] = "unknown or incomplete option ";
+    char why[2048], missing[2048];
+    tri_error_capture(why, sizeof why);
+    int rc = tri_opt_parse(spec, argc, argv);
+    tri_error_capture(NULL, 0);
+    if (rc != TRI_OPT_ERROR) return rc;
+    const char *last = argv[argc - 1];
+    snprintf(missing, sizeof missing, "%s'%s' (try `%s --help`)", unknown, last, spec->cmd);
+    if (!strcmp(why, missing) && takes_value(spec, last))
+        tri_error("%s needs a value", last);
+    else if (!strncmp(why, unknown, sizeof unknown - 1))
+        tri_error("unknown option %s", why + sizeof unknown - 1);
+    else
+        tri_error("%s", why);
+    return TRI_OPT_ERROR;
+}
+
+/* `tridentrun --rank-exec ...` (argv[0] is "--rank-exec"): any error is the
+ * one usage line; COMMAND must follow "--". */
+static int rank_exec(int argc, char **argv) {
+    tri_rank_exec_opts o = {0};
+    tri_opt_list cmd = {0};
+    const tri_opt opts[] = {
+        {"--log-dir", TRI_OPT_STR, &o.log_dir, "DIR", .help = "where rank_<r>.log and rank_<r>.status go"},
+        {"--tee", TRI_OPT_FLAG, &o.tee, .help = "show this rank's output on the console, as \"[rank r] ...\""},
+        {"--attempt", TRI_OPT_INT, &o.attempt, "N", 0, INT_MAX, .help = "the attempt (0: the first); later ones append"},
+    };
+    tri_cmd_spec spec = {.cmd = "tridentrun --rank-exec",
+                         .usage = "--log-dir DIR [--tee] [--attempt N] -- COMMAND...",
+                         .about = "the rank wrapper that tridentrun has mpirun run in each rank's place\n",
+                         .opts = opts,
+                         .n_opts = TRI_OPT_N(opts),
+                         .pos = &cmd,
+                         .max_pos = -1,
+                         .pos_name = "COMMAND",
+                         .pos_ends_options = 1};
+    char why[2048];
+    tri_error_capture(why, sizeof why);
+    int rc = tri_opt_parse(&spec, argc, argv);
+    tri_error_capture(NULL, 0);
+    if (rc == TRI_OPT_HELP) return TRI_EXIT_OK;
+    /* COMMAND is cmd.v[0] == argv[k]: argv[k - 1] must be "--" */
+    int k = 1;
+    while (rc == TRI_OPT_GO && cmd.n > 0 && k < argc && argv[k] != cmd.v[0]) k++;
+    if (rc != TRI_OPT_GO || o.log_dir == NULL || cmd.n == 0 || k >= argc || strcmp(argv[k - 1], "--") != 0) {
+        tri_opt_list_free(&cmd);
+        tri_error("--rank-exec: usage: " RANK_EXEC_USAGE);
+        return TRI_EXIT_BAD_INPUT;
+    }
+    o.cmd = argv + k;
+    tri_opt_list_free(&cmd);
+    return tri_launch_rank_exec(&o);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--rank-exec")) return rank_exec(argc - 1, argv + 1);
+
+    tri_launch_opts o = {.log_dir = "logs", .mpirun = "mpirun", .grace_s = 60};
+    const char *nproc = NULL, *grace = NULL;
+    tri_opt_list extra = {0}, cmd = {0};
+    const tri_opt opts[] = {
+        {"--nproc-per-node", TRI_OPT_STR, &nproc, "N",
+         .help = "ranks on every host (default: the hostfile's slots, else\n"
+                 "tp*pp*dp / hosts for `trident train`, else 1)"},
+        {"--hostfile", TRI_OPT_STR, &o.hostfile, "FILE",
+         .help = "one host per line, optionally \"slots=N\" ('#' comments); without\n"
+                 "--nproc-per-node the ranks fill the slots in order; default: this machine"},
+        {"--log-dir", TRI_OPT_STR, &o.log_dir, "DIR",
+         .help = "rank r's stdout+stderr go to DIR/rank_<r>.log (default: logs)"},
+        {"--tee", TRI_OPT_FLAG, &o.tee,
+         .help = "show every rank's output on the console, as \"[rank r] ...\"\n(default: rank 0's only)"},
+        {"--dry-run", TRI_OPT_FLAG, &o.dry_run, .help = "print the rank map and the mpirun command, start nothing"},
+        {"--max-restarts", TRI_OPT_INT, &o.max_restarts, "K", 0, 1000,
+         .help = "after a failure, relaunch up to K times with --resume (default 0)"},
+        {"--grace-s", TRI_OPT_STR, &grace, "S",
+         .help = "after SIGINT/SIGTERM, give the ranks S seconds to save and stop,\n"
+                 "then kill them (SIGKILL) (default 60)"},
+        {"--mpirun", TRI_OPT_STR, &o.mpirun, "PATH", .help = "the mpirun to use (default: mpirun on PATH)"},
+        {"--mpirun-arg", TRI_OPT_LIST, &extra, "ARG",
+         .help = "pass ARG to mpirun as is (repeatable), e.g.\n"
+                 "--mpirun-arg=--mca --mpirun-arg=btl_vader_single_copy_mechanism\n"
+                 "--mpirun-arg=none  (containers that forbid cross-process reads)"},
+    };
+    tri_cmd_spec spec = {
+        .cmd = "tridentrun",
+        .usage = "[options] -- COMMAND [ARGS...]",
+        .about = "  e.g. tridentrun --nproc-per-node 4 -- trident train configs/x.json --set parallel.tp=2\n"
+                 "options:\n",
+        .footer = "  -h, --help          this text\n"
+                  "Exit code: 0 on success, 2 for bad arguments, else the failing rank's code.\n",
+        .opts = opts,
+        .n_opts = TRI_OPT_N(opts),
+        .pos = &cmd,
+        .max_pos = -1,
+        .pos_name = "COMMAND",
+        .pos_ends_options = 1,
+    };
+    int rc = parse(&spec, argc, argv);
+    long n;
+    char *end = NULL;
+    if (rc == TRI_OPT_GO && nproc && tri_launch_parse_int(nproc, 1, 1 << 20, &n) != 0)
+        rc = tri_error("--nproc-per-node: expected an integer >= 1, got '%s'", nproc);
+    else if (rc == TRI_OPT_GO && nproc)
+        o.nproc = (int)n;
+    if (rc == TRI_OPT_GO && grace) {
+        errno = 0;
+        o.grace_s = strtod(grace, &end);
+        if (*grace == '\0' || *end != '\0' || errno != 0 || !(o.grace_s >= 0 && o.grace_s <= 1e6))
+            rc = tri_error("--grace-s: expected seconds in [0, 1000000], got '%s'", grace);
+    }
+    if (rc == TRI_OPT_GO && o.log_dir[0] == '\0') rc = tri_error("--log-dir: expected a directory, got ''");
+    if (rc == TRI_OPT_GO && o.mpirun[0] == '\0') rc = tri_error("--mpirun: expected a program, got ''");
+    if (rc == TRI_OPT_GO && cmd.n == 0)
+        rc = tri_error("missing COMMAND after the options (e.g. -- trident train CONFIG)");
+    if (rc != TRI_OPT_GO) {
+        tri_opt_list_free(&extra);
+        tri_opt_list_free(&cmd);
+        return tri_opt_exit(rc);
+    }
+    o.extra = extra.v;
+    o.n_extra = extra.n;
+    o.cmd = cmd.v;
+    o.cmd_argc = cmd.n;
+
+    tri_launch_plan p;
+    rc = tri_launch_plan_make(&p, &o) != 0 ? TRI_EXIT_BAD_INPUT : TRI_EXIT_OK;
+    if (rc == TRI_EXIT_OK && o.dry_run)
+        tri_launch_dry_run(stdout, &o, &p);
+    else if (rc == TRI_EXIT_OK)
+        rc = tri_launch_run(&o, &p);
+    tri_launch_plan_free(&p);
+    tri_opt_list_free(&extra);
+    tri_opt_list_free(&cmd);
+    return rc;
+}
