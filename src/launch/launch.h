@@ -155,8 +155,9 @@ int tri_launch_place_ranks(tri_launch_plan *p, const tri_launch_opts *o);
 /* The host that runs rank r ("?" past the world). */
 const char *tri_launch_host_of(const tri_launch_plan *p, int r);
 
-/* A strict decimal integer in [min, max] (all of s, no blanks); 0, or -1 on
- * anything else (nothing printed): host files' slots=N, the environment. */
+/* A decimal integer in [min, max] that is all of s (after strtol's leading
+ * blanks and sign); 0, or -1 on anything else, *out untouched (nothing
+ * printed): host files' slots=N, the environment. */
 int tri_launch_parse_int(const char *s, long min, long max, long *out);
 
 /* ------------------------------------------------------------------------ */
