@@ -284,7 +284,8 @@ void tri_rank_status_read(const char *dir, int rank, tri_rank_status *st);
 
 /* Finds the start of each line of COMMAND's stderr, across reads, to tell an
  * error line from the rest: a line starting "trident: " or "tridentrun: "
- * that is not "trident: note:". Zero it to start. */
+ * that is not a note or a warning ("trident: note:", "trident: warning:",
+ * base/log.h). Zero it to start. */
 typedef struct tri_err_scan {
     char head[24]; /* the current line's first bytes     */
     size_t n;

@@ -126,7 +126,11 @@ void tri_rank_status_read(const char *dir, int rank, tri_rank_status *st) {
 
 static int is_error_head(const char *h, size_t n) {
     static const char *const err_prefix[] = {"trident: ", "tridentrun: "};
-    if (n >= 14 && !strncmp(h, "trident: note:", 14)) return 0;
+    static const char *const not_errors[] = {"trident: note:", "trident: warning:"}; /* base/log.h */
+    for (size_t i = 0; i < sizeof not_errors / sizeof not_errors[0]; i++) {
+        size_t l = strlen(not_errors[i]);
+        if (n >= l && !strncmp(h, not_errors[i], l)) return 0;
+    }
     for (size_t i = 0; i < sizeof err_prefix / sizeof err_prefix[0]; i++) {
         size_t l = strlen(err_prefix[i]);
         if (n >= l && !strncmp(h, err_prefix[i], l)) return 1;

@@ -34,6 +34,8 @@ Test(supervisor, error_lines_are_told_from_the_rest_across_reads) {
         {"tridentrun: rank 1: cannot run 'x': No such file or directory\n", 1},
         {"step 1 loss 4.2\ntrident: parallel.tp 3 does not divide n_head 4\n", 1},
         {"trident: note: resuming from step 20\n", 0},
+        {"trident: warning: plots: cannot run scripts/plot.py, no plots\n", 0},
+        {"trident: warn\n", 1},
         {"step 1\n  trident: indented\nwarning from a library\n", 0},
         {"the trident: word mid-line\n", 0},
         /* a line longer than the scan's head: decided on its first bytes */
