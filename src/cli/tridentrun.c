@@ -19,9 +19,9 @@
 #include "base/opt.h"
 #include "launch/launch.h"
 
-#define RANK_EXEC_USAGE "--rank-exec --log-dir DIR [--tee] [--attempt N] -- COMMAND..."
+#define RANK_EXEC_ARGS "--log-dir DIR [--tee] [--attempt N] -- COMMAND..."
 
-/* Whether o takes a value (not a flag). */
+/* Whether the option called name takes a value (is not a flag). */
 static int takes_value(const tri_cmd_spec *spec, const char *name) {
     for (int k = 0; k < spec->n_opts; k++)
         if (!strcmp(spec->opts[k].name, name)) return spec->opts[k].kind != TRI_OPT_FLAG;
@@ -61,7 +61,7 @@ static int rank_exec(int argc, char **argv) {
         {"--attempt", TRI_OPT_INT, &o.attempt, "N", 0, INT_MAX, .help = "the attempt (0: the first); later ones append"},
     };
     tri_cmd_spec spec = {.cmd = "tridentrun --rank-exec",
-                         .usage = "--log-dir DIR [--tee] [--attempt N] -- COMMAND...",
+                         .usage = RANK_EXEC_ARGS,
                          .about = "the rank wrapper that tridentrun has mpirun run in each rank's place\n",
                          .opts = opts,
                          .n_opts = TRI_OPT_N(opts),
@@ -79,12 +79,34 @@ static int rank_exec(int argc, char **argv) {
     while (rc == TRI_OPT_GO && cmd.n > 0 && k < argc && argv[k] != cmd.v[0]) k++;
     if (rc != TRI_OPT_GO || o.log_dir == NULL || cmd.n == 0 || k >= argc || strcmp(argv[k - 1], "--") != 0) {
         tri_opt_list_free(&cmd);
-        tri_error("--rank-exec: usage: " RANK_EXEC_USAGE);
+        tri_error("--rank-exec: usage: --rank-exec " RANK_EXEC_ARGS);
         return TRI_EXIT_BAD_INPUT;
     }
     o.cmd = argv + k;
     tri_opt_list_free(&cmd);
     return tri_launch_rank_exec(&o);
+}
+
+/* The values the table takes as text, checked in the launcher's wording
+ * (nproc, grace: NULL when not given). 0 or -1 after one line. */
+static int check_values(tri_launch_opts *o, const char *nproc, const char *grace) {
+    if (nproc) {
+        long n;
+        if (tri_launch_parse_int(nproc, 1, 1 << 20, &n) != 0)
+            return tri_error("--nproc-per-node: expected an integer >= 1, got '%s'", nproc);
+        o->nproc = (int)n;
+    }
+    if (grace) {
+        char *end = NULL;
+        errno = 0;
+        double g = strtod(grace, &end);
+        if (*grace == '\0' || *end != '\0' || errno != 0 || !(g >= 0 && g <= 1e6))
+            return tri_error("--grace-s: expected seconds in [0, 1000000], got '%s'", grace);
+        o->grace_s = g;
+    }
+    if (o->log_dir[0] == '\0') return tri_error("--log-dir: expected a directory, got ''");
+    if (o->mpirun[0] == '\0') return tri_error("--mpirun: expected a program, got ''");
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -131,20 +153,7 @@ int main(int argc, char **argv) {
         .pos_ends_options = 1,
     };
     int rc = parse(&spec, argc, argv);
-    long n;
-    char *end = NULL;
-    if (rc == TRI_OPT_GO && nproc && tri_launch_parse_int(nproc, 1, 1 << 20, &n) != 0)
-        rc = tri_error("--nproc-per-node: expected an integer >= 1, got '%s'", nproc);
-    else if (rc == TRI_OPT_GO && nproc)
-        o.nproc = (int)n;
-    if (rc == TRI_OPT_GO && grace) {
-        errno = 0;
-        o.grace_s = strtod(grace, &end);
-        if (*grace == '\0' || *end != '\0' || errno != 0 || !(o.grace_s >= 0 && o.grace_s <= 1e6))
-            rc = tri_error("--grace-s: expected seconds in [0, 1000000], got '%s'", grace);
-    }
-    if (rc == TRI_OPT_GO && o.log_dir[0] == '\0') rc = tri_error("--log-dir: expected a directory, got ''");
-    if (rc == TRI_OPT_GO && o.mpirun[0] == '\0') rc = tri_error("--mpirun: expected a program, got ''");
+    if (rc == TRI_OPT_GO) rc = check_values(&o, nproc, grace);
     if (rc == TRI_OPT_GO && cmd.n == 0)
         rc = tri_error("missing COMMAND after the options (e.g. -- trident train CONFIG)");
     if (rc != TRI_OPT_GO) {
