@@ -57,6 +57,9 @@ STATE_OK = {
     # the signal a sweep was stopped by, and the running point's pid that the
     # handler passes SIGINT/SIGTERM on to (set around its wait)
     'src/sweep/run.c': {'g_signal', 'g_child'},
+    # tridentrun's signal handler: the signal seen, how many, the child it
+    # passes them on to, and whether the first goes on as SIGUSR1
+    'src/launch/sigfwd.c': {'g_signal', 'g_requests', 'g_child_pid', 'g_graceful'},
 }
 
 # What nvcc writes into every .cu's host object (launch stubs, the fat binary's handle)

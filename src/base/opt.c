@@ -102,6 +102,11 @@ static int unknown(const tri_cmd_spec *spec, const char *a) {
     return tri_error("unknown or incomplete option '%s' (try `%s --help`)", a, spec->cmd);
 }
 
+static int no_value(const tri_cmd_spec *spec, const char *a) {
+    if (spec->who) return tri_error("%s: %s needs a value", spec->who, a);
+    return tri_error("%s needs a value", a);
+}
+
 static int positional(const tri_cmd_spec *spec, int argc, const char *a) {
     if (spec->pos == NULL || (spec->max_pos >= 0 && spec->pos->n >= spec->max_pos)) {
         const char *what = spec->pos_name ? spec->pos_name : "argument";
@@ -146,7 +151,7 @@ int tri_opt_parse(const tri_cmd_spec *spec, int argc, char **argv) {
             else if (i + 1 < argc)
                 val = argv[++i];
             else
-                return unknown(spec, a);
+                return no_value(spec, a);
         }
         if (store(o, val, argc) != 0) return TRI_OPT_ERROR;
     }

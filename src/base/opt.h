@@ -18,6 +18,7 @@
  * and what was expected, e.g.
  *   trident: --batches: expected an integer in [1, 1073741824], got 'x'
  *   trident: eval: unknown or incomplete option '--bach' (try `trident eval --help`)
+ *   trident: eval: --batches needs a value
  * and nothing is stored for the option at fault. Values point into argv
  * (not copied). No state: a table lives on its command's stack. */
 #ifndef TRI_BASE_OPT_H

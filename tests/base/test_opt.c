@@ -93,7 +93,7 @@ Test(opt, values_out_of_range_name_the_option_and_store_nothing) {
         {"--seed 18446744073709551616", "trident: --seed: expected a non-negative integer, got '18446744073709551616'\n"},
         {"--device tpu", "trident: --device: expected one of cpu|cuda, got 'tpu'\n"},
         {"--bogus", "trident: demo: unknown or incomplete option '--bogus' (try `trident demo --help`)\n"},
-        {"--n", "trident: demo: unknown or incomplete option '--n' (try `trident demo --help`)\n"},
+        {"--n", "trident: demo: --n needs a value\n"},
         {"--flag=1", "trident: demo: unknown or incomplete option '--flag=1' (try `trident demo --help`)\n"},
         {"a.json b.json", "trident: demo: unexpected argument 'b.json' (one CONFIG only)\n"},
     };

@@ -1,0 +1,579 @@
+/* The mpirun runner (src/launch/launch.h): the mpirun command, running it
+ * with signal forwarding and the grace/kill escalation, reading its failure
+ * report and the ranks' status files for the rank that failed first, and
+ * the restarts. */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/exit.h"
+#include "base/log.h"
+#include "base/str.h"
+#include "launch/launch.h"
+
+#define TAIL_LINES 20
+
+/* After the grace period, how long mpirun gets to end the job before it is
+ * killed as well. */
+#define MPIRUN_KILL_WAIT_S 10.0
+
+/* Writes all of buf (retrying short writes and EINTR). Returns 0 or -1. */
+static int write_all(int fd, const char *buf, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        buf += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The mpirun command                                                       */
+
+static void av_push(tri_launch_argv *a, char *owned) {
+    if (a->n + 2 > a->cap) {
+        int cap = a->cap ? 2 * a->cap : 64;
+        char **v = tri_xcalloc((size_t)cap, sizeof *v);
+        if (a->n) memcpy(v, a->v, (size_t)a->n * sizeof *v);
+        free(a->v);
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = owned;
+    a->v[a->n] = NULL;
+}
+
+void tri_launch_argv_free(tri_launch_argv *a) {
+    if (a == NULL) return;
+    for (int i = 0; i < a->n; i++) free(a->v[i]);
+    free(a->v);
+    memset(a, 0, sizeof *a);
+}
+
+static int has_resume(const tri_launch_opts *o) {
+    for (int i = 1; i < o->cmd_argc; i++)
+        if (!strcmp(o->cmd[i], "--resume")) return 1;
+    return 0;
+}
+
+void tri_launch_command_build(tri_launch_argv *a, const tri_launch_opts *o, const tri_launch_plan *p, int attempt) {
+    memset(a, 0, sizeof *a);
+    av_push(a, tri_xstrdup(o->mpirun));
+    av_push(a, tri_xstrdup("-np"));
+    av_push(a, tri_xprintf("%d", p->world));
+    if (o->hostfile) {
+        /* explicit slots per host (the ranks placed there, in order): mpirun's
+         * by-slot mapping then puts exactly the planned ranks on each host */
+        size_t len = 1;
+        for (int h = 0; h < p->nhosts; h++) len += strlen(p->hosts[h]) + 16;
+        char *hl = tri_xcalloc(len, 1);
+        size_t at = 0;
+        for (int h = 0; h < p->nhosts; h++)
+            if (p->ranks[h] > 0)
+                at += (size_t)snprintf(hl + at, len - at, "%s%s:%d", at ? "," : "", p->hosts[h], p->ranks[h]);
+        av_push(a, tri_xstrdup("-H"));
+        av_push(a, hl);
+    }
+    if (p->as_root) av_push(a, tri_xstrdup("--allow-run-as-root"));
+    if (p->oversub) av_push(a, tri_xstrdup("--oversubscribe"));
+    if (p->bind_none) {
+        av_push(a, tri_xstrdup("--bind-to"));
+        av_push(a, tri_xstrdup("none"));
+    }
+    av_push(a, tri_xstrdup("-x"));
+    av_push(a, p->user_threads ? tri_xstrdup("OMP_NUM_THREADS") : tri_xprintf("OMP_NUM_THREADS=%d", p->threads));
+    av_push(a, tri_xstrdup("-x"));
+    av_push(a, tri_xstrdup(p->user_wait_policy ? "OMP_WAIT_POLICY" : "OMP_WAIT_POLICY=PASSIVE"));
+    for (int i = 0; i < o->n_extra; i++) av_push(a, tri_xstrdup(o->extra[i]));
+    av_push(a, tri_xstrdup(p->self));
+    av_push(a, tri_xstrdup("--rank-exec"));
+    av_push(a, tri_xstrdup("--log-dir"));
+    av_push(a, tri_xstrdup(p->log_dir));
+    if (o->tee) av_push(a, tri_xstrdup("--tee"));
+    if (attempt > 0) {
+        av_push(a, tri_xstrdup("--attempt"));
+        av_push(a, tri_xprintf("%d", attempt));
+    }
+    av_push(a, tri_xstrdup("--"));
+    av_push(a, tri_xstrdup(p->cmd0));
+    for (int i = 1; i < o->cmd_argc; i++) av_push(a, tri_xstrdup(o->cmd[i]));
+    if (attempt > 0 && !has_resume(o)) av_push(a, tri_xstrdup("--resume"));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running mpirun                                                           */
+
+typedef struct run_result {
+    int exited, code, signo; /* mpirun's own status                      */
+    int exec_errno;          /* mpirun could not be started              */
+    char *report;            /* mpirun's stderr (malloc'd, NUL-ended)    */
+    size_t report_len;
+    int killed; /* the ranks outlasted --grace-s: SIGKILLed */
+} run_result;
+
+/* SIGKILLs every rank on this host whose command still runs: the wrapper
+ * leads its rank's process group (mpirun makes one per rank), so the
+ * command and anything it started go too. Returns how many. */
+static int kill_local_ranks(const tri_launch_plan *p) {
+    char me[256] = "";
+    if (gethostname(me, sizeof me - 1) != 0) return 0;
+    int n = 0;
+    for (int r = 0; r < p->world; r++) {
+        tri_rank_status st;
+        tri_rank_status_read(p->log_dir, r, &st);
+        if (st.state != TRI_RANK_RUNNING || st.value <= 1 || strcmp(st.host, me) != 0) continue;
+        if (kill(-(pid_t)st.value, SIGKILL) == 0 || kill((pid_t)st.value, SIGKILL) == 0) n++;
+    }
+    return n;
+}
+
+/* Milliseconds from now to t for poll(), at least 0, at most cap. */
+static int ms_until(double t, double now, int cap) {
+    double ms = (t - now) * 1e3 + 1;
+    if (ms < 0) return 0;
+    return ms > cap ? cap : (int)ms;
+}
+
+static void append_report(run_result *r, const char *buf, size_t n) {
+    /* keep the last 1 MiB: the failure report comes at the end */
+    const size_t cap = (size_t)1 << 20;
+    if (r->report_len + n > cap) {
+        size_t drop = r->report_len + n - cap;
+        if (drop > r->report_len) drop = r->report_len;
+        memmove(r->report, r->report + drop, r->report_len - drop);
+        r->report_len -= drop;
+        if (n > cap) {
+            buf += n - cap;
+            n = cap;
+        }
+    }
+    char *s = tri_xcalloc(r->report_len + n + 1, 1);
+    if (r->report_len) memcpy(s, r->report, r->report_len);
+    memcpy(s + r->report_len, buf, n);
+    free(r->report);
+    r->report = s;
+    r->report_len += n;
+    r->report[r->report_len] = '\0';
+}
+
+static void run_result_free(run_result *r) {
+    if (r == NULL) return;
+    free(r->report);
+    memset(r, 0, sizeof *r);
+}
+
+/* The mpirun child: its own process group (a terminal's Ctrl-C reaches
+ * mpirun once, via us), SIGTERM when we die, stdin from /dev/null, stdout
+ * and stderr on the pipes; exec's errno goes back through ex. */
+static _Noreturn void exec_mpirun(const tri_launch_argv *cmd, pid_t parent, int out[2], int err[2], int ex[2]) {
+    (void)setpgid(0, 0);
+    (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(TRI_EXIT_FAILURE);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) {
+        dup2(devnull, STDIN_FILENO);
+        close(devnull);
+    }
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    close(out[0]);
+    close(out[1]);
+    close(err[0]);
+    close(err[1]);
+    close(ex[0]);
+    execvp(cmd->v[0], cmd->v);
+    int e = errno;
+    (void)write_all(ex[1], (const char *)&e, sizeof e);
+    _exit(TRI_EXIT_EXEC);
+}
+
+/* Runs mpirun, relaying its stdout to ours and its stderr to ours and to
+ * mpirun_log (may be -1). Once a stop request (SIGINT/SIGTERM/SIGHUP) has
+ * come, the ranks get grace_s seconds to save and stop; then every rank on
+ * this host is SIGKILLed and mpirun told to stop (SIGTERM: it takes down the
+ * ranks on other hosts), and MPIRUN_KILL_WAIT_S later mpirun itself is
+ * SIGKILLed. Returns 0 when it ran (status in *r), -1 when it could not be
+ * started (r->exec_errno). */
+static int run_mpirun(const tri_launch_argv *cmd, int mpirun_log, const tri_launch_plan *p, double grace_s,
+                      run_result *r) {
+    memset(r, 0, sizeof *r);
+    int out[2], err[2], ex[2];
+    if (pipe(out) != 0 || pipe(err) != 0 || pipe2(ex, O_CLOEXEC) != 0) {
+        tri_error("pipe: %s", strerror(errno));
+        r->exec_errno = errno;
+        return -1;
+    }
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        r->exec_errno = errno;
+        tri_error("fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) exec_mpirun(cmd, parent, out, err, ex);
+    tri_launch_signals_child(pid);
+    close(out[1]);
+    close(err[1]);
+    close(ex[1]);
+    int e = 0;
+    ssize_t got;
+    do got = read(ex[0], &e, sizeof e);
+    while (got < 0 && errno == EINTR);
+    close(ex[0]);
+    if (got == (ssize_t)sizeof e) r->exec_errno = e;
+
+    struct pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+    int open_fds = 2;
+    char buf[65536];
+    double stop_deadline = -1, kill_deadline = -1;
+    int mpirun_killed = 0;
+    while (open_fds > 0) {
+        /* wake at least twice a second: a signal that lands just before
+         * poll() is noticed without waiting for output */
+        int timeout_ms = 500;
+        double now = tri_now_s();
+        if (tri_launch_stop_requests() > 0 && stop_deadline < 0) stop_deadline = now + grace_s;
+        if (stop_deadline >= 0 && !r->killed)
+            timeout_ms = ms_until(stop_deadline, now, 500);
+        else if (r->killed && !mpirun_killed)
+            timeout_ms = ms_until(kill_deadline, now, 500);
+        int n = poll(fds, 2, timeout_ms);
+        now = tri_now_s();
+        if (stop_deadline >= 0 && !r->killed && now >= stop_deadline) {
+            tri_error("the ranks did not stop within --grace-s %g s of the stop request; killing them (SIGKILL)",
+                      grace_s);
+            r->killed = 1;
+            kill_local_ranks(p);
+            kill(pid, SIGTERM);
+            kill_deadline = now + MPIRUN_KILL_WAIT_S;
+        } else if (r->killed && !mpirun_killed && now >= kill_deadline) {
+            tri_error("mpirun did not end %g s after that; killing it", MPIRUN_KILL_WAIT_S);
+            kill(-pid, SIGKILL);
+            mpirun_killed = 1;
+        }
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            ssize_t k = read(fds[i].fd, buf, sizeof buf);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) {
+                close(fds[i].fd);
+                fds[i].fd = -1;
+                open_fds--;
+                continue;
+            }
+            if (i == 0) {
+                (void)write_all(STDOUT_FILENO, buf, (size_t)k);
+            } else {
+                (void)write_all(STDERR_FILENO, buf, (size_t)k);
+                if (mpirun_log >= 0) (void)write_all(mpirun_log, buf, (size_t)k);
+                append_report(r, buf, (size_t)k);
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (fds[i].fd >= 0) close(fds[i].fd);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0) {
+        if (errno != EINTR) {
+            st = 0;
+            break;
+        }
+    }
+    tri_launch_signals_child(0);
+    if (WIFEXITED(st)) {
+        r->exited = 1;
+        r->code = WEXITSTATUS(st);
+    } else if (WIFSIGNALED(st)) {
+        r->signo = WTERMSIG(st);
+    }
+    return r->exec_errno ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Which rank failed first                                                  */
+
+int tri_launch_report_parse(const char *report, tri_launch_failure *f) {
+    f->rank = -1;
+    f->code = -1;
+    f->signo = -1;
+    f->improper = 0;
+    if (report == NULL) return 0;
+    /* collapse every run of whitespace: mpirun wraps its messages */
+    size_t n = strlen(report);
+    char *t = tri_xcalloc(n + 1, 1);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isspace((unsigned char)report[i])) {
+            if (k > 0 && t[k - 1] != ' ') t[k++] = ' ';
+        } else {
+            t[k++] = report[i];
+        }
+    }
+    t[k] = '\0';
+    int found = 0;
+    const char *s;
+    if ((s = strstr(t, "MPI_ABORT was invoked on rank ")) != NULL &&
+        sscanf(s, "MPI_ABORT was invoked on rank %d in communicator %*s with errorcode %d", &f->rank, &f->code) ==
+            2) {
+        found = 1;
+    } else if ((s = strstr(t, "process rank ")) != NULL && strstr(s, "exited on signal") != NULL &&
+               sscanf(s, "process rank %d with PID %*d on node %*s exited on signal %d", &f->rank, &f->signo) == 2) {
+        found = 1;
+    } else if ((s = strstr(t, "Process name: [")) != NULL) {
+        /* "[[jobid,1],R]" (Open MPI 4) or "[prterun-host-N@1,R]" (5): R is the
+         * last number inside the brackets */
+        const char *name = s + strlen("Process name: ");
+        const char *e = strchr(name, ' '); /* end of the name token */
+        const char *last = NULL;
+        for (const char *c = name; *c && (!e || c < e); c++)
+            if (isdigit((unsigned char)*c) && !isdigit((unsigned char)c[-1])) last = c;
+        const char *ec = strstr(s, "Exit code: ");
+        if (last && ec && sscanf(ec, "Exit code: %d", &f->code) == 1) {
+            f->rank = atoi(last);
+            found = 1;
+        }
+    } else if ((s = strstr(t, "process rank ")) != NULL && strstr(s, "exiting improperly") != NULL &&
+               sscanf(s, "process rank %d", &f->rank) == 1) {
+        f->code = 0;
+        f->improper = 1;
+        found = 1;
+    }
+    free(t);
+    if (!found) f->rank = -1;
+    return found;
+}
+
+/* The first failing rank from the wrappers' DIR/rank_<r>.status files (those
+ * of ranks on this host, or all with a shared file system). A rank failed
+ * when its command ended with a non-zero exit or a signal, or when it wrote an
+ * error line and was killed before its end was recorded. Its failure time is
+ * the earlier of its first error line and its end, and the earliest wins:
+ * ranks that fail because another did (mpirun's teardown, a collective that
+ * cannot finish, a watchdog) fail later, and when several ranks abort together
+ * after agreeing that something failed, the one that said what failed wrote
+ * its error line first (mpirun's report may name any of them, often one
+ * whose log is empty). f->code and f->signo are -1 when unknown. Returns 1
+ * when one was found. */
+static int first_failure_from_status(const tri_launch_plan *p, tri_launch_failure *f) {
+    double best = 0;
+    f->rank = -1;
+    f->improper = 0;
+    for (int r = 0; r < p->world; r++) {
+        tri_rank_status st;
+        tri_rank_status_read(p->log_dir, r, &st);
+        int ended_badly = (st.state == TRI_RANK_EXIT && st.value != 0) || st.state == TRI_RANK_SIGNAL;
+        if (!ended_badly && !(st.state == TRI_RANK_RUNNING && st.first_error > 0)) continue;
+        double t = ended_badly ? st.t : st.first_error;
+        if (st.first_error > 0 && st.first_error < t) t = st.first_error;
+        if (f->rank < 0 || t < best) {
+            best = t;
+            f->rank = r;
+            f->code = st.state == TRI_RANK_EXIT ? (int)st.value : -1;
+            f->signo = st.state == TRI_RANK_SIGNAL ? (int)st.value : -1;
+        }
+    }
+    return f->rank >= 0;
+}
+
+/* Removes this host's status files of an earlier attempt. */
+static void clear_status(const tri_launch_plan *p) {
+    for (int r = 0; r < p->world; r++) {
+        char *path = tri_xprintf("%s/rank_%d.status", p->log_dir, r);
+        (void)unlink(path);
+        free(path);
+    }
+}
+
+int tri_launch_log_tail(const char *path, int lines, char **out) {
+    *out = NULL;
+    FILE *in = fopen(path, "rb");
+    if (in == NULL) return TRI_TAIL_NO_LOG;
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
+        if (len + n + 1 > cap) {
+            cap = (len + n + 1) * 2;
+            char *t = tri_xcalloc(cap, 1);
+            if (len) memcpy(t, text, len);
+            free(text);
+            text = t;
+        }
+        memcpy(text + len, buf, n);
+        len += n;
+    }
+    fclose(in);
+    if (text == NULL) return TRI_TAIL_EMPTY;
+    text[len] = '\0';
+    const char *start = text, *hdr;
+    while ((hdr = strstr(start, "----- tridentrun: attempt ")) != NULL) {
+        const char *nl = strchr(hdr, '\n');
+        start = nl ? nl + 1 : hdr + strlen(hdr);
+    }
+    const char *end = text + len;
+    if (end > start && end[-1] == '\n') end--;
+    const char *from = end;
+    int count = 0;
+    while (from > start) {
+        if (from[-1] == '\n' && ++count == lines) break;
+        from--;
+    }
+    if (end <= start) {
+        free(text);
+        return TRI_TAIL_NO_OUTPUT;
+    }
+    /* each line grows by "  | " (4 bytes) at most, plus its newline */
+    size_t room = (size_t)(end - from) + 5 * ((size_t)count + 2) + 1, at = 0;
+    char *o = tri_xcalloc(room, 1);
+    for (const char *c = from; c < end;) {
+        const char *nl = memchr(c, '\n', (size_t)(end - c));
+        size_t l = nl ? (size_t)(nl - c) : (size_t)(end - c);
+        at += (size_t)snprintf(o + at, room - at, "  | %.*s\n", (int)l, c);
+        c += l + 1;
+    }
+    free(text);
+    *out = o;
+    return TRI_TAIL_OK;
+}
+
+/* Prints the tail of rank's log after the failure line (stderr). */
+static void print_tail(const char *path) {
+    char *tail = NULL;
+    int rc = tri_launch_log_tail(path, TAIL_LINES, &tail);
+    if (rc == TRI_TAIL_NO_LOG)
+        tri_error("(no log at %s: %s)", path, strerror(errno));
+    else if (rc == TRI_TAIL_EMPTY)
+        tri_error("(%s is empty)", path);
+    else if (rc == TRI_TAIL_NO_OUTPUT)
+        tri_error("(%s has no output from this attempt)", path);
+    else {
+        tri_error("last lines of %s:", path);
+        fputs(tail, stderr); /* the rank's own lines, quoted: not a message of ours */
+    }
+    free(tail);
+}
+
+/* What failed, in words ("rank 1 failed (exit 3)") into what[n], and the
+ * exit code that says so. f->rank < 0: mpirun itself (r). */
+static int describe_failure(const tri_launch_failure *f, const run_result *r, char *what, size_t n) {
+    if (f->rank >= 0) {
+        if (f->signo >= 0) {
+            snprintf(what, n, "rank %d failed (signal %d, %s)", f->rank, f->signo, strsignal(f->signo));
+            return tri_exit_signal(f->signo);
+        }
+        if (f->improper) {
+            snprintf(what, n, "rank %d failed (exit 0 without finishing MPI)", f->rank);
+            return TRI_EXIT_FAILURE;
+        }
+        if (f->code >= 0) {
+            snprintf(what, n, "rank %d failed (exit %d)", f->rank, f->code);
+            return f->code > 0 && f->code < 256 ? f->code : TRI_EXIT_FAILURE;
+        }
+        snprintf(what, n, "rank %d failed (it wrote an error, then was stopped)", f->rank);
+        return TRI_EXIT_FAILURE;
+    }
+    if (r->exited) {
+        snprintf(what, n, "mpirun failed (exit %d)", r->code);
+        return r->code;
+    }
+    snprintf(what, n, "mpirun died (signal %d)", r->signo);
+    return tri_exit_signal(r->signo);
+}
+
+/* The first failing rank: the status files carry times, so the first failure
+ * in them wins. mpirun's report covers the rest (ranks on other hosts without
+ * a shared log dir), and says how a rank ended when its status could not. */
+static int find_failure(const tri_launch_plan *p, const run_result *r, tri_launch_failure *f) {
+    if (!first_failure_from_status(p, f)) return tri_launch_report_parse(r->report, f);
+    tri_launch_failure rep;
+    if (f->code < 0 && f->signo < 0 && tri_launch_report_parse(r->report, &rep) && rep.rank == f->rank) {
+        f->code = rep.code;
+        f->signo = rep.signo;
+        f->improper = rep.improper;
+    }
+    return 1;
+}
+
+int tri_launch_run(const tri_launch_opts *o, const tri_launch_plan *p) {
+    if (p->as_root) {
+        /* the environment form of --allow-run-as-root, for mpiruns that check it */
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    }
+    tri_launch_signals_install(1);
+    char *mlog_path = tri_xprintf("%s/mpirun.log", p->log_dir);
+    int final = TRI_EXIT_FAILURE;
+    for (int attempt = 0; attempt <= o->max_restarts; attempt++) {
+        tri_launch_argv cmd;
+        tri_launch_command_build(&cmd, o, p, attempt);
+        clear_status(p);
+        int mlog = open(mlog_path, O_WRONLY | O_CREAT | O_CLOEXEC | (attempt ? O_APPEND : O_TRUNC), 0644);
+        if (mlog < 0) tri_warn("cannot write %s: %s", mlog_path, strerror(errno));
+        run_result r;
+        int rc = run_mpirun(&cmd, mlog, p, o->grace_s, &r);
+        if (mlog >= 0) close(mlog);
+        tri_launch_argv_free(&cmd);
+        if (rc != 0) {
+            tri_error("cannot run '%s': %s%s", o->mpirun, strerror(r.exec_errno ? r.exec_errno : EIO),
+                      r.exec_errno == ENOENT ? " (install Open MPI, or give --mpirun PATH)" : "");
+            run_result_free(&r);
+            final = TRI_EXIT_EXEC;
+            break;
+        }
+        int sig = tri_launch_signal_got();
+        if (sig) {
+            tri_error("stopped by signal %d (%s); %s", sig, strsignal(sig),
+                      r.killed ? "the ranks outlasted --grace-s and were killed" : "the ranks were told to stop");
+            final = tri_exit_signal(sig);
+            run_result_free(&r);
+            break;
+        }
+        if (r.exited && r.code == 0) {
+            final = TRI_EXIT_OK;
+            run_result_free(&r);
+            break;
+        }
+        tri_launch_failure f;
+        char what[128];
+        if (!find_failure(p, &r, &f)) f.rank = -1;
+        final = describe_failure(&f, &r, what, sizeof what);
+        run_result_free(&r);
+        tri_error("%s; the job was stopped (mpirun's report: %s)", what, mlog_path);
+        if (f.rank >= 0) {
+            char *lp = tri_xprintf("%s/rank_%d.log", p->log_dir, f.rank);
+            print_tail(lp);
+            free(lp);
+        }
+        if (attempt < o->max_restarts) {
+            tri_error("%s; restart %d of %d", what, attempt + 1, o->max_restarts);
+            fflush(stderr);
+        }
+    }
+    free(mlog_path);
+    return final;
+}

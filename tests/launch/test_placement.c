@@ -1,0 +1,225 @@
+/* src/launch/placement: host files and placing ranks on hosts, checked
+ * against placements written out by hand, and every refusal against the
+ * line users see (tri_error's message, captured). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/err.h"
+#include "helpers/testutil.h"
+#include "launch/launch.h"
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* Reads a host file written from text; returns tri_launch_hostfile_read's
+ * result, its message in why (captured; "" when none) and the plan. */
+static int read_hosts(const char *text, tri_launch_plan *p, char *why, size_t n) {
+    char *dir = tt_mkdtemp(), path[4200];
+    snprintf(path, sizeof path, "%s/hosts", dir);
+    write_text(path, text);
+    memset(p, 0, sizeof *p);
+    tri_error_capture(why, n);
+    int rc = tri_launch_hostfile_read(p, path);
+    tri_error_capture(NULL, 0);
+    /* the message names the file: keep what follows "<dir>/" */
+    size_t dl = strlen(dir) + 1;
+    if (!strncmp(why, dir, dl - 1)) memmove(why, why + dl, strlen(why + dl) + 1);
+    tt_rmrf(dir);
+    free(dir);
+    return rc;
+}
+
+Test(placement, host_files_give_hosts_slots_and_lines) {
+    tri_launch_plan p;
+    char why[512];
+    cr_assert_eq(read_hosts("# two nodes\nnodeA slots=8\n\n  nodeB   # the second\n\tnodeC\tslots=2 \n", &p, why,
+                            sizeof why),
+                 0, "%s", why);
+    cr_assert_eq(p.nhosts, 3);
+    const char *hosts[] = {"nodeA", "nodeB", "nodeC"};
+    int slots[] = {8, 0, 2}, lines[] = {2, 4, 5};
+    for (int h = 0; h < 3; h++) {
+        cr_expect_str_eq(p.hosts[h], hosts[h]);
+        cr_expect_eq(p.slots[h], slots[h], "host %d", h);
+        cr_expect_eq(p.lines[h], lines[h], "host %d", h);
+    }
+    tri_launch_plan_free(&p);
+    cr_assert_eq(p.nhosts, 0);
+    tri_launch_plan_free(NULL);
+}
+
+Test(placement, host_file_errors_name_the_file_and_line) {
+    static const struct {
+        const char *text, *want;
+    } cases[] = {
+        {"nodeA\nnodeA\n", "hosts:2: host 'nodeA' is listed twice"},
+        {"nodeA slots=0\n", "hosts:1: 'slots=0': expected \"HOST [slots=N]\" with N >= 1, once"},
+        {"nodeA slots=two\n", "hosts:1: 'slots=two': expected \"HOST [slots=N]\" with N >= 1, once"},
+        {"nodeA max_slots=4\n", "hosts:1: 'max_slots=4': expected \"HOST [slots=N]\" with N >= 1, once"},
+        {"# one\nnodeA slots=2 slots=3\n", "hosts:2: 'slots=3': expected \"HOST [slots=N]\" with N >= 1, once"},
+        {"nodeA slots=1048577\n", "hosts:1: 'slots=1048577': expected \"HOST [slots=N]\" with N >= 1, once"},
+        {"# nothing\n\n", "hostfile hosts lists no hosts"},
+        {"", "hostfile hosts lists no hosts"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tri_launch_plan p;
+        char why[512];
+        int rc = read_hosts(cases[i].text, &p, why, sizeof why);
+        cr_expect_eq(rc, -1, "case %zu", i);
+        /* "hostfile <dir>/hosts ..." names the path in the middle */
+        char *at = strstr(why, "hostfile /");
+        if (at) {
+            char *slash = strrchr(why, '/');
+            memmove(at + 9, slash + 1, strlen(slash + 1) + 1);
+        }
+        cr_expect_str_eq(why, cases[i].want, "case %zu", i);
+        tri_launch_plan_free(&p);
+    }
+}
+
+Test(placement, a_missing_or_special_host_file_is_refused_without_waiting) {
+    char *dir = tt_mkdtemp(), path[4200], why[512], want[4400];
+    snprintf(path, sizeof path, "%s/none", dir);
+    tri_launch_plan p = {0};
+    tri_error_capture(why, sizeof why);
+    cr_assert_eq(tri_launch_hostfile_read(&p, path), -1);
+    snprintf(want, sizeof want, "cannot read hostfile %s: cannot open: No such file or directory", path);
+    cr_expect_str_eq(why, want);
+    /* a named pipe would block a reader forever */
+    cr_assert_eq(mkfifo(path, 0644), 0);
+    tri_launch_plan_free(&p);
+    tri_error_capture(why, sizeof why); /* (it keeps the first message) */
+    cr_assert_eq(tri_launch_hostfile_read(&p, path), -1);
+    tri_error_capture(NULL, 0);
+    snprintf(want, sizeof want, "cannot read hostfile %s: not a regular file (a named pipe)", path);
+    cr_expect_str_eq(why, want);
+    tri_launch_plan_free(&p);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* A plan of n hosts nodeA, nodeB, ... on lines 1..n with the given slots,
+ * and the trainer's layout when tp > 0. */
+static void hand_plan(tri_launch_plan *p, int n, const int *slots, int tp, int pp, int dp) {
+    memset(p, 0, sizeof *p);
+    p->nhosts = n;
+    p->hosts = calloc((size_t)n, sizeof *p->hosts);
+    p->slots = calloc((size_t)n, sizeof *p->slots);
+    p->lines = calloc((size_t)n, sizeof *p->lines);
+    p->ranks = calloc((size_t)n, sizeof *p->ranks);
+    for (int h = 0; h < n; h++) {
+        p->hosts[h] = malloc(8);
+        snprintf(p->hosts[h], 8, "node%c", 'A' + h);
+        p->slots[h] = slots ? slots[h] : 0;
+        p->lines[h] = h + 1;
+    }
+    if (tp > 0) {
+        p->have_layout = 1;
+        p->tp = tp;
+        p->pp = pp;
+        p->dp = dp;
+    }
+}
+
+Test(placement, ranks_fill_hosts_as_the_rules_say) {
+    static const int none[3] = {0, 0, 0}, s8_0[2] = {8, 0}, s2_3[2] = {2, 3}, s3_3_8[3] = {3, 3, 8};
+    static const struct {
+        int n;
+        const int *slots;
+        int nproc, tp, pp, dp; /* tp 0: not the trainer */
+        int ranks[3], world, most;
+    } cases[] = {
+        /* --nproc-per-node N: N on every host, within any slots */
+        {2, s8_0, 2, 0, 0, 0, {2, 2}, 4, 2},
+        {3, s3_3_8, 3, 0, 0, 0, {3, 3, 3}, 9, 3},
+        {1, none, 3, 1, 3, 1, {3}, 3, 3},
+        /* slots everywhere: every slot for any command, tp*pp*dp in file order for the trainer */
+        {2, s2_3, 0, 0, 0, 0, {2, 3}, 5, 3},
+        {2, s2_3, 0, 2, 1, 2, {2, 2}, 4, 2},
+        {3, s3_3_8, 0, 2, 1, 2, {3, 1, 0}, 4, 3},
+        /* no slots: tp*pp*dp spread evenly for the trainer, else 1 per host */
+        {2, none, 0, 2, 2, 1, {2, 2}, 4, 2},
+        {3, none, 0, 0, 0, 0, {1, 1, 1}, 3, 1},
+        {1, none, 0, 2, 2, 2, {8}, 8, 8},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tri_launch_plan p;
+        hand_plan(&p, cases[i].n, cases[i].slots, cases[i].tp, cases[i].pp, cases[i].dp);
+        tri_launch_opts o = {.nproc = cases[i].nproc, .hostfile = "hosts"};
+        char why[512];
+        tri_error_capture(why, sizeof why);
+        int rc = tri_launch_place_ranks(&p, &o);
+        tri_error_capture(NULL, 0);
+        cr_assert_eq(rc, 0, "case %zu: %s", i, why);
+        for (int h = 0; h < cases[i].n; h++) cr_expect_eq(p.ranks[h], cases[i].ranks[h], "case %zu host %d", i, h);
+        cr_expect_eq(p.world, cases[i].world, "case %zu", i);
+        cr_expect_eq(p.nproc, cases[i].most, "case %zu", i);
+        tri_launch_plan_free(&p);
+    }
+}
+
+Test(placement, placements_that_cannot_work_say_why_with_the_numbers) {
+    static const int none[3] = {0, 0, 0}, s8_2[2] = {8, 2}, s2_0_3[3] = {2, 0, 3}, s1_2[2] = {1, 2};
+    static const struct {
+        int n;
+        const int *slots;
+        int nproc, tp, pp, dp;
+        const char *want;
+    } cases[] = {
+        {2, s8_2, 4, 0, 0, 0, "hosts:2: host nodeB has slots=2, fewer than --nproc-per-node 4"},
+        {3, s2_0_3, 0, 0, 0, 0,
+         "hosts:2: host nodeB has no slots=N but other hosts have; give slots=N for every host, or --nproc-per-node"},
+        {2, s1_2, 0, 2, 1, 2,
+         "parallel.tp (2) x parallel.pp (1) x parallel.dp (2) = 4 ranks, but hostfile hosts has 3 slots"},
+        {3, none, 0, 2, 2, 1,
+         "parallel.tp (2) x parallel.pp (2) x parallel.dp (1) = 4 ranks do not divide over 3 hosts; give "
+         "--nproc-per-node or slots=N in the hostfile"},
+        {1, none, 3, 2, 1, 2,
+         "parallel.tp (2) x parallel.pp (1) x parallel.dp (2) = 4, but --nproc-per-node 3 x 1 host = 3 ranks"},
+        {2, none, 3, 2, 1, 2,
+         "parallel.tp (2) x parallel.pp (1) x parallel.dp (2) = 4, but --nproc-per-node 3 x 2 hosts = 6 ranks"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tri_launch_plan p;
+        hand_plan(&p, cases[i].n, cases[i].slots, cases[i].tp, cases[i].pp, cases[i].dp);
+        tri_launch_opts o = {.nproc = cases[i].nproc, .hostfile = "hosts"};
+        char why[512];
+        tri_error_capture(why, sizeof why);
+        int rc = tri_launch_place_ranks(&p, &o);
+        tri_error_capture(NULL, 0);
+        cr_expect_eq(rc, -1, "case %zu", i);
+        cr_expect_str_eq(why, cases[i].want, "case %zu", i);
+        tri_launch_plan_free(&p);
+    }
+}
+
+Test(placement, each_rank_runs_on_the_host_its_block_falls_on) {
+    static const int s3_3_8[3] = {3, 3, 8};
+    tri_launch_plan p;
+    hand_plan(&p, 3, s3_3_8, 2, 1, 2);
+    tri_launch_opts o = {.hostfile = "hosts"};
+    cr_assert_eq(tri_launch_place_ranks(&p, &o), 0);
+    const char *want[] = {"nodeA", "nodeA", "nodeA", "nodeB", "?"};
+    for (int r = 0; r < 5; r++) cr_expect_str_eq(tri_launch_host_of(&p, r), want[r], "rank %d", r);
+    tri_launch_plan_free(&p);
+}
+
+Test(placement, integers_are_strict) {
+    long v = -7;
+    cr_expect_eq(tri_launch_parse_int("12", 1, 20, &v), 0);
+    cr_expect_eq(v, 12);
+    cr_expect_eq(tri_launch_parse_int(" +3", 1, 20, &v), 0, "strtol's leading blanks and sign");
+    cr_expect_eq(v, 3);
+    const char *bad[] = {"", "0", "21", "1x", "3 ", "+", "0x10", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_expect_eq(tri_launch_parse_int(bad[i], 1, 20, &v), -1, "'%s'", bad[i]);
+    cr_expect_eq(tri_launch_parse_int(NULL, 1, 20, &v), -1);
+    cr_expect_eq(v, 3, "a refused value leaves *out alone");
+}
