@@ -22,7 +22,8 @@ int tri_cmd_eval(int argc, char **argv) {
         {"--data", TRI_OPT_STR, &data, "FILE", .help = "token file (llm.c .bin or Megatron .bin/.idx)"},
         {"--batches", TRI_OPT_LONG, &batches, "N", 1, 1 << 30,
          .help = "batches to evaluate (default 20), sequential windows from the start;\n"
-                 "at most one pass over the file (more is capped, with a note)"},
+                 "at most one pass over the file (more is capped, with a note); the last batch\n"
+                 "of a pass may hold fewer than B windows"},
         {"--batch", TRI_OPT_LONG, &batch, "B", 1, 1 << 20, .help = "sequences per batch (default 4)"},
         {"--threads", TRI_OPT_INT, &threads, "N", 1, 1024, .help = "threads"},
         {"--json", TRI_OPT_FLAG, &json, .help = "print one JSON object instead of a line"},
@@ -47,24 +48,19 @@ int tri_cmd_eval(int argc, char **argv) {
         return TRI_EXIT_BAD_INPUT;
     }
     /* one pass at most: past the end the windows would wrap around and count
-     * twice, biasing the mean */
-    uint64_t fit = s.total_windows / (uint64_t)batch;
-    if (fit == 0) {
-        tri_error("%s: %llu window%s of seq_len + 1 = %d tokens, fewer than --batch %ld: use --batch %llu", data,
-                  (unsigned long long)s.total_windows, s.total_windows == 1 ? "" : "s", m.cfg.model.seq_len + 1, batch,
-                  (unsigned long long)s.total_windows);
-        tri_sampler_free(&s);
-        tri_infer_close(&m);
-        return TRI_EXIT_BAD_INPUT;
-    }
-    if ((uint64_t)batches > fit) {
+     * twice, biasing the mean; the last batch of the pass may be partial */
+    uint64_t pass = tri_sampler_eval_batches(&s, (size_t)batch);
+    if ((uint64_t)batches > pass) {
         tri_note("--batches %ld of %ld sequences would pass over the %llu windows of %s more than once; evaluating "
-                 "%llu batches (every window at most once)",
-                 batches, batch, (unsigned long long)s.total_windows, data, (unsigned long long)fit);
-        batches = (long)fit;
+                 "%llu batch%s (every window at most once)",
+                 batches, batch, (unsigned long long)s.total_windows, data, (unsigned long long)pass,
+                 pass == 1 ? "" : "es");
+        batches = (long)pass;
     }
+    uint64_t windows = (uint64_t)batches * (uint64_t)batch;
+    if (windows > s.total_windows) windows = s.total_windows;
     tri_eval_result r;
-    rc = tri_eval_run(&m, &s, (uint64_t)batches * (uint64_t)batch, &r);
+    rc = tri_eval_run(&m, &s, windows, &r);
     if (rc == TRI_EXIT_OK) {
         if (json)
             printf("{\"loss\": %.6f, \"perplexity\": %.4f, \"tokens\": %llu, \"batches\": %zu, \"checkpoint\": "
