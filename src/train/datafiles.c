@@ -8,6 +8,7 @@
 
 #include "base/err.h"
 #include "base/file.h"
+#include "base/log.h"
 
 typedef struct datafile {
     const char *role, *path;
@@ -89,9 +90,7 @@ int tri_datafiles_check_resume(const char *ckpt_dir, const tri_sampler *train, c
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "data_files");
     if (!arr) {
         if (verbose)
-            printf("note: %s records no data files (saved by an older trident): their contents are not "
-                   "checked\n",
-                   file);
+            tri_log_note("%s records no data files (saved by an older trident): their contents are not checked", file);
         cJSON_Delete(root);
         return 0;
     }
@@ -123,8 +122,7 @@ int tri_datafiles_check_resume(const char *ckpt_dir, const tri_sampler *train, c
                      "%s (data.%s) has the same size (%zu bytes) but other contents (fingerprint %016" PRIx64
                      " then, %016" PRIx64 " now)",
                      was.path, cur->role, was.bytes, was.fingerprint, cur->fingerprint);
-        if (allow_change && verbose)
-            printf("note: --allow-data-change: %s; resuming with the file as it is now\n", what);
+        if (allow_change && verbose) tri_log_note("--allow-data-change: %s; resuming with the file as it is now", what);
         if (n_changed++ == 0) snprintf(first, sizeof first, "%s", what);
     }
     if (rc == 0 && n_changed > 0 && !allow_change) {

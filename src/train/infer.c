@@ -85,6 +85,14 @@ double tri_infer_forward(tri_infer *m, const int32_t *ids, const int32_t *target
     return sum;
 }
 
+double tri_infer_loss(tri_infer *m, const int32_t *ids, const int32_t *targets, size_t rows) {
+    TRI_CHECK(targets != NULL && rows <= m->B);
+    double sum = tri_infer_forward(m, ids, targets);
+    if (rows == m->B) return sum;
+    /* the per-token losses of the forward stay in the workspace: (B*T), row-major by sequence */
+    return m->ctx.ops->sum(&m->ctx, m->ws.losses, rows * (size_t)m->cfg.model.seq_len);
+}
+
 void tri_infer_logits(tri_infer *m, size_t row, float *host) {
     size_t V = (size_t)m->cfg.model.vocab_size;
     tri_ctx_to_host(&m->ctx, host, (const float *)m->ws.logits + row * m->gpt.Vl, V * sizeof(float));

@@ -27,6 +27,12 @@ void tri_infer_close(tri_infer *m); /* NULL-safe */
  * logits only (read them with tri_infer_logits), returns 0; else the sum of
  * the token losses. */
 double tri_infer_forward(tri_infer *m, const int32_t *ids, const int32_t *targets);
+/* Forward of B sequences of ids and targets (host, B*T each; every id a
+ * valid token, whether counted or not): the sum of the token losses of the
+ * first `rows` sequences (rows <= B), for a last batch with fewer sequences
+ * than B (the other rows are computed, not counted). rows == B: exactly
+ * tri_infer_forward's sum. */
+double tri_infer_loss(tri_infer *m, const int32_t *ids, const int32_t *targets, size_t rows);
 /* Copies the logits of row (b*T + t) of the last forward to host (V floats:
  * the real vocabulary). */
 void tri_infer_logits(tri_infer *m, size_t row, float *host);

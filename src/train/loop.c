@@ -1,7 +1,7 @@
 /* `trident train`, part 3: the cadence around the steps of one rank (logging,
  * evaluation, signals, checkpoints, the run report). Every rank runs this same
  * function; the mesh says which share of the batch and which slice of the
- * model it has. Set-up is in train_setup.c, the step in train_step.c. */
+ * model it has. Set-up is in setup.c, the step in step.c (src/train/trainer.h). */
 #include "train/trainer.h"
 
 #include <cjson/cJSON.h>
@@ -12,20 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <time.h>
 
 #include "model/ckpt/checkpoint.h"
 #include "model/ckpt/store.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/exit.h"
 #include "base/stop.h"
 #include "train/datafiles.h"
 #include "train/plot.h"
 #include "train/preflight.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static char *state_json(const trainer *t, int step, double loss) {
     cJSON *root = cJSON_CreateObject();
@@ -59,12 +55,12 @@ static char *state_json(const trainer *t, int step, double loss) {
 static int save(trainer *t, int step, double loss) {
     tri_dist_progress(&t->dist, step, "save");
     char *st = state_json(t, step, loss);
-    double t0 = now_s();
+    double t0 = tri_now_s();
     int rc = tri_model_save(&t->store, step, &t->gpt, &t->opt, &t->dist, st, t->cfg->checkpoint.keep,
                             t->cfg->checkpoint.dtype);
     free(st);
     if (rc == 0 && t->is_logger && !t->opts.quiet)
-        printf("saved checkpoint %s/step_%08d (%.2f s)\n", t->cfg->checkpoint.dir, step, now_s() - t0);
+        printf("saved checkpoint %s/step_%08d (%.2f s)\n", t->cfg->checkpoint.dir, step, tri_now_s() - t0);
     return rc;
 }
 
@@ -85,7 +81,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     trainer *t = &tr;
     int start = 0;
     int rc = trainer_setup(t, cfg, opts, &start);
-    if (rc != 0) goto done;
+    if (rc != TRI_EXIT_OK) goto done;
     const tri_mesh *mesh = &t->dist.mesh;
 
     tri_stop_install(0); /* SIGTERM, SIGINT, SIGUSR1 (tridentrun's and Slurm's --signal "save and stop") */
@@ -94,37 +90,36 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     double tokens_step = (double)t->G * (double)t->T;
     double loss = NAN, measured = 0.0; /* seconds of the steps after the first */
     int step = start;
-    rc = 0;
+    rc = TRI_EXIT_OK;
     for (; step < cfg->train.steps; step++) {
         if (cfg->debug.fail_rank == mesh->rank && cfg->debug.fail_step == step && !opts->resume) {
-            fprintf(stderr, "trident: rank %d: debug.fail_step %d reached, exiting with code 3 (fault injection)\n",
-                    mesh->rank, step);
+            tri_error_rank(mesh->rank, "debug.fail_step %d reached, exiting with code %d (fault injection)", step,
+                           TRI_EXIT_INJECTED);
             fflush(NULL);
-            _exit(3);
+            _exit(TRI_EXIT_INJECTED);
         }
         if (step == start + 1) { /* measure from the second step on */
             memset(&t->dist.tp.stats, 0, sizeof t->dist.tp.stats);
             memset(&t->dist.dp.stats, 0, sizeof t->dist.dp.stats);
             memset(&t->dist.pp.stats, 0, sizeof t->dist.pp.stats);
         }
-        double t0 = now_s();
+        double t0 = tri_now_s();
         double norm;
         tri_dist_progress(&t->dist, step + 1, "train");
         loss = train_step(t, step, &norm);
-        double dt = now_s() - t0;
+        double dt = tri_now_s() - t0;
         if (t->data_error) {
-            rc = 1;
+            rc = TRI_EXIT_FAILURE;
             goto done;
         } /* said: a token file shrank under the job */
         if (!t->skipped && (!isfinite(loss) || !isfinite(norm))) {
             if (t->is_logger) {
                 char hint[1024];
-                fprintf(stderr,
-                        "trident: step %d: the loss (%g) or the gradient norm (%g) is not finite; stopping without "
-                        "an update or a checkpoint (the saved ones are untouched). %s\n",
-                        step + 1, loss, norm, tri_preflight_divergence_hint(cfg, step, hint, sizeof hint));
+                tri_error("step %d: the loss (%g) or the gradient norm (%g) is not finite; stopping without an update "
+                          "or a checkpoint (the saved ones are untouched). %s",
+                          step + 1, loss, norm, tri_preflight_divergence_hint(cfg, step, hint, sizeof hint));
             }
-            rc = 1;
+            rc = TRI_EXIT_FAILURE;
             goto done;
         }
         if (opts->after_step) opts->after_step(opts->after_step_ctx, step, dt);
@@ -175,12 +170,12 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             tri_dist_progress(&t->dist, done_steps, "eval");
             double vl = evaluate(t);
             if (t->data_error) {
-                rc = 1;
+                rc = TRI_EXIT_FAILURE;
                 goto done;
             }
             if (t->stop && t->is_logger)
-                fprintf(stderr, "trident: %s during validation after step %d: validation abandoned\n",
-                        tri_stop_name(t->stop), done_steps);
+                tri_error("%s during validation after step %d: validation abandoned", tri_stop_name(t->stop),
+                          done_steps);
             if (t->is_logger && !t->stop) {
                 if (!opts->quiet) printf("step %5d/%d | val loss %.4f\n", done_steps, cfg->train.steps, vl);
                 if (t->metrics) {
@@ -193,16 +188,16 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         int stop = tri_stop_signal();
         tri_comm_allreduce_host(&t->dist.world, &stop, 1, TRI_I32, TRI_MAX);
         if (stop) {
-            if (t->is_logger) fprintf(stderr, "trident: signal %d: saving a checkpoint at step %d\n", stop, done_steps);
+            if (t->is_logger) tri_error("signal %d: saving a checkpoint at step %d", stop, done_steps);
             if (!opts->synthetic && save(t, done_steps, loss) != 0)
-                rc = 1;
+                rc = TRI_EXIT_FAILURE;
             else
-                rc = 128 + stop;
+                rc = tri_exit_signal(stop);
             goto done;
         }
         if (opts->stop_at > 0 && done_steps == opts->stop_at && done_steps < cfg->train.steps) {
             if (!opts->synthetic && save(t, done_steps, loss) != 0)
-                rc = 1;
+                rc = TRI_EXIT_FAILURE;
             else if (t->is_logger && !opts->quiet)
                 printf("stopped at step %d (--stop-at-step)\n", done_steps);
             goto done;
@@ -210,7 +205,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         int every = cfg->checkpoint.every;
         if (!opts->synthetic && every > 0 && done_steps % every == 0 && done_steps < cfg->train.steps) {
             if (save(t, done_steps, loss) != 0) {
-                rc = 1;
+                rc = TRI_EXIT_FAILURE;
                 goto done;
             }
         }
@@ -241,16 +236,16 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         }
     }
     /* the final checkpoint (with train.steps = 0: the freshly initialised model) */
-    if (!opts->synthetic && save(t, step, loss) != 0) rc = 1;
+    if (!opts->synthetic && save(t, step, loss) != 0) rc = TRI_EXIT_FAILURE;
     if (t->is_logger && !opts->quiet && !isnan(loss)) printf("final loss %.6f\n", loss);
 done:
     fflush(NULL);
     trainer_free(t);
-    if (rc != 0 && rc < 128 && t->dist.mesh.world > 1) {
+    if (rc != TRI_EXIT_OK && rc < TRI_EXIT_SIGNAL_BASE && t->dist.mesh.world > 1) {
         fflush(NULL);
         tri_dist_abort(&t->dist, rc);
     }
     tri_dist_free(&t->dist);
-    if (rc == 0 && cfg->log.plot && t->is_logger && !opts->synthetic) plot_run(cfg);
+    if (rc == TRI_EXIT_OK && cfg->log.plot && t->is_logger && !opts->synthetic) plot_run(cfg);
     return rc;
 }

@@ -17,6 +17,7 @@
 #include "base/fs.h"
 #include "base/err.h"
 #include "base/file.h"
+#include "base/log.h"
 #include "base/size.h"
 #include "plan/plan.h"
 #include "plan/stage_plan.h"
@@ -425,9 +426,9 @@ static int check_val(tri_preflight *p) {
     if ((uint64_t)p->eval_batches > fit) {
         p->eval_batches = (int)fit;
         if (p->verbose)
-            printf("note: train.eval_batches = %d micro-batches of %zu would pass over the %llu windows of %s more "
-                   "than once; each evaluation uses %d (every window at most once)\n",
-                   cfg->train.eval_batches, mb, (unsigned long long)windows, what, p->eval_batches);
+            tri_log_note("train.eval_batches = %d micro-batches of %zu would pass over the %llu windows of %s more "
+                         "than once; each evaluation uses %d (every window at most once)",
+                         cfg->train.eval_batches, mb, (unsigned long long)windows, what, p->eval_batches);
     }
     return 0;
 }
@@ -511,10 +512,8 @@ int tri_preflight_run(tri_preflight *p) {
     int bad = rc != 0;
     tri_comm_allreduce(&p->dist->world, &bad, 1, TRI_I32, TRI_MAX);
     if (bad && rc == 0)
-        fprintf(stderr,
-                "trident: rank %d: stopping before step 1: another rank failed a preflight check (its log "
-                "says which)\n",
-                mesh->rank);
+        tri_error_rank(mesh->rank,
+                       "stopping before step 1: another rank failed a preflight check (its log says which)");
     if (bad) return -1;
     if (p->verbose) {
         tri_preflight_available(&avail);

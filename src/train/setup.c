@@ -18,6 +18,8 @@
 #include "train/preflight.h"
 #include "plan/stage_plan.h"
 #include "base/err.h"
+#include "base/exit.h"
+#include "base/log.h"
 
 static void grads_ready(void *ctx, size_t n) { tri_grad_sync_ready(ctx, n); }
 
@@ -80,13 +82,13 @@ static int check_resume(const tri_config *now, const tri_config *saved, const ch
         }
     if (!verbose) return 0;
     if (now->train.seed != saved->train.seed)
-        printf("note: train.seed is %llu, the checkpoint's run used %llu (the data order follows the new seed)\n",
-               (unsigned long long)now->train.seed, (unsigned long long)saved->train.seed);
+        tri_log_note("train.seed is %llu, the checkpoint's run used %llu (the data order follows the new seed)",
+                     (unsigned long long)now->train.seed, (unsigned long long)saved->train.seed);
     if (strcmp(now->data.train, saved->data.train) != 0)
-        printf("note: data.train is \"%s\", the checkpoint's run used \"%s\"\n", now->data.train, saved->data.train);
+        tri_log_note("data.train is \"%s\", the checkpoint's run used \"%s\"", now->data.train, saved->data.train);
     if (now->train.global_batch != saved->train.global_batch)
-        printf("note: train.global_batch is %d, the checkpoint's run used %d (samples consumed carry over)\n",
-               now->train.global_batch, saved->train.global_batch);
+        tri_log_note("train.global_batch is %d, the checkpoint's run used %d (samples consumed carry over)",
+                     now->train.global_batch, saved->train.global_batch);
     return 0;
 }
 
@@ -141,13 +143,14 @@ static int device_groups(trainer *t, const tri_run_opts *opts) {
 
 /* Everything before step 1, on every rank: layout checks, the mesh, the
  * backend, data, model, optimizer, gradient buckets, resume or init, metrics
- * file and banner. Returns 0, or the exit code (2 bad input, 1 runtime); the
+ * file and banner. Returns 0, or the exit code (TRI_EXIT_BAD_INPUT,
+ * TRI_EXIT_FAILURE for a runtime failure; base/exit.h); the
  * caller frees with trainer_free whatever was set up. *start gets the first
  * step to run. */
 int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, int *start) {
     t->cfg = cfg;
     t->opts = *opts;
-    if (check_layout(cfg) != 0) return 2;
+    if (check_layout(cfg) != 0) return TRI_EXIT_BAD_INPUT;
     char err[512];
     if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
@@ -164,7 +167,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     }
     const tri_mesh *mesh = &t->dist.mesh;
     t->is_logger = mesh->rank == 0;
-    int rc = 2;
+    int rc = TRI_EXIT_BAD_INPUT;
     /* the checkpoint store before anything else: validated, locked, and the
      * checkpoint to resume from found (a fresh start on a store holding one is refused) */
     char ckpt[TRI_PATH_MAX + 32] = ""; /* checkpoint.dir + "/step_<N>" */
@@ -203,9 +206,9 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             if (vrc != 0) return rc;
             t->has_val = 1;
         } else if (cfg->train.eval_every > 0 && mesh->rank == 0) {
-            printf("note: train.eval_every is %d but there is no validation data (data.val is empty and "
-                   "data.split is 0): no validation loss\n",
-                   cfg->train.eval_every);
+            tri_log_note("train.eval_every is %d but there is no validation data (data.val is empty and data.split "
+                         "is 0): no validation loss",
+                         cfg->train.eval_every);
         }
     }
 
@@ -218,7 +221,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                         .val = t->has_val ? &t->val_data : NULL};
     if (tri_preflight_run(&pf) != 0) return rc;
     t->eval_batches = pf.eval_batches;
-    if (device_groups(t, opts) != 0) return 1;
+    if (device_groups(t, opts) != 0) return TRI_EXIT_FAILURE;
 
     /* this stage's chunks, the schedule and the slots it keeps alive */
     if (tri_stage_plan_init(&t->plan, cfg, mesh->pp_rank) != 0) return rc;
@@ -226,7 +229,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                      t->plan.n_chunks) != 0)
         return rc;
     if (tri_gpt_set_sequence_parallel(&t->gpt, cfg->parallel.sequence_parallel) != 0) return rc;
-    rc = 1;
+    rc = TRI_EXIT_FAILURE;
     /* ZeRO: every bucket (the last one padded) cuts into dp aligned shards */
     if (cfg->parallel.zero && tri_gpt_pad(&t->gpt, (size_t)mesh->dp * TRI_ZERO_ALIGN) != 0) return rc;
     t->pools = calloc((size_t)t->gpt.n_chunks, sizeof *t->pools);
@@ -238,7 +241,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     if (tri_workspace_init(&t->ws, &t->gpt, t->mb, t->T, t->policy) != 0) return rc;
     if (tri_schedule_build(&t->sched, t->plan.kind, mesh->pp, t->plan.vpp, t->n_micro) != 0 ||
         tri_schedule_build(&t->eval_sched, TRI_SCHED_FORWARD, mesh->pp, t->plan.vpp, 1) != 0)
-        return 2;
+        return TRI_EXIT_BAD_INPUT;
     const tri_schedule *scheds[2] = {&t->sched, &t->eval_sched};
     tri_pipe_stage view = tri_stage_bind(&t->stage, &t->gpt, t->pools, &t->ws);
     if (tri_pipe_init(&t->pipe, &view, &t->dist.pp, &t->dist.progress, scheds, 2) != 0) return rc;
@@ -282,17 +285,17 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     *start = 0;
     if (have_ckpt) {
         tri_config saved;
-        if (tri_ckpt_state_read(ckpt, start, &t->consumed, &saved) != 0) return 2;
-        if (check_resume(cfg, &saved, ckpt, t->is_logger && !opts->quiet) != 0) return 2;
+        if (tri_ckpt_state_read(ckpt, start, &t->consumed, &saved) != 0) return TRI_EXIT_BAD_INPUT;
+        if (check_resume(cfg, &saved, ckpt, t->is_logger && !opts->quiet) != 0) return TRI_EXIT_BAD_INPUT;
         if (tri_datafiles_check_resume(ckpt, t->has_train_data ? &t->train_data : NULL,
                                        t->has_val ? &t->val_data : NULL, opts->allow_data_change,
                                        t->is_logger && !opts->quiet) != 0)
-            return 2;
-        if (tri_model_load(ckpt, &t->gpt, &t->opt, &t->dist) != 0) return 2;
+            return TRI_EXIT_BAD_INPUT;
+        if (tri_model_load(ckpt, &t->gpt, &t->opt, &t->dist) != 0) return TRI_EXIT_BAD_INPUT;
         t->opt.t = *start;
         /* fp16 skips steps: AdamW's count and the loss scale come from state.json */
         double scale = t->loss_scale;
-        if (tri_ckpt_state_scaler(ckpt, &t->opt.t, &scale, &t->scale_clean) != 0) return 2;
+        if (tri_ckpt_state_scaler(ckpt, &t->opt.t, &scale, &t->scale_clean) != 0) return TRI_EXIT_BAD_INPUT;
         if (t->fp16) t->loss_scale = scale;
         if (t->is_logger && !opts->quiet)
             printf("resumed from %s at step %d (%llu samples consumed)\n", ckpt, *start,
@@ -300,21 +303,21 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     } else {
         if (opts->resume && t->is_logger && !opts->synthetic)
             printf("resume: no checkpoint in %s yet, starting from step 0\n", cfg->checkpoint.dir);
-        if (tri_gpt_init_params(&t->gpt, cfg->train.seed) != 0) return 1;
+        if (tri_gpt_init_params(&t->gpt, cfg->train.seed) != 0) return TRI_EXIT_FAILURE;
         tri_optim_master_from_params(&t->opt, &t->gpt); /* 16-bit parameters: their fp32 masters */
     }
 
     if (t->is_logger && !opts->synthetic) {
         if (tri_mkdir_p(cfg->log.dir) != 0) {
             tri_error("log.dir: cannot create %s: %s", cfg->log.dir, strerror(errno));
-            return 2;
+            return TRI_EXIT_BAD_INPUT;
         }
         char mpath[TRI_PATH_MAX + 32];
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->log.dir);
         t->metrics = fopen(mpath, *start > 0 ? "a" : "w");
         if (!t->metrics) {
             tri_error("%s: cannot open: %s", mpath, strerror(errno));
-            return 2;
+            return TRI_EXIT_BAD_INPUT;
         }
     }
     if (t->is_logger && !opts->quiet) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/exit.h"
 #include "base/stop.h"
 
 static void fill_synthetic(int32_t *x, size_t n, uint64_t seed, int vocab) {
@@ -58,8 +59,8 @@ static int load_eval(void *ctx, int mb) {
 static void data_failed(trainer *t) {
     t->data_error = 1;
     if (t->dist.mesh.pp > 1) {
-        fprintf(stderr, "trident: rank %d: a token file could not be read; ending the job\n", t->dist.mesh.rank);
-        tri_dist_abort(&t->dist, 1);
+        tri_error_rank(t->dist.mesh.rank, "a token file could not be read; ending the job");
+        tri_dist_abort(&t->dist, TRI_EXIT_FAILURE);
     }
 }
 

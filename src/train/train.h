@@ -43,8 +43,10 @@ typedef struct tri_run_opts {
                                (the first warms caches and page-faults the buffers) */
 } tri_run_opts;
 
-/* Trains as cfg says; returns the process exit code (0 ok, 2 bad input,
- * 1 runtime failure, 143 stopped by SIGTERM after saving a checkpoint). */
+/* Trains as cfg says; returns the process exit code (base/exit.h):
+ * TRI_EXIT_OK, TRI_EXIT_BAD_INPUT, TRI_EXIT_FAILURE (a runtime failure), or
+ * tri_exit_signal(sig) when stopped by a signal after saving a checkpoint
+ * (143 for SIGTERM). debug.fail_step ends the rank with TRI_EXIT_INJECTED. */
 int tri_train(const tri_config *cfg, const tri_run_opts *opts);
 
 /* Prepares the CPU backend (threads n > 0; 0 keeps the environment's), for commands that run the model. */

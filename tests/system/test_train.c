@@ -145,6 +145,72 @@ Test(train, trained_checkpoint_matches_an_independent_numpy_gpt2, .timeout = 120
     check_against_numpy("--set train.steps=5");
 }
 
+/* `trident eval` on dir/ckpt and file: the JSON's loss, tokens and batches */
+static void eval_json(const char *dir, const char *file, const char *args, double *loss, double *tokens,
+                      double *batches) {
+    char cmd[8192], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s eval --ckpt %s/ckpt --data %s --json --threads 1 %s", tt_bin("trident"), dir, file,
+             args);
+    cr_assert_eq(tt_run(cmd, &out), 0, "%s\n%s", cmd, out);
+    const char *keys[3] = {"\"loss\":", "\"tokens\":", "\"batches\":"};
+    double *dst[3] = {loss, tokens, batches};
+    for (int k = 0; k < 3; k++) {
+        char *p = strstr(out, keys[k]);
+        cr_assert(p, "no %s in %s", keys[k], out);
+        *dst[k] = strtod(p + strlen(keys[k]), NULL);
+    }
+    free(out);
+}
+
+/* the independent numpy GPT-2's mean loss over windows 0 .. n-1 of file (T = 16) */
+static double numpy_loss(const char *dir, const char *file, int n) {
+    char cmd[8192], *out = NULL;
+    int len = snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/gpt2_numpy.py %s/ckpt/$(cat %s/ckpt/latest) %s",
+                       TRI_SOURCE_DIR, dir, dir, file);
+    for (int w = 0; w < n; w++) len += snprintf(cmd + len, sizeof cmd - (size_t)len, " %d", w * 16);
+    cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
+    char *p = strstr(out, "\"loss\":");
+    cr_assert(p, "%s", out);
+    double ref = strtod(p + 7, NULL);
+    free(out);
+    return ref;
+}
+
+/* A last batch with fewer windows than --batch is evaluated, each window
+ * once, and the mean is over exactly its tokens: 7 windows in batches of 4
+ * (4 + 3), of 1, and of 100 (one partial batch) give the numpy mean over the
+ * 7 windows; a file of one window with the default --batch 4 as well. */
+Test(train, eval_counts_a_partial_last_batch_once, .timeout = 120) {
+    char *dir = make_run_dir(), *out = NULL, p7[4200], p1[4200];
+    cr_assert_eq(train(dir, "--set train.steps=2", &out), 0, "%s", out);
+    free(out);
+    snprintf(p7, sizeof p7, "%s/seven.bin", dir);
+    tt_write_llmc_random(p7, 7 * 16 + 1, 256, 3); /* windows of T + 1 = 17 tokens, overlapping by one */
+    snprintf(p1, sizeof p1, "%s/one.bin", dir);
+    tt_write_llmc_random(p1, 17, 256, 4);
+    double ref = numpy_loss(dir, p7, 7);
+    const struct {
+        const char *args;
+        int batches;
+    } runs[] = {{"--batch 4", 2}, {"--batch 1", 7}, {"--batch 100", 1}, {"--batch 3 --batches 3", 3}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        double loss, tokens, batches;
+        eval_json(dir, p7, runs[i].args, &loss, &tokens, &batches);
+        cr_expect_eq(tokens, 7 * 16, "%s: %g tokens", runs[i].args, tokens);
+        cr_expect_eq(batches, runs[i].batches, "%s: %g batches", runs[i].args, batches);
+        /* %.6f printed; fp32 against fp64 over a 2-layer model */
+        cr_expect(fabs(loss - ref) <= 1e-5 * fabs(ref), "%s: trident eval %.6f vs numpy %.8f", runs[i].args, loss, ref);
+    }
+    double loss, tokens, batches;
+    eval_json(dir, p1, "", &loss, &tokens, &batches);
+    cr_expect_eq(tokens, 16, "%g tokens", tokens);
+    cr_expect_eq(batches, 1, "%g batches", batches);
+    double ref1 = numpy_loss(dir, p1, 1);
+    cr_expect(fabs(loss - ref1) <= 1e-5 * fabs(ref1), "one window: trident eval %.6f vs numpy %.8f", loss, ref1);
+    tt_rmrf(dir);
+    free(dir);
+}
+
 Test(train, sample_prints_text_and_is_deterministic_at_temperature_zero, .timeout = 120) {
     char *dir = make_run_dir(), *out = NULL, *out2 = NULL;
     cr_assert_eq(train(dir, "--set train.steps=2", &out), 0, "%s", out);
