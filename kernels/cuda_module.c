@@ -22,11 +22,11 @@ static int join(char *out, size_t n, const char *dir, size_t dir_len) {
     return w > 0 && (size_t)w < n ? 0 : -1;
 }
 
-/* The path to open: $TRI_CUDA_MODULE; else the first of <program's
+/* The path to open: $TRIDENT_CUDA_MODULE; else the first of <program's
  * directory>/libtri_cuda.so and <build directory>/libtri_cuda.so that
  * exists; else the first of them (whose dlopen then says it is missing). */
 static void module_path(char *out, size_t n) {
-    const char *env = getenv("TRI_CUDA_MODULE");
+    const char *env = getenv("TRIDENT_CUDA_MODULE");
     if (env != NULL && *env != '\0') {
         snprintf(out, n, "%s", env);
         return;

@@ -9,7 +9,7 @@
  * the NCCL transport; everything they get from it comes through the one table
  * below, which its one exported symbol (TRI_CUDA_MODULE_ENTRY) returns.
  *
- * Where it is looked for: $TRI_CUDA_MODULE when set (the path of the file);
+ * Where it is looked for: $TRIDENT_CUDA_MODULE when set (the path of the file);
  * otherwise libtri_cuda.so in the directory of the running program
  * (/proc/self/exe), then in the build directory that made this program (the
  * test programs live in build/tests/). Plain C, built with or without CUDA:
