@@ -1,4 +1,6 @@
-/* Finding and opening the CUDA module (kernels/cuda_module.h). */
+/* Finding and opening the CUDA module (kernels/cuda_module.h). No state of
+ * its own: the dynamic loader keeps the module open and hands the same copy
+ * back to every dlopen of the same file. */
 #include "kernels/cuda_module.h"
 
 #include <stdio.h>
@@ -11,10 +13,6 @@
 #include <unistd.h>
 
 #include "kernels/ctx.h"
-#include "base/err.h"
-
-/* The module once loaded (never closed: its op table and code stay in use). */
-static const tri_cuda_module *loaded;
 
 /* dir/libtri_cuda.so into out[n]; 0, or -1 when it does not fit. */
 static int join(char *out, size_t n, const char *dir, size_t dir_len) {
@@ -51,8 +49,9 @@ static void module_path(char *out, size_t n) {
     snprintf(out, n, "%s", first[0] ? first : TRI_CUDA_MODULE_FILE);
 }
 
-const tri_cuda_module *tri_cuda_module_get(char *why, size_t n) {
-    if (loaded != NULL) return loaded;
+/* Opens the module and checks its table: the dlopen handle with the table in
+ * *out, or NULL with the reason in why[n]. */
+static void *open_module(const tri_cuda_module **out, char *why, size_t n) {
     char path[PATH_MAX + 32];
     module_path(path, sizeof path);
     /* RTLD_NOW: a library the module needs that this machine lacks is named
@@ -63,10 +62,9 @@ const tri_cuda_module *tri_cuda_module_get(char *why, size_t n) {
         snprintf(why, n, "the CUDA backend module %s cannot be loaded: %s", path, e ? e : "dlopen failed");
         return NULL;
     }
-    static const tri_cuda_host host = {.verror = tri_verror, .fail_at = tri_fail_at};
-    const tri_cuda_module *(*entry)(const tri_cuda_host *) = NULL;
+    const tri_cuda_module *(*entry)(void) = NULL;
     *(void **)&entry = dlsym(h, TRI_CUDA_MODULE_ENTRY);
-    const tri_cuda_module *m = entry != NULL ? entry(&host) : NULL;
+    const tri_cuda_module *m = entry != NULL ? entry() : NULL;
     if (m == NULL) {
         snprintf(why, n, "the CUDA backend module %s cannot be loaded: it has no entry point %s", path,
                  TRI_CUDA_MODULE_ENTRY);
@@ -81,8 +79,20 @@ const tri_cuda_module *tri_cuda_module_get(char *why, size_t n) {
         dlclose(h);
         return NULL;
     }
-    loaded = m;
-    return m;
+    *out = m;
+    return h;
+}
+
+const tri_cuda_module *tri_cuda_module_get(char *why, size_t n) {
+    const tri_cuda_module *m = NULL;
+    return open_module(&m, why, n) != NULL ? m : NULL;
+}
+
+void *tri_cuda_module_symbol(const char *name) {
+    char why[4608];
+    const tri_cuda_module *m = NULL;
+    void *h = open_module(&m, why, sizeof why);
+    return h != NULL ? dlsym(h, name) : NULL;
 }
 
 #else
@@ -93,5 +103,7 @@ const tri_cuda_module *tri_cuda_module_get(char *why, size_t n) {
              "-DTRI_CUDA=OFF)");
     return NULL;
 }
+
+void *tri_cuda_module_symbol(const char *name) { return NULL; }
 
 #endif
