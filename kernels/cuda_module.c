@@ -12,8 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/ctx.h"
-
 /* dir/libtri_cuda.so into out[n]; 0, or -1 when it does not fit. */
 static int join(char *out, size_t n, const char *dir, size_t dir_len) {
     int w = snprintf(out, n, "%.*s/%s", (int)dir_len, dir, TRI_CUDA_MODULE_FILE);
@@ -71,11 +69,11 @@ static void *open_module(const tri_cuda_module **out, char *why, size_t n) {
         dlclose(h);
         return NULL;
     }
-    if (m->abi != TRI_CUDA_MODULE_ABI || m->ops_size != sizeof(tri_ops) || m->ctx_size != sizeof(tri_ctx)) {
+    if (m->abi != TRI_CUDA_MODULE_ABI) {
         snprintf(why, n,
                  "the CUDA backend module %s cannot be loaded: it was built from another version of Trident "
-                 "(table version %d, sizes of tri_ops %zu and tri_ctx %zu; this program has %d, %zu and %zu)",
-                 path, m->abi, m->ops_size, m->ctx_size, TRI_CUDA_MODULE_ABI, sizeof(tri_ops), sizeof(tri_ctx));
+                 "(table version %d; this program has %d)",
+                 path, m->abi, TRI_CUDA_MODULE_ABI);
         dlclose(h);
         return NULL;
     }

@@ -23,31 +23,38 @@
 #include <stddef.h>
 
 #include "kernels/cuda/gemm.h"
-#include "kernels/ops.h"
+
+/* Defined by kernels/ops.h and kernels/ctx.h, which this header does not
+ * include: kernels/ops.c calls the loader, and the context sits above it. */
+struct tri_ops;
+struct tri_ctx;
 
 /* Bumped whenever the table below changes. */
-#define TRI_CUDA_MODULE_ABI 3
+#define TRI_CUDA_MODULE_ABI 4
 /* The module's exported entry point:
  * const tri_cuda_module *tri_cuda_module_entry(void). */
 #define TRI_CUDA_MODULE_ENTRY "tri_cuda_module_entry"
 #define TRI_CUDA_MODULE_FILE  "libtri_cuda.so"
 
+/* The module's table. The sizes of what it shares with the program are
+ * checked where the program knows them: tri_ops by tri_ops_get (ops_size),
+ * tri_ctx by tri_ctx_init (the op table's ctx_size). */
 typedef struct tri_cuda_module {
-    int abi;                           /* TRI_CUDA_MODULE_ABI of the module's build */
-    size_t ops_size, ctx_size;         /* sizeof tri_ops and tri_ctx in the module */
-    int (*probe)(char *why, size_t n); /* tri_cuda_probe (kernels/cuda/device.h) */
-    const tri_ops *(*ops)(void);       /* tri_cuda_ops (kernels/cuda/cuda_ops.h) */
+    int abi;                            /* TRI_CUDA_MODULE_ABI of the module's build */
+    size_t ops_size;                    /* sizeof tri_ops in the module */
+    int (*probe)(char *why, size_t n);  /* tri_cuda_probe (kernels/cuda/device.h) */
+    const struct tri_ops *(*ops)(void); /* tri_cuda_ops (kernels/cuda/cuda_ops.h) */
     /* Tests (tests/gpu): tri_cuda_ops_gemm and tri_cuda_ops_set_dbias_policy
      * (kernels/cuda/cuda_ops.h), for a context of the table above. */
-    const tri_gemm_exec *(*ops_gemm)(const tri_ctx *c);
-    void (*ops_set_dbias_policy)(tri_ctx *c, tri_dbias_policy p);
+    const tri_gemm_exec *(*ops_gemm)(const struct tri_ctx *c);
+    void (*ops_set_dbias_policy)(struct tri_ctx *c, tri_dbias_policy p);
 } tri_cuda_module;
 
 /* The module's table, the module opened if it is not open yet. NULL with the
  * reason in why[n] (one line, no "trident: " prefix): "built without CUDA",
  * or "the CUDA backend module PATH cannot be loaded: WHY" (dlopen's error,
- * e.g. libcublasLt.so.13 missing on this machine; no entry point; a module of
- * another build). Never aborts, and keeps nothing: the dynamic loader opens
+ * e.g. libcublasLt.so.13 missing on this machine; no entry point; a table of
+ * another version). Never aborts, and keeps nothing: the dynamic loader opens
  * a file once per process and hands back that copy to every later call (the
  * module is never closed: its tables and code stay in use). */
 const tri_cuda_module *tri_cuda_module_get(char *why, size_t n);

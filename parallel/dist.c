@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ops.h"
+#include "kernels/ctx.h"
 #include "parallel/tcp_store.h"
 #include "base/err.h"
 

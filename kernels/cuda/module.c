@@ -6,13 +6,11 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
 
-#include "kernels/ctx.h"
 #include "kernels/cuda_module.h"
 
 static const tri_cuda_module module = {
     .abi = TRI_CUDA_MODULE_ABI,
     .ops_size = sizeof(tri_ops),
-    .ctx_size = sizeof(tri_ctx),
     .probe = tri_cuda_probe,
     .ops = tri_cuda_ops,
     .ops_gemm = tri_cuda_ops_gemm,
