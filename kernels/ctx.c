@@ -4,15 +4,23 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/ops.h"
 #include "base/err.h"
 #include "base/size.h"
 
 int tri_ctx_init(tri_ctx *c, const char *device, int threads) {
     memset(c, 0, sizeof *c);
-    c->ops = tri_ops_get(device ? device : "cpu");
-    if (!c->ops) return -1;
-    if (c->ops->init(c, threads) != 0) {
+    const tri_ops *ops = tri_ops_get(device ? device : "cpu");
+    return ops != NULL ? tri_ctx_init_ops(c, ops, threads) : -1;
+}
+
+int tri_ctx_init_ops(tri_ctx *c, const tri_ops *ops, int threads) {
+    memset(c, 0, sizeof *c);
+    if (ops->ctx_size != sizeof(tri_ctx))
+        return tri_error("--device %s: the backend was built from another version of Trident (its tri_ctx has %zu "
+                         "bytes, this program's %zu)",
+                         ops->name, ops->ctx_size, sizeof(tri_ctx));
+    c->ops = ops;
+    if (ops->init(c, threads) != 0) {
         memset(c, 0, sizeof *c);
         return -1;
     }
@@ -114,6 +122,26 @@ void tri_ctx_host_window(tri_ctx *c, int open) {
 int tri_ctx_owns(tri_ctx *c, const void *p, size_t bytes) {
     if (c == NULL || c->ops == NULL || c->ops->owns == NULL) return -1;
     return c->ops->owns(c, p, bytes) ? 1 : 0;
+}
+
+void tri_ctx_adamw_multi(tri_ctx *c, const tri_adamw_span *spans, int count, float lr, float beta1, float beta2,
+                         float eps, int t) {
+    if (count <= 0) return;
+    if (c->ops->adamw_multi != NULL) {
+        c->ops->adamw_multi(c, spans, count, lr, beta1, beta2, eps, t);
+        return;
+    }
+    for (int i = 0; i < count; i++)
+        c->ops->adamw(c, spans[i].param, spans[i].m, spans[i].v, spans[i].grad, spans[i].n, lr, beta1, beta2, eps,
+                      spans[i].wd, t);
+}
+
+double tri_ctx_sumsq_multi(tri_ctx *c, const float *const *xs, const size_t *ns, int count) {
+    if (count <= 0) return 0.0;
+    if (c->ops->sumsq_multi != NULL) return c->ops->sumsq_multi(c, xs, ns, count);
+    double sum = 0.0;
+    for (int i = 0; i < count; i++) sum += c->ops->sumsq(c, xs[i], ns[i]);
+    return sum;
 }
 
 void tri_mem_json(const tri_mem_stats *m, char *buf, size_t n) {

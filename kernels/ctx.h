@@ -24,8 +24,7 @@
 #include <stddef.h>
 
 #include "kernels/dtype.h"
-
-struct tri_ops;
+#include "kernels/ops.h"
 
 typedef enum {
     TRI_MEM_PARAMS = 0, /* parameters (compute copies)                    */
@@ -57,18 +56,21 @@ typedef struct tri_ctx {
     tri_mem_stats mem;
 } tri_ctx;
 
-/* The backends a run can ask for (the config's "device", --device). The
- * context is started by name (tri_device_name), which also reaches backends
- * that only tests register (kernels/ops.h, tri_ops_register_test). */
+/* The backends a run can ask for (the config's "device", --device), started
+ * by name (tri_device_name). */
 typedef enum { TRI_DEVICE_CPU = 0, TRI_DEVICE_CPU_GUARD, TRI_DEVICE_CUDA } tri_device;
 
 /* "cpu", "cpu-guard", "cuda". */
 const char *tri_device_name(tri_device d);
 
-/* Starts the backend named `device` ("cpu", "cpu-guard", "cuda") on this
- * process with `threads` worker threads (0: as the environment says).
- * Returns 0, or -1 after a message naming what is missing. */
+/* Starts the backend named `device` ("cpu", "cpu-guard", "cuda";
+ * tri_ops_get) on this process with `threads` worker threads (0: as the
+ * environment says). Returns 0, or -1 after a message naming what is missing. */
 int tri_ctx_init(tri_ctx *c, const char *device, int threads);
+/* The same on a given op table (tests: the emulated CUDA backend, which has no
+ * name tri_ops_get knows). -1 after a message when the table was built
+ * against another tri_ctx (ops->ctx_size) or its init fails. */
+int tri_ctx_init_ops(tri_ctx *c, const tri_ops *ops, int threads);
 /* NULL-safe; frees the backend's state (not memory still allocated). */
 void tri_ctx_free(tri_ctx *c);
 
@@ -116,6 +118,13 @@ void tri_ctx_host_window(tri_ctx *c, int open);
  * yes, 0 no (host memory), -1 when the backend cannot tell (every backend
  * but "cpu-guard"). For the check of device-only groups (parallel/comm.h). */
 int tri_ctx_owns(tri_ctx *c, const void *p, size_t bytes);
+
+/* The backend's adamw_multi, or adamw on each span in order where it has
+ * none (the same bits as those calls). */
+void tri_ctx_adamw_multi(tri_ctx *c, const tri_adamw_span *spans, int count, float lr, float beta1, float beta2,
+                         float eps, int t);
+/* The backend's sumsq_multi, or the spans' sumsq added in order from 0. */
+double tri_ctx_sumsq_multi(tri_ctx *c, const float *const *xs, const size_t *ns, int count);
 
 /* The accounting as JSON: {"params": B, "grads": B, "optim": B,
  * "saved_act_peak": B (slots in use at most), "saved_act_alloc": B (slots

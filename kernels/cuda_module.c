@@ -1,4 +1,6 @@
-/* Finding and opening the CUDA module (kernels/cuda_module.h). */
+/* Finding and opening the CUDA module (kernels/cuda_module.h). No state of
+ * its own: the dynamic loader keeps the module open and hands the same copy
+ * back to every dlopen of the same file. */
 #include "kernels/cuda_module.h"
 
 #include <stdio.h>
@@ -10,23 +12,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/ctx.h"
-#include "base/err.h"
-
-/* The module once loaded (never closed: its op table and code stay in use). */
-static const tri_cuda_module *loaded;
-
 /* dir/libtri_cuda.so into out[n]; 0, or -1 when it does not fit. */
 static int join(char *out, size_t n, const char *dir, size_t dir_len) {
     int w = snprintf(out, n, "%.*s/%s", (int)dir_len, dir, TRI_CUDA_MODULE_FILE);
     return w > 0 && (size_t)w < n ? 0 : -1;
 }
 
-/* The path to open: $TRI_CUDA_MODULE; else the first of <program's
+/* The path to open: $TRIDENT_CUDA_MODULE; else the first of <program's
  * directory>/libtri_cuda.so and <build directory>/libtri_cuda.so that
  * exists; else the first of them (whose dlopen then says it is missing). */
 static void module_path(char *out, size_t n) {
-    const char *env = getenv("TRI_CUDA_MODULE");
+    const char *env = getenv("TRIDENT_CUDA_MODULE");
     if (env != NULL && *env != '\0') {
         snprintf(out, n, "%s", env);
         return;
@@ -51,8 +47,9 @@ static void module_path(char *out, size_t n) {
     snprintf(out, n, "%s", first[0] ? first : TRI_CUDA_MODULE_FILE);
 }
 
-const tri_cuda_module *tri_cuda_module_get(char *why, size_t n) {
-    if (loaded != NULL) return loaded;
+/* Opens the module and checks its table: the dlopen handle with the table in
+ * *out, or NULL with the reason in why[n]. */
+static void *open_module(const tri_cuda_module **out, char *why, size_t n) {
     char path[PATH_MAX + 32];
     module_path(path, sizeof path);
     /* RTLD_NOW: a library the module needs that this machine lacks is named
@@ -63,26 +60,37 @@ const tri_cuda_module *tri_cuda_module_get(char *why, size_t n) {
         snprintf(why, n, "the CUDA backend module %s cannot be loaded: %s", path, e ? e : "dlopen failed");
         return NULL;
     }
-    static const tri_cuda_host host = {.verror = tri_verror, .fail_at = tri_fail_at};
-    const tri_cuda_module *(*entry)(const tri_cuda_host *) = NULL;
+    const tri_cuda_module *(*entry)(void) = NULL;
     *(void **)&entry = dlsym(h, TRI_CUDA_MODULE_ENTRY);
-    const tri_cuda_module *m = entry != NULL ? entry(&host) : NULL;
+    const tri_cuda_module *m = entry != NULL ? entry() : NULL;
     if (m == NULL) {
         snprintf(why, n, "the CUDA backend module %s cannot be loaded: it has no entry point %s", path,
                  TRI_CUDA_MODULE_ENTRY);
         dlclose(h);
         return NULL;
     }
-    if (m->abi != TRI_CUDA_MODULE_ABI || m->ops_size != sizeof(tri_ops) || m->ctx_size != sizeof(tri_ctx)) {
+    if (m->abi != TRI_CUDA_MODULE_ABI) {
         snprintf(why, n,
                  "the CUDA backend module %s cannot be loaded: it was built from another version of Trident "
-                 "(table version %d, sizes of tri_ops %zu and tri_ctx %zu; this program has %d, %zu and %zu)",
-                 path, m->abi, m->ops_size, m->ctx_size, TRI_CUDA_MODULE_ABI, sizeof(tri_ops), sizeof(tri_ctx));
+                 "(table version %d; this program has %d)",
+                 path, m->abi, TRI_CUDA_MODULE_ABI);
         dlclose(h);
         return NULL;
     }
-    loaded = m;
-    return m;
+    *out = m;
+    return h;
+}
+
+const tri_cuda_module *tri_cuda_module_get(char *why, size_t n) {
+    const tri_cuda_module *m = NULL;
+    return open_module(&m, why, n) != NULL ? m : NULL;
+}
+
+void *tri_cuda_module_symbol(const char *name) {
+    char why[4608];
+    const tri_cuda_module *m = NULL;
+    void *h = open_module(&m, why, sizeof why);
+    return h != NULL ? dlsym(h, name) : NULL;
 }
 
 #else
@@ -93,5 +101,7 @@ const tri_cuda_module *tri_cuda_module_get(char *why, size_t n) {
              "-DTRI_CUDA=OFF)");
     return NULL;
 }
+
+void *tri_cuda_module_symbol(const char *name) { return NULL; }
 
 #endif

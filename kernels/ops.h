@@ -31,7 +31,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/ctx.h"
+#include "kernels/dtype.h"
+
+/* The context every op runs in (kernels/ctx.h, which includes this header:
+ * the context sits above its op table, which needs only its name). */
+typedef struct tri_ctx tri_ctx;
 
 /* One span of a multi-tensor AdamW step (adamw_multi): backend pointers. */
 typedef struct tri_adamw_span {
@@ -46,6 +50,9 @@ typedef struct tri_ops {
     /* The compute dtypes (ctx->act_dtype, ctx->param_dtype) this backend's
      * ops accept, as bits 1u << dtype. 0 stands for fp32 only. */
     unsigned compute_dtypes;
+    /* sizeof(tri_ctx) where this table was compiled: tri_ctx_init refuses a
+     * table built against another context (a CUDA module of another build). */
+    size_t ctx_size;
 
     /* Prepares the calling process for this backend and fills the backend's
      * part of c (handles, dtypes); called once by tri_ctx_init. threads > 0
@@ -173,7 +180,7 @@ typedef struct tri_ops {
      * `spans` is host memory (the pointers in it are backend memory) and may
      * be reused once the call returns. A GPU backend updates every span in
      * one launch. May be NULL in a table: call it through
-     * tri_ops_adamw_multi, which then calls adamw per span. */
+     * tri_ctx_adamw_multi, which then calls adamw per span. */
     void (*adamw_multi)(tri_ctx *c, const tri_adamw_span *spans, int count, float lr, float beta1, float beta2,
                         float eps, int t);
 
@@ -183,7 +190,7 @@ typedef struct tri_ops {
     double (*sumsq)(tri_ctx *c, const float *x, size_t n);
     /* the sum of sumsq over `count` spans (xs[i], ns[i]; host arrays of
      * backend pointers), in double, returned to the host: one reduction and
-     * one wait on a GPU. May be NULL: tri_ops_sumsq_multi then adds the
+     * one wait on a GPU. May be NULL: tri_ctx_sumsq_multi then adds the
      * spans' sumsq in order. */
     double (*sumsq_multi)(tri_ctx *c, const float *const *xs, const size_t *ns, int count);
     /* x (n) *= s                                                          [in place] */
@@ -192,13 +199,6 @@ typedef struct tri_ops {
     void (*add)(tri_ctx *c, float *y, const float *x, size_t n);
 } tri_ops;
 
-/* adamw_multi of c's backend, or adamw on each span in order where the
- * backend has none (the same bits as those calls). */
-void tri_ops_adamw_multi(tri_ctx *c, const tri_adamw_span *spans, int count, float lr, float beta1, float beta2,
-                         float eps, int t);
-/* sumsq_multi of c's backend, or the spans' sumsq added in order from 0. */
-double tri_ops_sumsq_multi(tri_ctx *c, const float *const *xs, const size_t *ns, int count);
-
 /* The CPU backend (kernels/cpu/). Always available. */
 const tri_ops *tri_ops_cpu(void);
 /* The CPU backend with guarded memory (kernels/cpu/guard.c): a test and
@@ -206,14 +206,10 @@ const tri_ops *tri_ops_cpu(void);
 const tri_ops *tri_ops_cpu_guard(void);
 
 /* Backend by name ("cpu", "cpu-guard" or "cuda"); NULL, with a message on
- * stderr, when the name is unknown or the backend was not built or has no device. */
+ * stderr, when the name is unknown or the backend was not built or has no
+ * device. The CUDA table comes from the CUDA module (kernels/cuda_module.h).
+ * A backend that exists only in the tests (the emulated "cuda-emu") has no
+ * name here: a test starts a context on its table (tri_ctx_init_ops). */
 const tri_ops *tri_ops_get(const char *name);
-
-/* Test hook: makes tri_ops_get (and so tri_ctx_init, and everything that
- * takes a device name) answer `ops->name` with `ops`; NULL removes it. The
- * emulated CUDA backend "cuda-emu" (tests/cuemu, kernels/cuda/cuda_ops.h)
- * exists only in the test programs and is selected this way; the shipped
- * programs never register one. Not thread-safe: call before any context. */
-void tri_ops_register_test(const tri_ops *ops);
 
 #endif

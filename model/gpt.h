@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/ops.h"
+#include "kernels/ctx.h"
 #include "model/config.h"
 #include "parallel/comm.h"
 

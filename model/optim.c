@@ -131,7 +131,7 @@ static void span_add(span_list *l, const float *x, size_t n) {
 /* The sum of squares of the listed spans (one reduction on a GPU), and the
  * list freed. */
 static double span_sumsq(tri_ctx *c, span_list *l) {
-    double sum = tri_ops_sumsq_multi(c, (const float *const *)l->xs, l->ns, l->n);
+    double sum = tri_ctx_sumsq_multi(c, (const float *const *)l->xs, l->ns, l->n);
     free(l->xs);
     free(l->ns);
     memset(l, 0, sizeof *l);
@@ -228,7 +228,7 @@ static void step_zero(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
                                                  .n = e - a,
                                                  .wd = p->decay ? (float)o->cfg.weight_decay : 0.0f};
             }
-            tri_ops_adamw_multi(c, o->spans, n, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps,
+            tri_ctx_adamw_multi(c, o->spans, n, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps,
                                 o->t);
             /* 16-bit parameters: the shard rounded from its masters, then all-gathered in 16 bits */
             if (mw) c->ops->cast(c, (char *)ch->param_mem + lo * esz, ch->param_dtype, mw + s0, TRI_F32, hi - lo);
@@ -260,7 +260,7 @@ void tri_optim_step(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
                                            .n = p->numel,
                                            .wd = p->decay ? (float)o->cfg.weight_decay : 0.0f};
         }
-        tri_ops_adamw_multi(c, o->spans, ch->n_params, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2,
+        tri_ctx_adamw_multi(c, o->spans, ch->n_params, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2,
                             (float)o->cfg.eps, o->t);
         if (o->master[k]) c->ops->cast(c, ch->param_mem, ch->param_dtype, o->master[k], TRI_F32, ch->n_elems);
     }

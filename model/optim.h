@@ -33,7 +33,7 @@ typedef struct tri_optim {
     /* ZeRO: called after each bucket's shard is updated (may be NULL) */
     void (*shard_done)(void *ctx, int chunk, int bucket);
     void *shard_done_ctx;
-    /* host table of one multi-tensor AdamW call (tri_ops_adamw_multi): the
+    /* host table of one multi-tensor AdamW call (tri_ctx_adamw_multi): the
      * parameters of one chunk, or of one ZeRO bucket's shard */
     tri_adamw_span *spans;
 } tri_optim;

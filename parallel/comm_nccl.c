@@ -1,5 +1,6 @@
-/* The NCCL transport: tri_comm_impl over NCCL communicators, and
- * tri_nccl_init (see comm_nccl.h for the design). The only file of Trident
+/* The NCCL transport: tri_comm_impl over NCCL communicators, tri_nccl_init
+ * (see comm_nccl.h for the design), and its entry in the CUDA module
+ * (tri_nccl_entry). The only file of Trident
  * that includes <nccl.h>; its NCCL-free logic is parallel/nccl_plan.c.
  *
  * State: every group's handle (its communicator, communication stream, the
@@ -492,3 +493,16 @@ int tri_nccl_init(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, vo
     }
     return 0;
 }
+
+/* The module's entry for this transport (comm_nccl.h): the one symbol of
+ * this file that libtri_cuda.so exports (everything else in the module is
+ * hidden). */
+static const tri_nccl_transport transport = {
+    .comm_size = sizeof(tri_comm),
+    .mesh_size = sizeof(tri_mesh),
+    .init = tri_nccl_init,
+};
+
+__attribute__((visibility("default"))) const tri_nccl_transport *tri_nccl_entry(void);
+
+const tri_nccl_transport *tri_nccl_entry(void) { return &transport; }

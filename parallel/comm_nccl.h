@@ -1,8 +1,9 @@
 /* The NCCL transport's start-up, for parallel/dist.c only.
  *
  * Declarations only: no NCCL or CUDA type appears here. Compiled only when
- * Trident is built with CUDA and NCCL was found (TRI_HAVE_NCCL); the logic
- * that needs no NCCL is in parallel/nccl_plan.h (and tested on any machine).
+ * Trident is built with CUDA and NCCL was found (TRI_HAVE_NCCL), into the
+ * CUDA module (see tri_nccl_transport below); the logic that needs no NCCL is
+ * in parallel/nccl_plan.h (and tested on any machine).
  *
  * Design (parallel/comm_nccl.c, docs/parallelism.md "Launching"):
  *  - one world communicator from one ncclUniqueId (made by rank 0, handed to
@@ -44,5 +45,19 @@ typedef int (*tri_nccl_bcast_fn)(void *ctx, void *buf, size_t len);
  * exchange failed); NCCL failures themselves are fatal as above. */
 int tri_nccl_init(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, void *bctx, tri_comm *world, tri_comm *tp,
                   tri_comm *dp, tri_comm *pp, tri_comm *emb);
+
+/* The transport as the CUDA module hands it out. comm_nccl.c is compiled into
+ * the module libtri_cuda.so (kernels/cuda_module.h), not into the programs,
+ * and exports one function of its own under the name TRI_NCCL_ENTRY:
+ *   const tri_nccl_transport *tri_nccl_entry(void);
+ * parallel/dist.c looks that name up in the module (tri_cuda_module_symbol)
+ * and checks the sizes before calling init; a module built without NCCL has
+ * no such symbol. */
+#define TRI_NCCL_ENTRY "tri_nccl_entry"
+typedef struct tri_nccl_transport {
+    size_t comm_size, mesh_size; /* sizeof tri_comm and tri_mesh where the module was built */
+    int (*init)(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, void *bctx, tri_comm *world, tri_comm *tp,
+                tri_comm *dp, tri_comm *pp, tri_comm *emb); /* tri_nccl_init */
+} tri_nccl_transport;
 
 #endif

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "kernels/half.h"
-#include "kernels/ops.h"
+#include "kernels/ctx.h"
 
 static double now_s(void) {
     struct timespec ts;

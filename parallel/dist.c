@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ops.h"
+#include "kernels/ctx.h"
 #include "parallel/tcp_store.h"
 #include "base/err.h"
 
@@ -20,6 +20,7 @@
 #endif
 #ifdef TRI_HAVE_NCCL
 #include "kernels/cuda_module.h"
+#include "parallel/comm_nccl.h"
 #endif
 
 /* How the ranks were started. */
@@ -352,15 +353,21 @@ static int bcast_id(void *ctx, void *buf, size_t len) {
 int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
     if (d->mesh.world == 1 || d->nccl) return 0;
 #ifdef TRI_HAVE_NCCL
-    /* NCCL lives in the CUDA module (kernels/cuda_module.h), loaded here */
+    /* NCCL lives in the CUDA module (kernels/cuda_module.h), loaded here;
+     * the transport's entry is its own symbol there (comm_nccl.h) */
     char why[4608];
-    const tri_cuda_module *mod = tri_cuda_module_get(why, sizeof why);
-    if (mod != NULL && (mod->nccl_init == NULL || mod->comm_size != sizeof(tri_comm))) {
-        snprintf(why, sizeof why, "the CUDA backend module %s",
-                 mod->nccl_init == NULL ? "was built without NCCL" : "was built from another version of Trident");
-        mod = NULL;
+    const tri_nccl_transport *nccl = NULL;
+    if (tri_cuda_module_get(why, sizeof why) != NULL) {
+        const tri_nccl_transport *(*entry)(void) = NULL;
+        *(void **)&entry = tri_cuda_module_symbol(TRI_NCCL_ENTRY);
+        nccl = entry != NULL ? entry() : NULL;
+        if (nccl == NULL || nccl->comm_size != sizeof(tri_comm) || nccl->mesh_size != sizeof(tri_mesh)) {
+            snprintf(why, sizeof why, "the CUDA backend module %s",
+                     nccl == NULL ? "was built without NCCL" : "was built from another version of Trident");
+            nccl = NULL;
+        }
     }
-    if (mod == NULL) {
+    if (nccl == NULL) {
         tri_error("rank %d: %s", d->mesh.rank, why);
         snprintf(err, errlen, "trident: rank %d: the NCCL transport could not start", d->mesh.rank);
         return -1;
@@ -369,7 +376,7 @@ int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
     /* the CUDA context's device: local rank % devices, device 0 when the
      * launcher gives no local rank (as kernels/cuda/cuda_ops.c chooses) */
     int local = d->local_rank >= 0 ? d->local_rank : 0;
-    if (mod->nccl_init(&d->mesh, local, bcast_id, d, &fresh[0], &fresh[1], &fresh[2], &fresh[3], &fresh[4]) != 0) {
+    if (nccl->init(&d->mesh, local, bcast_id, d, &fresh[0], &fresh[1], &fresh[2], &fresh[3], &fresh[4]) != 0) {
         snprintf(err, errlen, "trident: rank %d: the NCCL transport could not start", d->mesh.rank);
         return -1;
     }

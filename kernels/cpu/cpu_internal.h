@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "kernels/cpu/vec.h"
-#include "kernels/ops.h"
+#include "kernels/ctx.h"
 #include "base/err.h"
 
 /* The CPU backend's state (ctx->backend): the host scratch that the 16-bit

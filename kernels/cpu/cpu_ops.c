@@ -347,6 +347,7 @@ static void cpu_add(tri_ctx *c, float *y, const float *x, size_t n) { tri_cpu_ad
 static const tri_ops CPU_OPS = {
     .name = "cpu",
     .compute_dtypes = (1u << TRI_F32) | (1u << TRI_BF16) | (1u << TRI_F16),
+    .ctx_size = sizeof(tri_ctx),
     .init = cpu_init,
     .shutdown = cpu_shutdown,
     .alloc = cpu_alloc,

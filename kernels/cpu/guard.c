@@ -208,6 +208,7 @@ static size_t guard_attention_scratch_floats(size_t B, size_t T, int NH, int HS)
 static const tri_ops GUARD_OPS = {
     .name = "cpu-guard",
     .compute_dtypes = (1u << TRI_F32) | (1u << TRI_BF16) | (1u << TRI_F16),
+    .ctx_size = sizeof(tri_ctx),
     .init = guard_init,
     .shutdown = guard_shutdown,
     .alloc = guard_alloc,

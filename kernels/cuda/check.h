@@ -4,14 +4,16 @@
  * environment (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, RANK or
  * SLURM_PROCID, the first that is set), -1 when none is. C or CUDA C++; needs
  * the CUDA headers, or, under the emulation (TRI_CUEMU), the emulated
- * runtime of tests/cuemu/cuemu_rt.h, whose failures print the same line. */
+ * runtime "cuemu_rt.h", whose failures print the same line: the emulated
+ * build (tests/cuemu/CMakeLists.txt) defines TRI_CUEMU and puts that header's
+ * folder on its include path, so that no product file names a test file. */
 #ifndef TRI_CUDA_CHECK_H
 #define TRI_CUDA_CHECK_H
 
 #include <stdlib.h>
 
 #ifdef TRI_CUEMU
-#include "tests/cuemu/cuemu_rt.h"
+#include "cuemu_rt.h" /* from the emulated build's include path (above) */
 #define tri_cuda_fail  tri_cuemu_cuda_fail
 #define tri_cuda_check tri_cuemu_cuda_check
 #else

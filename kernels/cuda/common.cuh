@@ -3,8 +3,10 @@
  * compiles two ways:
  *   - with nvcc (__CUDACC__): real CUDA, for sm_80/sm_90;
  *   - with TRI_CUEMU defined (tests only): as host C++ (g++ -x c++) against the
- *     emulation layer of tests/cuemu/, which runs the kernels on the CPU with
- *     CUDA threads as fibers (docs/cuda_emulation.md).
+ *     emulation layer "cuemu.h", which runs the kernels on the CPU with CUDA
+ *     threads as fibers (docs/cuda_emulation.md). The emulated build
+ *     (tests/cuemu/CMakeLists.txt) defines TRI_CUEMU and puts the layer's
+ *     folder on its include path: a kernel file never names a test file.
  *
  * The rules a kernel file follows (the emulation relies on them):
  *   - launch only through LAUNCH(kernel, grid, block, smem, stream, args...),
@@ -43,7 +45,7 @@
 
 #if defined(TRI_CUEMU)
 
-#include "tests/cuemu/cuemu.h"
+#include "cuemu.h" /* from the emulated build's include path (above) */
 
 #define KERNEL static void
 #define DEVFN  static inline

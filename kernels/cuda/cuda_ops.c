@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/ctx.h"
 #include "kernels/cuda/check.h"
 #include "base/err.h"
 
@@ -389,6 +390,7 @@ static void cu_add(tri_ctx *c, float *y, const float *x, size_t n) { TRI_CU(add)
 static const tri_ops CUDA_OPS = {
     .name = BACKEND_NAME,
     .compute_dtypes = (1u << TRI_F32) | (1u << TRI_BF16),
+    .ctx_size = sizeof(tri_ctx),
     .init = cu_init,
     .shutdown = cu_shutdown,
     .alloc = cu_alloc,

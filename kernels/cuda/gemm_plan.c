@@ -33,27 +33,41 @@ static unsigned min_align(const void *a, const void *b, const void *c, const voi
     return al;
 }
 
-static void set(tri_gemm_call *g, tri_dtype ab, tri_dtype dt, int ta, int tb, size_t m, size_t n, size_t k, size_t lda,
-                size_t ldb, size_t ldc, int acc, tri_gemm_epilogue epi, const void *A, const void *B, void *D,
-                void *bias) {
+/* One GEMM of a plan, as the plan functions state it: the storage type of
+ * A and B (`ab`) and of D and the bias (`dt`; cuBLASLt's bias type defaults
+ * to D's), the transposes (0: N, 1: T), the sizes and leading dimensions,
+ * beta (`accumulate`), the epilogue and the operands. Fields left out are 0
+ * (no transpose, overwrite, no epilogue, no bias). */
+typedef struct gemm_spec {
+    tri_dtype ab, dt;
+    int transa, transb;
+    size_t m, n, k, lda, ldb, ldc;
+    int accumulate;
+    tri_gemm_epilogue epilogue;
+    const void *A, *B;
+    void *D, *bias;
+} gemm_spec;
+
+/* *g = the call s describes, its alignment the least of its pointers'. */
+static void set(tri_gemm_call *g, const gemm_spec *s) {
     memset(g, 0, sizeof *g);
-    g->d.transa = ta;
-    g->d.transb = tb;
-    g->d.m = m;
-    g->d.n = n;
-    g->d.k = k;
-    g->d.lda = lda;
-    g->d.ldb = ldb;
-    g->d.ldc = ldc;
-    g->d.accumulate = acc;
-    g->d.epilogue = epi;
-    g->d.align = min_align(A, B, D, bias);
-    g->d.atype = g->d.btype = ab;
-    g->d.dtype = g->d.biastype = dt; /* cuBLASLt's bias type defaults to D's */
-    g->A = A;
-    g->B = B;
-    g->D = D;
-    g->bias = bias;
+    g->d.transa = s->transa;
+    g->d.transb = s->transb;
+    g->d.m = s->m;
+    g->d.n = s->n;
+    g->d.k = s->k;
+    g->d.lda = s->lda;
+    g->d.ldb = s->ldb;
+    g->d.ldc = s->ldc;
+    g->d.accumulate = s->accumulate;
+    g->d.epilogue = s->epilogue;
+    g->d.align = min_align(s->A, s->B, s->D, s->bias);
+    g->d.atype = g->d.btype = s->ab;
+    g->d.dtype = g->d.biastype = s->dt;
+    g->A = s->A;
+    g->B = s->B;
+    g->D = s->D;
+    g->bias = s->bias;
 }
 
 int tri_gemm_plan_fwd(tri_gemm_call *g, int *fill, tri_dtype dt, void *out, const void *inp, const void *weight,
@@ -66,8 +80,20 @@ int tri_gemm_plan_fwd(tri_gemm_call *g, int *fill, tri_dtype dt, void *out, cons
         return 1;
     }
     /* out^T (OC x N, ld OC) = W^T-as-stored^T ... : A = W stored (C x OC, ld C), op T; B = inp stored (C x N, ld C) */
-    set(g, dt, dt, 1, 0, OC, N, C, C, C, OC, 0, bias ? TRI_GEMM_EPI_BIAS : TRI_GEMM_EPI_NONE, weight, inp, out,
-        (void *)bias);
+    set(g, &(gemm_spec){.ab = dt,
+                        .dt = dt,
+                        .transa = 1,
+                        .m = OC,
+                        .n = N,
+                        .k = C,
+                        .lda = C,
+                        .ldb = C,
+                        .ldc = OC,
+                        .epilogue = bias ? TRI_GEMM_EPI_BIAS : TRI_GEMM_EPI_NONE,
+                        .A = weight,
+                        .B = inp,
+                        .D = out,
+                        .bias = (void *)bias});
     return 0;
 }
 
@@ -81,7 +107,17 @@ int tri_gemm_plan_dinp(tri_gemm_call *g, int *fill, tri_dtype dt, void *dinp, co
         return 1;
     }
     /* dinp^T (C x N, ld C) = A (W stored: C x OC, ld C) @ B (dout stored: OC x N, ld OC) */
-    set(g, dt, dt, 0, 0, C, N, OC, C, OC, C, 0, TRI_GEMM_EPI_NONE, weight, dout, dinp, NULL);
+    set(g, &(gemm_spec){.ab = dt,
+                        .dt = dt,
+                        .m = C,
+                        .n = N,
+                        .k = OC,
+                        .lda = C,
+                        .ldb = OC,
+                        .ldc = C,
+                        .A = weight,
+                        .B = dout,
+                        .D = dinp});
     return 0;
 }
 
@@ -91,8 +127,21 @@ int tri_gemm_plan_dweight(tri_gemm_call *g, tri_dtype dt, float *dweight, float 
     if (dweight == NULL || N == 0 || C == 0 || OC == 0) return 1;
     /* dW^T (C x OC, ld C) += A (inp stored: C x N, ld C) @ op(B) (dout stored: OC x N, ld OC; op T);
      * dW and the bias gradient fp32 whatever dt */
-    set(g, dt, TRI_F32, 0, 1, C, OC, N, C, OC, C, 1, dbias_scratch ? TRI_GEMM_EPI_BGRADB : TRI_GEMM_EPI_NONE, inp, dout,
-        dweight, dbias_scratch);
+    set(g, &(gemm_spec){.ab = dt,
+                        .dt = TRI_F32,
+                        .transb = 1,
+                        .m = C,
+                        .n = OC,
+                        .k = N,
+                        .lda = C,
+                        .ldb = OC,
+                        .ldc = C,
+                        .accumulate = 1,
+                        .epilogue = dbias_scratch ? TRI_GEMM_EPI_BGRADB : TRI_GEMM_EPI_NONE,
+                        .A = inp,
+                        .B = dout,
+                        .D = dweight,
+                        .bias = dbias_scratch});
     return 0;
 }
 

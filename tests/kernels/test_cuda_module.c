@@ -56,9 +56,9 @@ Test(cuda_module, the_module_is_opened_only_for_the_cuda_backend, .init = cr_red
 #endif
 }
 
-/* The one line tri_ops_get("cuda") printed, with TRI_CUDA_MODULE=path. */
+/* The one line tri_ops_get("cuda") printed, with TRIDENT_CUDA_MODULE=path. */
 static void cuda_line_with(const char *path, char *line, size_t n) {
-    setenv("TRI_CUDA_MODULE", path, 1);
+    setenv("TRIDENT_CUDA_MODULE", path, 1);
     cr_expect(tri_ops_get("cuda") == NULL);
     fflush(stderr);
     FILE *f = cr_get_redirected_stderr();
@@ -109,11 +109,10 @@ Test(cuda_module, a_library_without_the_entry_point_is_refused, .init = cr_redir
 /* The program as a user starts it: exit code 2, one line, no training. */
 Test(cuda_module, trident_with_an_unloadable_module_exits_2_naming_it) {
     char *dir = tt_mkdtemp(), cmd[8192], *out = NULL;
-    snprintf(
-        cmd, sizeof cmd,
-        "TRI_CUDA_MODULE=/nonexistent %s train %s/configs/tiny-test.json --device cuda --set checkpoint.dir=%s/ckpt "
-        "--set log.dir=%s/log",
-        tt_bin("trident"), TRI_SOURCE_DIR, dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "TRIDENT_CUDA_MODULE=/nonexistent %s train %s/configs/tiny-test.json --device cuda "
+             "--set checkpoint.dir=%s/ckpt --set log.dir=%s/log",
+             tt_bin("trident"), TRI_SOURCE_DIR, dir, dir);
     int rc = tt_run(cmd, &out);
     cr_expect_eq(rc, 2, "exit code %d:\n%s", rc, out);
 #ifdef TRI_HAVE_CUDA
@@ -139,7 +138,7 @@ Test(cuda_module, the_config_device_key_selects_cuda_and_the_flag_wins) {
     fprintf(f, "{\"device\": \"cuda\", \"data\": {\"train\": \"%s/t.bin\"}}\n", dir);
     fclose(f);
     snprintf(cmd, sizeof cmd,
-             "TRI_CUDA_MODULE=/nonexistent %s train %s --set checkpoint.dir=%s/ckpt --set log.dir=%s/log",
+             "TRIDENT_CUDA_MODULE=/nonexistent %s train %s --set checkpoint.dir=%s/ckpt --set log.dir=%s/log",
              tt_bin("trident"), cfgpath, dir, dir);
     int rc = tt_run(cmd, &out);
     cr_expect_eq(rc, 2, "exit code %d:\n%s", rc, out);

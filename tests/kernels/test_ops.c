@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h" /* vec_expf, the CPU ops' exp */
-#include "kernels/ops.h"
+#include "kernels/ctx.h"
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "kernels/half.h"
-#include "kernels/ops.h"
+#include "kernels/ctx.h"
 #include "model/gpt.h"
 #include "model/runtime.h"
 #include "parallel/comm.h"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ops.h"
+#include "kernels/ctx.h"
 #include "model/gpt.h"
 #include "model/init.h"
 #include "model/optim.h"

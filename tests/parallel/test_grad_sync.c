@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ops.h"
+#include "kernels/ctx.h"
 #include "model/gpt.h"
 #include "model/runtime.h"
 #include "parallel/grad_sync.h"
