@@ -97,7 +97,7 @@ static size_t slot_layout(const tri_gpt *g, int k, size_t B, size_t T, tri_recom
                           char *base, size_t *layer_bytes) {
     const tri_chunk *ch = &g->chunks[k];
     size_t BT = B * T, R = res_rows(g, BT), A = act_size(g), F4 = sizeof(float);
-    carver cv = {base, TRI_SIZE_ACC_INIT};
+    carver cv = {.base = base, .acc = TRI_SIZE_ACC_INIT};
     tri_slot dummy;
     tri_layer_acts la;
     tri_layer_douts ld;
@@ -136,7 +136,7 @@ static size_t workspace_layout(const tri_gpt *g, size_t B, size_t T, tri_recompu
     size_t BT = B * T, A = act_size(g), F4 = sizeof(float);
     int any_head = 0;
     for (int k = 0; k < g->n_chunks; k++) any_head |= g->chunks[k].has_head;
-    carver cv = {base, TRI_SIZE_ACC_INIT};
+    carver cv = {.base = base, .acc = TRI_SIZE_ACC_INIT};
     tri_workspace dummy;
     if (!w) w = &dummy;
     w->logits = any_head ? take(&cv, BT, A * g->Vl) : NULL;

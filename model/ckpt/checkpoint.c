@@ -239,7 +239,16 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
             }
             tri_st_piece pc[MAX_PIECES];
             if (sharded) {
-                run_io r = {g, (float *)mem, host, 1, fd, e, L, p, pc, pieces_of(g, p, host, pc), 0};
+                run_io r = {.g = g,
+                            .mem = (float *)mem,
+                            .host = host,
+                            .write = 1,
+                            .fd = fd,
+                            .entry = e,
+                            .L = L,
+                            .p = p,
+                            .pc = pc,
+                            .np = pieces_of(g, p, host, pc)};
                 tri_optim_runs(o, g, k, i, run_io_fn, &r);
                 rc = r.rc;
                 continue;
@@ -403,7 +412,7 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_opt
             int optim_layout = which == BUF_PARAMS ? dst != NULL : in_optim_layout(o, k, which);
             if (dst && optim_layout && o->sync != NULL) {
                 /* ZeRO: this rank keeps the state of its shards only */
-                run_io r = {g, dst, host, 0, -1, e, NULL, p, NULL, 0, 0};
+                run_io r = {.g = g, .mem = dst, .host = host, .write = 0, .fd = -1, .entry = e, .p = p};
                 tri_optim_runs(o, g, k, i, run_io_fn, &r);
             } else if (dst && (which != BUF_PARAMS || optim_layout)) {
                 tri_ctx_to_device(g->ctx, dst + p->offset, host, p->numel * sizeof(float));

@@ -241,9 +241,15 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         return 2;
     const tri_schedule *scheds[2] = {&t->sched, &t->eval_sched};
     if (tri_pipe_init(&t->pipe, &t->gpt, t->pools, &t->ws, &t->dist.pp, &t->dist.progress, scheds, 2) != 0) return rc;
-    tri_adamw_cfg oc = {cfg->train.lr,    cfg->train.min_lr,       cfg->train.warmup_steps,
-                        cfg->train.steps, cfg->train.beta1,        cfg->train.beta2,
-                        cfg->train.eps,   cfg->train.weight_decay, cfg->train.grad_clip};
+    tri_adamw_cfg oc = {.lr = cfg->train.lr,
+                        .min_lr = cfg->train.min_lr,
+                        .warmup_steps = cfg->train.warmup_steps,
+                        .total_steps = cfg->train.steps,
+                        .beta1 = cfg->train.beta1,
+                        .beta2 = cfg->train.beta2,
+                        .eps = cfg->train.eps,
+                        .weight_decay = cfg->train.weight_decay,
+                        .grad_clip = cfg->train.grad_clip};
     for (int k = 0; k < t->gpt.n_chunks; k++) {
         tri_chunk *ch = &t->gpt.chunks[k];
         if (!cfg->parallel.zero) {
