@@ -233,7 +233,7 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
             snprintf(name, sizeof name, "%s%s", prefix, p->name);
             int e = tri_st_layout_find(L, name);
             if (e < 0) {
-                fprintf(stderr, "trident: internal error: %s: tensor %s is not in the checkpoint layout\n", path, name);
+                tri_error("internal error: %s: tensor %s is not in the checkpoint layout", path, name);
                 rc = -1;
                 break;
             }
