@@ -129,14 +129,9 @@ static int check_device_memory(void) {
  * Returns 0, or -1 after a message naming the rank. */
 static int device_groups(trainer *t, const tri_run_opts *opts) {
     if (t->dist.mesh.world == 1) return 0;
-    char err[512] = "";
-    int rc = 0;
-    if (opts->device == TRI_DEVICE_CUDA)
-        rc = tri_dist_use_nccl(&t->dist, err, sizeof err);
-    else if (check_device_memory())
-        rc = tri_dist_check_device_memory(&t->dist, err, sizeof err);
-    if (rc != 0) fprintf(stderr, "%s\n", err);
-    return rc;
+    if (opts->device == TRI_DEVICE_CUDA) return tri_dist_use_nccl(&t->dist);
+    if (check_device_memory()) return tri_dist_check_device_memory(&t->dist);
+    return 0;
 }
 
 /* Everything before step 1, on every rank: layout checks, the mesh, the
@@ -148,18 +143,14 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     t->cfg = cfg;
     t->opts = *opts;
     if (check_layout(cfg) != 0) return 2;
-    char err[512];
-    if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, err, sizeof err) != 0) {
-        fprintf(stderr, "%s\n", err);
-        return 2;
-    }
+    if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp) != 0) return 2;
     tri_dist_set_timeout(&t->dist, cfg->parallel.timeout_s);
-    if (t->dist.transport == 2 && opts->device != TRI_DEVICE_CUDA) {
+    if (t->dist.transport == TRI_TRANSPORT_STORE && opts->device != TRI_DEVICE_CUDA) {
         /* the store bootstraps NCCL only: the CPU ops' transport is MPI */
-        fprintf(stderr,
-                "trident: rank %d: ranks launched without MPI (RANK/WORLD_SIZE or srun) communicate through NCCL, "
-                "which needs --device cuda (device is %s); on the CPU launch with tridentrun/mpirun\n",
-                t->dist.mesh.rank, tri_device_name(opts->device));
+        tri_error_rank(t->dist.mesh.rank,
+                       "ranks launched without MPI (RANK/WORLD_SIZE or srun) communicate through NCCL, which needs "
+                       "--device cuda (device is %s); on the CPU launch with tridentrun/mpirun",
+                       tri_device_name(opts->device));
         return 2;
     }
     const tri_mesh *mesh = &t->dist.mesh;
