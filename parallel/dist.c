@@ -38,9 +38,20 @@ static int env_int(const char *name) {
     return (int)v;
 }
 
+/* Whether Slurm's variables mean an MPI launch (a build with MPI, unless
+ * TRIDENT_BOOTSTRAP=store) rather than a world that meets at the TCP store. */
+static int slurm_by_mpi(void) {
+#ifdef TRI_HAVE_MPI
+    const char *boot = getenv("TRIDENT_BOOTSTRAP");
+    return !(boot && strcmp(boot, "store") == 0);
+#else
+    return 0;
+#endif
+}
+
 /* World size and rank from the first launcher whose variables are all set:
  * Open MPI's mpirun, PMI (srun --mpi=pmi2, MPICH's hydra), Slurm's srun (an
- * MPI launch in a build with MPI unless TRI_BOOTSTRAP=store), then
+ * MPI launch in a build with MPI unless TRIDENT_BOOTSTRAP=store), then
  * torchrun-style RANK/WORLD_SIZE and, lacking MPI, Slurm's variables (the
  * TCP store). Returns LAUNCH_* (LAUNCH_NONE: 1 and 0). */
 static int env_launcher(int *world, int *rank) {
@@ -53,13 +64,9 @@ static int env_launcher(int *world, int *rank) {
          * process is not one of the tasks: trust it only inside a job step. */
         {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_STEP_ID"},
     };
-    const char *boot = getenv("TRI_BOOTSTRAP");
-    int slurm_by_mpi = 0;
-#ifdef TRI_HAVE_MPI
-    slurm_by_mpi = !(boot && strcmp(boot, "store") == 0);
-#endif
+    const int by_mpi = slurm_by_mpi();
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        if (i >= 2 && !slurm_by_mpi) break;
+        if (i >= 2 && !by_mpi) break;
         int w = env_int(vars[i][0]), r = env_int(vars[i][1]);
         if (w < 1 || r < 0 || r >= w) continue;
         if (vars[i][2] != NULL && getenv(vars[i][2]) == NULL) continue;
@@ -69,7 +76,7 @@ static int env_launcher(int *world, int *rank) {
     }
     tri_launch_env e;
     char why[256]; /* said later, by tri_dist_init */
-    int rc = tri_launch_env_read(&e, !slurm_by_mpi, NULL, NULL, why, sizeof why);
+    int rc = tri_launch_env_read(&e, !by_mpi, NULL, NULL, why, sizeof why);
     if (rc == 1) {
         *world = e.world;
         *rank = e.rank;
@@ -199,12 +206,7 @@ static void pending_groups(tri_dist *d) {
  * with its layout, which must agree. Returns 0, or -1 after a message. */
 static int store_world(tri_dist *d, int tp, int pp, int dp) {
     tri_launch_env e;
-    const char *boot = getenv("TRI_BOOTSTRAP");
-    int use_slurm = 1;
-#ifdef TRI_HAVE_MPI
-    use_slurm = boot && strcmp(boot, "store") == 0;
-#endif
-    (void)boot;
+    const int use_slurm = !slurm_by_mpi();
     char why[512];
     if (tri_launch_env_read(&e, use_slurm, NULL, NULL, why, sizeof why) != 1) return tri_error("%s", why);
     d->store = malloc(sizeof *d->store);

@@ -5,7 +5,7 @@
  * Trident was built with MPI): the MPI transport, one rank of many.
  * Launched with torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR,
  * MASTER_PORT) and no MPI launcher, or by srun in a build without MPI (or
- * with TRI_BOOTSTRAP=store): the world meets through the TCP store
+ * with TRIDENT_BOOTSTRAP=store): the world meets through the TCP store
  * (parallel/tcp_store.h), which bootstraps NCCL; until tri_dist_use_nccl the
  * world group's collectives of host values go through the store
  * (tri_store_comm_world) and the other groups have no transport (any call on
