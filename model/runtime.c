@@ -317,10 +317,9 @@ static const void *tp_gather(tri_gpt *g, void *full, const void *shard, size_t B
  * n tensors of C; part holds them contiguously, dst points at each gradient. */
 static void tp_sum_row_grads(tri_gpt *g, float *part, float **dst, int n) {
     tri_ctx *c = g->ctx;
-    /* test-only fault: TRIDENT_DEBUG_SKIP_SP_GRAD_REDUCE=1 leaves the sum out
-     * (tests/system/test_parallel.c shows that the run then leaves one rank's curve) */
-    const char *skip = getenv("TRIDENT_DEBUG_SKIP_SP_GRAD_REDUCE");
-    if (!(skip && skip[0] == '1')) tri_comm_allreduce(g->tp_comm, part, (size_t)n * g->C, TRI_F32, TRI_SUM);
+    /* test-only fault (model/debug.h): the sum left out, the run leaves one
+     * rank's curve (tests/system/test_parallel.c) */
+    if (!g->debug.skip_sp_grad_reduce) tri_comm_allreduce(g->tp_comm, part, (size_t)n * g->C, TRI_F32, TRI_SUM);
     for (int i = 0; i < n; i++) c->ops->add(c, dst[i], part + (size_t)i * g->C, g->C);
 }
 

@@ -28,13 +28,6 @@ static void shard_done(void *ctx, int chunk, int bucket) {
     tri_grad_sync_gather_start(&sync[chunk], bucket);
 }
 
-/* Test-only fault: leave out the ZeRO all-gather of the updated parameters
- * (tests/system/test_parallel.c shows that the run then leaves the one-rank curve). */
-static int skip_zero_gather(void) {
-    const char *e = getenv("TRIDENT_DEBUG_SKIP_ZERO_GATHER");
-    return e != NULL && e[0] == '1';
-}
-
 void tri_set_threads(int n) {
     /* the thread count and FTZ/DAZ are process-wide: a throwaway context sets them */
     tri_ctx c;
@@ -113,15 +106,6 @@ void trainer_free(trainer *t) {
     tri_ckpt_store_close(&t->store);
 }
 
-/* Test-only: TRIDENT_DEBUG_CHECK_DEVICE_MEMORY=1 (with --device cpu-guard)
- * makes the groups device only where NCCL would take over, on MPI, so that
- * tests/system/test_parallel.c shows that no host buffer reaches a collective after
- * that point (tri_dist_check_device_memory). */
-static int check_device_memory(void) {
-    const char *e = getenv("TRIDENT_DEBUG_CHECK_DEVICE_MEMORY");
-    return e != NULL && e[0] == '1';
-}
-
 /* With the CUDA backend and several ranks, every group moves onto NCCL, which
  * reads device memory only: from here on the groups take backend memory, and
  * host values go through the _host calls (parallel/dist.h). Before it (the
@@ -130,7 +114,8 @@ static int check_device_memory(void) {
 static int device_groups(trainer *t, const tri_run_opts *opts) {
     if (t->dist.mesh.world == 1) return 0;
     if (opts->device == TRI_DEVICE_CUDA) return tri_dist_use_nccl(&t->dist);
-    if (check_device_memory()) return tri_dist_check_device_memory(&t->dist);
+    /* test-only (model/debug.h): no host buffer reaches a collective from here on */
+    if (t->debug.check_device_memory) return tri_dist_check_device_memory(&t->dist);
     return 0;
 }
 
@@ -142,6 +127,7 @@ static int device_groups(trainer *t, const tri_run_opts *opts) {
 int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, int *start) {
     t->cfg = cfg;
     t->opts = *opts;
+    tri_debug_from_env(&t->debug);
     if (check_layout(cfg) != 0) return 2;
     if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp) != 0) return 2;
     tri_dist_set_timeout(&t->dist, cfg->parallel.timeout_s);
@@ -216,6 +202,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     if (tri_gpt_init(&t->gpt, &cfg->model, &t->ctx, &t->dist.tp, mesh->tp, mesh->tp_rank, t->plan.specs,
                      t->plan.n_chunks) != 0)
         return rc;
+    t->gpt.debug = t->debug;
     if (tri_gpt_set_sequence_parallel(&t->gpt, cfg->parallel.sequence_parallel) != 0) return rc;
     rc = 1;
     /* ZeRO: every bucket (the last one padded) cuts into dp aligned shards */
@@ -266,7 +253,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         if (tri_optim_init(&t->opt, &t->gpt, &oc) != 0) return rc;
     } else {
         if (tri_optim_init_zero(&t->opt, &t->gpt, &oc, t->sync) != 0) return rc;
-        if (!skip_zero_gather()) {
+        if (!t->debug.skip_zero_gather) { /* (a test-only fault leaves it out: model/debug.h) */
             t->opt.shard_done = shard_done;
             t->opt.shard_done_ctx = t->sync;
         }
