@@ -14,6 +14,7 @@
 #include "model/ckpt/safetensors.h"
 #include "base/err.h"
 #include "base/fs.h"
+#include "base/log.h"
 
 enum { MAX_PIECES = 3 };
 
@@ -286,7 +287,7 @@ int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key
             if (tri_ckpt_find(store->root, &f) != 0 || (f.dir[0] && tri_ckpt_store_adopt(store, f.dir) != 0))
                 failed = 1;
             else if (verbose && f.note[0])
-                printf("%s\n", f.note);
+                tri_log_note("%s", f.note);
             if (!failed) snprintf(found, sizeof found, "%s", f.dir);
         } else if ((held = tri_ckpt_count(store->root, newest, sizeof newest)) != 0) {
             if (held > 0)
