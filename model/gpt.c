@@ -45,9 +45,6 @@ double tri_gpt_flops_per_token(const tri_model_cfg *cfg) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* parameter table                                                           */
-
-/* ------------------------------------------------------------------------ */
 /* parameter tables                                                          */
 
 typedef struct {
@@ -56,9 +53,27 @@ typedef struct {
     size_t offset;
 } ptable;
 
-static tri_param *padd(ptable *t, tri_param_kind kind, int layer, const char *name, size_t rows, size_t cols,
-                       tri_split split, int segments, int tp, int hf_transposed, float std, float value, int decay,
-                       int replicated) {
+/* One tensor of the table, as its line in build_table says it. Fields left
+ * out are 0: no TP split, one segment, no transpose, all rows saved, init
+ * value 0, no weight decay, not replicated. */
+typedef struct param_spec {
+    tri_param_kind kind;
+    int layer;            /* global block index; -1 outside the blocks       */
+    const char *name;     /* Hugging Face name                               */
+    size_t rows, cols;    /* global shape, internal layout (out, in)         */
+    tri_split split;      /* which dim TP splits                             */
+    int segments;         /* 3 for q|k|v (each split separately); 0 means 1  */
+    int hf_transposed;    /* a Conv1D weight, stored (in, out) by HF         */
+    size_t hf_rows_saved; /* rows an HF file holds; 0: all of them           */
+    float init_std;       /* normal(0, std); 0: the constant init_value      */
+    float init_value;     /* the constant when init_std is 0                 */
+    int decay;            /* takes weight decay                              */
+    int replicated;       /* identical on every TP rank (TRI_SPLIT_NONE only) */
+} param_spec;
+
+/* Appends s's tensor as this rank's slice of tp, at the table's next
+ * 16-element aligned offset. */
+static void padd(ptable *t, int tp, param_spec s) {
     if (t->n == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 64;
         tri_param *nv = realloc(t->v, (size_t)t->cap * sizeof *nv);
@@ -67,27 +82,26 @@ static tri_param *padd(ptable *t, tri_param_kind kind, int layer, const char *na
     }
     tri_param *p = &t->v[t->n++];
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->kind = kind;
-    p->layer = layer;
-    p->rows = rows;
-    p->cols = cols;
-    p->split = split;
-    p->segments = segments;
-    p->lrows = split == TRI_SPLIT_ROWS ? rows / (size_t)tp : rows;
-    p->lcols = split == TRI_SPLIT_COLS ? cols / (size_t)tp : cols;
+    snprintf(p->name, sizeof p->name, "%s", s.name);
+    p->kind = s.kind;
+    p->layer = s.layer;
+    p->rows = s.rows;
+    p->cols = s.cols;
+    p->split = s.split;
+    p->segments = s.segments ? s.segments : 1;
+    p->lrows = s.split == TRI_SPLIT_ROWS ? s.rows / (size_t)tp : s.rows;
+    p->lcols = s.split == TRI_SPLIT_COLS ? s.cols / (size_t)tp : s.cols;
     p->numel = p->lrows * p->lcols;
     p->offset = t->offset;
     p->dtype = TRI_F32;
     /* keep every tensor 16-element (64-byte in fp32) aligned for vector loads */
     t->offset += (p->numel + 15) / 16 * 16;
-    p->hf_transposed = hf_transposed;
-    p->hf_rows_saved = rows;
-    p->init_std = std;
-    p->init_value = value;
-    p->decay = decay;
-    p->replicated = split == TRI_SPLIT_NONE && replicated;
-    return p;
+    p->hf_transposed = s.hf_transposed;
+    p->hf_rows_saved = s.hf_rows_saved ? s.hf_rows_saved : s.rows;
+    p->init_std = s.init_std;
+    p->init_value = s.init_value;
+    p->decay = s.decay;
+    p->replicated = s.split == TRI_SPLIT_NONE && s.replicated;
 }
 
 /* The buffer order is the order in which backward finishes gradients (head
@@ -98,34 +112,144 @@ static void build_table(const tri_gpt *g, const tri_chunk *ch, ptable *t) {
     int tp = g->tp, L = g->cfg.n_layer;
     float std = 0.02f, res_std = 0.02f / sqrtf(2.0f * (float)L);
     char nm[64];
+    /* LayerNorms: weight 1, bias 0, replicated, no decay */
     if (ch->has_head) {
-        padd(t, TRI_P_LNFW, -1, "transformer.ln_f.weight", 1, C, TRI_SPLIT_NONE, 1, tp, 0, 0, 1, 0, 1);
-        padd(t, TRI_P_LNFB, -1, "transformer.ln_f.bias", 1, C, TRI_SPLIT_NONE, 1, tp, 0, 0, 0, 0, 1);
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_LNFW,
+                          .layer = -1,
+                          .name = "transformer.ln_f.weight",
+                          .rows = 1,
+                          .cols = C,
+                          .init_value = 1,
+                          .replicated = 1});
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_LNFB,
+                          .layer = -1,
+                          .name = "transformer.ln_f.bias",
+                          .rows = 1,
+                          .cols = C,
+                          .replicated = 1});
     }
     for (int i = ch->n_layers - 1; i >= 0; i--) {
         int l = ch->layers[i];
 #define NAME(suffix) (snprintf(nm, sizeof nm, "transformer.h.%d.%s", l, suffix), nm)
-        padd(t, TRI_P_FCPROJW, l, NAME("mlp.c_proj.weight"), C, F, TRI_SPLIT_COLS, 1, tp, 1, res_std, 0, 1, 0);
-        padd(t, TRI_P_FCPROJB, l, NAME("mlp.c_proj.bias"), 1, C, TRI_SPLIT_NONE, 1, tp, 0, 0, 0, 0, 1);
-        padd(t, TRI_P_FCW, l, NAME("mlp.c_fc.weight"), F, C, TRI_SPLIT_ROWS, 1, tp, 1, std, 0, 1, 0);
-        padd(t, TRI_P_FCB, l, NAME("mlp.c_fc.bias"), 1, F, TRI_SPLIT_COLS, 1, tp, 0, 0, 0, 0, 0);
-        padd(t, TRI_P_LN2W, l, NAME("ln_2.weight"), 1, C, TRI_SPLIT_NONE, 1, tp, 0, 0, 1, 0, 1);
-        padd(t, TRI_P_LN2B, l, NAME("ln_2.bias"), 1, C, TRI_SPLIT_NONE, 1, tp, 0, 0, 0, 0, 1);
-        padd(t, TRI_P_ATTPROJW, l, NAME("attn.c_proj.weight"), C, C, TRI_SPLIT_COLS, 1, tp, 1, res_std, 0, 1, 0);
-        padd(t, TRI_P_ATTPROJB, l, NAME("attn.c_proj.bias"), 1, C, TRI_SPLIT_NONE, 1, tp, 0, 0, 0, 0, 1);
-        padd(t, TRI_P_QKVW, l, NAME("attn.c_attn.weight"), 3 * C, C, TRI_SPLIT_ROWS, 3, tp, 1, std, 0, 1, 0);
-        padd(t, TRI_P_QKVB, l, NAME("attn.c_attn.bias"), 1, 3 * C, TRI_SPLIT_COLS, 3, tp, 0, 0, 0, 0, 0);
-        padd(t, TRI_P_LN1W, l, NAME("ln_1.weight"), 1, C, TRI_SPLIT_NONE, 1, tp, 0, 0, 1, 0, 1);
-        padd(t, TRI_P_LN1B, l, NAME("ln_1.bias"), 1, C, TRI_SPLIT_NONE, 1, tp, 0, 0, 0, 0, 1);
+        /* MLP: fc column-parallel (rows of the weight, the bias), c_proj row-parallel (its bias replicated) */
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_FCPROJW,
+                          .layer = l,
+                          .name = NAME("mlp.c_proj.weight"),
+                          .rows = C,
+                          .cols = F,
+                          .split = TRI_SPLIT_COLS,
+                          .hf_transposed = 1,
+                          .init_std = res_std,
+                          .decay = 1});
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_FCPROJB,
+                          .layer = l,
+                          .name = NAME("mlp.c_proj.bias"),
+                          .rows = 1,
+                          .cols = C,
+                          .replicated = 1});
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_FCW,
+                          .layer = l,
+                          .name = NAME("mlp.c_fc.weight"),
+                          .rows = F,
+                          .cols = C,
+                          .split = TRI_SPLIT_ROWS,
+                          .hf_transposed = 1,
+                          .init_std = std,
+                          .decay = 1});
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_FCB,
+                          .layer = l,
+                          .name = NAME("mlp.c_fc.bias"),
+                          .rows = 1,
+                          .cols = F,
+                          .split = TRI_SPLIT_COLS});
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_LN2W,
+                          .layer = l,
+                          .name = NAME("ln_2.weight"),
+                          .rows = 1,
+                          .cols = C,
+                          .init_value = 1,
+                          .replicated = 1});
+        padd(t, tp,
+             (param_spec){
+                 .kind = TRI_P_LN2B, .layer = l, .name = NAME("ln_2.bias"), .rows = 1, .cols = C, .replicated = 1});
+        /* attention: q|k|v column-parallel by heads (three segments), c_proj row-parallel */
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_ATTPROJW,
+                          .layer = l,
+                          .name = NAME("attn.c_proj.weight"),
+                          .rows = C,
+                          .cols = C,
+                          .split = TRI_SPLIT_COLS,
+                          .hf_transposed = 1,
+                          .init_std = res_std,
+                          .decay = 1});
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_ATTPROJB,
+                          .layer = l,
+                          .name = NAME("attn.c_proj.bias"),
+                          .rows = 1,
+                          .cols = C,
+                          .replicated = 1});
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_QKVW,
+                          .layer = l,
+                          .name = NAME("attn.c_attn.weight"),
+                          .rows = 3 * C,
+                          .cols = C,
+                          .split = TRI_SPLIT_ROWS,
+                          .segments = 3,
+                          .hf_transposed = 1,
+                          .init_std = std,
+                          .decay = 1});
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_QKVB,
+                          .layer = l,
+                          .name = NAME("attn.c_attn.bias"),
+                          .rows = 1,
+                          .cols = 3 * C,
+                          .split = TRI_SPLIT_COLS,
+                          .segments = 3});
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_LN1W,
+                          .layer = l,
+                          .name = NAME("ln_1.weight"),
+                          .rows = 1,
+                          .cols = C,
+                          .init_value = 1,
+                          .replicated = 1});
+        padd(t, tp,
+             (param_spec){
+                 .kind = TRI_P_LN1B, .layer = l, .name = NAME("ln_1.bias"), .rows = 1, .cols = C, .replicated = 1});
 #undef NAME
     }
+    /* embeddings: no decay; the position embedding replicated, the token
+     * embedding vocab-parallel (only the real vocabulary rows are saved) */
     if (ch->has_embedding)
-        padd(t, TRI_P_WPE, -1, "transformer.wpe.weight", T, C, TRI_SPLIT_NONE, 1, tp, 0, std, 0, 0, 1);
-    if (ch->has_embedding || ch->has_head) {
-        tri_param *p =
-            padd(t, TRI_P_WTE, -1, "transformer.wte.weight", g->Vp, C, TRI_SPLIT_ROWS, 1, tp, 0, std, 0, 0, 0);
-        p->hf_rows_saved = (size_t)g->cfg.vocab_size;
-    }
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_WPE,
+                          .layer = -1,
+                          .name = "transformer.wpe.weight",
+                          .rows = T,
+                          .cols = C,
+                          .init_std = std,
+                          .replicated = 1});
+    if (ch->has_embedding || ch->has_head)
+        padd(t, tp,
+             (param_spec){.kind = TRI_P_WTE,
+                          .layer = -1,
+                          .name = "transformer.wte.weight",
+                          .rows = g->Vp,
+                          .cols = C,
+                          .split = TRI_SPLIT_ROWS,
+                          .init_std = std,
+                          .hf_rows_saved = (size_t)g->cfg.vocab_size});
 }
 
 /* The chunk-local index of global layer l (the chunk's list is ascending). */

@@ -29,6 +29,7 @@
 
 #include "kernels/ctx.h"
 #include "model/config.h"
+#include "model/debug.h"
 #include "parallel/comm.h"
 
 /* Vocabulary padded to a multiple of 128 * tp (so every TP rank gets an equal,
@@ -143,6 +144,9 @@ typedef struct tri_gpt {
     int NH, NHl, HS;       /* heads; heads per TP rank; head size */
     tri_chunk *chunks;     /* [n_chunks], in the order given */
     int n_chunks;
+    /* test-only faults (model/debug.h): zero from tri_gpt_init; the trainer
+     * copies its own in after it */
+    tri_debug debug;
 } tri_gpt;
 
 /* The chunk specs of pipeline stage pp_rank of pp with vpp virtual chunks per

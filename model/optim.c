@@ -191,7 +191,7 @@ static void sumsq_run(void *ctx, size_t a, size_t e, size_t s0) {
 }
 
 double tri_grad_sumsq_shards(const tri_optim *o, const tri_gpt *g) {
-    run_ctx r = {g, NULL, NULL, {0}};
+    run_ctx r = {.g = g};
     for (int k = 0; k < g->n_chunks; k++) {
         r.ch = &g->chunks[k];
         for (int i = 0; i < r.ch->n_params; i++) {

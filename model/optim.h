@@ -7,10 +7,16 @@
 #include "model/gpt.h"
 #include "parallel/grad_sync.h"
 
+/* The optimizer's settings (train.* of the config). Fill it with designated
+ * initialisers: `(tri_adamw_cfg){.lr = ..., .beta2 = ...}`. */
 typedef struct tri_adamw_cfg {
-    double lr, min_lr;
-    int warmup_steps, total_steps;
-    double beta1, beta2, eps, weight_decay, grad_clip;
+    double lr, min_lr;   /* peak learning rate; the floor of the cosine decay */
+    int warmup_steps;    /* linear warmup from lr/warmup_steps to lr          */
+    int total_steps;     /* the cosine decay reaches min_lr here              */
+    double beta1, beta2; /* AdamW's moment decay rates                        */
+    double eps;          /* AdamW's denominator term                          */
+    double weight_decay; /* decoupled; only parameters with decay set         */
+    double grad_clip;    /* global gradient-norm clip, 0: off (the caller scales: tri_optim_step) */
 } tri_adamw_cfg;
 
 typedef struct tri_optim {

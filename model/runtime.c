@@ -97,7 +97,7 @@ static size_t slot_layout(const tri_gpt *g, int k, size_t B, size_t T, tri_recom
                           char *base, size_t *layer_bytes) {
     const tri_chunk *ch = &g->chunks[k];
     size_t BT = B * T, R = res_rows(g, BT), A = act_size(g), F4 = sizeof(float);
-    carver cv = {base, TRI_SIZE_ACC_INIT};
+    carver cv = {.base = base, .acc = TRI_SIZE_ACC_INIT};
     tri_slot dummy;
     tri_layer_acts la;
     tri_layer_douts ld;
@@ -136,7 +136,7 @@ static size_t workspace_layout(const tri_gpt *g, size_t B, size_t T, tri_recompu
     size_t BT = B * T, A = act_size(g), F4 = sizeof(float);
     int any_head = 0;
     for (int k = 0; k < g->n_chunks; k++) any_head |= g->chunks[k].has_head;
-    carver cv = {base, TRI_SIZE_ACC_INIT};
+    carver cv = {.base = base, .acc = TRI_SIZE_ACC_INIT};
     tri_workspace dummy;
     if (!w) w = &dummy;
     w->logits = any_head ? take(&cv, BT, A * g->Vl) : NULL;
@@ -317,10 +317,9 @@ static const void *tp_gather(tri_gpt *g, void *full, const void *shard, size_t B
  * n tensors of C; part holds them contiguously, dst points at each gradient. */
 static void tp_sum_row_grads(tri_gpt *g, float *part, float **dst, int n) {
     tri_ctx *c = g->ctx;
-    /* test-only fault: TRIDENT_DEBUG_SKIP_SP_GRAD_REDUCE=1 leaves the sum out
-     * (tests/system/test_parallel.c shows that the run then leaves one rank's curve) */
-    const char *skip = getenv("TRIDENT_DEBUG_SKIP_SP_GRAD_REDUCE");
-    if (!(skip && skip[0] == '1')) tri_comm_allreduce(g->tp_comm, part, (size_t)n * g->C, TRI_F32, TRI_SUM);
+    /* test-only fault (model/debug.h): the sum left out, the run leaves one
+     * rank's curve (tests/system/test_parallel.c) */
+    if (!g->debug.skip_sp_grad_reduce) tri_comm_allreduce(g->tp_comm, part, (size_t)n * g->C, TRI_F32, TRI_SUM);
     for (int i = 0; i < n; i++) c->ops->add(c, dst[i], part + (size_t)i * g->C, g->C);
 }
 

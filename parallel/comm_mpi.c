@@ -13,7 +13,7 @@
  * (parallel/watchdog.h: c->timeout_s, backing off from spinning to yielding
  * to short sleeps). A wait past the deadline prints one line (rank, step,
  * group, operation, bytes, the peers as world ranks) and ends the job with
- * MPI_Abort (exit code TRI_WD_EXIT_CODE). Communicator creation at start-up
+ * MPI_Abort (exit code TRI_EXIT_TIMEOUT). Communicator creation at start-up
  * (MPI_Comm_split/dup) has no non-blocking form and stays blocking.
  */
 #include "parallel/comm_mpi.h"
@@ -28,6 +28,8 @@
 
 #include "parallel/watchdog.h"
 #include "base/err.h"
+#include "base/exit.h"
+#include "base/log.h"
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((tri_req *)0)->opaque), "MPI_Request must fit in tri_req.opaque");
 
@@ -45,10 +47,10 @@ static void mpi_check_(int rc, const char *call, const char *file, int line) {
     int len = 0;
     if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) len = 0;
     msg[len] = '\0';
-    fprintf(stderr, "trident: rank %d: %s failed at %s:%d: %s (MPI error %d)\n", world_rank_or_minus1(), call, file,
-            line, len ? msg : "unknown error", rc);
+    tri_error_rank(world_rank_or_minus1(), "%s failed at %s:%d: %s (MPI error %d)", call, file, line,
+                   len ? msg : "unknown error", rc);
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Abort(MPI_COMM_WORLD, TRI_EXIT_FAILURE);
     abort(); /* MPI_Abort should not return */
 }
 
@@ -57,9 +59,9 @@ static void mpi_check_(int rc, const char *call, const char *file, int line) {
 
 /* Contract violations by the caller (bad count, aliasing): fatal, named. */
 static void fail(const tri_comm *c, const char *what, const char *detail) {
-    fprintf(stderr, "trident: rank %d: %s: %s\n", c->world_rank, what, detail);
+    tri_error_rank(c->world_rank, "%s: %s", what, detail);
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Abort(MPI_COMM_WORLD, TRI_EXIT_FAILURE);
     abort();
 }
 
@@ -173,12 +175,11 @@ _Noreturn static void expired(const tri_comm *c, const char *op, size_t bytes, i
         s.members = members;
         s.n_members = c->size;
     }
-    char line[1024];
-    fprintf(stderr, "%s\n", tri_wd_describe(line, sizeof line, &s));
+    tri_wd_report(&s);
     fflush(stdout);
     fflush(stderr);
     free(members);
-    MPI_Abort(MPI_COMM_WORLD, TRI_WD_EXIT_CODE);
+    MPI_Abort(MPI_COMM_WORLD, TRI_EXIT_TIMEOUT);
     abort(); /* MPI_Abort should not return */
 }
 
@@ -371,8 +372,8 @@ static void adopt(tri_comm *out, MPI_Comm comm, int world_rank) {
     MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
     MPI_Comm *h = malloc(sizeof *h);
     if (h == NULL) {
-        fprintf(stderr, "trident: rank %d: out of memory for a communicator\n", world_rank);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        tri_error_rank(world_rank, "out of memory for a communicator");
+        MPI_Abort(MPI_COMM_WORLD, TRI_EXIT_FAILURE);
         abort();
     }
     *h = comm;
@@ -394,10 +395,7 @@ int tri_mpi_init(int *world, int *rank) {
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, world));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, rank));
     if (provided < MPI_THREAD_FUNNELED && *rank == 0)
-        fprintf(stderr,
-                "trident: note: MPI provides thread level %d < FUNNELED; "
-                "MPI calls stay on the main thread\n",
-                provided);
+        tri_note("MPI provides thread level %d < FUNNELED; MPI calls stay on the main thread", provided);
     return 0;
 }
 

@@ -1,19 +1,14 @@
 /* The wrappers of comm.h, with the trivial path for groups of one. */
 #include "parallel/comm.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/exit.h"
 #include "kernels/half.h"
 #include "kernels/ctx.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Bytes counted per call: the payload of the call as the algorithm-free
  * "bus" volume this rank contributes (all-reduce: n elements; reduce-scatter:
@@ -21,7 +16,7 @@ static double now_s(void) {
 static void count(tri_comm *c, size_t n, tri_dtype t, double t0) {
     c->stats.calls++;
     c->stats.bytes += (unsigned long long)(n * tri_dtype_size(t));
-    if (t0 > 0) c->stats.seconds += now_s() - t0;
+    if (t0 > 0) c->stats.seconds += tri_now_s() - t0;
 }
 
 /* Transports read and write backend memory in place: open it to host access
@@ -42,13 +37,12 @@ static void need_device(const tri_comm *c, const char *op, const char *what, con
     size_t bytes = n * tri_dtype_size(t);
     int own = c->ctx ? tri_ctx_owns(c->ctx, p, bytes) : 0;
     if (own != 0) return; /* backend memory, or the backend cannot tell */
-    fprintf(stderr,
-            "trident: rank %d: %s over %s: %s (%zu bytes at %p) is %s, but the group's transport takes backend "
-            "memory only (NCCL); a host value must go through the _host calls (parallel/comm.h)\n",
-            c->world_rank, op, c->name[0] ? c->name : "a group", what, bytes, p,
-            c->ctx ? "not backend memory" : "unchecked (no backend context bound)");
-    fflush(stderr);
-    exit(1);
+    tri_error_rank(c->world_rank,
+                   "%s over %s: %s (%zu bytes at %p) is %s, but the group's transport takes backend memory only "
+                   "(NCCL); a host value must go through the _host calls (parallel/comm.h)",
+                   op, c->name[0] ? c->name : "a group", what, bytes, p,
+                   c->ctx ? "not backend memory" : "unchecked (no backend context bound)");
+    exit(TRI_EXIT_FAILURE);
 }
 
 /* The copy a group of one makes (all-gather, reduce-scatter of one rank):
@@ -82,8 +76,7 @@ static int widen(const tri_comm *c, tri_dtype t) { return (t == TRI_BF16 || t ==
 static float *widen16(const tri_comm *c, const void *src, tri_dtype t, size_t n, size_t room) {
     float *f = malloc((room ? room : 1) * sizeof *f);
     if (!f) {
-        fprintf(stderr, "trident: rank %d: out of host memory widening a 16-bit reduction (%zu values)\n",
-                c->world_rank, room);
+        tri_error_rank(c->world_rank, "out of host memory widening a 16-bit reduction (%zu values)", room);
         abort();
     }
     const uint16_t *h = src;
@@ -97,7 +90,7 @@ static void narrow16(void *dst, tri_dtype t, const float *f, size_t n) {
 }
 
 static void allreduce16(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op) {
-    double t0 = now_s();
+    double t0 = tri_now_s();
     window(c, 1);
     float *f = widen16(c, buf, t, n, n);
     c->impl->allreduce(c, f, n, TRI_F32, op);
@@ -108,7 +101,7 @@ static void allreduce16(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop
 }
 
 static void reduce_scatter16(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t) {
-    double t0 = now_s();
+    double t0 = tri_now_s();
     window(c, 1);
     size_t all = n * (size_t)c->size;
     float *f = widen16(c, send, t, all, all + n); /* the sums go after the inputs */
@@ -126,7 +119,7 @@ void tri_comm_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop
         allreduce16(c, buf, n, t, op);
         return;
     }
-    double t0 = now_s();
+    double t0 = tri_now_s();
     window(c, 1);
     c->impl->allreduce(c, buf, n, t, op);
     window(c, 0);
@@ -141,7 +134,7 @@ void tri_comm_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redo
         allreduce16(c, buf, n, t, op);
         return;
     }
-    double t0 = now_s();
+    double t0 = tri_now_s();
     window(c, 1); /* closed again by tri_comm_wait */
     c->impl->iallreduce(c, buf, n, t, op, r);
     count(c, n, t, t0);
@@ -158,7 +151,7 @@ void tri_comm_reduce_scatter(tri_comm *c, void *recv, const void *send, size_t n
         reduce_scatter16(c, recv, send, n, t);
         return;
     }
-    double t0 = now_s();
+    double t0 = tri_now_s();
     window(c, 1);
     c->impl->reduce_scatter(c, recv, send, n, t);
     window(c, 0);
@@ -172,7 +165,7 @@ void tri_comm_allgather(tri_comm *c, void *recv, const void *send, size_t n, tri
         local_copy(c, recv, send, n * tri_dtype_size(t));
         return;
     }
-    double t0 = now_s();
+    double t0 = tri_now_s();
     window(c, 1);
     c->impl->allgather(c, recv, send, n, t);
     window(c, 0);
@@ -191,7 +184,7 @@ void tri_comm_ireduce_scatter(tri_comm *c, void *recv, const void *send, size_t 
         reduce_scatter16(c, recv, send, n, t);
         return;
     }
-    double t0 = now_s();
+    double t0 = tri_now_s();
     window(c, 1); /* closed again by tri_comm_wait */
     c->impl->ireduce_scatter(c, recv, send, n, t, r);
     count(c, n * (size_t)c->size, t, t0);
@@ -205,7 +198,7 @@ void tri_comm_iallgather(tri_comm *c, void *recv, const void *send, size_t n, tr
         local_copy(c, recv, send, n * tri_dtype_size(t));
         return;
     }
-    double t0 = now_s();
+    double t0 = tri_now_s();
     window(c, 1); /* closed again by tri_comm_wait */
     c->impl->iallgather(c, recv, send, n, t, r);
     count(c, n, t, t0);
@@ -214,7 +207,7 @@ void tri_comm_iallgather(tri_comm *c, void *recv, const void *send, size_t n, tr
 void tri_comm_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int root) {
     need_device(c, "broadcast", "the buffer", buf, n, t);
     if (trivial(c) || n == 0) return;
-    double t0 = now_s();
+    double t0 = tri_now_s();
     window(c, 1);
     c->impl->broadcast(c, buf, n, t, root);
     window(c, 0);
@@ -225,7 +218,7 @@ void tri_comm_isend(tri_comm *c, const void *buf, size_t n, tri_dtype t, int pee
     r->active = 0;
     need_device(c, "send", "the buffer", buf, n, t);
     if (trivial(c)) {
-        fprintf(stderr, "trident: rank %d: send to peer %d in a group of one\n", c->world_rank, peer);
+        tri_error_rank(c->world_rank, "send to peer %d in a group of one", peer);
         abort();
     }
     window(c, 1); /* closed again by tri_comm_wait */
@@ -237,7 +230,7 @@ void tri_comm_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int
     r->active = 0;
     need_device(c, "receive", "the buffer", buf, n, t);
     if (trivial(c)) {
-        fprintf(stderr, "trident: rank %d: receive from peer %d in a group of one\n", c->world_rank, peer);
+        tri_error_rank(c->world_rank, "receive from peer %d in a group of one", peer);
         abort();
     }
     window(c, 1); /* closed again by tri_comm_wait */
@@ -246,10 +239,10 @@ void tri_comm_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, int
 
 void tri_comm_wait(tri_comm *c, tri_req *r) {
     if (r->active && !trivial(c)) {
-        double t0 = now_s();
+        double t0 = tri_now_s();
         c->impl->wait(c, r);
         window(c, 0);
-        c->stats.seconds += now_s() - t0;
+        c->stats.seconds += tri_now_s() - t0;
     }
     r->active = 0;
 }
@@ -265,11 +258,11 @@ int tri_comm_test(tri_comm *c, tri_req *r) {
 
 void tri_comm_barrier(tri_comm *c) {
     if (trivial(c)) return;
-    double t0 = now_s();
+    double t0 = tri_now_s();
     window(c, 1);
     c->impl->barrier(c);
     window(c, 0);
-    c->stats.seconds += now_s() - t0;
+    c->stats.seconds += tri_now_s() - t0;
 }
 
 /* ---- host control values ---- */
@@ -277,12 +270,12 @@ void tri_comm_barrier(tri_comm *c) {
 /* A backend scratch buffer for a _host call on a device_only group. */
 static void *stage_alloc(tri_comm *c, const char *op, size_t bytes) {
     if (c->ctx == NULL) {
-        fprintf(stderr, "trident: rank %d: %s of host values over %s: the group is device only but has no context\n",
-                c->world_rank, op, c->name);
-        exit(1);
+        tri_error_rank(c->world_rank, "%s of host values over %s: the group is device only but has no context", op,
+                       c->name);
+        exit(TRI_EXIT_FAILURE);
     }
     void *d = tri_ctx_alloc(c->ctx, bytes, TRI_MEM_OTHER, "a staged host value of a collective");
-    if (d == NULL) exit(1); /* said */
+    if (d == NULL) exit(TRI_EXIT_FAILURE); /* said */
     return d;
 }
 

@@ -14,22 +14,25 @@
 #include "parallel/comm.h"
 #include "parallel/tcp_store.h"
 #include "parallel/watchdog.h"
+#include "base/err.h"
+#include "base/exit.h"
 
 static tri_store *store_of(const tri_comm *c) { return c->handle; }
 
-/* code: TRI_WD_EXIT_CODE for a rank that never came, 1 for a misuse. */
+/* code: TRI_EXIT_TIMEOUT for a rank that never came (the watchdog's code),
+ * TRI_EXIT_FAILURE for a misuse. */
 _Noreturn static void store_fail_code(const tri_comm *c, const char *op, const char *why, int code) {
-    fprintf(stderr, "trident: rank %d: %s over %s through the TCP store: %s\n", c->world_rank, op, c->name, why);
+    tri_error_rank(c->world_rank, "%s over %s through the TCP store: %s", op, c->name, why);
     fflush(NULL);
     exit(code);
 }
-#define store_fail(c, op, why) store_fail_code((c), (op), (why), 1)
+#define store_fail(c, op, why) store_fail_code((c), (op), (why), TRI_EXIT_FAILURE)
 
 /* all (size * bytes) = every rank's `bytes` at mine, in rank order. */
 static void gather(tri_comm *c, const char *op, const void *mine, size_t bytes, void *all) {
     if (bytes > TRI_STORE_MAX_VALUE) store_fail(c, op, "the value exceeds the store's limit");
     if (tri_store_allgather(store_of(c), "world", mine, bytes, all) != 0)
-        store_fail_code(c, op, "not every rank took part (see above)", TRI_WD_EXIT_CODE);
+        store_fail_code(c, op, "not every rank took part (see above)", TRI_EXIT_TIMEOUT);
 }
 
 static void combine(void *acc, const void *x, size_t n, tri_dtype t, tri_redop op) {
@@ -88,7 +91,7 @@ static void store_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int r
 
 static void store_barrier(tri_comm *c) {
     if (tri_store_barrier(store_of(c), "world-barrier") != 0)
-        store_fail_code(c, "barrier", "not every rank took part (see above)", TRI_WD_EXIT_CODE);
+        store_fail_code(c, "barrier", "not every rank took part (see above)", TRI_EXIT_TIMEOUT);
 }
 
 _Noreturn static void store_unsupported(tri_comm *c, const char *op) {

@@ -14,6 +14,7 @@
 #include "kernels/ctx.h"
 #include "parallel/tcp_store.h"
 #include "base/err.h"
+#include "base/exit.h"
 
 #ifdef TRI_HAVE_MPI
 #include "parallel/comm_mpi.h"
@@ -38,9 +39,20 @@ static int env_int(const char *name) {
     return (int)v;
 }
 
+/* Whether Slurm's variables mean an MPI launch (a build with MPI, unless
+ * TRIDENT_BOOTSTRAP=store) rather than a world that meets at the TCP store. */
+static int slurm_by_mpi(void) {
+#ifdef TRI_HAVE_MPI
+    const char *boot = getenv("TRIDENT_BOOTSTRAP");
+    return !(boot && strcmp(boot, "store") == 0);
+#else
+    return 0;
+#endif
+}
+
 /* World size and rank from the first launcher whose variables are all set:
  * Open MPI's mpirun, PMI (srun --mpi=pmi2, MPICH's hydra), Slurm's srun (an
- * MPI launch in a build with MPI unless TRI_BOOTSTRAP=store), then
+ * MPI launch in a build with MPI unless TRIDENT_BOOTSTRAP=store), then
  * torchrun-style RANK/WORLD_SIZE and, lacking MPI, Slurm's variables (the
  * TCP store). Returns LAUNCH_* (LAUNCH_NONE: 1 and 0). */
 static int env_launcher(int *world, int *rank) {
@@ -53,13 +65,9 @@ static int env_launcher(int *world, int *rank) {
          * process is not one of the tasks: trust it only inside a job step. */
         {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_STEP_ID"},
     };
-    const char *boot = getenv("TRI_BOOTSTRAP");
-    int slurm_by_mpi = 0;
-#ifdef TRI_HAVE_MPI
-    slurm_by_mpi = !(boot && strcmp(boot, "store") == 0);
-#endif
+    const int by_mpi = slurm_by_mpi();
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        if (i >= 2 && !slurm_by_mpi) break;
+        if (i >= 2 && !by_mpi) break;
         int w = env_int(vars[i][0]), r = env_int(vars[i][1]);
         if (w < 1 || r < 0 || r >= w) continue;
         if (vars[i][2] != NULL && getenv(vars[i][2]) == NULL) continue;
@@ -68,8 +76,8 @@ static int env_launcher(int *world, int *rank) {
         return LAUNCH_MPI;
     }
     tri_launch_env e;
-    char err[256];
-    int rc = tri_launch_env_read(&e, !slurm_by_mpi, NULL, NULL, err, sizeof err);
+    char why[256]; /* said later, by tri_dist_init */
+    int rc = tri_launch_env_read(&e, !by_mpi, NULL, NULL, why, sizeof why);
     if (rc == 1) {
         *world = e.world;
         *rank = e.rank;
@@ -130,15 +138,14 @@ void tri_dist_set_timeout(tri_dist *d, double timeout_s) {
 
 #ifdef TRI_HAVE_NCCL
 /* ------------------------------------------------------------------------ */
-/* Groups waiting for NCCL (transport 2 before tri_dist_use_nccl)           */
+/* Groups waiting for NCCL (TRI_TRANSPORT_STORE before tri_dist_use_nccl)   */
 
 _Noreturn static void no_transport(tri_comm *c, const char *op) {
-    fprintf(stderr,
-            "trident: rank %d: %s over %s before the group has a transport: ranks launched without MPI "
-            "communicate through NCCL, which tri_dist_use_nccl starts with the CUDA backend (--device cuda)\n",
-            c->world_rank, op, c->name);
-    fflush(stderr);
-    exit(1);
+    tri_error_rank(c->world_rank,
+                   "%s over %s before the group has a transport: ranks launched without MPI communicate through "
+                   "NCCL, which tri_dist_use_nccl starts with the CUDA backend (--device cuda)",
+                   op, c->name);
+    exit(TRI_EXIT_FAILURE);
 }
 static void pend_allreduce(tri_comm *c, void *b, size_t n, tri_dtype t, tri_redop op) { no_transport(c, "all-reduce"); }
 static void pend_iallreduce(tri_comm *c, void *b, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
@@ -197,42 +204,33 @@ static void pending_groups(tri_dist *d) {
 }
 
 /* Forms a world of several ranks through the TCP store: every rank checks in
- * with its layout, which must agree. */
-static int store_world(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen) {
+ * with its layout, which must agree. Returns 0, or -1 after a message. */
+static int store_world(tri_dist *d, int tp, int pp, int dp) {
     tri_launch_env e;
-    const char *boot = getenv("TRI_BOOTSTRAP");
-    int use_slurm = 1;
-#ifdef TRI_HAVE_MPI
-    use_slurm = boot && strcmp(boot, "store") == 0;
-#endif
-    (void)boot;
-    if (tri_launch_env_read(&e, use_slurm, NULL, NULL, err, errlen) != 1) return -1;
+    const int use_slurm = !slurm_by_mpi();
+    char why[512];
+    if (tri_launch_env_read(&e, use_slurm, NULL, NULL, why, sizeof why) != 1) return tri_error("%s", why);
     d->store = malloc(sizeof *d->store);
-    if (d->store == NULL) {
-        snprintf(err, errlen, "trident: rank %d: out of memory for the store", e.rank);
-        return -1;
-    }
+    if (d->store == NULL) return tri_error_rank(e.rank, "out of memory for the store");
     if (tri_store_init(d->store, e.master_addr, e.master_port, e.rank, e.world, TRI_WD_DEFAULT_TIMEOUT_S) != 0) {
         free(d->store);
         d->store = NULL;
-        snprintf(err, errlen, "trident: rank %d of %d: could not join the store at %s:%d (%s launch)", e.rank, e.world,
-                 e.master_addr, e.master_port, e.source);
-        return -1;
+        return tri_error("rank %d of %d: could not join the store at %s:%d (%s launch)", e.rank, e.world, e.master_addr,
+                         e.master_port, e.source);
     }
-    d->transport = 2;
+    d->transport = TRI_TRANSPORT_STORE;
     if (e.local_rank >= 0) d->local_rank = e.local_rank;
     int mine[3] = {tp, pp, dp};
     int *all = malloc((size_t)e.world * sizeof mine);
     if (all == NULL || tri_store_allgather(d->store, "layout", mine, sizeof mine, all) != 0) {
         free(all);
-        snprintf(err, errlen, "trident: rank %d of %d: the ranks did not all meet at the store %s:%d", e.rank, e.world,
-                 e.master_addr, e.master_port);
-        return -1;
+        return tri_error("rank %d of %d: the ranks did not all meet at the store %s:%d", e.rank, e.world, e.master_addr,
+                         e.master_port);
     }
     for (int r = 0; r < e.world; r++)
         if (memcmp(all + 3 * r, mine, sizeof mine) != 0) {
-            snprintf(err, errlen, "trident: rank %d has tp=%d pp=%d dp=%d but rank %d has tp=%d pp=%d dp=%d", e.rank,
-                     tp, pp, dp, r, all[3 * r], all[3 * r + 1], all[3 * r + 2]);
+            tri_error("rank %d has tp=%d pp=%d dp=%d but rank %d has tp=%d pp=%d dp=%d", e.rank, tp, pp, dp, r,
+                      all[3 * r], all[3 * r + 1], all[3 * r + 2]);
             free(all);
             return -1;
         }
@@ -251,58 +249,50 @@ void tri_dist_progress(tri_dist *d, long step, const char *phase) {
     d->progress.phase = phase;
 }
 
-int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen) {
+int tri_dist_init(tri_dist *d, int tp, int pp, int dp) {
     memset(d, 0, sizeof *d);
     int world = 1, rank = 0;
     int launched = env_launcher(&world, &rank);
     init_self_groups(d, rank);
     d->local_rank = env_local_rank();
+    char why[512] = "";
     if (launched == LAUNCH_BAD) { /* say what is wrong with RANK, WORLD_SIZE, MASTER_* */
         tri_launch_env e;
-        tri_launch_env_read(&e, 1, NULL, NULL, err, errlen);
-        return -1;
+        tri_launch_env_read(&e, 1, NULL, NULL, why, sizeof why);
+        return tri_error("%s", why);
     }
 
     /* The layout is checked against the launcher's world before anything starts. */
-    if (tri_mesh_init(&d->mesh, world, rank, tp, pp, dp, err, errlen) != 0) {
-        if (world == 1 && !launched) { /* the usual cause: started without the launcher */
-            size_t used = strlen(err);
-            snprintf(err + used, errlen - used,
-                     " (start %lld ranks with tridentrun, e.g. `tridentrun -- trident train ...`)",
-                     (long long)tp * pp * dp);
-        }
-        return -1;
+    if (tri_mesh_init(&d->mesh, world, rank, tp, pp, dp, why, sizeof why) != 0) {
+        if (world == 1 && !launched) /* the usual cause: started without the launcher */
+            return tri_error("%s (start %lld ranks with tridentrun, e.g. `tridentrun -- trident train ...`)", why,
+                             (long long)tp * pp * dp);
+        return tri_error("%s", why);
     }
 
     watch_groups(d);
     if (world == 1 && launched != LAUNCH_MPI) return 0; /* a world of one: no transport */
     if (launched == LAUNCH_STORE) {
 #ifdef TRI_HAVE_NCCL
-        if (store_world(d, tp, pp, dp, err, errlen) != 0) return -1;
+        if (store_world(d, tp, pp, dp) != 0) return -1;
         watch_groups(d);
         return 0;
 #else
-        snprintf(err, errlen,
-                 "trident: started as rank %d of %d by RANK/WORLD_SIZE (or Slurm) without an MPI launcher: the CPU "
-                 "transport is MPI; launch with tridentrun/mpirun, or build with CUDA for NCCL",
-                 rank, world);
-        return -1;
+        return tri_error("started as rank %d of %d by RANK/WORLD_SIZE (or Slurm) without an MPI launcher: the CPU "
+                         "transport is MPI; launch with tridentrun/mpirun, or build with CUDA for NCCL",
+                         rank, world);
 #endif
     }
 
 #ifdef TRI_HAVE_MPI
     int mworld = 0, mrank = 0;
-    if (tri_mpi_init(&mworld, &mrank) != 0) {
-        snprintf(err, errlen, "trident: rank %d of %d: MPI could not start", rank, world);
-        return -1;
-    }
-    d->transport = 1;
+    if (tri_mpi_init(&mworld, &mrank) != 0) return tri_error("rank %d of %d: MPI could not start", rank, world);
+    d->transport = TRI_TRANSPORT_MPI;
     if (mworld != world || mrank != rank) {
         /* The launcher's variables and MPI disagree: the caller must end the
          * job with tri_dist_abort (MPI is running on this rank). */
-        snprintf(err, errlen, "trident: the launcher's environment says rank %d of %d, but MPI says rank %d of %d",
-                 rank, world, mrank, mworld);
-        return -1;
+        return tri_error("the launcher's environment says rank %d of %d, but MPI says rank %d of %d", rank, world,
+                         mrank, mworld);
     }
     tri_mpi_world(&d->world);
     /* Every rank takes part in every split, in the same order. key = index in
@@ -310,10 +300,7 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
     static const tri_group_kind kinds[4] = {TRI_GROUP_TP, TRI_GROUP_DP, TRI_GROUP_PP, TRI_GROUP_EMB};
     tri_comm *outs[4] = {&d->tp, &d->dp, &d->pp, &d->emb};
     int *members = malloc((size_t)world * sizeof *members);
-    if (members == NULL) {
-        snprintf(err, errlen, "trident: rank %d: out of memory building the groups", rank);
-        return -1;
-    }
+    if (members == NULL) return tri_error_rank(rank, "out of memory building the groups");
     for (int k = 0; k < 4; k++) {
         int idx = -1;
         tri_mesh_group(&d->mesh, kinds[k], members, &idx);
@@ -323,11 +310,9 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
     watch_groups(d); /* the splits made the groups afresh */
     return 0;
 #else
-    snprintf(err, errlen,
-             "trident: started as rank %d of %d by a launcher, but this build has no MPI "
-             "(rebuild with -DTRI_MPI=ON, or run a single process without mpirun)",
-             rank, world);
-    return -1;
+    return tri_error("started as rank %d of %d by a launcher, but this build has no MPI "
+                     "(rebuild with -DTRI_MPI=ON, or run a single process without mpirun)",
+                     rank, world);
 #endif
 }
 
@@ -335,7 +320,7 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen)
 /* Rank 0's bytes to every rank: over MPI's world, or through the store. */
 static int bcast_id(void *ctx, void *buf, size_t len) {
     tri_dist *d = ctx;
-    if (d->transport == 2) {
+    if (d->transport == TRI_TRANSPORT_STORE) {
         if (d->mesh.rank == 0) return tri_store_set(d->store, "nccl/unique_id", buf, len);
         size_t got = 0;
         if (tri_store_wait(d->store, "nccl/unique_id", buf, len, &got, 0) != 0) return -1;
@@ -350,7 +335,7 @@ static int bcast_id(void *ctx, void *buf, size_t len) {
 }
 #endif
 
-int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
+int tri_dist_use_nccl(tri_dist *d) {
     if (d->mesh.world == 1 || d->nccl) return 0;
 #ifdef TRI_HAVE_NCCL
     /* NCCL lives in the CUDA module (kernels/cuda_module.h), loaded here;
@@ -368,18 +353,15 @@ int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
         }
     }
     if (nccl == NULL) {
-        tri_error("rank %d: %s", d->mesh.rank, why);
-        snprintf(err, errlen, "trident: rank %d: the NCCL transport could not start", d->mesh.rank);
-        return -1;
+        tri_error_rank(d->mesh.rank, "%s", why);
+        return tri_error_rank(d->mesh.rank, "the NCCL transport could not start");
     }
     tri_comm fresh[N_GROUPS];
     /* the CUDA context's device: local rank % devices, device 0 when the
      * launcher gives no local rank (as kernels/cuda/cuda_ops.c chooses) */
     int local = d->local_rank >= 0 ? d->local_rank : 0;
-    if (nccl->init(&d->mesh, local, bcast_id, d, &fresh[0], &fresh[1], &fresh[2], &fresh[3], &fresh[4]) != 0) {
-        snprintf(err, errlen, "trident: rank %d: the NCCL transport could not start", d->mesh.rank);
-        return -1;
-    }
+    if (nccl->init(&d->mesh, local, bcast_id, d, &fresh[0], &fresh[1], &fresh[2], &fresh[3], &fresh[4]) != 0)
+        return tri_error_rank(d->mesh.rank, "the NCCL transport could not start");
     double timeout = d->world.timeout_s;
     tri_ctx *ctx = d->world.ctx;
     for (int i = 0; i < N_GROUPS; i++) {
@@ -395,22 +377,17 @@ int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen) {
     d->nccl = 1;
     return 0;
 #else
-    snprintf(err, errlen,
-             "trident: rank %d: this build has no NCCL transport (built without CUDA, or NCCL was not found)",
-             d->mesh.rank);
-    return -1;
+    return tri_error_rank(d->mesh.rank, "this build has no NCCL transport (built without CUDA, or NCCL was not found)");
 #endif
 }
 
-int tri_dist_check_device_memory(tri_dist *d, char *err, size_t errlen) {
+int tri_dist_check_device_memory(tri_dist *d) {
     int probe = 0;
-    if (d->world.ctx == NULL || tri_ctx_owns(d->world.ctx, &probe, sizeof probe) < 0) {
-        snprintf(err, errlen,
-                 "trident: rank %d: checking that every collective takes backend memory needs a backend that knows "
-                 "its allocations (--device cpu-guard), bound to the groups (device %s)",
-                 d->mesh.rank, d->world.ctx && d->world.ctx->ops ? d->world.ctx->ops->name : "none");
-        return -1;
-    }
+    if (d->world.ctx == NULL || tri_ctx_owns(d->world.ctx, &probe, sizeof probe) < 0)
+        return tri_error_rank(d->mesh.rank,
+                              "checking that every collective takes backend memory needs a backend that knows its "
+                              "allocations (--device cpu-guard), bound to the groups (device %s)",
+                              d->world.ctx && d->world.ctx->ops ? d->world.ctx->ops->name : "none");
     for (int i = 0; i < N_GROUPS; i++) group_at(d, i)->device_only = 1;
     return 0;
 }
@@ -423,7 +400,7 @@ void tri_dist_bind_ctx(tri_dist *d, tri_ctx *ctx) {
 void tri_dist_free(tri_dist *d) {
     if (d == NULL) return;
 #ifdef TRI_HAVE_MPI
-    if (d->transport == 1 && d->world.progress == &d->progress) {
+    if (d->transport == TRI_TRANSPORT_MPI && d->world.progress == &d->progress) {
         /* MPI_Finalize synchronises the ranks without a deadline: meet here first */
         d->progress.phase = "shut-down";
         tri_comm_barrier(&d->world);
@@ -435,7 +412,7 @@ void tri_dist_free(tri_dist *d) {
     tri_comm_free(&d->tp);
     tri_comm_free(&d->world);
 #ifdef TRI_HAVE_MPI
-    if (d->transport == 1) tri_mpi_finalize();
+    if (d->transport == TRI_TRANSPORT_MPI) tri_mpi_finalize();
 #endif
     if (d->store) {
         tri_store_free(d->store);
@@ -448,7 +425,7 @@ void tri_dist_abort(tri_dist *d, int code) {
     fflush(stdout);
     fflush(stderr);
 #ifdef TRI_HAVE_MPI
-    if (d != NULL && d->transport == 1) tri_mpi_abort(code);
+    if (d != NULL && d->transport == TRI_TRANSPORT_MPI) tri_mpi_abort(code);
 #endif
     (void)d;
     exit(code);

@@ -5,7 +5,7 @@
  * Trident was built with MPI): the MPI transport, one rank of many.
  * Launched with torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR,
  * MASTER_PORT) and no MPI launcher, or by srun in a build without MPI (or
- * with TRI_BOOTSTRAP=store): the world meets through the TCP store
+ * with TRIDENT_BOOTSTRAP=store): the world meets through the TCP store
  * (parallel/tcp_store.h), which bootstraps NCCL; until tri_dist_use_nccl the
  * world group's collectives of host values go through the store
  * (tri_store_comm_world) and the other groups have no transport (any call on
@@ -17,7 +17,7 @@
  *
  * Host and device memory (docs/cuda.md "Multi-GPU"). NCCL reads device
  * memory only. Before tri_dist_use_nccl every group takes host memory (MPI;
- * under transport 2 only the world group, through the store); from it on every group is
+ * under TRI_TRANSPORT_STORE only the world group, through the store); from it on every group is
  * device_only (parallel/comm.h): activations, gradients, parameters and
  * pipeline buffers are backend memory already, and the few host values the
  * trainer exchanges (the step's loss and gradient norm, the stop flag, the
@@ -36,13 +36,22 @@
 #include "parallel/mesh.h"
 #include "parallel/watchdog.h"
 
+/* How the ranks of a run reach each other before tri_dist_use_nccl (the
+ * numbers are written by tests/tools/mpi_probe.c: they stay). */
+typedef enum tri_transport {
+    TRI_TRANSPORT_NONE = 0,  /* a world of one rank: nothing to reach            */
+    TRI_TRANSPORT_MPI = 1,   /* MPI (mpirun, tridentrun, srun in a build with MPI) */
+    TRI_TRANSPORT_STORE = 2, /* the TCP store, which bootstraps NCCL (RANK/WORLD_SIZE,
+                                or srun without MPI): only the world group of host values */
+} tri_transport;
+
 typedef struct tri_dist {
     tri_mesh mesh;
     tri_comm world, tp, dp, pp, emb;
-    int transport;           /* 0: single process, 1: MPI, 2: the TCP store (NCCL) */
+    tri_transport transport;
     int nccl;                /* the groups are NCCL communicators (tri_dist_use_nccl) */
     int local_rank;          /* this rank's index on its node from the launcher; -1: unknown */
-    struct tri_store *store; /* transport 2: the rendezvous store (owned) */
+    struct tri_store *store; /* TRI_TRANSPORT_STORE: the rendezvous store (owned) */
     /* Where this rank is (step, phase), for the watchdog's report: every
      * group's `progress` points here, so a tri_dist must not be copied or
      * moved after tri_dist_init (tri_dist_progress checks it). */
@@ -50,23 +59,24 @@ typedef struct tri_dist {
 } tri_dist;
 
 /* Validates tp*pp*dp against the world size before anything is allocated.
- * Returns 0, or -1 with a message naming the numbers in err. Every group
- * gets its name, the deadline TRI_WD_DEFAULT_TIMEOUT_S for each wait, and
- * phase "set-up". */
-int tri_dist_init(tri_dist *d, int tp, int pp, int dp, char *err, size_t errlen);
+ * Returns 0, or -1 after a message naming the numbers (base/err.h; bad
+ * input: the caller exits with TRI_EXIT_BAD_INPUT). Every group gets its
+ * name, the deadline TRI_WD_DEFAULT_TIMEOUT_S for each wait, and phase
+ * "set-up". */
+int tri_dist_init(tri_dist *d, int tp, int pp, int dp);
 /* Moves every group onto NCCL (CUDA device local_rank % devices): rank 0's
- * ncclUniqueId goes to the others through MPI (transport 1) or the store
- * (transport 2), then tri_nccl_init makes the communicators (collective over
- * the world). Call after tri_dist_bind_ctx with the CUDA backend's context.
- * A world of one: nothing to do. Returns 0, or -1 with a message in err (no
- * NCCL in this build, no CUDA device). */
-int tri_dist_use_nccl(tri_dist *d, char *err, size_t errlen);
+ * ncclUniqueId goes to the others through MPI or the store, then
+ * tri_nccl_init makes the communicators (collective over the world). Call
+ * after tri_dist_bind_ctx with the CUDA backend's context. A world of one:
+ * nothing to do. Returns 0, or -1 after a message naming the rank (no NCCL
+ * in this build, no CUDA device). */
+int tri_dist_use_nccl(tri_dist *d);
 /* For tests, in place of tri_dist_use_nccl where there is no GPU: every
  * group keeps its transport (MPI) but becomes device_only, so every later
  * call checks that its buffers are backend memory and ends the job naming
  * the call when one is not. Needs a bound context that knows its allocations
- * ("cpu-guard"); returns 0, or -1 with a message in err. */
-int tri_dist_check_device_memory(tri_dist *d, char *err, size_t errlen);
+ * ("cpu-guard"); returns 0, or -1 after a message naming the rank. */
+int tri_dist_check_device_memory(tri_dist *d);
 /* Every group's calls touch the memory of this backend context (its stream,
  * its guard); set once the context exists. */
 void tri_dist_bind_ctx(tri_dist *d, tri_ctx *ctx);

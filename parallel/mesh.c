@@ -13,27 +13,26 @@ int tri_mesh_init(tri_mesh *m, int world, int rank, int tp, int pp, int dp, char
     memset(m, 0, sizeof *m);
     if (tp < 1 || pp < 1 || dp < 1) {
         snprintf(err, errlen,
-                 "trident: parallel sizes must be >= 1, got parallel.tp (%d), parallel.pp (%d), "
+                 "parallel sizes must be >= 1, got parallel.tp (%d), parallel.pp (%d), "
                  "parallel.dp (%d)",
                  tp, pp, dp);
         return -1;
     }
     if (world < 1) {
-        snprintf(err, errlen, "trident: the world must have >= 1 rank, got %d", world);
+        snprintf(err, errlen, "the world must have >= 1 rank, got %d", world);
         return -1;
     }
     /* widened: three ints can overflow an int */
     long long prod = (long long)tp * pp * dp;
     if (prod != (long long)world) {
         snprintf(err, errlen,
-                 "trident: parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld, "
+                 "parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld, "
                  "but the world has %d rank%s",
                  tp, pp, dp, prod, world, world == 1 ? "" : "s");
         return -1;
     }
     if (rank < 0 || rank >= world) {
-        snprintf(err, errlen, "trident: rank %d is out of range for a world of %d rank%s", rank, world,
-                 world == 1 ? "" : "s");
+        snprintf(err, errlen, "rank %d is out of range for a world of %d rank%s", rank, world, world == 1 ? "" : "s");
         return -1;
     }
     m->world = world;

@@ -26,9 +26,10 @@ typedef struct tri_mesh {
     int tp_rank, dp_rank, pp_rank; /* this rank's coordinates       */
 } tri_mesh;
 
-/* Fills *m for `rank` of `world`. Returns 0, or -1 with a message in err
- * (naming the numbers) when a size is < 1, tp*pp*dp != world, or rank is out
- * of range. */
+/* Fills *m for `rank` of `world`. Returns 0, or -1 with the reason in err
+ * (naming the numbers; without the program's prefix: a caller that reports
+ * it does so through tri_error) when a size is < 1, tp*pp*dp != world, or
+ * rank is out of range. */
 int tri_mesh_init(tri_mesh *m, int world, int rank, int tp, int pp, int dp, char *err, size_t errlen);
 
 /* Global rank of the given coordinates. */

@@ -355,7 +355,7 @@ static int check(sim *S, int rank, int idx) {
     if (a->chunk < 0 || a->chunk >= s->vpp) return invalid(S, rank, idx, "chunk out of range");
     if (a->kind == TRI_ACT_REDUCE) {
         for (int mb = 0; mb < s->m; mb++) {
-            tri_action t = {TRI_ACT_FWD, mb, a->chunk, -1};
+            tri_action t = {.kind = TRI_ACT_FWD, .mb = mb, .chunk = a->chunk, .peer = -1};
             if (s->kind != TRI_SCHED_FORWARD && !(*state(S, rank, &t) & ST_W))
                 return invalid(S, rank, idx, "before the chunk's last backward");
         }

@@ -18,13 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/err.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -201,7 +196,7 @@ static void *serve(void *arg) {
     size_t cap_pf = 0;
     double stop_at = -1; /* once asked to stop: the latest time to keep serving */
     for (;;) {
-        if (stop_at >= 0 && (sv->n_conns == 0 || now_s() > stop_at)) break;
+        if (stop_at >= 0 && (sv->n_conns == 0 || tri_now_s() > stop_at)) break;
         if (cap_pf < sv->n_conns + 2) {
             cap_pf = 2 * (sv->n_conns + 2);
             struct pollfd *n = realloc(pf, cap_pf * sizeof *n);
@@ -216,7 +211,7 @@ static void *serve(void *arg) {
         if (rc <= 0) continue;
         if (pf[0].revents) {
             char b;
-            if (read(sv->wake[0], &b, 1) == 1 && stop_at < 0) stop_at = now_s() + sv->linger_s;
+            if (read(sv->wake[0], &b, 1) == 1 && stop_at < 0) stop_at = tri_now_s() + sv->linger_s;
         }
         /* connections first, from the back: conn_close moves the last into i */
         size_t n = sv->n_conns;
@@ -317,7 +312,7 @@ static int connect_until(const tri_store *s, double deadline) {
             last = errno;
             close(fd);
         }
-        if (now_s() + pause > deadline) break;
+        if (tri_now_s() + pause > deadline) break;
         sleep_s(pause);
         if (pause < 0.25) pause *= 2;
     }
@@ -330,7 +325,7 @@ static int connect_until(const tri_store *s, double deadline) {
 static int recv_until(const tri_store *s, void *p, size_t n, double deadline, const char *key) {
     unsigned char *c = p;
     while (n > 0) {
-        int ms = (int)((deadline - now_s()) * 1000);
+        int ms = (int)((deadline - tri_now_s()) * 1000);
         if (ms < 0) ms = 0;
         struct pollfd pf = {.fd = s->fd, .events = POLLIN};
         int rc = poll(&pf, 1, ms);
@@ -372,7 +367,7 @@ static int request(tri_store *s, char op, const char *key, const void *val, size
         return tri_error("rank %d: store at %s:%d: sending key '%s': %s", s->rank, s->addr, s->port, key,
                          strerror(errno));
     unsigned char a[5];
-    if (recv_until(s, a, 5, now_s() + (s->timeout_s > 0 ? s->timeout_s : 60), key) != 0) return -1;
+    if (recv_until(s, a, 5, tri_now_s() + (s->timeout_s > 0 ? s->timeout_s : 60), key) != 0) return -1;
     *ans_len = get_u32(a + 1);
     return a[0];
 }
@@ -393,7 +388,7 @@ int tri_store_get(tri_store *s, const char *key, void *buf, size_t cap, size_t *
     if (st == 'N') return 0;
     if (st != 'V' || n > TRI_STORE_MAX_VALUE)
         return tri_error("rank %d: store at %s:%d: unexpected answer to get '%s'", s->rank, s->addr, s->port, key);
-    double deadline = now_s() + (s->timeout_s > 0 ? s->timeout_s : 60);
+    double deadline = tri_now_s() + (s->timeout_s > 0 ? s->timeout_s : 60);
     size_t take = n < cap ? n : cap;
     if (take && recv_until(s, buf, take, deadline, key) != 0) return -1;
     /* drain what does not fit, so the connection stays in step, then fail */
@@ -412,11 +407,11 @@ int tri_store_get(tri_store *s, const char *key, void *buf, size_t cap, size_t *
 
 int tri_store_wait(tri_store *s, const char *key, void *buf, size_t cap, size_t *len, double timeout_s) {
     if (timeout_s <= 0) timeout_s = s->timeout_s;
-    double t0 = now_s(), pause = 0.001;
+    double t0 = tri_now_s(), pause = 0.001;
     for (;;) {
         int rc = tri_store_get(s, key, buf, cap, len);
         if (rc != 0) return rc < 0 ? -1 : 0;
-        double waited = now_s() - t0;
+        double waited = tri_now_s() - t0;
         if (timeout_s > 0 && waited >= timeout_s)
             return tri_error("rank %d: store at %s:%d: key '%s' was not set within %.1f s", s->rank, s->addr, s->port,
                              key, timeout_s);
@@ -430,7 +425,7 @@ int tri_store_allgather(tri_store *s, const char *prefix, const void *mine, size
     char key[TRI_STORE_MAX_KEY + 32];
     snprintf(key, sizeof key, "%s#%lu/%d", prefix, seq, s->rank);
     if (tri_store_set(s, key, mine, len) != 0) return -1;
-    double t0 = now_s(), pause = 0.001;
+    double t0 = tri_now_s(), pause = 0.001;
     unsigned char *got = calloc((size_t)s->world, 1), *scratch = NULL;
     if (all == NULL && len > 0) all = scratch = malloc((size_t)s->world * len);
     if (got == NULL || (all == NULL && len > 0)) {
@@ -458,7 +453,7 @@ int tri_store_allgather(tri_store *s, const char *prefix, const void *mine, size
             }
         }
         if (left == 0) break;
-        if (s->timeout_s > 0 && now_s() - t0 >= s->timeout_s) {
+        if (s->timeout_s > 0 && tri_now_s() - t0 >= s->timeout_s) {
             char missing[512] = "";
             size_t used = 0;
             int shown = 0;
@@ -501,7 +496,7 @@ int tri_store_init(tri_store *s, const char *addr, int port, int rank, int world
     if (world < 1 || rank < 0 || rank >= world)
         return tri_error("rank %d is out of range for a store of %d ranks (at %s:%d)", rank, world, addr, port);
     if (rank == 0 && server_start(s) != 0) return -1;
-    double deadline = now_s() + (timeout_s > 0 ? timeout_s : 1e9);
+    double deadline = tri_now_s() + (timeout_s > 0 ? timeout_s : 1e9);
     s->fd = connect_until(s, deadline);
     if (s->fd < 0) {
         if (s->server) server_stop(s->server);
@@ -535,7 +530,7 @@ static int env_int(tri_getenv_fn get, void *ctx, const char *name, long lo, long
     char *end = NULL;
     long x = strtol(s, &end, 10);
     if (errno != 0 || end == s || *end != '\0' || x < lo || x > hi) {
-        snprintf(err, n, "trident: %s='%s' is not a whole number in %ld..%ld", name, s, lo, hi);
+        snprintf(err, n, "%s='%s' is not a whole number in %ld..%ld", name, s, lo, hi);
         return -1;
     }
     *v = (int)x;
@@ -580,7 +575,7 @@ int tri_launch_env_read(tri_launch_env *e, int use_slurm, tri_getenv_fn get, voi
     const char *rv = get("RANK", ctx), *wv = get("WORLD_SIZE", ctx);
     if ((rv && *rv) || (wv && *wv)) {
         if (!(rv && *rv) || !(wv && *wv)) {
-            snprintf(err, errlen, "trident: %s is set but %s is not (a torchrun-style launch sets both)",
+            snprintf(err, errlen, "%s is set but %s is not (a torchrun-style launch sets both)",
                      rv && *rv ? "RANK" : "WORLD_SIZE", rv && *rv ? "WORLD_SIZE" : "RANK");
             return -1;
         }
@@ -605,7 +600,7 @@ int tri_launch_env_read(tri_launch_env *e, int use_slurm, tri_getenv_fn get, voi
     const char *addr = get("MASTER_ADDR", ctx);
     if (addr && *addr) {
         if (strlen(addr) >= sizeof e->master_addr) {
-            snprintf(err, errlen, "trident: MASTER_ADDR is longer than %d bytes", TRI_STORE_ADDR_LEN - 1);
+            snprintf(err, errlen, "MASTER_ADDR is longer than %d bytes", TRI_STORE_ADDR_LEN - 1);
             return -1;
         }
         snprintf(e->master_addr, sizeof e->master_addr, "%s", addr);
@@ -617,20 +612,18 @@ int tri_launch_env_read(tri_launch_env *e, int use_slurm, tri_getenv_fn get, voi
             name = "SLURM_NODELIST";
         }
         if (list == NULL || *list == '\0') {
-            snprintf(err, errlen, "trident: rank %d: MASTER_ADDR is not set and Slurm gives no node list (%s)", rank,
-                     name);
+            snprintf(err, errlen, "rank %d: MASTER_ADDR is not set and Slurm gives no node list (%s)", rank, name);
             return -1;
         }
         if (tri_slurm_first_host(list, e->master_addr, sizeof e->master_addr) != 0) {
             snprintf(err, errlen,
-                     "trident: rank %d: MASTER_ADDR is not set and %s='%s' is not a simple node list; set "
+                     "rank %d: MASTER_ADDR is not set and %s='%s' is not a simple node list; set "
                      "MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)",
                      rank, name, list);
             return -1;
         }
     } else {
-        snprintf(err, errlen,
-                 "trident: rank %d of %d: RANK and WORLD_SIZE are set but MASTER_ADDR is not (the host of rank 0)",
+        snprintf(err, errlen, "rank %d of %d: RANK and WORLD_SIZE are set but MASTER_ADDR is not (the host of rank 0)",
                  rank, world);
         return -1;
     }
@@ -639,7 +632,7 @@ int tri_launch_env_read(tri_launch_env *e, int use_slurm, tri_getenv_fn get, voi
     if (rc == 0) {
         if (strcmp(src, "slurm") != 0) {
             snprintf(err, errlen,
-                     "trident: rank %d of %d: RANK and WORLD_SIZE are set but MASTER_PORT is not (a free port on "
+                     "rank %d of %d: RANK and WORLD_SIZE are set but MASTER_PORT is not (a free port on "
                      "MASTER_ADDR %s)",
                      rank, world, e->master_addr);
             return -1;

@@ -113,9 +113,10 @@ typedef const char *(*tri_getenv_fn)(const char *name, void *ctx);
  * the variable, else (Slurm) TRI_STORE_DEFAULT_PORT + SLURM_JOB_ID % 1000
  * (two jobs sharing a node get different ports). A world of one needs no
  * address. get NULL: getenv.
- * Returns 1 when found (*e filled), 0 when neither set is present, -1 with a
- * message in err naming the variable and its value (not a number, rank out of
- * range, MASTER_ADDR missing, a node list too complex to read). */
+ * Returns 1 when found (*e filled), 0 when neither set is present, -1 with the
+ * reason in err naming the variable and its value (not a number, rank out of
+ * range, MASTER_ADDR missing, a node list too complex to read), without the
+ * program's prefix: a caller that reports it does so through tri_error. */
 int tri_launch_env_read(tri_launch_env *e, int use_slurm, tri_getenv_fn get, void *ctx, char *err, size_t errlen);
 
 /* The first host of a Slurm node list: "n1,n2" -> "n1", "gpu[07-09,12],cpu1"

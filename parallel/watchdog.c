@@ -8,6 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
+#include "base/err.h"
+
 const tri_wd_policy tri_wd_default_policy = {
     .spin_s = 50e-6,
     .yield_s = 50e-3,
@@ -15,12 +18,6 @@ const tri_wd_policy tri_wd_default_policy = {
     .min_sleep_s = 20e-6,
     .max_sleep_s = 1e-3,
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 long tri_wd_pause_ns(const tri_wd_policy *p, double elapsed_s) {
     if (p == NULL) p = &tri_wd_default_policy;
@@ -36,11 +33,11 @@ long tri_wd_pause_ns(const tri_wd_policy *p, double elapsed_s) {
 int tri_wd_expired(double timeout_s, double elapsed_s) { return timeout_s > 0 && elapsed_s >= timeout_s; }
 
 int tri_wd_wait(double timeout_s, const tri_wd_policy *p, int (*done)(void *ctx), void *ctx, double *waited_s) {
-    const double t0 = now_s();
+    const double t0 = tri_now_s();
     int rc = 0;
     for (;;) {
         if (done(ctx)) break;
-        double elapsed = now_s() - t0;
+        double elapsed = tri_now_s() - t0;
         if (tri_wd_expired(timeout_s, elapsed)) {
             rc = -1;
             break;
@@ -54,7 +51,7 @@ int tri_wd_wait(double timeout_s, const tri_wd_policy *p, int (*done)(void *ctx)
             (void)nanosleep(&ts, NULL);
         }
     }
-    if (waited_s) *waited_s = now_s() - t0;
+    if (waited_s) *waited_s = tri_now_s() - t0;
     return rc;
 }
 
@@ -85,12 +82,11 @@ static void add_ranks(char *buf, size_t len, size_t *at, const int *r, int n, in
     }
 }
 
-char *tri_wd_describe(char *buf, size_t len, const tri_wd_site *s) {
-    if (len == 0) return buf;
-    buf[0] = '\0';
-    size_t at = 0;
+/* The report after "trident: rank R: ", appended at *at. */
+static void describe(char *buf, size_t len, size_t *at_, const tri_wd_site *s) {
+    size_t at = *at_;
     const char *group = s->group && s->group[0] ? s->group : "a group";
-    add(buf, len, &at, "trident: rank %d: watchdog: ", s->world_rank);
+    add(buf, len, &at, "watchdog: ");
     const tri_progress *p = s->progress;
     if (p == NULL)
         add(buf, len, &at, "outside the training loop: ");
@@ -118,5 +114,23 @@ char *tri_wd_describe(char *buf, size_t len, const tri_wd_site *s) {
         add(buf, len, &at, "the other members of %s", group);
     }
     add(buf, len, &at, "; aborting the job");
+    *at_ = at;
+}
+
+char *tri_wd_describe(char *buf, size_t len, const tri_wd_site *s) {
+    if (len == 0) return buf;
+    buf[0] = '\0';
+    size_t at = 0;
+    add(buf, len, &at, "trident: rank %d: ", s->world_rank);
+    describe(buf, len, &at, s);
     return buf;
+}
+
+void tri_wd_report(const tri_wd_site *s) {
+    char line[1024] = "";
+    size_t at = 0;
+    describe(line, sizeof line, &at, s);
+    /* tri_error, not tri_error_rank: this file is also built into the CUDA
+     * module, which forwards tri_error only (kernels/cuda/module.c) */
+    tri_error("rank %d: %s", s->world_rank, line);
 }

@@ -4,7 +4,7 @@
  * A transport (parallel/comm_mpi.c) issues each collective in its
  * non-blocking form and completes it with tri_wd_wait, which polls the
  * transport's "is it done?" until the group's timeout. Past the deadline the
- * transport prints tri_wd_describe's line (rank, step, group, operation,
+ * transport prints the report (tri_wd_report: rank, step, group, operation,
  * bytes, the peers it waits for) and aborts the job: a rank whose peer is
  * stopped, wedged or partitioned away must not wait forever.
  *
@@ -21,12 +21,15 @@
 
 #include <stddef.h>
 
+#include "base/exit.h"
+
 /* parallel.timeout_s's default, also the deadline of a tri_dist that was
  * never told otherwise (tools such as tests/tools/mpi_probe.c). */
 #define TRI_WD_DEFAULT_TIMEOUT_S 600.0
 
-/* The exit code of a job aborted by the watchdog (as timeout(1)'s). */
-#define TRI_WD_EXIT_CODE 124
+/* The exit code of a job aborted by the watchdog: TRI_EXIT_TIMEOUT (124, as
+ * timeout(1)'s), under the name parallel/comm_nccl.c still uses. */
+#define TRI_WD_EXIT_CODE TRI_EXIT_TIMEOUT
 
 /* Where the caller is, for the report: set by the trainer at each phase
  * (tri_dist_progress), read by the transport only when a wait expires. */
@@ -86,5 +89,7 @@ typedef struct tri_wd_site {
  *   ranks 0,2); aborting the job
  * Long member lists are cut after 16 ranks. Returns buf. */
 char *tri_wd_describe(char *buf, size_t len, const tri_wd_site *s);
+/* Prints the same line through base/err.h ("trident: rank R: ..."). */
+void tri_wd_report(const tri_wd_site *s);
 
 #endif

@@ -14,6 +14,7 @@
 #include "model/ckpt/safetensors.h"
 #include "base/err.h"
 #include "base/fs.h"
+#include "base/log.h"
 
 enum { MAX_PIECES = 3 };
 
@@ -233,13 +234,22 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
             snprintf(name, sizeof name, "%s%s", prefix, p->name);
             int e = tri_st_layout_find(L, name);
             if (e < 0) {
-                fprintf(stderr, "trident: internal error: %s: tensor %s is not in the checkpoint layout\n", path, name);
+                tri_error("internal error: %s: tensor %s is not in the checkpoint layout", path, name);
                 rc = -1;
                 break;
             }
             tri_st_piece pc[MAX_PIECES];
             if (sharded) {
-                run_io r = {g, (float *)mem, host, 1, fd, e, L, p, pc, pieces_of(g, p, host, pc), 0};
+                run_io r = {.g = g,
+                            .mem = (float *)mem,
+                            .host = host,
+                            .write = 1,
+                            .fd = fd,
+                            .entry = e,
+                            .L = L,
+                            .p = p,
+                            .pc = pc,
+                            .np = pieces_of(g, p, host, pc)};
                 tri_optim_runs(o, g, k, i, run_io_fn, &r);
                 rc = r.rc;
                 continue;
@@ -277,7 +287,7 @@ int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key
             if (tri_ckpt_find(store->root, &f) != 0 || (f.dir[0] && tri_ckpt_store_adopt(store, f.dir) != 0))
                 failed = 1;
             else if (verbose && f.note[0])
-                printf("%s\n", f.note);
+                tri_log_note("%s", f.note);
             if (!failed) snprintf(found, sizeof found, "%s", f.dir);
         } else if ((held = tri_ckpt_count(store->root, newest, sizeof newest)) != 0) {
             if (held > 0)
@@ -403,7 +413,7 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_opt
             int optim_layout = which == BUF_PARAMS ? dst != NULL : in_optim_layout(o, k, which);
             if (dst && optim_layout && o->sync != NULL) {
                 /* ZeRO: this rank keeps the state of its shards only */
-                run_io r = {g, dst, host, 0, -1, e, NULL, p, NULL, 0, 0};
+                run_io r = {.g = g, .mem = dst, .host = host, .write = 0, .fd = -1, .entry = e, .p = p};
                 tri_optim_runs(o, g, k, i, run_io_fn, &r);
             } else if (dst && (which != BUF_PARAMS || optim_layout)) {
                 tri_ctx_to_device(g->ctx, dst + p->offset, host, p->numel * sizeof(float));

@@ -349,7 +349,7 @@ int tri_st_create(const char *path, const tri_st_layout *L, const char *metadata
         tri_error("%s: writing the header (%zu bytes): %s", path, 8 + n, strerror(err));
         rc = -1;
     } else if (ftruncate(fd, (off_t)total) != 0) {
-        fprintf(stderr, "trident: %s: sizing the file to %" PRIu64 " bytes: %s\n", path, total, strerror(errno));
+        tri_error("%s: sizing the file to %" PRIu64 " bytes: %s", path, total, strerror(errno));
         rc = -1;
     }
     free(buf);
@@ -376,8 +376,8 @@ static int run_bytes(io_ctx *c, uint64_t off, void *ptr, size_t bytes) {
     int err = 0;
     int rc = c->writing ? pwrite_all(c->fd, ptr, bytes, off, &err) : pread_all(c->fd, ptr, bytes, off, &err);
     if (rc != 0) {
-        fprintf(stderr, "trident: %s: tensor %s: %s of %zu bytes at offset %" PRIu64 ": %s\n", c->name, c->e->name,
-                c->writing ? "write" : "read", bytes, off, err ? strerror(err) : "unexpected end of file");
+        tri_error("%s: tensor %s: %s of %zu bytes at offset %" PRIu64 ": %s", c->name, c->e->name,
+                  c->writing ? "write" : "read", bytes, off, err ? strerror(err) : "unexpected end of file");
         return -1;
     }
     return 0;
@@ -440,10 +440,9 @@ static int prepare(io_ctx *c, int fd, const tri_st_layout *L, int entry, const t
     }
     uint64_t size = (uint64_t)st.st_size;
     if (size < 8 + 2 + L->data_bytes || size - 8 - L->data_bytes > TRI_ST_MAX_HEADER) {
-        fprintf(stderr,
-                "trident: %s: tensor %s: file is %" PRIu64 " bytes, which cannot hold a header "
-                "and the layout's %" PRIu64 " data bytes (made with another layout?)\n",
-                c->name, e->name, size, L->data_bytes);
+        tri_error("%s: tensor %s: file is %" PRIu64 " bytes, which cannot hold a header "
+                  "and the layout's %" PRIu64 " data bytes (made with another layout?)",
+                  c->name, e->name, size, L->data_bytes);
         return -1;
     }
     uint64_t n = size - 8 - L->data_bytes;
@@ -451,10 +450,9 @@ static int prepare(io_ctx *c, int fd, const tri_st_layout *L, int entry, const t
     int err = 0;
     if (pread_all(fd, b8, 8, 0, &err) == 0) {
         if (get_le64(b8) != n) {
-            fprintf(stderr,
-                    "trident: %s: tensor %s: header length %" PRIu64 " and the layout's %" PRIu64
-                    " data bytes need %" PRIu64 " bytes, the file has %" PRIu64 " (made with another layout?)\n",
-                    c->name, e->name, get_le64(b8), L->data_bytes, 8 + get_le64(b8) + L->data_bytes, size);
+            tri_error("%s: tensor %s: header length %" PRIu64 " and the layout's %" PRIu64 " data bytes need %" PRIu64
+                      " bytes, the file has %" PRIu64 " (made with another layout?)",
+                      c->name, e->name, get_le64(b8), L->data_bytes, 8 + get_le64(b8) + L->data_bytes, size);
             return -1;
         }
     } else if (err != EBADF) {
@@ -631,17 +629,15 @@ static int parse_tensor(tri_st_file *f, const cJSON *it, uint64_t data_len) {
         return -1;
     }
     if (end - begin != bytes) {
-        fprintf(stderr,
-                "trident: %s: tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
-                " bytes, but %s shape %s needs %" PRIu64 "\n",
-                path, name, begin, end, end - begin, dt->valuestring, fmt_shape(sh, sizeof sh, ndim, shape), bytes);
+        tri_error("%s: tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
+                  " bytes, but %s shape %s needs %" PRIu64,
+                  path, name, begin, end, end - begin, dt->valuestring, fmt_shape(sh, sizeof sh, ndim, shape), bytes);
         return -1;
     }
     if (end > data_len) {
-        fprintf(stderr,
-                "trident: %s: tensor %s: data_offsets [%" PRIu64 ", %" PRIu64
-                "] run past the end of the data section (%" PRIu64 " bytes; file truncated?)\n",
-                path, name, begin, end, data_len);
+        tri_error("%s: tensor %s: data_offsets [%" PRIu64 ", %" PRIu64
+                  "] run past the end of the data section (%" PRIu64 " bytes; file truncated?)",
+                  path, name, begin, end, data_len);
         return -1;
     }
     if (tri_st_layout_find(&f->layout, name) >= 0) {
@@ -674,13 +670,13 @@ static int parse_header(tri_st_file *f, const char *hdr, size_t n, uint64_t data
     for (cJSON *it = root->child; it && rc == 0; it = it->next) {
         if (strcmp(it->string, METADATA_KEY) == 0) {
             if (f->metadata || !cJSON_IsObject(it)) {
-                fprintf(stderr, "trident: %s: \"" METADATA_KEY "\" must be one object\n", path);
+                tri_error("%s: \"" METADATA_KEY "\" must be one object", path);
                 rc = -1;
                 break;
             }
             for (cJSON *m = it->child; m; m = m->next)
                 if (!cJSON_IsString(m)) {
-                    fprintf(stderr, "trident: %s: " METADATA_KEY ".%s: expected a string value\n", path, m->string);
+                    tri_error("%s: " METADATA_KEY ".%s: expected a string value", path, m->string);
                     rc = -1;
                     break;
                 }
@@ -712,10 +708,8 @@ static int parse_header(tri_st_file *f, const char *hdr, size_t n, uint64_t data
             const tri_st_entry *e = ord[i];
             if (e->end == e->begin) continue;
             if (prev && e->begin < prev->end) {
-                fprintf(stderr,
-                        "trident: %s: tensors %s [%" PRIu64 ", %" PRIu64 ") and %s [%" PRIu64 ", %" PRIu64
-                        ") overlap\n",
-                        path, prev->name, prev->begin, prev->end, e->name, e->begin, e->end);
+                tri_error("%s: tensors %s [%" PRIu64 ", %" PRIu64 ") and %s [%" PRIu64 ", %" PRIu64 ") overlap", path,
+                          prev->name, prev->begin, prev->end, e->name, e->begin, e->end);
                 free(ord);
                 return -1;
             }
@@ -725,10 +719,9 @@ static int parse_header(tri_st_file *f, const char *hdr, size_t n, uint64_t data
         free(ord);
     }
     if (max_end != data_len) {
-        fprintf(stderr,
-                "trident: %s: %" PRIu64 " bytes after the last tensor's data (data section is %" PRIu64
-                " bytes, tensors end at %" PRIu64 ")\n",
-                path, data_len - max_end, data_len, max_end);
+        tri_error("%s: %" PRIu64 " bytes after the last tensor's data (data section is %" PRIu64
+                  " bytes, tensors end at %" PRIu64 ")",
+                  path, data_len - max_end, data_len, max_end);
         return -1;
     }
     L->data_bytes = data_len;
@@ -760,25 +753,23 @@ int tri_st_open(tri_st_file *f, const char *path) {
     unsigned char b8[8];
     int err = 0;
     if (size < 8 || pread_all(fd, b8, 8, 0, &err) != 0) {
-        fprintf(stderr,
-                "trident: %s: file is %" PRIu64 " bytes, too short for a safetensors "
-                "header%s%s\n",
-                path, size, err ? ": " : "", err ? strerror(err) : "");
+        tri_error("%s: file is %" PRIu64 " bytes, too short for a safetensors "
+                  "header%s%s",
+                  path, size, err ? ": " : "", err ? strerror(err) : "");
         tri_st_close(f);
         return -1;
     }
     uint64_t n = get_le64(b8);
     if (n < 2 || n > TRI_ST_MAX_HEADER || n > size - 8) {
-        fprintf(stderr,
-                "trident: %s: header length %" PRIu64 " is impossible (file is %" PRIu64 " bytes, limit %" PRIu64
-                "): not a safetensors file, or truncated\n",
-                path, n, size, TRI_ST_MAX_HEADER);
+        tri_error("%s: header length %" PRIu64 " is impossible (file is %" PRIu64 " bytes, limit %" PRIu64
+                  "): not a safetensors file, or truncated",
+                  path, n, size, TRI_ST_MAX_HEADER);
         tri_st_close(f);
         return -1;
     }
     char *hdr = malloc((size_t)n + 1);
     if (!hdr) {
-        fprintf(stderr, "trident: %s: out of memory (header of %" PRIu64 " bytes)\n", path, n);
+        tri_error("%s: out of memory (header of %" PRIu64 " bytes)", path, n);
         tri_st_close(f);
         return -1;
     }

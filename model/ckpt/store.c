@@ -23,6 +23,7 @@
 #include "base/crc32c.h"
 #include "base/err.h"
 #include "base/fs.h"
+#include "base/log.h"
 
 #define STEP_PREFIX        "step_"
 #define TMP_PREFIX         ".tmp-"
@@ -490,7 +491,7 @@ int tri_ckpt_find(const char *root, tri_ckpt_found *f) {
         if (join(f->dir, sizeof f->dir, r, named->name) != 0) rc = -1;
         f->step = named->step;
         say(f->note, sizeof f->note,
-            "note: %s has no %s (saved by a trident from before manifests); resuming from it as %s/latest "
+            "%s has no %s (saved by a trident from before manifests); resuming from it as %s/latest "
             "names it, without checksums to verify",
             f->dir, TRI_CKPT_MANIFEST, r);
     } else if (newest) {
@@ -526,12 +527,12 @@ int tri_ckpt_find(const char *root, tri_ckpt_found *f) {
         if (rc == 0 && hint != f->step) {
             if (hint < 0)
                 say(f->note, sizeof f->note,
-                    "note: %s/latest is missing or unreadable; %s is the newest "
+                    "%s/latest is missing or unreadable; %s is the newest "
                     "complete checkpoint",
                     r, f->dir);
             else
                 say(f->note, sizeof f->note,
-                    "note: %s/latest names step_%08ld%s, but %s is the newest "
+                    "%s/latest names step_%08ld%s, but %s is the newest "
                     "complete checkpoint",
                     r, hint, named ? "" : " (not there)", f->dir);
         }
@@ -540,7 +541,7 @@ int tri_ckpt_find(const char *root, tri_ckpt_found *f) {
                        "not name it: to resume from it, name it there (echo %s > %s/latest) and run again",
                        r, legacy->name, TRI_CKPT_MANIFEST, r, legacy->name, r);
     } else if (hint >= 0) {
-        say(f->note, sizeof f->note, "note: %s/latest names step_%08ld, which is not there", r, hint);
+        say(f->note, sizeof f->note, "%s/latest names step_%08ld, which is not there", r, hint);
     }
     free(L.v);
     if (rc != 0) {
@@ -638,9 +639,8 @@ static int clean_stale(const tri_ckpt_store *s, int tell) {
         }
         if (tell && strncmp(names[i], TMP_PREFIX, strlen(TMP_PREFIX)) == 0) {
             long pid = parse_owner_pid(names[i], TMP_PREFIX);
-            printf("note: removed %s, the temporary directory of a save that did not finish (its writer, pid %ld, "
-                   "%s)\n",
-                   path, pid, pid_alive(pid) ? "holds no lock on the store" : "is gone");
+            tri_log_note("removed %s, the temporary directory of a save that did not finish (its writer, pid %ld, %s)",
+                         path, pid, pid_alive(pid) ? "holds no lock on the store" : "is gone");
         }
     }
     if (tell) fflush(stdout);
@@ -678,9 +678,8 @@ int tri_ckpt_store_open(tri_ckpt_store *s, const char *root, const char *key) {
                          "other's checkpoints; wait for it to end, or choose another %s",
                          key, s->root, who[0] ? who : "holder unknown", lp, key);
     } else if (errno == ENOLCK || errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL) {
-        printf("note: %s %s: the file system does not support locks (%s): a second trainer on it would not be "
-               "refused\n",
-               key, s->root, strerror(errno));
+        tri_log_note("%s %s: the file system does not support locks (%s): a second trainer on it would not be refused",
+                     key, s->root, strerror(errno));
         fflush(stdout);
     } else {
         int e = errno;
@@ -925,7 +924,7 @@ int tri_ckpt_commit(tri_ckpt_store *s, long step, const char *tmp, int keep) {
     /* Committed: the step dir is complete whatever happens next, so the rest
      * only warns (latest is a hint; pruning is housekeeping). */
     int rc = 0;
-    if (kept[0]) printf("note: %s existed, saved by another run; it is kept as %s\n", final, kept);
+    if (kept[0]) tri_log_note("%s existed, saved by another run; it is kept as %s", final, kept);
     if (tri_fsync_path(s->root, 1) != 0) rc = 1;
     int k = snprintf(line, sizeof line, "%s\n", name);
     if (tri_write_file_atomic(latest, line, (size_t)k) != 0) rc = 1;

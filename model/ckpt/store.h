@@ -134,7 +134,8 @@ typedef struct tri_ckpt_found {
     char dir[TRI_CKPT_PATH_MAX];        /* the step dir; "" when root holds no checkpoint */
     long step;                          /* its step; -1 when none */
     int verified;                       /* 1: complete and verified; 0: without a manifest, named by latest */
-    char note[TRI_CKPT_PATH_MAX + 256]; /* "" or one line for the user (latest stale or ignored) */
+    char note[TRI_CKPT_PATH_MAX + 256]; /* "" or one line for the user (latest stale or ignored),
+                                           without "note: ": print it with tri_log_note */
 } tri_ckpt_found;
 
 /* Returns 0 with f filled (f->dir "" when root holds no checkpoint or does

@@ -30,13 +30,6 @@ static void shard_done(void *ctx, int chunk, int bucket) {
     tri_grad_sync_gather_start(&sync[chunk], bucket);
 }
 
-/* Test-only fault: leave out the ZeRO all-gather of the updated parameters
- * (tests/system/test_parallel.c shows that the run then leaves the one-rank curve). */
-static int skip_zero_gather(void) {
-    const char *e = getenv("TRIDENT_DEBUG_SKIP_ZERO_GATHER");
-    return e != NULL && e[0] == '1';
-}
-
 void tri_set_threads(int n) {
     /* the thread count and FTZ/DAZ are process-wide: a throwaway context sets them */
     tri_ctx c;
@@ -115,15 +108,6 @@ void trainer_free(trainer *t) {
     tri_ckpt_store_close(&t->store);
 }
 
-/* Test-only: TRIDENT_DEBUG_CHECK_DEVICE_MEMORY=1 (with --device cpu-guard)
- * makes the groups device only where NCCL would take over, on MPI, so that
- * tests/system/test_parallel.c shows that no host buffer reaches a collective after
- * that point (tri_dist_check_device_memory). */
-static int check_device_memory(void) {
-    const char *e = getenv("TRIDENT_DEBUG_CHECK_DEVICE_MEMORY");
-    return e != NULL && e[0] == '1';
-}
-
 /* With the CUDA backend and several ranks, every group moves onto NCCL, which
  * reads device memory only: from here on the groups take backend memory, and
  * host values go through the _host calls (parallel/dist.h). Before it (the
@@ -131,14 +115,10 @@ static int check_device_memory(void) {
  * Returns 0, or -1 after a message naming the rank. */
 static int device_groups(trainer *t, const tri_run_opts *opts) {
     if (t->dist.mesh.world == 1) return 0;
-    char err[512] = "";
-    int rc = 0;
-    if (opts->device == TRI_DEVICE_CUDA)
-        rc = tri_dist_use_nccl(&t->dist, err, sizeof err);
-    else if (check_device_memory())
-        rc = tri_dist_check_device_memory(&t->dist, err, sizeof err);
-    if (rc != 0) fprintf(stderr, "%s\n", err);
-    return rc;
+    if (opts->device == TRI_DEVICE_CUDA) return tri_dist_use_nccl(&t->dist);
+    /* test-only (model/debug.h): no host buffer reaches a collective from here on */
+    if (t->debug.check_device_memory) return tri_dist_check_device_memory(&t->dist);
+    return 0;
 }
 
 /* Everything before step 1, on every rank: layout checks, the mesh, the
@@ -150,20 +130,17 @@ static int device_groups(trainer *t, const tri_run_opts *opts) {
 int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, int *start) {
     t->cfg = cfg;
     t->opts = *opts;
+    tri_debug_from_env(&t->debug);
     if (check_layout(cfg) != 0) return TRI_EXIT_BAD_INPUT;
-    char err[512];
-    if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, err, sizeof err) != 0) {
-        fprintf(stderr, "%s\n", err);
-        return 2;
-    }
+    if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp) != 0) return TRI_EXIT_BAD_INPUT;
     tri_dist_set_timeout(&t->dist, cfg->parallel.timeout_s);
-    if (t->dist.transport == 2 && opts->device != TRI_DEVICE_CUDA) {
+    if (t->dist.transport == TRI_TRANSPORT_STORE && opts->device != TRI_DEVICE_CUDA) {
         /* the store bootstraps NCCL only: the CPU ops' transport is MPI */
-        fprintf(stderr,
-                "trident: rank %d: ranks launched without MPI (RANK/WORLD_SIZE or srun) communicate through NCCL, "
-                "which needs --device cuda (device is %s); on the CPU launch with tridentrun/mpirun\n",
-                t->dist.mesh.rank, tri_device_name(opts->device));
-        return 2;
+        tri_error_rank(t->dist.mesh.rank,
+                       "ranks launched without MPI (RANK/WORLD_SIZE or srun) communicate through NCCL, which needs "
+                       "--device cuda (device is %s); on the CPU launch with tridentrun/mpirun",
+                       tri_device_name(opts->device));
+        return TRI_EXIT_BAD_INPUT;
     }
     const tri_mesh *mesh = &t->dist.mesh;
     t->is_logger = mesh->rank == 0;
@@ -228,6 +205,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     if (tri_gpt_init(&t->gpt, &cfg->model, &t->ctx, &t->dist.tp, mesh->tp, mesh->tp_rank, t->plan.specs,
                      t->plan.n_chunks) != 0)
         return rc;
+    t->gpt.debug = t->debug;
     if (tri_gpt_set_sequence_parallel(&t->gpt, cfg->parallel.sequence_parallel) != 0) return rc;
     rc = TRI_EXIT_FAILURE;
     /* ZeRO: every bucket (the last one padded) cuts into dp aligned shards */
@@ -245,9 +223,15 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     const tri_schedule *scheds[2] = {&t->sched, &t->eval_sched};
     tri_pipe_stage view = tri_stage_bind(&t->stage, &t->gpt, t->pools, &t->ws);
     if (tri_pipe_init(&t->pipe, &view, &t->dist.pp, &t->dist.progress, scheds, 2) != 0) return rc;
-    tri_adamw_cfg oc = {cfg->train.lr,    cfg->train.min_lr,       cfg->train.warmup_steps,
-                        cfg->train.steps, cfg->train.beta1,        cfg->train.beta2,
-                        cfg->train.eps,   cfg->train.weight_decay, cfg->train.grad_clip};
+    tri_adamw_cfg oc = {.lr = cfg->train.lr,
+                        .min_lr = cfg->train.min_lr,
+                        .warmup_steps = cfg->train.warmup_steps,
+                        .total_steps = cfg->train.steps,
+                        .beta1 = cfg->train.beta1,
+                        .beta2 = cfg->train.beta2,
+                        .eps = cfg->train.eps,
+                        .weight_decay = cfg->train.weight_decay,
+                        .grad_clip = cfg->train.grad_clip};
     for (int k = 0; k < t->gpt.n_chunks; k++) {
         tri_chunk *ch = &t->gpt.chunks[k];
         if (!cfg->parallel.zero) {
@@ -273,7 +257,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         if (tri_optim_init(&t->opt, &t->gpt, &oc) != 0) return rc;
     } else {
         if (tri_optim_init_zero(&t->opt, &t->gpt, &oc, t->sync) != 0) return rc;
-        if (!skip_zero_gather()) {
+        if (!t->debug.skip_zero_gather) { /* (a test-only fault leaves it out: model/debug.h) */
             t->opt.shard_done = shard_done;
             t->opt.shard_done_ctx = t->sync;
         }

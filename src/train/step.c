@@ -64,14 +64,6 @@ static void data_failed(trainer *t) {
     }
 }
 
-/* Test-only fault: leave out the tied embedding's reduction over the
- * embedding group (tests/system/test_parallel.c shows that a pipeline then diverges
- * from one rank). */
-static int skip_tied_reduce(void) {
-    const char *e = getenv("TRIDENT_DEBUG_SKIP_TIED_REDUCE");
-    return e != NULL && e[0] == '1';
-}
-
 /* The first and the last stage each hold the token embedding (input and
  * tied LM head); after the DP reduction their gradients are summed over the
  * embedding group so that both copies take the same update. With ZeRO this
@@ -81,21 +73,13 @@ static int skip_tied_reduce(void) {
  * embedding group then over DP gives the same total. */
 static void reduce_tied_embedding(trainer *t) {
     tri_gpt *g = &t->gpt;
-    if (t->dist.mesh.pp == 1 || skip_tied_reduce()) return;
+    /* (a test-only fault leaves it out: model/debug.h) */
+    if (t->dist.mesh.pp == 1 || t->debug.skip_tied_reduce) return;
     for (int k = 0; k < g->n_chunks; k++) {
         tri_chunk *ch = &g->chunks[k];
         if (ch->has_embedding || ch->has_head)
             tri_comm_allreduce(&t->dist.emb, ch->g.wte, g->Vl * g->C, TRI_F32, TRI_SUM);
     }
-}
-
-/* Test-only fault: TRIDENT_DEBUG_FP16_OVERFLOW_STEP=N makes one gradient
- * element of step N (1-based) non-finite after the reductions, as an fp16
- * overflow would (tests/test_precision.c: the step is skipped, the scale
- * halves). */
-static int forced_overflow(int step) {
-    const char *e = getenv("TRIDENT_DEBUG_FP16_OVERFLOW_STEP");
-    return e != NULL && atoi(e) == step + 1;
 }
 
 /* The smallest loss scale: halving stops here (Megatron's default min_loss_scale). */
@@ -126,7 +110,10 @@ double train_step(trainer *t, int step, double *norm) {
     /* ZeRO: the tied embedding's buckets, now summed over the embedding group */
     for (int k = 0; zero && k < g->n_chunks; k++) tri_grad_sync_finish_deferred(&t->sync[k]);
     /* (element 0 lies in DP rank 0's first shard under ZeRO: counted once) */
-    if (forced_overflow(step)) t->ctx.ops->scale(&t->ctx, g->chunks[0].grad_mem, INFINITY, 1);
+    /* test-only fault (model/debug.h): one non-finite element, as an fp16
+     * overflow would make (tests/system/test_mixed_precision.c: the step is
+     * skipped, the scale halves) */
+    if (t->debug.fp16_overflow_step == step + 1) t->ctx.ops->scale(&t->ctx, g->chunks[0].grad_mem, INFINITY, 1);
     /* the loss lives on the head stage; identical on every TP rank */
     tri_comm_allreduce_host(&t->dist.dp, &loss_sum, 1, TRI_F64, TRI_SUM);
     tri_comm_allreduce_host(&t->dist.pp, &loss_sum, 1, TRI_F64, TRI_SUM);

@@ -29,6 +29,7 @@
 typedef struct trainer {
     const tri_config *cfg;
     tri_run_opts opts;
+    tri_debug debug; /* test-only faults, read once (model/debug.h) */
     tri_dist dist;
     tri_ctx ctx;               /* the backend of this rank                   */
     tri_gpt gpt;               /* the chunks this rank holds                 */

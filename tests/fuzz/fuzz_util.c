@@ -26,7 +26,7 @@ void tri_fuzz_quiet(void) {
     static int done;
     if (done) return;
     done = 1;
-    const char *v = getenv("TRI_FUZZ_VERBOSE");
+    const char *v = getenv("TRIDENT_FUZZ_VERBOSE");
     if (v && *v && strcmp(v, "0") != 0) return;
     /* Only the stream variable is replaced (glibc's stderr is assignable):
      * the parsers' fprintf(stderr, ...) and tri_error() go to /dev/null, while

@@ -32,7 +32,7 @@ void tri_fuzz_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 /* Silences the parsers' messages (one line per refused input, thousands a
  * second) by pointing the stderr stream at /dev/null; fd 2 stays open for
  * libFuzzer, the sanitizers and tri_fuzz_report. Idempotent.
- * TRI_FUZZ_VERBOSE=1 in the environment keeps the messages. */
+ * TRIDENT_FUZZ_VERBOSE=1 in the environment keeps the messages. */
 void tri_fuzz_quiet(void);
 
 /* This process's private scratch directory (created on first use under

@@ -3,7 +3,7 @@
  * a plain one checks the harness's promises, the sanitizer build
  * (scripts/test_sanitize.sh) checks them under ASan + UBSan. One Criterion
  * test per harness; a failing input is named on stderr before it runs when
- * TRI_FUZZ_VERBOSE=1 (otherwise the parsers' messages are silenced). */
+ * TRIDENT_FUZZ_VERBOSE=1 (otherwise the parsers' messages are silenced). */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <signal.h>
@@ -59,7 +59,7 @@ static void replay(const char *name, int (*one)(const uint8_t *, size_t)) {
     closedir(d);
     cr_assert_gt(n, 0, "%s is empty", dir);
     qsort(files, n, sizeof *files, by_name);
-    const char *verbose = getenv("TRI_FUZZ_VERBOSE");
+    const char *verbose = getenv("TRIDENT_FUZZ_VERBOSE");
     for (size_t i = 0; i < n; i++) {
         snprintf(g_current, sizeof g_current, "%s/%s", dir, files[i]);
         FILE *f = fopen(g_current, "rb");

@@ -224,7 +224,7 @@ Test(mesh, world_mismatch_names_the_numbers) {
     tri_mesh m;
     char err[256] = "";
     cr_assert_eq(tri_mesh_init(&m, 4, 0, 2, 1, 3, err, sizeof err), -1);
-    cr_assert(strstr(err, "trident: ") == err, "%s", err);
+    cr_assert(err[0] && strstr(err, "trident: ") == NULL, "the reason, without the prefix tri_error adds: %s", err);
     cr_assert(strstr(err, "parallel.tp (2)") && strstr(err, "parallel.pp (1)") && strstr(err, "parallel.dp (3)") &&
                   strstr(err, "= 6") && strstr(err, "4 ranks"),
               "%s", err);
@@ -240,7 +240,7 @@ Test(mesh, zero_or_negative_size_is_an_error) {
     cr_assert(strstr(err, "parallel.pp (-1)"), "%s", err);
     err[0] = '\0';
     cr_assert_eq(tri_mesh_init(&m, 0, 0, 1, 1, 1, err, sizeof err), -1);
-    cr_assert(strstr(err, "trident: ") == err, "%s", err);
+    cr_assert(err[0] && strstr(err, "trident: ") == NULL, "the reason, without the prefix tri_error adds: %s", err);
 }
 
 Test(mesh, rank_out_of_range_is_an_error) {

@@ -348,11 +348,7 @@ int main(int argc, char **argv) {
     }
     const int tp = atoi(argv[2]), pp = atoi(argv[3]), dp = atoi(argv[4]);
     tri_dist d;
-    char err[512];
-    if (tri_dist_init(&d, tp, pp, dp, err, sizeof err) != 0) {
-        fprintf(stderr, "%s\n", err);
-        tri_dist_abort(&d, 2);
-    }
+    if (tri_dist_init(&d, tp, pp, dp) != 0) tri_dist_abort(&d, 2); /* said */
     if (stalling) tri_dist_abort(&d, stall(&d, argv[6], atof(argv[7])));
     const int wr = d.mesh.rank;
     char path[4096];
@@ -362,7 +358,7 @@ int main(int argc, char **argv) {
         perror(path);
         tri_dist_abort(&d, 1);
     }
-    fprintf(f, "world %d %d %d\n", d.mesh.world, wr, d.transport);
+    fprintf(f, "world %d %d %d\n", d.mesh.world, wr, (int)d.transport);
     fprintf(f, "coords %d %d %d\n", d.mesh.tp_rank, d.mesh.dp_rank, d.mesh.pp_rank);
 
     world_ops(f, &d.world);
