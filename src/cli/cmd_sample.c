@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/tokenizer.h"
+#include "data/tok/tokenizer.h"
 #include "base/stop.h"
 #include "cli/cli.h"
 #include "train/infer.h"

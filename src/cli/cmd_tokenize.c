@@ -1,5 +1,5 @@
 /* `trident tokenize train|encode|decode`: the command-line side of the BPE
- * tokenizer (data/tokenizer.h) and the token-file writer (data/dataset.h).
+ * tokenizer (data/tok/tokenizer.h) and the token-file writer (data/dataset.h).
  *
  * encode: one document per input file, or with --jsonl one document per
  * line (its "text" field). Documents are separated by <|endoftext|>: the
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "data/dataset.h"
-#include "data/tokenizer.h"
+#include "data/tok/tokenizer.h"
 #include "base/stop.h"
 #include "cli/cli.h"
 #include "base/err.h"

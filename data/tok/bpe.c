@@ -1,7 +1,7 @@
 /* Byte-level BPE tokenizer: pre-tokenizer, word-level BPE, encode/decode,
  * tokenizer.json / vocab.json + merges.txt loading, saving, and text file
- * reading. Training is in data/bpe_train.c. */
-#include "data/tokenizer.h"
+ * reading. Training is in data/tok/train.c. */
+#include "data/tok/tokenizer.h"
 
 #include "data/bytemap.h"
 #include "data/hash.h"
