@@ -21,6 +21,7 @@
 
 #include "data/bytemap.h"
 #include "data/hash.h"
+#include "data/text.h"
 #include "data/tok/tokenizer.h"
 #include "base/stop.h"
 #include "base/err.h"

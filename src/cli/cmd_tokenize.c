@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "data/dataset.h"
+#include "data/text.h"
 #include "data/tok/tokenizer.h"
 #include "base/stop.h"
 #include "cli/cli.h"
