@@ -16,6 +16,7 @@
 
 #include "base/err.h"
 #include "base/file.h"
+#include "base/str.h"
 #include "data/dataset.h"
 #include "data/format.h"
 #include "data/hash.h"
@@ -23,11 +24,6 @@
 #include "data/megatron.h"
 
 /* ---- files ------------------------------------------------------------ */
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
 
 static int is_regular_file(const char *path) {
     struct stat st;
@@ -91,7 +87,7 @@ static int resolve_paths(tri_dataset *ds, const char *path) {
         long got = peek_file(path, head, sizeof head);
         if (got < 0) return -1;
         if (got >= TRI_MMIDX_MAGIC_LEN && memcmp(head, TRI_MMIDX_MAGIC, TRI_MMIDX_MAGIC_LEN) == 0) {
-            if (!ends_with(path, ".idx")) {
+            if (!tri_ends_with(path, ".idx")) {
                 tri_error("%s: is a Megatron index but not named PREFIX.idx, so its "
                           "PREFIX.bin cannot be found",
                           path);
@@ -107,7 +103,7 @@ static int resolve_paths(tri_dataset *ds, const char *path) {
             snprintf(ds->bin_path, sizeof ds->bin_path, "%s", path);
             return 0;
         }
-        if (ends_with(path, ".bin")) {
+        if (tri_ends_with(path, ".bin")) {
             char idx[TRI_DATA_PATH_MAX];
             snprintf(idx, sizeof idx, "%.*s.idx", (int)(len - 4), path);
             if (is_regular_file(idx)) {

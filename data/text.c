@@ -12,14 +12,10 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/str.h"
 #include "data/tok/tokenizer.h"
 
 extern char **environ;
-
-static int ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && strcmp(s + a - b, suf) == 0;
-}
 
 int tri_textfile_open(tri_textfile *tf, const char *path) {
     memset(tf, 0, sizeof *tf);
@@ -29,7 +25,7 @@ int tri_textfile_open(tri_textfile *tf, const char *path) {
         tri_error("%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
-    if (!ends_with(path, ".xz")) {
+    if (!tri_ends_with(path, ".xz")) {
         tf->f = f;
         return 0;
     }

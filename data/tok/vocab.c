@@ -19,14 +19,6 @@
 
 /* ---- loading ----------------------------------------------------------------------- */
 
-/* Reads a whole regular file (NUL-terminated); a named pipe or a directory is
- * refused at once (src/base/file.h). Returns 0 or -1 (printed). */
-static int slurp(const char *path, char **buf, size_t *len) {
-    *len = 0;
-    *buf = tri_slurp(path, "tokenizer", 0, len);
-    return *buf ? 0 : -1;
-}
-
 /* A token being loaded. */
 typedef struct ltok {
     int present, added, special;
@@ -326,7 +318,8 @@ static int check_type(const char *file, const cJSON *obj, const char *what, cons
 static int load_hf_json(tri_tokenizer *tk, const char *path) {
     char *text;
     size_t len;
-    if (slurp(path, &text, &len)) return -1;
+    /* a named pipe or a directory is refused at once (base/file.h) */
+    if (!(text = tri_slurp(path, "tokenizer", 0, &len))) return -1;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
@@ -437,8 +430,8 @@ static int load_gpt2_files(tri_tokenizer *tk, const char *vocab_path, const char
     loader L = {.file = vocab_path};
     int32_t *merges = NULL;
     size_t mcap = 0;
-    if (slurp(vocab_path, &text, &len)) return -1;
-    if (slurp(merges_path, &mtext, &mlen)) {
+    if (!(text = tri_slurp(vocab_path, "tokenizer", 0, &len))) return -1;
+    if (!(mtext = tri_slurp(merges_path, "tokenizer", 0, &mlen))) {
         free(text);
         return -1;
     }
