@@ -1,0 +1,28 @@
+/* Progress lines and closing summaries on stderr (base/progress.h). */
+#include "base/progress.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "base/err.h"
+
+int tri_progress_tty(void) { return isatty(STDERR_FILENO); }
+
+void tri_progress_line(const char *line, int tty) {
+    if (tty)
+        fprintf(stderr, "\r%s\033[K", line);
+    else
+        fprintf(stderr, "%s\n", line);
+}
+
+void tri_progress_end(void) { fputc('\n', stderr); }
+
+void tri_progress_done(const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s: %s\n", tri_prog_name(), msg);
+}
