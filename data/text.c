@@ -7,6 +7,7 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,26 @@
 #include "data/tok/tokenizer.h"
 
 extern char **environ;
+
+int tri_text_check(const char *const *files, int n, uint64_t *total) {
+    uint64_t t = 0;
+    int known = 1;
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        if (stat(files[i], &st) != 0 || access(files[i], R_OK) != 0) {
+            tri_error("%s: cannot read: no such file or no permission", files[i]);
+            return -1;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            tri_error("%s: not a regular file", files[i]);
+            return -1;
+        }
+        if (tri_ends_with(files[i], ".xz")) known = 0;
+        t += (uint64_t)st.st_size;
+    }
+    *total = known ? t : 0;
+    return 0;
+}
 
 int tri_textfile_open(tri_textfile *tf, const char *path) {
     memset(tf, 0, sizeof *tf);

@@ -1,6 +1,6 @@
 /* Reading text files, plain or ".xz" (through `xz -dc`, no shell), whole or
  * in blocks that end at a cut point: the text reader of BPE training
- * (data/tok/train.c) and of `trident tokenize encode`.
+ * (data/tok/train.c) and of the encode pipeline (data/tok/encode.c).
  *
  * Errors print one line "trident: FILE: ..." (base/err.h) and return -1 (or
  * SIZE_MAX); nothing here exits. One reader is used by one thread. */
@@ -10,6 +10,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+/* Checks that each of files[0 .. n) is a readable regular file, before any
+ * work starts. *total gets the sum of their sizes, or 0 when one is ".xz"
+ * (its text's size is unknown). Returns 0, or -1 after printing
+ * "trident: FILE: cannot read: ..." or "trident: FILE: not a regular file". */
+int tri_text_check(const char *const *files, int n, uint64_t *total);
 
 /* A text file open for reading. */
 typedef struct tri_textfile {
