@@ -48,7 +48,7 @@ LAYERS = {
 STDERR_OK = {
     'src/base/err.c': 'the one place errors are printed',
     'src/base/log.c': 'the one place notes and warnings are printed',
-    'src/base/progress.c': 'the one place progress lines and closing summaries are printed',
+    'src/base/status.c': 'the one place progress lines and closing summaries are printed',
     'kernels/cuda/common.cuh': 'device-side report of a failed check in a kernel (printf on the GPU)',
 }
 

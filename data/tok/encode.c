@@ -13,7 +13,7 @@
 #include "base/err.h"
 #include "base/exit.h"
 #include "base/log.h"
-#include "base/progress.h"
+#include "base/status.h"
 #include "base/stop.h"
 #include "base/str.h"
 #include "data/dataset.h"
@@ -81,10 +81,10 @@ static void progress_show(progress *p, int final) {
         snprintf(line, sizeof line, "tokenize: %.1f MB, %.1f MB/s", mb, rate);
     }
     if (p->tty) {
-        tri_progress_line(line, 1);
-        if (final) tri_progress_end();
+        tri_status_line(line, 1);
+        if (final) tri_status_end();
     } else if (!final) {
-        tri_progress_line(line, 0);
+        tri_status_line(line, 0);
     }
 }
 
@@ -369,11 +369,11 @@ int tri_encode_files(const tri_encode_cfg *cfg, const char *const *files, int n_
         rc = TRI_EXIT_BAD_INPUT;
         goto done;
     }
-    c.prog = (progress){.t0 = tri_now_s(), .total = cfg->total_bytes, .tty = tri_progress_tty(), .quiet = cfg->quiet};
+    c.prog = (progress){.t0 = tri_now_s(), .total = cfg->total_bytes, .tty = tri_status_tty(), .quiet = cfg->quiet};
     c.prog.last = c.prog.t0;
     rc = encode_all(&c, cfg, files, n_files);
     if (rc != TRI_EXIT_OK) {
-        if (c.prog.tty && !cfg->quiet) tri_progress_end();
+        if (c.prog.tty && !cfg->quiet) tri_status_end();
         tri_tokwriter_abort(c.w); /* no partial file in place */
         goto done;
     }

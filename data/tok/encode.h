@@ -46,7 +46,7 @@ typedef struct tri_encode_stats {
 
 /* Encodes files[0 .. n_files) into the token file cfg names. Says on stderr
  * "trident: note: ..." when the tokenizer has no <|endoftext|>, and, unless
- * quiet, progress lines (base/progress.h: redrawn at most 4 times a second
+ * quiet, progress lines (base/status.h: redrawn at most 4 times a second
  * on a terminal, a plain line every 5 s otherwise). A stop request
  * (tri_stop_signal(), base/stop.h) ends it between blocks. Returns
  *   TRI_EXIT_OK          the output is in place and *st filled in;

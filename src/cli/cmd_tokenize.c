@@ -14,7 +14,7 @@
 #include "base/exit.h"
 #include "base/log.h"
 #include "base/opt.h"
-#include "base/progress.h"
+#include "base/status.h"
 #include "base/stop.h"
 #include "data/dataset.h"
 #include "data/text.h"
@@ -182,8 +182,8 @@ static int cmd_train(int argc, char **argv) {
         rc = TRI_EXIT_FAILURE;
         goto done;
     }
-    tri_progress_done("tokenize train: %d tokens (%d merges) from %d file%s in %.2f s -> %s", tk.vocab_size,
-                      tk.n_merges, n_files, n_files == 1 ? "" : "s", dt, a.out);
+    tri_status_done("tokenize train: %d tokens (%d merges) from %d file%s in %.2f s -> %s", tk.vocab_size, tk.n_merges,
+                    n_files, n_files == 1 ? "" : "s", dt, a.out);
     if (tk.vocab_size < a.vocab)
         tri_note("the corpus had no pair left to merge; the vocabulary is %d, not %ld", tk.vocab_size, a.vocab);
     tri_tokenizer_free(&tk);
@@ -223,12 +223,12 @@ static int cmd_encode(int argc, char **argv) {
                   tri_stop_name(rc - TRI_EXIT_SIGNAL_BASE), a.out, llmc ? ".bin" : ".bin/.idx");
     if (rc != TRI_EXIT_OK) goto done;
     double mb = (double)st.bytes / 1e6;
-    tri_progress_done("tokenize encode: %zu document%s, %zu tokens (%.2f bytes/token) from %.1f MB in %.1f s "
-                      "(%.1f MB/s, %d thread%s) -> %s%s",
-                      st.n_docs, st.n_docs == 1 ? "" : "s", st.n_tokens,
-                      st.n_tokens ? (double)st.bytes / (double)st.n_tokens : 0.0, mb, st.seconds,
-                      st.seconds > 0 ? mb / st.seconds : 0.0, st.n_threads, st.n_threads == 1 ? "" : "s", a.out,
-                      llmc ? ".bin" : ".bin + .idx");
+    tri_status_done("tokenize encode: %zu document%s, %zu tokens (%.2f bytes/token) from %.1f MB in %.1f s "
+                    "(%.1f MB/s, %d thread%s) -> %s%s",
+                    st.n_docs, st.n_docs == 1 ? "" : "s", st.n_tokens,
+                    st.n_tokens ? (double)st.bytes / (double)st.n_tokens : 0.0, mb, st.seconds,
+                    st.seconds > 0 ? mb / st.seconds : 0.0, st.n_threads, st.n_threads == 1 ? "" : "s", a.out,
+                    llmc ? ".bin" : ".bin + .idx");
 done:
     tri_tokenizer_free(&tk);
     tri_opt_list_free(&a.inputs);

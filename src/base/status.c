@@ -1,5 +1,5 @@
-/* Progress lines and closing summaries on stderr (base/progress.h). */
-#include "base/progress.h"
+/* Status lines (progress) and closing summaries on stderr (base/status.h). */
+#include "base/status.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,18 +7,18 @@
 
 #include "base/err.h"
 
-int tri_progress_tty(void) { return isatty(STDERR_FILENO); }
+int tri_status_tty(void) { return isatty(STDERR_FILENO); }
 
-void tri_progress_line(const char *line, int tty) {
+void tri_status_line(const char *line, int tty) {
     if (tty)
         fprintf(stderr, "\r%s\033[K", line);
     else
         fprintf(stderr, "%s\n", line);
 }
 
-void tri_progress_end(void) { fputc('\n', stderr); }
+void tri_status_end(void) { fputc('\n', stderr); }
 
-void tri_progress_done(const char *fmt, ...) {
+void tri_status_done(const char *fmt, ...) {
     char msg[2048];
     va_list ap;
     va_start(ap, fmt);

@@ -1,11 +1,11 @@
-/* base/progress: the exact bytes a terminal and a log get, and the closing
+/* base/status: the exact bytes a terminal and a log get, and the closing
  * summary with the program's prefix. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/progress.h"
+#include "base/status.h"
 #include "helpers/testutil.h"
 
 static char g_dir[4096];
@@ -25,40 +25,40 @@ static char *release(tt_capture *c) {
     return s;
 }
 
-Test(progress, a_terminal_line_is_redrawn_in_place_and_ended) {
+Test(status, a_terminal_line_is_redrawn_in_place_and_ended) {
     tt_capture c;
     capture(&c);
-    tri_progress_line("tokenize: 1.0 MB", 1);
-    tri_progress_line("tokenize: 2.0 MB", 1);
-    tri_progress_end();
+    tri_status_line("tokenize: 1.0 MB", 1);
+    tri_status_line("tokenize: 2.0 MB", 1);
+    tri_status_end();
     char *s = release(&c);
     cr_assert_str_eq(s, "\rtokenize: 1.0 MB\033[K\rtokenize: 2.0 MB\033[K\n");
     free(s);
 }
 
-Test(progress, a_log_gets_plain_lines) {
+Test(status, a_log_gets_plain_lines) {
     tt_capture c;
     capture(&c);
-    tri_progress_line("tokenize: 1.0 MB", 0);
-    tri_progress_line("tokenize: 2.0 MB", 0);
+    tri_status_line("tokenize: 1.0 MB", 0);
+    tri_status_line("tokenize: 2.0 MB", 0);
     char *s = release(&c);
     cr_assert_str_eq(s, "tokenize: 1.0 MB\ntokenize: 2.0 MB\n");
     free(s);
 }
 
-Test(progress, the_summary_has_the_programs_prefix) {
+Test(status, the_summary_has_the_programs_prefix) {
     tt_capture c;
     capture(&c);
-    tri_progress_done("tokenize encode: %d documents", 3);
+    tri_status_done("tokenize encode: %d documents", 3);
     char *s = release(&c);
     cr_assert_str_eq(s, "trident: tokenize encode: 3 documents\n");
     free(s);
 }
 
-Test(progress, stderr_into_a_file_is_not_a_terminal) {
+Test(status, stderr_into_a_file_is_not_a_terminal) {
     tt_capture c;
     capture(&c);
-    int tty = tri_progress_tty();
+    int tty = tri_status_tty();
     free(release(&c));
     cr_assert_eq(tty, 0);
 }
