@@ -123,7 +123,7 @@ int tri_tokenizer_from_merges(tri_tokenizer *tk, const int32_t *pairs, int n, in
  * added_tokens) through path.tmp renamed into place. Returns 0 or -1. */
 int tri_tokenizer_save(const tri_tokenizer *tk, const char *path);
 
-/* ---- pieces exposed for the CLI and the tests --------------------------- */
+/* ---- pieces for the encode pipeline, BPE training and the tests -------- */
 
 /* Byte b's character in GPT-2's bytes_to_unicode mapping (a code point,
  * 33..255 or 256..323). */
