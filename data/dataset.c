@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,75 +14,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/dataset.h"
-#include "data/dataset_internal.h"
-#include "data/hash.h"
+#include "base/err.h"
 #include "base/file.h"
-
-void tri_data_err(const char *file, const char *fmt, ...) {
-    char msg[1536];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    tri_error("%s: %s", file, msg);
-}
-
-int tri_dtype_bytes(int dtype) {
-    switch (dtype) {
-    case TRI_DT_U8:
-    case TRI_DT_I8: return 1;
-    case TRI_DT_I16:
-    case TRI_DT_U16: return 2;
-    case TRI_DT_I32:
-    case TRI_DT_U32: return 4;
-    case TRI_DT_I64: return 8;
-    default: return 0;
-    }
-}
-
-int64_t tri_dtype_max(int dtype) {
-    switch (dtype) {
-    case TRI_DT_U8: return UINT8_MAX;
-    case TRI_DT_I8: return INT8_MAX;
-    case TRI_DT_I16: return INT16_MAX;
-    case TRI_DT_U16: return UINT16_MAX;
-    case TRI_DT_I32: return INT32_MAX;
-    case TRI_DT_U32: return UINT32_MAX;
-    case TRI_DT_I64: return INT64_MAX;
-    default: return 0;
-    }
-}
-
-const char *tri_dtype_name(int dtype) {
-    switch (dtype) {
-    case TRI_DT_U8: return "uint8";
-    case TRI_DT_I8: return "int8";
-    case TRI_DT_I16: return "int16";
-    case TRI_DT_I32: return "int32";
-    case TRI_DT_I64: return "int64";
-    case TRI_DT_F64: return "float64";
-    case TRI_DT_F32: return "float32";
-    case TRI_DT_U16: return "uint16";
-    case TRI_DT_U32: return "uint32";
-    default: return "unknown";
-    }
-}
-
-const char *tri_data_format_name(int format) {
-    switch (format) {
-    case TRI_DATA_LLMC: return "llm.c";
-    case TRI_DATA_MEGATRON: return "megatron";
-    default: return "unknown";
-    }
-}
+#include "base/str.h"
+#include "data/dataset.h"
+#include "data/format.h"
+#include "data/hash.h"
+#include "data/llmc.h"
+#include "data/megatron.h"
 
 /* ---- files ------------------------------------------------------------ */
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
 
 static int is_regular_file(const char *path) {
     struct stat st;
@@ -100,7 +40,7 @@ static long peek_file(const char *path, unsigned char *buf, size_t cap) {
         ssize_t r = read(fd, buf + got, cap - got);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
-            tri_data_err(path, "cannot read: %s", strerror(errno));
+            tri_error("%s: cannot read: %s", path, strerror(errno));
             close(fd);
             return -1;
         }
@@ -122,7 +62,7 @@ static int map_file(const char *path, void **map, size_t *size) {
     if (bytes > 0) {
         void *p = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
-            tri_data_err(path, "cannot mmap %zu bytes: %s", bytes, strerror(errno));
+            tri_error("%s: cannot mmap %zu bytes: %s", path, bytes, strerror(errno));
             close(fd);
             return -1;
         }
@@ -130,7 +70,7 @@ static int map_file(const char *path, void **map, size_t *size) {
         *size = bytes;
     }
     if (close(fd) != 0) {
-        tri_data_err(path, "cannot close: %s", strerror(errno));
+        tri_error("%s: cannot close: %s", path, strerror(errno));
         if (*map) munmap(*map, *size);
         *map = NULL;
         *size = 0;
@@ -147,9 +87,10 @@ static int resolve_paths(tri_dataset *ds, const char *path) {
         long got = peek_file(path, head, sizeof head);
         if (got < 0) return -1;
         if (got >= TRI_MMIDX_MAGIC_LEN && memcmp(head, TRI_MMIDX_MAGIC, TRI_MMIDX_MAGIC_LEN) == 0) {
-            if (!ends_with(path, ".idx")) {
-                tri_data_err(path, "is a Megatron index but not named PREFIX.idx, so its "
-                                   "PREFIX.bin cannot be found");
+            if (!tri_ends_with(path, ".idx")) {
+                tri_error("%s: is a Megatron index but not named PREFIX.idx, so its "
+                          "PREFIX.bin cannot be found",
+                          path);
                 return -1;
             }
             ds->format = TRI_DATA_MEGATRON;
@@ -162,7 +103,7 @@ static int resolve_paths(tri_dataset *ds, const char *path) {
             snprintf(ds->bin_path, sizeof ds->bin_path, "%s", path);
             return 0;
         }
-        if (ends_with(path, ".bin")) {
+        if (tri_ends_with(path, ".bin")) {
             char idx[TRI_DATA_PATH_MAX];
             snprintf(idx, sizeof idx, "%.*s.idx", (int)(len - 4), path);
             if (is_regular_file(idx)) {
@@ -173,21 +114,19 @@ static int resolve_paths(tri_dataset *ds, const char *path) {
             }
         }
         if (got < 4)
-            tri_data_err(path,
-                         "not a token file: %ld bytes is too short for an llm.c header, "
-                         "and there is no Megatron PREFIX.idx beside it",
-                         got);
+            tri_error("%s: not a token file: %ld bytes is too short for an llm.c header, "
+                      "and there is no Megatron PREFIX.idx beside it",
+                      path, got);
         else
-            tri_data_err(path,
-                         "not a token file: bad magic %d at byte offset 0 (llm.c token "
-                         "files start with %d) and there is no Megatron PREFIX.idx "
-                         "beside it",
-                         (int)tri_ld_i32(head), TRI_LLMC_MAGIC);
+            tri_error("%s: not a token file: bad magic %d at byte offset 0 (llm.c token "
+                      "files start with %d) and there is no Megatron PREFIX.idx "
+                      "beside it",
+                      path, (int)tri_ld_i32(head), TRI_LLMC_MAGIC);
         return -1;
     }
     struct stat st;
     if (stat(path, &st) == 0) {
-        tri_data_err(path, "not a regular file");
+        tri_error("%s: not a regular file", path);
         return -1;
     }
     char idx[TRI_DATA_PATH_MAX];
@@ -198,7 +137,7 @@ static int resolve_paths(tri_dataset *ds, const char *path) {
         snprintf(ds->bin_path, sizeof ds->bin_path, "%s.bin", path);
         return 0;
     }
-    tri_data_err(path, "no such file (nor a Megatron pair %s.idx + %s.bin)", path, path);
+    tri_error("%s: no such file (nor a Megatron pair %s.idx + %s.bin)", path, path, path);
     return -1;
 }
 
@@ -292,18 +231,17 @@ void tri_dataset_minmax(const tri_dataset *ds, int64_t *min_id, int64_t *max_id)
 
 static int check_vocab(const tri_dataset *ds, int vocab_size) {
     if (tri_dtype_max(ds->dtype) < (int64_t)vocab_size - 1) {
-        tri_data_err(ds->bin_path,
-                     "token dtype %s holds ids up to %lld, too small for "
-                     "vocab_size %d",
-                     tri_dtype_name(ds->dtype), (long long)tri_dtype_max(ds->dtype), vocab_size);
+        tri_error("%s: token dtype %s holds ids up to %lld, too small for "
+                  "vocab_size %d",
+                  ds->bin_path, tri_dtype_name(ds->dtype), (long long)tri_dtype_max(ds->dtype), vocab_size);
         return -1;
     }
     size_t bad = first_bad_token(ds, vocab_size);
     if (bad != SIZE_MAX) {
-        tri_data_err(ds->bin_path,
-                     "token id %lld at byte offset %zu (token %zu) is outside "
-                     "the vocabulary [0, %d)",
-                     (long long)token_at(ds, bad), ds->data_offset + bad * (size_t)ds->token_bytes, bad, vocab_size);
+        tri_error("%s: token id %lld at byte offset %zu (token %zu) is outside "
+                  "the vocabulary [0, %d)",
+                  ds->bin_path, (long long)token_at(ds, bad), ds->data_offset + bad * (size_t)ds->token_bytes, bad,
+                  vocab_size);
         return -1;
     }
     return 0;
@@ -336,20 +274,20 @@ int tri_dataset_open(tri_dataset *ds, const char *path, int vocab_size) {
     memset(ds, 0, sizeof *ds);
     const uint16_t one = 1;
     if (*(const unsigned char *)&one != 1) {
-        tri_data_err(path, "token files are little-endian; this host is not");
+        tri_error("%s: token files are little-endian; this host is not", path);
         return -1;
     }
     size_t len = strlen(path);
     if (len == 0) {
-        tri_data_err("(empty path)", "no token file named");
+        tri_error("(empty path): no token file named");
         return -1;
     }
     if (len + 5 > TRI_DATA_PATH_MAX) {
-        tri_data_err(path, "path longer than %d bytes", TRI_DATA_PATH_MAX - 5);
+        tri_error("%s: path longer than %d bytes", path, TRI_DATA_PATH_MAX - 5);
         return -1;
     }
     if (vocab_size < 0) {
-        tri_data_err(path, "vocab_size %d is negative", vocab_size);
+        tri_error("%s: vocab_size %d is negative", path, vocab_size);
         return -1;
     }
     memcpy(ds->path, path, len + 1);
@@ -358,8 +296,20 @@ int tri_dataset_open(tri_dataset *ds, const char *path, int vocab_size) {
         if (map_file(ds->idx_path, &ds->idx_map, &ds->idx_size) != 0) goto fail;
     }
     if (map_file(ds->bin_path, &ds->bin_map, &ds->bin_size) != 0) goto fail;
-    int rc = ds->format == TRI_DATA_LLMC ? tri_llmc_parse(ds) : tri_megatron_parse(ds);
+    tri_token_layout lay;
+    int rc = ds->format == TRI_DATA_LLMC ? tri_llmc_parse(ds->bin_path, ds->bin_map, ds->bin_size, &lay)
+                                         : tri_megatron_parse(ds->idx_path, ds->idx_map, ds->idx_size, ds->bin_path,
+                                                              ds->bin_map, ds->bin_size, &lay);
     if (rc != 0) goto fail;
+    ds->dtype = lay.dtype;
+    ds->token_bytes = lay.token_bytes;
+    ds->n_tokens = lay.n_tokens;
+    ds->n_docs = lay.n_docs;
+    ds->n_seqs = lay.n_seqs;
+    ds->data_offset = lay.data_offset;
+    ds->tokens = lay.tokens;
+    ds->seq_ptr = lay.seq_ptr;
+    ds->doc_idx = lay.doc_idx;
     ds->bin_fingerprint = fingerprint(ds->bin_map, ds->bin_size);
     ds->idx_fingerprint = ds->format == TRI_DATA_MEGATRON ? fingerprint(ds->idx_map, ds->idx_size) : 0;
     if (vocab_size > 0 && check_vocab(ds, vocab_size) != 0) goto fail;
@@ -424,11 +374,10 @@ static void report_truncated(const tri_dataset *ds, size_t start, size_t n) {
         snprintf(now, sizeof now, "%lld bytes now", (long long)st.st_size);
     else
         snprintf(now, sizeof now, "now: %s", strerror(errno));
-    tri_data_err(ds->bin_path,
-                 "truncated under the running job: %zu bytes when opened, %s, so tokens "
-                 "[%zu, %zu) (bytes [%zu, %zu)) cannot be read; token files must not be "
-                 "rewritten while a job reads them (restore it, then resume)",
-                 ds->bin_size, now, start, start + n, lo, hi);
+    tri_error("%s: truncated under the running job: %zu bytes when opened, %s, so tokens "
+              "[%zu, %zu) (bytes [%zu, %zu)) cannot be read; token files must not be "
+              "rewritten while a job reads them (restore it, then resume)",
+              ds->bin_path, ds->bin_size, now, start, start + n, lo, hi);
 }
 
 #define READ_LOOP(T)                                              \

@@ -27,25 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TRI_DATA_PATH_MAX 1024
-
-/* tri_dataset.format */
-enum { TRI_DATA_LLMC = 1, TRI_DATA_MEGATRON = 2 };
-
-/* Token dtypes: Megatron's codes, plus one of our own for llm.c's uint32
- * variant (Megatron has no uint32). Float codes 6 and 7 exist in Megatron's
- * table but are not token types: opening such a file is an error. */
-enum {
-    TRI_DT_U8 = 1,
-    TRI_DT_I8 = 2,
-    TRI_DT_I16 = 3,
-    TRI_DT_I32 = 4,
-    TRI_DT_I64 = 5,
-    TRI_DT_F64 = 6,
-    TRI_DT_F32 = 7,
-    TRI_DT_U16 = 8,
-    TRI_DT_U32 = 100
-};
+#include "data/format.h" /* TRI_DATA_*, TRI_DT_*, TRI_DATA_PATH_MAX, tri_dtype_name */
 
 typedef struct tri_dataset {
     /* public, read-only after open */
@@ -112,12 +94,6 @@ int tri_dataset_doc(const tri_dataset *ds, size_t doc, size_t *start, size_t *le
 /* Smallest and largest token id in the file (a parallel scan; both 0 for an
  * empty file). Either pointer may be NULL. */
 void tri_dataset_minmax(const tri_dataset *ds, int64_t *min_id, int64_t *max_id);
-
-/* "uint16", "int32", ... for a TRI_DT_* code; "unknown" otherwise. */
-const char *tri_dtype_name(int dtype);
-
-/* "llm.c" or "megatron" for a TRI_DATA_* format; "unknown" otherwise. */
-const char *tri_data_format_name(int format);
 
 /* ---- streaming writer ------------------------------------------------ */
 

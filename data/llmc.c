@@ -1,84 +1,79 @@
-/* llm.c token files: a header of 256 little-endian int32 (magic, version,
- * token count, the rest zero) followed by the tokens, uint16 for magic
- * 20240520 version 1 (GPT-2) or uint32 for magic 20240801 version 7
- * (llm.c's LLaMA-3 files). One document per file. */
+/* llm.c token files (data/llmc.h). */
+#include "data/llmc.h"
+
 #include <errno.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
-#include "data/dataset.h"
-#include "data/dataset_internal.h"
+#include "base/err.h"
 
-int tri_llmc_parse(tri_dataset *ds) {
-    const char *f = ds->bin_path;
-    if (ds->bin_size < TRI_LLMC_HEADER_BYTES) {
-        tri_data_err(f,
-                     "truncated header: the file holds %zu bytes, an llm.c token file "
-                     "starts with a %d-byte header",
-                     ds->bin_size, TRI_LLMC_HEADER_BYTES);
+int tri_llmc_parse(const char *path, const unsigned char *map, size_t size, tri_token_layout *out) {
+    const char *f = path;
+    const unsigned char *h = map;
+    memset(out, 0, sizeof *out);
+    if (size < TRI_LLMC_HEADER_BYTES) {
+        tri_error("%s: truncated header: the file holds %zu bytes, an llm.c token file "
+                  "starts with a %d-byte header",
+                  f, size, TRI_LLMC_HEADER_BYTES);
         return -1;
     }
-    const unsigned char *h = ds->bin_map;
     int32_t magic = tri_ld_i32(h), version = tri_ld_i32(h + 4), count = tri_ld_i32(h + 8);
     int want_version;
     if (magic == TRI_LLMC_MAGIC) {
         want_version = TRI_LLMC_VERSION;
-        ds->dtype = TRI_DT_U16;
+        out->dtype = TRI_DT_U16;
     } else if (magic == TRI_LLMC_MAGIC_U32) {
         want_version = TRI_LLMC_VERSION_U32;
-        ds->dtype = TRI_DT_U32;
+        out->dtype = TRI_DT_U32;
     } else {
-        tri_data_err(f, "bad magic %d at byte offset 0 (llm.c token files have %d)", (int)magic, TRI_LLMC_MAGIC);
+        tri_error("%s: bad magic %d at byte offset 0 (llm.c token files have %d)", f, (int)magic, TRI_LLMC_MAGIC);
         return -1;
     }
     if (version != want_version) {
-        tri_data_err(f, "unsupported version %d at byte offset 4 (expected %d for magic %d)", (int)version,
-                     want_version, (int)magic);
+        tri_error("%s: unsupported version %d at byte offset 4 (expected %d for magic %d)", f, (int)version,
+                  want_version, (int)magic);
         return -1;
     }
     if (count < 0) {
-        tri_data_err(f, "negative token count %d at byte offset 8", (int)count);
+        tri_error("%s: negative token count %d at byte offset 8", f, (int)count);
         return -1;
     }
-    ds->token_bytes = tri_dtype_bytes(ds->dtype);
-    size_t need = TRI_LLMC_HEADER_BYTES + (size_t)count * (size_t)ds->token_bytes;
-    if (ds->bin_size < need) {
-        tri_data_err(f,
-                     "truncated: the header says %d tokens (%zu bytes with the header) "
-                     "but the file holds %zu bytes",
-                     (int)count, need, ds->bin_size);
+    out->token_bytes = tri_dtype_bytes(out->dtype);
+    size_t need = TRI_LLMC_HEADER_BYTES + (size_t)count * (size_t)out->token_bytes;
+    if (size < need) {
+        tri_error("%s: truncated: the header says %d tokens (%zu bytes with the header) "
+                  "but the file holds %zu bytes",
+                  f, (int)count, need, size);
         return -1;
     }
-    if (ds->bin_size > need) {
-        tri_data_err(f,
-                     "%zu stray bytes after the %d tokens the header announces (file "
-                     "size %zu, expected %zu)",
-                     ds->bin_size - need, (int)count, ds->bin_size, need);
+    if (size > need) {
+        tri_error("%s: %zu stray bytes after the %d tokens the header announces (file "
+                  "size %zu, expected %zu)",
+                  f, size - need, (int)count, size, need);
         return -1;
     }
-    ds->data_offset = TRI_LLMC_HEADER_BYTES;
-    ds->tokens = h + TRI_LLMC_HEADER_BYTES;
-    ds->n_tokens = (size_t)count;
-    ds->n_docs = 1;
-    ds->n_seqs = 1;
+    out->data_offset = TRI_LLMC_HEADER_BYTES;
+    out->tokens = h + TRI_LLMC_HEADER_BYTES;
+    out->n_tokens = (size_t)count;
+    out->n_docs = 1;
+    out->n_seqs = 1;
     return 0;
 }
 
-int tri_llmc_write_header(struct tri_tokwriter *w) {
+int tri_llmc_write_header(FILE *f, const char *path, int dtype, size_t n_tokens) {
     int32_t header[TRI_LLMC_HEADER_INTS]; /* (256,) little-endian on disk */
     memset(header, 0, sizeof header);
-    if (w->dtype == TRI_DT_U32) {
+    if (dtype == TRI_DT_U32) {
         header[0] = TRI_LLMC_MAGIC_U32;
         header[1] = TRI_LLMC_VERSION_U32;
     } else {
         header[0] = TRI_LLMC_MAGIC;
         header[1] = TRI_LLMC_VERSION;
     }
-    TRI_CHECK(w->n_tokens <= INT32_MAX); /* add_doc refuses more */
-    header[2] = (int32_t)w->n_tokens;
-    if (fseek(w->bin, 0, SEEK_SET) != 0 || fwrite(header, sizeof header, 1, w->bin) != 1) {
-        tri_data_err(w->bin_tmp, "cannot write the header: %s", strerror(errno));
+    TRI_CHECK(n_tokens <= INT32_MAX); /* the writer refuses more */
+    header[2] = (int32_t)n_tokens;
+    if (fseek(f, 0, SEEK_SET) != 0 || fwrite(header, sizeof header, 1, f) != 1) {
+        tri_error("%s: cannot write the header: %s", path, strerror(errno));
         return -1;
     }
     return 0;

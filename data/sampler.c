@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "data/dataset.h"
-#include "data/dataset_internal.h"
 #include "data/sampler.h"
 
 /* ---- keyed permutation -------------------------------------------------- */
@@ -69,7 +69,7 @@ static char *trim(char *s) {
 static int parse_spec(const char *spec, spec_entry *e, int *n) {
     char *copy = strdup(spec);
     if (!copy) {
-        tri_data_err(spec, "out of memory");
+        tri_error("%s: out of memory", spec);
         return -1;
     }
     int count = 0, with_weight = 0;
@@ -81,12 +81,12 @@ static int parse_spec(const char *spec, spec_entry *e, int *n) {
         if (comma) *comma = '\0';
         char *t = trim(item);
         if (count == TRI_SAMPLER_MAX_DATASETS) {
-            tri_data_err(spec, "more than %d datasets in one blend", TRI_SAMPLER_MAX_DATASETS);
+            tri_error("%s: more than %d datasets in one blend", spec, TRI_SAMPLER_MAX_DATASETS);
             rc = -1;
             break;
         }
         if (!*t) {
-            tri_data_err(spec, "entry %d is empty", count + 1);
+            tri_error("%s: entry %d is empty", spec, count + 1);
             rc = -1;
             break;
         }
@@ -99,7 +99,7 @@ static int parse_spec(const char *spec, spec_entry *e, int *n) {
             double v = strtod(t, &end);
             if (end != t && *trim(end) == '\0') {
                 if (!(v > 0.0) || !isfinite(v)) {
-                    tri_data_err(spec, "entry %d: weight %s must be a finite number > 0", count + 1, t);
+                    tri_error("%s: entry %d: weight %s must be a finite number > 0", spec, count + 1, t);
                     rc = -1;
                     break;
                 }
@@ -110,17 +110,17 @@ static int parse_spec(const char *spec, spec_entry *e, int *n) {
             }
         }
         if (!*path) {
-            tri_data_err(spec, "entry %d has a weight but no file", count + 1);
+            tri_error("%s: entry %d has a weight but no file", spec, count + 1);
             rc = -1;
             break;
         }
         if (strlen(path) + 5 > TRI_DATA_PATH_MAX) {
-            tri_data_err(spec, "entry %d: path longer than %d bytes", count + 1, TRI_DATA_PATH_MAX - 5);
+            tri_error("%s: entry %d: path longer than %d bytes", spec, count + 1, TRI_DATA_PATH_MAX - 5);
             rc = -1;
             break;
         }
         if (count > 0 && (w > 0.0) != with_weight) {
-            tri_data_err(spec, "entry %d (%s): give a weight to every entry or to none", count + 1, path);
+            tri_error("%s: entry %d (%s): give a weight to every entry or to none", spec, count + 1, path);
             rc = -1;
             break;
         }
@@ -199,7 +199,7 @@ static int build_schedule(tri_sampler *s, const uint64_t *W) {
     s->slot_source = malloc((size_t)S * sizeof *s->slot_source);
     s->slot_rank = malloc((size_t)S * sizeof *s->slot_rank);
     if (!s->slot_source || !s->slot_rank) {
-        tri_data_err("sampler", "out of memory for a blend period of %llu samples", (unsigned long long)S);
+        tri_error("sampler: out of memory for a blend period of %llu samples", (unsigned long long)S);
         return -1;
     }
     uint64_t c[TRI_SAMPLER_MAX_DATASETS] = {0};
@@ -228,28 +228,28 @@ int tri_sampler_init_split(tri_sampler *s, const char *spec, int seq_len, int vo
     TRI_CHECK(s != NULL);
     memset(s, 0, sizeof *s);
     if (!spec || !spec[0]) {
-        tri_data_err("(empty)", "no token file given for the data");
+        tri_error("(empty): no token file given for the data");
         return -1;
     }
     if (seq_len < 1) {
-        tri_data_err(spec, "seq_len %d must be >= 1", seq_len);
+        tri_error("%s: seq_len %d must be >= 1", spec, seq_len);
         return -1;
     }
     if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
-        tri_data_err(spec, "split fraction %g must be in [0, 1)", val_fraction);
+        tri_error("%s: split fraction %g must be in [0, 1)", spec, val_fraction);
         return -1;
     }
     if (part != TRI_SPLIT_TRAIN && part != TRI_SPLIT_VAL) {
-        tri_data_err(spec, "unknown split part %d", part);
+        tri_error("%s: unknown split part %d", spec, part);
         return -1;
     }
     if (part == TRI_SPLIT_VAL && val_fraction == 0.0) {
-        tri_data_err(spec, "a validation part needs a split fraction > 0");
+        tri_error("%s: a validation part needs a split fraction > 0", spec);
         return -1;
     }
     spec_entry *e = calloc(TRI_SAMPLER_MAX_DATASETS, sizeof *e);
     if (!e) {
-        tri_data_err(spec, "out of memory");
+        tri_error("%s: out of memory", spec);
         return -1;
     }
     int n = 0;
@@ -259,7 +259,7 @@ int tri_sampler_init_split(tri_sampler *s, const char *spec, int seq_len, int vo
     }
     s->src = calloc((size_t)n, sizeof *s->src);
     if (!s->src) {
-        tri_data_err(spec, "out of memory");
+        tri_error("%s: out of memory", spec);
         free(e);
         return -1;
     }
@@ -273,7 +273,7 @@ int tri_sampler_init_split(tri_sampler *s, const char *spec, int seq_len, int vo
         size_t nt = src->ds.n_tokens;
         uint64_t nw = nt >= 1 ? (uint64_t)(nt - 1) / (uint64_t)seq_len : 0;
         if (nw == 0) {
-            tri_data_err(e[i].path, "%zu tokens hold no window of seq_len + 1 = %d tokens", nt, seq_len + 1);
+            tri_error("%s: %zu tokens hold no window of seq_len + 1 = %d tokens", e[i].path, nt, seq_len + 1);
             goto fail;
         }
         uint64_t n_val = 0;
@@ -281,10 +281,9 @@ int tri_sampler_init_split(tri_sampler *s, const char *spec, int seq_len, int vo
             n_val = (uint64_t)llround((double)nw * val_fraction);
             if (n_val < 1) n_val = 1;
             if (n_val >= nw) {
-                tri_data_err(e[i].path,
-                             "%llu windows of %d tokens cannot be split into a "
-                             "train and a val part with fraction %g",
-                             (unsigned long long)nw, seq_len + 1, val_fraction);
+                tri_error("%s: %llu windows of %d tokens cannot be split into a "
+                          "train and a val part with fraction %g",
+                          e[i].path, (unsigned long long)nw, seq_len + 1, val_fraction);
                 goto fail;
             }
         }

@@ -8,15 +8,34 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/err.h"
 #include "data/dataset.h"
-#include "data/dataset_internal.h"
+#include "data/format.h"
+#include "data/llmc.h"
+#include "data/megatron.h"
+
+#define TRI_TOKW_BUF 65536 /* tokens encoded per write */
+
+struct tri_tokwriter {
+    int format;             /* TRI_DATA_LLMC / TRI_DATA_MEGATRON      */
+    int vocab_size;         /* 0: only the dtype range is checked     */
+    int dtype, token_bytes; /* stored token type                      */
+    char bin_path[TRI_DATA_PATH_MAX + 8], bin_tmp[TRI_DATA_PATH_MAX + 16];
+    char idx_path[TRI_DATA_PATH_MAX + 8], idx_tmp[TRI_DATA_PATH_MAX + 16];
+    FILE *bin; /* the .bin.tmp being written             */
+    size_t n_tokens, n_docs;
+    int32_t *lens;
+    size_t lens_cap;    /* Megatron: sequence lengths [n_docs]    */
+    unsigned char *buf; /* encode buffer: TRI_TOKW_BUF tokens     */
+    int failed;         /* poisoned by an error                   */
+};
 
 int tri_tokwriter_open(tri_tokwriter **out, const char *out_prefix, const char *format, int vocab_size) {
     TRI_CHECK(out != NULL);
     *out = NULL;
     const char *name = out_prefix && out_prefix[0] ? out_prefix : "(empty prefix)";
     if (!out_prefix || !out_prefix[0] || strlen(out_prefix) + 5 > TRI_DATA_PATH_MAX) {
-        tri_data_err(name, "output prefix must be 1 to %d bytes", TRI_DATA_PATH_MAX - 5);
+        tri_error("%s: output prefix must be 1 to %d bytes", name, TRI_DATA_PATH_MAX - 5);
         return -1;
     }
     int fmt;
@@ -25,16 +44,16 @@ int tri_tokwriter_open(tri_tokwriter **out, const char *out_prefix, const char *
     } else if (format && strcmp(format, "megatron") == 0) {
         fmt = TRI_DATA_MEGATRON;
     } else {
-        tri_data_err(name, "unknown token-file format \"%s\" (expected llmc or megatron)", format ? format : "(null)");
+        tri_error("%s: unknown token-file format \"%s\" (expected llmc or megatron)", name, format ? format : "(null)");
         return -1;
     }
     if (vocab_size < 0) {
-        tri_data_err(name, "vocab_size %d is negative", vocab_size);
+        tri_error("%s: vocab_size %d is negative", name, vocab_size);
         return -1;
     }
     tri_tokwriter *w = calloc(1, sizeof *w);
     if (!w) {
-        tri_data_err(name, "out of memory");
+        tri_error("%s: out of memory", name);
         return -1;
     }
     w->format = fmt;
@@ -52,13 +71,13 @@ int tri_tokwriter_open(tri_tokwriter **out, const char *out_prefix, const char *
     }
     w->buf = malloc((size_t)TRI_TOKW_BUF * 4);
     if (!w->buf) {
-        tri_data_err(name, "out of memory");
+        tri_error("%s: out of memory", name);
         free(w);
         return -1;
     }
     w->bin = fopen(w->bin_tmp, "wb");
     if (!w->bin) {
-        tri_data_err(w->bin_tmp, "cannot create: %s", strerror(errno));
+        tri_error("%s: cannot create: %s", w->bin_tmp, strerror(errno));
         free(w->buf);
         free(w);
         return -1;
@@ -67,7 +86,7 @@ int tri_tokwriter_open(tri_tokwriter **out, const char *out_prefix, const char *
         /* Placeholder header; close writes the real one. */
         static const unsigned char zeros[TRI_LLMC_HEADER_BYTES];
         if (fwrite(zeros, 1, sizeof zeros, w->bin) != sizeof zeros) {
-            tri_data_err(w->bin_tmp, "cannot write: %s", strerror(errno));
+            tri_error("%s: cannot write: %s", w->bin_tmp, strerror(errno));
             w->failed = 1;
             tri_tokwriter_close(w);
             return -1;
@@ -85,8 +104,8 @@ static int encode(tri_tokwriter *w, const int32_t *tokens, size_t n, size_t firs
     for (size_t i = 0; i < n; i++) {
         int32_t t = tokens[i];
         if (t < 0 || (int64_t)t >= limit) {
-            tri_data_err(w->bin_path, "document %zu, token %zu: id %d is outside [0, %lld)", w->n_docs, first + i,
-                         (int)t, (long long)limit);
+            tri_error("%s: document %zu, token %zu: id %d is outside [0, %lld)", w->bin_path, w->n_docs, first + i,
+                      (int)t, (long long)limit);
             return -1;
         }
         if (w->token_bytes == 2) {
@@ -103,19 +122,17 @@ int tri_tokwriter_add_doc(tri_tokwriter *w, const int32_t *tokens, size_t n) {
     TRI_CHECK(w != NULL && (tokens != NULL || n == 0));
     if (w->failed) return -1;
     if (w->format == TRI_DATA_LLMC && n > (size_t)INT32_MAX - w->n_tokens) {
-        tri_data_err(w->bin_path,
-                     "document %zu: more than %d tokens in total, the limit of "
-                     "an llm.c token file (use the megatron format)",
-                     w->n_docs, INT32_MAX);
+        tri_error("%s: document %zu: more than %d tokens in total, the limit of "
+                  "an llm.c token file (use the megatron format)",
+                  w->bin_path, w->n_docs, INT32_MAX);
         w->failed = 1;
         return -1;
     }
     if (w->format == TRI_DATA_MEGATRON) {
         if (n > (size_t)INT32_MAX) {
-            tri_data_err(w->bin_path,
-                         "document %zu: %zu tokens, more than a Megatron "
-                         "sequence can hold (%d)",
-                         w->n_docs, n, INT32_MAX);
+            tri_error("%s: document %zu: %zu tokens, more than a Megatron "
+                      "sequence can hold (%d)",
+                      w->bin_path, w->n_docs, n, INT32_MAX);
             w->failed = 1;
             return -1;
         }
@@ -123,7 +140,7 @@ int tri_tokwriter_add_doc(tri_tokwriter *w, const int32_t *tokens, size_t n) {
             size_t cap = w->lens_cap ? 2 * w->lens_cap : 1024;
             int32_t *p = realloc(w->lens, cap * sizeof *p);
             if (!p) {
-                tri_data_err(w->bin_path, "out of memory for %zu document lengths", cap);
+                tri_error("%s: out of memory for %zu document lengths", w->bin_path, cap);
                 w->failed = 1;
                 return -1;
             }
@@ -139,7 +156,7 @@ int tri_tokwriter_add_doc(tri_tokwriter *w, const int32_t *tokens, size_t n) {
         }
         size_t bytes = m * (size_t)w->token_bytes;
         if (fwrite(w->buf, 1, bytes, w->bin) != bytes) {
-            tri_data_err(w->bin_tmp, "cannot write: %s", strerror(errno));
+            tri_error("%s: cannot write: %s", w->bin_tmp, strerror(errno));
             w->failed = 1;
             return -1;
         }
@@ -160,7 +177,7 @@ static int finish_bin(tri_tokwriter *w) {
     }
     w->bin = NULL;
     if (!ok) {
-        tri_data_err(w->bin_tmp, "cannot write: %s", strerror(saved));
+        tri_error("%s: cannot write: %s", w->bin_tmp, strerror(saved));
         return -1;
     }
     return 0;
@@ -169,7 +186,7 @@ static int finish_bin(tri_tokwriter *w) {
 int tri_tokwriter_close(tri_tokwriter *w) {
     if (!w) return 0;
     int rc = w->failed ? -1 : 0;
-    if (rc == 0 && w->format == TRI_DATA_LLMC) rc = tri_llmc_write_header(w);
+    if (rc == 0 && w->format == TRI_DATA_LLMC) rc = tri_llmc_write_header(w->bin, w->bin_tmp, w->dtype, w->n_tokens);
     if (w->bin) {
         if (rc == 0)
             rc = finish_bin(w);
@@ -177,13 +194,14 @@ int tri_tokwriter_close(tri_tokwriter *w) {
             fclose(w->bin); /* discarding anyway */
         w->bin = NULL;
     }
-    if (rc == 0 && w->format == TRI_DATA_MEGATRON) rc = tri_megatron_write_index(w);
+    if (rc == 0 && w->format == TRI_DATA_MEGATRON)
+        rc = tri_megatron_write_index(w->idx_tmp, w->dtype, w->lens, w->n_docs);
     if (rc == 0 && rename(w->bin_tmp, w->bin_path) != 0) {
-        tri_data_err(w->bin_path, "cannot rename %s into place: %s", w->bin_tmp, strerror(errno));
+        tri_error("%s: cannot rename %s into place: %s", w->bin_path, w->bin_tmp, strerror(errno));
         rc = -1;
     }
     if (rc == 0 && w->format == TRI_DATA_MEGATRON && rename(w->idx_tmp, w->idx_path) != 0) {
-        tri_data_err(w->idx_path, "cannot rename %s into place: %s", w->idx_tmp, strerror(errno));
+        tri_error("%s: cannot rename %s into place: %s", w->idx_path, w->idx_tmp, strerror(errno));
         unlink(w->bin_path); /* a .bin without its index would be half a dataset */
         rc = -1;
     }

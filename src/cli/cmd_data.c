@@ -1,39 +1,80 @@
 /* `trident data info PATH [--json] [--vocab V] [--seq-len T]`
- * `trident data dump PATH --doc N [--vocab V]` */
+ * `trident data dump PATH --doc N [--vocab V]`
+ * One option table per sub-command; `trident data --help` prints both. */
+#include "cli/cmd_data.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/dataset.h"
-#include "cli/cli.h"
-#include "cli/cmd_data.h"
 #include "base/err.h"
+#include "base/exit.h"
+#include "base/json.h"
+#include "base/opt.h"
+#include "data/dataset.h"
 
-static void data_usage(FILE *f) {
-    fprintf(f, "usage: trident data info PATH [--json] [--vocab V] [--seq-len T]\n"
-               "       trident data dump PATH --doc N [--vocab V]\n"
-               "  PATH          an llm.c token file, or a Megatron PREFIX.bin, PREFIX.idx or PREFIX\n"
-               "  info          format, token dtype, documents, sequences, tokens and id range\n"
-               "  dump          the token ids of one document, space-separated, on one line\n"
-               "  --json        (info) one JSON object instead of lines\n"
-               "  --vocab V     check every token id is below V (errors name the byte offset)\n"
-               "  --seq-len T   (info) also count training windows of T + 1 tokens\n"
-               "  --doc N       (dump) document number, from 0\n");
+#define PATH_ABOUT "  PATH: an llm.c token file, or a Megatron PREFIX.bin, PREFIX.idx or PREFIX\n"
+#define VOCAB_HELP "check every token id is below V (errors name the byte offset)"
+
+typedef struct data_args {
+    int json;
+    long vocab, seq_len;
+    tri_opt_list doc; /* --doc: the value of each, checked after parsing (the last counts) */
+    tri_opt_list path;
+} data_args;
+
+/* Each sub-command's table lives on the stack of its *_options function:
+ * with help != NULL it prints the help there, otherwise it parses argv
+ * (argv[0] is the sub-command) into *a. Returns a TRI_OPT_* result. */
+static int info_options(data_args *a, int argc, char **argv, FILE *help) {
+    const tri_opt opts[] = {
+        {"--json", TRI_OPT_FLAG, &a->json, .help = "one JSON object instead of lines"},
+        {"--vocab", TRI_OPT_LONG, &a->vocab, "V", 1, INT32_MAX, .help = VOCAB_HELP},
+        {"--seq-len", TRI_OPT_LONG, &a->seq_len, "T", 1, INT32_MAX,
+         .help = "also count training windows of T + 1 tokens"},
+    };
+    const tri_cmd_spec spec = {
+        .cmd = "trident data",
+        .who = "data info",
+        .usage = "info PATH [--json] [--vocab V] [--seq-len T]",
+        .about = "  format, token dtype, documents, sequences, tokens and id range\n" PATH_ABOUT,
+        .opts = opts,
+        .n_opts = TRI_OPT_N(opts),
+        .pos = &a->path,
+        .max_pos = 1,
+        .pos_name = "PATH",
+    };
+    if (help) return tri_opt_help(&spec, help), TRI_OPT_HELP;
+    return tri_opt_parse(&spec, argc, argv);
 }
 
-/* Prints s as a JSON string literal. */
-static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
+static int dump_options(data_args *a, int argc, char **argv, FILE *help) {
+    const tri_opt opts[] = {
+        {"--doc", TRI_OPT_LIST, &a->doc, "N", .help = "document number, from 0"},
+        {"--vocab", TRI_OPT_LONG, &a->vocab, "V", 1, INT32_MAX, .help = VOCAB_HELP},
+    };
+    const tri_cmd_spec spec = {
+        .cmd = "trident data",
+        .who = "data dump",
+        .usage = "dump PATH --doc N [--vocab V]",
+        .about = "  the token ids of one document, space-separated, on one line\n" PATH_ABOUT,
+        .opts = opts,
+        .n_opts = TRI_OPT_N(opts),
+        .pos = &a->path,
+        .max_pos = 1,
+        .pos_name = "PATH",
+    };
+    if (help) return tri_opt_help(&spec, help), TRI_OPT_HELP;
+    return tri_opt_parse(&spec, argc, argv);
+}
+
+/* The help of both sub-commands, from their tables. */
+static void data_help(FILE *f) {
+    data_args a = {0};
+    info_options(&a, 0, NULL, f);
+    fputc('\n', f);
+    dump_options(&a, 0, NULL, f);
 }
 
 static void print_info(const tri_dataset *ds, int json, long seq_len) {
@@ -43,16 +84,16 @@ static void print_info(const tri_dataset *ds, int json, long seq_len) {
     if (seq_len > 0 && ds->n_tokens > 0) windows = (ds->n_tokens - 1) / (size_t)seq_len;
     if (json) {
         printf("{\"path\": ");
-        json_string(stdout, ds->path);
+        tri_json_fputs(stdout, ds->path);
         printf(", \"format\": \"%s\", \"dtype\": \"%s\", \"token_bytes\": %d, "
                "\"documents\": %zu, \"sequences\": %zu, \"tokens\": %zu, "
                "\"min_token\": %lld, \"max_token\": %lld, \"bin\": ",
                ds->format == TRI_DATA_LLMC ? "llmc" : "megatron", tri_dtype_name(ds->dtype), ds->token_bytes,
                ds->n_docs, ds->n_seqs, ds->n_tokens, (long long)mn, (long long)mx);
-        json_string(stdout, ds->bin_path);
+        tri_json_fputs(stdout, ds->bin_path);
         if (ds->format == TRI_DATA_MEGATRON) {
             printf(", \"idx\": ");
-            json_string(stdout, ds->idx_path);
+            tri_json_fputs(stdout, ds->idx_path);
         }
         if (seq_len > 0) printf(", \"seq_len\": %ld, \"windows\": %zu", seq_len, windows);
         printf("}\n");
@@ -74,19 +115,19 @@ static int dump_doc(const tri_dataset *ds, uint64_t doc) {
     if (doc > SIZE_MAX || tri_dataset_doc(ds, (size_t)doc, &start, &len) != 0) {
         tri_error("%s: document %llu out of range (the file has %zu document%s)", ds->path, (unsigned long long)doc,
                   ds->n_docs, ds->n_docs == 1 ? "" : "s");
-        return 2;
+        return TRI_EXIT_BAD_INPUT;
     }
     enum { CHUNK = 65536 };
     int32_t *buf = malloc(CHUNK * sizeof *buf); /* (CHUNK,) */
     if (!buf) {
         tri_error("%s: out of memory", ds->path);
-        return 1;
+        return TRI_EXIT_FAILURE;
     }
     for (size_t off = 0; off < len; off += CHUNK) {
         size_t m = len - off < CHUNK ? len - off : CHUNK;
         if (tri_dataset_read(ds, start + off, m, buf) != 0) {
             free(buf);
-            return 1;
+            return TRI_EXIT_FAILURE;
         }
         for (size_t i = 0; i < m; i++) printf(off + i ? " %d" : "%d", (int)buf[i]);
     }
@@ -94,67 +135,40 @@ static int dump_doc(const tri_dataset *ds, uint64_t doc) {
     free(buf);
     if (fflush(stdout) != 0) {
         tri_error("data dump: cannot write to standard output");
-        return 1;
+        return TRI_EXIT_FAILURE;
     }
-    return 0;
+    return TRI_EXIT_OK;
 }
 
 int tri_cmd_data(int argc, char **argv) {
     if (argc < 2) {
-        data_usage(stderr);
-        return 2;
+        data_help(stderr);
+        return TRI_EXIT_BAD_INPUT;
     }
     const char *sub = argv[1];
     if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
-        data_usage(stdout);
-        return 0;
+        data_help(stdout);
+        return TRI_EXIT_OK;
     }
     int is_info = !strcmp(sub, "info"), is_dump = !strcmp(sub, "dump");
-    if (!is_info && !is_dump) {
-        tri_error("data: unknown subcommand '%s' (expected info or dump)", sub);
-        return 2;
-    }
-    const char *path = NULL;
-    int json = 0, have_doc = 0;
-    long vocab = 0, seq_len = 0;
+    if (!is_info && !is_dump)
+        return tri_error("data: unknown subcommand '%s' (expected info or dump)", sub), TRI_EXIT_BAD_INPUT;
+    data_args a = {0};
+    int rc = is_info ? info_options(&a, argc - 1, argv + 1, NULL) : dump_options(&a, argc - 1, argv + 1, NULL);
+    /* both point into argv */
+    const char *path = a.path.n ? a.path.v[0] : NULL, *doc_arg = a.doc.n ? a.doc.v[a.doc.n - 1] : NULL;
+    tri_opt_list_free(&a.path);
+    tri_opt_list_free(&a.doc);
+    if (rc != TRI_OPT_GO) return tri_opt_exit(rc);
     uint64_t doc = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            data_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--vocab") && v) {
-            if (tri_arg_int(a, v, 1, INT32_MAX, &vocab)) return 2;
-            i++;
-        } else if (is_info && !strcmp(a, "--json")) {
-            json = 1;
-        } else if (is_info && !strcmp(a, "--seq-len") && v) {
-            if (tri_arg_int(a, v, 1, INT32_MAX, &seq_len)) return 2;
-            i++;
-        } else if (is_dump && !strcmp(a, "--doc") && v) {
-            if (tri_arg_u64(a, v, &doc)) return 2;
-            have_doc = 1;
-            i++;
-        } else if (a[0] != '-' && !path) {
-            path = a;
-        } else {
-            tri_error("data %s: unknown or incomplete option '%s' (try `trident data --help`)", sub, a);
-            return 2;
-        }
-    }
-    if (!path) {
-        tri_error("data %s: no token file given", sub);
-        return 2;
-    }
-    if (is_dump && !have_doc) {
-        tri_error("data dump: --doc N is required");
-        return 2;
-    }
+    if (doc_arg && tri_arg_u64("--doc", doc_arg, &doc)) return TRI_EXIT_BAD_INPUT;
+    if (!path) return tri_error("data %s: no token file given", sub), TRI_EXIT_BAD_INPUT;
+    if (is_dump && !doc_arg) return tri_error("data dump: --doc N is required"), TRI_EXIT_BAD_INPUT;
     tri_dataset ds;
-    if (tri_dataset_open(&ds, path, (int)vocab) != 0) return 2;
-    int rc = 0;
+    if (tri_dataset_open(&ds, path, (int)a.vocab) != 0) return TRI_EXIT_BAD_INPUT;
+    rc = TRI_EXIT_OK;
     if (is_info)
-        print_info(&ds, json, seq_len);
+        print_info(&ds, a.json, a.seq_len);
     else
         rc = dump_doc(&ds, doc);
     tri_dataset_close(&ds);

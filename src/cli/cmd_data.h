@@ -5,7 +5,9 @@
 /* argv[0] == "data". `data info PATH [--json] [--vocab V] [--seq-len T]`
  * prints the format, token dtype, documents, sequences, tokens and id
  * range; `data dump PATH --doc N [--vocab V]` prints document N's token ids.
- * Returns the exit code: 0 ok, 2 bad input (one line naming the culprit). */
+ * `--help` after a sub-command prints its options; `data --help` both.
+ * Returns the exit code (base/exit.h): TRI_EXIT_OK, TRI_EXIT_BAD_INPUT (one
+ * line naming the culprit), TRI_EXIT_FAILURE (a read or a write failed). */
 int tri_cmd_data(int argc, char **argv);
 
 #endif

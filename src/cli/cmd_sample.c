@@ -6,7 +6,7 @@
 #include "base/err.h"
 #include "base/exit.h"
 #include "cli/cli.h"
-#include "data/tokenizer.h"
+#include "data/tok/tokenizer.h"
 #include "train/infer.h"
 #include "train/sample.h"
 #include "train/train.h"

@@ -8,8 +8,10 @@
  *   tokenize encode (--tokenizer tok.json | --bytes) --format llmc|megatron --out PREFIX
  *                   [--jsonl] [--threads K] [--quiet] INPUT...
  *   tokenize decode (--tokenizer tok.json | --bytes) [--format llmc|megatron] INPUT
- * Returns the exit code: 0 ok, 2 bad input (one line naming the culprit),
- * 1 runtime failure (writing the output). */
+ * `--help` after a sub-command prints its options; `tokenize --help` all.
+ * Returns the exit code (base/exit.h): TRI_EXIT_OK, TRI_EXIT_BAD_INPUT (one
+ * line naming the culprit), TRI_EXIT_FAILURE (writing the output), or
+ * 128 + S when stopped by signal S (nothing written). */
 int tri_cmd_tokenize(int argc, char **argv);
 
 #endif

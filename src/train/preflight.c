@@ -11,7 +11,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "data/tokenizer.h"
+#include "data/tok/tokenizer.h"
 #include "model/gpt.h"
 #include "model/runtime.h"
 #include "base/fs.h"

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "data/tokenizer.h"
+#include "data/tok/tokenizer.h"
 #include "train/infer.h"
 
 typedef struct tri_sample_cfg {

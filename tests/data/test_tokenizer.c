@@ -1,4 +1,4 @@
-/* Byte-level BPE tokenizer (data/tokenizer.h) and `trident tokenize`.
+/* Byte-level BPE tokenizer (data/tok/tokenizer.h) and `trident tokenize`.
  *
  * Independent references used here:
  *   - pre-token splits and encodings of a hand-made vocab.json/merges.txt,
@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "data/dataset.h"
-#include "data/tokenizer.h"
+#include "data/tok/tokenizer.h"
 #include "cli/cmd_tokenize.h"
 
 /* ---- helpers ------------------------------------------------------------------ */

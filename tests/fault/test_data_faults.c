@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "data/dataset.h"
-#include "data/tokenizer.h"
+#include "data/tok/tokenizer.h"
 #include "helpers/testutil.h"
 #include "config/config.h"
 #include "train/preflight.h"

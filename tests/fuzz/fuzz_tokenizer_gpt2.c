@@ -1,4 +1,4 @@
-/* GPT-2 vocab.json + merges.txt loading (data/tokenizer.c): the input is the
+/* GPT-2 vocab.json + merges.txt loading (data/tok/vocab.c): the input is the
  * vocab.json text, a NUL byte, then merges.txt. Loaded through the prefix
  * form (PREFIXvocab.json + PREFIXmerges.txt, as Megatron names them). See
  * tok_check.h for what an accepted tokenizer must do. */

@@ -1,4 +1,4 @@
-/* Hugging Face tokenizer.json loading (data/tokenizer.c): the input is the
+/* Hugging Face tokenizer.json loading (data/tok/vocab.c): the input is the
  * whole file. See tok_check.h for what an accepted tokenizer must do. */
 #include "tests/fuzz/tok_check.h"
 

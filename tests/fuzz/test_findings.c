@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "data/dataset.h"
-#include "data/tokenizer.h"
+#include "data/tok/tokenizer.h"
 #include "helpers/testutil.h"
 #include "model/ckpt/checkpoint.h"
 #include "train/ckpt_state.h"

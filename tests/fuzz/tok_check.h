@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "data/tokenizer.h"
+#include "data/tok/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 static void round_trip(const tri_tokenizer *tk, const char *text, size_t len, int32_t **ids_out, size_t *n_out) {

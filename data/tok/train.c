@@ -21,7 +21,8 @@
 
 #include "data/bytemap.h"
 #include "data/hash.h"
-#include "data/tokenizer.h"
+#include "data/text.h"
+#include "data/tok/tokenizer.h"
 #include "base/stop.h"
 #include "base/err.h"
 
@@ -492,8 +493,8 @@ oom:
     tri_error("tokenizer: out of memory while training");
     goto done;
 stopped:
-    fprintf(stderr, "trident: tokenizer: %s: training stopped after %d merges; nothing written\n",
-            tri_stop_name(tri_stop_signal()), n_merges);
+    tri_error("tokenizer: %s: training stopped after %d merges; nothing written", tri_stop_name(tri_stop_signal()),
+              n_merges);
 done:
     if (maps)
         for (int i = 0; i < nt; i++) tri_bmap_free(&maps[i]);

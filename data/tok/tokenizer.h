@@ -28,7 +28,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 /* Flags of one id (tri_tokenizer.flags). */
 enum {
@@ -124,7 +123,7 @@ int tri_tokenizer_from_merges(tri_tokenizer *tk, const int32_t *pairs, int n, in
  * added_tokens) through path.tmp renamed into place. Returns 0 or -1. */
 int tri_tokenizer_save(const tri_tokenizer *tk, const char *path);
 
-/* ---- pieces exposed for the CLI and the tests --------------------------- */
+/* ---- pieces for the encode pipeline, BPE training and the tests -------- */
 
 /* Byte b's character in GPT-2's bytes_to_unicode mapping (a code point,
  * 33..255 or 256..323). */
@@ -151,38 +150,5 @@ void tri_tokcache_free(tri_tokcache *c); /* NULL-safe */
  * two threads at once. Returns 0, or -1 on allocation failure (printed). */
 int tri_tokenizer_encode_append(const tri_tokenizer *tk, tri_tokcache *cache, const char *text, size_t len,
                                 int32_t **ids, size_t *n, size_t *cap);
-
-/* Reading text files, plain or ".xz" (through `xz -dc`, no shell). */
-typedef struct tri_textfile {
-    FILE *f;
-    int pid; /* xz child process, or 0 */
-    char path[1024];
-} tri_textfile;
-int tri_textfile_open(tri_textfile *tf, const char *path); /* 0 or -1 (printed) */
-/* Reads up to n bytes; returns the count (0 at end of file) or SIZE_MAX on a
- * read error (printed). */
-size_t tri_textfile_read(tri_textfile *tf, void *buf, size_t n);
-/* Closes; returns -1 (printed) if xz failed. NULL-safe and idempotent. */
-int tri_textfile_close(tri_textfile *tf);
-
-/* A text file read in blocks of about `block` bytes that end at a cut
- * point: after a '\n' (by_line) or at a safe pre-token cut
- * (tri_tokenizer_cut_before). A block grows beyond `block` when no cut
- * point is found; the last block ends at the end of the file. */
-typedef struct tri_textblocks {
-    tri_textfile tf;
-    char *buf;       /* (cap) */
-    size_t cap, len; /* bytes held                                   */
-    size_t used;     /* bytes of buf handed out by the last call     */
-    size_t block;
-    int by_line, eof;
-    uint64_t bytes_done; /* bytes handed out so far                      */
-} tri_textblocks;
-int tri_textblocks_open(tri_textblocks *b, const char *path, size_t block, int by_line); /* 0 / -1 */
-/* Sets [*text, *text + *n), valid until the next call. Returns 1, 0 at the
- * end of the file, or -1 (printed). */
-int tri_textblocks_next(tri_textblocks *b, const char **text, size_t *n);
-/* Frees; returns -1 if reading failed (xz). NULL-safe, zeroes *b. */
-int tri_textblocks_close(tri_textblocks *b);
 
 #endif
