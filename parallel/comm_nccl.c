@@ -25,6 +25,7 @@
 #include "parallel/nccl_plan.h"
 #include "parallel/watchdog.h"
 #include "base/err.h"
+#include "base/exit.h"
 
 /* nccl_plan.h mirrors NCCL's numbering so that it can be tested without NCCL. */
 _Static_assert(TRI_NCCL_UINT8 == (int)ncclUint8 && TRI_NCCL_INT32 == (int)ncclInt32, "NCCL type numbering");
@@ -70,8 +71,8 @@ _Noreturn static void die(shared *sh, int code) {
 _Noreturn static void fail_call(shared *sh, int rank, const char *group, const char *call, const char *file, int line,
                                 const char *why) {
     char msg[1024];
-    fprintf(stderr, "%s\n", tri_nccl_fail_msg(msg, sizeof msg, rank, group, call, file, line, why));
-    die(sh, 1);
+    tri_error_rank(rank, "%s", tri_nccl_fail_msg(msg, sizeof msg, group, call, file, line, why));
+    die(sh, TRI_EXIT_FAILURE);
 }
 
 static void nccl_check_(ncclResult_t r, ncclComm_t comm, shared *sh, int rank, const char *group, const char *call,
@@ -103,8 +104,8 @@ static handle *handle_of(const tri_comm *c) { return (handle *)c->handle; }
 
 /* A caller's contract broken (bad root, peer, dtype, aliasing): fatal, named. */
 _Noreturn static void misuse(const tri_comm *c, const char *what, const char *detail) {
-    fprintf(stderr, "trident: rank %d: %s over %s: %s\n", c->world_rank, what, c->name, detail);
-    die(handle_of(c)->sh, 1);
+    tri_error_rank(c->world_rank, "%s over %s: %s", what, c->name, detail);
+    die(handle_of(c)->sh, TRI_EXIT_FAILURE);
 }
 
 static ncclDataType_t nccl_type(const tri_comm *c, const char *what, tri_dtype t) {
@@ -206,9 +207,8 @@ _Noreturn static void expired(const tri_comm *c, const char *op, size_t bytes, i
         s.members = h->members;
         s.n_members = c->size;
     }
-    char line[1024];
-    fprintf(stderr, "%s\n", tri_wd_describe(line, sizeof line, &s));
-    die(h->sh, TRI_WD_EXIT_CODE);
+    tri_wd_report(&s);
+    die(h->sh, TRI_EXIT_TIMEOUT);
 }
 
 static void wait_slot(tri_comm *c, int slot, const char *op, size_t bytes, int peer, int tag) {
@@ -410,9 +410,9 @@ static void adopt(tri_comm *out, shared *sh, int id, const char *name, ncclComm_
     NCCL_CHECK0(sh, world_rank, ncclCommCount(comm, &size));
     NCCL_CHECK0(sh, world_rank, ncclCommUserRank(comm, &rank));
     if (size != n || rank != my_index) {
-        fprintf(stderr, "trident: rank %d: NCCL's %s group has %d ranks with this one at %d, the mesh says %d at %d\n",
-                world_rank, name, size, rank, n, my_index);
-        die(sh, 1);
+        tri_error_rank(world_rank, "NCCL's %s group has %d ranks with this one at %d, the mesh says %d at %d", name, size,
+                       rank, n, my_index);
+        die(sh, TRI_EXIT_FAILURE);
     }
     if (size == 1) {
         NCCL_CHECK0(sh, world_rank, ncclCommDestroy(comm));
@@ -421,8 +421,8 @@ static void adopt(tri_comm *out, shared *sh, int id, const char *name, ncclComm_
     handle *h = calloc(1, sizeof *h);
     int *mem = malloc((size_t)n * sizeof *mem);
     if (h == NULL || mem == NULL) {
-        fprintf(stderr, "trident: rank %d: out of memory for the %s group\n", world_rank, name);
-        die(sh, 1);
+        tri_error_rank(world_rank, "out of memory for the %s group", name);
+        die(sh, TRI_EXIT_FAILURE);
     }
     memcpy(mem, members, (size_t)n * sizeof *mem);
     h->comm = comm;

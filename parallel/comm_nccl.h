@@ -21,7 +21,7 @@
  *    watchdog (c->timeout_s); past it, the rank prints the watchdog's line
  *    (rank, step, group, operation, bytes, peer or members as world ranks),
  *    aborts its communicators (ncclCommAbort) and exits with
- *    TRI_WD_EXIT_CODE. Every NCCL and CUDA call is checked: a failure prints
+ *    TRI_EXIT_TIMEOUT. Every NCCL and CUDA call is checked: a failure prints
  *    "trident: rank R: CALL failed at FILE:LINE (group G): WHY", aborts the
  *    communicators and exits 1 (under mpirun the other ranks are then ended
  *    by the launcher; without it, their own watchdogs end them).

@@ -139,12 +139,11 @@ void tri_p2p_done(tri_p2p_batcher *b, int slot) {
 
 int tri_p2p_refs(const tri_p2p_batcher *b, int slot) { return slot >= 0 && slot < b->n_slots ? b->refs[slot] : 0; }
 
-char *tri_nccl_fail_msg(char *buf, size_t n, int world_rank, const char *group, const char *call, const char *file,
-                        int line, const char *why) {
+char *tri_nccl_fail_msg(char *buf, size_t n, const char *group, const char *call, const char *file, int line,
+                        const char *why) {
     if (group && *group)
-        snprintf(buf, n, "trident: rank %d: %s failed at %s:%d (group %s): %s", world_rank, call, file, line, group,
-                 why);
+        snprintf(buf, n, "%s failed at %s:%d (group %s): %s", call, file, line, group, why);
     else
-        snprintf(buf, n, "trident: rank %d: %s failed at %s:%d: %s", world_rank, call, file, line, why);
+        snprintf(buf, n, "%s failed at %s:%d: %s", call, file, line, why);
     return buf;
 }

@@ -104,9 +104,9 @@ int tri_p2p_refs(const tri_p2p_batcher *b, int slot);
 /* ------------------------------------------------------------------------ */
 /* Failure messages                                                         */
 
-/* "trident: rank R: CALL failed at FILE:LINE (group G): WHY" into buf (one
- * line, no newline; group may be NULL). Returns buf. */
-char *tri_nccl_fail_msg(char *buf, size_t n, int world_rank, const char *group, const char *call, const char *file,
-                        int line, const char *why);
+/* "CALL failed at FILE:LINE (group G): WHY" into buf (one line, no
+ * newline; group may be NULL), for tri_error_rank. Returns buf. */
+char *tri_nccl_fail_msg(char *buf, size_t n, const char *group, const char *call, const char *file, int line,
+                        const char *why);
 
 #endif

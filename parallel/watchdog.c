@@ -130,7 +130,5 @@ void tri_wd_report(const tri_wd_site *s) {
     char line[1024] = "";
     size_t at = 0;
     describe(line, sizeof line, &at, s);
-    /* tri_error, not tri_error_rank: this file is also built into the CUDA
-     * module, which forwards tri_error only (kernels/cuda/module.c) */
-    tri_error("rank %d: %s", s->world_rank, line);
+    tri_error_rank(s->world_rank, "%s", line);
 }

@@ -27,10 +27,6 @@
  * never told otherwise (tools such as tests/tools/mpi_probe.c). */
 #define TRI_WD_DEFAULT_TIMEOUT_S 600.0
 
-/* The exit code of a job aborted by the watchdog: TRI_EXIT_TIMEOUT (124, as
- * timeout(1)'s), under the name parallel/comm_nccl.c still uses. */
-#define TRI_WD_EXIT_CODE TRI_EXIT_TIMEOUT
-
 /* Where the caller is, for the report: set by the trainer at each phase
  * (tri_dist_progress), read by the transport only when a wait expires. */
 typedef struct tri_progress {
