@@ -7,6 +7,7 @@
 
 #include "base/err.h"
 #include "base/size.h"
+#include "parallel/tensor.h"
 
 int tri_recompute_parse(const char *s) {
     if (strcmp(s, "none") == 0) return TRI_RECOMPUTE_NONE;
@@ -278,37 +279,23 @@ void tri_slot_stage(const tri_gpt *g, const tri_slot_pool *p, tri_slot *s, const
 }
 
 /* ------------------------------------------------------------------------ */
-/* tensor-parallel regions (Megatron's f and g)                              */
+/* tensor-parallel regions: Megatron's f and g, with and without sequence
+ * parallelism (parallel/tensor.h says which direction each call is)        */
 
-/* Without sequence parallelism (Megatron's f and g):
- *   g, after a row-parallel linear: forward all-reduce, backward identity;
- *   f, before a column-parallel linear: forward identity, backward all-reduce.
- * With it (Korthikanti et al.), the residual stream holds R = BT/tp rows per
- * rank (rows [r R, (r+1) R) of the (b, t)-ordered stream):
- *   g: forward reduce-scatter (BT -> R rows), backward all-gather;
- *   f: forward all-gather (R -> BT rows), backward reduce-scatter.
- * Each function below is one of those four directions; full is the
- * (BT, C) tensor, shard the rank's (R, C) part. */
-
-/* forward of g / backward of f: full (BT, C) of partial sums in, the
- * reduced rows this rank keeps out: the all-reduced full in place, or the
- * reduce-scattered shard written to shard (a different buffer). */
-static void *tp_reduce(tri_gpt *g, void *full, void *shard, size_t BT) {
-    if (!g->sp) {
-        tri_comm_allreduce(g->tp_comm, full, BT * g->C, g->ctx->act_dtype, TRI_SUM);
-        return full;
-    }
-    tri_comm_reduce_scatter(g->tp_comm, shard, full, res_rows(g, BT) * g->C, g->ctx->act_dtype);
-    return shard;
+static tri_tp_region tp_region(const tri_gpt *g) {
+    return (tri_tp_region){.comm = g->tp_comm, .tp = g->tp, .sp = g->sp, .C = g->C, .dtype = g->ctx->act_dtype};
 }
 
-/* forward of f / backward of g: this rank's rows in, every row out: the
- * shard all-gathered into full, or (without sequence parallelism, where
- * every rank holds every row already) the input itself. */
+/* forward of g / backward of f */
+static void *tp_reduce(tri_gpt *g, void *full, void *shard, size_t BT) {
+    tri_tp_region r = tp_region(g);
+    return tri_tp_reduce(&r, full, shard, BT);
+}
+
+/* forward of f / backward of g */
 static const void *tp_gather(tri_gpt *g, void *full, const void *shard, size_t BT) {
-    if (!g->sp) return shard;
-    tri_comm_allgather(g->tp_comm, full, shard, res_rows(g, BT) * g->C, g->ctx->act_dtype);
-    return full;
+    tri_tp_region r = tp_region(g);
+    return tri_tp_gather(&r, full, shard, BT);
 }
 
 /* The gradients of the tensors applied row by row to the residual stream
