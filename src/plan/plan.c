@@ -648,18 +648,11 @@ int tri_plan_check(const tri_config *cfg, const tri_gpu_kind *gpu, char *why, si
                  cfg->train.micro_batch, par->dp);
         return -1;
     }
-    tri_error_capture(why, n);
-    int rc = tri_gpt_check_layout(m, par->tp, par->pp, par->vpp, par->pp_layout);
-    if (rc == 0) {
-        int kind = sched_kind(cfg);
-        tri_schedule s;
-        if (par->vpp > TRI_MAX_VPP) {
-            rc = tri_error("vpp %d is above %d", par->vpp, TRI_MAX_VPP);
-        } else if ((rc = tri_schedule_build(&s, (tri_sched_kind)kind, par->pp, par->vpp,
-                                            (int)(cfg->train.global_batch / per))) == 0) {
-            tri_schedule_free(&s);
-        }
+    if (tri_gpt_layout_why(m, par->tp, par->pp, par->vpp, par->pp_layout, why, n) != 0) return -1;
+    if (par->vpp > TRI_MAX_VPP) {
+        snprintf(why, n, "vpp %d is above %d", par->vpp, TRI_MAX_VPP);
+        return -1;
     }
-    tri_error_capture(NULL, 0);
-    return rc;
+    return tri_schedule_check((tri_sched_kind)sched_kind(cfg), par->pp, par->vpp, (int)(cfg->train.global_batch / per),
+                              why, n);
 }
