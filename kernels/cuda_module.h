@@ -34,7 +34,7 @@ struct tri_mesh;
 struct tri_comm;
 
 /* What the module takes from the program: error reporting (src/base/err.h),
- * which has state (tri_error_capture) that must be one per process; the
+ * which prints in one place (the program's err.c, with its prefix); the
  * module's tri_error and tri_fail_at forward here. */
 typedef struct tri_cuda_host {
     int (*verror)(const char *fmt, va_list ap);

@@ -1,7 +1,7 @@
 /* The entry point of libtri_cuda.so (kernels/cuda_module.h): the one symbol
  * the module exports; and the module's error reporting, which forwards to the
- * program's (src/base/err.c is not built into the module: its state, e.g.
- * tri_error_capture, must be the program's). Built only into the module. */
+ * program's (src/base/err.c is not built into the module: the program's
+ * err.c prints every message, prefix included). Built only into the module. */
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
 #include <stdarg.h>

@@ -234,10 +234,11 @@ static int cmp_rows(const void *a, const void *b) {
     return (x->time.step_s > y->time.step_s) - (x->time.step_s < y->time.step_s);
 }
 
-/* Memory and time of one layout; 0, or -1 (printed) when it is invalid. */
-static int evaluate(plan_row *row, const tri_gpu_kind *gpu, int cpu, double limit) {
-    if (tri_plan_memory(&row->cfg, cpu ? NULL : gpu, &row->mem) != 0) return -1;
-    if (tri_plan_time_step(&row->cfg, gpu, &row->time) != 0) return -1;
+/* Memory and time of one layout; 0, or -1 with the reason in why (empty:
+ * printed, out of memory; tri_plan_memory_why). */
+static int evaluate(plan_row *row, const tri_gpu_kind *gpu, int cpu, double limit, char *why, size_t n) {
+    if (tri_plan_memory_why(&row->cfg, cpu ? NULL : gpu, &row->mem, why, n) != 0) return -1;
+    if (tri_plan_time_step_why(&row->cfg, gpu, &row->time, why, n) != 0) return -1;
     row->fits = (double)row->mem.total <= limit;
     return 0;
 }
@@ -301,10 +302,11 @@ static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int 
                                 reason_add(&rej, why);
                                 continue;
                             }
-                            tri_error_capture(why, sizeof why);
-                            int bad = evaluate(&row, gpu, cpu, limit);
-                            tri_error_capture(NULL, 0);
-                            if (bad) {
+                            if (evaluate(&row, gpu, cpu, limit, why, sizeof why) != 0) {
+                                if (!why[0]) { /* not the layout's fault: printed */
+                                    free(rows);
+                                    return -1;
+                                }
                                 reason_add(&rej, why);
                                 continue;
                             }
@@ -564,7 +566,10 @@ int tri_cmd_plan(int argc, char **argv) {
         plan_row row;
         memset(&row, 0, sizeof row);
         row.cfg = cfg;
-        if (evaluate(&row, &kind, cpu, limit) != 0) goto out;
+        if (evaluate(&row, &kind, cpu, limit, why, sizeof why) != 0) {
+            if (why[0]) tri_error("%s", why);
+            goto out;
+        }
         if (json)
             print_json(&row);
         else

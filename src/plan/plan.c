@@ -2,6 +2,7 @@
 #include "plan/plan.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,28 @@ int tri_plan_precision_bytes(tri_dtype precision) {
     if (precision == TRI_BF16 || precision == TRI_F16) return 2;
     return -1;
 }
+
+/* The planner's refusals: written into the caller's why (n bytes), never
+ * printed here; returns -1. The printing entry points print why over the
+ * silent ones (tri_plan_memory over tri_plan_memory_why, ...). */
+static int refuse(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(char *why, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* A printing entry point's end: rc, with why printed when the silent one
+ * refused (an empty why: a function it called printed already). */
+static int print_why(int rc, const char *why) {
+    if (rc != 0 && why[0]) tri_error("%s", why);
+    return rc;
+}
+
+/* Room for any of the planner's reasons. */
+#define WHY_MAX 1024
 
 /* ------------------------------------------------------------------------ */
 /* a description of one stage without parameter tables                       */
@@ -97,15 +120,17 @@ static void stage_free(stage_desc *d) {
 
 /* The chunks of stage pp_rank: by tri_gpt_describe (CPU, exactly as
  * preflight) or as a shell holding only the sizes the runtime's size
- * functions read (GPU). Returns 0 or -1 (printed). */
-static int stage_init(stage_desc *d, const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank) {
+ * functions read (GPU). Returns 0, or -1 with the reason in why (or printed
+ * by the model's functions, why untouched: out of memory, a layout that
+ * tri_plan_check would refuse). */
+static int stage_init(stage_desc *d, const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, char *why, size_t n) {
     const tri_model_cfg *m = &cfg->model;
     const tri_parallel_cfg *par = &cfg->parallel;
     memset(d, 0, sizeof *d);
     if (par->vpp > TRI_MAX_VPP)
-        return tri_error("parallel.vpp = %d: at most %d virtual chunks per stage", par->vpp, TRI_MAX_VPP);
+        return refuse(why, n, "parallel.vpp = %d: at most %d virtual chunks per stage", par->vpp, TRI_MAX_VPP);
     d->layers = malloc(((size_t)m->n_layer + 1) * sizeof *d->layers);
-    if (!d->layers) return tri_error("out of memory (layer list of %d layers)", m->n_layer);
+    if (!d->layers) return refuse(why, n, "out of memory (layer list of %d layers)", m->n_layer);
     if (tri_chunks_layout(m, par->pp, pp_rank, par->vpp, par->pp_layout, d->specs, d->layers) != 0) {
         stage_free(d);
         return -1;
@@ -217,8 +242,9 @@ void tri_plan_cache_clear(void) {
 }
 
 /* The entry of (kind, pp, vpp, m), built and simulated on first use. NULL
- * after a message when the schedule refuses the numbers. */
-static sched_entry *sched_get(int kind, int pp, int vpp, int m) {
+ * with the reason in why when the simulation refuses the schedule (the
+ * numbers' refusal, out of memory: printed by tri_schedule_build). */
+static sched_entry *sched_get(int kind, int pp, int vpp, int m, char *why, size_t n) {
     for (int i = 0; i < cache_n; i++)
         if (cache[i].kind == kind && cache[i].pp == pp && cache[i].vpp == vpp && cache[i].m == m) return &cache[i];
     sched_entry e;
@@ -237,8 +263,8 @@ static sched_entry *sched_get(int kind, int pp, int vpp, int m) {
     tri_sim_costs unit = {1.0, 1.0, 1.0};
     int rc = tri_schedule_simulate(&e.s, unit, &r);
     if (rc != 0 || r.deadlock || r.invalid) {
-        tri_error("the %s schedule of parallel.pp %d x parallel.vpp %d with %d micro-batches %s",
-                  tri_sched_name((tri_sched_kind)kind), pp, vpp, m, rc != 0 ? "could not be simulated" : r.why);
+        refuse(why, n, "the %s schedule of parallel.pp %d x parallel.vpp %d with %d micro-batches %s",
+               tri_sched_name((tri_sched_kind)kind), pp, vpp, m, rc != 0 ? "could not be simulated" : r.why);
         tri_sim_result_free(&r);
         entry_free(&e);
         return NULL;
@@ -247,7 +273,7 @@ static sched_entry *sched_get(int kind, int pp, int vpp, int m) {
     if (!e.peak_chunk) {
         tri_sim_result_free(&r);
         entry_free(&e);
-        tri_error("out of memory");
+        refuse(why, n, "out of memory");
         return NULL;
     }
     for (int i = 0; i < pp * vpp; i++) e.peak_chunk[i] = r.peak_chunk ? r.peak_chunk[i] : 1;
@@ -261,8 +287,9 @@ static sched_entry *sched_get(int kind, int pp, int vpp, int m) {
     return &cache[slot];
 }
 
-/* The simulated bubble (idle / busy of the busiest rank) with costs c. */
-static int sched_bubble(sched_entry *e, tri_sim_costs c, double *bubble) {
+/* The simulated bubble (idle / busy of the busiest rank) with costs c. 0, or
+ * -1 with the reason in why. */
+static int sched_bubble(sched_entry *e, tri_sim_costs c, double *bubble, char *why, size_t n) {
     double rb = c.b / c.f, rw = c.w / c.f;
     for (int i = 0; i < e->n_bubbles; i++)
         if (fabs(e->ratio[i] - rb) < 1e-3 * rb && fabs(e->wratio[i] - rw) <= 1e-3 * rb) {
@@ -274,7 +301,7 @@ static int sched_bubble(sched_entry *e, tri_sim_costs c, double *bubble) {
     int rc = tri_schedule_simulate(&e->s, c, &r);
     if (rc != 0 || r.deadlock || r.invalid) {
         tri_sim_result_free(&r);
-        return tri_error("plan: the schedule could not be simulated with costs %g, %g, %g", c.f, c.b, c.w);
+        return refuse(why, n, "plan: the schedule could not be simulated with costs %g, %g, %g", c.f, c.b, c.w);
     }
     *bubble = r.bubble;
     tri_sim_result_free(&r);
@@ -289,22 +316,25 @@ static int sched_bubble(sched_entry *e, tri_sim_costs c, double *bubble) {
 /* ------------------------------------------------------------------------ */
 /* memory                                                                    */
 
-int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out) {
+/* tri_plan_stage_mem, silent as tri_plan_memory_why. */
+static int stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out, char *why,
+                     size_t n) {
     const tri_parallel_cfg *par = &cfg->parallel;
     memset(out, 0, sizeof *out);
     out->stage = pp_rank;
     int P = tri_plan_precision_bytes(cfg->train.precision);
     int kind = sched_kind(cfg), m = micro_batches(cfg);
     if (P < 0)
-        return tri_error("train.precision %s is not one of fp32, bf16, fp16", tri_precision_name(cfg->train.precision));
+        return refuse(why, n, "train.precision %s is not one of fp32, bf16, fp16",
+                      tri_precision_name(cfg->train.precision));
     if (m < 1)
-        return tri_error("train.global_batch (%d) is not a multiple of train.micro_batch (%d) x parallel.dp (%d)",
-                         cfg->train.global_batch, cfg->train.micro_batch, par->dp);
+        return refuse(why, n, "train.global_batch (%d) is not a multiple of train.micro_batch (%d) x parallel.dp (%d)",
+                      cfg->train.global_batch, cfg->train.micro_batch, par->dp);
     int policy = (int)cfg->train.recompute;
-    if (pp_rank < 0 || pp_rank >= par->pp) return tri_error("plan: no pipeline stage %d of %d", pp_rank, par->pp);
+    if (pp_rank < 0 || pp_rank >= par->pp) return refuse(why, n, "plan: no pipeline stage %d of %d", pp_rank, par->pp);
     stage_desc d;
-    if (stage_init(&d, cfg, gpu, pp_rank) != 0) return -1;
-    sched_entry *e = sched_get(kind, par->pp, par->vpp, m);
+    if (stage_init(&d, cfg, gpu, pp_rank, why, n) != 0) return -1;
+    sched_entry *e = sched_get(kind, par->pp, par->vpp, m, why, n);
     if (!e) {
         stage_free(&d);
         return -1;
@@ -313,7 +343,7 @@ int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_ra
     int split = kind == TRI_SCHED_ZBH1, rc = 0;
     size_t slot[TRI_MAX_VPP] = {0};
     for (int c = 0; rc == 0 && c < par->vpp; c++) {
-        slot[c] = tri_slot_bytes(&d.g, c, B, T, (tri_recompute)policy, split, NULL);
+        slot[c] = tri_slot_bytes_why(&d.g, c, B, T, (tri_recompute)policy, split, NULL, why, n);
         if (slot[c] == 0) rc = -1;
         int peak = e->peak_chunk[pp_rank * par->vpp + c];
         out->saved_act_alloc += slot[c] * (size_t)(peak > 1 ? peak : 1);
@@ -332,7 +362,7 @@ int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_ra
             }
         }
         out->saved_act_peak = peak;
-        size_t ws = tri_workspace_bytes(&d.g, B, T, (tri_recompute)policy);
+        size_t ws = tri_workspace_bytes_why(&d.g, B, T, (tri_recompute)policy, why, n);
         if (ws == 0) rc = -1;
         int boxes = tri_pipe_box_need(&d.g, e->s.a[pp_rank], e->s.n[pp_rank]);
         int eb = tri_pipe_box_need(&d.g, e->ev.a[pp_rank], e->ev.n[pp_rank]);
@@ -356,7 +386,13 @@ int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_ra
     return rc;
 }
 
-int tri_plan_memory(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out) {
+int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out) {
+    char why[WHY_MAX] = "";
+    return print_why(stage_mem(cfg, gpu, pp_rank, out, why, sizeof why), why);
+}
+
+int tri_plan_memory_why(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out, char *why, size_t n) {
+    why[0] = '\0';
     memset(out, 0, sizeof *out);
     /* stages differ only at the ends and in their layer counts: the first,
      * the last, and any with the most layers */
@@ -366,10 +402,15 @@ int tri_plan_memory(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem
          * counts that fall with the stage index */
         if (!all && s > 1 && s < pp - 1) continue;
         tri_plan_mem e;
-        if (tri_plan_stage_mem(cfg, gpu, s, &e) != 0) return -1;
+        if (stage_mem(cfg, gpu, s, &e, why, n) != 0) return -1;
         if (s == 0 || e.total > out->total) *out = e;
     }
     return 0;
+}
+
+int tri_plan_memory(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out) {
+    char why[WHY_MAX];
+    return print_why(tri_plan_memory_why(cfg, gpu, out, why, sizeof why), why);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -467,14 +508,14 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
 
 static double bw_for(const tri_gpu_kind *g, int span) { return (span <= g->per_node ? g->intra_bw : g->inter_bw); }
 
-int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out) {
+int tri_plan_time_step_why(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out, char *why, size_t n) {
     const tri_model_cfg *md = &cfg->model;
     const tri_parallel_cfg *par = &cfg->parallel;
+    why[0] = '\0';
     memset(out, 0, sizeof *out);
     int P = tri_plan_precision_bytes(cfg->train.precision);
     int kind = sched_kind(cfg), m = micro_batches(cfg), policy = (int)cfg->train.recompute;
-    if (P < 0 || m < 1)
-        return tri_error("plan: the layout's train.precision or batch is not valid");
+    if (P < 0 || m < 1) return refuse(why, n, "plan: the layout's train.precision or batch is not valid");
     costs c = {gpu, P == 2 ? gpu->peak_16 : gpu->peak_32, P, 0, gpu->latency_s, par->tp};
     c.tp_bw = gpu->intra_bw * gpu->link_eff;
     int world = par->tp * par->pp * par->dp;
@@ -491,7 +532,7 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
     double F = 0, Bk = 0, TPs = 0, busiest = -1, opt_elems = 0;
     int busy_layers = 0;
     int *layers = malloc(((size_t)md->n_layer + 1) * sizeof *layers);
-    if (!layers) return tri_error("out of memory");
+    if (!layers) return refuse(why, n, "out of memory");
     for (int s = 0; s < par->pp; s++) {
         tri_chunk_spec specs[TRI_MAX_VPP];
         if (par->vpp > TRI_MAX_VPP || tri_chunks_layout(md, par->pp, s, par->vpp, par->pp_layout, specs, layers) != 0) {
@@ -550,7 +591,7 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
     }
 
     /* the bubble: the schedule simulated with this stage's costs per chunk */
-    sched_entry *e = sched_get(kind, par->pp, par->vpp, m);
+    sched_entry *e = sched_get(kind, par->pp, par->vpp, m, why, n);
     if (!e) return -1;
     tri_sim_costs sc = {(F + TPs / 2) / par->vpp, (Bk + TPs / 2) / par->vpp, 0.0};
     if (kind == TRI_SCHED_ZBH1) {
@@ -558,7 +599,7 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
         sc.w = sc.b / 2;
         sc.b -= sc.w;
     }
-    if (sched_bubble(e, sc, &out->bubble) != 0) return -1;
+    if (sched_bubble(e, sc, &out->bubble, why, n) != 0) return -1;
     out->bubble_s = out->bubble * (m * (F + Bk) + out->tp_s);
     if (gpu->share > 0 && gpu->share < 1) {
         /* ranks oversubscribing a CPU's cores: a stage that idles gives its
@@ -613,6 +654,11 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
     out->tflops_per_gpu = out->model_flops / out->step_s / world / 1e12;
     out->mfu = out->model_flops / out->step_s / (world * c.peak);
     return 0;
+}
+
+int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out) {
+    char why[WHY_MAX];
+    return print_why(tri_plan_time_step_why(cfg, gpu, out, why, sizeof why), why);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -109,6 +109,15 @@ int tri_plan_memory(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem
  * a kind from measurements). Returns 0 or -1 (printed). */
 int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out);
 
+/* tri_plan_memory and tri_plan_time_step for a caller that tries many
+ * layouts and reports the reasons itself (the search): 0, or -1 with the
+ * planner's reason written into why (n bytes; the words the printing ones
+ * print) and nothing printed. For a layout tri_plan_check accepted, a -1
+ * with why left empty ("") is a failure that was printed where it happened
+ * (out of memory), not a property of the layout. */
+int tri_plan_memory_why(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out, char *why, size_t n);
+int tri_plan_time_step_why(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out, char *why, size_t n);
+
 /* Why a layout is not a candidate, or "" when it is: checks tp | heads and
  * tp <= per_node, the layers over pp x vpp (tri_gpt_check_layout), the
  * batch over micro_batch x dp, the schedule's constraints, sequence
