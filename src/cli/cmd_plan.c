@@ -236,15 +236,16 @@ static int cmp_rows(const void *a, const void *b) {
 
 /* Memory and time of one layout; 0, or -1 with the reason in why (empty:
  * printed, out of memory; tri_plan_memory_why). */
-static int evaluate(plan_row *row, const tri_gpu_kind *gpu, int cpu, double limit, char *why, size_t n) {
-    if (tri_plan_memory_why(&row->cfg, cpu ? NULL : gpu, &row->mem, why, n) != 0) return -1;
-    if (tri_plan_time_step_why(&row->cfg, gpu, &row->time, why, n) != 0) return -1;
+static int evaluate(tri_planner *pl, plan_row *row, const tri_gpu_kind *gpu, int cpu, double limit, char *why,
+                    size_t n) {
+    if (tri_plan_memory_why(pl, &row->cfg, cpu ? NULL : gpu, &row->mem, why, n) != 0) return -1;
+    if (tri_plan_time_step_why(pl, &row->cfg, gpu, &row->time, why, n) != 0) return -1;
     row->fits = (double)row->mem.total <= limit;
     return 0;
 }
 
-static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int gpus, double limit, int top, int json,
-                  const fixed *fx) {
+static int search(tri_planner *pl, const tri_config *base, const tri_gpu_kind *gpu, int cpu, int gpus, double limit,
+                  int top, int json, const fixed *fx) {
     const tri_model_cfg *m = &base->model;
     size_t cap = 256, n = 0;
     plan_row *rows = malloc(cap * sizeof *rows);
@@ -302,7 +303,7 @@ static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int 
                                 reason_add(&rej, why);
                                 continue;
                             }
-                            if (evaluate(&row, gpu, cpu, limit, why, sizeof why) != 0) {
+                            if (evaluate(pl, &row, gpu, cpu, limit, why, sizeof why) != 0) {
                                 if (!why[0]) { /* not the layout's fault: printed */
                                     free(rows);
                                     return -1;
@@ -402,6 +403,7 @@ int tri_cmd_plan(int argc, char **argv) {
     const char **sets = calloc((size_t)argc + 2, sizeof *sets);
     int n_sets = 0, json = 0, do_search = 0, layout_set = 0, rc = 2;
     fixed fx = {0};
+    tri_planner pl = {0}; /* the schedules the layouts share */
     long gpus = 0, top = 5, threads = 0, cores_opt = 0;
     double sync_ms = -1;
     char precision[16] = "";
@@ -555,7 +557,7 @@ int tri_cmd_plan(int argc, char **argv) {
         printf("\n");
     }
     if (do_search) {
-        int r = search(&cfg, &kind, cpu, (int)gpus, limit, (int)top, json, &fx);
+        int r = search(&pl, &cfg, &kind, cpu, (int)gpus, limit, (int)top, json, &fx);
         rc = r < 0 ? 2 : r; /* 1: no layout fits */
     } else {
         char why[512];
@@ -566,7 +568,7 @@ int tri_cmd_plan(int argc, char **argv) {
         plan_row row;
         memset(&row, 0, sizeof row);
         row.cfg = cfg;
-        if (evaluate(&row, &kind, cpu, limit, why, sizeof why) != 0) {
+        if (evaluate(&pl, &row, &kind, cpu, limit, why, sizeof why) != 0) {
             if (why[0]) tri_error("%s", why);
             goto out;
         }
@@ -578,7 +580,7 @@ int tri_cmd_plan(int argc, char **argv) {
     }
 out:
     mfu_probe = NULL;
-    tri_plan_cache_clear();
+    tri_planner_free(&pl);
     free(sets);
     return rc;
 }

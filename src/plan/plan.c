@@ -213,10 +213,11 @@ static int micro_batches(const tri_config *cfg) {
     return (int)(cfg->train.global_batch / per);
 }
 
-/* Schedules and their simulations, kept for the search (layouts share
- * them): the lists, the forward-only list that evaluation runs, the peaks of
- * the unit-cost simulation, and bubbles already simulated by cost ratio. */
-typedef struct sched_entry {
+/* A schedule and its simulations, kept by a planner for the search (layouts
+ * share them): the lists, the forward-only list that evaluation runs, the
+ * peaks of the unit-cost simulation, and bubbles already simulated by cost
+ * ratio. */
+typedef struct tri_plan_sched {
     int kind, pp, vpp, m;
     tri_schedule s, ev;
     int *peak_chunk; /* [pp * vpp] */
@@ -225,9 +226,8 @@ typedef struct sched_entry {
     double wratio[8];
 } sched_entry;
 
+/* The entries a planner keeps; beyond, the oldest is replaced. */
 #define SCHED_CACHE 48
-static sched_entry cache[SCHED_CACHE];
-static int cache_n, cache_next;
 
 static void entry_free(sched_entry *e) {
     tri_schedule_free(&e->s);
@@ -236,17 +236,27 @@ static void entry_free(sched_entry *e) {
     memset(e, 0, sizeof *e);
 }
 
-void tri_plan_cache_clear(void) {
-    for (int i = 0; i < cache_n; i++) entry_free(&cache[i]);
-    cache_n = cache_next = 0;
+void tri_planner_free(tri_planner *pl) {
+    if (!pl) return;
+    if (pl->sched)
+        for (int i = 0; i < pl->n; i++) entry_free(&pl->sched[i]);
+    free(pl->sched);
+    memset(pl, 0, sizeof *pl);
 }
 
-/* The entry of (kind, pp, vpp, m), built and simulated on first use. NULL
- * with the reason in why when the simulation refuses the schedule (the
- * numbers' refusal, out of memory: printed by tri_schedule_build). */
-static sched_entry *sched_get(int kind, int pp, int vpp, int m, char *why, size_t n) {
-    for (int i = 0; i < cache_n; i++)
-        if (cache[i].kind == kind && cache[i].pp == pp && cache[i].vpp == vpp && cache[i].m == m) return &cache[i];
+/* The entry of (kind, pp, vpp, m): the planner's, built and simulated on
+ * first use; without a planner (NULL, or no memory for its table) built
+ * into *own, which sched_put frees. NULL with the reason in why when the
+ * simulation refuses the schedule (the numbers' refusal, out of memory:
+ * printed by tri_schedule_build). */
+static sched_entry *sched_get(tri_planner *pl, sched_entry *own, int kind, int pp, int vpp, int m, char *why,
+                              size_t n) {
+    if (pl && !pl->sched) pl->sched = calloc(SCHED_CACHE, sizeof *pl->sched);
+    if (pl && pl->sched)
+        for (int i = 0; i < pl->n; i++) {
+            sched_entry *c = &pl->sched[i];
+            if (c->kind == kind && c->pp == pp && c->vpp == vpp && c->m == m) return c;
+        }
     sched_entry e;
     memset(&e, 0, sizeof e);
     e.kind = kind;
@@ -278,13 +288,22 @@ static sched_entry *sched_get(int kind, int pp, int vpp, int m, char *why, size_
     }
     for (int i = 0; i < pp * vpp; i++) e.peak_chunk[i] = r.peak_chunk ? r.peak_chunk[i] : 1;
     tri_sim_result_free(&r);
-    int slot = cache_n < SCHED_CACHE ? cache_n++ : cache_next;
-    if (cache_n == SCHED_CACHE && slot == cache_next) {
-        if (cache[slot].peak_chunk) entry_free(&cache[slot]);
-        cache_next = (cache_next + 1) % SCHED_CACHE;
+    if (!pl || !pl->sched) {
+        *own = e;
+        return own;
     }
-    cache[slot] = e;
-    return &cache[slot];
+    int slot = pl->n < SCHED_CACHE ? pl->n++ : pl->next;
+    if (pl->n == SCHED_CACHE && slot == pl->next) {
+        if (pl->sched[slot].peak_chunk) entry_free(&pl->sched[slot]);
+        pl->next = (pl->next + 1) % SCHED_CACHE;
+    }
+    pl->sched[slot] = e;
+    return &pl->sched[slot];
+}
+
+/* Done with an entry of sched_get: frees it when it was built into own. */
+static void sched_put(sched_entry *e, sched_entry *own) {
+    if (e == own) entry_free(own);
 }
 
 /* The simulated bubble (idle / busy of the busiest rank) with costs c. 0, or
@@ -317,8 +336,8 @@ static int sched_bubble(sched_entry *e, tri_sim_costs c, double *bubble, char *w
 /* memory                                                                    */
 
 /* tri_plan_stage_mem, silent as tri_plan_memory_why. */
-static int stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out, char *why,
-                     size_t n) {
+static int stage_mem(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out,
+                     char *why, size_t n) {
     const tri_parallel_cfg *par = &cfg->parallel;
     memset(out, 0, sizeof *out);
     out->stage = pp_rank;
@@ -334,7 +353,7 @@ static int stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank
     if (pp_rank < 0 || pp_rank >= par->pp) return refuse(why, n, "plan: no pipeline stage %d of %d", pp_rank, par->pp);
     stage_desc d;
     if (stage_init(&d, cfg, gpu, pp_rank, why, n) != 0) return -1;
-    sched_entry *e = sched_get(kind, par->pp, par->vpp, m, why, n);
+    sched_entry own, *e = sched_get(pl, &own, kind, par->pp, par->vpp, m, why, n);
     if (!e) {
         stage_free(&d);
         return -1;
@@ -383,15 +402,18 @@ static int stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank
         out->total = out->params + out->grads + out->optim + out->saved_act_alloc + out->workspace;
     }
     stage_free(&d);
+    sched_put(e, &own);
     return rc;
 }
 
-int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out) {
+int tri_plan_stage_mem(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank,
+                       tri_plan_mem *out) {
     char why[WHY_MAX] = "";
-    return print_why(stage_mem(cfg, gpu, pp_rank, out, why, sizeof why), why);
+    return print_why(stage_mem(pl, cfg, gpu, pp_rank, out, why, sizeof why), why);
 }
 
-int tri_plan_memory_why(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out, char *why, size_t n) {
+int tri_plan_memory_why(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out, char *why,
+                        size_t n) {
     why[0] = '\0';
     memset(out, 0, sizeof *out);
     /* stages differ only at the ends and in their layer counts: the first,
@@ -402,15 +424,15 @@ int tri_plan_memory_why(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan
          * counts that fall with the stage index */
         if (!all && s > 1 && s < pp - 1) continue;
         tri_plan_mem e;
-        if (stage_mem(cfg, gpu, s, &e, why, n) != 0) return -1;
+        if (stage_mem(pl, cfg, gpu, s, &e, why, n) != 0) return -1;
         if (s == 0 || e.total > out->total) *out = e;
     }
     return 0;
 }
 
-int tri_plan_memory(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out) {
+int tri_plan_memory(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out) {
     char why[WHY_MAX];
-    return print_why(tri_plan_memory_why(cfg, gpu, out, why, sizeof why), why);
+    return print_why(tri_plan_memory_why(pl, cfg, gpu, out, why, sizeof why), why);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -508,13 +530,14 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
 
 static double bw_for(const tri_gpu_kind *g, int span) { return (span <= g->per_node ? g->intra_bw : g->inter_bw); }
 
-int tri_plan_time_step_why(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out, char *why, size_t n) {
+int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out,
+                           char *why, size_t n) {
     const tri_model_cfg *md = &cfg->model;
     const tri_parallel_cfg *par = &cfg->parallel;
     why[0] = '\0';
     memset(out, 0, sizeof *out);
     int P = tri_plan_precision_bytes(cfg->train.precision);
-    int kind = sched_kind(cfg), m = micro_batches(cfg), policy = (int)cfg->train.recompute;
+    int kind = sched_kind(cfg), m = micro_batches(cfg), policy = (int)cfg->train.recompute, rc;
     if (P < 0 || m < 1) return refuse(why, n, "plan: the layout's train.precision or batch is not valid");
     costs c = {gpu, P == 2 ? gpu->peak_16 : gpu->peak_32, P, 0, gpu->latency_s, par->tp};
     c.tp_bw = gpu->intra_bw * gpu->link_eff;
@@ -591,7 +614,7 @@ int tri_plan_time_step_why(const tri_config *cfg, const tri_gpu_kind *gpu, tri_p
     }
 
     /* the bubble: the schedule simulated with this stage's costs per chunk */
-    sched_entry *e = sched_get(kind, par->pp, par->vpp, m, why, n);
+    sched_entry own, *e = sched_get(pl, &own, kind, par->pp, par->vpp, m, why, n);
     if (!e) return -1;
     tri_sim_costs sc = {(F + TPs / 2) / par->vpp, (Bk + TPs / 2) / par->vpp, 0.0};
     if (kind == TRI_SCHED_ZBH1) {
@@ -599,7 +622,9 @@ int tri_plan_time_step_why(const tri_config *cfg, const tri_gpu_kind *gpu, tri_p
         sc.w = sc.b / 2;
         sc.b -= sc.w;
     }
-    if (sched_bubble(e, sc, &out->bubble, why, n) != 0) return -1;
+    rc = sched_bubble(e, sc, &out->bubble, why, n);
+    sched_put(e, &own);
+    if (rc != 0) return -1;
     out->bubble_s = out->bubble * (m * (F + Bk) + out->tp_s);
     if (gpu->share > 0 && gpu->share < 1) {
         /* ranks oversubscribing a CPU's cores: a stage that idles gives its
@@ -656,9 +681,9 @@ int tri_plan_time_step_why(const tri_config *cfg, const tri_gpu_kind *gpu, tri_p
     return 0;
 }
 
-int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out) {
+int tri_plan_time_step(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out) {
     char why[WHY_MAX];
-    return print_why(tri_plan_time_step_why(cfg, gpu, out, why, sizeof why), why);
+    return print_why(tri_plan_time_step_why(pl, cfg, gpu, out, why, sizeof why), why);
 }
 
 /* ------------------------------------------------------------------------ */
