@@ -17,32 +17,6 @@
 #include "src/pipeline.h"
 #include "plan/stage_plan.h"
 
-/* ------------------------------------------------------------------------ */
-/* the devices: ONE table, its sources in docs/plan.md                        */
-
-#define TB (1e12)
-#define GB (1e9)
-
-static const tri_gpu_kind gpu_table[] = {
-    /* NVIDIA H100 SXM5 80GB datasheet: 989 TFLOP/s dense BF16 (1,979 with
-     * sparsity), 494 TF32 dense, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s
-     * (both directions: 450 each way); DGX H100: 8 GPUs, one 400 Gb/s NDR
-     * ConnectX-7 port per GPU (50 GB/s each way). */
-    {"h100", "NVIDIA H100 SXM5 80GB", 989 * TB, 494.5 * TB, 80 * GB, 3.35 * TB, 450 * GB, 50 * GB, 8, 0.80, 96.0, 0.45,
-     0.80, 10e-6, 1, 0.0, NULL, NULL, 0.0},
-    /* NVIDIA A100 SXM4 80GB datasheet: 312 TFLOP/s dense BF16, 156 TF32,
-     * 80 GB HBM2e at 2.039 TB/s, NVLink 600 GB/s (300 each way); DGX A100:
-     * 8 GPUs, eight 200 Gb/s HDR ports (25 GB/s each way per GPU). */
-    {"a100", "NVIDIA A100 SXM4 80GB", 312 * TB, 156 * TB, 80 * GB, 2.039 * TB, 300 * GB, 25 * GB, 8, 0.85, 64.0, 0.50,
-     0.80, 10e-6, 1, 0.0, NULL, NULL, 0.0},
-};
-
-const tri_gpu_kind *tri_gpu_lookup(const char *name) {
-    for (size_t i = 0; i < sizeof gpu_table / sizeof gpu_table[0]; i++)
-        if (!strcmp(gpu_table[i].name, name)) return &gpu_table[i];
-    return NULL;
-}
-
 int tri_plan_precision_bytes(tri_dtype precision) {
     if (precision == TRI_F32) return 4;
     if (precision == TRI_BF16 || precision == TRI_F16) return 2;

@@ -36,37 +36,7 @@
 #include <stddef.h>
 
 #include "config/config.h"
-
-/* One kind of device. The constants of the table in src/plan/plan.c and
- * docs/plan.md (with their sources), or measured (`--gpu cpu`). */
-typedef struct tri_gpu_kind {
-    const char *name; /* "h100", "a100", "cpu"                                        */
-    const char *desc; /* e.g. "NVIDIA H100 SXM5 80GB"                                 */
-    double peak_16;   /* dense bf16/fp16 FLOP/s per device (cpu: measured sgemm)     */
-    double peak_32;   /* dense fp32 math FLOP/s used for precision fp32 (GPU: TF32)  */
-    double mem_bytes; /* device memory                                               */
-    double mem_bw;    /* memory bandwidth, bytes/s                                   */
-    double intra_bw;  /* per device and direction inside a node (NVLink), bytes/s    */
-    double inter_bw;  /* per device and direction across nodes (InfiniBand), bytes/s */
-    int per_node;     /* devices per node                                            */
-    double gemm_eff;  /* GEMM efficiency of large shapes (fraction of peak)          */
-    double gemm_half; /* the dimension at which a GEMM's efficiency halves           */
-    double attn_eff;  /* attention (QK^T, PV) at this fraction of peak               */
-    double link_eff;  /* fraction of link bandwidth a ring collective reaches        */
-    double latency_s; /* per collective step                                         */
-    int flash;        /* 1: attention keeps B x NH x T floats (flash); 0: the CPU's  */
-    double share;     /* CPU ranks oversubscribing the cores: the share of its cores a rank
-                         gets while all compute (the rates above include it); 0: a device
-                         of its own. A rank that waits gives its cores away. */
-    double (*gemm_flops)(void *ctx, size_t M, size_t N, size_t K); /* measured FLOP/s of a GEMM shape, or NULL */
-    void *gemm_ctx;
-    double sync_s; /* CPU ranks oversubscribing the cores (share < 1): what each blocking
-                      collective or pipeline receive adds, a peer being descheduled
-                      (docs/plan.md, tests/tools/sched_probe.c); 0 otherwise */
-} tri_gpu_kind;
-
-/* The table's kinds: "h100", "a100". NULL for another name. */
-const tri_gpu_kind *tri_gpu_lookup(const char *name);
+#include "plan/devices.h"
 
 /* What a planner keeps between calls: schedules (every rank's action list)
  * and their simulations by (schedule, pp, vpp, micro-batches), which the
