@@ -2,16 +2,12 @@
  * the memory per rank and the step time of a layout, or of every layout of
  * N devices, from the model in src/plan/plan.h (docs/plan.md). Nothing of the
  * model is allocated. */
-#include <cblas.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "model/gpt.h"
-#include "model/runtime.h"
 #include "base/err.h"
 #include "base/size.h"
 #include "cli/cli.h"
@@ -19,119 +15,6 @@
 #include "plan/plan.h"
 #include "train/preflight.h"
 #include "train/train.h"
-
-/* ------------------------------------------------------------------------ */
-/* `--gpu cpu`: this machine, measured                                       */
-
-/* Shared-memory MPI between ranks of one machine: the all-reduce bandwidth
- * docs/performance.md measured at tp = 2 (82 MB per step in 26 ms). */
-#define CPU_MPI_BW 3.0e9
-/* Ranks oversubscribing the cores: what one blocking collective adds beyond
- * the lockstep share, a peer being descheduled (tests/tools/sched_probe.c's
- * delay_ms at 4 single-thread ranks on this machine's 2 cores with 7.4 ms of
- * work between all-reduces: 0.65-0.71 ms; at 3 ranks it is <= 0;
- * docs/plan.md "Oversubscribed cores"); --sync-ms replaces it. */
-#define CPU_SYNC_S 0.7e-3
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-typedef struct cpu_probe {
-    int n;
-    size_t shape[1024][3];
-    double ratio[1024]; /* the shape's speed over the reference shape's, measured back to back */
-    size_t ref[3];      /* the reference: the MLP's first GEMM, as `trident bench` probes it */
-    double ref_best;    /* the reference's best speed seen, times share */
-    double share;       /* of the machine one rank gets (oversubscribed ranks share cores) */
-    double best;        /* the fastest rate measured: the CPU's peak for MFU, as bench takes its best sgemm */
-} cpu_probe;
-
-/* `--gpu cpu`: MFU against the best sgemm measured by the time of printing
- * (bench's rule), not the first shape's, which a slow phase of the VM may
- * have caught. NULL for the GPU kinds. */
-static cpu_probe *mfu_probe;
-
-/* Best FLOP/s of sgemm out (M, N) = A (M, K) B (N, K)^T, as `trident bench`
- * times it, over reps runs after one warm-up; M capped at 4096 rows (the
- * speed is flat beyond). */
-static double sgemm_rate(size_t M, size_t N, size_t K, int reps) {
-    if (M > 4096) M = 4096;
-    if (N > 16384) N = 16384;
-    if (K > 16384) K = 16384;
-    if (M == 0 || N == 0 || K == 0) return 1e9;
-    float *a = malloc(M * K * sizeof *a), *b = malloc(N * K * sizeof *b), *c = malloc(M * N * sizeof *c);
-    double best = 0;
-    if (a && b && c) {
-        for (size_t i = 0; i < M * K; i++) a[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
-        for (size_t i = 0; i < N * K; i++) b[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
-        double fl = 2.0 * (double)M * (double)N * (double)K;
-        if (fl < 1e8) reps *= 4;
-        for (int r = -1; r < reps; r++) { /* the first wakes the threads, not counted */
-            double t0 = now_s();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, a, (int)K, b, (int)K,
-                        0.0f, c, (int)N);
-            double g = fl / (now_s() - t0);
-            if (r >= 0 && g > best) best = g;
-        }
-    }
-    free(a);
-    free(b);
-    free(c);
-    return best > 0 ? best : 1e9;
-}
-
-/* The reference shape's speed, best of `rounds` measurements. */
-static void probe_reference(cpu_probe *p, int rounds) {
-    for (int i = 0; i < rounds; i++) {
-        double f = sgemm_rate(p->ref[0], p->ref[1], p->ref[2], 5) * p->share;
-        if (f > p->ref_best) p->ref_best = f;
-        if (f > p->best) p->best = f;
-    }
-}
-
-/* A shape's speed: its ratio to the reference shape measured right after it
- * (a slow phase of this VM, seconds long, hits both and cancels, as bench's
- * "paired" MFU does), times the reference's best. */
-static double cpu_gemm_flops(void *ctx, size_t M, size_t N, size_t K) {
-    cpu_probe *p = ctx;
-    for (int i = 0; i < p->n; i++)
-        if (p->shape[i][0] == M && p->shape[i][1] == N && p->shape[i][2] == K) return p->ratio[i] * p->ref_best;
-    double f = sgemm_rate(M, N, K, 3) * p->share;
-    double r = sgemm_rate(p->ref[0], p->ref[1], p->ref[2], 3) * p->share;
-    if (r > p->ref_best) p->ref_best = r;
-    if (r > p->best) p->best = r;
-    double ratio = f / r;
-    if (ratio * p->ref_best > p->best) p->best = ratio * p->ref_best;
-    if (p->n < 1024) {
-        p->shape[p->n][0] = M;
-        p->shape[p->n][1] = N;
-        p->shape[p->n][2] = K;
-        p->ratio[p->n++] = ratio;
-    }
-    return ratio * p->ref_best;
-}
-
-/* Bytes/s of a streaming copy of 32 MiB (beyond the caches). */
-static double copy_bandwidth(void) {
-    size_t n = (size_t)8 << 20;
-    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
-    double best = 0;
-    if (a && b) {
-        for (size_t i = 0; i < n; i++) a[i] = (float)i;
-        for (int r = 0; r < 5; r++) {
-            double t0 = now_s();
-            memcpy(b, a, n * sizeof *a);
-            double bw = 2.0 * (double)n * sizeof *a / (now_s() - t0);
-            if (bw > best) best = bw;
-        }
-    }
-    free(a);
-    free(b);
-    return best > 0 ? best : 1e10;
-}
 
 /* ------------------------------------------------------------------------ */
 /* output                                                                    */
@@ -145,14 +28,18 @@ typedef struct plan_row {
 
 static void human(char *buf, double bytes) { tri_size_human(buf, 32, bytes); }
 
-static double row_mfu(const plan_row *r) {
+/* The row's MFU: the model's against the kind's peak, or with `--gpu cpu`
+ * (meter non-NULL) against the best sgemm measured by the time of printing
+ * (bench's rule), not the first shape's, which a slow phase of the VM may
+ * have caught. */
+static double row_mfu(const plan_row *r, const tri_sgemm_meter *meter) {
     const tri_config *c = &r->cfg;
-    if (!mfu_probe || mfu_probe->best <= 0) return r->time.mfu;
+    if (!meter || meter->best <= 0) return r->time.mfu;
     double world = (double)c->parallel.tp * c->parallel.pp * c->parallel.dp;
-    return r->time.model_flops / r->time.step_s / (world * mfu_probe->best);
+    return r->time.model_flops / r->time.step_s / (world * meter->best);
 }
 
-static void print_row(const plan_row *r, double limit, int world) {
+static void print_row(const plan_row *r, double limit, int world, const tri_sgemm_meter *meter) {
     const tri_config *c = &r->cfg;
     const tri_plan_mem *m = &r->mem;
     const tri_plan_time *t = &r->time;
@@ -177,10 +64,10 @@ static void print_row(const plan_row *r, double limit, int world) {
            "micro-batches)\n",
            t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s, t->bubble, t->m);
     printf("  speed     %.0f tokens/s, %.1f TFLOP/s per device (model FLOPs), MFU %.1f%%\n", t->tokens_per_s,
-           t->tflops_per_gpu, 100.0 * row_mfu(r));
+           t->tflops_per_gpu, 100.0 * row_mfu(r, meter));
 }
 
-static void print_json(const plan_row *r) {
+static void print_json(const plan_row *r, const tri_sgemm_meter *meter) {
     const tri_config *c = &r->cfg;
     const tri_plan_mem *m = &r->mem;
     const tri_plan_time *t = &r->time;
@@ -193,11 +80,10 @@ static void print_json(const plan_row *r) {
         "%.6g, \"tflops_per_gpu\": %.6g, \"hw_tflops_per_gpu\": %.6g, \"mfu\": %.6g}\n",
         c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
         tri_recompute_name(c->train.recompute), c->parallel.zero, c->parallel.sequence_parallel,
-        tri_sched_name(c->parallel.schedule), tri_precision_name(c->train.precision),
-        r->fits ? "true" : "false", m->params, m->grads, m->optim, m->saved_act_peak, m->saved_act_alloc, m->workspace,
-        m->total, m->stage, t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s, t->bubble, t->tokens_per_s,
-        t->tflops_per_gpu, t->hw_flops / t->step_s / (double)(c->parallel.tp * c->parallel.pp * c->parallel.dp) / 1e12,
-        row_mfu(r));
+        tri_sched_name(c->parallel.schedule), tri_precision_name(c->train.precision), r->fits ? "true" : "false",
+        m->params, m->grads, m->optim, m->saved_act_peak, m->saved_act_alloc, m->workspace, m->total, m->stage,
+        t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s, t->bubble, t->tokens_per_s, t->tflops_per_gpu,
+        t->hw_flops / t->step_s / (double)(c->parallel.tp * c->parallel.pp * c->parallel.dp) / 1e12, row_mfu(r, meter));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -244,8 +130,9 @@ static int evaluate(tri_planner *pl, plan_row *row, const tri_gpu_kind *gpu, int
     return 0;
 }
 
-static int search(tri_planner *pl, const tri_config *base, const tri_gpu_kind *gpu, int cpu, int gpus, double limit,
-                  int top, int json, const fixed *fx) {
+static int search(tri_planner *pl, const tri_config *base, const tri_gpu_kind *gpu, const tri_sgemm_meter *meter,
+                  int gpus, double limit, int top, int json, const fixed *fx) {
+    int cpu = meter != NULL;
     const tri_model_cfg *m = &base->model;
     size_t cap = 256, n = 0;
     plan_row *rows = malloc(cap * sizeof *rows);
@@ -345,7 +232,7 @@ static int search(tri_planner *pl, const tri_config *base, const tri_gpu_kind *g
         if (n == 0) printf("no layout fits\n");
         for (size_t i = 0; i < n && (int)i < top; i++) {
             printf("\n#%zu ", i + 1);
-            print_row(&rows[i], limit, gpus);
+            print_row(&rows[i], limit, gpus, meter);
         }
         printf("\nrejected:\n");
         if (n_oom) {
@@ -359,7 +246,7 @@ static int search(tri_planner *pl, const tri_config *base, const tri_gpu_kind *g
         for (int i = 0; i < rej.n; i++) printf("  %d: %s\n", rej.count[i], rej.text[i]);
         if (rej.other) printf("  %d for other reasons\n", rej.other);
     } else {
-        for (size_t i = 0; i < n && (int)i < top; i++) print_json(&rows[i]);
+        for (size_t i = 0; i < n && (int)i < top; i++) print_json(&rows[i], meter);
         printf("{\"rejected\": {\"tried\": %d, \"fit\": %zu, \"out_of_memory\": %d, \"closest_over_bytes\": %.0f, "
                "\"invalid\": [",
                n_tried, n, n_oom, closest_over > 0 ? closest_over : 0.0);
@@ -403,7 +290,8 @@ int tri_cmd_plan(int argc, char **argv) {
     const char **sets = calloc((size_t)argc + 2, sizeof *sets);
     int n_sets = 0, json = 0, do_search = 0, layout_set = 0, rc = 2;
     fixed fx = {0};
-    tri_planner pl = {0}; /* the schedules the layouts share */
+    tri_planner pl = {0};          /* the schedules the layouts share */
+    tri_sgemm_meter *meter = NULL; /* --gpu cpu: the GEMM speeds measured */
     long gpus = 0, top = 5, threads = 0, cores_opt = 0;
     double sync_ms = -1;
     char precision[16] = "";
@@ -496,7 +384,6 @@ int tri_cmd_plan(int argc, char **argv) {
     }
 
     tri_gpu_kind kind;
-    cpu_probe probe = {0};
     int cpu = !strcmp(gpu_name, "cpu");
     double limit;
     if (cpu) {
@@ -504,37 +391,21 @@ int tri_cmd_plan(int argc, char **argv) {
         if (cores < 1) cores = 1;
         int t = threads ? (int)threads : (int)(cores / gpus > 0 ? cores / gpus : 1);
         tri_set_threads(t);
-        probe.share = (double)gpus * t > (double)cores ? (double)cores / ((double)gpus * t) : 1.0;
-        memset(&kind, 0, sizeof kind);
-        kind.name = "cpu";
-        kind.desc = "this machine (measured sgemm)";
-        size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len, C = (size_t)cfg.model.n_embd;
-        probe.ref[0] = BT;
-        probe.ref[1] = 4 * C;
-        probe.ref[2] = C;
-        probe_reference(&probe, 5);
-        kind.peak_16 = kind.peak_32 = probe.ref_best;
-        double avail_bytes;
         tri_mem_avail av;
         tri_preflight_available(&av);
-        avail_bytes = av.available == SIZE_MAX ? 1e18 : (double)av.available;
-        kind.mem_bytes = avail_bytes / (double)gpus;
-        /* the ranks share one memory system: a single copy stream is about
-         * what this VM's memory gives, split between the ranks */
-        kind.mem_bw = copy_bandwidth() / (double)gpus;
-        kind.intra_bw = kind.inter_bw = CPU_MPI_BW;
-        kind.per_node = (int)gpus;
-        kind.gemm_eff = 1.0;
-        kind.gemm_half = 1.0;
-        kind.attn_eff = 1.0;
-        kind.link_eff = 1.0;
-        kind.latency_s = 20e-6;
-        kind.flash = 0;
-        kind.gemm_flops = cpu_gemm_flops;
-        kind.gemm_ctx = &probe;
-        kind.share = probe.share;
-        kind.sync_s = sync_ms >= 0 ? sync_ms * 1e-3 : CPU_SYNC_S;
-        mfu_probe = &probe;
+        size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len, C = (size_t)cfg.model.n_embd;
+        tri_cpu_setup setup = {.ranks = (int)gpus,
+                               .threads = t,
+                               .cores = cores,
+                               .avail_bytes = av.available == SIZE_MAX ? 1e18 : (double)av.available,
+                               .sync_s = sync_ms >= 0 ? sync_ms * 1e-3 : -1.0,
+                               .ref = {BT, 4 * C, C}};
+        meter = malloc(sizeof *meter);
+        if (!meter) {
+            tri_error("out of memory");
+            goto out;
+        }
+        tri_gpu_kind_cpu(&kind, meter, &setup);
     } else {
         const tri_gpu_kind *g = tri_gpu_lookup(gpu_name);
         if (!g) {
@@ -557,7 +428,7 @@ int tri_cmd_plan(int argc, char **argv) {
         printf("\n");
     }
     if (do_search) {
-        int r = search(&pl, &cfg, &kind, cpu, (int)gpus, limit, (int)top, json, &fx);
+        int r = search(&pl, &cfg, &kind, meter, (int)gpus, limit, (int)top, json, &fx);
         rc = r < 0 ? 2 : r; /* 1: no layout fits */
     } else {
         char why[512];
@@ -573,13 +444,13 @@ int tri_cmd_plan(int argc, char **argv) {
             goto out;
         }
         if (json)
-            print_json(&row);
+            print_json(&row, meter);
         else
-            print_row(&row, limit, world);
+            print_row(&row, limit, world, meter);
         rc = 0;
     }
 out:
-    mfu_probe = NULL;
+    free(meter);
     tri_planner_free(&pl);
     free(sets);
     return rc;

@@ -49,6 +49,49 @@ static const tri_gpu_kind gpu_table[] = {
      .flash = 1},
 };
 
+/* ------------------------------------------------------------------------ */
+/* `--gpu cpu`: this machine, measured                                       */
+
+/* Shared-memory MPI between ranks of one machine: the all-reduce bandwidth
+ * docs/performance.md measured at tp = 2 (82 MB per step in 26 ms). */
+#define CPU_MPI_BW 3.0e9
+/* Ranks oversubscribing the cores: what one blocking collective adds beyond
+ * the lockstep share, a peer being descheduled (tests/tools/sched_probe.c's
+ * delay_ms at 4 single-thread ranks on this machine's 2 cores with 7.4 ms of
+ * work between all-reduces: 0.65-0.71 ms; at 3 ranks it is <= 0;
+ * docs/plan.md "Oversubscribed cores"); tri_cpu_setup.sync_s replaces it. */
+#define CPU_SYNC_S 0.7e-3
+
+void tri_gpu_kind_cpu(tri_gpu_kind *kind, tri_sgemm_meter *meter, const tri_cpu_setup *s) {
+    double share = tri_core_share(s->ranks, s->threads, s->cores);
+    tri_sgemm_meter_init(meter, s->ref[0], s->ref[1], s->ref[2], share);
+    tri_sgemm_meter_reference(meter, 5);
+    /* the ranks share one memory system: a single copy stream is about
+     * what this VM's memory gives, split between the ranks */
+    double mem_bw = tri_copy_bandwidth() / (double)s->ranks;
+    *kind = (tri_gpu_kind){
+        .name = "cpu",
+        .desc = "this machine (measured sgemm)",
+        .peak_16 = meter->ref_best,
+        .peak_32 = meter->ref_best,
+        .mem_bytes = s->avail_bytes / (double)s->ranks,
+        .mem_bw = mem_bw,
+        .intra_bw = CPU_MPI_BW,
+        .inter_bw = CPU_MPI_BW,
+        .per_node = s->ranks,
+        .gemm_eff = 1.0,
+        .gemm_half = 1.0,
+        .attn_eff = 1.0,
+        .link_eff = 1.0,
+        .latency_s = 20e-6,
+        .flash = 0,
+        .share = share,
+        .gemm_flops = tri_sgemm_meter_flops,
+        .gemm_ctx = meter,
+        .sync_s = s->sync_s >= 0 ? s->sync_s : CPU_SYNC_S,
+    };
+}
+
 const tri_gpu_kind *tri_gpu_lookup(const char *name) {
     for (size_t i = 0; i < sizeof gpu_table / sizeof gpu_table[0]; i++)
         if (!strcmp(gpu_table[i].name, name)) return &gpu_table[i];

@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "plan/probe.h"
+
 /* One kind of device. The constants of the table in src/plan/devices.c and
  * docs/plan.md (with their sources), or measured (`--gpu cpu`). */
 typedef struct tri_gpu_kind {
@@ -38,5 +40,23 @@ typedef struct tri_gpu_kind {
 
 /* The table's kinds: "h100", "a100". NULL for another name. */
 const tri_gpu_kind *tri_gpu_lookup(const char *name);
+
+/* `--gpu cpu`: this machine, shared by `ranks` ranks of `threads` threads. */
+typedef struct tri_cpu_setup {
+    int ranks;          /* ranks on this machine (--gpus)                               */
+    int threads;        /* threads per rank (the process's, tri_set_threads)            */
+    long cores;         /* the machine's cores                                          */
+    double avail_bytes; /* memory the ranks may use together                            */
+    double sync_s;      /* what a blocking collective costs oversubscribed; < 0: the
+                           measured constant (docs/plan.md "Oversubscribed cores")      */
+    size_t ref[3];      /* the reference GEMM (M, N, K): the MLP's first, B T x 4C x C  */
+} tri_cpu_setup;
+
+/* Measures this machine into *kind: the reference GEMM's best speed (5
+ * rounds) as the peak, a copy's bandwidth, the memory and the cores shared
+ * by the ranks, shared-memory MPI between them; kind->gemm_flops measures
+ * each GEMM shape through meter (tri_sgemm_meter_flops), which must stay
+ * where it is while kind is used. Takes seconds; prints nothing. */
+void tri_gpu_kind_cpu(tri_gpu_kind *kind, tri_sgemm_meter *meter, const tri_cpu_setup *s);
 
 #endif
