@@ -1,30 +1,29 @@
 /* `trident plan CONFIG [--set k=v]... --gpu h100|a100|cpu [--gpus N] [--json]`:
  * the memory per rank and the step time of a layout, or of every layout of
- * N devices, from the model in src/plan/plan.h (docs/plan.md). Nothing of the
- * model is allocated. */
+ * N devices, from the model in src/plan/plan.h (docs/plan.md) and the search
+ * in src/plan/search.h, printed. Nothing of the model is allocated. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "model/gpt.h"
 #include "base/err.h"
+#include "base/exit.h"
+#include "base/json.h"
+#include "base/opt.h"
 #include "base/size.h"
 #include "cli/cli.h"
 #include "config/config.h"
+#include "model/gpt.h"
+#include "plan/devices.h"
 #include "plan/plan.h"
+#include "plan/probe.h"
+#include "plan/search.h"
 #include "train/preflight.h"
 #include "train/train.h"
 
 /* ------------------------------------------------------------------------ */
 /* output                                                                    */
-
-typedef struct plan_row {
-    tri_config cfg;
-    tri_plan_mem mem;
-    tri_plan_time time;
-    int fits;
-} plan_row;
 
 static void human(char *buf, double bytes) { tri_size_human(buf, 32, bytes); }
 
@@ -32,14 +31,14 @@ static void human(char *buf, double bytes) { tri_size_human(buf, 32, bytes); }
  * (meter non-NULL) against the best sgemm measured by the time of printing
  * (bench's rule), not the first shape's, which a slow phase of the VM may
  * have caught. */
-static double row_mfu(const plan_row *r, const tri_sgemm_meter *meter) {
+static double row_mfu(const tri_plan_row *r, const tri_sgemm_meter *meter) {
     const tri_config *c = &r->cfg;
     if (!meter || meter->best <= 0) return r->time.mfu;
     double world = (double)c->parallel.tp * c->parallel.pp * c->parallel.dp;
     return r->time.model_flops / r->time.step_s / (world * meter->best);
 }
 
-static void print_row(const plan_row *r, double limit, int world, const tri_sgemm_meter *meter) {
+static void print_row(const tri_plan_row *r, double limit, int world, const tri_sgemm_meter *meter) {
     const tri_config *c = &r->cfg;
     const tri_plan_mem *m = &r->mem;
     const tri_plan_time *t = &r->time;
@@ -67,7 +66,7 @@ static void print_row(const plan_row *r, double limit, int world, const tri_sgem
            t->tflops_per_gpu, 100.0 * row_mfu(r, meter));
 }
 
-static void print_json(const plan_row *r, const tri_sgemm_meter *meter) {
+static void print_json(const tri_plan_row *r, const tri_sgemm_meter *meter) {
     const tri_config *c = &r->cfg;
     const tri_plan_mem *m = &r->mem;
     const tri_plan_time *t = &r->time;
@@ -87,275 +86,169 @@ static void print_json(const plan_row *r, const tri_sgemm_meter *meter) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* the search                                                                */
+/* the search (src/plan/search.h), printed                                    */
 
-/* Dimensions the user fixed with --set: the search keeps them. */
-typedef struct fixed {
-    int tp, pp, dp, vpp, mb, recompute, zero, sp;
-} fixed;
-
-typedef struct reasons {
-    int n;
-    char text[32][512];
-    int count[32];
-    int other;
-} reasons;
-
-static void reason_add(reasons *r, const char *why) {
-    for (int i = 0; i < r->n; i++)
-        if (!strcmp(r->text[i], why)) {
-            r->count[i]++;
-            return;
-        }
-    if (r->n < 32) {
-        snprintf(r->text[r->n], sizeof r->text[0], "%s", why);
-        r->count[r->n++] = 1;
-    } else {
-        r->other++;
-    }
-}
-
-static int cmp_rows(const void *a, const void *b) {
-    const plan_row *x = a, *y = b;
-    return (x->time.step_s > y->time.step_s) - (x->time.step_s < y->time.step_s);
-}
-
-/* Memory and time of one layout; 0, or -1 with the reason in why (empty:
- * printed, out of memory; tri_plan_memory_why). */
-static int evaluate(tri_planner *pl, plan_row *row, const tri_gpu_kind *gpu, int cpu, double limit, char *why,
-                    size_t n) {
-    if (tri_plan_memory_why(pl, &row->cfg, cpu ? NULL : gpu, &row->mem, why, n) != 0) return -1;
-    if (tri_plan_time_step_why(pl, &row->cfg, gpu, &row->time, why, n) != 0) return -1;
-    row->fits = (double)row->mem.total <= limit;
-    return 0;
-}
-
-static int search(tri_planner *pl, const tri_config *base, const tri_gpu_kind *gpu, const tri_sgemm_meter *meter,
-                  int gpus, double limit, int top, int json, const fixed *fx) {
-    int cpu = meter != NULL;
-    const tri_model_cfg *m = &base->model;
-    size_t cap = 256, n = 0;
-    plan_row *rows = malloc(cap * sizeof *rows);
-    if (!rows) return tri_error("out of memory");
-    reasons rej = {0};
-    int n_oom = 0, n_tried = 0;
-    plan_row closest_oom;
-    double closest_over = -1;
-    char why[512];
-    for (int tp = 1; tp <= gpus && tp <= gpu->per_node; tp++) {
-        if (gpus % tp || (fx->tp && tp != base->parallel.tp)) continue;
-        for (int pp = 1; pp <= gpus / tp; pp++) {
-            if ((gpus / tp) % pp || (fx->pp && pp != base->parallel.pp)) continue;
-            int dp = gpus / tp / pp;
-            if (fx->dp && dp != base->parallel.dp) continue;
-            for (int vpp = 1; vpp <= (pp > 1 ? 16 : 1); vpp++) {
-                if (fx->vpp && vpp != base->parallel.vpp) continue;
-                if (!fx->vpp && vpp > 1 && (m->n_layer % pp != 0 || (m->n_layer / pp) % vpp != 0)) continue;
-                for (int mb = 1; mb <= 16; mb++) {
-                    if (fx->mb && mb != base->train.micro_batch) continue;
-                    if (base->train.global_batch % dp != 0 || (base->train.global_batch / dp) % mb != 0) {
-                        if (mb == 1) {
-                            snprintf(why, sizeof why, "global_batch %d is not divisible by dp %d",
-                                     base->train.global_batch, dp);
-                            reason_add(&rej, why);
-                        }
-                        continue;
-                    }
-                    for (int rc = TRI_RECOMPUTE_NONE; rc <= TRI_RECOMPUTE_FULL; rc++) {
-                        if (fx->recompute && (tri_recompute)rc != base->train.recompute) continue;
-                        for (int zero = 0; zero <= (dp > 1); zero++) {
-                            if (fx->zero && zero != base->parallel.zero) continue;
-                            plan_row row;
-                            memset(&row, 0, sizeof row);
-                            row.cfg = *base;
-                            tri_config *c = &row.cfg;
-                            c->parallel.tp = tp;
-                            c->parallel.pp = pp;
-                            c->parallel.dp = dp;
-                            c->parallel.vpp = vpp;
-                            c->parallel.pp_layout[0] = '\0';
-                            c->parallel.zero = zero;
-                            /* sequence parallelism: on wherever it applies on GPUs (same traffic,
-                             * less memory), as configured on the CPU or when given */
-                            int sp_ok = tp > 1 && m->seq_len % tp == 0;
-                            c->parallel.sequence_parallel =
-                                (cpu || fx->sp) ? (base->parallel.sequence_parallel && sp_ok) : sp_ok;
-                            if (vpp > 1 && c->parallel.schedule == TRI_SCHED_ZBH1) continue;
-                            if (vpp == 1 && c->parallel.schedule == TRI_SCHED_INTERLEAVED)
-                                c->parallel.schedule = TRI_SCHED_1F1B;
-                            c->train.micro_batch = mb;
-                            c->train.recompute = (tri_recompute)rc;
-                            n_tried++;
-                            if (tri_plan_check(c, gpu, why, sizeof why) != 0) {
-                                reason_add(&rej, why);
-                                continue;
-                            }
-                            if (evaluate(pl, &row, gpu, cpu, limit, why, sizeof why) != 0) {
-                                if (!why[0]) { /* not the layout's fault: printed */
-                                    free(rows);
-                                    return -1;
-                                }
-                                reason_add(&rej, why);
-                                continue;
-                            }
-                            if (!row.fits) {
-                                n_oom++;
-                                double over = (double)row.mem.total - limit;
-                                if (closest_over < 0 || over < closest_over) {
-                                    closest_over = over;
-                                    closest_oom = row;
-                                }
-                                continue;
-                            }
-                            if (n == cap) {
-                                plan_row *nr = realloc(rows, 2 * cap * sizeof *rows);
-                                if (!nr) {
-                                    free(rows);
-                                    return tri_error("out of memory");
-                                }
-                                rows = nr;
-                                cap *= 2;
-                            }
-                            rows[n++] = row;
-                        }
-                    }
-                }
-            }
-        }
-    }
-    qsort(rows, n, sizeof *rows, cmp_rows);
+/* Prints the outcome of a search over gpus devices: the best top layouts
+ * and why the others were refused. */
+static void print_search(const tri_search_result *r, int gpus, double limit, int top, int json,
+                         const tri_sgemm_meter *meter) {
+    const tri_search_reasons *rej = &r->refused;
     char lim[32], ov[32];
     human(lim, limit);
     if (!json) {
-        printf("search over %d devices: %d layouts tried, %zu fit in %s, %d out of memory, %d invalid\n", gpus, n_tried,
-               n, lim, n_oom, n_tried - (int)n - n_oom);
-        if (n == 0) printf("no layout fits\n");
-        for (size_t i = 0; i < n && (int)i < top; i++) {
+        printf("search over %d devices: %d layouts tried, %zu fit in %s, %d out of memory, %d invalid\n", gpus,
+               r->tried, r->n, lim, r->oom, r->tried - (int)r->n - r->oom);
+        if (r->n == 0) printf("no layout fits\n");
+        for (size_t i = 0; i < r->n && (int)i < top; i++) {
             printf("\n#%zu ", i + 1);
-            print_row(&rows[i], limit, gpus, meter);
+            print_row(&r->rows[i], limit, gpus, meter);
         }
         printf("\nrejected:\n");
-        if (n_oom) {
-            human(ov, closest_over);
-            const tri_config *c = &closest_oom.cfg;
+        if (r->oom) {
+            human(ov, r->closest_over);
+            const tri_config *c = &r->closest.cfg;
             printf("  %d out of memory; the closest, tp=%d pp=%d dp=%d vpp=%d micro_batch=%d recompute=%s zero=%d, "
                    "needs %s more than %s\n",
-                   n_oom, c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
+                   r->oom, c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
                    tri_recompute_name(c->train.recompute), c->parallel.zero, ov, lim);
         }
-        for (int i = 0; i < rej.n; i++) printf("  %d: %s\n", rej.count[i], rej.text[i]);
-        if (rej.other) printf("  %d for other reasons\n", rej.other);
+        for (int i = 0; i < rej->n; i++) printf("  %d: %s\n", rej->count[i], rej->text[i]);
+        if (rej->other) printf("  %d for other reasons\n", rej->other);
     } else {
-        for (size_t i = 0; i < n && (int)i < top; i++) print_json(&rows[i], meter);
+        for (size_t i = 0; i < r->n && (int)i < top; i++) print_json(&r->rows[i], meter);
         printf("{\"rejected\": {\"tried\": %d, \"fit\": %zu, \"out_of_memory\": %d, \"closest_over_bytes\": %.0f, "
                "\"invalid\": [",
-               n_tried, n, n_oom, closest_over > 0 ? closest_over : 0.0);
-        for (int i = 0; i < rej.n; i++) {
-            printf("%s{\"count\": %d, \"why\": \"", i ? ", " : "", rej.count[i]);
-            for (const char *p = rej.text[i]; *p; p++) {
-                if (*p == '"' || *p == '\\') putchar('\\');
-                putchar(*p);
-            }
-            printf("\"}");
+               r->tried, r->n, r->oom, r->closest_over > 0 ? r->closest_over : 0.0);
+        for (int i = 0; i < rej->n; i++) {
+            printf("%s{\"count\": %d, \"why\": ", i ? ", " : "", rej->count[i]);
+            tri_json_fputs(stdout, rej->text[i]);
+            printf("}");
         }
         printf("]}}\n");
     }
-    free(rows);
-    return n > 0 ? 0 : 1;
 }
 
 /* ------------------------------------------------------------------------ */
+/* the command                                                               */
 
-static void plan_usage(FILE *f) {
-    fprintf(f,
-            "usage: trident plan CONFIG --gpu h100|a100|cpu [--gpus N] [--search] [--set section.key=value]...\n"
-            "                    [--json] [--top K] [--threads K] [--cores C] [--sync-ms D]\n"
-            "  predicts, without allocating the model, each rank's memory (parameters, gradients, optimizer,\n"
-            "  saved activations at the schedule's peak, workspace) and the step time (compute, exposed TP, DP\n"
-            "  and PP communication, pipeline bubble), tokens/s, TFLOP/s per device and MFU (docs/plan.md).\n"
-            "  With a layout (parallel.tp/pp/dp/vpp, train.micro_batch, train.recompute, parallel.zero,\n"
-            "  train.precision, parallel.sequence_parallel from the config and --set): that layout.\n"
-            "  With --search, or --gpus N and no --set parallel.tp/pp/dp when the config's layout is not N\n"
-            "  devices: every valid layout of N devices, the best K (--top, default 5) that fit, and why the\n"
-            "  others were rejected; parallel.tp/pp/dp/vpp, train.micro_batch/recompute and parallel.zero given\n"
-            "  with --set stay fixed in the search. --gpu cpu: this machine, N ranks on it, with its measured sgemm;\n"
-            "  --threads K: threads per rank (default: cores / N, as tridentrun); --cores C: the machine's cores\n"
-            "  (default: those online); --sync-ms D: what a blocking collective costs when N x K exceeds C\n"
-            "  (default: the measured constant, docs/plan.md). --json: one object per line.\n"
-            "  train.precision bf16 or fp16 may be set here before the trainer accepts it.\n");
+/* `--gpu cpu`: this machine as gpus ranks, measured into *kind (seconds of
+ * sgemm); *meter holds the GEMM speeds kind reads. threads, cores: 0 for
+ * the defaults (cores / gpus threads, the cores online); sync_ms < 0: the
+ * measured constant. */
+static void measure_cpu(tri_gpu_kind *kind, tri_sgemm_meter *meter, const tri_config *cfg, long gpus, long threads,
+                        long cores, double sync_ms) {
+    if (!cores) cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    int t = threads ? (int)threads : (int)(cores / gpus > 0 ? cores / gpus : 1);
+    tri_set_threads(t);
+    tri_mem_avail av;
+    tri_preflight_available(&av);
+    size_t BT = (size_t)cfg->train.micro_batch * (size_t)cfg->model.seq_len, C = (size_t)cfg->model.n_embd;
+    tri_cpu_setup setup = {.ranks = (int)gpus,
+                           .threads = t,
+                           .cores = cores,
+                           .avail_bytes = av.available == SIZE_MAX ? 1e18 : (double)av.available,
+                           .sync_s = sync_ms >= 0 ? sync_ms * 1e-3 : -1.0,
+                           .ref = {BT, 4 * C, C}};
+    tri_gpu_kind_cpu(kind, meter, &setup);
+}
+
+/* The --set values into the config's sets, except train.precision (kept in
+ * precision: modelled for every dtype, whatever the trainer accepts yet);
+ * the layout dimensions given mark fx. */
+static int split_sets(const tri_opt_list *set, const char **sets, char *precision, size_t n, tri_search_fixed *fx) {
+    int n_sets = 0;
+    for (int i = 0; i < set->n; i++) {
+        const char *v = set->v[i];
+        if (!strncmp(v, "train.precision=", 16)) {
+            snprintf(precision, n, "%s", v + 16);
+            continue;
+        }
+        fx->tp |= !strncmp(v, "parallel.tp=", 12);
+        fx->pp |= !strncmp(v, "parallel.pp=", 12);
+        fx->dp |= !strncmp(v, "parallel.dp=", 12);
+        fx->vpp |= !strncmp(v, "parallel.vpp=", 13);
+        fx->mb |= !strncmp(v, "train.micro_batch=", 18);
+        fx->recompute |= !strncmp(v, "train.recompute=", 16);
+        fx->zero |= !strncmp(v, "parallel.zero=", 14);
+        fx->sp |= !strncmp(v, "parallel.sequence_parallel=", 27);
+        sets[n_sets++] = v;
+    }
+    return n_sets;
 }
 
 int tri_cmd_plan(int argc, char **argv) {
-    const char *path = NULL, *gpu_name = NULL;
-    const char **sets = calloc((size_t)argc + 2, sizeof *sets);
-    int n_sets = 0, json = 0, do_search = 0, layout_set = 0, rc = 2;
-    fixed fx = {0};
+    const char *gpu_name = NULL, *sync_arg = NULL;
+    long gpus = 0, top = 5, threads = 0, cores = 0;
+    int json = 0, do_search = 0;
+    tri_opt_list pos = {0}, set = {0};
+    const tri_opt opts[] = {
+        {"--gpu", TRI_OPT_STR, &gpu_name, "h100|a100|cpu",
+         .help = "the device; cpu: this machine, N ranks on it, with its measured sgemm"},
+        {"--gpus", TRI_OPT_LONG, &gpus, "N", 1, 1 << 20, .help = "N devices (default: the config's layout's)"},
+        {"--search", TRI_OPT_FLAG, &do_search, .help = "every valid layout of N devices"},
+        {"--set", TRI_OPT_LIST, &set, "section.key=value", .help = "a config key (repeatable)"},
+        {"--json", TRI_OPT_FLAG, &json, .help = "one object per line"},
+        {"--top", TRI_OPT_LONG, &top, "K", 1, 100000000, .help = "the best K that fit (default 5)"},
+        {"--threads", TRI_OPT_LONG, &threads, "K", 1, 1024,
+         .help = "--gpu cpu: threads per rank (default: cores / N, as tridentrun)"},
+        {"--cores", TRI_OPT_LONG, &cores, "C", 1, 1 << 20,
+         .help = "--gpu cpu: the machine's cores (default: those online)"},
+        {"--sync-ms", TRI_OPT_STR, &sync_arg, "D",
+         .help = "--gpu cpu: what a blocking collective costs when N x K exceeds C\n"
+                 "(default: the measured constant, docs/plan.md)"},
+    };
+    const tri_cmd_spec spec = {
+        .cmd = "trident plan",
+        .who = "plan",
+        .usage = "CONFIG --gpu h100|a100|cpu [--gpus N] [--search] [--set section.key=value]...\n"
+                 "                    [--json] [--top K] [--threads K] [--cores C] [--sync-ms D]",
+        .about = "  predicts, without allocating the model, each rank's memory (parameters, gradients, optimizer,\n"
+                 "  saved activations at the schedule's peak, workspace) and the step time (compute, exposed TP, DP\n"
+                 "  and PP communication, pipeline bubble), tokens/s, TFLOP/s per device and MFU (docs/plan.md).\n"
+                 "  With a layout (parallel.tp/pp/dp/vpp, train.micro_batch, train.recompute, parallel.zero,\n"
+                 "  train.precision, parallel.sequence_parallel from the config and --set): that layout.\n"
+                 "  With --search, or --gpus N and no --set parallel.tp/pp/dp when the config's layout is not N\n"
+                 "  devices: every valid layout of N devices, the best K (--top, default 5) that fit, and why the\n"
+                 "  others were rejected; parallel.tp/pp/dp/vpp, train.micro_batch/recompute and parallel.zero given\n"
+                 "  with --set stay fixed in the search.\n",
+        .footer = "  train.precision bf16 or fp16 may be set here before the trainer accepts it.\n",
+        .opts = opts,
+        .n_opts = TRI_OPT_N(opts),
+        .pos = &pos,
+        .max_pos = -1, /* one CONFIG; the message for more is the command's own */
+        .pos_name = "CONFIG",
+    };
+    int rc = tri_opt_parse(&spec, argc, argv);
+    if (rc != TRI_OPT_GO) {
+        tri_opt_list_free(&pos);
+        tri_opt_list_free(&set);
+        return tri_opt_exit(rc);
+    }
+    rc = TRI_EXIT_BAD_INPUT;
+    const char **sets = calloc((size_t)set.n + 1, sizeof *sets);
     tri_planner pl = {0};          /* the schedules the layouts share */
     tri_sgemm_meter *meter = NULL; /* --gpu cpu: the GEMM speeds measured */
-    long gpus = 0, top = 5, threads = 0, cores_opt = 0;
-    double sync_ms = -1;
+    tri_search_fixed fx = {0};
     char precision[16] = "";
-    if (!sets) return tri_error("out of memory");
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            plan_usage(stdout);
-            rc = 0;
-            goto out;
-        } else if (!strcmp(a, "--gpu") && v) {
-            gpu_name = v;
-            i++;
-        } else if (!strcmp(a, "--gpus") && v) {
-            if (tri_arg_int(a, v, 1, 1 << 20, &gpus)) goto out;
-            i++;
-        } else if (!strcmp(a, "--top") && v) {
-            if (tri_arg_int(a, v, 1, 100000000, &top)) goto out;
-            i++;
-        } else if (!strcmp(a, "--threads") && v) {
-            if (tri_arg_int(a, v, 1, 1024, &threads)) goto out;
-            i++;
-        } else if (!strcmp(a, "--cores") && v) {
-            if (tri_arg_int(a, v, 1, 1 << 20, &cores_opt)) goto out;
-            i++;
-        } else if (!strcmp(a, "--sync-ms") && v) {
-            char *end;
-            sync_ms = strtod(v, &end);
-            if (*end || end == v || !(sync_ms >= 0 && sync_ms < 1e6)) {
-                tri_error("plan: --sync-ms %s: not a number of milliseconds >= 0", v);
-                goto out;
-            }
-            i++;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--search")) {
-            do_search = 1;
-        } else if (!strcmp(a, "--set") && v) {
-            /* precision: modelled for every dtype, whatever the trainer accepts yet */
-            if (!strncmp(v, "train.precision=", 16)) {
-                snprintf(precision, sizeof precision, "%s", v + 16);
-            } else {
-                fx.tp |= !strncmp(v, "parallel.tp=", 12);
-                fx.pp |= !strncmp(v, "parallel.pp=", 12);
-                fx.dp |= !strncmp(v, "parallel.dp=", 12);
-                fx.vpp |= !strncmp(v, "parallel.vpp=", 13);
-                fx.mb |= !strncmp(v, "train.micro_batch=", 18);
-                fx.recompute |= !strncmp(v, "train.recompute=", 16);
-                fx.zero |= !strncmp(v, "parallel.zero=", 14);
-                fx.sp |= !strncmp(v, "parallel.sequence_parallel=", 27);
-                layout_set = fx.tp || fx.pp || fx.dp;
-                sets[n_sets++] = v;
-            }
-            i++;
-        } else if (a[0] == '-') {
-            tri_error("plan: unknown or incomplete option '%s' (try `trident plan --help`)", a);
-            goto out;
-        } else if (!path) {
-            path = a;
-        } else {
-            tri_error("plan: unexpected argument '%s'", a);
+    double sync_ms = -1;
+    if (!sets) {
+        tri_error("out of memory");
+        goto out;
+    }
+    if (sync_arg) {
+        char *end;
+        sync_ms = strtod(sync_arg, &end);
+        if (*end || end == sync_arg || !(sync_ms >= 0 && sync_ms < 1e6)) {
+            tri_error("plan: --sync-ms %s: not a number of milliseconds >= 0", sync_arg);
             goto out;
         }
     }
+    if (pos.n > 1) {
+        tri_error("plan: unexpected argument '%s'", pos.v[1]);
+        goto out;
+    }
+    const char *path = pos.n ? pos.v[0] : NULL;
     if (!path) {
         tri_error("plan: missing CONFIG");
         goto out;
@@ -364,6 +257,8 @@ int tri_cmd_plan(int argc, char **argv) {
         tri_error("plan: missing --gpu (h100, a100 or cpu)");
         goto out;
     }
+    int n_sets = split_sets(&set, sets, precision, sizeof precision, &fx);
+    int layout_set = fx.tp || fx.pp || fx.dp;
     tri_config cfg;
     if (tri_config_load(&cfg, path, n_sets, sets) != 0) goto out;
     if (precision[0]) {
@@ -385,27 +280,13 @@ int tri_cmd_plan(int argc, char **argv) {
 
     tri_gpu_kind kind;
     int cpu = !strcmp(gpu_name, "cpu");
-    double limit;
     if (cpu) {
-        long cores = cores_opt ? cores_opt : sysconf(_SC_NPROCESSORS_ONLN);
-        if (cores < 1) cores = 1;
-        int t = threads ? (int)threads : (int)(cores / gpus > 0 ? cores / gpus : 1);
-        tri_set_threads(t);
-        tri_mem_avail av;
-        tri_preflight_available(&av);
-        size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len, C = (size_t)cfg.model.n_embd;
-        tri_cpu_setup setup = {.ranks = (int)gpus,
-                               .threads = t,
-                               .cores = cores,
-                               .avail_bytes = av.available == SIZE_MAX ? 1e18 : (double)av.available,
-                               .sync_s = sync_ms >= 0 ? sync_ms * 1e-3 : -1.0,
-                               .ref = {BT, 4 * C, C}};
         meter = malloc(sizeof *meter);
         if (!meter) {
             tri_error("out of memory");
             goto out;
         }
-        tri_gpu_kind_cpu(&kind, meter, &setup);
+        measure_cpu(&kind, meter, &cfg, gpus, threads, cores, sync_ms);
     } else {
         const tri_gpu_kind *g = tri_gpu_lookup(gpu_name);
         if (!g) {
@@ -414,7 +295,7 @@ int tri_cmd_plan(int argc, char **argv) {
         }
         kind = *g;
     }
-    limit = kind.mem_bytes;
+    double limit = kind.mem_bytes;
     char np[32];
     snprintf(np, sizeof np, "%.3g", (double)tri_gpt_num_params(&cfg.model) / 1e9);
     if (!json) {
@@ -428,18 +309,23 @@ int tri_cmd_plan(int argc, char **argv) {
         printf("\n");
     }
     if (do_search) {
-        int r = search(&pl, &cfg, &kind, meter, (int)gpus, limit, (int)top, json, &fx);
-        rc = r < 0 ? 2 : r; /* 1: no layout fits */
+        tri_search_opts so = {.base = &cfg, .gpu = &kind, .cpu = cpu, .gpus = (int)gpus, .limit = limit, .fixed = fx};
+        tri_search_result r;
+        if (tri_search_run(&pl, &so, &r) == 0) {
+            print_search(&r, (int)gpus, limit, (int)top, json, meter);
+            rc = r.n > 0 ? TRI_EXIT_OK : TRI_EXIT_FAILURE; /* 1: no layout fits */
+        }
+        tri_search_result_free(&r);
     } else {
-        char why[512];
+        char why[TRI_SEARCH_WHY];
         if (tri_plan_check(&cfg, &kind, why, sizeof why) != 0) {
             tri_error("plan: the layout is not valid: %s", why);
             goto out;
         }
-        plan_row row;
+        tri_plan_row row;
         memset(&row, 0, sizeof row);
         row.cfg = cfg;
-        if (evaluate(&pl, &row, &kind, cpu, limit, why, sizeof why) != 0) {
+        if (tri_search_evaluate(&pl, &row, &kind, cpu, limit, why, sizeof why) != 0) {
             if (why[0]) tri_error("%s", why);
             goto out;
         }
@@ -447,11 +333,13 @@ int tri_cmd_plan(int argc, char **argv) {
             print_json(&row, meter);
         else
             print_row(&row, limit, world, meter);
-        rc = 0;
+        rc = TRI_EXIT_OK;
     }
 out:
     free(meter);
     tri_planner_free(&pl);
     free(sets);
+    tri_opt_list_free(&pos);
+    tri_opt_list_free(&set);
     return rc;
 }
