@@ -12,6 +12,8 @@
 #include "parallel/dist.h"
 #include "parallel/mesh.h"
 #include "base/err.h"
+#include "base/exit.h"
+#include "base/opt.h"
 #include "base/size.h"
 #include "cli/cli.h"
 #include "config/config.h"
@@ -54,68 +56,70 @@ static int pipeline_report(const tri_config *cfg, const tri_run_report *rep, dou
     return 0;
 }
 
-static void bench_usage(FILE *f) {
-    fprintf(f, "usage: trident bench CONFIG [--steps N] [--threads K] [--device cpu|cuda] [--peak-tflops P]\n"
-               "                     [--set section.key=value]...\n"
-               "  runs N training steps (after one warm-up step) on synthetic tokens and prints tokens/s,\n"
-               "  model GFLOP/s, MFU against this machine's measured sgemm speed, communication per group\n"
-               "  (under tridentrun), and a last line of JSON.\n"
-               "  --device cuda         train on one GPU per rank; no sgemm is measured: MFU is against\n"
-               "                        --peak-tflops, the device's peak TFLOP/s in the run's precision\n"
-               "                        (dense bf16: 989 on H100 SXM and H200, 312 on A100; scripts/bench_gpu.sh)\n"
-               "  --skip-memory-check   start even if a rank's memory estimate exceeds the memory available\n");
-}
-
 int tri_cmd_bench(int argc, char **argv) {
-    const char *path = NULL;
-    const char **sets = calloc((size_t)argc + 2, sizeof *sets);
-    int n_sets = 0;
     long steps = 10, threads = 0;
     const char *device = NULL; /* --device, else the config's "device" */
+    const char *peak_arg = NULL;
+    int skip_memory_check = 0;
+    tri_opt_list pos = {0}, set = {0};
+    const tri_opt table[] = {
+        {"--steps", TRI_OPT_LONG, &steps, "N", 1, 1000000, .help = "training steps to time (default 10)"},
+        {"--threads", TRI_OPT_LONG, &threads, "K", 1, 1024, .help = "threads per rank"},
+        {"--device", TRI_OPT_STR, &device, "cpu|cuda",
+         .help = "cuda: train on one GPU per rank; no sgemm is measured: MFU is against\n"
+                 "--peak-tflops, the device's peak TFLOP/s in the run's precision\n"
+                 "(dense bf16: 989 on H100 SXM and H200, 312 on A100; scripts/bench_gpu.sh)"},
+        {"--peak-tflops", TRI_OPT_STR, &peak_arg, "P", .help = "the device's peak TFLOP/s (--device cuda)"},
+        {"--set", TRI_OPT_LIST, &set, "section.key=value", .help = "a config key (repeatable)"},
+        {"--skip-memory-check", TRI_OPT_FLAG, &skip_memory_check,
+         .help = "start even if a rank's memory estimate exceeds the memory available"},
+    };
+    const tri_cmd_spec spec = {
+        .cmd = "trident bench",
+        .who = "bench",
+        .usage = "CONFIG [--steps N] [--threads K] [--device cpu|cuda] [--peak-tflops P]\n"
+                 "                     [--set section.key=value]...",
+        .about = "  runs N training steps (after one warm-up step) on synthetic tokens and prints tokens/s,\n"
+                 "  model GFLOP/s, MFU against this machine's measured sgemm speed, communication per group\n"
+                 "  (under tridentrun), and a last line of JSON.\n",
+        .opts = table,
+        .n_opts = TRI_OPT_N(table),
+        .pos = &pos,
+        .max_pos = -1, /* one CONFIG; the message for more is the command's own */
+        .pos_name = "CONFIG",
+    };
+    int rc = tri_opt_parse(&spec, argc, argv);
+    if (rc != TRI_OPT_GO) {
+        tri_opt_list_free(&pos);
+        tri_opt_list_free(&set);
+        return tri_opt_exit(rc);
+    }
+    rc = TRI_EXIT_BAD_INPUT;
+    tri_step_probe probe = {0}; /* each step's time and the sgemm speed after it */
+    /* the data files are not read: synthetic tokens; then --set, the steps, the device */
+    const char **sets = calloc((size_t)set.n + 3, sizeof *sets);
+    int n_sets = 0;
     char device_set[64];
     double peak_tflops = 0.0;
-    int rc = 2, skip_memory_check = 0;
-    tri_step_probe probe = {0}; /* each step's time and the sgemm speed after it */
-    /* the data files are not read: synthetic tokens */
+    if (!sets) {
+        tri_error("bench: out of memory");
+        goto out;
+    }
     sets[n_sets++] = "data.train=synthetic";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            bench_usage(stdout);
-            rc = 0;
-            goto out;
-        } else if (!strcmp(a, "--steps") && v) {
-            if (tri_arg_int(a, v, 1, 1000000, &steps)) goto out;
-            i++;
-        } else if (!strcmp(a, "--threads") && v) {
-            if (tri_arg_int(a, v, 1, 1024, &threads)) goto out;
-            i++;
-        } else if (!strcmp(a, "--device") && v) {
-            device = v;
-            i++;
-        } else if (!strcmp(a, "--peak-tflops") && v) {
-            char *end;
-            peak_tflops = strtod(v, &end);
-            if (end == v || *end != '\0' || !(peak_tflops > 0.0 && peak_tflops < 1e9)) {
-                tri_error("bench: --peak-tflops '%s' is not a positive number of TFLOP/s", v);
-                goto out;
-            }
-            i++;
-        } else if (!strcmp(a, "--skip-memory-check")) {
-            skip_memory_check = 1;
-        } else if (!strcmp(a, "--set") && v) {
-            sets[n_sets++] = v;
-            i++;
-        } else if (a[0] == '-') {
-            tri_error("bench: unknown or incomplete option '%s' (try `trident bench --help`)", a);
-            goto out;
-        } else if (!path) {
-            path = a;
-        } else {
-            tri_error("bench: unexpected argument '%s'", a);
+    for (int i = 0; i < set.n; i++) sets[n_sets++] = set.v[i];
+    if (peak_arg) {
+        char *end;
+        peak_tflops = strtod(peak_arg, &end);
+        if (end == peak_arg || *end != '\0' || !(peak_tflops > 0.0 && peak_tflops < 1e9)) {
+            tri_error("bench: --peak-tflops '%s' is not a positive number of TFLOP/s", peak_arg);
             goto out;
         }
     }
+    if (pos.n > 1) {
+        tri_error("bench: unexpected argument '%s'", pos.v[1]);
+        goto out;
+    }
+    const char *path = pos.n ? pos.v[0] : NULL;
     if (!path) {
         tri_error("bench: missing CONFIG");
         goto out;
@@ -141,27 +145,22 @@ int tri_cmd_bench(int argc, char **argv) {
     size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len, C = (size_t)cfg.model.n_embd;
     /* the sgemm probe is allocated before tri_train's own preflight: check
      * its sizes and this rank's memory with it first (src/train/preflight.h) */
-    size_t probe_floats = 0;
-    size_t fac[3][2] = {{BT, C}, {4 * C, C}, {BT, 4 * C}};
-    for (int k = 0; on_cpu && k < 3; k++) {
-        size_t x;
-        if (!tri_size_mul(&x, fac[k][0], fac[k][1]) || !tri_size_add(&probe_floats, probe_floats, x) ||
-            probe_floats > SIZE_MAX / sizeof(float)) {
-            tri_error("bench: the sgemm probe (train.micro_batch x model.seq_len x 4 model.n_embd) overflows "
-                      "64-bit sizes (train.micro_batch %d, model.seq_len %d, model.n_embd %d)",
-                      cfg.train.micro_batch, cfg.model.seq_len, cfg.model.n_embd);
-            goto out;
-        }
+    size_t probe_bytes = 0;
+    if (on_cpu && tri_sgemm_bytes(BT, 4 * C, C, &probe_bytes) != 0) {
+        tri_error("bench: the sgemm probe (train.micro_batch x model.seq_len x 4 model.n_embd) overflows "
+                  "64-bit sizes (train.micro_batch %d, model.seq_len %d, model.n_embd %d)",
+                  cfg.train.micro_batch, cfg.model.seq_len, cfg.model.n_embd);
+        goto out;
     }
     int world, rank;
     tri_mesh mesh;
     char err[256];
     tri_dist_env_world(&world, &rank);
     if (tri_mesh_init(&mesh, world, rank, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp, err, sizeof err) == 0 &&
-        tri_preflight_model(&cfg, (size_t)cfg.train.micro_batch, mesh.tp_rank, mesh.pp_rank,
-                            probe_floats * sizeof(float), 1, !skip_memory_check, NULL) != 0)
+        tri_preflight_model(&cfg, (size_t)cfg.train.micro_batch, mesh.tp_rank, mesh.pp_rank, probe_bytes, 1,
+                            !skip_memory_check, NULL) != 0)
         goto out; /* (a layout that does not fit the world is tri_train's to report) */
-    rc = 1;
+    rc = TRI_EXIT_FAILURE;
     if (tri_step_probe_init(&probe, on_cpu ? BT : 0, 4 * C, C, (size_t)steps + 1) != 0) {
         tri_error("bench: out of memory");
         goto out;
@@ -200,7 +199,7 @@ int tri_cmd_bench(int argc, char **argv) {
     double *paired = calloc((size_t)steps, sizeof *paired);
     if (!paired) {
         tri_error("bench: out of memory");
-        rc = 1;
+        rc = TRI_EXIT_FAILURE;
         goto out;
     }
     for (long i = 1; i <= steps; i++) /* all ranks probed at once; on a GPU, against the given peak */
@@ -248,7 +247,7 @@ int tri_cmd_bench(int argc, char **argv) {
     }
     double bubble = 0.0, bubble_sim = 0.0;
     if (pipeline_report(&cfg, &rep, &bubble, &bubble_sim) != 0) {
-        rc = 1;
+        rc = TRI_EXIT_FAILURE;
         goto out;
     }
     char memline[512], memjson[512];
@@ -268,5 +267,7 @@ int tri_cmd_bench(int argc, char **argv) {
 out:
     tri_step_probe_free(&probe);
     free(sets);
+    tri_opt_list_free(&pos);
+    tri_opt_list_free(&set);
     return rc;
 }

@@ -6,10 +6,22 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/size.h"
+
+int tri_sgemm_bytes(size_t M, size_t N, size_t K, size_t *bytes) {
+    size_t f[3][2] = {{M, K}, {N, K}, {M, N}}, floats = 0, x;
+    for (int k = 0; k < 3; k++)
+        if (!tri_size_mul(&x, f[k][0], f[k][1]) || !tri_size_add(&floats, floats, x)) return -1;
+    if (floats > SIZE_MAX / sizeof(float)) return -1;
+    *bytes = floats * sizeof(float);
+    return 0;
+}
 
 int tri_sgemm_init(tri_sgemm *s, size_t M, size_t N, size_t K) {
+    size_t bytes;
     memset(s, 0, sizeof *s);
     if (M == 0 || N == 0 || K == 0) return 0;
+    if (tri_sgemm_bytes(M, N, K, &bytes) != 0) return -1;
     s->a = malloc(M * K * sizeof *s->a);
     s->b = malloc(N * K * sizeof *s->b);
     s->c = malloc(M * N * sizeof *s->c);

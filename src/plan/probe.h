@@ -28,9 +28,12 @@ typedef struct tri_sgemm {
     float *c; /* (M, N) */
 } tri_sgemm;
 
+/* Bytes of a shape's three buffers into *bytes: 0, or -1 when they do not
+ * fit size_t. */
+int tri_sgemm_bytes(size_t M, size_t N, size_t K, size_t *bytes);
 /* Allocates and fills the operands. M, N or K = 0: an empty probe (no
- * buffers; tri_sgemm_best gives 0). Returns 0, or -1 when out of memory
- * (nothing printed; *s is then empty). */
+ * buffers; tri_sgemm_best gives 0). Returns 0, or -1 when out of memory or
+ * the sizes overflow (nothing printed; *s is then empty). */
 int tri_sgemm_init(tri_sgemm *s, size_t M, size_t N, size_t K);
 /* NULL-safe; zeroes *s. */
 void tri_sgemm_free(tri_sgemm *s);
