@@ -106,9 +106,10 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
                            char *why, size_t n);
 
 /* Why a layout is not a candidate, or "" when it is: checks tp | heads and
- * tp <= per_node, the layers over pp x vpp (tri_gpt_check_layout), the
- * batch over micro_batch x dp, the schedule's constraints, sequence
- * parallelism's. Writes the reason into why; returns 0 when valid. Silent. */
+ * tp <= per_node, the layers over pp x vpp (tri_gpt_layout_why), the batch
+ * over micro_batch x dp, the schedule's constraints (tri_schedule_check),
+ * sequence parallelism's. Writes the reason into why (the words the
+ * printing checks use); returns 0 when valid. Silent. */
 int tri_plan_check(const tri_config *cfg, const tri_gpu_kind *gpu, char *why, size_t n);
 
 /* Bytes per element of a train.precision: activations and parameters
