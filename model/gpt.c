@@ -4,6 +4,7 @@
 #include "model/gpt.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,12 +296,24 @@ static void bind(const tri_chunk *ch, char *mem, size_t esz, tri_weights *w) {
     }
 }
 
-/* n_embd by n_head, heads by tp: what any rank's parameter table needs. */
-static int check_shape(const tri_model_cfg *cfg, int tp) {
+/* Writes a refusal into why (n bytes) and returns -1: the silent checks'
+ * way of saying what tri_error would print. */
+static int refuse(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(char *why, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* n_embd by n_head, heads by tp: what any rank's parameter table needs.
+ * 0, or -1 with the reason in why. */
+static int check_shape(const tri_model_cfg *cfg, int tp, char *why, size_t n) {
     if (cfg->n_embd % cfg->n_head != 0)
-        return tri_error("model.n_embd (%d) is not a multiple of model.n_head (%d)", cfg->n_embd, cfg->n_head);
+        return refuse(why, n, "model.n_embd (%d) is not a multiple of model.n_head (%d)", cfg->n_embd, cfg->n_head);
     if (cfg->n_head % tp != 0)
-        return tri_error("model.n_head (%d) is not divisible by parallel.tp (%d)", cfg->n_head, tp);
+        return refuse(why, n, "model.n_head (%d) is not divisible by parallel.tp (%d)", cfg->n_head, tp);
     return 0;
 }
 
@@ -322,8 +335,9 @@ static void suggest_layout(char *buf, size_t n, int layers, int k) {
 
 /* Parses layout into counts[0 .. pp*vpp) (layers of each model chunk, in
  * model order) and checks it against the model; "" is the even split.
- * Returns 0, or -1 with a message naming the numbers. */
-static int layout_counts(const tri_model_cfg *cfg, int pp, int vpp, const char *layout, int *counts) {
+ * Returns 0, or -1 with the reason (naming the numbers) in why. */
+static int layout_counts(const tri_model_cfg *cfg, int pp, int vpp, const char *layout, int *counts, char *why,
+                         size_t why_n) {
     int k = pp * vpp;
     if (!layout || !layout[0]) {
         if (cfg->n_layer % k == 0) {
@@ -331,25 +345,28 @@ static int layout_counts(const tri_model_cfg *cfg, int pp, int vpp, const char *
             return 0;
         }
         if (cfg->n_layer < k)
-            return tri_error("model.n_layer (%d) is fewer than parallel.pp (%d) x parallel.vpp (%d) = %d chunks: "
-                             "every chunk needs at least one layer; lower parallel.pp or parallel.vpp",
-                             cfg->n_layer, pp, vpp, k);
+            return refuse(why, why_n,
+                          "model.n_layer (%d) is fewer than parallel.pp (%d) x parallel.vpp (%d) = %d chunks: "
+                          "every chunk needs at least one layer; lower parallel.pp or parallel.vpp",
+                          cfg->n_layer, pp, vpp, k);
         char sug[256];
         suggest_layout(sug, sizeof sug, cfg->n_layer, k);
-        return tri_error("model.n_layer (%d) is not divisible by parallel.pp (%d) x parallel.vpp (%d) = %d; set "
-                         "parallel.pp_layout to give each %s its layers, e.g. \"%s\"",
-                         cfg->n_layer, pp, vpp, k, vpp > 1 ? "chunk (in model order)" : "stage", sug);
+        return refuse(why, why_n,
+                      "model.n_layer (%d) is not divisible by parallel.pp (%d) x parallel.vpp (%d) = %d; set "
+                      "parallel.pp_layout to give each %s its layers, e.g. \"%s\"",
+                      cfg->n_layer, pp, vpp, k, vpp > 1 ? "chunk (in model order)" : "stage", sug);
     }
     /* count the numbers first, for the message about how many there should be */
     int n = 1;
     for (const char *q = layout; *q; q++) n += *q == ',';
     if (n != k) {
         if (vpp > 1 && n == pp)
-            return tri_error("parallel.pp_layout has %d numbers (one per stage), but with parallel.vpp %d it needs "
-                             "one per chunk: parallel.pp %d x parallel.vpp %d = %d numbers, in model order",
-                             n, vpp, pp, vpp, k);
-        return tri_error("parallel.pp_layout has %d number%s; parallel.pp %d x parallel.vpp %d needs %d", n,
-                         n == 1 ? "" : "s", pp, vpp, k);
+            return refuse(why, why_n,
+                          "parallel.pp_layout has %d numbers (one per stage), but with parallel.vpp %d it needs "
+                          "one per chunk: parallel.pp %d x parallel.vpp %d = %d numbers, in model order",
+                          n, vpp, pp, vpp, k);
+        return refuse(why, why_n, "parallel.pp_layout has %d number%s; parallel.pp %d x parallel.vpp %d needs %d", n,
+                      n == 1 ? "" : "s", pp, vpp, k);
     }
     const char *q = layout;
     long sum = 0;
@@ -363,26 +380,29 @@ static int layout_counts(const tri_model_cfg *cfg, int pp, int vpp, const char *
         if (bad || (*end != ',' && *end != '\0') || v > 1000000000L || v < -1000000000L) {
             char sug[256];
             suggest_layout(sug, sizeof sug, cfg->n_layer >= k ? cfg->n_layer : k, k);
-            return tri_error("parallel.pp_layout \"%s\": \"%.*s\" is not a layer count (expected %d whole numbers "
-                             "separated by commas, e.g. \"%s\")",
-                             layout, (int)strcspn(start, ","), start, k, sug);
+            return refuse(why, why_n,
+                          "parallel.pp_layout \"%s\": \"%.*s\" is not a layer count (expected %d whole numbers "
+                          "separated by commas, e.g. \"%s\")",
+                          layout, (int)strcspn(start, ","), start, k, sug);
         }
         if (v <= 0) {
             if (vpp > 1)
-                return tri_error("parallel.pp_layout \"%s\" leaves chunk %d (stage %d, its local chunk %d) %s: every "
-                                 "chunk needs at least one layer",
-                                 layout, j, j % pp, j / pp, v == 0 ? "empty" : "with a negative count");
-            return tri_error("parallel.pp_layout \"%s\" leaves chunk %d (stage %d) %s: every stage needs at least "
-                             "one layer",
-                             layout, j, j, v == 0 ? "empty" : "with a negative count");
+                return refuse(why, why_n,
+                              "parallel.pp_layout \"%s\" leaves chunk %d (stage %d, its local chunk %d) %s: every "
+                              "chunk needs at least one layer",
+                              layout, j, j % pp, j / pp, v == 0 ? "empty" : "with a negative count");
+            return refuse(why, why_n,
+                          "parallel.pp_layout \"%s\" leaves chunk %d (stage %d) %s: every stage needs at least "
+                          "one layer",
+                          layout, j, j, v == 0 ? "empty" : "with a negative count");
         }
         counts[j] = (int)v;
         sum += v;
         q = *end == ',' ? end + 1 : end;
     }
     if (sum != cfg->n_layer)
-        return tri_error("parallel.pp_layout \"%s\" sums to %ld layers, model.n_layer is %d", layout, sum,
-                         cfg->n_layer);
+        return refuse(why, why_n, "parallel.pp_layout \"%s\" sums to %ld layers, model.n_layer is %d", layout, sum,
+                      cfg->n_layer);
     return 0;
 }
 
@@ -397,9 +417,10 @@ int tri_chunks_layout(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, co
     int k = pp * vpp;
     int *counts = malloc((size_t)k * sizeof *counts);
     if (!counts) return tri_error("out of memory (pipeline layout of %d chunks)", k);
-    if (layout_counts(cfg, pp, vpp, layout, counts) != 0) {
+    char why[1024];
+    if (layout_counts(cfg, pp, vpp, layout, counts, why, sizeof why) != 0) {
         free(counts);
-        return -1;
+        return tri_error("%s", why);
     }
     int first = 0, used = 0;
     for (int j = 0; j < k; j++) {
@@ -420,19 +441,26 @@ int tri_chunks_even(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, tri_
     return tri_chunks_layout(cfg, pp, pp_rank, vpp, "", specs, layers_buf);
 }
 
-int tri_gpt_check_layout(const tri_model_cfg *cfg, int tp, int pp, int vpp, const char *layout) {
-    if (check_shape(cfg, tp) != 0) return -1;
+int tri_gpt_layout_why(const tri_model_cfg *cfg, int tp, int pp, int vpp, const char *layout, char *why, size_t n) {
+    if (check_shape(cfg, tp, why, n) != 0) return -1;
     if (vpp > 1 && pp < 2)
-        return tri_error("parallel.vpp = %d needs parallel.pp >= 2 (virtual chunks interleave stages; with one "
-                         "stage use parallel.vpp 1)",
-                         vpp);
-    if (pp < 1 || vpp < 1) return tri_error("parallel.pp (%d) and parallel.vpp (%d) must be at least 1", pp, vpp);
+        return refuse(why, n,
+                      "parallel.vpp = %d needs parallel.pp >= 2 (virtual chunks interleave stages; with one "
+                      "stage use parallel.vpp 1)",
+                      vpp);
+    if (pp < 1 || vpp < 1) return refuse(why, n, "parallel.pp (%d) and parallel.vpp (%d) must be at least 1", pp, vpp);
     int k = pp * vpp;
     int *counts = malloc((size_t)k * sizeof *counts);
-    if (!counts) return tri_error("out of memory (pipeline layout of %d chunks)", k);
-    int rc = layout_counts(cfg, pp, vpp, layout, counts);
+    if (!counts) return refuse(why, n, "out of memory (pipeline layout of %d chunks)", k);
+    int rc = layout_counts(cfg, pp, vpp, layout, counts, why, n);
     free(counts);
     return rc;
+}
+
+int tri_gpt_check_layout(const tri_model_cfg *cfg, int tp, int pp, int vpp, const char *layout) {
+    char why[1024];
+    if (tri_gpt_layout_why(cfg, tp, pp, vpp, layout, why, sizeof why) != 0) return tri_error("%s", why);
+    return 0;
 }
 
 static int describe_chunk(tri_gpt *g, tri_chunk *ch, const tri_chunk_spec *sp) {
@@ -461,7 +489,8 @@ static int describe_chunk(tri_gpt *g, tri_chunk *ch, const tri_chunk_spec *sp) {
 int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, const tri_chunk_spec *specs,
                      int n_chunks) {
     memset(g, 0, sizeof *g);
-    if (check_shape(cfg, tp) != 0) return -1;
+    char why[256];
+    if (check_shape(cfg, tp, why, sizeof why) != 0) return tri_error("%s", why);
     g->cfg = *cfg;
     g->tp = tp;
     g->tp_rank = tp_rank;

@@ -185,6 +185,10 @@ int tri_gpt_init_single(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_
  * -1 with a message naming the numbers. (The padded vocabulary divides by tp
  * by construction.) */
 int tri_gpt_check_layout(const tri_model_cfg *cfg, int tp, int pp, int vpp, const char *layout);
+/* The same check, silent: 0, or -1 with the message tri_gpt_check_layout
+ * would print written into why (n bytes, truncated), for a caller that tries
+ * many layouts and reports the reasons itself (the planner's search). */
+int tri_gpt_layout_why(const tri_model_cfg *cfg, int tp, int pp, int vpp, const char *layout, char *why, size_t n);
 
 /* The same without memory: sizes and the parameter tables only (ctx, tp_comm
  * and the buffers stay NULL). For describing the global model (tp = 1, one

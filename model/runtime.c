@@ -168,26 +168,43 @@ static size_t workspace_layout(const tri_gpt *g, size_t B, size_t T, tri_recompu
     return cv.acc.ok ? cv.acc.total : SIZE_MAX;
 }
 
-size_t tri_slot_bytes(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, int split,
-                      size_t *layer_bytes) {
+size_t tri_slot_bytes_why(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, int split,
+                          size_t *layer_bytes, char *why, size_t why_n) {
     size_t n = att_sizes_ok(g, B, T) ? slot_layout(g, k, B, T, policy, split, NULL, NULL, layer_bytes) : SIZE_MAX;
     if (n == SIZE_MAX) {
-        tri_error("saved activations of micro-batch %zu x seq_len %zu (n_embd %d, n_head %d, %d layers) overflow "
-                  "a byte count: reduce train.micro_batch or model.seq_len",
-                  B, T, g->cfg.n_embd, g->cfg.n_head, g->chunks[k].n_layers);
+        snprintf(why, why_n,
+                 "saved activations of micro-batch %zu x seq_len %zu (n_embd %d, n_head %d, %d layers) overflow "
+                 "a byte count: reduce train.micro_batch or model.seq_len",
+                 B, T, g->cfg.n_embd, g->cfg.n_head, g->chunks[k].n_layers);
+        return 0;
+    }
+    return n;
+}
+
+size_t tri_slot_bytes(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, int split,
+                      size_t *layer_bytes) {
+    char why[512];
+    size_t n = tri_slot_bytes_why(g, k, B, T, policy, split, layer_bytes, why, sizeof why);
+    if (n == 0) tri_error("%s", why);
+    return n;
+}
+
+size_t tri_workspace_bytes_why(const tri_gpt *g, size_t B, size_t T, tri_recompute policy, char *why, size_t why_n) {
+    size_t n = att_sizes_ok(g, B, T) ? workspace_layout(g, B, T, policy, NULL, NULL) : SIZE_MAX;
+    if (n == SIZE_MAX) {
+        snprintf(why, why_n,
+                 "the workspace of micro-batch %zu x seq_len %zu (n_embd %d, n_head %d, vocab %zu per rank) "
+                 "overflows a byte count: reduce train.micro_batch or model.seq_len",
+                 B, T, g->cfg.n_embd, g->cfg.n_head, g->Vl);
         return 0;
     }
     return n;
 }
 
 size_t tri_workspace_bytes(const tri_gpt *g, size_t B, size_t T, tri_recompute policy) {
-    size_t n = att_sizes_ok(g, B, T) ? workspace_layout(g, B, T, policy, NULL, NULL) : SIZE_MAX;
-    if (n == SIZE_MAX) {
-        tri_error("the workspace of micro-batch %zu x seq_len %zu (n_embd %d, n_head %d, vocab %zu per rank) "
-                  "overflows a byte count: reduce train.micro_batch or model.seq_len",
-                  B, T, g->cfg.n_embd, g->cfg.n_head, g->Vl);
-        return 0;
-    }
+    char why[512];
+    size_t n = tri_workspace_bytes_why(g, B, T, policy, why, sizeof why);
+    if (n == 0) tri_error("%s", why);
     return n;
 }
 

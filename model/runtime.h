@@ -138,6 +138,11 @@ size_t tri_slot_bytes(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute
 /* Bytes of the stage's workspace (max over the chunks' needs). 0 with a
  * message on overflow. */
 size_t tri_workspace_bytes(const tri_gpt *g, size_t B, size_t T, tri_recompute policy);
+/* The same two, silent: 0 with the message written into why (why_n bytes,
+ * truncated) instead of printed, for the planner's search. */
+size_t tri_slot_bytes_why(const tri_gpt *g, int k, size_t B, size_t T, tri_recompute policy, int split,
+                          size_t *layer_bytes, char *why, size_t why_n);
+size_t tri_workspace_bytes_why(const tri_gpt *g, size_t B, size_t T, tri_recompute policy, char *why, size_t why_n);
 
 /* split = 0: slots for tri_chunk_backward; split = 1: split slots (above),
  * for tri_chunk_backward_input / _weight (tri_chunk_backward works on them

@@ -93,6 +93,10 @@ char *tri_action_str(const tri_action *a, char *buf, size_t n);
  * the trivial list (each micro-batch forward then backward). Returns 0, or -1
  * with a message (src/base/err.h) naming the numbers; *s is then empty. */
 int tri_schedule_build(tri_schedule *s, tri_sched_kind kind, int pp, int vpp, int m);
+/* The numbers' check of tri_schedule_build, silent and without building: 0,
+ * or -1 with the message tri_schedule_build would print written into why (n
+ * bytes, truncated), for a caller that tries many layouts (the planner). */
+int tri_schedule_check(tri_sched_kind kind, int pp, int vpp, int m, char *why, size_t n);
 void tri_schedule_free(tri_schedule *s); /* NULL-safe; zeroes *s */
 
 /* Unit costs of the compute actions; a full backward costs b + w. */

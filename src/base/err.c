@@ -5,15 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *capture_buf;
-static size_t capture_n;
-
-void tri_error_capture(char *buf, size_t n) {
-    capture_buf = n ? buf : NULL;
-    capture_n = n;
-    if (capture_buf) capture_buf[0] = '\0';
-}
-
 const char *tri_prog_name(void) {
     return strcmp(program_invocation_short_name, "tridentrun") == 0 ? "tridentrun" : "trident";
 }
@@ -21,10 +12,6 @@ const char *tri_prog_name(void) {
 int tri_verror(const char *fmt, va_list ap) {
     char msg[2048];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    if (capture_buf) {
-        if (!capture_buf[0]) snprintf(capture_buf, capture_n, "%s", msg); /* the first says what failed */
-        return -1;
-    }
     fprintf(stderr, "%s: %s\n", tri_prog_name(), msg);
     return -1;
 }

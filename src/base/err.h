@@ -32,11 +32,6 @@ int tri_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int tri_verror(const char *fmt, va_list ap);
 /* Prints "trident: rank R: <fmt...>\n" to stderr; returns -1. */
 int tri_error_rank(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* While buf is set (n > 0), tri_error keeps its first message in buf (without
- * the "trident: " prefix) instead of printing it: for a caller that tries
- * many inputs and reports the reasons itself (the planner's search). Not
- * thread-safe. tri_error_capture(NULL, 0) prints again. */
-void tri_error_capture(char *buf, size_t n);
 
 /* Prints "trident: internal error: file:line: <fmt...>" and aborts. */
 _Noreturn void tri_fail_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -19,9 +19,8 @@ void tri_status_line(const char *line, int tty);
  * line of its own. */
 void tri_status_end(void);
 
-/* The closing summary of work that succeeded: "trident: <message>\n" (the
- * program's prefix, as tri_error; it is not a failure, so it is never
- * captured by tri_error_capture). */
+/* The closing summary of work that succeeded: "trident: <message>\n" on
+ * stderr (the program's prefix, as tri_error's; it is not a failure). */
 void tri_status_done(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

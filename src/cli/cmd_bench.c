@@ -2,122 +2,41 @@
  * throughput on synthetic tokens, and the machine's sgemm speed on the
  * model's own GEMM shape, so that MFU can be read against what this machine
  * can do rather than a datasheet. Works under tridentrun too (rank 0 prints). */
-#include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "model/gpt.h"
 #include "parallel/dist.h"
 #include "parallel/mesh.h"
 #include "base/err.h"
+#include "base/exit.h"
+#include "base/opt.h"
 #include "base/size.h"
 #include "cli/cli.h"
 #include "config/config.h"
 #include "train/preflight.h"
-#include "parallel/schedule.h"
+#include "plan/probe.h"
 #include "plan/stage_plan.h"
 #include "train/train.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-/* out (M, N) = A (M, K) @ B (N, K)^T, the shape of the MLP's first GEMM,
- * timed by the GFLOP/s it reaches. */
-typedef struct sgemm_probe {
-    size_t M, K, N;
-    float *A, *B, *C;
-    double *after; /* [step]: GFLOP/s measured right after that step */
-    double *times; /* [step]: that step's seconds */
-} sgemm_probe;
-
-/* M = 0: no sgemm (a GPU run: only the step times are kept). */
-static int probe_init(sgemm_probe *p, size_t M, size_t K, size_t N, size_t steps) {
-    memset(p, 0, sizeof *p);
-    p->after = calloc(steps, sizeof(double));
-    p->times = calloc(steps, sizeof(double));
-    if (!p->after || !p->times) return -1;
-    if (M == 0) return 0;
-    p->M = M;
-    p->K = K;
-    p->N = N;
-    p->A = malloc(M * K * sizeof(float));
-    p->B = malloc(N * K * sizeof(float));
-    p->C = malloc(M * N * sizeof(float));
-    if (!p->A || !p->B || !p->C) return -1;
-    for (size_t i = 0; i < M * K; i++) p->A[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
-    for (size_t i = 0; i < N * K; i++) p->B[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
-    return 0;
-}
-
-static void probe_free(sgemm_probe *p) {
-    free(p->A);
-    free(p->B);
-    free(p->C);
-    free(p->after);
-    free(p->times);
-    memset(p, 0, sizeof *p);
-}
-
-/* The best GFLOP/s of `reps` runs. */
-static double probe_best(sgemm_probe *p, int reps) {
-    double best = 0.0;
-    for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)p->M, (int)p->N, (int)p->K, 1.0f, p->A, (int)p->K,
-                    p->B, (int)p->K, 0.0f, p->C, (int)p->N);
-        double g = 2.0 * (double)p->M * (double)p->N * (double)p->K / (now_s() - t0) / 1e9;
-        if (g > best) best = g;
-    }
-    return best;
-}
-
-/* After each training step: its time, and the machine's sgemm speed at that
- * moment. This VM has phases of about half speed lasting seconds; dividing
- * each step's model GFLOP/s by the sgemm speed measured right after it
- * cancels them. */
-static void after_step(void *ctx, int step, double seconds) {
-    sgemm_probe *p = ctx;
-    p->times[step] = seconds;
-    if (p->M > 0) p->after[step] = probe_best(p, 2);
-}
-
 /* Under pipelining: each stage's compute (busy), idle and p2p time per
  * step, and the measured bubble (the busiest stage's idle time over its busy
  * time, idle = the longest stage's span minus its busy time) beside the
- * simulator's prediction with unit costs for the same schedule. Returns 0 or
- * -1 (printed). */
+ * simulator's prediction with unit costs for the same schedule (the stage
+ * plan's, src/plan/stage_plan.h). Returns 0 or -1 (printed). */
 static int pipeline_report(const tri_config *cfg, const tri_run_report *rep, double *bubble, double *bubble_sim) {
     if (cfg->parallel.pp == 1 || rep->stages == 0 || rep->steps == 0) return 0;
     tri_stage_plan plan;
     if (tri_stage_plan_init(&plan, cfg, 0) != 0) return -1;
-    tri_schedule s;
-    tri_sim_result r;
-    tri_sim_costs unit = {1.0, 1.0, 1.0};
-    int rc = tri_schedule_build(&s, plan.kind, plan.pp, plan.vpp, plan.m);
-    if (rc == 0) {
-        rc = tri_schedule_simulate(&s, unit, &r);
-        if (rc == 0) {
-            *bubble_sim = r.bubble;
-            tri_sim_result_free(&r);
-        }
-        tri_schedule_free(&s);
-    }
-    if (rc != 0) {
-        tri_stage_plan_free(&plan);
-        return -1;
-    }
+    *bubble_sim = plan.bubble;
     double span = 0.0, busiest = 0.0;
     for (int i = 0; i < rep->stages; i++) {
         if (rep->stage_span_s[i] > span) span = rep->stage_span_s[i];
@@ -137,68 +56,70 @@ static int pipeline_report(const tri_config *cfg, const tri_run_report *rep, dou
     return 0;
 }
 
-static void bench_usage(FILE *f) {
-    fprintf(f, "usage: trident bench CONFIG [--steps N] [--threads K] [--device cpu|cuda] [--peak-tflops P]\n"
-               "                     [--set section.key=value]...\n"
-               "  runs N training steps (after one warm-up step) on synthetic tokens and prints tokens/s,\n"
-               "  model GFLOP/s, MFU against this machine's measured sgemm speed, communication per group\n"
-               "  (under tridentrun), and a last line of JSON.\n"
-               "  --device cuda         train on one GPU per rank; no sgemm is measured: MFU is against\n"
-               "                        --peak-tflops, the device's peak TFLOP/s in the run's precision\n"
-               "                        (dense bf16: 989 on H100 SXM and H200, 312 on A100; scripts/bench_gpu.sh)\n"
-               "  --skip-memory-check   start even if a rank's memory estimate exceeds the memory available\n");
-}
-
 int tri_cmd_bench(int argc, char **argv) {
-    const char *path = NULL;
-    const char **sets = calloc((size_t)argc + 2, sizeof *sets);
-    int n_sets = 0;
     long steps = 10, threads = 0;
     const char *device = NULL; /* --device, else the config's "device" */
+    const char *peak_arg = NULL;
+    int skip_memory_check = 0;
+    tri_opt_list pos = {0}, set = {0};
+    const tri_opt table[] = {
+        {"--steps", TRI_OPT_LONG, &steps, "N", 1, 1000000, .help = "training steps to time (default 10)"},
+        {"--threads", TRI_OPT_LONG, &threads, "K", 1, 1024, .help = "threads per rank"},
+        {"--device", TRI_OPT_STR, &device, "cpu|cuda",
+         .help = "cuda: train on one GPU per rank; no sgemm is measured: MFU is against\n"
+                 "--peak-tflops, the device's peak TFLOP/s in the run's precision\n"
+                 "(dense bf16: 989 on H100 SXM and H200, 312 on A100; scripts/bench_gpu.sh)"},
+        {"--peak-tflops", TRI_OPT_STR, &peak_arg, "P", .help = "the device's peak TFLOP/s (--device cuda)"},
+        {"--set", TRI_OPT_LIST, &set, "section.key=value", .help = "a config key (repeatable)"},
+        {"--skip-memory-check", TRI_OPT_FLAG, &skip_memory_check,
+         .help = "start even if a rank's memory estimate exceeds the memory available"},
+    };
+    const tri_cmd_spec spec = {
+        .cmd = "trident bench",
+        .who = "bench",
+        .usage = "CONFIG [--steps N] [--threads K] [--device cpu|cuda] [--peak-tflops P]\n"
+                 "                     [--set section.key=value]...",
+        .about = "  runs N training steps (after one warm-up step) on synthetic tokens and prints tokens/s,\n"
+                 "  model GFLOP/s, MFU against this machine's measured sgemm speed, communication per group\n"
+                 "  (under tridentrun), and a last line of JSON.\n",
+        .opts = table,
+        .n_opts = TRI_OPT_N(table),
+        .pos = &pos,
+        .max_pos = -1, /* one CONFIG; the message for more is the command's own */
+        .pos_name = "CONFIG",
+    };
+    int rc = tri_opt_parse(&spec, argc, argv);
+    if (rc != TRI_OPT_GO) {
+        tri_opt_list_free(&pos);
+        tri_opt_list_free(&set);
+        return tri_opt_exit(rc);
+    }
+    rc = TRI_EXIT_BAD_INPUT;
+    tri_step_probe probe = {0}; /* each step's time and the sgemm speed after it */
+    /* the data files are not read: synthetic tokens; then --set, the steps, the device */
+    const char **sets = calloc((size_t)set.n + 3, sizeof *sets);
+    int n_sets = 0;
     char device_set[64];
     double peak_tflops = 0.0;
-    int rc = 2, skip_memory_check = 0;
-    sgemm_probe probe = {0};
-    /* the data files are not read: synthetic tokens */
+    if (!sets) {
+        tri_error("bench: out of memory");
+        goto out;
+    }
     sets[n_sets++] = "data.train=synthetic";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            bench_usage(stdout);
-            rc = 0;
-            goto out;
-        } else if (!strcmp(a, "--steps") && v) {
-            if (tri_arg_int(a, v, 1, 1000000, &steps)) goto out;
-            i++;
-        } else if (!strcmp(a, "--threads") && v) {
-            if (tri_arg_int(a, v, 1, 1024, &threads)) goto out;
-            i++;
-        } else if (!strcmp(a, "--device") && v) {
-            device = v;
-            i++;
-        } else if (!strcmp(a, "--peak-tflops") && v) {
-            char *end;
-            peak_tflops = strtod(v, &end);
-            if (end == v || *end != '\0' || !(peak_tflops > 0.0 && peak_tflops < 1e9)) {
-                tri_error("bench: --peak-tflops '%s' is not a positive number of TFLOP/s", v);
-                goto out;
-            }
-            i++;
-        } else if (!strcmp(a, "--skip-memory-check")) {
-            skip_memory_check = 1;
-        } else if (!strcmp(a, "--set") && v) {
-            sets[n_sets++] = v;
-            i++;
-        } else if (a[0] == '-') {
-            tri_error("bench: unknown or incomplete option '%s' (try `trident bench --help`)", a);
-            goto out;
-        } else if (!path) {
-            path = a;
-        } else {
-            tri_error("bench: unexpected argument '%s'", a);
+    for (int i = 0; i < set.n; i++) sets[n_sets++] = set.v[i];
+    if (peak_arg) {
+        char *end;
+        peak_tflops = strtod(peak_arg, &end);
+        if (end == peak_arg || *end != '\0' || !(peak_tflops > 0.0 && peak_tflops < 1e9)) {
+            tri_error("bench: --peak-tflops '%s' is not a positive number of TFLOP/s", peak_arg);
             goto out;
         }
     }
+    if (pos.n > 1) {
+        tri_error("bench: unexpected argument '%s'", pos.v[1]);
+        goto out;
+    }
+    const char *path = pos.n ? pos.v[0] : NULL;
     if (!path) {
         tri_error("bench: missing CONFIG");
         goto out;
@@ -224,39 +145,35 @@ int tri_cmd_bench(int argc, char **argv) {
     size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len, C = (size_t)cfg.model.n_embd;
     /* the sgemm probe is allocated before tri_train's own preflight: check
      * its sizes and this rank's memory with it first (src/train/preflight.h) */
-    size_t probe_floats = 0;
-    size_t fac[3][2] = {{BT, C}, {4 * C, C}, {BT, 4 * C}};
-    for (int k = 0; on_cpu && k < 3; k++) {
-        size_t x;
-        if (!tri_size_mul(&x, fac[k][0], fac[k][1]) || !tri_size_add(&probe_floats, probe_floats, x) ||
-            probe_floats > SIZE_MAX / sizeof(float)) {
-            tri_error("bench: the sgemm probe (train.micro_batch x model.seq_len x 4 model.n_embd) overflows "
-                      "64-bit sizes (train.micro_batch %d, model.seq_len %d, model.n_embd %d)",
-                      cfg.train.micro_batch, cfg.model.seq_len, cfg.model.n_embd);
-            goto out;
-        }
+    size_t probe_bytes = 0;
+    if (on_cpu && tri_sgemm_bytes(BT, 4 * C, C, &probe_bytes) != 0) {
+        tri_error("bench: the sgemm probe (train.micro_batch x model.seq_len x 4 model.n_embd) overflows "
+                  "64-bit sizes (train.micro_batch %d, model.seq_len %d, model.n_embd %d)",
+                  cfg.train.micro_batch, cfg.model.seq_len, cfg.model.n_embd);
+        goto out;
     }
     int world, rank;
     tri_mesh mesh;
     char err[256];
     tri_dist_env_world(&world, &rank);
     if (tri_mesh_init(&mesh, world, rank, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp, err, sizeof err) == 0 &&
-        tri_preflight_model(&cfg, (size_t)cfg.train.micro_batch, mesh.tp_rank, mesh.pp_rank,
-                            probe_floats * sizeof(float), 1, !skip_memory_check, NULL) != 0)
+        tri_preflight_model(&cfg, (size_t)cfg.train.micro_batch, mesh.tp_rank, mesh.pp_rank, probe_bytes, 1,
+                            !skip_memory_check, NULL) != 0)
         goto out; /* (a layout that does not fit the world is tri_train's to report) */
-    rc = 1;
-    if (probe_init(&probe, on_cpu ? BT : 0, C, 4 * C, (size_t)steps + 1) != 0) {
+    rc = TRI_EXIT_FAILURE;
+    if (tri_step_probe_init(&probe, on_cpu ? BT : 0, 4 * C, C, (size_t)steps + 1) != 0) {
         tri_error("bench: out of memory");
         goto out;
     }
-    double peak = on_cpu ? probe_best(&probe, 15) : peak_tflops * 1e3;
+    /* GFLOP/s: the sgemm's best of 15 runs (no warm-up), or the given peak */
+    double peak = on_cpu ? tri_sgemm_best(&probe.sgemm, 0, 15) / 1e9 : peak_tflops * 1e3;
     tri_run_opts opts = {0};
     opts.device = cfg.device;
     opts.threads = (int)threads;
     opts.synthetic = 1;
     opts.quiet = 1;
     opts.skip_memory_check = skip_memory_check;
-    opts.after_step = after_step;
+    opts.after_step = tri_step_probe_after;
     opts.after_step_ctx = &probe;
     tri_run_report rep = {0};
     opts.report = &rep;
@@ -265,10 +182,10 @@ int tri_cmd_bench(int argc, char **argv) {
     double *times = probe.times;
 
     /* the best sgemm seen at any point: before, after every step, at the end */
-    double again = on_cpu ? probe_best(&probe, 15) : 0.0;
+    double again = on_cpu ? tri_sgemm_best(&probe.sgemm, 0, 15) / 1e9 : 0.0;
     if (again > peak) peak = again;
     for (long i = 1; on_cpu && i <= steps; i++)
-        if (probe.after[i] > peak) peak = probe.after[i];
+        if (probe.after[i] / 1e9 > peak) peak = probe.after[i] / 1e9;
     /* one rank's best sgemm times the ranks, but ranks that share a machine
      * share its cores: with more local ranks x threads than cores (the
      * oversubscribed quickstart layouts), the machine's cores are the limit */
@@ -276,18 +193,17 @@ int tri_cmd_bench(int argc, char **argv) {
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     int local = ls ? atoi(ls) : 1;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (on_cpu && local > 0 && cores > 0 && (long)local * nthreads > cores)
-        job_peak *= (double)cores / ((double)local * nthreads);
+    if (on_cpu && local > 0 && cores > 0) job_peak *= tri_core_share(local, nthreads, cores);
     double flops_step = tri_gpt_flops_per_token(&cfg.model) * (double)cfg.train.global_batch * cfg.model.seq_len;
     /* per step: model GFLOP/s over the job's sgemm GFLOP/s right after it (median) */
     double *paired = calloc((size_t)steps, sizeof *paired);
     if (!paired) {
         tri_error("bench: out of memory");
-        rc = 1;
+        rc = TRI_EXIT_FAILURE;
         goto out;
     }
     for (long i = 1; i <= steps; i++) /* all ranks probed at once; on a GPU, against the given peak */
-        paired[i - 1] = flops_step / times[i] / 1e9 / ((on_cpu ? probe.after[i] : peak) * rep.world);
+        paired[i - 1] = flops_step / times[i] / 1e9 / ((on_cpu ? probe.after[i] / 1e9 : peak) * rep.world);
     qsort(paired, (size_t)steps, sizeof *paired, cmp_double);
     double mfu_paired = paired[steps / 2];
     free(paired);
@@ -331,7 +247,7 @@ int tri_cmd_bench(int argc, char **argv) {
     }
     double bubble = 0.0, bubble_sim = 0.0;
     if (pipeline_report(&cfg, &rep, &bubble, &bubble_sim) != 0) {
-        rc = 1;
+        rc = TRI_EXIT_FAILURE;
         goto out;
     }
     char memline[512], memjson[512];
@@ -349,7 +265,9 @@ int tri_cmd_bench(int argc, char **argv) {
            tri_recompute_name(cfg.train.recompute), med * 1e3, tps, gflops, job_peak, mfu, mfu_paired, share[0], share[1], cfg.parallel.pp,
            cfg.parallel.vpp, tri_sched_name(cfg.parallel.schedule), bubble, bubble_sim, memjson);
 out:
-    probe_free(&probe);
+    tri_step_probe_free(&probe);
     free(sets);
+    tri_opt_list_free(&pos);
+    tri_opt_list_free(&set);
     return rc;
 }

@@ -1,158 +1,44 @@
 /* `trident plan CONFIG [--set k=v]... --gpu h100|a100|cpu [--gpus N] [--json]`:
  * the memory per rank and the step time of a layout, or of every layout of
- * N devices, from the model in src/plan/plan.h (docs/plan.md). Nothing of the
- * model is allocated. */
-#include <cblas.h>
-#include <omp.h>
+ * N devices, from the model in src/plan/plan.h (docs/plan.md) and the search
+ * in src/plan/search.h, printed. Nothing of the model is allocated. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "model/gpt.h"
-#include "model/runtime.h"
 #include "base/err.h"
+#include "base/exit.h"
+#include "base/json.h"
+#include "base/opt.h"
 #include "base/size.h"
 #include "cli/cli.h"
 #include "config/config.h"
+#include "model/gpt.h"
+#include "plan/devices.h"
 #include "plan/plan.h"
+#include "plan/probe.h"
+#include "plan/search.h"
 #include "train/preflight.h"
 #include "train/train.h"
 
 /* ------------------------------------------------------------------------ */
-/* `--gpu cpu`: this machine, measured                                       */
-
-/* Shared-memory MPI between ranks of one machine: the all-reduce bandwidth
- * docs/performance.md measured at tp = 2 (82 MB per step in 26 ms). */
-#define CPU_MPI_BW 3.0e9
-/* Ranks oversubscribing the cores: what one blocking collective adds beyond
- * the lockstep share, a peer being descheduled (tests/tools/sched_probe.c's
- * delay_ms at 4 single-thread ranks on this machine's 2 cores with 7.4 ms of
- * work between all-reduces: 0.65-0.71 ms; at 3 ranks it is <= 0;
- * docs/plan.md "Oversubscribed cores"); --sync-ms replaces it. */
-#define CPU_SYNC_S 0.7e-3
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-typedef struct cpu_probe {
-    int n;
-    size_t shape[1024][3];
-    double ratio[1024]; /* the shape's speed over the reference shape's, measured back to back */
-    size_t ref[3];      /* the reference: the MLP's first GEMM, as `trident bench` probes it */
-    double ref_best;    /* the reference's best speed seen, times share */
-    double share;       /* of the machine one rank gets (oversubscribed ranks share cores) */
-    double best;        /* the fastest rate measured: the CPU's peak for MFU, as bench takes its best sgemm */
-} cpu_probe;
-
-/* `--gpu cpu`: MFU against the best sgemm measured by the time of printing
- * (bench's rule), not the first shape's, which a slow phase of the VM may
- * have caught. NULL for the GPU kinds. */
-static cpu_probe *mfu_probe;
-
-/* Best FLOP/s of sgemm out (M, N) = A (M, K) B (N, K)^T, as `trident bench`
- * times it, over reps runs after one warm-up; M capped at 4096 rows (the
- * speed is flat beyond). */
-static double sgemm_rate(size_t M, size_t N, size_t K, int reps) {
-    if (M > 4096) M = 4096;
-    if (N > 16384) N = 16384;
-    if (K > 16384) K = 16384;
-    if (M == 0 || N == 0 || K == 0) return 1e9;
-    float *a = malloc(M * K * sizeof *a), *b = malloc(N * K * sizeof *b), *c = malloc(M * N * sizeof *c);
-    double best = 0;
-    if (a && b && c) {
-        for (size_t i = 0; i < M * K; i++) a[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
-        for (size_t i = 0; i < N * K; i++) b[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
-        double fl = 2.0 * (double)M * (double)N * (double)K;
-        if (fl < 1e8) reps *= 4;
-        for (int r = -1; r < reps; r++) { /* the first wakes the threads, not counted */
-            double t0 = now_s();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, a, (int)K, b, (int)K,
-                        0.0f, c, (int)N);
-            double g = fl / (now_s() - t0);
-            if (r >= 0 && g > best) best = g;
-        }
-    }
-    free(a);
-    free(b);
-    free(c);
-    return best > 0 ? best : 1e9;
-}
-
-/* The reference shape's speed, best of `rounds` measurements. */
-static void probe_reference(cpu_probe *p, int rounds) {
-    for (int i = 0; i < rounds; i++) {
-        double f = sgemm_rate(p->ref[0], p->ref[1], p->ref[2], 5) * p->share;
-        if (f > p->ref_best) p->ref_best = f;
-        if (f > p->best) p->best = f;
-    }
-}
-
-/* A shape's speed: its ratio to the reference shape measured right after it
- * (a slow phase of this VM, seconds long, hits both and cancels, as bench's
- * "paired" MFU does), times the reference's best. */
-static double cpu_gemm_flops(void *ctx, size_t M, size_t N, size_t K) {
-    cpu_probe *p = ctx;
-    for (int i = 0; i < p->n; i++)
-        if (p->shape[i][0] == M && p->shape[i][1] == N && p->shape[i][2] == K) return p->ratio[i] * p->ref_best;
-    double f = sgemm_rate(M, N, K, 3) * p->share;
-    double r = sgemm_rate(p->ref[0], p->ref[1], p->ref[2], 3) * p->share;
-    if (r > p->ref_best) p->ref_best = r;
-    if (r > p->best) p->best = r;
-    double ratio = f / r;
-    if (ratio * p->ref_best > p->best) p->best = ratio * p->ref_best;
-    if (p->n < 1024) {
-        p->shape[p->n][0] = M;
-        p->shape[p->n][1] = N;
-        p->shape[p->n][2] = K;
-        p->ratio[p->n++] = ratio;
-    }
-    return ratio * p->ref_best;
-}
-
-/* Bytes/s of a streaming copy of 32 MiB (beyond the caches). */
-static double copy_bandwidth(void) {
-    size_t n = (size_t)8 << 20;
-    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
-    double best = 0;
-    if (a && b) {
-        for (size_t i = 0; i < n; i++) a[i] = (float)i;
-        for (int r = 0; r < 5; r++) {
-            double t0 = now_s();
-            memcpy(b, a, n * sizeof *a);
-            double bw = 2.0 * (double)n * sizeof *a / (now_s() - t0);
-            if (bw > best) best = bw;
-        }
-    }
-    free(a);
-    free(b);
-    return best > 0 ? best : 1e10;
-}
-
-/* ------------------------------------------------------------------------ */
 /* output                                                                    */
-
-typedef struct plan_row {
-    tri_config cfg;
-    tri_plan_mem mem;
-    tri_plan_time time;
-    int fits;
-} plan_row;
 
 static void human(char *buf, double bytes) { tri_size_human(buf, 32, bytes); }
 
-static double row_mfu(const plan_row *r) {
+/* The row's MFU: the model's against the kind's peak, or with `--gpu cpu`
+ * (meter non-NULL) against the best sgemm measured by the time of printing
+ * (bench's rule), not the first shape's, which a slow phase of the VM may
+ * have caught. */
+static double row_mfu(const tri_plan_row *r, const tri_sgemm_meter *meter) {
     const tri_config *c = &r->cfg;
-    if (!mfu_probe || mfu_probe->best <= 0) return r->time.mfu;
+    if (!meter || meter->best <= 0) return r->time.mfu;
     double world = (double)c->parallel.tp * c->parallel.pp * c->parallel.dp;
-    return r->time.model_flops / r->time.step_s / (world * mfu_probe->best);
+    return r->time.model_flops / r->time.step_s / (world * meter->best);
 }
 
-static void print_row(const plan_row *r, double limit, int world) {
+static void print_row(const tri_plan_row *r, double limit, int world, const tri_sgemm_meter *meter) {
     const tri_config *c = &r->cfg;
     const tri_plan_mem *m = &r->mem;
     const tri_plan_time *t = &r->time;
@@ -177,10 +63,10 @@ static void print_row(const plan_row *r, double limit, int world) {
            "micro-batches)\n",
            t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s, t->bubble, t->m);
     printf("  speed     %.0f tokens/s, %.1f TFLOP/s per device (model FLOPs), MFU %.1f%%\n", t->tokens_per_s,
-           t->tflops_per_gpu, 100.0 * row_mfu(r));
+           t->tflops_per_gpu, 100.0 * row_mfu(r, meter));
 }
 
-static void print_json(const plan_row *r) {
+static void print_json(const tri_plan_row *r, const tri_sgemm_meter *meter) {
     const tri_config *c = &r->cfg;
     const tri_plan_mem *m = &r->mem;
     const tri_plan_time *t = &r->time;
@@ -193,277 +79,176 @@ static void print_json(const plan_row *r) {
         "%.6g, \"tflops_per_gpu\": %.6g, \"hw_tflops_per_gpu\": %.6g, \"mfu\": %.6g}\n",
         c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
         tri_recompute_name(c->train.recompute), c->parallel.zero, c->parallel.sequence_parallel,
-        tri_sched_name(c->parallel.schedule), tri_precision_name(c->train.precision),
-        r->fits ? "true" : "false", m->params, m->grads, m->optim, m->saved_act_peak, m->saved_act_alloc, m->workspace,
-        m->total, m->stage, t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s, t->bubble, t->tokens_per_s,
-        t->tflops_per_gpu, t->hw_flops / t->step_s / (double)(c->parallel.tp * c->parallel.pp * c->parallel.dp) / 1e12,
-        row_mfu(r));
+        tri_sched_name(c->parallel.schedule), tri_precision_name(c->train.precision), r->fits ? "true" : "false",
+        m->params, m->grads, m->optim, m->saved_act_peak, m->saved_act_alloc, m->workspace, m->total, m->stage,
+        t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s, t->bubble, t->tokens_per_s, t->tflops_per_gpu,
+        t->hw_flops / t->step_s / (double)(c->parallel.tp * c->parallel.pp * c->parallel.dp) / 1e12, row_mfu(r, meter));
 }
 
 /* ------------------------------------------------------------------------ */
-/* the search                                                                */
+/* the search (src/plan/search.h), printed                                    */
 
-/* Dimensions the user fixed with --set: the search keeps them. */
-typedef struct fixed {
-    int tp, pp, dp, vpp, mb, recompute, zero, sp;
-} fixed;
-
-typedef struct reasons {
-    int n;
-    char text[32][512];
-    int count[32];
-    int other;
-} reasons;
-
-static void reason_add(reasons *r, const char *why) {
-    for (int i = 0; i < r->n; i++)
-        if (!strcmp(r->text[i], why)) {
-            r->count[i]++;
-            return;
-        }
-    if (r->n < 32) {
-        snprintf(r->text[r->n], sizeof r->text[0], "%s", why);
-        r->count[r->n++] = 1;
-    } else {
-        r->other++;
-    }
-}
-
-static int cmp_rows(const void *a, const void *b) {
-    const plan_row *x = a, *y = b;
-    return (x->time.step_s > y->time.step_s) - (x->time.step_s < y->time.step_s);
-}
-
-/* Memory and time of one layout; 0, or -1 (printed) when it is invalid. */
-static int evaluate(plan_row *row, const tri_gpu_kind *gpu, int cpu, double limit) {
-    if (tri_plan_memory(&row->cfg, cpu ? NULL : gpu, &row->mem) != 0) return -1;
-    if (tri_plan_time_step(&row->cfg, gpu, &row->time) != 0) return -1;
-    row->fits = (double)row->mem.total <= limit;
-    return 0;
-}
-
-static int search(const tri_config *base, const tri_gpu_kind *gpu, int cpu, int gpus, double limit, int top, int json,
-                  const fixed *fx) {
-    const tri_model_cfg *m = &base->model;
-    size_t cap = 256, n = 0;
-    plan_row *rows = malloc(cap * sizeof *rows);
-    if (!rows) return tri_error("out of memory");
-    reasons rej = {0};
-    int n_oom = 0, n_tried = 0;
-    plan_row closest_oom;
-    double closest_over = -1;
-    char why[512];
-    for (int tp = 1; tp <= gpus && tp <= gpu->per_node; tp++) {
-        if (gpus % tp || (fx->tp && tp != base->parallel.tp)) continue;
-        for (int pp = 1; pp <= gpus / tp; pp++) {
-            if ((gpus / tp) % pp || (fx->pp && pp != base->parallel.pp)) continue;
-            int dp = gpus / tp / pp;
-            if (fx->dp && dp != base->parallel.dp) continue;
-            for (int vpp = 1; vpp <= (pp > 1 ? 16 : 1); vpp++) {
-                if (fx->vpp && vpp != base->parallel.vpp) continue;
-                if (!fx->vpp && vpp > 1 && (m->n_layer % pp != 0 || (m->n_layer / pp) % vpp != 0)) continue;
-                for (int mb = 1; mb <= 16; mb++) {
-                    if (fx->mb && mb != base->train.micro_batch) continue;
-                    if (base->train.global_batch % dp != 0 || (base->train.global_batch / dp) % mb != 0) {
-                        if (mb == 1) {
-                            snprintf(why, sizeof why, "global_batch %d is not divisible by dp %d",
-                                     base->train.global_batch, dp);
-                            reason_add(&rej, why);
-                        }
-                        continue;
-                    }
-                    for (int rc = TRI_RECOMPUTE_NONE; rc <= TRI_RECOMPUTE_FULL; rc++) {
-                        if (fx->recompute && (tri_recompute)rc != base->train.recompute) continue;
-                        for (int zero = 0; zero <= (dp > 1); zero++) {
-                            if (fx->zero && zero != base->parallel.zero) continue;
-                            plan_row row;
-                            memset(&row, 0, sizeof row);
-                            row.cfg = *base;
-                            tri_config *c = &row.cfg;
-                            c->parallel.tp = tp;
-                            c->parallel.pp = pp;
-                            c->parallel.dp = dp;
-                            c->parallel.vpp = vpp;
-                            c->parallel.pp_layout[0] = '\0';
-                            c->parallel.zero = zero;
-                            /* sequence parallelism: on wherever it applies on GPUs (same traffic,
-                             * less memory), as configured on the CPU or when given */
-                            int sp_ok = tp > 1 && m->seq_len % tp == 0;
-                            c->parallel.sequence_parallel =
-                                (cpu || fx->sp) ? (base->parallel.sequence_parallel && sp_ok) : sp_ok;
-                            if (vpp > 1 && c->parallel.schedule == TRI_SCHED_ZBH1) continue;
-                            if (vpp == 1 && c->parallel.schedule == TRI_SCHED_INTERLEAVED)
-                                c->parallel.schedule = TRI_SCHED_1F1B;
-                            c->train.micro_batch = mb;
-                            c->train.recompute = (tri_recompute)rc;
-                            n_tried++;
-                            if (tri_plan_check(c, gpu, why, sizeof why) != 0) {
-                                reason_add(&rej, why);
-                                continue;
-                            }
-                            tri_error_capture(why, sizeof why);
-                            int bad = evaluate(&row, gpu, cpu, limit);
-                            tri_error_capture(NULL, 0);
-                            if (bad) {
-                                reason_add(&rej, why);
-                                continue;
-                            }
-                            if (!row.fits) {
-                                n_oom++;
-                                double over = (double)row.mem.total - limit;
-                                if (closest_over < 0 || over < closest_over) {
-                                    closest_over = over;
-                                    closest_oom = row;
-                                }
-                                continue;
-                            }
-                            if (n == cap) {
-                                plan_row *nr = realloc(rows, 2 * cap * sizeof *rows);
-                                if (!nr) {
-                                    free(rows);
-                                    return tri_error("out of memory");
-                                }
-                                rows = nr;
-                                cap *= 2;
-                            }
-                            rows[n++] = row;
-                        }
-                    }
-                }
-            }
-        }
-    }
-    qsort(rows, n, sizeof *rows, cmp_rows);
+/* Prints the outcome of a search over gpus devices: the best top layouts
+ * and why the others were refused. */
+static void print_search(const tri_search_result *r, int gpus, double limit, int top, int json,
+                         const tri_sgemm_meter *meter) {
+    const tri_search_reasons *rej = &r->refused;
     char lim[32], ov[32];
     human(lim, limit);
     if (!json) {
-        printf("search over %d devices: %d layouts tried, %zu fit in %s, %d out of memory, %d invalid\n", gpus, n_tried,
-               n, lim, n_oom, n_tried - (int)n - n_oom);
-        if (n == 0) printf("no layout fits\n");
-        for (size_t i = 0; i < n && (int)i < top; i++) {
+        printf("search over %d devices: %d layouts tried, %zu fit in %s, %d out of memory, %d invalid\n", gpus,
+               r->tried, r->n, lim, r->oom, r->tried - (int)r->n - r->oom);
+        if (r->n == 0) printf("no layout fits\n");
+        for (size_t i = 0; i < r->n && (int)i < top; i++) {
             printf("\n#%zu ", i + 1);
-            print_row(&rows[i], limit, gpus);
+            print_row(&r->rows[i], limit, gpus, meter);
         }
         printf("\nrejected:\n");
-        if (n_oom) {
-            human(ov, closest_over);
-            const tri_config *c = &closest_oom.cfg;
+        if (r->oom) {
+            human(ov, r->closest_over);
+            const tri_config *c = &r->closest.cfg;
             printf("  %d out of memory; the closest, tp=%d pp=%d dp=%d vpp=%d micro_batch=%d recompute=%s zero=%d, "
                    "needs %s more than %s\n",
-                   n_oom, c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
+                   r->oom, c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
                    tri_recompute_name(c->train.recompute), c->parallel.zero, ov, lim);
         }
-        for (int i = 0; i < rej.n; i++) printf("  %d: %s\n", rej.count[i], rej.text[i]);
-        if (rej.other) printf("  %d for other reasons\n", rej.other);
+        for (int i = 0; i < rej->n; i++) printf("  %d: %s\n", rej->count[i], rej->text[i]);
+        if (rej->other) printf("  %d for other reasons\n", rej->other);
     } else {
-        for (size_t i = 0; i < n && (int)i < top; i++) print_json(&rows[i]);
+        for (size_t i = 0; i < r->n && (int)i < top; i++) print_json(&r->rows[i], meter);
         printf("{\"rejected\": {\"tried\": %d, \"fit\": %zu, \"out_of_memory\": %d, \"closest_over_bytes\": %.0f, "
                "\"invalid\": [",
-               n_tried, n, n_oom, closest_over > 0 ? closest_over : 0.0);
-        for (int i = 0; i < rej.n; i++) {
-            printf("%s{\"count\": %d, \"why\": \"", i ? ", " : "", rej.count[i]);
-            for (const char *p = rej.text[i]; *p; p++) {
-                if (*p == '"' || *p == '\\') putchar('\\');
-                putchar(*p);
-            }
-            printf("\"}");
+               r->tried, r->n, r->oom, r->closest_over > 0 ? r->closest_over : 0.0);
+        for (int i = 0; i < rej->n; i++) {
+            printf("%s{\"count\": %d, \"why\": ", i ? ", " : "", rej->count[i]);
+            tri_json_fputs(stdout, rej->text[i]);
+            printf("}");
         }
         printf("]}}\n");
     }
-    free(rows);
-    return n > 0 ? 0 : 1;
 }
 
 /* ------------------------------------------------------------------------ */
+/* the command                                                               */
 
-static void plan_usage(FILE *f) {
-    fprintf(f,
-            "usage: trident plan CONFIG --gpu h100|a100|cpu [--gpus N] [--search] [--set section.key=value]...\n"
-            "                    [--json] [--top K] [--threads K] [--cores C] [--sync-ms D]\n"
-            "  predicts, without allocating the model, each rank's memory (parameters, gradients, optimizer,\n"
-            "  saved activations at the schedule's peak, workspace) and the step time (compute, exposed TP, DP\n"
-            "  and PP communication, pipeline bubble), tokens/s, TFLOP/s per device and MFU (docs/plan.md).\n"
-            "  With a layout (parallel.tp/pp/dp/vpp, train.micro_batch, train.recompute, parallel.zero,\n"
-            "  train.precision, parallel.sequence_parallel from the config and --set): that layout.\n"
-            "  With --search, or --gpus N and no --set parallel.tp/pp/dp when the config's layout is not N\n"
-            "  devices: every valid layout of N devices, the best K (--top, default 5) that fit, and why the\n"
-            "  others were rejected; parallel.tp/pp/dp/vpp, train.micro_batch/recompute and parallel.zero given\n"
-            "  with --set stay fixed in the search. --gpu cpu: this machine, N ranks on it, with its measured sgemm;\n"
-            "  --threads K: threads per rank (default: cores / N, as tridentrun); --cores C: the machine's cores\n"
-            "  (default: those online); --sync-ms D: what a blocking collective costs when N x K exceeds C\n"
-            "  (default: the measured constant, docs/plan.md). --json: one object per line.\n"
-            "  train.precision bf16 or fp16 may be set here before the trainer accepts it.\n");
+/* `--gpu cpu`: this machine as gpus ranks, measured into *kind (seconds of
+ * sgemm); *meter holds the GEMM speeds kind reads. threads, cores: 0 for
+ * the defaults (cores / gpus threads, the cores online); sync_ms < 0: the
+ * measured constant. */
+static void measure_cpu(tri_gpu_kind *kind, tri_sgemm_meter *meter, const tri_config *cfg, long gpus, long threads,
+                        long cores, double sync_ms) {
+    if (!cores) cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    int t = threads ? (int)threads : (int)(cores / gpus > 0 ? cores / gpus : 1);
+    tri_set_threads(t);
+    tri_mem_avail av;
+    tri_preflight_available(&av);
+    size_t BT = (size_t)cfg->train.micro_batch * (size_t)cfg->model.seq_len, C = (size_t)cfg->model.n_embd;
+    tri_cpu_setup setup = {.ranks = (int)gpus,
+                           .threads = t,
+                           .cores = cores,
+                           .avail_bytes = av.available == SIZE_MAX ? 1e18 : (double)av.available,
+                           .sync_s = sync_ms >= 0 ? sync_ms * 1e-3 : -1.0,
+                           .ref = {BT, 4 * C, C}};
+    tri_gpu_kind_cpu(kind, meter, &setup);
+}
+
+/* The --set values into the config's sets, except train.precision (kept in
+ * precision: modelled for every dtype, whatever the trainer accepts yet);
+ * the layout dimensions given mark fx. */
+static int split_sets(const tri_opt_list *set, const char **sets, char *precision, size_t n, tri_search_fixed *fx) {
+    int n_sets = 0;
+    for (int i = 0; i < set->n; i++) {
+        const char *v = set->v[i];
+        if (!strncmp(v, "train.precision=", 16)) {
+            snprintf(precision, n, "%s", v + 16);
+            continue;
+        }
+        fx->tp |= !strncmp(v, "parallel.tp=", 12);
+        fx->pp |= !strncmp(v, "parallel.pp=", 12);
+        fx->dp |= !strncmp(v, "parallel.dp=", 12);
+        fx->vpp |= !strncmp(v, "parallel.vpp=", 13);
+        fx->mb |= !strncmp(v, "train.micro_batch=", 18);
+        fx->recompute |= !strncmp(v, "train.recompute=", 16);
+        fx->zero |= !strncmp(v, "parallel.zero=", 14);
+        fx->sp |= !strncmp(v, "parallel.sequence_parallel=", 27);
+        sets[n_sets++] = v;
+    }
+    return n_sets;
 }
 
 int tri_cmd_plan(int argc, char **argv) {
-    const char *path = NULL, *gpu_name = NULL;
-    const char **sets = calloc((size_t)argc + 2, sizeof *sets);
-    int n_sets = 0, json = 0, do_search = 0, layout_set = 0, rc = 2;
-    fixed fx = {0};
-    long gpus = 0, top = 5, threads = 0, cores_opt = 0;
-    double sync_ms = -1;
+    const char *gpu_name = NULL, *sync_arg = NULL;
+    long gpus = 0, top = 5, threads = 0, cores = 0;
+    int json = 0, do_search = 0;
+    tri_opt_list pos = {0}, set = {0};
+    const tri_opt opts[] = {
+        {"--gpu", TRI_OPT_STR, &gpu_name, "h100|a100|cpu",
+         .help = "the device; cpu: this machine, N ranks on it, with its measured sgemm"},
+        {"--gpus", TRI_OPT_LONG, &gpus, "N", 1, 1 << 20, .help = "N devices (default: the config's layout's)"},
+        {"--search", TRI_OPT_FLAG, &do_search, .help = "every valid layout of N devices"},
+        {"--set", TRI_OPT_LIST, &set, "section.key=value", .help = "a config key (repeatable)"},
+        {"--json", TRI_OPT_FLAG, &json, .help = "one object per line"},
+        {"--top", TRI_OPT_LONG, &top, "K", 1, 100000000, .help = "the best K that fit (default 5)"},
+        {"--threads", TRI_OPT_LONG, &threads, "K", 1, 1024,
+         .help = "--gpu cpu: threads per rank (default: cores / N, as tridentrun)"},
+        {"--cores", TRI_OPT_LONG, &cores, "C", 1, 1 << 20,
+         .help = "--gpu cpu: the machine's cores (default: those online)"},
+        {"--sync-ms", TRI_OPT_STR, &sync_arg, "D",
+         .help = "--gpu cpu: what a blocking collective costs when N x K exceeds C\n"
+                 "(default: the measured constant, docs/plan.md)"},
+    };
+    const tri_cmd_spec spec = {
+        .cmd = "trident plan",
+        .who = "plan",
+        .usage = "CONFIG --gpu h100|a100|cpu [--gpus N] [--search] [--set section.key=value]...\n"
+                 "                    [--json] [--top K] [--threads K] [--cores C] [--sync-ms D]",
+        .about = "  predicts, without allocating the model, each rank's memory (parameters, gradients, optimizer,\n"
+                 "  saved activations at the schedule's peak, workspace) and the step time (compute, exposed TP, DP\n"
+                 "  and PP communication, pipeline bubble), tokens/s, TFLOP/s per device and MFU (docs/plan.md).\n"
+                 "  With a layout (parallel.tp/pp/dp/vpp, train.micro_batch, train.recompute, parallel.zero,\n"
+                 "  train.precision, parallel.sequence_parallel from the config and --set): that layout.\n"
+                 "  With --search, or --gpus N and no --set parallel.tp/pp/dp when the config's layout is not N\n"
+                 "  devices: every valid layout of N devices, the best K (--top, default 5) that fit, and why the\n"
+                 "  others were rejected; parallel.tp/pp/dp/vpp, train.micro_batch/recompute and parallel.zero given\n"
+                 "  with --set stay fixed in the search.\n",
+        .footer = "  train.precision bf16 or fp16 may be set here before the trainer accepts it.\n",
+        .opts = opts,
+        .n_opts = TRI_OPT_N(opts),
+        .pos = &pos,
+        .max_pos = -1, /* one CONFIG; the message for more is the command's own */
+        .pos_name = "CONFIG",
+    };
+    int rc = tri_opt_parse(&spec, argc, argv);
+    if (rc != TRI_OPT_GO) {
+        tri_opt_list_free(&pos);
+        tri_opt_list_free(&set);
+        return tri_opt_exit(rc);
+    }
+    rc = TRI_EXIT_BAD_INPUT;
+    const char **sets = calloc((size_t)set.n + 1, sizeof *sets);
+    tri_planner pl = {0};          /* the schedules the layouts share */
+    tri_sgemm_meter *meter = NULL; /* --gpu cpu: the GEMM speeds measured */
+    tri_search_fixed fx = {0};
     char precision[16] = "";
-    if (!sets) return tri_error("out of memory");
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            plan_usage(stdout);
-            rc = 0;
-            goto out;
-        } else if (!strcmp(a, "--gpu") && v) {
-            gpu_name = v;
-            i++;
-        } else if (!strcmp(a, "--gpus") && v) {
-            if (tri_arg_int(a, v, 1, 1 << 20, &gpus)) goto out;
-            i++;
-        } else if (!strcmp(a, "--top") && v) {
-            if (tri_arg_int(a, v, 1, 100000000, &top)) goto out;
-            i++;
-        } else if (!strcmp(a, "--threads") && v) {
-            if (tri_arg_int(a, v, 1, 1024, &threads)) goto out;
-            i++;
-        } else if (!strcmp(a, "--cores") && v) {
-            if (tri_arg_int(a, v, 1, 1 << 20, &cores_opt)) goto out;
-            i++;
-        } else if (!strcmp(a, "--sync-ms") && v) {
-            char *end;
-            sync_ms = strtod(v, &end);
-            if (*end || end == v || !(sync_ms >= 0 && sync_ms < 1e6)) {
-                tri_error("plan: --sync-ms %s: not a number of milliseconds >= 0", v);
-                goto out;
-            }
-            i++;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--search")) {
-            do_search = 1;
-        } else if (!strcmp(a, "--set") && v) {
-            /* precision: modelled for every dtype, whatever the trainer accepts yet */
-            if (!strncmp(v, "train.precision=", 16)) {
-                snprintf(precision, sizeof precision, "%s", v + 16);
-            } else {
-                fx.tp |= !strncmp(v, "parallel.tp=", 12);
-                fx.pp |= !strncmp(v, "parallel.pp=", 12);
-                fx.dp |= !strncmp(v, "parallel.dp=", 12);
-                fx.vpp |= !strncmp(v, "parallel.vpp=", 13);
-                fx.mb |= !strncmp(v, "train.micro_batch=", 18);
-                fx.recompute |= !strncmp(v, "train.recompute=", 16);
-                fx.zero |= !strncmp(v, "parallel.zero=", 14);
-                fx.sp |= !strncmp(v, "parallel.sequence_parallel=", 27);
-                layout_set = fx.tp || fx.pp || fx.dp;
-                sets[n_sets++] = v;
-            }
-            i++;
-        } else if (a[0] == '-') {
-            tri_error("plan: unknown or incomplete option '%s' (try `trident plan --help`)", a);
-            goto out;
-        } else if (!path) {
-            path = a;
-        } else {
-            tri_error("plan: unexpected argument '%s'", a);
+    double sync_ms = -1;
+    if (!sets) {
+        tri_error("out of memory");
+        goto out;
+    }
+    if (sync_arg) {
+        char *end;
+        sync_ms = strtod(sync_arg, &end);
+        if (*end || end == sync_arg || !(sync_ms >= 0 && sync_ms < 1e6)) {
+            tri_error("plan: --sync-ms %s: not a number of milliseconds >= 0", sync_arg);
             goto out;
         }
     }
+    if (pos.n > 1) {
+        tri_error("plan: unexpected argument '%s'", pos.v[1]);
+        goto out;
+    }
+    const char *path = pos.n ? pos.v[0] : NULL;
     if (!path) {
         tri_error("plan: missing CONFIG");
         goto out;
@@ -472,6 +257,8 @@ int tri_cmd_plan(int argc, char **argv) {
         tri_error("plan: missing --gpu (h100, a100 or cpu)");
         goto out;
     }
+    int n_sets = split_sets(&set, sets, precision, sizeof precision, &fx);
+    int layout_set = fx.tp || fx.pp || fx.dp;
     tri_config cfg;
     if (tri_config_load(&cfg, path, n_sets, sets) != 0) goto out;
     if (precision[0]) {
@@ -492,45 +279,14 @@ int tri_cmd_plan(int argc, char **argv) {
     }
 
     tri_gpu_kind kind;
-    cpu_probe probe = {0};
     int cpu = !strcmp(gpu_name, "cpu");
-    double limit;
     if (cpu) {
-        long cores = cores_opt ? cores_opt : sysconf(_SC_NPROCESSORS_ONLN);
-        if (cores < 1) cores = 1;
-        int t = threads ? (int)threads : (int)(cores / gpus > 0 ? cores / gpus : 1);
-        tri_set_threads(t);
-        probe.share = (double)gpus * t > (double)cores ? (double)cores / ((double)gpus * t) : 1.0;
-        memset(&kind, 0, sizeof kind);
-        kind.name = "cpu";
-        kind.desc = "this machine (measured sgemm)";
-        size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len, C = (size_t)cfg.model.n_embd;
-        probe.ref[0] = BT;
-        probe.ref[1] = 4 * C;
-        probe.ref[2] = C;
-        probe_reference(&probe, 5);
-        kind.peak_16 = kind.peak_32 = probe.ref_best;
-        double avail_bytes;
-        tri_mem_avail av;
-        tri_preflight_available(&av);
-        avail_bytes = av.available == SIZE_MAX ? 1e18 : (double)av.available;
-        kind.mem_bytes = avail_bytes / (double)gpus;
-        /* the ranks share one memory system: a single copy stream is about
-         * what this VM's memory gives, split between the ranks */
-        kind.mem_bw = copy_bandwidth() / (double)gpus;
-        kind.intra_bw = kind.inter_bw = CPU_MPI_BW;
-        kind.per_node = (int)gpus;
-        kind.gemm_eff = 1.0;
-        kind.gemm_half = 1.0;
-        kind.attn_eff = 1.0;
-        kind.link_eff = 1.0;
-        kind.latency_s = 20e-6;
-        kind.flash = 0;
-        kind.gemm_flops = cpu_gemm_flops;
-        kind.gemm_ctx = &probe;
-        kind.share = probe.share;
-        kind.sync_s = sync_ms >= 0 ? sync_ms * 1e-3 : CPU_SYNC_S;
-        mfu_probe = &probe;
+        meter = malloc(sizeof *meter);
+        if (!meter) {
+            tri_error("out of memory");
+            goto out;
+        }
+        measure_cpu(&kind, meter, &cfg, gpus, threads, cores, sync_ms);
     } else {
         const tri_gpu_kind *g = tri_gpu_lookup(gpu_name);
         if (!g) {
@@ -539,7 +295,7 @@ int tri_cmd_plan(int argc, char **argv) {
         }
         kind = *g;
     }
-    limit = kind.mem_bytes;
+    double limit = kind.mem_bytes;
     char np[32];
     snprintf(np, sizeof np, "%.3g", (double)tri_gpt_num_params(&cfg.model) / 1e9);
     if (!json) {
@@ -553,27 +309,37 @@ int tri_cmd_plan(int argc, char **argv) {
         printf("\n");
     }
     if (do_search) {
-        int r = search(&cfg, &kind, cpu, (int)gpus, limit, (int)top, json, &fx);
-        rc = r < 0 ? 2 : r; /* 1: no layout fits */
+        tri_search_opts so = {.base = &cfg, .gpu = &kind, .cpu = cpu, .gpus = (int)gpus, .limit = limit, .fixed = fx};
+        tri_search_result r;
+        if (tri_search_run(&pl, &so, &r) == 0) {
+            print_search(&r, (int)gpus, limit, (int)top, json, meter);
+            rc = r.n > 0 ? TRI_EXIT_OK : TRI_EXIT_FAILURE; /* 1: no layout fits */
+        }
+        tri_search_result_free(&r);
     } else {
-        char why[512];
+        char why[TRI_SEARCH_WHY];
         if (tri_plan_check(&cfg, &kind, why, sizeof why) != 0) {
             tri_error("plan: the layout is not valid: %s", why);
             goto out;
         }
-        plan_row row;
+        tri_plan_row row;
         memset(&row, 0, sizeof row);
         row.cfg = cfg;
-        if (evaluate(&row, &kind, cpu, limit) != 0) goto out;
+        if (tri_search_evaluate(&pl, &row, &kind, cpu, limit, why, sizeof why) != 0) {
+            if (why[0]) tri_error("%s", why);
+            goto out;
+        }
         if (json)
-            print_json(&row);
+            print_json(&row, meter);
         else
-            print_row(&row, limit, world);
-        rc = 0;
+            print_row(&row, limit, world, meter);
+        rc = TRI_EXIT_OK;
     }
 out:
-    mfu_probe = NULL;
-    tri_plan_cache_clear();
+    free(meter);
+    tri_planner_free(&pl);
     free(sets);
+    tri_opt_list_free(&pos);
+    tri_opt_list_free(&set);
     return rc;
 }

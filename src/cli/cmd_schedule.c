@@ -7,21 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/schedule.h"
 #include "base/err.h"
+#include "base/exit.h"
+#include "base/opt.h"
 #include "cli/cli.h"
-
-static void schedule_usage(FILE *f) {
-    fprintf(f, "usage: trident schedule --pp P --micro-batches M [options]\n"
-               "  --pp P              pipeline stages (1 .. 256)\n"
-               "  --micro-batches M   micro-batches per step (1 .. 65536)\n"
-               "  --vpp V             model chunks per stage (default 1; > 1: interleaved)\n"
-               "  --schedule S        1f1b (default; interleaved when vpp > 1), interleaved, gpipe, zb-h1,\n"
-               "                      forward\n"
-               "  --costs F,B,W       time of a forward, an input-gradient pass (B) and a weight-gradient\n"
-               "                      pass (W); a full backward costs B + W (default 1,1,1)\n"
-               "  --json              print one JSON object instead of the grid\n");
-}
+#include "parallel/schedule.h"
 
 /* "F,B,W" with three non-negative numbers, F > 0. */
 static int parse_costs(const char *v, tri_sim_costs *c) {
@@ -46,55 +36,56 @@ static int parse_costs(const char *v, tri_sim_costs *c) {
 
 int tri_cmd_schedule(int argc, char **argv) {
     long pp = 0, m = 0, vpp = 1;
-    const char *sched = NULL;
-    tri_sim_costs costs = {1.0, 1.0, 1.0};
+    const char *sched = NULL, *costs_arg = NULL;
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            schedule_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--pp") && v) {
-            if (tri_arg_int(a, v, 1, 256, &pp)) return 2;
-            i++;
-        } else if (!strcmp(a, "--micro-batches") && v) {
-            if (tri_arg_int(a, v, 1, 65536, &m)) return 2;
-            i++;
-        } else if (!strcmp(a, "--vpp") && v) {
-            if (tri_arg_int(a, v, 1, 64, &vpp)) return 2;
-            i++;
-        } else if (!strcmp(a, "--schedule") && v) {
-            if (tri_sched_parse(v) < 0) {
-                tri_error("schedule: --schedule: expected 1f1b, interleaved, gpipe, zb-h1 or forward, got '%s'", v);
-                return 2;
-            }
-            sched = v;
-            i++;
-        } else if (!strcmp(a, "--costs") && v) {
-            if (parse_costs(v, &costs)) return 2;
-            i++;
-        } else if (!strcmp(a, "--json"))
-            json = 1;
-        else {
-            tri_error("schedule: unknown or incomplete option '%s' (try `trident schedule --help`)", a);
-            return 2;
-        }
+    tri_opt_list stray = {0}; /* no positional arguments: named as unknown options, as always */
+    const tri_opt opts[] = {
+        {"--pp", TRI_OPT_LONG, &pp, "P", 1, 256, .help = "pipeline stages (1 .. 256)"},
+        {"--micro-batches", TRI_OPT_LONG, &m, "M", 1, 65536, .help = "micro-batches per step (1 .. 65536)"},
+        {"--vpp", TRI_OPT_LONG, &vpp, "V", 1, 64, .help = "model chunks per stage (default 1; > 1: interleaved)"},
+        {"--schedule", TRI_OPT_STR, &sched, "S",
+         .help = "1f1b (default; interleaved when vpp > 1), interleaved, gpipe, zb-h1,\nforward"},
+        {"--costs", TRI_OPT_STR, &costs_arg, "F,B,W",
+         .help = "time of a forward, an input-gradient pass (B) and a weight-gradient\n"
+                 "pass (W); a full backward costs B + W (default 1,1,1)"},
+        {"--json", TRI_OPT_FLAG, &json, .help = "print one JSON object instead of the grid"},
+    };
+    const tri_cmd_spec spec = {.cmd = "trident schedule",
+                               .who = "schedule",
+                               .usage = "--pp P --micro-batches M [options]",
+                               .opts = opts,
+                               .n_opts = TRI_OPT_N(opts),
+                               .pos = &stray,
+                               .max_pos = -1};
+    int rc = tri_opt_parse(&spec, argc, argv);
+    const char *first_stray = stray.n ? stray.v[0] : NULL;
+    tri_opt_list_free(&stray);
+    if (rc != TRI_OPT_GO) return tri_opt_exit(rc);
+    if (first_stray) {
+        tri_error("schedule: unknown or incomplete option '%s' (try `trident schedule --help`)", first_stray);
+        return TRI_EXIT_BAD_INPUT;
     }
+    if (sched && tri_sched_parse(sched) < 0) {
+        tri_error("schedule: --schedule: expected 1f1b, interleaved, gpipe, zb-h1 or forward, got '%s'", sched);
+        return TRI_EXIT_BAD_INPUT;
+    }
+    tri_sim_costs costs = {1.0, 1.0, 1.0};
+    if (costs_arg && parse_costs(costs_arg, &costs)) return TRI_EXIT_BAD_INPUT;
     if (pp < 1 || m < 1) {
         tri_error("schedule: --pp P and --micro-batches M are required");
-        return 2;
+        return TRI_EXIT_BAD_INPUT;
     }
     tri_sched_kind kind = sched     ? (tri_sched_kind)tri_sched_parse(sched)
                           : vpp > 1 ? TRI_SCHED_INTERLEAVED
                                     : TRI_SCHED_1F1B;
     if (kind == TRI_SCHED_1F1B && vpp > 1) kind = TRI_SCHED_INTERLEAVED; /* as parallel.schedule does */
     tri_schedule s;
-    if (tri_schedule_build(&s, kind, (int)pp, (int)vpp, (int)m) != 0) return 2;
+    if (tri_schedule_build(&s, kind, (int)pp, (int)vpp, (int)m) != 0) return TRI_EXIT_BAD_INPUT;
     tri_sim_result r;
     if (tri_schedule_simulate(&s, costs, &r) != 0) {
         tri_schedule_free(&s);
         tri_error("schedule: out of memory simulating pp %ld, %ld micro-batches", pp, m);
-        return 1;
+        return TRI_EXIT_FAILURE;
     }
     double formula = tri_schedule_bubble_formula(kind, (int)pp, (int)vpp, (int)m, costs);
     int bad = r.deadlock || r.invalid;
@@ -117,5 +108,5 @@ int tri_cmd_schedule(int argc, char **argv) {
     }
     tri_sim_result_free(&r);
     tri_schedule_free(&s);
-    return bad ? 1 : 0;
+    return bad ? TRI_EXIT_FAILURE : TRI_EXIT_OK; /* 1: it deadlocks or is invalid */
 }

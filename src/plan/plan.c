@@ -2,6 +2,7 @@
 #include "plan/plan.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,37 +18,33 @@
 #include "parallel/pipeline.h"
 #include "plan/stage_plan.h"
 
-/* ------------------------------------------------------------------------ */
-/* the devices: ONE table, its sources in docs/plan.md                        */
-
-#define TB (1e12)
-#define GB (1e9)
-
-static const tri_gpu_kind gpu_table[] = {
-    /* NVIDIA H100 SXM5 80GB datasheet: 989 TFLOP/s dense BF16 (1,979 with
-     * sparsity), 494 TF32 dense, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s
-     * (both directions: 450 each way); DGX H100: 8 GPUs, one 400 Gb/s NDR
-     * ConnectX-7 port per GPU (50 GB/s each way). */
-    {"h100", "NVIDIA H100 SXM5 80GB", 989 * TB, 494.5 * TB, 80 * GB, 3.35 * TB, 450 * GB, 50 * GB, 8, 0.80, 96.0, 0.45,
-     0.80, 10e-6, 1, 0.0, NULL, NULL, 0.0},
-    /* NVIDIA A100 SXM4 80GB datasheet: 312 TFLOP/s dense BF16, 156 TF32,
-     * 80 GB HBM2e at 2.039 TB/s, NVLink 600 GB/s (300 each way); DGX A100:
-     * 8 GPUs, eight 200 Gb/s HDR ports (25 GB/s each way per GPU). */
-    {"a100", "NVIDIA A100 SXM4 80GB", 312 * TB, 156 * TB, 80 * GB, 2.039 * TB, 300 * GB, 25 * GB, 8, 0.85, 64.0, 0.50,
-     0.80, 10e-6, 1, 0.0, NULL, NULL, 0.0},
-};
-
-const tri_gpu_kind *tri_gpu_lookup(const char *name) {
-    for (size_t i = 0; i < sizeof gpu_table / sizeof gpu_table[0]; i++)
-        if (!strcmp(gpu_table[i].name, name)) return &gpu_table[i];
-    return NULL;
-}
-
 int tri_plan_precision_bytes(tri_dtype precision) {
     if (precision == TRI_F32) return 4;
     if (precision == TRI_BF16 || precision == TRI_F16) return 2;
     return -1;
 }
+
+/* The planner's refusals: written into the caller's why (n bytes), never
+ * printed here; returns -1. The printing entry points print why over the
+ * silent ones (tri_plan_memory over tri_plan_memory_why, ...). */
+static int refuse(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(char *why, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* A printing entry point's end: rc, with why printed when the silent one
+ * refused (an empty why: a function it called printed already). */
+static int print_why(int rc, const char *why) {
+    if (rc != 0 && why[0]) tri_error("%s", why);
+    return rc;
+}
+
+/* Room for any of the planner's reasons. */
+#define WHY_MAX 1024
 
 /* ------------------------------------------------------------------------ */
 /* a description of one stage without parameter tables                       */
@@ -98,15 +95,17 @@ static void stage_free(stage_desc *d) {
 
 /* The chunks of stage pp_rank: by tri_gpt_describe (CPU, exactly as
  * preflight) or as a shell holding only the sizes the runtime's size
- * functions read (GPU). Returns 0 or -1 (printed). */
-static int stage_init(stage_desc *d, const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank) {
+ * functions read (GPU). Returns 0, or -1 with the reason in why (or printed
+ * by the model's functions, why untouched: out of memory, a layout that
+ * tri_plan_check would refuse). */
+static int stage_init(stage_desc *d, const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, char *why, size_t n) {
     const tri_model_cfg *m = &cfg->model;
     const tri_parallel_cfg *par = &cfg->parallel;
     memset(d, 0, sizeof *d);
     if (par->vpp > TRI_MAX_VPP)
-        return tri_error("parallel.vpp = %d: at most %d virtual chunks per stage", par->vpp, TRI_MAX_VPP);
+        return refuse(why, n, "parallel.vpp = %d: at most %d virtual chunks per stage", par->vpp, TRI_MAX_VPP);
     d->layers = malloc(((size_t)m->n_layer + 1) * sizeof *d->layers);
-    if (!d->layers) return tri_error("out of memory (layer list of %d layers)", m->n_layer);
+    if (!d->layers) return refuse(why, n, "out of memory (layer list of %d layers)", m->n_layer);
     if (tri_chunks_layout(m, par->pp, pp_rank, par->vpp, par->pp_layout, d->specs, d->layers) != 0) {
         stage_free(d);
         return -1;
@@ -189,10 +188,11 @@ static int micro_batches(const tri_config *cfg) {
     return (int)(cfg->train.global_batch / per);
 }
 
-/* Schedules and their simulations, kept for the search (layouts share
- * them): the lists, the forward-only list that evaluation runs, the peaks of
- * the unit-cost simulation, and bubbles already simulated by cost ratio. */
-typedef struct sched_entry {
+/* A schedule and its simulations, kept by a planner for the search (layouts
+ * share them): the lists, the forward-only list that evaluation runs, the
+ * peaks of the unit-cost simulation, and bubbles already simulated by cost
+ * ratio. */
+typedef struct tri_plan_sched {
     int kind, pp, vpp, m;
     tri_schedule s, ev;
     int *peak_chunk; /* [pp * vpp] */
@@ -201,9 +201,8 @@ typedef struct sched_entry {
     double wratio[8];
 } sched_entry;
 
+/* The entries a planner keeps; beyond, the oldest is replaced. */
 #define SCHED_CACHE 48
-static sched_entry cache[SCHED_CACHE];
-static int cache_n, cache_next;
 
 static void entry_free(sched_entry *e) {
     tri_schedule_free(&e->s);
@@ -212,16 +211,27 @@ static void entry_free(sched_entry *e) {
     memset(e, 0, sizeof *e);
 }
 
-void tri_plan_cache_clear(void) {
-    for (int i = 0; i < cache_n; i++) entry_free(&cache[i]);
-    cache_n = cache_next = 0;
+void tri_planner_free(tri_planner *pl) {
+    if (!pl) return;
+    if (pl->sched)
+        for (int i = 0; i < pl->n; i++) entry_free(&pl->sched[i]);
+    free(pl->sched);
+    memset(pl, 0, sizeof *pl);
 }
 
-/* The entry of (kind, pp, vpp, m), built and simulated on first use. NULL
- * after a message when the schedule refuses the numbers. */
-static sched_entry *sched_get(int kind, int pp, int vpp, int m) {
-    for (int i = 0; i < cache_n; i++)
-        if (cache[i].kind == kind && cache[i].pp == pp && cache[i].vpp == vpp && cache[i].m == m) return &cache[i];
+/* The entry of (kind, pp, vpp, m): the planner's, built and simulated on
+ * first use; without a planner (NULL, or no memory for its table) built
+ * into *own, which sched_put frees. NULL with the reason in why when the
+ * simulation refuses the schedule (the numbers' refusal, out of memory:
+ * printed by tri_schedule_build). */
+static sched_entry *sched_get(tri_planner *pl, sched_entry *own, int kind, int pp, int vpp, int m, char *why,
+                              size_t n) {
+    if (pl && !pl->sched) pl->sched = calloc(SCHED_CACHE, sizeof *pl->sched);
+    if (pl && pl->sched)
+        for (int i = 0; i < pl->n; i++) {
+            sched_entry *c = &pl->sched[i];
+            if (c->kind == kind && c->pp == pp && c->vpp == vpp && c->m == m) return c;
+        }
     sched_entry e;
     memset(&e, 0, sizeof e);
     e.kind = kind;
@@ -238,8 +248,8 @@ static sched_entry *sched_get(int kind, int pp, int vpp, int m) {
     tri_sim_costs unit = {1.0, 1.0, 1.0};
     int rc = tri_schedule_simulate(&e.s, unit, &r);
     if (rc != 0 || r.deadlock || r.invalid) {
-        tri_error("the %s schedule of parallel.pp %d x parallel.vpp %d with %d micro-batches %s",
-                  tri_sched_name((tri_sched_kind)kind), pp, vpp, m, rc != 0 ? "could not be simulated" : r.why);
+        refuse(why, n, "the %s schedule of parallel.pp %d x parallel.vpp %d with %d micro-batches %s",
+               tri_sched_name((tri_sched_kind)kind), pp, vpp, m, rc != 0 ? "could not be simulated" : r.why);
         tri_sim_result_free(&r);
         entry_free(&e);
         return NULL;
@@ -248,22 +258,32 @@ static sched_entry *sched_get(int kind, int pp, int vpp, int m) {
     if (!e.peak_chunk) {
         tri_sim_result_free(&r);
         entry_free(&e);
-        tri_error("out of memory");
+        refuse(why, n, "out of memory");
         return NULL;
     }
     for (int i = 0; i < pp * vpp; i++) e.peak_chunk[i] = r.peak_chunk ? r.peak_chunk[i] : 1;
     tri_sim_result_free(&r);
-    int slot = cache_n < SCHED_CACHE ? cache_n++ : cache_next;
-    if (cache_n == SCHED_CACHE && slot == cache_next) {
-        if (cache[slot].peak_chunk) entry_free(&cache[slot]);
-        cache_next = (cache_next + 1) % SCHED_CACHE;
+    if (!pl || !pl->sched) {
+        *own = e;
+        return own;
     }
-    cache[slot] = e;
-    return &cache[slot];
+    int slot = pl->n < SCHED_CACHE ? pl->n++ : pl->next;
+    if (pl->n == SCHED_CACHE && slot == pl->next) {
+        if (pl->sched[slot].peak_chunk) entry_free(&pl->sched[slot]);
+        pl->next = (pl->next + 1) % SCHED_CACHE;
+    }
+    pl->sched[slot] = e;
+    return &pl->sched[slot];
 }
 
-/* The simulated bubble (idle / busy of the busiest rank) with costs c. */
-static int sched_bubble(sched_entry *e, tri_sim_costs c, double *bubble) {
+/* Done with an entry of sched_get: frees it when it was built into own. */
+static void sched_put(sched_entry *e, sched_entry *own) {
+    if (e == own) entry_free(own);
+}
+
+/* The simulated bubble (idle / busy of the busiest rank) with costs c. 0, or
+ * -1 with the reason in why. */
+static int sched_bubble(sched_entry *e, tri_sim_costs c, double *bubble, char *why, size_t n) {
     double rb = c.b / c.f, rw = c.w / c.f;
     for (int i = 0; i < e->n_bubbles; i++)
         if (fabs(e->ratio[i] - rb) < 1e-3 * rb && fabs(e->wratio[i] - rw) <= 1e-3 * rb) {
@@ -275,7 +295,7 @@ static int sched_bubble(sched_entry *e, tri_sim_costs c, double *bubble) {
     int rc = tri_schedule_simulate(&e->s, c, &r);
     if (rc != 0 || r.deadlock || r.invalid) {
         tri_sim_result_free(&r);
-        return tri_error("plan: the schedule could not be simulated with costs %g, %g, %g", c.f, c.b, c.w);
+        return refuse(why, n, "plan: the schedule could not be simulated with costs %g, %g, %g", c.f, c.b, c.w);
     }
     *bubble = r.bubble;
     tri_sim_result_free(&r);
@@ -290,22 +310,25 @@ static int sched_bubble(sched_entry *e, tri_sim_costs c, double *bubble) {
 /* ------------------------------------------------------------------------ */
 /* memory                                                                    */
 
-int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out) {
+/* tri_plan_stage_mem, silent as tri_plan_memory_why. */
+static int stage_mem(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out,
+                     char *why, size_t n) {
     const tri_parallel_cfg *par = &cfg->parallel;
     memset(out, 0, sizeof *out);
     out->stage = pp_rank;
     int P = tri_plan_precision_bytes(cfg->train.precision);
     int kind = sched_kind(cfg), m = micro_batches(cfg);
     if (P < 0)
-        return tri_error("train.precision %s is not one of fp32, bf16, fp16", tri_precision_name(cfg->train.precision));
+        return refuse(why, n, "train.precision %s is not one of fp32, bf16, fp16",
+                      tri_precision_name(cfg->train.precision));
     if (m < 1)
-        return tri_error("train.global_batch (%d) is not a multiple of train.micro_batch (%d) x parallel.dp (%d)",
-                         cfg->train.global_batch, cfg->train.micro_batch, par->dp);
+        return refuse(why, n, "train.global_batch (%d) is not a multiple of train.micro_batch (%d) x parallel.dp (%d)",
+                      cfg->train.global_batch, cfg->train.micro_batch, par->dp);
     int policy = (int)cfg->train.recompute;
-    if (pp_rank < 0 || pp_rank >= par->pp) return tri_error("plan: no pipeline stage %d of %d", pp_rank, par->pp);
+    if (pp_rank < 0 || pp_rank >= par->pp) return refuse(why, n, "plan: no pipeline stage %d of %d", pp_rank, par->pp);
     stage_desc d;
-    if (stage_init(&d, cfg, gpu, pp_rank) != 0) return -1;
-    sched_entry *e = sched_get(kind, par->pp, par->vpp, m);
+    if (stage_init(&d, cfg, gpu, pp_rank, why, n) != 0) return -1;
+    sched_entry own, *e = sched_get(pl, &own, kind, par->pp, par->vpp, m, why, n);
     if (!e) {
         stage_free(&d);
         return -1;
@@ -314,7 +337,7 @@ int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_ra
     int split = kind == TRI_SCHED_ZBH1, rc = 0;
     size_t slot[TRI_MAX_VPP] = {0};
     for (int c = 0; rc == 0 && c < par->vpp; c++) {
-        slot[c] = tri_slot_bytes(&d.g, c, B, T, (tri_recompute)policy, split, NULL);
+        slot[c] = tri_slot_bytes_why(&d.g, c, B, T, (tri_recompute)policy, split, NULL, why, n);
         if (slot[c] == 0) rc = -1;
         int peak = e->peak_chunk[pp_rank * par->vpp + c];
         out->saved_act_alloc += slot[c] * (size_t)(peak > 1 ? peak : 1);
@@ -333,7 +356,7 @@ int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_ra
             }
         }
         out->saved_act_peak = peak;
-        size_t ws = tri_workspace_bytes(&d.g, B, T, (tri_recompute)policy);
+        size_t ws = tri_workspace_bytes_why(&d.g, B, T, (tri_recompute)policy, why, n);
         if (ws == 0) rc = -1;
         unsigned char ends[TRI_PIPE_MAX_CHUNKS];
         tri_stage_ends(&d.g, ends);
@@ -356,10 +379,19 @@ int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_ra
         out->total = out->params + out->grads + out->optim + out->saved_act_alloc + out->workspace;
     }
     stage_free(&d);
+    sched_put(e, &own);
     return rc;
 }
 
-int tri_plan_memory(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out) {
+int tri_plan_stage_mem(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank,
+                       tri_plan_mem *out) {
+    char why[WHY_MAX] = "";
+    return print_why(stage_mem(pl, cfg, gpu, pp_rank, out, why, sizeof why), why);
+}
+
+int tri_plan_memory_why(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out, char *why,
+                        size_t n) {
+    why[0] = '\0';
     memset(out, 0, sizeof *out);
     /* stages differ only at the ends and in their layer counts: the first,
      * the last, and any with the most layers */
@@ -369,10 +401,15 @@ int tri_plan_memory(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem
          * counts that fall with the stage index */
         if (!all && s > 1 && s < pp - 1) continue;
         tri_plan_mem e;
-        if (tri_plan_stage_mem(cfg, gpu, s, &e) != 0) return -1;
+        if (stage_mem(pl, cfg, gpu, s, &e, why, n) != 0) return -1;
         if (s == 0 || e.total > out->total) *out = e;
     }
     return 0;
+}
+
+int tri_plan_memory(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out) {
+    char why[WHY_MAX];
+    return print_why(tri_plan_memory_why(pl, cfg, gpu, out, why, sizeof why), why);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -470,14 +507,15 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
 
 static double bw_for(const tri_gpu_kind *g, int span) { return (span <= g->per_node ? g->intra_bw : g->inter_bw); }
 
-int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out) {
+int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out,
+                           char *why, size_t n) {
     const tri_model_cfg *md = &cfg->model;
     const tri_parallel_cfg *par = &cfg->parallel;
+    why[0] = '\0';
     memset(out, 0, sizeof *out);
     int P = tri_plan_precision_bytes(cfg->train.precision);
-    int kind = sched_kind(cfg), m = micro_batches(cfg), policy = (int)cfg->train.recompute;
-    if (P < 0 || m < 1)
-        return tri_error("plan: the layout's train.precision or batch is not valid");
+    int kind = sched_kind(cfg), m = micro_batches(cfg), policy = (int)cfg->train.recompute, rc;
+    if (P < 0 || m < 1) return refuse(why, n, "plan: the layout's train.precision or batch is not valid");
     costs c = {gpu, P == 2 ? gpu->peak_16 : gpu->peak_32, P, 0, gpu->latency_s, par->tp};
     c.tp_bw = gpu->intra_bw * gpu->link_eff;
     int world = par->tp * par->pp * par->dp;
@@ -494,7 +532,7 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
     double F = 0, Bk = 0, TPs = 0, busiest = -1, opt_elems = 0;
     int busy_layers = 0;
     int *layers = malloc(((size_t)md->n_layer + 1) * sizeof *layers);
-    if (!layers) return tri_error("out of memory");
+    if (!layers) return refuse(why, n, "out of memory");
     for (int s = 0; s < par->pp; s++) {
         tri_chunk_spec specs[TRI_MAX_VPP];
         if (par->vpp > TRI_MAX_VPP || tri_chunks_layout(md, par->pp, s, par->vpp, par->pp_layout, specs, layers) != 0) {
@@ -553,7 +591,7 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
     }
 
     /* the bubble: the schedule simulated with this stage's costs per chunk */
-    sched_entry *e = sched_get(kind, par->pp, par->vpp, m);
+    sched_entry own, *e = sched_get(pl, &own, kind, par->pp, par->vpp, m, why, n);
     if (!e) return -1;
     tri_sim_costs sc = {(F + TPs / 2) / par->vpp, (Bk + TPs / 2) / par->vpp, 0.0};
     if (kind == TRI_SCHED_ZBH1) {
@@ -561,7 +599,9 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
         sc.w = sc.b / 2;
         sc.b -= sc.w;
     }
-    if (sched_bubble(e, sc, &out->bubble) != 0) return -1;
+    rc = sched_bubble(e, sc, &out->bubble, why, n);
+    sched_put(e, &own);
+    if (rc != 0) return -1;
     out->bubble_s = out->bubble * (m * (F + Bk) + out->tp_s);
     if (gpu->share > 0 && gpu->share < 1) {
         /* ranks oversubscribing a CPU's cores: a stage that idles gives its
@@ -618,6 +658,11 @@ int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_
     return 0;
 }
 
+int tri_plan_time_step(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out) {
+    char why[WHY_MAX];
+    return print_why(tri_plan_time_step_why(pl, cfg, gpu, out, why, sizeof why), why);
+}
+
 /* ------------------------------------------------------------------------ */
 /* validity                                                                  */
 
@@ -651,18 +696,11 @@ int tri_plan_check(const tri_config *cfg, const tri_gpu_kind *gpu, char *why, si
                  cfg->train.micro_batch, par->dp);
         return -1;
     }
-    tri_error_capture(why, n);
-    int rc = tri_gpt_check_layout(m, par->tp, par->pp, par->vpp, par->pp_layout);
-    if (rc == 0) {
-        int kind = sched_kind(cfg);
-        tri_schedule s;
-        if (par->vpp > TRI_MAX_VPP) {
-            rc = tri_error("vpp %d is above %d", par->vpp, TRI_MAX_VPP);
-        } else if ((rc = tri_schedule_build(&s, (tri_sched_kind)kind, par->pp, par->vpp,
-                                            (int)(cfg->train.global_batch / per))) == 0) {
-            tri_schedule_free(&s);
-        }
+    if (tri_gpt_layout_why(m, par->tp, par->pp, par->vpp, par->pp_layout, why, n) != 0) return -1;
+    if (par->vpp > TRI_MAX_VPP) {
+        snprintf(why, n, "vpp %d is above %d", par->vpp, TRI_MAX_VPP);
+        return -1;
     }
-    tri_error_capture(NULL, 0);
-    return rc;
+    return tri_schedule_check((tri_sched_kind)sched_kind(cfg), par->pp, par->vpp, (int)(cfg->train.global_batch / per),
+                              why, n);
 }

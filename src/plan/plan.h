@@ -36,37 +36,22 @@
 #include <stddef.h>
 
 #include "config/config.h"
+#include "plan/devices.h"
 
-/* One kind of device. The constants of the table in src/plan/plan.c and
- * docs/plan.md (with their sources), or measured (`--gpu cpu`). */
-typedef struct tri_gpu_kind {
-    const char *name; /* "h100", "a100", "cpu"                                        */
-    const char *desc; /* e.g. "NVIDIA H100 SXM5 80GB"                                 */
-    double peak_16;   /* dense bf16/fp16 FLOP/s per device (cpu: measured sgemm)     */
-    double peak_32;   /* dense fp32 math FLOP/s used for precision fp32 (GPU: TF32)  */
-    double mem_bytes; /* device memory                                               */
-    double mem_bw;    /* memory bandwidth, bytes/s                                   */
-    double intra_bw;  /* per device and direction inside a node (NVLink), bytes/s    */
-    double inter_bw;  /* per device and direction across nodes (InfiniBand), bytes/s */
-    int per_node;     /* devices per node                                            */
-    double gemm_eff;  /* GEMM efficiency of large shapes (fraction of peak)          */
-    double gemm_half; /* the dimension at which a GEMM's efficiency halves           */
-    double attn_eff;  /* attention (QK^T, PV) at this fraction of peak               */
-    double link_eff;  /* fraction of link bandwidth a ring collective reaches        */
-    double latency_s; /* per collective step                                         */
-    int flash;        /* 1: attention keeps B x NH x T floats (flash); 0: the CPU's  */
-    double share;     /* CPU ranks oversubscribing the cores: the share of its cores a rank
-                         gets while all compute (the rates above include it); 0: a device
-                         of its own. A rank that waits gives its cores away. */
-    double (*gemm_flops)(void *ctx, size_t M, size_t N, size_t K); /* measured FLOP/s of a GEMM shape, or NULL */
-    void *gemm_ctx;
-    double sync_s; /* CPU ranks oversubscribing the cores (share < 1): what each blocking
-                      collective or pipeline receive adds, a peer being descheduled
-                      (docs/plan.md, tests/tools/sched_probe.c); 0 otherwise */
-} tri_gpu_kind;
+/* What a planner keeps between calls: schedules (every rank's action list)
+ * and their simulations by (schedule, pp, vpp, micro-batches), which the
+ * layouts of a search share (a search over 64 devices runs about six times
+ * faster with them). The caller owns it: {0} is an empty planner,
+ * tri_planner_free releases what it holds. Every function below that takes
+ * one also takes NULL: nothing kept, each call builds and frees what it
+ * needs. Not for two threads at once. */
+typedef struct tri_planner {
+    struct tri_plan_sched *sched; /* [48], allocated on first use           */
+    int n, next;                  /* entries held; the next one to replace  */
+} tri_planner;
 
-/* The table's kinds: "h100", "a100". NULL for another name. */
-const tri_gpu_kind *tri_gpu_lookup(const char *name);
+/* NULL-safe; leaves *pl empty ({0}) and reusable. */
+void tri_planner_free(tri_planner *pl);
 
 /* Memory of one rank, bytes; the keys of `trident bench`'s "mem". */
 typedef struct tri_plan_mem {
@@ -101,26 +86,34 @@ size_t tri_plan_param_elems(const tri_config *cfg, int pp_rank);
  * closed form of the parameters and gpu's attention sizes). cfg's
  * train.precision sets the dtypes. Returns 0, or -1 with a message naming
  * the numbers (a layout the model or the schedule refuses). */
-int tri_plan_stage_mem(const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out);
+int tri_plan_stage_mem(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out);
 /* The largest total over the pipeline ranks. */
-int tri_plan_memory(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out);
+int tri_plan_memory(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out);
 
 /* The step time of cfg's layout on gpu (may not be NULL; `--gpu cpu` builds
  * a kind from measurements). Returns 0 or -1 (printed). */
-int tri_plan_time_step(const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out);
+int tri_plan_time_step(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out);
+
+/* tri_plan_memory and tri_plan_time_step for a caller that tries many
+ * layouts and reports the reasons itself (the search): 0, or -1 with the
+ * planner's reason written into why (n bytes; the words the printing ones
+ * print) and nothing printed. For a layout tri_plan_check accepted, a -1
+ * with why left empty ("") is a failure that was printed where it happened
+ * (out of memory), not a property of the layout. */
+int tri_plan_memory_why(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_mem *out, char *why,
+                        size_t n);
+int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, tri_plan_time *out,
+                           char *why, size_t n);
 
 /* Why a layout is not a candidate, or "" when it is: checks tp | heads and
- * tp <= per_node, the layers over pp x vpp (tri_gpt_check_layout), the
- * batch over micro_batch x dp, the schedule's constraints, sequence
- * parallelism's. Writes the reason into why; returns 0 when valid. Silent. */
+ * tp <= per_node, the layers over pp x vpp (tri_gpt_layout_why), the batch
+ * over micro_batch x dp, the schedule's constraints (tri_schedule_check),
+ * sequence parallelism's. Writes the reason into why (the words the
+ * printing checks use); returns 0 when valid. Silent. */
 int tri_plan_check(const tri_config *cfg, const tri_gpu_kind *gpu, char *why, size_t n);
 
 /* Bytes per element of a train.precision: activations and parameters
  * (2 or 4); -1 for a dtype that is not a compute precision. */
 int tri_plan_precision_bytes(tri_dtype precision);
-
-/* Frees the schedules and simulations the planner keeps between calls
- * (layouts of a search share them). */
-void tri_plan_cache_clear(void);
 
 #endif

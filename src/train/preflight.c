@@ -158,8 +158,7 @@ static int planned_bytes(const tri_config *cfg, size_t micro_batch, int pp_rank,
         c.train.global_batch = mb * (int)micro_batch * par->dp;
     }
     tri_plan_mem pm;
-    int rc = tri_plan_stage_mem(&c, NULL, pp_rank, &pm);
-    tri_plan_cache_clear();
+    int rc = tri_plan_stage_mem(NULL, &c, NULL, pp_rank, &pm);
     if (rc != 0) return -1;
     checked k = {1, NULL};
     e->params = pm.params;

@@ -147,3 +147,31 @@ char *tt_capture_end(tt_capture *c) {
     unlink(c->path);
     return text;
 }
+
+/* The capture in progress (tests only: one thread, one at a time). */
+static struct {
+    tt_capture cap;
+    char *dir, *buf;
+    size_t n;
+} err_cap;
+
+void tt_err_capture(char *buf, size_t n) {
+    if (err_cap.dir != NULL) {
+        char *text = tt_capture_end(&err_cap.cap);
+        const char *msg = strncmp(text, "trident: ", 9) == 0 ? text + 9 : text;
+        size_t len = strcspn(msg, "\n");
+        snprintf(err_cap.buf, err_cap.n, "%.*s", (int)len, msg);
+        free(text);
+        tt_rmrf(err_cap.dir);
+        free(err_cap.dir);
+        err_cap.dir = NULL;
+    }
+    if (buf == NULL || n == 0) return;
+    buf[0] = '\0';
+    err_cap.buf = buf;
+    err_cap.n = n;
+    err_cap.dir = tt_mkdtemp();
+    char path[sizeof err_cap.cap.path - 16];
+    snprintf(path, sizeof path, "%s/stderr", err_cap.dir);
+    tt_capture_begin(&err_cap.cap, path);
+}

@@ -63,4 +63,10 @@ typedef struct tt_capture {
 void tt_capture_begin(tt_capture *c, const char *path);
 char *tt_capture_end(tt_capture *c);
 
+/* The first message printed to stderr between tt_err_capture(buf, n) and
+ * tt_err_capture(NULL, 0), into buf without its "trident: " prefix and its
+ * newline ("" when nothing was printed); nothing reaches the real stderr
+ * meanwhile. A second tt_err_capture(buf, n) first ends the one before. */
+void tt_err_capture(char *buf, size_t n);
+
 #endif

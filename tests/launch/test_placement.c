@@ -25,9 +25,9 @@ static int read_hosts(const char *text, tri_launch_plan *p, char *why, size_t n)
     snprintf(path, sizeof path, "%s/hosts", dir);
     write_text(path, text);
     memset(p, 0, sizeof *p);
-    tri_error_capture(why, n);
+    tt_err_capture(why, n);
     int rc = tri_launch_hostfile_read(p, path);
-    tri_error_capture(NULL, 0);
+    tt_err_capture(NULL, 0);
     /* the message names the file: keep what follows "<dir>/" */
     size_t dl = strlen(dir) + 1;
     if (!strncmp(why, dir, dl - 1)) memmove(why, why + dl, strlen(why + dl) + 1);
@@ -88,16 +88,17 @@ Test(placement, a_missing_or_special_host_file_is_refused_without_waiting) {
     char *dir = tt_mkdtemp(), path[4200], why[512], want[4400];
     snprintf(path, sizeof path, "%s/none", dir);
     tri_launch_plan p = {0};
-    tri_error_capture(why, sizeof why);
+    tt_err_capture(why, sizeof why);
     cr_assert_eq(tri_launch_hostfile_read(&p, path), -1);
+    tt_err_capture(NULL, 0);
     snprintf(want, sizeof want, "cannot read hostfile %s: cannot open: No such file or directory", path);
     cr_expect_str_eq(why, want);
     /* a named pipe would block a reader forever */
     cr_assert_eq(mkfifo(path, 0644), 0);
     tri_launch_plan_free(&p);
-    tri_error_capture(why, sizeof why); /* (it keeps the first message) */
+    tt_err_capture(why, sizeof why);
     cr_assert_eq(tri_launch_hostfile_read(&p, path), -1);
-    tri_error_capture(NULL, 0);
+    tt_err_capture(NULL, 0);
     snprintf(want, sizeof want, "cannot read hostfile %s: not a regular file (a named pipe)", path);
     cr_expect_str_eq(why, want);
     tri_launch_plan_free(&p);
@@ -154,9 +155,9 @@ Test(placement, ranks_fill_hosts_as_the_rules_say) {
         hand_plan(&p, cases[i].n, cases[i].slots, cases[i].tp, cases[i].pp, cases[i].dp);
         tri_launch_opts o = {.nproc = cases[i].nproc, .hostfile = "hosts"};
         char why[512];
-        tri_error_capture(why, sizeof why);
+        tt_err_capture(why, sizeof why);
         int rc = tri_launch_place_ranks(&p, &o);
-        tri_error_capture(NULL, 0);
+        tt_err_capture(NULL, 0);
         cr_assert_eq(rc, 0, "case %zu: %s", i, why);
         for (int h = 0; h < cases[i].n; h++) cr_expect_eq(p.ranks[h], cases[i].ranks[h], "case %zu host %d", i, h);
         cr_expect_eq(p.world, cases[i].world, "case %zu", i);
@@ -191,9 +192,9 @@ Test(placement, placements_that_cannot_work_say_why_with_the_numbers) {
         hand_plan(&p, cases[i].n, cases[i].slots, cases[i].tp, cases[i].pp, cases[i].dp);
         tri_launch_opts o = {.nproc = cases[i].nproc, .hostfile = "hosts"};
         char why[512];
-        tri_error_capture(why, sizeof why);
+        tt_err_capture(why, sizeof why);
         int rc = tri_launch_place_ranks(&p, &o);
-        tri_error_capture(NULL, 0);
+        tt_err_capture(NULL, 0);
         cr_expect_eq(rc, -1, "case %zu", i);
         cr_expect_str_eq(why, cases[i].want, "case %zu", i);
         tri_launch_plan_free(&p);

@@ -210,15 +210,16 @@ Test(supervisor, without_a_rank_or_a_log_it_refuses_in_one_line) {
     char *cmd[] = {"/bin/true", NULL};
     tri_rank_exec_opts o = {.log_dir = "/nonexistent", .cmd = cmd};
     char why[512];
-    tri_error_capture(why, sizeof why);
+    tt_err_capture(why, sizeof why);
     cr_expect_eq(tri_launch_rank_exec(&o), 2);
+    tt_err_capture(NULL, 0);
     cr_expect_str_eq(why, "--rank-exec: no rank in the environment (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, "
                           "SLURM_PROCID)");
     /* the first variable that holds a rank wins */
     setenv("PMI_RANK", "x", 1);
     setenv("SLURM_PROCID", "5", 1);
-    tri_error_capture(why, sizeof why);
+    tt_err_capture(why, sizeof why);
     cr_expect_eq(tri_launch_rank_exec(&o), 2);
-    tri_error_capture(NULL, 0);
+    tt_err_capture(NULL, 0);
     cr_expect_str_eq(why, "rank 5: cannot open /nonexistent/rank_5.log: No such file or directory");
 }

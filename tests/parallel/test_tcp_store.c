@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "helpers/testutil.h"
 #include "parallel/tcp_store.h"
 
 static double now_s(void) {
@@ -499,9 +500,9 @@ Test(dist_store, malformed_rank_variables_are_refused, .timeout = 30) {
     setenv("WORLD_SIZE", "2", 1);
     tri_dist d;
     char err[512] = "";
-    tri_error_capture(err, sizeof err); /* the message tri_dist_init prints */
+    tt_err_capture(err, sizeof err); /* the message tri_dist_init prints */
     cr_expect_eq(tri_dist_init(&d, 1, 1, 2), -1);
-    tri_error_capture(NULL, 0);
+    tt_err_capture(NULL, 0);
     cr_expect(strstr(err, "RANK='one'") != NULL, "%s", err);
     tri_dist_free(&d);
     unsetenv("RANK");

@@ -20,6 +20,11 @@
 #include "plan/plan.h"
 #include "train/preflight.h"
 
+/* The planner the tests share, as `trident plan` shares one between its
+ * layouts (the schedules and their simulations it keeps); emptied where a
+ * test starts a new model (base_cfg) and at a test's end. */
+static tri_planner pl;
+
 static void base_cfg(tri_config *c, int L, int NH, int C, int T, int V, int gb, int mb) {
     tri_config_defaults(c);
     c->model.n_layer = L;
@@ -104,8 +109,8 @@ Test(plan, gpu_path_equals_describe_path_and_preflight) {
                         if (zb) c.parallel.schedule = (tri_sched_kind)tri_sched_parse("zb-h1");
                         for (int st = 0; st < pp; st++) {
                             tri_plan_mem a, b;
-                            cr_assert(tri_plan_stage_mem(&c, NULL, st, &a) == 0);
-                            cr_assert(tri_plan_stage_mem(&c, &k, st, &b) == 0);
+                            cr_assert(tri_plan_stage_mem(&pl, &c, NULL, st, &a) == 0);
+                            cr_assert(tri_plan_stage_mem(&pl, &c, &k, st, &b) == 0);
                             cr_expect(!memcmp(&a, &b, sizeof a),
                                       "tp %d pp %d dp %d vpp %d %s zero %d sp %d zb %d stage %d: describe %zu/%zu/%zu/"
                                       "%zu/%zu, closed form %zu/%zu/%zu/%zu/%zu",
@@ -121,7 +126,7 @@ Test(plan, gpu_path_equals_describe_path_and_preflight) {
                             n++;
                         }
                     }
-    tri_plan_cache_clear();
+    tri_planner_free(&pl);
     cr_expect_gt(n, 100);
 }
 
@@ -140,14 +145,14 @@ Test(plan, bytes_per_parameter_match_megatrons_table) {
                 set_layout(&c, 1, 1, dps[i], 1, "none", z);
                 c.train.precision = (tri_dtype)tri_precision_parse(bf ? "bf16" : "fp32");
                 tri_plan_mem m;
-                cr_assert(tri_plan_stage_mem(&c, k, 0, &m) == 0);
+                cr_assert(tri_plan_stage_mem(&pl, &c, k, 0, &m) == 0);
                 double n = (double)tri_plan_param_elems(&c, 0), d = dps[i];
                 double got = (double)(m.params + m.grads + m.optim) / n;
                 double want = bf ? (z ? 6 + 12 / d : 18) : (z ? 8 + 8 / d : 16);
                 cr_expect(got > want * 0.999 && got < want * 1.001, "dp %d %s zero %d: %.4f bytes/param, want %.4f",
                           dps[i], bf ? "bf16" : "fp32", z, got, want);
             }
-    tri_plan_cache_clear();
+    tri_planner_free(&pl);
 }
 
 /* The planner's model FLOPs are the model's own count (tri_gpt_flops_per_token)
@@ -163,7 +168,7 @@ Test(plan, flops_match_the_model_and_megatrons_formula) {
         set_layout(&c, 8, 1, 8, 1, "none", 1);
         c.train.precision = (tri_dtype)tri_precision_parse("bf16");
         tri_plan_time t, tf, ts;
-        cr_assert(tri_plan_time_step(&c, k, &t) == 0);
+        cr_assert(tri_plan_time_step(&pl, &c, k, &t) == 0);
         double B = 64, S = c.model.seq_len, L = c.model.n_layer, h = c.model.n_embd, V = c.model.vocab_size;
         double tokens = B * S;
         cr_expect_float_eq(t.model_flops, tri_gpt_flops_per_token(&c.model) * tokens, 1e-9 * t.model_flops);
@@ -172,16 +177,16 @@ Test(plan, flops_match_the_model_and_megatrons_formula) {
                   t.model_flops, meg);
         cr_expect_float_eq(t.hw_flops, t.model_flops, 1e-9 * t.model_flops);
         c.train.recompute = (tri_recompute)tri_recompute_parse("full");
-        cr_assert(tri_plan_time_step(&c, k, &tf) == 0);
+        cr_assert(tri_plan_time_step(&pl, &c, k, &tf) == 0);
         double fwd_layers = (24.0 * h * h + 4.0 * h * S) * L * tokens;
         cr_expect_float_eq(tf.hw_flops - tf.model_flops, fwd_layers, 1e-9 * fwd_layers);
         c.train.recompute = (tri_recompute)tri_recompute_parse("selective");
-        cr_assert(tri_plan_time_step(&c, k, &ts) == 0);
+        cr_assert(tri_plan_time_step(&pl, &c, k, &ts) == 0);
         cr_expect_float_eq(ts.hw_flops - ts.model_flops, 4.0 * h * S * L * tokens, 1e-9 * fwd_layers);
         cr_expect_gt(tf.step_s, ts.step_s);
         cr_expect_geq(ts.step_s, t.step_s);
     }
-    tri_plan_cache_clear();
+    tri_planner_free(&pl);
 }
 
 /* The step's parts: no communication on one device; the bubble is the
@@ -194,16 +199,16 @@ Test(plan, step_parts_follow_the_layout) {
     c.train.precision = (tri_dtype)tri_precision_parse("bf16");
     set_layout(&c, 1, 1, 1, 1, "selective", 0);
     tri_plan_time t;
-    cr_assert(tri_plan_time_step(&c, k, &t) == 0);
+    cr_assert(tri_plan_time_step(&pl, &c, k, &t) == 0);
     cr_expect(t.tp_s == 0 && t.dp_s == 0 && t.pp_s == 0 && t.bubble_s == 0);
     cr_expect(t.mfu > 0.2 && t.mfu < 0.9, "mfu %g", t.mfu);
     set_layout(&c, 2, 4, 8, 1, "selective", 1);
-    cr_assert(tri_plan_time_step(&c, k, &t) == 0);
+    cr_assert(tri_plan_time_step(&pl, &c, k, &t) == 0);
     cr_expect(t.tp_s > 0 && t.dp_s >= 0 && t.pp_s > 0 && t.bubble_s > 0);
     /* m = 64 / 8 = 8 micro-batches over 4 stages: the simulator gives about
      * (p - 1) / m (the last stage's head makes the stages unequal) */
     cr_expect(t.bubble > 0.30 && t.bubble < 0.45, "bubble %g, (p-1)/m = 0.375", t.bubble);
-    tri_plan_cache_clear();
+    tri_planner_free(&pl);
 }
 
 /* Oversubscribed CPU ranks (share < 1): each blocking wait costs sync_s.
@@ -224,18 +229,18 @@ Test(plan, oversubscribed_ranks_pay_a_delay_per_blocking_wait) {
         c.train.recompute = (tri_recompute)tri_recompute_parse(full ? "full" : "none");
         k.share = 0.5;
         k.sync_s = 0;
-        cr_assert(tri_plan_time_step(&c, &k, &a) == 0);
+        cr_assert(tri_plan_time_step(&pl, &c, &k, &a) == 0);
         k.sync_s = 1e-3;
-        cr_assert(tri_plan_time_step(&c, &k, &b) == 0);
+        cr_assert(tri_plan_time_step(&pl, &c, &k, &b) == 0);
         double m = 4, layers = 3, per = full ? 6 : 4;
         cr_expect(fabs((b.tp_s - a.tp_s) - (m * (layers * per + 2) + 1) * 1e-3) < 1e-9, "tp %g", b.tp_s - a.tp_s);
         cr_expect(fabs((b.pp_s - a.pp_s) - (2 * m + 2) * 1e-3) < 1e-9, "pp %g", b.pp_s - a.pp_s);
         cr_expect(fabs((b.dp_s - a.dp_s) - 3e-3) < 1e-9, "dp %g", b.dp_s - a.dp_s);
         cr_expect(fabs(b.compute_s - a.compute_s) < 1e-12);
         k.share = 1.0;
-        cr_assert(tri_plan_time_step(&c, &k, &a) == 0);
+        cr_assert(tri_plan_time_step(&pl, &c, &k, &a) == 0);
         k.sync_s = 0;
-        cr_assert(tri_plan_time_step(&c, &k, &b) == 0);
+        cr_assert(tri_plan_time_step(&pl, &c, &k, &b) == 0);
         cr_expect(a.step_s == b.step_s, "a device of its own: no delay");
     }
     /* ranks in lockstep (pp = 1): 3 single-thread ranks on 2 cores (share
@@ -251,13 +256,13 @@ Test(plan, oversubscribed_ranks_pay_a_delay_per_blocking_wait) {
         c.model.n_layer = 6;
         c.train.micro_batch = 2;
         k.share = 1.0;
-        cr_assert(tri_plan_time_step(&c, &k, &a) == 0);
+        cr_assert(tri_plan_time_step(&pl, &c, &k, &a) == 0);
         k.share = sh[i];
-        cr_assert(tri_plan_time_step(&c, &k, &b) == 0);
+        cr_assert(tri_plan_time_step(&pl, &c, &k, &b) == 0);
         cr_expect(fabs(b.compute_s / a.compute_s - want[i]) < 1e-9, "tp %d pp %d dp %d: compute x %g, want %g",
                   lay[i][0], lay[i][1], lay[i][2], b.compute_s / a.compute_s, want[i]);
     }
-    tri_plan_cache_clear();
+    tri_planner_free(&pl);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -324,7 +329,7 @@ Test(plan, memory_matches_bench_through_tridentrun, .timeout = 600) {
         snprintf(cfgpath, sizeof cfgpath, "%s/configs/tiny-test.json", TRI_SOURCE_DIR);
         cr_assert(tri_config_load(&c, cfgpath, ns, argv_sets) == 0);
         tri_plan_mem p;
-        cr_assert(tri_plan_stage_mem(&c, NULL, 0, &p) == 0);
+        cr_assert(tri_plan_stage_mem(&pl, &c, NULL, 0, &p) == 0);
         const char *keys[6] = {"params", "grads", "optim", "saved_act_peak", "saved_act_alloc", "workspace"};
         size_t pred[6] = {p.params, p.grads, p.optim, p.saved_act_peak, p.saved_act_alloc, p.workspace};
         double got_total = 0, want_total = 0;
@@ -352,7 +357,7 @@ Test(plan, memory_matches_bench_through_tridentrun, .timeout = 600) {
         cJSON_Delete(j);
         free(out);
     }
-    tri_plan_cache_clear();
+    tri_planner_free(&pl);
     tt_rmrf(dir);
     free(dir);
 }
@@ -420,14 +425,14 @@ Test(plan, search_proposes_only_valid_layouts_that_fit, .timeout = 300) {
             tri_schedule_free(&s);
             for (int st = 0; st < pp; st++) {
                 tri_plan_mem m;
-                cr_assert(tri_plan_stage_mem(&c, k, st, &m) == 0);
+                cr_assert(tri_plan_stage_mem(&pl, &c, k, st, &m) == 0);
                 cr_expect_leq((double)m.total, k->mem_bytes, "%s: stage %d needs %zu", line, st, m.total);
             }
             proposals++;
             cJSON_Delete(j);
         }
         free(out);
-        tri_plan_cache_clear();
+        tri_planner_free(&pl);
     }
     cr_expect_gt(proposals, 50);
     cr_expect_gt(rejected_oom, 0);
