@@ -17,7 +17,8 @@ with --build DIR, on the built libraries):
              object file (.data, .bss, thread-local), other than the signal
              flags listed below
 
-Prints one line per violation and exits 1 if there is any, 0 otherwise."""
+Prints one line per violation and exits 1 if there is any, 0 otherwise.
+CTest runs it on the build it tests (`house`)."""
 import argparse, os, re, subprocess, sys
 from collections import defaultdict
 
@@ -176,21 +177,19 @@ def check_text(files, bad):
 
 
 def objects(build):
+    """(target, source path relative to ROOT, object path) of every object
+    file CMake built for the top-level targets of `build`."""
     out = []
-    for d, _, fs in os.walk(build):
+    top = os.path.join(build, 'CMakeFiles')
+    for d, _, fs in os.walk(top):
         for fn in fs:
-            if fn.endswith('.o') and '/CMakeFiles/' in d + '/':
-                p = os.path.join(d, fn)
-                # CMakeFiles/<target>.dir/<path relative to the source dir>.o
-                m = re.search(r'CMakeFiles/([^/]+)\.dir/(.*)\.o$', p)
-                if not m:
-                    continue
-                target, rel = m.group(1), m.group(2)
-                rel = rel.replace('__/', '../')
-                src = os.path.normpath(os.path.join(os.path.dirname(d[:d.index('CMakeFiles')]), rel))
-                src = os.path.relpath(os.path.normpath(os.path.join(ROOT, rel)), ROOT) if not rel.startswith('..') \
-                    else os.path.relpath(os.path.normpath(os.path.join(build, rel)), ROOT)
-                out.append((target, src, p))
+            if not fn.endswith('.o'):
+                continue
+            p = os.path.join(d, fn)
+            # CMakeFiles/<target>.dir/<source path relative to ROOT>.o
+            m = re.match(r'([^/]+)\.dir/(.*)\.o$', os.path.relpath(p, top))
+            if m and not m.group(2).startswith('__/'):
+                out.append((m.group(1), m.group(2), p))
     return out
 
 
@@ -242,7 +241,11 @@ def check_objects(build, bad):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--build', help='a build directory: also check the object files')
+    ap.add_argument('--root', help='the source tree (default: the one this script is in)')
     a = ap.parse_args()
+    global ROOT
+    if a.root:
+        ROOT = os.path.abspath(a.root)
     bad = []
     files = product_files()
     graph = check_includes(files, bad)
