@@ -245,14 +245,14 @@ Test(cuda_ops, cast_matches_the_cpu_cast_bit_for_bit) {
     P.ops->cast(&P, want16, TRI_BF16, bits, TRI_F32, n);
     E.ops->to_host(&E, got16, o16, n * 2);
     for (size_t i = 0; i < n; i++)
-        cr_assert_eq(got16[i], want16[i], "fp32 0x%08x -> bf16: 0x%04x on cuda-emu, 0x%04x on the CPU", bits[i],
+        cr_assert_eq(got16[i], want16[i], "fp32 0x%08x -> bf16: 0x%04x on " DEV_NAME ", 0x%04x on the CPU", bits[i],
                      got16[i], want16[i]);
 
     E.ops->cast(&E, o32, TRI_F32, d16, TRI_BF16, n);
     P.ops->cast(&P, want32, TRI_F32, half, TRI_BF16, n);
     E.ops->to_host(&E, got32, o32, n * 4);
     for (size_t i = 0; i < n; i++)
-        cr_assert_eq(got32[i], want32[i], "bf16 0x%04x -> fp32: 0x%08x on cuda-emu, 0x%08x on the CPU", half[i],
+        cr_assert_eq(got32[i], want32[i], "bf16 0x%04x -> fp32: 0x%08x on " DEV_NAME ", 0x%08x on the CPU", half[i],
                      got32[i], want32[i]);
 
     /* the same dtype: copies (NaN payloads kept) */
@@ -461,7 +461,7 @@ static void check16(const char *what, const void *d, const uint16_t *h, size_t n
     for (size_t i = 0; i < n; i++) {
         const double g = tri_bf16_to_f32(got[i]), w = tri_bf16_to_f32(h[i]);
         if (!(fabs(g - w) <= TOL * (1.0 + mx) + fabs(w) / 128.0))
-            cr_assert_fail("%s (bf16): element %zu of %zu is %.9g on cuda-emu, %.9g on the CPU", what, i, n, g, w);
+            cr_assert_fail("%s (bf16): element %zu of %zu is %.9g on " DEV_NAME ", %.9g on the CPU", what, i, n, g, w);
     }
     free(got);
 }
@@ -971,14 +971,14 @@ Test(cuda_ops, six_training_steps_of_a_tiny_gpt_follow_the_cpu) {
  * norm). A dtype lost on the way to a kernel (bf16 bits read as fp32) gives
  * garbage, far outside both. */
 Test(cuda_ops, six_bf16_training_steps_follow_the_cpu_bf16_run) {
-    run_out e = train_on_precision("cuda-emu", TRI_BF16), p = train_on_precision("cpu", TRI_BF16);
+    run_out e = train_on_precision(DEV_NAME, TRI_BF16), p = train_on_precision("cpu", TRI_BF16);
     run_out f = train_on_precision("cpu", TRI_F32);
     cr_assert_eq(e.n, p.n);
     double worst = 0;
     for (int i = 0; i < 6; i++) {
         const double rel = fabs(e.loss[i] - p.loss[i]) / p.loss[i];
         worst = fmax(worst, rel);
-        cr_assert(isfinite(e.loss[i]) && rel <= 2e-3, "bf16 step %d: loss %.9g on cuda-emu, %.9g on the CPU", i,
+        cr_assert(isfinite(e.loss[i]) && rel <= 2e-3, "bf16 step %d: loss %.9g on " DEV_NAME ", %.9g on the CPU", i,
                   e.loss[i], p.loss[i]);
     }
     double dn = 0, fn = 0, pn = 0;
@@ -989,7 +989,7 @@ Test(cuda_ops, six_bf16_training_steps_follow_the_cpu_bf16_run) {
     }
     cr_assert(fn > 0, "the bf16 run must differ from the fp32 run (is precision reaching the ops?)");
     cr_assert(sqrt(dn) <= 2 * sqrt(fn),
-              "bf16 master weights: cuda-emu and the CPU differ by %.3g of their norm, "
+              "bf16 master weights: " DEV_NAME " and the CPU differ by %.3g of their norm, "
               "more than twice what bf16 itself moves them on the CPU (%.3g)",
               sqrt(dn / pn), sqrt(fn / pn));
     cr_log_info("bf16: losses within %.3g relative; master weights within %.3g of their norm (bf16 vs fp32 on the "
