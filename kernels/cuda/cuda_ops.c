@@ -205,37 +205,119 @@ static void cu_cast(tri_ctx *c, void *dst, tri_dtype dst_t, const void *src, tri
 
 /* ---- linear layer ---- */
 
+/* The bias gradient (C, fp32) += the column sums of dout (N, C) by the
+ * reduction kernel; N, C > 0. */
+static void reduce_bias(tri_ctx *c, float *dbias, const void *dout, size_t N, size_t C) {
+    float *part = scratch(c, TRI_CU(bias_bwd_scratch_floats)(N, C) * sizeof(float));
+    TRI_CU(bias_bwd)(st(c)->stream, c->act_dtype, dbias, part, dout, N, C);
+}
+
+/* out (N, OC) = the bias broadcast (0 without one): the fill of C = 0, and
+ * the first half of an unfused BIAS epilogue. */
+static void fill_bias(tri_ctx *c, void *out, const void *bias, size_t N, size_t OC) {
+    cu_zero(c, out, N * OC * tri_dtype_size(c->act_dtype));
+    if (bias) TRI_CU(residual_fwd)(st(c)->stream, c->act_dtype, out, out, out, bias, N, OC);
+}
+
 static void cu_matmul_fwd(tri_ctx *c, void *out, const void *inp, const void *weight, const void *bias, size_t N,
                           size_t C, size_t OC) {
     tri_gemm_call g;
     int fill = 0;
     if (tri_gemm_plan_fwd(&g, &fill, c->act_dtype, out, inp, weight, bias, N, C, OC) == 0) {
-        TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g);
+        if (TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g) == TRI_GEMM_NO_ALGO) {
+            /* no algorithm with the BIAS epilogue: out = bias, then out += the product */
+            fill_bias(c, out, bias, N, OC);
+            tri_gemm_unfuse(&g);
+            g.d.accumulate = 1;
+            (void)TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g);
+        }
     } else if (fill) { /* C = 0: out = bias broadcast, or 0 */
-        cu_zero(c, out, N * OC * tri_dtype_size(c->act_dtype));
-        if (bias) TRI_CU(residual_fwd)(st(c)->stream, c->act_dtype, out, out, out, bias, N, OC);
+        fill_bias(c, out, bias, N, OC);
     }
+}
+
+/* The dweight GEMM of matmul_bwd and matmul_bwd_dgelu (with dbias through
+ * BGRADB when the route says so, the reduction where cuBLASLt has no
+ * algorithm for it). */
+static void dweight_gemm(tri_ctx *c, float *dweight, float *dbias, tri_dbias_route route, const void *dout,
+                         const void *inp, size_t N, size_t C, size_t OC) {
+    cuda_state *s = st(c);
+    tri_gemm_call g;
+    float *bgrad = route == TRI_DBIAS_ROUTE_EPILOGUE ? scratch(c, OC * sizeof(float)) : NULL;
+    if (tri_gemm_plan_dweight(&g, c->act_dtype, dweight, bgrad, dout, inp, N, C, OC) != 0) return;
+    if (TRI_CU(gemm_run)(&s->gemm, s->stream, &g) == TRI_GEMM_RAN) {
+        if (bgrad) TRI_CU(add)(s->stream, dbias, bgrad, OC); /* the epilogue overwrites; dbias accumulates */
+        return;
+    }
+    /* no algorithm with BGRADB: the plain GEMM, dbias by the reduction */
+    tri_gemm_unfuse(&g);
+    (void)TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
+    reduce_bias(c, dbias, dout, N, OC);
 }
 
 static void cu_matmul_bwd(tri_ctx *c, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
                           const void *weight, size_t N, size_t C, size_t OC) {
     cuda_state *s = st(c);
     const tri_dbias_route route = tri_gemm_dbias_route(s->dbias, dweight != NULL, dbias != NULL, N, C, OC);
-    if (route == TRI_DBIAS_ROUTE_REDUCE && N > 0) {
-        float *part = scratch(c, TRI_CU(bias_bwd_scratch_floats)(N, OC) * sizeof(float));
-        TRI_CU(bias_bwd)(s->stream, c->act_dtype, dbias, part, dout, N, OC);
-    }
+    if (route == TRI_DBIAS_ROUTE_REDUCE && N > 0) reduce_bias(c, dbias, dout, N, OC);
     tri_gemm_call g;
     int fill = 0;
     if (tri_gemm_plan_dinp(&g, &fill, c->act_dtype, dinp, dout, weight, N, C, OC) == 0)
-        TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
+        (void)TRI_CU(gemm_run)(&s->gemm, s->stream, &g); /* no epilogue: it runs (or aborts) */
     else if (fill)
         cu_zero(c, dinp, N * C * tri_dtype_size(c->act_dtype));
-    float *bgrad = route == TRI_DBIAS_ROUTE_EPILOGUE ? scratch(c, OC * sizeof(float)) : NULL;
-    if (tri_gemm_plan_dweight(&g, c->act_dtype, dweight, bgrad, dout, inp, N, C, OC) == 0) {
-        TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
-        if (bgrad) TRI_CU(add)(s->stream, dbias, bgrad, OC); /* the epilogue overwrites; dbias accumulates */
+    dweight_gemm(c, dweight, dbias, route, dout, inp, N, C, OC);
+}
+
+/* pre = inp @ weight^T (+ bias), out = gelu(pre): one GEMM with GELU_AUX_BIAS
+ * (GELU_AUX) in its epilogue; where cuBLASLt has none, matmul_fwd into pre
+ * and the GELU kernel, as the model composes them on other backends. */
+static void cu_matmul_gelu_fwd(tri_ctx *c, void *out, void *pre, const void *inp, const void *weight,
+                               const void *bias, size_t N, size_t C, size_t OC) {
+    tri_gemm_call g;
+    int fill = 0;
+    if (tri_gemm_plan_fwd_gelu(&g, &fill, c->act_dtype, out, pre, inp, weight, bias, N, C, OC) == 0 &&
+        TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g) == TRI_GEMM_RAN)
+        return;
+    cu_matmul_fwd(c, pre, inp, weight, bias, N, C, OC);
+    TRI_CU(gelu_fwd)(st(c)->stream, c->act_dtype, out, pre, N * OC);
+}
+
+/* dpre = gelu'(pre) * (dout @ weight) by the dinp GEMM with DGELU_BGRAD (the
+ * bias gradient of pre's linear into scratch, then added) or DGELU; where
+ * cuBLASLt has neither, the plain GEMM and the GELU kernel; the bias
+ * gradient by the reduction wherever the epilogue did not give it. dweight
+ * by its own GEMM, as in matmul_bwd (its dbias route: none here). */
+static void cu_matmul_bwd_dgelu(tri_ctx *c, void *dpre, float *dweight, float *dbias_pre, const void *dout,
+                                const void *inp, const void *weight, const void *pre, size_t N, size_t C, size_t OC) {
+    cuda_state *s = st(c);
+    tri_gemm_call g;
+    int fill = 0, need_reduce = dbias_pre != NULL;
+    float *bgrad = dbias_pre && C > 0 ? scratch(c, C * sizeof(float)) : NULL;
+    int ran = 0;
+    if (tri_gemm_plan_dinp_dgelu(&g, &fill, c->act_dtype, dpre, bgrad, dout, weight, pre, N, C, OC) == 0) {
+        ran = TRI_CU(gemm_run)(&s->gemm, s->stream, &g) == TRI_GEMM_RAN;
+        if (ran && bgrad) {
+            TRI_CU(add)(s->stream, dbias_pre, bgrad, C); /* the epilogue overwrites; the op accumulates */
+            need_reduce = 0;
+        }
+        if (!ran && bgrad) { /* DGELU_BGRAD refused: DGELU, and the reduction */
+            tri_gemm_plan_dinp_dgelu(&g, &fill, c->act_dtype, dpre, NULL, dout, weight, pre, N, C, OC);
+            ran = TRI_CU(gemm_run)(&s->gemm, s->stream, &g) == TRI_GEMM_RAN;
+        }
+        if (!ran) { /* neither: the plain dinp GEMM, then GELU's backward in place */
+            tri_gemm_unfuse(&g);
+            (void)TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
+            TRI_CU(gelu_bwd)(s->stream, c->act_dtype, dpre, pre, dpre, N * C);
+        }
+    } else if (fill) { /* OC = 0: dout @ weight is 0, and so is dpre */
+        cu_zero(c, dpre, N * C * tri_dtype_size(c->act_dtype));
+        need_reduce = 0; /* += 0 */
+    } else {
+        need_reduce = 0; /* N or C = 0: nothing to write */
     }
+    if (need_reduce) reduce_bias(c, dbias_pre, dpre, N, C);
+    dweight_gemm(c, dweight, NULL, TRI_DBIAS_ROUTE_NONE, dout, inp, N, C, OC);
 }
 
 /* ---- LayerNorm, attention, GELU, residual ---- */
@@ -275,8 +357,7 @@ static void cu_residual_fwd(tri_ctx *c, void *out, const void *res, const void *
 
 static void cu_bias_bwd(tri_ctx *c, float *dbias, const void *dout, size_t N, size_t C) {
     if (N == 0 || C == 0) return;
-    float *part = scratch(c, TRI_CU(bias_bwd_scratch_floats)(N, C) * sizeof(float));
-    TRI_CU(bias_bwd)(st(c)->stream, c->act_dtype, dbias, part, dout, N, C);
+    reduce_bias(c, dbias, dout, N, C);
 }
 
 /* ---- embedding, cross-entropy ---- */
@@ -404,6 +485,8 @@ static const tri_ops CUDA_OPS = {
     .cast = cu_cast,
     .matmul_fwd = cu_matmul_fwd,
     .matmul_bwd = cu_matmul_bwd,
+    .matmul_gelu_fwd = cu_matmul_gelu_fwd,
+    .matmul_bwd_dgelu = cu_matmul_bwd_dgelu,
     .layernorm_fwd = cu_layernorm_fwd,
     .layernorm_bwd = cu_layernorm_bwd,
     .attention_fwd = cu_attention_fwd,
