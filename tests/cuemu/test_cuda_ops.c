@@ -213,6 +213,65 @@ Test(cuda_ops, a_failed_cuda_call_names_file_line_call_and_rank) {
 }
 #endif
 
+#ifndef TRI_GPU_TEST
+/* TRIDENT_CUDA_SYNC=1, read once when a context is made (kept when the
+ * variable goes afterwards): every op waits for the stream after its
+ * launches, one wait more per op than without it (none), and a fault that
+ * wait finds (here planted in the emulated runtime, as a kernel's illegal
+ * address would surface on a GPU) is reported naming that op. */
+static void sync_fault_child(void) {
+    setenv("TRIDENT_CUDA_SYNC", "1", 1);
+    tri_ctx c;
+    if (ctx_on(&c, "cuda-emu") != 0) _exit(3);
+    unsetenv("TRIDENT_CUDA_SYNC");
+    float *x = c.ops->alloc(&c, 256), *y = c.ops->alloc(&c, 256);
+    c.ops->gelu_fwd(&c, y, x, 64);
+    tri_cuemu_rt_fault_next_sync(cudaErrorIllegalAddress);
+    c.ops->gelu_bwd(&c, y, x, y, 64);
+    _exit(4); /* not reached: the fault aborts */
+}
+
+Test(cuda_ops, trident_cuda_sync_waits_after_every_op_and_names_the_op_that_faulted) {
+    const size_t N = 6, C = 8, OC = 16;
+    uint64_t s = 12;
+    float *h = hrand(N * OC + OC * C, &s, -1, 1);
+    tri_cuemu_rt_stats a, b;
+    unsetenv("TRIDENT_CUDA_SYNC");
+    for (int on = 0; on < 2; on++) {
+        tri_ctx c;
+        if (on) setenv("TRIDENT_CUDA_SYNC", "1", 1);
+        cr_assert_eq(ctx_on(&c, "cuda-emu"), 0);
+        unsetenv("TRIDENT_CUDA_SYNC"); /* read once: the context keeps what it found */
+        float *x = tri_ctx_alloc(&c, N * OC * 4, TRI_MEM_OTHER, "x"), *w = tri_ctx_alloc(&c, OC * C * 4, 0, "w");
+        float *y = tri_ctx_alloc(&c, N * OC * 4, TRI_MEM_OTHER, "y"), *d = tri_ctx_alloc(&c, N * C * 4, 0, "d");
+        c.ops->to_device(&c, x, h, N * OC * 4);
+        c.ops->to_device(&c, w, h + N * OC, OC * C * 4);
+        tri_cuemu_rt_stats_get(&a);
+        c.ops->gelu_fwd(&c, y, x, N * OC);
+        c.ops->matmul_fwd(&c, d, x, w, NULL, N, OC, C);
+        c.ops->matmul_bwd(&c, x, w, NULL, d, y, w, N, OC, C);
+        c.ops->matmul_gelu_fwd(&c, y, x, d, w, NULL, N, C, OC);
+        c.ops->zero(&c, y, N * OC * 4);
+        c.ops->copy(&c, x, y, N * OC * 4);
+        tri_cuemu_rt_stats_get(&b);
+        cr_assert_eq(b.syncs - a.syncs, on ? 6u : 0u, "TRIDENT_CUDA_SYNC %s: %llu waits in six ops", on ? "1" : "unset",
+                     (unsigned long long)(b.syncs - a.syncs));
+        tri_ctx_release(&c, x, N * OC * 4, TRI_MEM_OTHER), tri_ctx_release(&c, w, OC * C * 4, 0);
+        tri_ctx_release(&c, y, N * OC * 4, TRI_MEM_OTHER), tri_ctx_release(&c, d, N * C * 4, 0);
+        tri_ctx_free(&c);
+    }
+    int status;
+    char *msg = run_child(sync_fault_child, &status);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "status %d, stderr: %s", status, msg);
+    cr_assert(strstr(msg, "trident: CUDA error at ") && strstr(msg, "kernels/cuda/cuda_ops.c:") &&
+                  strstr(msg, "gelu_bwd, in the wait after its launches (TRIDENT_CUDA_SYNC=1): "
+                              "cudaErrorIllegalAddress: an illegal memory access was encountered"),
+              "message: %s", msg);
+    free(msg);
+    free(h);
+}
+#endif
+
 /* ---- cast, dtypes ---- */
 
 /* The cast op against the CPU's (kernels/cpu/precision.c, the bits of
