@@ -108,9 +108,9 @@ typedef struct tri_ops {
      *   pre (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC)   [overwrite; bias may be NULL]
      *   out (N, OC) = gelu(pre)                                    [overwrite; out != pre]
      * pre is what gelu_bwd needs later. Composed: matmul_fwd into pre, then
-     * gelu_fwd(out, pre). With a 16-bit dtype, out is the GELU of the fp32
-     * sum (the composition's is that of pre as stored, rounded): the two
-     * differ by the rounding of pre, within one 16-bit spacing of gelu'. */
+     * gelu_fwd(out, pre). With a 16-bit dtype, out may be the GELU of the
+     * fp32 sum (the composition's is that of pre as stored, rounded): the
+     * two differ by gelu'(pre) times the rounding of pre. */
     void (*matmul_gelu_fwd)(tri_ctx *c, void *out, void *pre, const void *inp, const void *weight, const void *bias,
                             size_t N, size_t C, size_t OC);
     /* matmul_bwd_dgelu, the backward of the linear after the GELU (fc2,

@@ -122,11 +122,12 @@ static void build(tri_gemm_exec *x, tri_gemm_entry *e, const tri_gemm_call *g) {
         TRI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
     if (tri_gemm_epi_aux(d->epilogue)) {
+        /* the aux type is left at its default, D's (the plans' auxtype):
+         * cublasLt.h makes cublasLtMatmul itself refuse an aux type set for a
+         * combination that does not take one, past the search */
+        if (d->auxtype != d->dtype) TRI_FAIL("cuBLASLt GEMM: an aux matrix of a type other than D's");
         const int64_t ld = (int64_t)d->auxld;
-        const int32_t at = (int32_t)cuda_type(d->auxtype);
         TRI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
-        TRI_CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(md, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at));
     }
     set_pointers(md, g);
     e->handles[0] = md;
@@ -186,7 +187,8 @@ int TRI_CU(gemm_run)(tri_gemm_exec *x, void *stream, const tri_gemm_call *g) {
         TRI_FAIL("cuBLASLt GEMM %s: a type is neither fp32 nor bf16, or a pointer is not aligned to its element", s);
     }
     tri_gemm_entry *e = tri_gemm_cache_find(&x->cache, &g->d);
-    if (e == NULL) {
+    const int first = e == NULL;
+    if (first) {
         e = tri_gemm_cache_add(&x->cache, &g->d);
         if (e == NULL) TRI_FAIL("out of host memory for the GEMM plan cache");
         build(x, e, g);
@@ -200,8 +202,17 @@ int TRI_CU(gemm_run)(tri_gemm_exec *x, void *stream, const tri_gemm_call *g) {
     const float one = 1.0f, beta = g->d.accumulate ? 1.0f : 0.0f;
     cublasLtMatmulAlgo_t algo;
     memcpy(&algo, e->algo, sizeof algo);
-    TRI_CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)x->handle, md, &one, g->A, e->handles[1], g->B, e->handles[2],
-                                    &beta, g->D, e->handles[3], g->D, e->handles[3], &algo, x->workspace, e->workspace,
-                                    (cudaStream_t)stream));
+    const cublasStatus_t st = cublasLtMatmul((cublasLtHandle_t)x->handle, md, &one, g->A, e->handles[1], g->B,
+                                             e->handles[2], &beta, g->D, e->handles[3], g->D, e->handles[3], &algo,
+                                             x->workspace, e->workspace, (cudaStream_t)stream);
+    /* still plan time: an epilogue the search took but the call refuses
+     * (validated before anything is launched) falls back as one it refused */
+    if (first && g->d.epilogue != TRI_GEMM_EPI_NONE &&
+        (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)) {
+        tri_gemm_cache_fallback(&x->cache, e);
+        x->cache.fallbacks++;
+        return TRI_GEMM_NO_ALGO;
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) cublas_fail(st, "cublasLtMatmul", __FILE__, __LINE__);
     return TRI_GEMM_RAN;
 }

@@ -30,12 +30,12 @@
  * The MLP's GELU, fused as llm.c fuses it (the ops matmul_gelu_fwd and
  * matmul_bwd_dgelu of kernels/ops.h):
  *   fwd + GELU   the fwd GEMM above with GELU_AUX_BIAS (GELU_AUX without a
- *                bias): D = out^T = gelu(W^T inp^T + bias), and the aux
+ *                bias): D = out^T = gelu(W inp^T + bias), and the aux
  *                output pre^T (OC x N, ld OC) = the pre-activation, which the
  *                backward needs;
  *   dinp + dGELU the dinp GEMM above of the linear that reads gelu(pre) (fc2,
  *                "fcproj") with DGELU_BGRAD (DGELU without the bias
- *                gradient): D = dpre^T = gelu'(pre^T) * (W dout^T), the aux
+ *                gradient): D = dpre^T = gelu'(pre^T) * (W^T dout^T), the aux
  *                input pre^T (C x N, ld C), and bias (C) = the sums of D over
  *                its N columns: the bias gradient of the linear that made pre
  *                (fc), written into scratch and then added (it overwrites).
