@@ -98,6 +98,35 @@ typedef struct tri_ops {
     void (*matmul_bwd)(tri_ctx *c, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
                        const void *weight, size_t N, size_t C, size_t OC);
 
+    /* ---- a linear layer and the GELU around it, fused (the MLP; optional) ----
+     * Each may be NULL in a table: the model then composes the plain ops, as
+     * said under each (the CPU backends leave both NULL, so their numbers are
+     * those of the plain ops). A GPU backend computes each as one GEMM with
+     * its epilogue (docs/cuda.md), where it can.
+     *
+     * matmul_gelu_fwd, the linear before the GELU (fc):
+     *   pre (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC)   [overwrite; bias may be NULL]
+     *   out (N, OC) = gelu(pre)                                    [overwrite; out != pre]
+     * pre is what gelu_bwd needs later. Composed: matmul_fwd into pre, then
+     * gelu_fwd(out, pre). With a 16-bit dtype, out may be the GELU of the
+     * fp32 sum (the composition's is that of pre as stored, rounded): the
+     * two differ by gelu'(pre) times the rounding of pre. */
+    void (*matmul_gelu_fwd)(tri_ctx *c, void *out, void *pre, const void *inp, const void *weight, const void *bias,
+                            size_t N, size_t C, size_t OC);
+    /* matmul_bwd_dgelu, the backward of the linear after the GELU (fc2,
+     * "fcproj", whose input inp is gelu(pre)), continued through the GELU:
+     *   dpre (N, C)     = gelu'(pre) * (dout (N, OC) @ weight (OC, C))   [overwrite]
+     *   dweight (OC, C) += dout^T @ inp                              [accumulate; may be NULL]
+     *   dbias_pre (C)   += column sums of dpre                       [accumulate; may be NULL]
+     * dbias_pre is the bias gradient of the linear that made pre (fc): the
+     * caller then leaves it out of that linear's matmul_bwd. pre (N, C) as
+     * matmul_gelu_fwd (or matmul_fwd) left it. Composed: matmul_bwd(dpre,
+     * dweight, NULL, ...), gelu_bwd(dpre, pre, dpre), and the bias gradient
+     * through fc's matmul_bwd. With a 16-bit dtype, dbias_pre may sum the
+     * fp32 values of dpre before they are rounded. */
+    void (*matmul_bwd_dgelu)(tri_ctx *c, void *dpre, float *dweight, float *dbias_pre, const void *dout,
+                             const void *inp, const void *weight, const void *pre, size_t N, size_t C, size_t OC);
+
     /* ---- layernorm over the last dim, eps = 1e-5 ----
      * out (N, C) = (inp - mean) * rstd * w + b; mean, rstd (N) saved for backward. */
     void (*layernorm_fwd)(tri_ctx *c, void *out, float *mean, float *rstd, const void *inp, const void *w,

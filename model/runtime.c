@@ -328,6 +328,36 @@ static void tp_sum_row_grads(tri_gpt *g, float *part, float **dst, int n) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* the MLP's linear + GELU pairs: fused where the backend has them           */
+
+/* fch = ln @ fcw^T + fcb, fch_gelu = gelu(fch): one op where the backend
+ * fuses them (kernels/ops.h matmul_gelu_fwd), else the plain ops. */
+static void fc_gelu_fwd(tri_ctx *c, tri_layer_acts *a, const void *ln, const tri_layer_w *w, size_t BT, size_t C,
+                        size_t Fl) {
+    if (c->ops->matmul_gelu_fwd) {
+        c->ops->matmul_gelu_fwd(c, a->fch_gelu, a->fch, ln, w->fcw, w->fcb, BT, C, Fl);
+        return;
+    }
+    c->ops->matmul_fwd(c, a->fch, ln, w->fcw, w->fcb, BT, C, Fl);
+    c->ops->gelu_fwd(c, a->fch_gelu, a->fch, BT * Fl);
+}
+
+/* fcproj's backward continued through the GELU: dfch (BT, Fl) = the
+ * gradient at fc's output, dfcprojw += (may be NULL). Returns fc's bias
+ * gradient for fc's own matmul_bwd: dfcb, or NULL when the fused op
+ * (kernels/ops.h matmul_bwd_dgelu) has already added it. */
+static float *fcproj_gelu_bwd(tri_ctx *c, void *dfch, float *dfcprojw, float *dfcb, const void *dy,
+                              const tri_layer_acts *a, const tri_layer_w *w, size_t BT, size_t Fl, size_t C) {
+    if (c->ops->matmul_bwd_dgelu) {
+        c->ops->matmul_bwd_dgelu(c, dfch, dfcprojw, dfcb, dy, a->fch_gelu, w->fcprojw, a->fch, BT, Fl, C);
+        return NULL;
+    }
+    c->ops->matmul_bwd(c, dfch, dfcprojw, NULL, dy, a->fch_gelu, w->fcprojw, BT, Fl, C);
+    c->ops->gelu_bwd(c, dfch, a->fch, dfch, BT * Fl);
+    return dfcb;
+}
+
+/* ------------------------------------------------------------------------ */
 /* the pieces                                                                */
 
 void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, void *y, tri_workspace *ws, size_t B,
@@ -346,8 +376,7 @@ void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, v
     ops->residual_fwd(c, a->res2, x, proj, w->attprojb, R, C);
     ops->layernorm_fwd(c, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b, R, C);
     ln = tp_gather(g, ws->seq, a->ln2, BT);
-    ops->matmul_fwd(c, a->fch, ln, w->fcw, w->fcb, BT, C, Fl);
-    ops->gelu_fwd(c, a->fch_gelu, a->fch, BT * Fl);
+    fc_gelu_fwd(c, a, ln, w, BT, C, Fl);
     ops->matmul_fwd(c, ws->dproj, a->fch_gelu, w->fcprojw, NULL, BT, Fl, C);
     proj = tp_reduce(g, ws->dproj, ws->dln, BT);
     ops->residual_fwd(c, y, a->res2, proj, w->fcprojb, R, C);
@@ -385,10 +414,9 @@ void tri_block_bwd(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void
     /* MLP: y = res2 + fcproj(gelu(fc(ln2(res2)))) + b; ws->dres holds dy (R rows) */
     ops->bias_bwd(c, rg.fcprojb, ws->dres, R, C);
     const void *dy = tp_gather(g, ws->dproj, ws->dres, BT);
-    ops->matmul_bwd(c, ws->dfch, dw->fcprojw, NULL, dy, a->fch_gelu, w->fcprojw, BT, Fl, C);
-    ops->gelu_bwd(c, ws->dfch, a->fch, ws->dfch, BT * Fl);
+    float *dfcb = fcproj_gelu_bwd(c, ws->dfch, dw->fcprojw, dw->fcb, dy, a, w, BT, Fl, C);
     const void *ln = tp_gather(g, ws->seq, a->ln2, BT); /* the shard the slot keeps, gathered again */
-    ops->matmul_bwd(c, ws->dln, dw->fcw, dw->fcb, ws->dfch, ln, w->fcw, BT, C, Fl);
+    ops->matmul_bwd(c, ws->dln, dw->fcw, dfcb, ws->dfch, ln, w->fcw, BT, C, Fl);
     const void *dln = tp_reduce(g, ws->dln, ws->dproj, BT);
     ops->layernorm_bwd(c, ws->dres, rg.ln2w, rg.ln2b, dln, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd, R, C);
     /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) + b; ws->dres holds dres2 */
@@ -430,10 +458,15 @@ void tri_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a, cons
     else
         ops->copy(c, d->dfcproj, ws->dres, BT * C * A);
     ops->bias_bwd(c, rg.fcprojb, ws->dres, R, C);
-    ops->matmul_bwd(c, ws->dfch, NULL, NULL, d->dfcproj, a->fch_gelu, w->fcprojw, BT, Fl, C);
-    ops->gelu_bwd(c, d->dfc, a->fch, ws->dfch, BT * Fl); /* fc's output gradient, straight into the slot */
+    float *dfcb = dw->fcb;
+    if (ops->matmul_bwd_dgelu) /* fc's output gradient (and bias gradient), straight into the slot */
+        dfcb = fcproj_gelu_bwd(c, d->dfc, NULL, dfcb, d->dfcproj, a, w, BT, Fl, C);
+    else {
+        ops->matmul_bwd(c, ws->dfch, NULL, NULL, d->dfcproj, a->fch_gelu, w->fcprojw, BT, Fl, C);
+        ops->gelu_bwd(c, d->dfc, a->fch, ws->dfch, BT * Fl); /* fc's output gradient, straight into the slot */
+    }
     const void *ln = g->sp ? tp_gather(g, d->ln2g, a->ln2, BT) : a->ln2;
-    ops->matmul_bwd(c, ws->dln, NULL, dw->fcb, d->dfc, ln, w->fcw, BT, C, Fl);
+    ops->matmul_bwd(c, ws->dln, NULL, dfcb, d->dfc, ln, w->fcw, BT, C, Fl);
     const void *dln = tp_reduce(g, ws->dln, ws->dproj, BT);
     ops->layernorm_bwd(c, ws->dres, rg.ln2w, rg.ln2b, dln, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd, R, C);
     /* attention; ws->dres holds dres2, the output gradient of attproj */

@@ -3,6 +3,13 @@
  * (tri_nccl_entry). The only file of Trident
  * that includes <nccl.h>; its NCCL-free logic is parallel/nccl_plan.c.
  *
+ * Ordering, both ways on the GPU (nccl_plan.h): every call's communication
+ * stream waits on an event recorded on the compute stream just before it
+ * (prologue), and the compute stream waits on the call's completion event
+ * (fence) right after a blocking collective, or at the wait or test that
+ * completes a request; the host waits of the blocking calls and of wait()
+ * come on top of that, not instead of it.
+ *
  * State: every group's handle (its communicator, communication stream, the
  * event that orders it after the compute stream, its members as world ranks)
  * points to one state shared by the groups of this process: the p2p batcher
@@ -167,9 +174,23 @@ static int begin_collective(tri_comm *c) {
     return st.slot;
 }
 
-static void end_collective(tri_comm *c, int slot) {
+/* The compute stream waits on event[slot] (once per use of the slot): what
+ * it runs from now on sees the call's buffers as NCCL left them, and frees
+ * or overwrites them only after NCCL is done with them. The slot's group, if
+ * any, must be closed (its event recorded). */
+static void fence(tri_comm *c, int slot) {
+    shared *sh = handle_of(c)->sh;
+    const int f = tri_p2p_fence(&sh->batch, slot);
+    if (f < 0) misuse(c, "comm", "an event slot ordered before its group was closed");
+    if (f > 0) CUDA_CHECK(c, cudaStreamWaitEvent(compute_stream(c), sh->ev[slot], 0));
+}
+
+/* Records the call's completion event; a blocking call (`blocking`) also
+ * orders the compute stream after it at once, a request at its wait/test. */
+static void end_collective(tri_comm *c, int slot, int blocking) {
     handle *h = handle_of(c);
     CUDA_CHECK(c, cudaEventRecord(h->sh->ev[slot], h->stream));
+    if (blocking) fence(c, slot);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -247,7 +268,7 @@ static void nccl_allreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_re
     int slot = begin_collective(c);
     NCCL_CHECK(c, ncclAllReduce(buf, buf, n, nccl_type(c, "all-reduce", t), nccl_op(c, op), handle_of(c)->comm,
                                 handle_of(c)->stream));
-    end_collective(c, slot);
+    end_collective(c, slot, 1);
     wait_slot(c, slot, "all-reduce", n * tri_dtype_size(t), -1, 0);
 }
 
@@ -255,7 +276,7 @@ static void nccl_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_r
     int slot = begin_collective(c);
     NCCL_CHECK(c, ncclAllReduce(buf, buf, n, nccl_type(c, "all-reduce", t), nccl_op(c, op), handle_of(c)->comm,
                                 handle_of(c)->stream));
-    end_collective(c, slot);
+    end_collective(c, slot, 0); /* the compute stream waits at nccl_wait / nccl_test: overlap until then */
     req_store(r, slot, "all-reduce", n * tri_dtype_size(t), -1, 0);
 }
 
@@ -269,7 +290,7 @@ static void nccl_reduce_scatter(tri_comm *c, void *recv, const void *send, size_
     int slot = begin_collective(c);
     NCCL_CHECK(c, ncclReduceScatter(send, recv, n, nccl_type(c, "reduce-scatter", t), ncclSum, handle_of(c)->comm,
                                     handle_of(c)->stream));
-    end_collective(c, slot);
+    end_collective(c, slot, 1);
     wait_slot(c, slot, "reduce-scatter", (size_t)c->size * n * esz, -1, 0);
 }
 
@@ -283,7 +304,7 @@ static void nccl_allgather(tri_comm *c, void *recv, const void *send, size_t n, 
     int slot = begin_collective(c);
     NCCL_CHECK(c,
                ncclAllGather(send, recv, n, nccl_type(c, "all-gather", t), handle_of(c)->comm, handle_of(c)->stream));
-    end_collective(c, slot);
+    end_collective(c, slot, 1);
     wait_slot(c, slot, "all-gather", n * esz, -1, 0);
 }
 
@@ -292,7 +313,7 @@ static void nccl_broadcast(tri_comm *c, void *buf, size_t n, tri_dtype t, int ro
     int slot = begin_collective(c);
     NCCL_CHECK(
         c, ncclBroadcast(buf, buf, n, nccl_type(c, "broadcast", t), root, handle_of(c)->comm, handle_of(c)->stream));
-    end_collective(c, slot);
+    end_collective(c, slot, 1);
     wait_slot(c, slot, "broadcast", n * tri_dtype_size(t), -1, 0);
 }
 
@@ -324,6 +345,7 @@ static void nccl_irecv(tri_comm *c, void *buf, size_t n, tri_dtype t, int peer, 
 
 static void nccl_wait(tri_comm *c, tri_req *r) {
     close_open_group(c);
+    fence(c, req_slot(r)); /* before the caller reads, reuses or frees the buffer */
     wait_slot(c, req_slot(r), r->op, r->bytes, r->peer, r->tag);
     memset(r->opaque, 0, sizeof r->opaque);
     r->active = 0;
@@ -335,6 +357,7 @@ static int nccl_test(tri_comm *c, tri_req *r) {
     int slot = req_slot(r);
     poll_ctx x = {c, sh->ev[slot]};
     if (!event_done(&x)) return 0;
+    fence(c, slot);
     tri_p2p_done(&sh->batch, slot);
     memset(r->opaque, 0, sizeof r->opaque);
     r->active = 0;
@@ -346,7 +369,7 @@ static void nccl_barrier(tri_comm *c) {
     int slot = begin_collective(c);
     NCCL_CHECK(c, ncclAllReduce(handle_of(c)->scratch, handle_of(c)->scratch, 1, ncclInt32, ncclSum, handle_of(c)->comm,
                                 handle_of(c)->stream));
-    end_collective(c, slot);
+    end_collective(c, slot, 1);
     wait_slot(c, slot, "barrier", 0, -1, 0);
 }
 
@@ -357,7 +380,7 @@ static void nccl_free(tri_comm *c) {
     close_open_group(c);
     /* what this group still has queued finishes (under the watchdog) first */
     int slot = begin_collective(c);
-    end_collective(c, slot);
+    end_collective(c, slot, 0); /* no buffer: the host wait alone */
     wait_slot(c, slot, "shut-down", 0, -1, 0);
     NCCL_CHECK(c, ncclCommDestroy(h->comm));
     h->comm = NULL;

@@ -13,7 +13,11 @@
  *  - each group runs on its own communication stream; a call first makes that
  *    stream wait for an event recorded on the compute stream (c->ctx->stream),
  *    so it sees every kernel queued before it; its completion is an event on
- *    the communication stream;
+ *    the communication stream, which the compute stream in turn waits for
+ *    (right after a blocking call, at the wait or test of a request) before
+ *    anything queued on it reads, overwrites or frees the call's buffers:
+ *    ordered both ways on the GPU, not only by the host's waits
+ *    (nccl_plan.h);
  *  - consecutive isend/irecv form one ncclGroupStart/End, closed at the first
  *    wait or test, at any collective, or at a p2p call on another group
  *    (nccl_plan.h);

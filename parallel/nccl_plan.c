@@ -63,6 +63,7 @@ void tri_p2p_init(tri_p2p_batcher *b) { memset(b, 0, sizeof *b); }
 void tri_p2p_free(tri_p2p_batcher *b) {
     if (b == NULL) return;
     free(b->refs);
+    free(b->fenced);
     memset(b, 0, sizeof *b);
 }
 
@@ -71,6 +72,7 @@ static int take_slot(tri_p2p_batcher *b, tri_nccl_step *st) {
     for (int i = 0; i < b->n_slots; i++)
         if (b->refs[i] == 0 && !(b->open && b->open_slot == i)) {
             st->new_slot = 0;
+            b->fenced[i] = 0; /* a new use of its event */
             return i;
         }
     if (b->n_slots == b->cap) {
@@ -78,9 +80,13 @@ static int take_slot(tri_p2p_batcher *b, tri_nccl_step *st) {
         int *n = realloc(b->refs, (size_t)cap * sizeof *n);
         if (n == NULL) return -1;
         b->refs = n;
+        int *f = realloc(b->fenced, (size_t)cap * sizeof *f);
+        if (f == NULL) return -1;
+        b->fenced = f;
         b->cap = cap;
     }
     b->refs[b->n_slots] = 0;
+    b->fenced[b->n_slots] = 0;
     st->new_slot = 1;
     return b->n_slots++;
 }
@@ -130,6 +136,13 @@ int tri_p2p_close(tri_p2p_batcher *b, int *slot, int *comm) {
     if (!st.close_group) return 0;
     *slot = st.close_slot;
     *comm = st.close_comm;
+    return 1;
+}
+
+int tri_p2p_fence(tri_p2p_batcher *b, int slot) {
+    if (slot < 0 || slot >= b->n_slots || (b->open && b->open_slot == slot)) return -1;
+    if (b->fenced[slot]) return 0;
+    b->fenced[slot] = 1;
     return 1;
 }
 

@@ -20,6 +20,20 @@
  * shared by its requests; a slot is free again once every request that uses
  * it has completed, and new slots are appended (the caller creates one event
  * per new slot and keeps them for reuse).
+ *
+ * Ordering between the compute stream and a group's communication stream,
+ * both ways on the GPU (host waits come on top, never instead):
+ *   - before every call, the communication stream waits on an event recorded
+ *     on the compute stream just then, so a buffer to send or reduce is read
+ *     only after the kernels queued before the call wrote it;
+ *   - after a call, the compute stream waits on the call's completion event
+ *     (its slot's), so nothing queued on it afterwards reads a reduced or
+ *     received buffer, overwrites one a send still reads, or frees either,
+ *     before NCCL is done with it: for a blocking collective right after the
+ *     call, for a request (iallreduce, isend, irecv) at the wait or test that
+ *     completes it, so that compute queued in between still overlaps. One
+ *     such wait per use of a slot is enough: the requests of a p2p group
+ *     share one event (tri_p2p_fence).
  */
 #ifndef TRI_NCCL_PLAN_H
 #define TRI_NCCL_PLAN_H
@@ -69,6 +83,7 @@ typedef struct tri_p2p_batcher {
     int open_slot;    /* the event slot its requests complete with            */
     int open_calls;   /* calls in it so far                                   */
     int *refs;        /* per slot: requests using it not yet completed        */
+    int *fenced;      /* per slot: the compute stream waits on it (this use)  */
     int n_slots, cap; /* slots made (= events the caller created)             */
     unsigned long groups_closed;
 } tri_p2p_batcher;
@@ -96,6 +111,13 @@ int tri_p2p_collective(tri_p2p_batcher *b, int comm, tri_nccl_step *st);
 /* Before a wait, a test or a free: 1 when a group was open (now closed: the
  * caller ends it and records event[*slot] on *comm's stream), else 0. */
 int tri_p2p_close(tri_p2p_batcher *b, int *slot, int *comm);
+/* Before the compute stream may touch the buffers of a call on `slot`
+ * (after a blocking collective; at the wait or successful test of a
+ * request, before tri_p2p_done): 1 when the caller must now make the compute
+ * stream wait on event[slot], 0 when it already does for this use of the
+ * slot (another request of the same p2p group), -1 when the slot is unknown
+ * or its group is still open (its event not recorded yet: close it first). */
+int tri_p2p_fence(tri_p2p_batcher *b, int slot);
 /* A request that used `slot` has completed (its slot may be reused). */
 void tri_p2p_done(tri_p2p_batcher *b, int slot);
 /* Requests still pending on `slot` (0: free). */

@@ -19,11 +19,18 @@
  * kernel and GEMM takes that compute dtype (c->act_dtype): bf16 storage,
  * fp32 arithmetic and accumulation. Gradients of weights, statistics and the
  * optimizer's tensors stay fp32. fp16 is not offered (compute_dtypes).
+ *
+ * Debugging: TRIDENT_CUDA_SYNC=1 (read once, when the context is made, into
+ * the backend's state) makes every op wait for the stream after its launches
+ * and check the result (op_done), so that an asynchronous fault (an illegal
+ * address, a trap) is reported at the op whose kernels caused it, not at a
+ * later call that happened to wait. Off by default: ops do not wait.
  * Compiled with
  * TRI_CUEMU, the same file is the emulated backend "cuda-emu" of the tests
  * (kernels/cuda/cuda_ops.h). */
 #include "kernels/cuda/cuda_ops.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +53,7 @@ typedef struct cuda_state {
     void *scratch;
     size_t scratch_bytes;
     tri_dbias_policy dbias;
+    int sync_launches; /* TRIDENT_CUDA_SYNC=1: wait for the stream after every op */
     /* host tables of the multi-tensor AdamW and sum-of-squares launches,
      * grown as needed; copied to scratch before each launch */
     tri_cu_adamw_tensor *adamw_tab;
@@ -54,6 +62,22 @@ typedef struct cuda_state {
 } cuda_state;
 
 static cuda_state *st(tri_ctx *c) { return (cuda_state *)c->backend; }
+
+/* The end of an op that queued work on the stream: under TRIDENT_CUDA_SYNC=1
+ * the wait for it, and a fault of its kernels reported here, naming the op
+ * (file:line of this call); otherwise nothing. */
+static void op_done(tri_ctx *c, const char *op, const char *file, int line) {
+    cuda_state *s = st(c);
+    if (!s->sync_launches) return;
+    cudaError_t e = cudaStreamSynchronize(s->stream);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        char what[160];
+        snprintf(what, sizeof what, "%s, in the wait after its launches (TRIDENT_CUDA_SYNC=1)", op);
+        tri_cuda_fail(e, what, file, line);
+    }
+}
+#define OP_DONE(c, op) op_done((c), (op), __FILE__, __LINE__)
 
 /* Scratch of at least `bytes` (256-byte aligned), valid until the next call. */
 static void *scratch(tri_ctx *c, size_t bytes) {
@@ -107,6 +131,8 @@ static int cu_init(tri_ctx *c, int threads) {
     }
     c->blas = s->gemm.handle;
     s->dbias = TRI_DBIAS_REDUCE;
+    const char *sync = getenv("TRIDENT_CUDA_SYNC"); /* once per context, never per launch */
+    s->sync_launches = sync != NULL && sync[0] == '1';
     c->act_dtype = c->param_dtype = c->grad_dtype = c->master_dtype = TRI_F32;
     TRI_CUDA_CHECK(cudaStreamSynchronize(s->stream));
     return 0;
@@ -151,8 +177,18 @@ static void cu_free(tri_ctx *c, void *p, size_t bytes) {
     if (p != NULL) TRI_CUDA_CHECK(cudaFreeAsync(p, st(c)->stream));
 }
 
-static void cu_copy(tri_ctx *c, void *dst, const void *src, size_t bytes) {
+/* The copy and the memset of the ops below, queued without the op's end. */
+static void copy_async(tri_ctx *c, void *dst, const void *src, size_t bytes) {
     TRI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st(c)->stream));
+}
+
+static void zero_async(tri_ctx *c, void *p, size_t bytes) {
+    TRI_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, st(c)->stream));
+}
+
+static void cu_copy(tri_ctx *c, void *dst, const void *src, size_t bytes) {
+    copy_async(c, dst, src, bytes);
+    OP_DONE(c, "copy");
 }
 
 /* Staging copies are synchronous (kernels/ctx.h): the host buffer may be
@@ -167,7 +203,10 @@ static void cu_to_host(tri_ctx *c, void *host_dst, const void *src, size_t bytes
     TRI_CUDA_CHECK(cudaStreamSynchronize(st(c)->stream));
 }
 
-static void cu_zero(tri_ctx *c, void *p, size_t bytes) { TRI_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, st(c)->stream)); }
+static void cu_zero(tri_ctx *c, void *p, size_t bytes) {
+    zero_async(c, p, bytes);
+    OP_DONE(c, "zero");
+}
 
 static void cu_sync(tri_ctx *c) { TRI_CUDA_CHECK(cudaStreamSynchronize(st(c)->stream)); }
 
@@ -192,7 +231,7 @@ static const char *dtype_name(tri_dtype t) {
  * error, reported (naming the dtypes) and fatal. */
 static void cu_cast(tri_ctx *c, void *dst, tri_dtype dst_t, const void *src, tri_dtype src_t, size_t n) {
     if (dst_t == src_t && (dst_t == TRI_F32 || dst_t == TRI_BF16)) {
-        if (dst != src && n > 0) cu_copy(c, dst, src, n * tri_dtype_size(dst_t));
+        if (dst != src && n > 0) copy_async(c, dst, src, n * tri_dtype_size(dst_t));
     } else if (src_t == TRI_F32 && dst_t == TRI_BF16) {
         TRI_CU(cast_f32_to_bf16)(st(c)->stream, dst, src, n);
     } else if (src_t == TRI_BF16 && dst_t == TRI_F32) {
@@ -201,41 +240,130 @@ static void cu_cast(tri_ctx *c, void *dst, tri_dtype dst_t, const void *src, tri
         TRI_FAIL("--device %s: cast from %s to %s: the CUDA backend casts only between fp32 and bf16", BACKEND_NAME,
                  dtype_name(src_t), dtype_name(dst_t));
     }
+    OP_DONE(c, "cast");
 }
 
 /* ---- linear layer ---- */
+
+/* The bias gradient (C, fp32) += the column sums of dout (N, C) by the
+ * reduction kernel; N, C > 0. */
+static void reduce_bias(tri_ctx *c, float *dbias, const void *dout, size_t N, size_t C) {
+    float *part = scratch(c, TRI_CU(bias_bwd_scratch_floats)(N, C) * sizeof(float));
+    TRI_CU(bias_bwd)(st(c)->stream, c->act_dtype, dbias, part, dout, N, C);
+}
+
+/* out (N, OC) = the bias broadcast (0 without one): the fill of C = 0, and
+ * the first half of an unfused BIAS epilogue. */
+static void fill_bias(tri_ctx *c, void *out, const void *bias, size_t N, size_t OC) {
+    zero_async(c, out, N * OC * tri_dtype_size(c->act_dtype));
+    if (bias) TRI_CU(residual_fwd)(st(c)->stream, c->act_dtype, out, out, out, bias, N, OC);
+}
 
 static void cu_matmul_fwd(tri_ctx *c, void *out, const void *inp, const void *weight, const void *bias, size_t N,
                           size_t C, size_t OC) {
     tri_gemm_call g;
     int fill = 0;
     if (tri_gemm_plan_fwd(&g, &fill, c->act_dtype, out, inp, weight, bias, N, C, OC) == 0) {
-        TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g);
+        if (TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g) == TRI_GEMM_NO_ALGO) {
+            /* no algorithm with the BIAS epilogue: out = bias, then out += the product */
+            fill_bias(c, out, bias, N, OC);
+            tri_gemm_unfuse(&g);
+            g.d.accumulate = 1;
+            (void)TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g);
+        }
     } else if (fill) { /* C = 0: out = bias broadcast, or 0 */
-        cu_zero(c, out, N * OC * tri_dtype_size(c->act_dtype));
-        if (bias) TRI_CU(residual_fwd)(st(c)->stream, c->act_dtype, out, out, out, bias, N, OC);
+        fill_bias(c, out, bias, N, OC);
     }
+    OP_DONE(c, "matmul_fwd");
+}
+
+/* The dweight GEMM of matmul_bwd and matmul_bwd_dgelu (with dbias through
+ * BGRADB when the route says so, the reduction where cuBLASLt has no
+ * algorithm for it). */
+static void dweight_gemm(tri_ctx *c, float *dweight, float *dbias, tri_dbias_route route, const void *dout,
+                         const void *inp, size_t N, size_t C, size_t OC) {
+    cuda_state *s = st(c);
+    tri_gemm_call g;
+    float *bgrad = route == TRI_DBIAS_ROUTE_EPILOGUE ? scratch(c, OC * sizeof(float)) : NULL;
+    if (tri_gemm_plan_dweight(&g, c->act_dtype, dweight, bgrad, dout, inp, N, C, OC) != 0) return;
+    if (TRI_CU(gemm_run)(&s->gemm, s->stream, &g) == TRI_GEMM_RAN) {
+        if (bgrad) TRI_CU(add)(s->stream, dbias, bgrad, OC); /* the epilogue overwrites; dbias accumulates */
+        return;
+    }
+    /* no algorithm with BGRADB: the plain GEMM, dbias by the reduction */
+    tri_gemm_unfuse(&g);
+    (void)TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
+    reduce_bias(c, dbias, dout, N, OC);
 }
 
 static void cu_matmul_bwd(tri_ctx *c, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
                           const void *weight, size_t N, size_t C, size_t OC) {
     cuda_state *s = st(c);
     const tri_dbias_route route = tri_gemm_dbias_route(s->dbias, dweight != NULL, dbias != NULL, N, C, OC);
-    if (route == TRI_DBIAS_ROUTE_REDUCE && N > 0) {
-        float *part = scratch(c, TRI_CU(bias_bwd_scratch_floats)(N, OC) * sizeof(float));
-        TRI_CU(bias_bwd)(s->stream, c->act_dtype, dbias, part, dout, N, OC);
-    }
+    if (route == TRI_DBIAS_ROUTE_REDUCE && N > 0) reduce_bias(c, dbias, dout, N, OC);
     tri_gemm_call g;
     int fill = 0;
     if (tri_gemm_plan_dinp(&g, &fill, c->act_dtype, dinp, dout, weight, N, C, OC) == 0)
-        TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
+        (void)TRI_CU(gemm_run)(&s->gemm, s->stream, &g); /* no epilogue: it runs (or aborts) */
     else if (fill)
-        cu_zero(c, dinp, N * C * tri_dtype_size(c->act_dtype));
-    float *bgrad = route == TRI_DBIAS_ROUTE_EPILOGUE ? scratch(c, OC * sizeof(float)) : NULL;
-    if (tri_gemm_plan_dweight(&g, c->act_dtype, dweight, bgrad, dout, inp, N, C, OC) == 0) {
-        TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
-        if (bgrad) TRI_CU(add)(s->stream, dbias, bgrad, OC); /* the epilogue overwrites; dbias accumulates */
+        zero_async(c, dinp, N * C * tri_dtype_size(c->act_dtype));
+    dweight_gemm(c, dweight, dbias, route, dout, inp, N, C, OC);
+    OP_DONE(c, "matmul_bwd");
+}
+
+/* pre = inp @ weight^T (+ bias), out = gelu(pre): one GEMM with GELU_AUX_BIAS
+ * (GELU_AUX) in its epilogue; where cuBLASLt has none, matmul_fwd into pre
+ * and the GELU kernel, as the model composes them on other backends. */
+static void cu_matmul_gelu_fwd(tri_ctx *c, void *out, void *pre, const void *inp, const void *weight,
+                               const void *bias, size_t N, size_t C, size_t OC) {
+    tri_gemm_call g;
+    int fill = 0;
+    if (tri_gemm_plan_fwd_gelu(&g, &fill, c->act_dtype, out, pre, inp, weight, bias, N, C, OC) == 0 &&
+        TRI_CU(gemm_run)(&st(c)->gemm, st(c)->stream, &g) == TRI_GEMM_RAN) {
+        OP_DONE(c, "matmul_gelu_fwd");
+        return;
     }
+    cu_matmul_fwd(c, pre, inp, weight, bias, N, C, OC);
+    TRI_CU(gelu_fwd)(st(c)->stream, c->act_dtype, out, pre, N * OC);
+    OP_DONE(c, "matmul_gelu_fwd");
+}
+
+/* dpre = gelu'(pre) * (dout @ weight) by the dinp GEMM with DGELU_BGRAD (the
+ * bias gradient of pre's linear into scratch, then added) or DGELU; where
+ * cuBLASLt has neither, the plain GEMM and the GELU kernel; the bias
+ * gradient by the reduction wherever the epilogue did not give it. dweight
+ * by its own GEMM, as in matmul_bwd (its dbias route: none here). */
+static void cu_matmul_bwd_dgelu(tri_ctx *c, void *dpre, float *dweight, float *dbias_pre, const void *dout,
+                                const void *inp, const void *weight, const void *pre, size_t N, size_t C, size_t OC) {
+    cuda_state *s = st(c);
+    tri_gemm_call g;
+    int fill = 0, need_reduce = dbias_pre != NULL;
+    float *bgrad = dbias_pre && C > 0 ? scratch(c, C * sizeof(float)) : NULL;
+    int ran = 0;
+    if (tri_gemm_plan_dinp_dgelu(&g, &fill, c->act_dtype, dpre, bgrad, dout, weight, pre, N, C, OC) == 0) {
+        ran = TRI_CU(gemm_run)(&s->gemm, s->stream, &g) == TRI_GEMM_RAN;
+        if (ran && bgrad) {
+            TRI_CU(add)(s->stream, dbias_pre, bgrad, C); /* the epilogue overwrites; the op accumulates */
+            need_reduce = 0;
+        }
+        if (!ran && bgrad) { /* DGELU_BGRAD refused: DGELU, and the reduction */
+            tri_gemm_plan_dinp_dgelu(&g, &fill, c->act_dtype, dpre, NULL, dout, weight, pre, N, C, OC);
+            ran = TRI_CU(gemm_run)(&s->gemm, s->stream, &g) == TRI_GEMM_RAN;
+        }
+        if (!ran) { /* neither: the plain dinp GEMM, then GELU's backward in place */
+            tri_gemm_unfuse(&g);
+            (void)TRI_CU(gemm_run)(&s->gemm, s->stream, &g);
+            TRI_CU(gelu_bwd)(s->stream, c->act_dtype, dpre, pre, dpre, N * C);
+        }
+    } else if (fill) { /* OC = 0: dout @ weight is 0, and so is dpre */
+        zero_async(c, dpre, N * C * tri_dtype_size(c->act_dtype));
+        need_reduce = 0; /* += 0 */
+    } else {
+        need_reduce = 0; /* N or C = 0: nothing to write */
+    }
+    if (need_reduce) reduce_bias(c, dbias_pre, dpre, N, C);
+    dweight_gemm(c, dweight, NULL, TRI_DBIAS_ROUTE_NONE, dout, inp, N, C, OC);
+    OP_DONE(c, "matmul_bwd_dgelu");
 }
 
 /* ---- LayerNorm, attention, GELU, residual ---- */
@@ -243,40 +371,47 @@ static void cu_matmul_bwd(tri_ctx *c, void *dinp, float *dweight, float *dbias, 
 static void cu_layernorm_fwd(tri_ctx *c, void *out, float *mean, float *rstd, const void *inp, const void *w,
                              const void *b, size_t N, size_t C) {
     TRI_CU(layernorm_fwd)(st(c)->stream, c->act_dtype, out, mean, rstd, inp, w, b, N, C);
+    OP_DONE(c, "layernorm_fwd");
 }
 
 static void cu_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                              const void *w, const float *mean, const float *rstd, size_t N, size_t C) {
     float *part = scratch(c, TRI_CU(layernorm_bwd_scratch_floats)(N, C) * sizeof(float));
     TRI_CU(layernorm_bwd)(st(c)->stream, c->act_dtype, dinp, dw, db, part, dout, inp, w, mean, rstd, N, C);
+    OP_DONE(c, "layernorm_bwd");
 }
 
 static void cu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS) {
     TRI_CU(attention_fwd)(st(c)->stream, c->act_dtype, out, state, qkv, B, T, NH, HS);
+    OP_DONE(c, "attention_fwd");
 }
 
 static void cu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch_buf, const void *dout, const void *qkv,
                              const void *out, const float *state, size_t B, size_t T, int NH, int HS) {
     TRI_CU(attention_bwd)(st(c)->stream, c->act_dtype, dqkv, scratch_buf, dout, qkv, out, state, B, T, NH, HS);
+    OP_DONE(c, "attention_bwd");
 }
 
 static void cu_gelu_fwd(tri_ctx *c, void *out, const void *inp, size_t N) {
     TRI_CU(gelu_fwd)(st(c)->stream, c->act_dtype, out, inp, N);
+    OP_DONE(c, "gelu_fwd");
 }
 
 static void cu_gelu_bwd(tri_ctx *c, void *dinp, const void *inp, const void *dout, size_t N) {
     TRI_CU(gelu_bwd)(st(c)->stream, c->act_dtype, dinp, inp, dout, N);
+    OP_DONE(c, "gelu_bwd");
 }
 
 static void cu_residual_fwd(tri_ctx *c, void *out, const void *res, const void *x, const void *bias, size_t N,
                             size_t C) {
     TRI_CU(residual_fwd)(st(c)->stream, c->act_dtype, out, res, x, bias, N, C);
+    OP_DONE(c, "residual_fwd");
 }
 
 static void cu_bias_bwd(tri_ctx *c, float *dbias, const void *dout, size_t N, size_t C) {
     if (N == 0 || C == 0) return;
-    float *part = scratch(c, TRI_CU(bias_bwd_scratch_floats)(N, C) * sizeof(float));
-    TRI_CU(bias_bwd)(st(c)->stream, c->act_dtype, dbias, part, dout, N, C);
+    reduce_bias(c, dbias, dout, N, C);
+    OP_DONE(c, "bias_bwd");
 }
 
 /* ---- embedding, cross-entropy ---- */
@@ -284,27 +419,32 @@ static void cu_bias_bwd(tri_ctx *c, float *dbias, const void *dout, size_t N, si
 static void cu_embedding_fwd(tri_ctx *c, void *out, const int32_t *ids, const void *wte, const void *wpe, size_t B,
                              size_t T, size_t C, size_t vstart, size_t Vl) {
     TRI_CU(embedding_fwd)(st(c)->stream, c->act_dtype, out, ids, wte, wpe, B, T, C, vstart, Vl);
+    OP_DONE(c, "embedding_fwd");
 }
 
 static void cu_embedding_bwd(tri_ctx *c, float *dwte, float *dwpe, const void *dout, const int32_t *ids, size_t B,
                              size_t T, size_t C, size_t vstart, size_t Vl) {
     float *keys = scratch(c, TRI_CU(embedding_bwd_scratch_floats)(B, T) * sizeof(float));
     TRI_CU(embedding_bwd)(st(c)->stream, c->act_dtype, dwte, dwpe, keys, dout, ids, B, T, C, vstart, Vl);
+    OP_DONE(c, "embedding_bwd");
 }
 
 static void cu_crossentropy_stats(tri_ctx *c, float *stats, const void *logits, const int32_t *targets, size_t N,
                                   size_t Vl, size_t vstart, size_t V) {
     TRI_CU(crossentropy_stats)(st(c)->stream, c->act_dtype, stats, logits, targets, N, Vl, vstart, V);
+    OP_DONE(c, "crossentropy_stats");
 }
 
 static void cu_crossentropy_combine(tri_ctx *c, float *stats, const float *gather, size_t N, int R) {
     TRI_CU(crossentropy_combine)(st(c)->stream, stats, gather, N, R);
+    OP_DONE(c, "crossentropy_combine");
 }
 
 static void cu_crossentropy_bwd(tri_ctx *c, float *losses, void *dlogits, const void *logits, const float *stats,
                                 const int32_t *targets, float dscale, size_t N, size_t Vl, size_t vstart, size_t V) {
     TRI_CU(crossentropy_bwd)
     (st(c)->stream, c->act_dtype, losses, dlogits, logits, stats, targets, dscale, N, Vl, vstart, V);
+    OP_DONE(c, "crossentropy_bwd");
 }
 
 /* ---- AdamW, reductions ---- */
@@ -384,8 +524,15 @@ static double reduce(tri_ctx *c, const float *x, size_t n, int square) {
 static double cu_sum(tri_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 0); }
 static double cu_sumsq(tri_ctx *c, const float *x, size_t n) { return reduce(c, x, n, 1); }
 
-static void cu_scale(tri_ctx *c, float *x, float s, size_t n) { TRI_CU(scale)(st(c)->stream, x, s, n); }
-static void cu_add(tri_ctx *c, float *y, const float *x, size_t n) { TRI_CU(add)(st(c)->stream, y, x, n); }
+static void cu_scale(tri_ctx *c, float *x, float s, size_t n) {
+    TRI_CU(scale)(st(c)->stream, x, s, n);
+    OP_DONE(c, "scale");
+}
+
+static void cu_add(tri_ctx *c, float *y, const float *x, size_t n) {
+    TRI_CU(add)(st(c)->stream, y, x, n);
+    OP_DONE(c, "add");
+}
 
 static const tri_ops CUDA_OPS = {
     .name = BACKEND_NAME,
@@ -404,6 +551,8 @@ static const tri_ops CUDA_OPS = {
     .cast = cu_cast,
     .matmul_fwd = cu_matmul_fwd,
     .matmul_bwd = cu_matmul_bwd,
+    .matmul_gelu_fwd = cu_matmul_gelu_fwd,
+    .matmul_bwd_dgelu = cu_matmul_bwd_dgelu,
     .layernorm_fwd = cu_layernorm_fwd,
     .layernorm_bwd = cu_layernorm_bwd,
     .attention_fwd = cu_attention_fwd,

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+
 unsigned tri_gemm_ptr_align(const void *p) {
     const uintptr_t a = (uintptr_t)p;
     unsigned al = 16;
@@ -15,29 +17,44 @@ unsigned tri_gemm_ptr_align(const void *p) {
 
 unsigned tri_gemm_type_size(tri_dtype t) { return t == TRI_F32 ? 4u : t == TRI_BF16 ? 2u : 0u; }
 
+int tri_gemm_epi_bias_in(tri_gemm_epilogue e) { return e == TRI_GEMM_EPI_BIAS || e == TRI_GEMM_EPI_GELU_AUX_BIAS; }
+
+int tri_gemm_epi_bias_out(tri_gemm_epilogue e) { return e == TRI_GEMM_EPI_BGRADB || e == TRI_GEMM_EPI_DGELU_BGRAD; }
+
+int tri_gemm_epi_aux(tri_gemm_epilogue e) {
+    return e == TRI_GEMM_EPI_GELU_AUX || e == TRI_GEMM_EPI_GELU_AUX_BIAS || e == TRI_GEMM_EPI_DGELU ||
+           e == TRI_GEMM_EPI_DGELU_BGRAD;
+}
+
+const char *tri_gemm_epi_name(tri_gemm_epilogue e) {
+    static const char *const names[TRI_GEMM_EPI_COUNT] = {"none",          "bias",  "bgradb",     "gelu_aux",
+                                                          "gelu_aux_bias", "dgelu", "dgelu_bgrad"};
+    return e >= 0 && e < TRI_GEMM_EPI_COUNT ? names[e] : "?";
+}
+
 int tri_gemm_check_types(const tri_gemm_call *g) {
-    const void *p[4] = {g->A, g->B, g->D, g->bias};
-    const tri_dtype t[4] = {g->d.atype, g->d.btype, g->d.dtype, g->d.biastype};
-    for (int i = 0; i < 4; i++) {
+    const void *p[5] = {g->A, g->B, g->D, g->bias, g->aux};
+    const tri_dtype t[5] = {g->d.atype, g->d.btype, g->d.dtype, g->d.biastype, g->d.auxtype};
+    for (int i = 0; i < 5; i++) {
         const unsigned sz = tri_gemm_type_size(t[i]);
         if (sz == 0 || (p[i] != NULL && tri_gemm_ptr_align(p[i]) < sz)) return -1;
     }
     return 0;
 }
 
-static unsigned min_align(const void *a, const void *b, const void *c, const void *d) {
-    unsigned al = tri_gemm_ptr_align(a);
-    const unsigned x[3] = {tri_gemm_ptr_align(b), tri_gemm_ptr_align(c), tri_gemm_ptr_align(d)};
-    for (int i = 0; i < 3; i++)
-        if (x[i] < al) al = x[i];
+static unsigned min_align(const void *const p[5]) {
+    unsigned al = 16;
+    for (int i = 0; i < 5; i++)
+        if (tri_gemm_ptr_align(p[i]) < al) al = tri_gemm_ptr_align(p[i]);
     return al;
 }
 
 /* One GEMM of a plan, as the plan functions state it: the storage type of
- * A and B (`ab`) and of D and the bias (`dt`; cuBLASLt's bias type defaults
- * to D's), the transposes (0: N, 1: T), the sizes and leading dimensions,
- * beta (`accumulate`), the epilogue and the operands. Fields left out are 0
- * (no transpose, overwrite, no epilogue, no bias). */
+ * A and B (`ab`) and of D, the bias and the aux matrix (`dt`; cuBLASLt's
+ * bias and aux types default to D's), the transposes (0: N, 1: T), the
+ * sizes and leading dimensions (the aux matrix's is D's, ldc), beta
+ * (`accumulate`), the epilogue and the operands. Fields left out are 0 (no
+ * transpose, overwrite, no epilogue, no bias, no aux). */
 typedef struct gemm_spec {
     tri_dtype ab, dt;
     int transa, transb;
@@ -45,7 +62,7 @@ typedef struct gemm_spec {
     int accumulate;
     tri_gemm_epilogue epilogue;
     const void *A, *B;
-    void *D, *bias;
+    void *D, *bias, *aux;
 } gemm_spec;
 
 /* *g = the call s describes, its alignment the least of its pointers'. */
@@ -61,13 +78,15 @@ static void set(tri_gemm_call *g, const gemm_spec *s) {
     g->d.ldc = s->ldc;
     g->d.accumulate = s->accumulate;
     g->d.epilogue = s->epilogue;
-    g->d.align = min_align(s->A, s->B, s->D, s->bias);
+    g->d.align = min_align((const void *const[5]){s->A, s->B, s->D, s->bias, s->aux});
     g->d.atype = g->d.btype = s->ab;
-    g->d.dtype = g->d.biastype = s->dt;
+    g->d.dtype = g->d.biastype = g->d.auxtype = s->dt;
+    g->d.auxld = tri_gemm_epi_aux(s->epilogue) ? s->ldc : 0;
     g->A = s->A;
     g->B = s->B;
     g->D = s->D;
     g->bias = s->bias;
+    g->aux = s->aux;
 }
 
 int tri_gemm_plan_fwd(tri_gemm_call *g, int *fill, tri_dtype dt, void *out, const void *inp, const void *weight,
@@ -145,6 +164,48 @@ int tri_gemm_plan_dweight(tri_gemm_call *g, tri_dtype dt, float *dweight, float 
     return 0;
 }
 
+int tri_gemm_plan_fwd_gelu(tri_gemm_call *g, int *fill, tri_dtype dt, void *out, void *pre, const void *inp,
+                           const void *weight, const void *bias, size_t N, size_t C, size_t OC) {
+    if (tri_gemm_plan_fwd(g, fill, dt, out, inp, weight, bias, N, C, OC) != 0) return 1;
+    /* the fwd GEMM with GELU in the epilogue; pre^T (OC x N, ld OC) is laid out as D */
+    g->d.epilogue = bias ? TRI_GEMM_EPI_GELU_AUX_BIAS : TRI_GEMM_EPI_GELU_AUX;
+    g->d.auxld = g->d.ldc;
+    g->aux = pre;
+    if (tri_gemm_ptr_align(pre) < g->d.align) g->d.align = tri_gemm_ptr_align(pre);
+    return 0;
+}
+
+int tri_gemm_plan_dinp_dgelu(tri_gemm_call *g, int *fill, tri_dtype dt, void *dpre, float *dbias_scratch,
+                             const void *dout, const void *weight, const void *pre, size_t N, size_t C, size_t OC) {
+    if (tri_gemm_plan_dinp(g, fill, dt, dpre, dout, weight, N, C, OC) != 0) return 1;
+    /* dpre^T (C x N, ld C) = gelu'(pre^T) * (W^T-as-stored @ dout^T); pre^T laid out as D;
+     * the bias gradient (C) = sums of D over its N columns, fp32 */
+    set(g, &(gemm_spec){.ab = dt,
+                        .dt = dt,
+                        .m = C,
+                        .n = N,
+                        .k = OC,
+                        .lda = C,
+                        .ldb = OC,
+                        .ldc = C,
+                        .epilogue = dbias_scratch ? TRI_GEMM_EPI_DGELU_BGRAD : TRI_GEMM_EPI_DGELU,
+                        .A = weight,
+                        .B = dout,
+                        .D = dpre,
+                        .bias = dbias_scratch,
+                        .aux = (void *)pre});
+    if (dbias_scratch) g->d.biastype = TRI_F32;
+    return 0;
+}
+
+void tri_gemm_unfuse(tri_gemm_call *g) {
+    g->d.epilogue = TRI_GEMM_EPI_NONE;
+    g->d.biastype = g->d.auxtype = g->d.dtype;
+    g->d.auxld = 0;
+    g->bias = g->aux = NULL;
+    g->d.align = min_align((const void *const[5]){g->A, g->B, g->D, NULL, NULL});
+}
+
 tri_dbias_route tri_gemm_dbias_route(tri_dbias_policy policy, int want_dweight, int want_dbias, size_t N, size_t C,
                                      size_t OC) {
     if (!want_dbias || OC == 0) return TRI_DBIAS_ROUTE_NONE;
@@ -161,7 +222,7 @@ static uint64_t mix(uint64_t h, uint64_t v) {
 
 uint64_t tri_gemm_desc_hash(const tri_gemm_desc *d) {
     uint64_t h = 0x243F6A8885A308D3ull;
-    const uint64_t v[10] = {(uint64_t)d->transa,
+    const uint64_t v[11] = {(uint64_t)d->transa,
                             (uint64_t)d->transb,
                             d->m,
                             d->n,
@@ -171,8 +232,9 @@ uint64_t tri_gemm_desc_hash(const tri_gemm_desc *d) {
                             d->ldc,
                             (uint64_t)d->accumulate | (uint64_t)d->epilogue << 8 | (uint64_t)d->align << 16,
                             (uint64_t)d->atype | (uint64_t)d->btype << 8 | (uint64_t)d->dtype << 16 |
-                                (uint64_t)d->biastype << 24};
-    for (int i = 0; i < 10; i++) h = mix(h, v[i]);
+                                (uint64_t)d->biastype << 24 | (uint64_t)d->auxtype << 32,
+                            d->auxld};
+    for (int i = 0; i < 11; i++) h = mix(h, v[i]);
     return h;
 }
 
@@ -180,7 +242,7 @@ int tri_gemm_desc_equal(const tri_gemm_desc *a, const tri_gemm_desc *b) {
     return a->transa == b->transa && a->transb == b->transb && a->m == b->m && a->n == b->n && a->k == b->k &&
            a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc && a->accumulate == b->accumulate &&
            a->epilogue == b->epilogue && a->align == b->align && a->atype == b->atype && a->btype == b->btype &&
-           a->dtype == b->dtype && a->biastype == b->biastype;
+           a->dtype == b->dtype && a->biastype == b->biastype && a->auxtype == b->auxtype && a->auxld == b->auxld;
 }
 
 tri_gemm_entry *tri_gemm_cache_find(tri_gemm_cache *c, const tri_gemm_desc *d) {
@@ -224,13 +286,27 @@ void tri_gemm_cache_free(tri_gemm_cache *c) {
 static const char *type_name(tri_dtype t) { return t == TRI_F32 ? "f32" : t == TRI_BF16 ? "bf16" : "?"; }
 
 void tri_gemm_desc_str(const tri_gemm_desc *d, char *buf, size_t n) {
-    static const char *const epi[] = {"none", "bias", "bgradb"};
+    char aux[64] = "";
+    if (tri_gemm_epi_aux(d->epilogue))
+        snprintf(aux, sizeof aux, ", aux ld %llu %s", (unsigned long long)d->auxld, type_name(d->auxtype));
     snprintf(
         buf, n,
         "m %llu n %llu k %llu, A%s B%s, lda %llu ldb %llu ldc %llu, beta %d, epilogue %s, align %u, types %s %s -> "
-        "%s (bias %s)",
+        "%s (bias %s)%s",
         (unsigned long long)d->m, (unsigned long long)d->n, (unsigned long long)d->k, d->transa ? "^T" : "",
         d->transb ? "^T" : "", (unsigned long long)d->lda, (unsigned long long)d->ldb, (unsigned long long)d->ldc,
-        d->accumulate, d->epilogue >= 0 && d->epilogue <= 2 ? epi[d->epilogue] : "?", d->align, type_name(d->atype),
-        type_name(d->btype), type_name(d->dtype), type_name(d->biastype));
+        d->accumulate, tri_gemm_epi_name(d->epilogue), d->align, type_name(d->atype), type_name(d->btype),
+        type_name(d->dtype), type_name(d->biastype), aux);
+}
+
+void tri_gemm_cache_fallback(tri_gemm_cache *c, tri_gemm_entry *e) {
+    e->no_algo = 1;
+    const unsigned bit = 1u << (unsigned)e->d.epilogue;
+    if (c->noted & bit) return;
+    c->noted |= bit;
+    char s[384];
+    tri_gemm_desc_str(&e->d, s, sizeof s);
+    tri_note("the GEMM library has no algorithm for the %s epilogue of the GEMM %s: this GEMM, and any other "
+             "that finds none for that epilogue, runs without it (its work done by separate kernels)",
+             tri_gemm_epi_name(e->d.epilogue), s);
 }

@@ -24,6 +24,7 @@ static alloc_rec *recs;
 static size_t n_recs, cap_recs;
 static tri_cuemu_rt_stats stats;
 static int fail_mallocs;
+static cudaError_t sync_fault = cudaSuccess;
 static cudaError_t last_error = cudaSuccess;
 
 /* records e as the last error (called without the lock held) */
@@ -47,6 +48,7 @@ const char *tri_cuemu_rt_error_name(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     }
     return "cudaErrorUnknown";
 }
@@ -58,6 +60,7 @@ const char *tri_cuemu_rt_error_string(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidDevicePointer: return "invalid device pointer";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     }
     return "unknown error";
 }
@@ -178,13 +181,21 @@ cudaError_t tri_cuemu_rt_stream_sync(cudaStream_t s) {
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     pthread_mutex_lock(&mu);
     stats.syncs++;
+    const cudaError_t fault = sync_fault;
+    sync_fault = cudaSuccess;
     pthread_mutex_unlock(&mu);
-    return cudaSuccess;
+    return fault == cudaSuccess ? cudaSuccess : fail(fault);
 }
 
 void tri_cuemu_rt_stats_get(tri_cuemu_rt_stats *s) {
     pthread_mutex_lock(&mu);
     *s = stats;
+    pthread_mutex_unlock(&mu);
+}
+
+void tri_cuemu_rt_fault_next_sync(cudaError_t e) {
+    pthread_mutex_lock(&mu);
+    sync_fault = e;
     pthread_mutex_unlock(&mu);
 }
 

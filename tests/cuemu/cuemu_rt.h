@@ -28,7 +28,8 @@ typedef enum tri_cuemu_error {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidDevicePointer = 17,
-    cudaErrorInvalidResourceHandle = 400
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorIllegalAddress = 700 /* only as a planted fault (tri_cuemu_rt_fault_next_sync) */
 } cudaError_t;
 
 typedef enum tri_cuemu_memcpy_kind {
@@ -73,6 +74,9 @@ void tri_cuemu_rt_stats_get(tri_cuemu_rt_stats *s);
 /* For tests: the next `n` cudaMallocAsync calls fail with
  * cudaErrorMemoryAllocation (0 turns it off). */
 void tri_cuemu_rt_fail_next_mallocs(int n);
+/* For tests: the next cudaStreamSynchronize reports `e` (0 turns it off), as
+ * the wait after a kernel that faulted asynchronously would on a GPU. */
+void tri_cuemu_rt_fault_next_sync(cudaError_t e);
 
 #ifdef __cplusplus
 }

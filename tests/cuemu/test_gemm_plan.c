@@ -5,14 +5,27 @@
  * GEMM (triple loop, double accumulation; not the sgemm of the emulated
  * executor) and comparing with the op's row-major formula computed directly;
  * where dbias comes from; the alignment in the key; the plan cache's hits,
- * misses and growth. */
+ * misses and growth; the MLP's GELU epilogues (fwd + GELU saving the
+ * pre-activation, dinp + dGELU with the bias gradient), how a GEMM drops its
+ * epilogue, and the fallback kept in the cache and noted once. */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/gemm_plan.h"
+
+static double gelu_d(double x) { return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x))); }
+
+static double gelu_grad_d(double x) {
+    const double u = 0.79788456080286535588 * (x + 0.044715 * x * x * x);
+    const double du = 0.79788456080286535588 * (1.0 + 3.0 * 0.044715 * x * x);
+    const double t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+}
 
 static uint64_t rng(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -28,11 +41,14 @@ static float *rnd(size_t n, uint64_t *s) {
     return x;
 }
 
-/* D = op(A) op(B) + beta D (+ epilogue), column-major, as cuBLASLt defines it. */
+/* D = op(A) op(B) + beta D (+ epilogue), column-major, as cuBLASLt defines it
+ * (cublasLt.h, cublasLtEpilogue_t); fp32 operands. */
 static void naive_run(const tri_gemm_call *g) {
     const tri_gemm_desc *d = &g->d;
     const float *A = g->A, *B = g->B;
-    float *D = g->D, *bias = g->bias;
+    float *D = g->D, *bias = g->bias, *aux = g->aux;
+    if (d->epilogue == TRI_GEMM_EPI_DGELU_BGRAD)
+        for (uint64_t i = 0; i < d->m; i++) bias[i] = 0.0f;
     for (uint64_t j = 0; j < d->n; j++)
         for (uint64_t i = 0; i < d->m; i++) {
             double acc = 0;
@@ -42,7 +58,14 @@ static void naive_run(const tri_gemm_call *g) {
                 acc += a * b;
             }
             if (d->accumulate) acc += D[i + j * d->ldc];
-            if (d->epilogue == TRI_GEMM_EPI_BIAS) acc += bias[i];
+            if (d->epilogue == TRI_GEMM_EPI_BIAS || d->epilogue == TRI_GEMM_EPI_GELU_AUX_BIAS) acc += bias[i];
+            if (d->epilogue == TRI_GEMM_EPI_GELU_AUX || d->epilogue == TRI_GEMM_EPI_GELU_AUX_BIAS) {
+                aux[i + j * d->auxld] = (float)acc;
+                acc = gelu_d(acc);
+            }
+            if (d->epilogue == TRI_GEMM_EPI_DGELU || d->epilogue == TRI_GEMM_EPI_DGELU_BGRAD)
+                acc *= gelu_grad_d(aux[i + j * d->auxld]);
+            if (d->epilogue == TRI_GEMM_EPI_DGELU_BGRAD) bias[i] += (float)acc;
             D[i + j * d->ldc] = (float)acc;
         }
     if (d->epilogue == TRI_GEMM_EPI_BGRADB)
@@ -328,5 +351,176 @@ Test(gemm_plan, types_are_part_of_the_key) {
         cr_assert_neq(tri_gemm_desc_hash(&d), tri_gemm_desc_hash(&bf16), "type field %d", f);
         cr_assert_null(tri_gemm_cache_find(&c, &d), "type field %d changed, still a hit", f);
     }
+    tri_gemm_cache_free(&c);
+}
+
+/* ---- the MLP's GELU epilogues ---- */
+
+/* fwd + GELU and dinp + dGELU (with and without the bias and the bias
+ * gradient) through the naive GEMM against the ops' row-major formulas
+ * (kernels/ops.h matmul_gelu_fwd, matmul_bwd_dgelu) computed directly:
+ *   pre (N, OC) = inp @ W^T + b, out = gelu(pre);
+ *   dpre (N, C) = gelu'(pre) * (dout @ W), dbias (C) = sums of dpre over N.
+ * Here `pre` of the backward is an (N, C) tensor of its own (the input of
+ * the next linear is gelu(pre)). Shapes with {1, 1, 1} last. */
+Test(gemm_plan, gelu_epilogue_plans_compute_the_fused_mlp_formulas) {
+    static const size_t shapes[][3] = {{5, 7, 3}, {3, 33, 17}, {13, 4, 29}, {64, 32, 96}, {1, 1, 1}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const size_t N = shapes[si][0], C = shapes[si][1], OC = shapes[si][2];
+        uint64_t s = 41 + si;
+        float *inp = rnd(N * C, &s), *w = rnd(OC * C, &s), *b = rnd(OC, &s), *dout = rnd(N * OC, &s);
+        float *out = rnd(N * OC, &s), *pre = rnd(N * OC, &s), *ppre = rnd(N * C, &s), *dpre = rnd(N * C, &s);
+        float *bg = rnd(C, &s);
+        for (size_t i = 0; i < N * C; i++) ppre[i] *= 3.0f; /* GELU's curved part */
+        double *want = malloc(sizeof(double) * (2 * N * OC + N * C + C));
+        tri_gemm_call g;
+        int fill = -1;
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            cr_assert_eq(tri_gemm_plan_fwd_gelu(&g, &fill, TRI_F32, out, pre, inp, w, with_bias ? b : NULL, N, C, OC),
+                         0);
+            cr_assert_eq(fill, 0);
+            cr_assert_eq(g.d.epilogue, with_bias ? TRI_GEMM_EPI_GELU_AUX_BIAS : TRI_GEMM_EPI_GELU_AUX);
+            cr_assert(g.aux == pre && g.d.auxld == OC && g.d.auxtype == TRI_F32 && g.bias == (with_bias ? b : NULL));
+            naive_run(&g);
+            for (size_t n = 0; n < N; n++)
+                for (size_t o = 0; o < OC; o++) {
+                    double a = with_bias ? b[o] : 0.0;
+                    for (size_t c = 0; c < C; c++) a += (double)inp[n * C + c] * w[o * C + c];
+                    want[n * OC + o] = a;
+                    want[N * OC + n * OC + o] = gelu_d(a);
+                }
+            expect_near("fwd + GELU: pre", pre, want, N * OC, N, C, OC);
+            expect_near("fwd + GELU: out", out, want + N * OC, N * OC, N, C, OC);
+        }
+        for (int with_bgrad = 0; with_bgrad < 2; with_bgrad++) {
+            cr_assert_eq(tri_gemm_plan_dinp_dgelu(&g, &fill, TRI_F32, dpre, with_bgrad ? bg : NULL, dout, w, ppre, N,
+                                                  C, OC),
+                         0);
+            cr_assert_eq(g.d.epilogue, with_bgrad ? TRI_GEMM_EPI_DGELU_BGRAD : TRI_GEMM_EPI_DGELU);
+            cr_assert(g.aux == ppre && g.d.auxld == C && g.d.biastype == TRI_F32);
+            naive_run(&g);
+            double *wd = want + 2 * N * OC, *wb = wd + N * C;
+            for (size_t c = 0; c < C; c++) wb[c] = 0;
+            for (size_t n = 0; n < N; n++)
+                for (size_t c = 0; c < C; c++) {
+                    double a = 0;
+                    for (size_t o = 0; o < OC; o++) a += (double)dout[n * OC + o] * w[o * C + c];
+                    wd[n * C + c] = gelu_grad_d(ppre[n * C + c]) * a;
+                    wb[c] += wd[n * C + c];
+                }
+            expect_near("dinp + dGELU", dpre, wd, N * C, N, C, OC);
+            if (with_bgrad) expect_near("dinp + dGELU: the bias gradient", bg, wb, C, N, C, OC);
+        }
+        free(inp), free(w), free(b), free(dout), free(out), free(pre), free(ppre), free(dpre), free(bg), free(want);
+    }
+}
+
+/* The fields the GELU plans add: the aux matrix laid out as D (its leading
+ * dimension, its type D's), its pointer in the alignment, the bias gradient
+ * fp32 under a bf16 D; empty sizes as the plain plans. */
+Test(gemm_plan, gelu_plans_lay_the_aux_matrix_out_as_d) {
+    _Alignas(64) static float buf[4096];
+    tri_gemm_call g;
+    int fill = -1;
+    cr_assert_eq(tri_gemm_plan_fwd_gelu(&g, &fill, TRI_BF16, buf, buf + 64, buf + 128, buf + 192, buf + 256, 5, 7,
+                                        24),
+                 0);
+    cr_assert(g.d.transa == 1 && g.d.m == 24 && g.d.n == 5 && g.d.k == 7 && g.d.ldc == 24 && g.d.auxld == 24);
+    cr_assert(g.d.dtype == TRI_BF16 && g.d.auxtype == TRI_BF16 && g.d.biastype == TRI_BF16);
+    cr_assert_eq(g.d.align, 16);
+    cr_assert_eq(tri_gemm_check_types(&g), 0);
+    cr_assert_eq(tri_gemm_plan_fwd_gelu(&g, &fill, TRI_BF16, buf, (char *)(buf + 64) + 2, buf + 128, buf + 192,
+                                        buf + 256, 5, 7, 24),
+                 0);
+    cr_assert_eq(g.d.align, 2, "the aux pointer counts in the alignment");
+    cr_assert_eq(tri_gemm_plan_dinp_dgelu(&g, &fill, TRI_BF16, buf, buf + 64, buf + 128, buf + 192, buf + 256, 5, 16,
+                                          3),
+                 0);
+    cr_assert(g.d.transa == 0 && g.d.m == 16 && g.d.n == 5 && g.d.k == 3 && g.d.ldc == 16 && g.d.auxld == 16);
+    cr_assert(g.d.dtype == TRI_BF16 && g.d.auxtype == TRI_BF16 && g.d.biastype == TRI_F32);
+    cr_assert(g.A == buf + 192 && g.B == buf + 128 && g.D == buf && g.bias == buf + 64 && g.aux == buf + 256);
+    char str[384];
+    tri_gemm_desc_str(&g.d, str, sizeof str);
+    cr_assert(strstr(str, "epilogue dgelu_bgrad") && strstr(str, "(bias f32), aux ld 16 bf16"), "%s", str);
+    /* nothing to run: as tri_gemm_plan_fwd / _dinp */
+    cr_assert_eq(tri_gemm_plan_fwd_gelu(&g, &fill, TRI_F32, buf, buf, buf, buf, buf, 0, 4, 8), 1);
+    cr_assert_eq(fill, 0);
+    cr_assert_eq(tri_gemm_plan_fwd_gelu(&g, &fill, TRI_F32, buf, buf, buf, buf, buf, 4, 0, 8), 1);
+    cr_assert_eq(fill, 1);
+    cr_assert_eq(tri_gemm_plan_dinp_dgelu(&g, &fill, TRI_F32, buf, buf, buf, buf, buf, 4, 8, 0), 1);
+    cr_assert_eq(fill, 1);
+    cr_assert_eq(tri_gemm_plan_dinp_dgelu(&g, &fill, TRI_F32, buf, buf, buf, buf, buf, 4, 0, 8), 1);
+    cr_assert_eq(fill, 0);
+    cr_assert_str_eq(tri_gemm_epi_name(TRI_GEMM_EPI_GELU_AUX_BIAS), "gelu_aux_bias");
+    cr_assert_str_eq(tri_gemm_epi_name(TRI_GEMM_EPI_COUNT), "?");
+    cr_assert(tri_gemm_epi_bias_in(TRI_GEMM_EPI_GELU_AUX_BIAS) && !tri_gemm_epi_bias_in(TRI_GEMM_EPI_GELU_AUX));
+    cr_assert(tri_gemm_epi_bias_out(TRI_GEMM_EPI_DGELU_BGRAD) && !tri_gemm_epi_bias_out(TRI_GEMM_EPI_DGELU));
+    cr_assert(tri_gemm_epi_aux(TRI_GEMM_EPI_DGELU) && !tri_gemm_epi_aux(TRI_GEMM_EPI_BGRADB));
+}
+
+/* Dropping the epilogue (the unfused path): the plain GEMM of the same
+ * operands, as the plain plan of the same call would make it (the same key). */
+Test(gemm_plan, unfuse_gives_the_plain_plan_of_the_same_call) {
+    _Alignas(64) static float buf[4096];
+    tri_gemm_call g, plain;
+    int fill;
+    tri_gemm_plan_fwd_gelu(&g, &fill, TRI_BF16, buf, (char *)(buf + 64) + 2, buf + 128, buf + 192, buf + 256, 5, 7,
+                           24);
+    tri_gemm_unfuse(&g);
+    tri_gemm_plan_fwd(&plain, &fill, TRI_BF16, buf, buf + 128, buf + 192, NULL, 5, 7, 24);
+    cr_assert(tri_gemm_desc_equal(&g.d, &plain.d), "fwd + GELU without its epilogue is the plain fwd");
+    cr_assert(g.bias == NULL && g.aux == NULL && g.d.align == 16);
+    tri_gemm_plan_dinp_dgelu(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, buf + 192, buf + 256, 5, 16, 3);
+    tri_gemm_unfuse(&g);
+    tri_gemm_plan_dinp(&plain, &fill, TRI_F32, buf, buf + 128, buf + 192, 5, 16, 3);
+    cr_assert(tri_gemm_desc_equal(&g.d, &plain.d), "dinp + dGELU without its epilogue is the plain dinp");
+    tri_gemm_plan_dweight(&g, TRI_BF16, buf, buf + 64, buf + 128, buf + 192, 5, 16, 3);
+    tri_gemm_unfuse(&g);
+    tri_gemm_plan_dweight(&plain, TRI_BF16, buf, NULL, buf + 128, buf + 192, 5, 16, 3);
+    cr_assert(tri_gemm_desc_equal(&g.d, &plain.d), "dweight without BGRADB is the plain dweight");
+}
+
+/* The aux matrix's leading dimension and type are part of the key. */
+Test(gemm_plan, the_aux_matrix_is_part_of_the_key) {
+    _Alignas(64) static float buf[4096];
+    tri_gemm_call g;
+    int fill;
+    tri_gemm_plan_fwd_gelu(&g, &fill, TRI_BF16, buf, buf + 64, buf + 128, buf + 192, buf + 256, 5, 7, 24);
+    tri_gemm_desc d = g.d;
+    d.auxld = 32;
+    cr_assert_not(tri_gemm_desc_equal(&d, &g.d));
+    cr_assert_neq(tri_gemm_desc_hash(&d), tri_gemm_desc_hash(&g.d));
+    d = g.d;
+    d.auxtype = TRI_F32;
+    cr_assert_not(tri_gemm_desc_equal(&d, &g.d));
+    cr_assert_neq(tri_gemm_desc_hash(&d), tri_gemm_desc_hash(&g.d));
+}
+
+/* A search that found nothing: the entry keeps the answer, and the first
+ * fallback of each epilogue is noted in one line on stderr, the later ones
+ * (another GEMM of that epilogue, or the same again) not at all. */
+Test(gemm_plan, a_fallback_is_kept_in_its_entry_and_noted_once_per_epilogue, .init = cr_redirect_stderr) {
+    _Alignas(64) static float buf[4096];
+    tri_gemm_cache c = {0};
+    tri_gemm_call g;
+    int fill;
+    for (int i = 0; i < 3; i++) {
+        tri_gemm_plan_fwd_gelu(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, buf + 192, buf + 256, 5 + i, 7, 24);
+        tri_gemm_entry *e = tri_gemm_cache_add(&c, &g.d);
+        cr_assert_eq(e->no_algo, 0);
+        tri_gemm_cache_fallback(&c, e);
+        cr_assert_eq(e->no_algo, 1);
+    }
+    tri_gemm_plan_dinp_dgelu(&g, &fill, TRI_F32, buf, buf + 64, buf + 128, buf + 192, buf + 256, 5, 16, 3);
+    tri_gemm_cache_fallback(&c, tri_gemm_cache_add(&c, &g.d));
+    cr_assert_eq(c.noted, (1u << TRI_GEMM_EPI_GELU_AUX_BIAS) | (1u << TRI_GEMM_EPI_DGELU_BGRAD));
+    fflush(stderr);
+    FILE *f = cr_get_redirected_stderr();
+    char l1[1024] = {0}, l2[1024] = {0}, more[64] = {0};
+    cr_assert(fgets(l1, sizeof l1, f) != NULL && fgets(l2, sizeof l2, f) != NULL);
+    cr_expect(fgets(more, sizeof more, f) == NULL, "a third line: %s", more);
+    cr_expect(strncmp(l1, "trident: note: ", 15) == 0, "%s", l1);
+    cr_expect(strstr(l1, "no algorithm for the gelu_aux_bias epilogue of the GEMM m 24 n 5 k 7") != NULL, "%s", l1);
+    cr_expect(strstr(l2, "dgelu_bgrad epilogue of the GEMM m 16 n 5 k 3") != NULL, "%s", l2);
     tri_gemm_cache_free(&c);
 }

@@ -1,7 +1,7 @@
 /* The NCCL transport's logic without NCCL (parallel/nccl_plan.c): the type
  * and reduction mapping, the groups that ncclCommSplit forms, the grouping of
- * p2p calls into one ncclGroupStart/End with their event slots, and the
- * failure message. (The values are checked against nccl.h itself at compile
+ * p2p calls into one ncclGroupStart/End with their event slots, when the
+ * compute stream must wait on a slot's event, and the failure message. (The values are checked against nccl.h itself at compile
  * time in parallel/comm_nccl.c.) */
 #include <criterion/criterion.h>
 
@@ -200,6 +200,44 @@ Test(nccl_plan, many_pending_requests_grow_the_slots) {
     tri_p2p_collective(&b, 0, &st);
     cr_expect_eq(st.slot, 37, "the freed slot is reused");
     cr_expect(!st.new_slot);
+    tri_p2p_free(&b);
+}
+
+/* The compute stream waits on a slot's event once per use of the slot:
+ * at the first completed request of a p2p group (its other requests share
+ * the event), after a collective; never while the group is open (its event
+ * is not recorded yet), and again when the slot is reused. */
+Test(nccl_plan, the_compute_stream_waits_once_per_use_of_an_event_and_never_on_an_open_group) {
+    tri_p2p_batcher b;
+    tri_p2p_init(&b);
+    tri_nccl_step st[3];
+    for (int i = 0; i < 3; i++) tri_p2p_post(&b, 4, &st[i]);
+    const int slot = st[0].slot;
+    cr_expect_eq(tri_p2p_fence(&b, slot), -1, "the group is open: its event is not recorded");
+    int cs, cc;
+    cr_assert_eq(tri_p2p_close(&b, &cs, &cc), 1); /* the first wait closes it */
+    cr_expect_eq(tri_p2p_fence(&b, slot), 1, "the first wait orders the compute stream");
+    for (int i = 1; i < 3; i++) cr_expect_eq(tri_p2p_fence(&b, slot), 0, "request %d: already ordered", i);
+    for (int i = 0; i < 3; i++) tri_p2p_done(&b, slot);
+    /* a collective reuses the slot: a new use, a new wait */
+    tri_nccl_step c;
+    tri_p2p_collective(&b, 2, &c);
+    cr_assert_eq(c.slot, slot);
+    cr_expect_eq(tri_p2p_fence(&b, c.slot), 1);
+    cr_expect_eq(tri_p2p_fence(&b, c.slot), 0);
+    /* a slot of its own for the next collective while this one pends */
+    tri_nccl_step d;
+    tri_p2p_collective(&b, 2, &d);
+    cr_expect_neq(d.slot, c.slot);
+    cr_expect_eq(tri_p2p_fence(&b, d.slot), 1);
+    cr_expect_eq(tri_p2p_fence(&b, -1), -1);
+    cr_expect_eq(tri_p2p_fence(&b, 1000), -1);
+    /* many slots: each new one starts unordered */
+    for (int i = 0; i < 40; i++) {
+        tri_nccl_step e;
+        tri_p2p_collective(&b, 2, &e);
+        cr_expect_eq(tri_p2p_fence(&b, e.slot), 1, "slot %d", e.slot);
+    }
     tri_p2p_free(&b);
 }
 
