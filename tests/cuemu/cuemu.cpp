@@ -825,6 +825,19 @@ void cp_async_wait(int pending, const char *file, int line) {
     f.copies.resize(kept);
 }
 
+void check_launch_pointer(const char *kernel, const char *file, int line, int index, const void *p) {
+    if (p == nullptr) return;
+    switch (tri_cuemu_rt_pointer_kind(p)) {
+    case TRI_CUEMU_PTR_LIVE: return;
+    case TRI_CUEMU_PTR_FREED:
+        fail("launch of %s at %s:%d: argument %d (%p) points into a device allocation that has been freed", kernel,
+             file, line, index, p);
+    case TRI_CUEMU_PTR_NONE: break;
+    }
+    fail("launch of %s at %s:%d: argument %d (%p) lies in no live device allocation (a host pointer?)", kernel, file,
+         line, index, p);
+}
+
 void *shared_static(size_t bytes, size_t align, const char *file, int line) {
     Fiber &f = self("SHARED", file, line);
     Block &b = *f.blk;

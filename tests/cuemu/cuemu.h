@@ -79,9 +79,21 @@ void cp_async(void *dst, const void *src, int bytes, int src_bytes, bool cg, con
 void cp_async_commit(const char *file, int line);
 void cp_async_wait(int pending, const char *file, int line);
 
+// A launch's pointer argument `index` (counted from 1) must be null or lie
+// inside a live allocation of the emulated runtime (cuemu_rt.h); otherwise
+// the launch fails naming the kernel, the launch site and the argument.
+void check_launch_pointer(const char *kernel, const char *file, int line, int index, const void *p);
+
+template <class T> void check_launch_arg(const char *kernel, const char *file, int line, int index, const T &v) {
+    if constexpr (std::is_pointer<T>::value && !std::is_function<typename std::remove_pointer<T>::type>::value)
+        check_launch_pointer(kernel, file, line, index, (const void *)v);
+}
+
 template <class K, class... A>
 void launch(const char *name, const char *file, int line, dim3 grid, dim3 block, size_t smem, cudaStream_t, K kernel,
             A... args) {
+    int index = 0;
+    (check_launch_arg(name, file, line, ++index, args), ...);
     auto body = [&]() { kernel(args...); };
     run(
         name, file, line, grid, block, smem, [](void *p) { (*static_cast<decltype(body) *>(p))(); }, &body);
