@@ -22,8 +22,10 @@
  *     synchrony, no __activemask;
  *   - __syncthreads() only where every thread of the block reaches the same
  *     call (no thread returns early while others still wait at a barrier);
- *   - no spin-waits on memory, no grid-wide sync, no inline PTX without a
- *     portable fallback; blocks communicate only through atomics or a second
+ *   - no spin-waits on memory, no grid-wide sync, no inline PTX: tensor cores
+ *     and asynchronous copies only through the wrappers below (tri_mma_*,
+ *     tri_ldmatrix_*, tri_cp_async_*), which the emulation runs as warp
+ *     operations; blocks communicate only through atomics or a second
  *     launch;
  *   - device functions are KERNEL (a __global__ entry) or DEVFN (a __device__
  *     helper), so that the host compilation sees plain inline functions.
@@ -136,6 +138,201 @@ static inline void tri_cu_bad_dtype(const char *what, int dt, const char *file, 
             tri_cu_bad_dtype((what), (int)(dt), __FILE__, __LINE__);                                  \
         }                                                                                             \
     } while (0)
+
+/* ---- tensor cores and asynchronous copies (sm_80 and later) ----
+ * Kernels reach mma.sync, ldmatrix and cp.async only through these wrappers:
+ * inline PTX under nvcc, warp operations of the emulator under TRI_CUEMU
+ * (docs/cuda_emulation.md; the fragment layouts: tests/cuemu/cuemu_tc.h and
+ * the PTX ISA's "Matrix Fragments for mma.m16n8k16 with floating point
+ * type"). Compiled for an architecture below sm_80 they trap.
+ *
+ * tri_mma_bf16_16816(d, a, b, c): mma.sync.aligned.m16n8k16.row.col.f32.bf16
+ *   .bf16.f32, D (16 x 8, fp32) = A (16 x 16, bf16) B (16 x 8, bf16) + C.
+ *   Each lane holds its fragments: a[4] (two bf16 per register, the lower-
+ *   numbered element in the lower 16 bits), b[2], c[4] and d[4] (fp32; d may
+ *   be c). For lane l, g = l >> 2 and t = l % 4:
+ *     a: reg 0 = A[g][2t, 2t+1], reg 1 = A[g+8][2t, 2t+1],
+ *        reg 2 = A[g][2t+8, 2t+9], reg 3 = A[g+8][2t+8, 2t+9];
+ *     b: reg 0 = B[2t, 2t+1][g], reg 1 = B[2t+8, 2t+9][g]  (B as (k, n));
+ *     c, d: [0] = C[g][2t], [1] = C[g][2t+1], [2] = C[g+8][2t], [3] = C[g+8][2t+1].
+ *   Every lane of the warp calls it, at one call site (.sync.aligned).
+ * tri_ldmatrix_x{1,2,4}[_trans](r, row): ldmatrix.sync.aligned.m8n8.x{1,2,4}
+ *   [.trans].shared.b16: 1, 2 or 4 8x8 matrices of 16-bit elements from shared
+ *   memory. Row i of matrix j is at `row` of lane 8 j + i (16 bytes, 16-byte
+ *   aligned; the other lanes' `row` is ignored). r[j] of lane l: the elements
+ *   (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of matrix j, in the lower
+ *   and upper half; with _trans those of its transpose. The whole warp calls
+ *   it, at one call site.
+ * tri_cp_async_{4,8,16}(dst, src) (cp.async.ca.shared.global; _16_cg:
+ *   cp.async.cg, which bypasses L1), tri_cp_async_16_zfill(dst, src, n): copy
+ *   4, 8 or 16 bytes (both addresses aligned to that) from global `src` to
+ *   shared `dst` in the background; _zfill reads only the first n (0 to 16)
+ *   bytes and zeroes the rest (n = 0 reads nothing: a guard for rows past the
+ *   end). The copy is not complete, and `dst` must not be read, until
+ *   tri_cp_async_commit() has closed its group and a tri_cp_async_wait_group
+ *   <N>() has waited for it: wait_group<N> waits until at most the N newest
+ *   committed groups of this thread are pending; tri_cp_async_wait_all()
+ *   commits and waits for everything. A wait covers the calling thread's own
+ *   copies only: a __syncthreads() after it makes them visible to the block.
+ *   Every copy must be waited for before the kernel ends. */
+#if defined(TRI_CUEMU)
+
+static inline void tri_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4],
+                                      CUEMU_SITE) {
+    cuemu::mma_bf16_16816(d, a, b, c, file_, line_);
+}
+static inline void tri_ldmatrix_x1(uint32_t r[1], const void *row, CUEMU_SITE) {
+    cuemu::ldmatrix(r, row, 1, false, file_, line_);
+}
+static inline void tri_ldmatrix_x2(uint32_t r[2], const void *row, CUEMU_SITE) {
+    cuemu::ldmatrix(r, row, 2, false, file_, line_);
+}
+static inline void tri_ldmatrix_x4(uint32_t r[4], const void *row, CUEMU_SITE) {
+    cuemu::ldmatrix(r, row, 4, false, file_, line_);
+}
+static inline void tri_ldmatrix_x1_trans(uint32_t r[1], const void *row, CUEMU_SITE) {
+    cuemu::ldmatrix(r, row, 1, true, file_, line_);
+}
+static inline void tri_ldmatrix_x2_trans(uint32_t r[2], const void *row, CUEMU_SITE) {
+    cuemu::ldmatrix(r, row, 2, true, file_, line_);
+}
+static inline void tri_ldmatrix_x4_trans(uint32_t r[4], const void *row, CUEMU_SITE) {
+    cuemu::ldmatrix(r, row, 4, true, file_, line_);
+}
+static inline void tri_cp_async_4(void *dst, const void *src, CUEMU_SITE) {
+    cuemu::cp_async(dst, src, 4, 4, false, file_, line_);
+}
+static inline void tri_cp_async_8(void *dst, const void *src, CUEMU_SITE) {
+    cuemu::cp_async(dst, src, 8, 8, false, file_, line_);
+}
+static inline void tri_cp_async_16(void *dst, const void *src, CUEMU_SITE) {
+    cuemu::cp_async(dst, src, 16, 16, false, file_, line_);
+}
+static inline void tri_cp_async_16_cg(void *dst, const void *src, CUEMU_SITE) {
+    cuemu::cp_async(dst, src, 16, 16, true, file_, line_);
+}
+static inline void tri_cp_async_16_zfill(void *dst, const void *src, int src_bytes, CUEMU_SITE) {
+    cuemu::cp_async(dst, src, 16, src_bytes, true, file_, line_);
+}
+static inline void tri_cp_async_commit(CUEMU_SITE) { cuemu::cp_async_commit(file_, line_); }
+template <int N> static inline void tri_cp_async_wait_group(CUEMU_SITE) {
+    static_assert(N >= 0, "cp.async.wait_group takes a count of groups left pending, 0 or more");
+    cuemu::cp_async_wait(N, file_, line_);
+}
+static inline void tri_cp_async_wait_all(CUEMU_SITE) {
+    cuemu::cp_async_commit(file_, line_);
+    cuemu::cp_async_wait(0, file_, line_);
+}
+
+#else /* nvcc */
+
+/* Inline PTX where the architecture has it (sm_80 and later); elsewhere,
+ * including nvcc's host pass, which never runs a device function, a trap. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define TRI_CU_HAVE_SM80 1
+#else
+#define TRI_CU_HAVE_SM80 0
+#endif
+
+DEVFN uint32_t tri_cu_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+DEVFN void tri_mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+#if TRI_CU_HAVE_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %11, %12, %13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+#else
+    __trap();
+#endif
+}
+
+#if TRI_CU_HAVE_SM80
+#define TRI_CU_LDMATRIX(shape, r, a) \
+    asm volatile("ldmatrix.sync.aligned.m8n8." shape ".shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(a) : "memory")
+#define TRI_CU_LDMATRIX2(shape, r, a)                                                \
+    asm volatile("ldmatrix.sync.aligned.m8n8." shape ".shared.b16 {%0, %1}, [%2];\n" \
+                 : "=r"(r[0]), "=r"(r[1])                                            \
+                 : "r"(a)                                                            \
+                 : "memory")
+#define TRI_CU_LDMATRIX4(shape, r, a)                                                        \
+    asm volatile("ldmatrix.sync.aligned.m8n8." shape ".shared.b16 {%0, %1, %2, %3}, [%4];\n" \
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                            \
+                 : "r"(a)                                                                    \
+                 : "memory")
+#else
+#define TRI_CU_LDMATRIX(shape, r, a)  __trap()
+#define TRI_CU_LDMATRIX2(shape, r, a) __trap()
+#define TRI_CU_LDMATRIX4(shape, r, a) __trap()
+#endif
+
+DEVFN void tri_ldmatrix_x1(uint32_t r[1], const void *row) { TRI_CU_LDMATRIX("x1", r, tri_cu_smem_addr(row)); }
+DEVFN void tri_ldmatrix_x2(uint32_t r[2], const void *row) { TRI_CU_LDMATRIX2("x2", r, tri_cu_smem_addr(row)); }
+DEVFN void tri_ldmatrix_x4(uint32_t r[4], const void *row) { TRI_CU_LDMATRIX4("x4", r, tri_cu_smem_addr(row)); }
+DEVFN void tri_ldmatrix_x1_trans(uint32_t r[1], const void *row) {
+    TRI_CU_LDMATRIX("x1.trans", r, tri_cu_smem_addr(row));
+}
+DEVFN void tri_ldmatrix_x2_trans(uint32_t r[2], const void *row) {
+    TRI_CU_LDMATRIX2("x2.trans", r, tri_cu_smem_addr(row));
+}
+DEVFN void tri_ldmatrix_x4_trans(uint32_t r[4], const void *row) {
+    TRI_CU_LDMATRIX4("x4.trans", r, tri_cu_smem_addr(row));
+}
+#undef TRI_CU_LDMATRIX
+#undef TRI_CU_LDMATRIX2
+#undef TRI_CU_LDMATRIX4
+
+#if TRI_CU_HAVE_SM80
+#define TRI_CU_CP_ASYNC(cache, n, dst, src)                                                                      \
+    asm volatile("cp.async." cache ".shared.global [%0], [%1], " #n ";\n" ::"r"(tri_cu_smem_addr(dst)), "l"(src) \
+                 : "memory")
+#else
+#define TRI_CU_CP_ASYNC(cache, n, dst, src) __trap()
+#endif
+
+DEVFN void tri_cp_async_4(void *dst, const void *src) { TRI_CU_CP_ASYNC("ca", 4, dst, src); }
+DEVFN void tri_cp_async_8(void *dst, const void *src) { TRI_CU_CP_ASYNC("ca", 8, dst, src); }
+DEVFN void tri_cp_async_16(void *dst, const void *src) { TRI_CU_CP_ASYNC("ca", 16, dst, src); }
+DEVFN void tri_cp_async_16_cg(void *dst, const void *src) { TRI_CU_CP_ASYNC("cg", 16, dst, src); }
+#undef TRI_CU_CP_ASYNC
+
+DEVFN void tri_cp_async_16_zfill(void *dst, const void *src, int src_bytes) {
+#if TRI_CU_HAVE_SM80
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tri_cu_smem_addr(dst)), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+#else
+    __trap();
+#endif
+}
+
+DEVFN void tri_cp_async_commit() {
+#if TRI_CU_HAVE_SM80
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+template <int N> DEVFN void tri_cp_async_wait_group() {
+    static_assert(N >= 0, "cp.async.wait_group takes a count of groups left pending, 0 or more");
+#if TRI_CU_HAVE_SM80
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#else
+    __trap();
+#endif
+}
+
+DEVFN void tri_cp_async_wait_all() {
+#if TRI_CU_HAVE_SM80
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+#endif /* TRI_CUEMU / nvcc */
 
 /* Full-warp mask of the *_sync intrinsics. */
 #define FULL_MASK 0xffffffffu

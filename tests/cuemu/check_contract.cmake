@@ -10,7 +10,7 @@ set(TRI_RULES
   "__activemask" "__activemask (name the lanes in an explicit mask)"
   "__(shfl|shfl_up|shfl_down|shfl_xor|ballot|any|all)[ \t]*\\(" "a warp intrinsic without _sync (use the *_sync form with a mask)"
   "__syncwarp[ \t]*\\([ \t]*\\)" "__syncwarp() without a mask"
-  "(^|[^A-Za-z0-9_])asm[ \t]*(volatile[ \t]*)?\\(" "inline assembly (PTX needs a portable fallback)"
+  "(^|[^A-Za-z0-9_])asm[ \t]*(volatile[ \t]*)?\\(" "inline assembly (tensor cores and cp.async through the wrappers of common.cuh)"
   "cooperative_groups|this_grid|grid_group" "cooperative groups / grid-wide sync")
 list(LENGTH TRI_RULES n_items)
 math(EXPR last "${n_items} - 1")

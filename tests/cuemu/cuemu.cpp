@@ -11,11 +11,16 @@
 //      __syncthreads: release them all, next round; anything else (threads
 //      that exited, threads at another barrier, lanes waiting for lanes that
 //      never come) is a divergence, reported and fatal.
+// The tensor-core operations (mma, ldmatrix) are warp intrinsics of the same
+// kind, computed in step 2 through the fragment tables of cuemu_tc.c; the
+// cp.async copies are queued per thread and performed at its wait_group.
 // Fibers switch with cuemu_switch below: six callee-saved registers, the SSE
 // and x87 control words and the stack pointer (no system call, unlike
 // swapcontext, which saves the signal mask). Other architectures use
 // ucontext as a slow fallback (-DCUEMU_UCONTEXT forces it, for testing).
 #include "tests/cuemu/cuemu.h"
+
+#include "tests/cuemu/cuemu_tc.h"
 
 // The hand-written switch on x86-64; ucontext elsewhere, or when built with
 // -DCUEMU_UCONTEXT (to test the fallback here).
@@ -114,6 +119,16 @@ enum State { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
 
 struct Block;
 
+// A cp.async copy queued by a thread: performed at the cp_async_wait that
+// covers its group (0 until committed).
+struct AsyncCopy {
+    unsigned char *dst;
+    const unsigned char *src;
+    int bytes, src_bytes, group;
+    const char *file;
+    int line;
+};
+
 struct Fiber {
     Env env;
     int lin; // linear thread index in the block
@@ -133,6 +148,12 @@ struct Fiber {
     unsigned mask;
     int arg, width;
     uint64_t in, out;
+    int variant;          // LDMATRIX: the matrix count, plus 8 for .trans; 0 otherwise
+    void *tc_out;         // MMA_BF16: d; LDMATRIX: r
+    const void *tc_in[3]; // MMA_BF16: a, b, c; LDMATRIX: the row address
+    // cp.async: the copies not yet performed (in issue order), groups committed
+    std::vector<AsyncCopy> copies;
+    int groups;
 };
 
 struct Site {
@@ -192,7 +213,8 @@ std::mutex g_pool_mu, g_atomic_mu;
 Pool g_pool;
 std::atomic<uint64_t> g_seed{1}, g_launch_no{0};
 std::atomic<int> g_workers{2};
-std::atomic<uint64_t> st_launches{0}, st_blocks{0}, st_threads{0}, st_switches{0}, st_barriers{0}, st_warp_ops{0};
+std::atomic<uint64_t> st_launches{0}, st_blocks{0}, st_threads{0}, st_switches{0}, st_barriers{0}, st_warp_ops{0},
+    st_mma{0}, st_ldmatrix{0}, st_async_copies{0};
 
 thread_local Block *t_blk = nullptr;
 thread_local Fiber *t_fiber = nullptr;
@@ -302,6 +324,12 @@ extern "C" [[noreturn]] void cuemu_fiber_main(void *p) {
     __sanitizer_finish_switch_fiber(nullptr, &f.blk->asan_sched_bottom, &f.blk->asan_sched_size);
 #endif
     f.blk->L->body(f.blk->L->arg);
+    if (!f.copies.empty()) {
+        const AsyncCopy &c = f.copies.front();
+        fail("thread %d exits with %zu cp.async copies not waited for (the first issued at %s:%d, %s): every copy "
+             "must be waited for (tri_cp_async_wait_group / tri_cp_async_wait_all) before the kernel ends",
+             f.lin, f.copies.size(), c.file, c.line, c.group ? "committed" : "never committed");
+    }
     f.state = DONE;
     to_scheduler(f);
     fail("a finished CUDA thread was resumed");
@@ -350,8 +378,105 @@ const char *op_name(WarpOp op) {
     case ANY: return "__any_sync";
     case ALL: return "__all_sync";
     case SYNCWARP: return "__syncwarp";
+    case MMA_BF16: return "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
+    case LDMATRIX: return "ldmatrix.sync.aligned.m8n8";
     }
     return "?";
+}
+
+// The intrinsic a fiber waits at, for messages: "name(mask 0x...)" (with
+// ", width w" if asked), or the tensor-core instruction with its variant.
+struct OpText {
+    char s[96];
+};
+OpText op_text(const Fiber &f, bool width = false) {
+    OpText t;
+    if (f.op == LDMATRIX)
+        snprintf(t.s, sizeof t.s, "%s.x%d%s.shared.b16", op_name(f.op), f.variant & 7, f.variant & 8 ? ".trans" : "");
+    else if (f.op == MMA_BF16)
+        snprintf(t.s, sizeof t.s, "%s", op_name(f.op));
+    else if (width)
+        snprintf(t.s, sizeof t.s, "%s(mask 0x%08x, width %d)", op_name(f.op), f.mask, f.width);
+    else
+        snprintf(t.s, sizeof t.s, "%s(mask 0x%08x)", op_name(f.op), f.mask);
+    return t;
+}
+
+bool is_tensor_op(WarpOp op) { return op == MMA_BF16 || op == LDMATRIX; }
+
+// Whether [p, p + bytes) lies in the block's shared memory (static or dynamic).
+bool in_shared(const Block &b, const void *p, size_t bytes) {
+    const uintptr_t a = (uintptr_t)p, s = (uintptr_t)b.smem_static, d = (uintptr_t)b.smem_dyn;
+    return (a >= s && a - s <= STATIC_SMEM_MAX && bytes <= STATIC_SMEM_MAX - (a - s)) ||
+           (b.L->smem > 0 && a >= d && a - d <= b.L->smem && bytes <= b.L->smem - (a - d));
+}
+
+uint32_t bf16_pair(const uint32_t *regs, int i) { return regs[i / 2] >> (16 * (i % 2)) & 0xffffu; }
+
+// mma.m16n8k16 .bf16 for the 32 lanes of the warp at fs[w0]: A, B and C
+// gathered from every lane's registers by the fragment tables, the product
+// of cuemu_tc.c, D scattered back (after every input is read: d may alias c).
+void resolve_mma(std::vector<Fiber> &fs, int w0) {
+    uint16_t A[16 * 16], B[16 * 8];
+    float C[16 * 8], D[16 * 8];
+    for (int lane = 0; lane < 32; lane++) {
+        const Fiber &g = fs[w0 + lane];
+        const uint32_t *a = (const uint32_t *)g.tc_in[0], *b = (const uint32_t *)g.tc_in[1];
+        const float *c = (const float *)g.tc_in[2];
+        for (int i = 0; i < 8; i++) {
+            const tri_cuemu_rc p = tri_cuemu_frag_a(lane, i);
+            A[p.row * 16 + p.col] = (uint16_t)bf16_pair(a, i);
+        }
+        for (int i = 0; i < 4; i++) {
+            const tri_cuemu_rc p = tri_cuemu_frag_b(lane, i);
+            B[p.row * 8 + p.col] = (uint16_t)bf16_pair(b, i);
+        }
+        for (int i = 0; i < 4; i++) {
+            const tri_cuemu_rc p = tri_cuemu_frag_c(lane, i);
+            C[p.row * 8 + p.col] = c[i];
+        }
+    }
+    tri_cuemu_mma_16816_bf16(D, A, B, C);
+    for (int lane = 0; lane < 32; lane++) {
+        float *d = (float *)fs[w0 + lane].tc_out;
+        for (int i = 0; i < 4; i++) {
+            const tri_cuemu_rc p = tri_cuemu_frag_c(lane, i);
+            d[i] = D[p.row * 8 + p.col];
+        }
+    }
+    st_mma.fetch_add(1, std::memory_order_relaxed);
+}
+
+// ldmatrix for the warp at fs[w0]: the row addresses of the lanes that give
+// them (cuemu_tc.h) checked (16 bytes of the block's shared memory, 16-byte
+// aligned), every lane's registers filled by the fragment table.
+void resolve_ldmatrix(const Block &b, std::vector<Fiber> &fs, int w0) {
+    const int num = fs[w0].variant & 7, trans = (fs[w0].variant & 8) != 0;
+    const unsigned char *rows[4][8];
+    for (int j = 0; j < num; j++)
+        for (int r = 0; r < 8; r++) {
+            const Fiber &g = fs[w0 + tri_cuemu_ldmatrix_addr_lane(j, r)];
+            const void *p = g.tc_in[0];
+            if (!in_shared(b, p, 16) || (uintptr_t)p % 16 != 0)
+                fail("thread %d's %s at %s:%d gives row %d of matrix %d at %p, which is not 16 bytes of the block's "
+                     "shared memory at a 16-byte boundary",
+                     g.lin, op_text(g).s, g.file, g.line, r, j, p);
+            rows[j][r] = (const unsigned char *)p;
+        }
+    for (int lane = 0; lane < 32; lane++) {
+        uint32_t *out = (uint32_t *)fs[w0 + lane].tc_out;
+        for (int j = 0; j < num; j++) {
+            uint32_t v = 0;
+            for (int i = 0; i < 2; i++) {
+                const tri_cuemu_rc p = tri_cuemu_ldmatrix_elem(lane, i, trans);
+                uint16_t h;
+                memcpy(&h, rows[j][p.row] + 2 * p.col, 2);
+                v |= (uint32_t)h << (16 * i);
+            }
+            out[j] = v;
+        }
+    }
+    st_ldmatrix.fetch_add(1, std::memory_order_relaxed);
 }
 
 // Computes the warp intrinsics whose lanes have all arrived; returns whether any did.
@@ -367,14 +492,29 @@ bool resolve_warps(Block &b) {
             for (int k = 0; k < lanes; k++) {
                 if (!(f.mask >> k & 1)) continue;
                 const Fiber &g = fs[w0 + k];
-                if (g.state == AT_WARP && (g.op != f.op || g.mask != f.mask || g.width != f.width))
-                    fail("lanes of one mask at different warp intrinsics: thread %d at %s(mask 0x%08x, width %d) "
-                         "%s:%d, thread %d at %s(mask 0x%08x, width %d) %s:%d",
-                         f.lin, op_name(f.op), f.mask, f.width, f.file, f.line, g.lin, op_name(g.op), g.mask, g.width,
-                         g.file, g.line);
+                if (g.state == AT_WARP &&
+                    (g.op != f.op || g.mask != f.mask || g.width != f.width || g.variant != f.variant))
+                    fail("lanes of one mask at different warp intrinsics: thread %d at %s %s:%d, thread %d at %s "
+                         "%s:%d",
+                         f.lin, op_text(f, true).s, f.file, f.line, g.lin, op_text(g, true).s, g.file, g.line);
+                // .aligned: every lane of the warp executes the same instruction
+                if (g.state == AT_WARP && is_tensor_op(f.op) && (g.line != f.line || strcmp(g.file, f.file) != 0))
+                    fail("lanes of a warp at different %s instructions (.aligned: the whole warp runs one): thread "
+                         "%d at %s:%d, thread %d at %s:%d",
+                         f.op == MMA_BF16 ? "mma" : "ldmatrix", f.lin, f.file, f.line, g.lin, g.file, g.line);
                 if (g.state != AT_WARP) ready = false;
             }
             if (!ready) continue;
+            if (is_tensor_op(f.op)) {
+                if (f.op == MMA_BF16)
+                    resolve_mma(fs, w0);
+                else
+                    resolve_ldmatrix(b, fs, w0);
+                for (int k = 0; k < 32; k++) fs[w0 + k].state = RUNNABLE;
+                st_warp_ops.fetch_add(1, std::memory_order_relaxed);
+                progress = true;
+                continue;
+            }
             // every lane of the mask is here: compute the results
             const unsigned mask = f.mask;
             const int width = f.width;
@@ -442,11 +582,10 @@ bool resolve_barrier(Block &b) {
         for (int k = 0; k < 32 && !miss; k++)
             if ((warp->mask >> k & 1) && fs[w0 + k].state != AT_WARP) miss = &fs[w0 + k];
         if (miss && miss->state == AT_BARRIER)
-            fail("deadlock: thread %d waits at %s(mask 0x%08x) %s:%d for thread %d, which waits at __syncthreads "
-                 "%s:%d",
-                 warp->lin, op_name(warp->op), warp->mask, warp->file, warp->line, miss->lin, miss->file, miss->line);
-        fail("deadlock: thread %d waits at %s(mask 0x%08x) %s:%d for thread %d, which has exited", warp->lin,
-             op_name(warp->op), warp->mask, warp->file, warp->line, miss ? miss->lin : -1);
+            fail("deadlock: thread %d waits at %s %s:%d for thread %d, which waits at __syncthreads %s:%d", warp->lin,
+                 op_text(*warp).s, warp->file, warp->line, miss->lin, miss->file, miss->line);
+        fail("deadlock: thread %d waits at %s %s:%d for thread %d, which has exited", warp->lin, op_text(*warp).s,
+             warp->file, warp->line, miss ? miss->lin : -1);
     }
     if (n_bar == 0) return false;
     if (other_bar)
@@ -486,6 +625,9 @@ void run_block(Worker &w, Launch &L, uint32_t lin_bid) {
         f.blk = &b;
         f.stack = w.stacks[i];
         f.asan_fake = nullptr;
+        f.variant = 0;
+        f.copies.clear();
+        f.groups = 0;
         fiber_start(f);
     }
     std::vector<int> run;
@@ -585,6 +727,7 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, c
     f.state = AT_WARP;
     f.op = op;
     f.mask = mask;
+    f.variant = 0;
     f.in = value;
     f.arg = arg;
     f.width = width;
@@ -592,6 +735,107 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, c
     f.line = line;
     to_scheduler(f);
     return f.out;
+}
+
+namespace {
+
+// A fiber arrives at a tensor-core rendezvous (the whole warp, full).
+void tensor_arrive(Fiber &f, WarpOp op, int variant, const char *file, int line) {
+    const int lanes = std::min(32, f.blk->n - (f.lin & ~31));
+    f.op = op;
+    f.variant = variant;
+    f.file = file;
+    f.line = line;
+    if (lanes < 32)
+        fail("thread %d calls %s at %s:%d in a warp of %d threads (it needs a full warp of 32)", f.lin, op_text(f).s,
+             file, line, lanes);
+    f.state = AT_WARP;
+    f.mask = 0xffffffffu;
+    f.width = 32;
+    to_scheduler(f);
+}
+
+void perform(const AsyncCopy &c) {
+    if (c.src_bytes > 0) memcpy(c.dst, c.src, (size_t)c.src_bytes);
+    if (c.bytes > c.src_bytes) memset(c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
+}
+
+} // namespace
+
+void mma_bf16_16816(float *d, const uint32_t *a, const uint32_t *b, const float *c, const char *file, int line) {
+    Fiber &f = self("mma", file, line);
+    f.tc_out = d;
+    f.tc_in[0] = a;
+    f.tc_in[1] = b;
+    f.tc_in[2] = c;
+    tensor_arrive(f, MMA_BF16, 0, file, line);
+}
+
+void ldmatrix(uint32_t *r, const void *row, int num, bool trans, const char *file, int line) {
+    Fiber &f = self("ldmatrix", file, line);
+    if (num != 1 && num != 2 && num != 4) fail("ldmatrix at %s:%d with %d matrices (1, 2 or 4)", file, line, num);
+    f.tc_out = r;
+    f.tc_in[0] = row;
+    tensor_arrive(f, LDMATRIX, num | (trans ? 8 : 0), file, line);
+}
+
+void cp_async(void *dst, const void *src, int bytes, int src_bytes, bool cg, const char *file, int line) {
+    Fiber &f = self("cp.async", file, line);
+    if (bytes != 4 && bytes != 8 && bytes != 16)
+        fail("thread %d's cp.async at %s:%d copies %d bytes (4, 8 or 16)", f.lin, file, line, bytes);
+    if (cg && bytes != 16) fail("thread %d's cp.async.cg at %s:%d copies %d bytes (16 only)", f.lin, file, line, bytes);
+    if (src_bytes < 0 || src_bytes > bytes)
+        fail("thread %d's cp.async at %s:%d reads %d source bytes of %d", f.lin, file, line, src_bytes, bytes);
+    if (!in_shared(*f.blk, dst, (size_t)bytes) || (uintptr_t)dst % (uintptr_t)bytes != 0)
+        fail("thread %d's cp.async at %s:%d writes %d bytes at %p, which are not the block's shared memory at a "
+             "%d-byte boundary",
+             f.lin, file, line, bytes, dst, bytes);
+    if ((uintptr_t)src % (uintptr_t)bytes != 0)
+        fail("thread %d's cp.async at %s:%d reads %d bytes from %p, which is not at a %d-byte boundary", f.lin, file,
+             line, bytes, src, bytes);
+    if (src_bytes > 0 && !tri_cuemu_rt_range_live(src, (size_t)src_bytes))
+        fail("thread %d's cp.async at %s:%d reads %d bytes from %p, which are not inside one live device allocation",
+             f.lin, file, line, src_bytes, src);
+    // until the copy is performed, its destination reads as the poison
+    unsigned char *d = (unsigned char *)dst;
+    for (int i = 0; i < bytes; i += 4) memcpy(d + i, &SMEM_POISON, 4);
+    f.copies.push_back({d, (const unsigned char *)src, bytes, src_bytes, 0, file, line});
+    st_async_copies.fetch_add(1, std::memory_order_relaxed);
+}
+
+void cp_async_commit(const char *file, int line) {
+    Fiber &f = self("cp.async.commit_group", file, line);
+    f.groups++;
+    for (AsyncCopy &c : f.copies)
+        if (c.group == 0) c.group = f.groups;
+}
+
+void cp_async_wait(int pending, const char *file, int line) {
+    Fiber &f = self("cp.async.wait_group", file, line);
+    if (pending < 0) fail("thread %d's cp.async.wait_group %d at %s:%d (at least 0)", f.lin, pending, file, line);
+    const int upto = f.groups - pending; // groups 1 .. upto are done
+    size_t kept = 0;
+    for (size_t i = 0; i < f.copies.size(); i++) {
+        const AsyncCopy &c = f.copies[i];
+        if (c.group != 0 && c.group <= upto)
+            perform(c);
+        else
+            f.copies[kept++] = c;
+    }
+    f.copies.resize(kept);
+}
+
+void check_launch_pointer(const char *kernel, const char *file, int line, int index, const void *p) {
+    if (p == nullptr) return;
+    switch (tri_cuemu_rt_pointer_kind(p)) {
+    case TRI_CUEMU_PTR_LIVE: return;
+    case TRI_CUEMU_PTR_FREED:
+        fail("launch of %s at %s:%d: argument %d (%p) points into a device allocation that has been freed", kernel,
+             file, line, index, p);
+    case TRI_CUEMU_PTR_NONE: break;
+    }
+    fail("launch of %s at %s:%d: argument %d (%p) lies in no live device allocation (a host pointer?)", kernel, file,
+         line, index, p);
 }
 
 void *shared_static(size_t bytes, size_t align, const char *file, int line) {
@@ -637,4 +881,7 @@ extern "C" void tri_cuemu_stats_get(tri_cuemu_stats *s) {
     s->switches = st_switches;
     s->barriers = st_barriers;
     s->warp_ops = st_warp_ops;
+    s->mma = st_mma;
+    s->ldmatrix = st_ldmatrix;
+    s->async_copies = st_async_copies;
 }

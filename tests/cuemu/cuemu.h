@@ -43,7 +43,10 @@ struct Env {
 };
 extern thread_local const Env *cur;
 
-enum WarpOp { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ANY, ALL, SYNCWARP };
+// The warp-collective operations: the shuffles and votes, and the
+// tensor-core ones (MMA_BF16, LDMATRIX), which need every lane of a full warp
+// at one call site.
+enum WarpOp { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ANY, ALL, SYNCWARP, MMA_BF16, LDMATRIX };
 
 // Runs body(arg) as every thread of every block of the grid; returns when all
 // have finished (a launch is synchronous).
@@ -56,9 +59,41 @@ void *shared_dynamic(size_t align);
 void atomic_lock();
 void atomic_unlock();
 
+// The tensor-core operations behind the wrappers of kernels/cuda/common.cuh
+// (tri_mma_bf16_16816, tri_ldmatrix_*, tri_cp_async_*); the fragment layouts
+// are those of cuemu_tc.h.
+//   mma: lane's d[4] = its part of A B + C, from every lane's a[4], b[2], c[4]
+//     (d may alias c); a rendezvous of the whole warp;
+//   ldmatrix: `num` (1, 2, 4) 8x8 b16 matrices from shared memory, row r of
+//     matrix j at lane 8 j + r's `row`; r[j] the lane's part; a rendezvous;
+//   cp_async: queues a copy of `bytes` (4, 8, 16; 16 only for .cg) from
+//     global `src` to shared `dst`, of which the first `src_bytes` are read
+//     and the rest zeroed; dst reads as the NaN poison until the copy is
+//     performed, at the cp_async_wait that covers its group;
+//   cp_async_commit: the thread's queued copies become its newest group;
+//   cp_async_wait: performs the copies of every group but the newest
+//     `pending` (all: cp.async.wait_all = commit + wait 0).
+void mma_bf16_16816(float *d, const uint32_t *a, const uint32_t *b, const float *c, const char *file, int line);
+void ldmatrix(uint32_t *r, const void *row, int num, bool trans, const char *file, int line);
+void cp_async(void *dst, const void *src, int bytes, int src_bytes, bool cg, const char *file, int line);
+void cp_async_commit(const char *file, int line);
+void cp_async_wait(int pending, const char *file, int line);
+
+// A launch's pointer argument `index` (counted from 1) must be null or lie
+// inside a live allocation of the emulated runtime (cuemu_rt.h); otherwise
+// the launch fails naming the kernel, the launch site and the argument.
+void check_launch_pointer(const char *kernel, const char *file, int line, int index, const void *p);
+
+template <class T> void check_launch_arg(const char *kernel, const char *file, int line, int index, const T &v) {
+    if constexpr (std::is_pointer<T>::value && !std::is_function<typename std::remove_pointer<T>::type>::value)
+        check_launch_pointer(kernel, file, line, index, (const void *)v);
+}
+
 template <class K, class... A>
 void launch(const char *name, const char *file, int line, dim3 grid, dim3 block, size_t smem, cudaStream_t, K kernel,
             A... args) {
+    int index = 0;
+    (check_launch_arg(name, file, line, ++index, args), ...);
     auto body = [&]() { kernel(args...); };
     run(
         name, file, line, grid, block, smem, [](void *p) { (*static_cast<decltype(body) *>(p))(); }, &body);

@@ -2,6 +2,8 @@
  * table of live allocations, checked copies, counted syncs. */
 #include "tests/cuemu/cuemu_rt.h"
 
+#include "tests/cuemu/cuemu_api.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,9 +21,15 @@ struct tri_cuemu_stream {
     int live;
 };
 
+/* The emulated runtime's state: the process's one device (the test build
+ * only; the product code keeps no state, docs/cuda.md). */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static alloc_rec *recs;
 static size_t n_recs, cap_recs;
+/* the last FREED_KEEP frees, oldest overwritten first (pointer_kind) */
+#define FREED_KEEP 4096
+static alloc_rec freed[FREED_KEEP];
+static size_t n_freed;
 static tri_cuemu_rt_stats stats;
 static int fail_mallocs;
 static cudaError_t sync_fault = cudaSuccess;
@@ -122,6 +130,7 @@ cudaError_t tri_cuemu_rt_free_async(void *p, cudaStream_t s) {
         if (recs[i].base == (uintptr_t)p) {
             stats.live_bytes -= recs[i].bytes;
             stats.live_allocs--;
+            freed[n_freed++ % FREED_KEEP] = recs[i];
             recs[i] = recs[--n_recs];
             pthread_mutex_unlock(&mu);
             free(p);
@@ -185,6 +194,28 @@ cudaError_t tri_cuemu_rt_stream_sync(cudaStream_t s) {
     sync_fault = cudaSuccess;
     pthread_mutex_unlock(&mu);
     return fault == cudaSuccess ? cudaSuccess : fail(fault);
+}
+
+tri_cuemu_rt_ptr tri_cuemu_rt_pointer_kind(const void *p) {
+    const uintptr_t a = (uintptr_t)p;
+    tri_cuemu_rt_ptr k = TRI_CUEMU_PTR_NONE;
+    pthread_mutex_lock(&mu);
+    if (find(p, 0) >= 0) {
+        k = TRI_CUEMU_PTR_LIVE;
+    } else {
+        const size_t n = n_freed < FREED_KEEP ? n_freed : FREED_KEEP;
+        for (size_t i = 0; i < n && k == TRI_CUEMU_PTR_NONE; i++)
+            if (a >= freed[i].base && a - freed[i].base <= freed[i].bytes) k = TRI_CUEMU_PTR_FREED;
+    }
+    pthread_mutex_unlock(&mu);
+    return k;
+}
+
+int tri_cuemu_rt_range_live(const void *p, size_t bytes) {
+    pthread_mutex_lock(&mu);
+    const int ok = find(p, bytes) >= 0;
+    pthread_mutex_unlock(&mu);
+    return ok;
 }
 
 void tri_cuemu_rt_stats_get(tri_cuemu_rt_stats *s) {

@@ -11,6 +11,10 @@
  *     otherwise cudaErrorInvalidValue, which TRI_CUDA_CHECK reports;
  *   - cudaFreeAsync of a pointer that is not the start of a live allocation,
  *     or a stream that was never created (or was destroyed), is an error too.
+ * Kernel launches check their pointer arguments against the live
+ * allocations (tri_cuemu_rt_pointer_kind, cuemu_api.h): a test hands kernels device
+ * memory from cudaMallocAsync (host memory here, which the test may read
+ * and write directly), never plain host memory.
  * The names are macros onto tri_cuemu_rt_*, so that a program can link the
  * real CUDA runtime beside it. C and C++. */
 #ifndef TRI_CUEMU_RT_H

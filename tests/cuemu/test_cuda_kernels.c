@@ -2,7 +2,8 @@
  * the CPU ops (kernels/cpu), on awkward shapes (sizes that are not multiples
  * of 32 or of the block size), under several scheduling seeds, with every
  * overwritten output (and every scratch buffer) poisoned with NaN first and
- * every accumulated output pre-filled with random values.
+ * every accumulated output pre-filled with random values. Every buffer is
+ * emulated device memory (dev_mem.h), as a launch accepts no other pointer.
  *
  * Tolerances. Both sides compute in fp32 with sums in different orders, so
  * they differ by rounding only. A sum of L terms in fp32 is off by at most
@@ -25,6 +26,7 @@
 #include "kernels/cuda/kernels.h"
 #include "kernels/half.h"
 #include "tests/cuemu/cuemu_api.h"
+#include "tests/cuemu/dev_mem.h"
 
 static uint64_t rng_next(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -38,19 +40,19 @@ static float uniform(uint64_t *s, float lo, float hi) {
 }
 
 static float *alloc_fill(size_t n, uint64_t *s, float lo, float hi) {
-    float *x = malloc(sizeof(float) * (n ? n : 1));
+    float *x = dev_alloc(sizeof(float) * (n ? n : 1));
     for (size_t i = 0; i < n; i++) x[i] = uniform(s, lo, hi);
     return x;
 }
 
 static float *alloc_nan(size_t n) {
-    float *x = malloc(sizeof(float) * (n ? n : 1));
+    float *x = dev_alloc(sizeof(float) * (n ? n : 1));
     for (size_t i = 0; i < n; i++) x[i] = NAN;
     return x;
 }
 
 static float *dup(const float *x, size_t n) {
-    float *y = malloc(sizeof(float) * (n ? n : 1));
+    float *y = dev_alloc(sizeof(float) * (n ? n : 1));
     memcpy(y, x, sizeof(float) * n);
     return y;
 }
@@ -84,7 +86,7 @@ static double sum_tol(size_t L) { return 2.0 * (double)(L + 4) * FLT_EPSILON; }
 /* n floats rounded to bf16: the bits (for the kernel) and, if `as_f32` is
  * non-NULL, the same values widened (for the CPU op). */
 static uint16_t *to_bf16(const float *x, size_t n, float *as_f32) {
-    uint16_t *h = malloc(sizeof(uint16_t) * (n ? n : 1));
+    uint16_t *h = dev_alloc(sizeof(uint16_t) * (n ? n : 1));
     for (size_t i = 0; i < n; i++) {
         h[i] = tri_f32_to_bf16(x[i]);
         if (as_f32) as_f32[i] = tri_bf16_to_f32(h[i]);
@@ -94,7 +96,7 @@ static uint16_t *to_bf16(const float *x, size_t n, float *as_f32) {
 
 /* n bf16 values, NaN (0x7fc0) everywhere: a poisoned bf16 output. */
 static uint16_t *alloc_nan_bf16(size_t n) {
-    uint16_t *h = malloc(sizeof(uint16_t) * (n ? n : 1));
+    uint16_t *h = dev_alloc(sizeof(uint16_t) * (n ? n : 1));
     for (size_t i = 0; i < n; i++) h[i] = 0x7fc0;
     return h;
 }
@@ -130,8 +132,8 @@ static const size_t LN_SHAPES[][2] = {{1, 1}, {3, 5}, {7, 33}, {17, 100}, {5, 25
 static void ln_bwd_scales(const float *dout, const float *inp, const float *w, const float *rmean, const float *rrstd,
                           const float *rdinp, const float *rdw, const float *rdb, size_t N, size_t C,
                           double **sc_in_out, double **sc_w_out, double **sc_b_out) {
-    double *sc_in = malloc(sizeof(double) * N * C), *sc_w = calloc(C, sizeof(double)),
-           *sc_b = calloc(C, sizeof(double));
+    double *sc_in = dev_alloc(sizeof(double) * N * C), *sc_w = dev_calloc(C, sizeof(double)),
+           *sc_b = dev_calloc(C, sizeof(double));
     double gmax = 0;
     for (size_t i = 0; i < N * C; i++) gmax = fmax(gmax, fabs((double)dout[i] * w[i % C]));
     for (size_t n = 0; n < N; n++)
@@ -181,9 +183,11 @@ static void layernorm_case(size_t N, size_t C, uint64_t seed) {
     expect_close("layernorm_bwd dw", dw, rdw, sc_w, C, sum_tol(N), shape);
     expect_close("layernorm_bwd db", db, rdb, sc_b, C, sum_tol(N), shape);
 
-    free(sc_in), free(sc_w), free(sc_b);
-    free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(rout), free(rmean), free(rrstd);
-    free(dout), free(dinp), free(dw), free(db), free(rdinp), free(rdw), free(rdb), free(scratch);
+    dev_free(sc_in), dev_free(sc_w), dev_free(sc_b);
+    dev_free(inp), dev_free(w), dev_free(b), dev_free(out), dev_free(mean), dev_free(rstd), dev_free(rout),
+        dev_free(rmean), dev_free(rrstd);
+    dev_free(dout), dev_free(dinp), dev_free(dw), dev_free(db), dev_free(rdinp), dev_free(rdw), dev_free(rdb),
+        dev_free(scratch);
 }
 
 Test(cuda_emu, layernorm_fwd_bwd_match_the_cpu_op) {
@@ -233,10 +237,12 @@ static void layernorm_case_bf16(size_t N, size_t C, uint64_t seed) {
     expect_close("layernorm_bwd dw", dw, rdw, sc_w, C, sum_tol(N), shape);
     expect_close("layernorm_bwd db", db, rdb, sc_b, C, sum_tol(N), shape);
 
-    free(sc_in), free(sc_w), free(sc_b), free(want_out);
-    free(inp), free(w), free(b), free(inp_h), free(w_h), free(b_h), free(out_h), free(mean), free(rstd), free(rout);
-    free(rmean), free(rrstd), free(dout), free(dinp), free(dout_h), free(dinp_h), free(dw), free(db), free(rdinp);
-    free(rdw), free(rdb), free(scratch);
+    dev_free(sc_in), dev_free(sc_w), dev_free(sc_b), dev_free(want_out);
+    dev_free(inp), dev_free(w), dev_free(b), dev_free(inp_h), dev_free(w_h), dev_free(b_h), dev_free(out_h),
+        dev_free(mean), dev_free(rstd), dev_free(rout);
+    dev_free(rmean), dev_free(rrstd), dev_free(dout), dev_free(dinp), dev_free(dout_h), dev_free(dinp_h), dev_free(dw),
+        dev_free(db), dev_free(rdinp);
+    dev_free(rdw), dev_free(rdb), dev_free(scratch);
 }
 
 Test(cuda_emu, layernorm_bf16_matches_the_cpu_op_on_rounded_values) {
@@ -255,22 +261,22 @@ Test(cuda_emu, layernorm_bwd_weight_grads_do_not_depend_on_scheduling) {
     tri_cpu_layernorm_fwd(tmp, mean, rstd, inp, w, b, N, C);
     float first[2 * 45];
     for (int run = 0; run < 6; run++) {
-        float dw[45] = {0}, db[45] = {0};
+        float *dw = dev_calloc(C, sizeof(float)), *db = dev_calloc(C, sizeof(float));
         float *scratch = alloc_nan(tri_cuemu_layernorm_bwd_scratch_floats(N, C));
         tri_cuemu_set_workers(run % 2 + 1);
         tri_cuemu_set_seed((uint64_t)run * 17 + 1);
         tri_cuemu_layernorm_bwd(NULL, TRI_F32, tmp, dw, db, scratch, dout, inp, w, mean, rstd, N, C);
         if (run == 0) {
-            memcpy(first, dw, sizeof dw);
-            memcpy(first + C, db, sizeof db);
+            memcpy(first, dw, sizeof(float) * C);
+            memcpy(first + C, db, sizeof(float) * C);
         } else {
-            cr_expect(memcmp(first, dw, sizeof dw) == 0 && memcmp(first + C, db, sizeof db) == 0,
+            cr_expect(memcmp(first, dw, sizeof(float) * C) == 0 && memcmp(first + C, db, sizeof(float) * C) == 0,
                       "run %d gave other bits", run);
         }
-        free(scratch);
+        dev_free(scratch), dev_free(dw), dev_free(db);
     }
     tri_cuemu_set_workers(2);
-    free(inp), free(w), free(dout), free(mean), free(rstd), free(tmp), free(b);
+    dev_free(inp), dev_free(w), dev_free(dout), dev_free(mean), dev_free(rstd), dev_free(tmp), dev_free(b);
 }
 
 /* ---- GELU ---- */
@@ -295,7 +301,7 @@ static void gelu_case(size_t N, uint64_t seed) {
     tri_cuemu_set_seed(seed);
     tri_cuemu_gelu_fwd(NULL, TRI_F32, out, inp, N);
     tri_cpu_gelu_fwd(ref, inp, N);
-    double *sc = malloc(sizeof(double) * N), *scb = malloc(sizeof(double) * N);
+    double *sc = dev_alloc(sizeof(double) * N), *scb = dev_alloc(sizeof(double) * N);
     float *dout = alloc_fill(N, &s, -2.0f, 2.0f);
     for (size_t i = 0; i < N; i++) {
         double u, sv, t;
@@ -315,7 +321,8 @@ static void gelu_case(size_t N, uint64_t seed) {
     float *inplace = dup(dout, N);
     tri_cuemu_gelu_bwd(NULL, TRI_F32, inplace, inp, inplace, N);
     cr_expect(memcmp(inplace, dinp, sizeof(float) * N) == 0, "gelu_bwd in place differs from out of place %s", shape);
-    free(inp), free(out), free(ref), free(sc), free(scb), free(dout), free(dinp), free(rdinp), free(inplace);
+    dev_free(inp), dev_free(out), dev_free(ref), dev_free(sc), dev_free(scb), dev_free(dout), dev_free(dinp),
+        dev_free(rdinp), dev_free(inplace);
 }
 
 /* bf16 storage: the kernels on bf16 inputs against the fp32 CPU op on the
@@ -329,7 +336,7 @@ static void gelu_case_bf16(size_t N, uint64_t seed) {
     uint16_t *inp_h = to_bf16(inp, N, inp), *dout_h = to_bf16(dout, N, dout);
     uint16_t *out_h = alloc_nan_bf16(N), *dinp_h = alloc_nan_bf16(N);
     float *ref = alloc_nan(N), *rdinp = alloc_nan(N);
-    double *sc = malloc(sizeof(double) * N), *scb = malloc(sizeof(double) * N);
+    double *sc = dev_alloc(sizeof(double) * N), *scb = dev_alloc(sizeof(double) * N);
     tri_cuemu_set_seed(seed);
     tri_cuemu_gelu_fwd(NULL, TRI_BF16, out_h, inp_h, N);
     tri_cuemu_gelu_bwd(NULL, TRI_BF16, dinp_h, inp_h, dout_h, N);
@@ -349,8 +356,9 @@ static void gelu_case_bf16(size_t N, uint64_t seed) {
     uint16_t *inplace = to_bf16(dout, N, NULL);
     tri_cuemu_gelu_bwd(NULL, TRI_BF16, inplace, inp_h, inplace, N);
     cr_expect(memcmp(inplace, dinp_h, sizeof(uint16_t) * N) == 0, "bf16 gelu_bwd in place differs %s", shape);
-    free(inp), free(dout), free(inp_h), free(dout_h), free(out_h), free(dinp_h), free(ref), free(rdinp), free(sc);
-    free(scb), free(inplace);
+    dev_free(inp), dev_free(dout), dev_free(inp_h), dev_free(dout_h), dev_free(out_h), dev_free(dinp_h), dev_free(ref),
+        dev_free(rdinp), dev_free(sc);
+    dev_free(scb), dev_free(inplace);
 }
 
 Test(cuda_emu, gelu_bf16_matches_the_cpu_op_on_rounded_values) {
@@ -380,16 +388,16 @@ static void crossentropy_case(size_t N, size_t V, size_t Vl, size_t R, uint64_t 
     float *full = alloc_fill(N * V, &s, -6.0f, 6.0f);
     /* a rising trend so that later columns raise the running max */
     for (size_t i = 0; i < N * V; i++) full[i] += 3.0f * (float)(i % V) / (float)V;
-    int32_t *targets = malloc(sizeof(int32_t) * N);
+    int32_t *targets = dev_alloc(sizeof(int32_t) * N);
     for (size_t n = 0; n < N; n++) { /* first, last, slice boundaries, an id no rank owns, random */
         const size_t t = n == 0 ? 0 : n == 1 ? V - 1 : n == 2 ? Vl - 1 : n == 3 ? Vl : (size_t)(rng_next(&s) % V);
         targets[n] = n == 4 ? -1 : (int32_t)(t < V ? t : V - 1);
     }
     const float pad = NAN, dscale = 1.0f / (float)N;
     float *gather = alloc_nan(R * N * 3), *rgather = alloc_nan(R * N * 3);
-    float **slice = malloc(sizeof(float *) * R);
+    float **slice = dev_alloc(sizeof(float *) * R);
     for (size_t k = 0; k < R; k++) {
-        slice[k] = malloc(sizeof(float) * N * Vl);
+        slice[k] = dev_alloc(sizeof(float) * N * Vl);
         for (size_t n = 0; n < N; n++)
             for (size_t j = 0; j < Vl; j++) slice[k][n * Vl + j] = k * Vl + j < V ? full[n * V + k * Vl + j] : pad;
         tri_cuemu_set_seed(seed + k);
@@ -423,7 +431,7 @@ static void crossentropy_case(size_t N, size_t V, size_t Vl, size_t R, uint64_t 
      * |target|; dlogits: exp(l - M) / S carries the argument's rounding times
      * |l - M| (at most 2 * 12 here) and a few ulps, plus the target's dscale */
     float *losses = alloc_nan(N), *rlosses = alloc_nan(N);
-    double *lsc = malloc(sizeof(double) * N), *dsc = malloc(sizeof(double) * N * Vl);
+    double *lsc = dev_alloc(sizeof(double) * N), *dsc = dev_alloc(sizeof(double) * N * Vl);
     for (size_t n = 0; n < N; n++)
         lsc[n] = 1.0 + fabs(log(rcomb[3 * n + 1])) + fabs((double)rcomb[3 * n]) + fabs((double)rcomb[3 * n + 2]);
     for (size_t k = 0; k < R; k++) {
@@ -444,11 +452,12 @@ static void crossentropy_case(size_t N, size_t V, size_t Vl, size_t R, uint64_t 
         cr_expect(memcmp(inplace, d, sizeof(float) * N * Vl) == 0, "in place differs %s slice %zu", shape, k);
         cr_expect(memcmp(only_d, d, sizeof(float) * N * Vl) == 0, "dlogits alone differs %s slice %zu", shape, k);
         cr_expect(memcmp(only_l, losses, sizeof(float) * N) == 0, "losses alone differ %s slice %zu", shape, k);
-        free(d), free(rd), free(inplace), free(only_d), free(only_l);
+        dev_free(d), dev_free(rd), dev_free(inplace), dev_free(only_d), dev_free(only_l);
     }
-    for (size_t k = 0; k < R; k++) free(slice[k]);
-    free(slice), free(full), free(targets), free(gather), free(rgather), free(comb), free(rcomb);
-    free(losses), free(rlosses), free(lsc), free(dsc);
+    for (size_t k = 0; k < R; k++) dev_free(slice[k]);
+    dev_free(slice), dev_free(full), dev_free(targets), dev_free(gather), dev_free(rgather), dev_free(comb),
+        dev_free(rcomb);
+    dev_free(losses), dev_free(rlosses), dev_free(lsc), dev_free(dsc);
 }
 
 Test(cuda_emu, crossentropy_stats_combine_bwd_match_the_cpu_op) {
@@ -475,14 +484,14 @@ static void crossentropy_case_bf16(size_t N, size_t V, size_t Vl, size_t R, uint
     float *full = alloc_fill(N * V, &s, -6.0f, 6.0f);
     for (size_t i = 0; i < N * V; i++) full[i] += 3.0f * (float)(i % V) / (float)V;
     round_bf16(full, N * V);
-    int32_t *targets = malloc(sizeof(int32_t) * N);
+    int32_t *targets = dev_alloc(sizeof(int32_t) * N);
     for (size_t n = 0; n < N; n++) {
         const size_t t = n == 0 ? 0 : n == 1 ? V - 1 : n == 2 ? Vl - 1 : (size_t)(rng_next(&s) % V);
         targets[n] = n == 3 ? -1 : (int32_t)(t < V ? t : V - 1);
     }
     const float dscale = 1.0f / (float)N;
-    float *gather = alloc_nan(R * N * 3), *rgather = alloc_nan(R * N * 3), *slice = malloc(sizeof(float) * N * Vl);
-    uint16_t **slice_h = malloc(sizeof(uint16_t *) * R);
+    float *gather = alloc_nan(R * N * 3), *rgather = alloc_nan(R * N * 3), *slice = dev_alloc(sizeof(float) * N * Vl);
+    uint16_t **slice_h = dev_alloc(sizeof(uint16_t *) * R);
     for (size_t k = 0; k < R; k++) {
         for (size_t n = 0; n < N; n++)
             for (size_t j = 0; j < Vl; j++) slice[n * Vl + j] = k * Vl + j < V ? full[n * V + k * Vl + j] : NAN;
@@ -504,7 +513,7 @@ static void crossentropy_case_bf16(size_t N, size_t V, size_t Vl, size_t R, uint
     float *comb = alloc_nan(N * 3);
     tri_cpu_crossentropy_combine(comb, rgather, N, (int)R);
     float *losses = alloc_nan(N), *rlosses = alloc_nan(N), *rd = alloc_nan(N * Vl);
-    double *lsc = malloc(sizeof(double) * N), *dsc = malloc(sizeof(double) * N * Vl);
+    double *lsc = dev_alloc(sizeof(double) * N), *dsc = dev_alloc(sizeof(double) * N * Vl);
     for (size_t n = 0; n < N; n++)
         lsc[n] = 1.0 + fabs(log(comb[3 * n + 1])) + fabs((double)comb[3 * n]) + fabs((double)comb[3 * n + 2]);
     for (size_t k = 0; k < R; k++) {
@@ -518,15 +527,16 @@ static void crossentropy_case_bf16(size_t N, size_t V, size_t Vl, size_t R, uint
         for (size_t i = 0; i < N * Vl; i++) dsc[i] = (8.0 + 2.0 * 24.0) * (fabs((double)rd[i]) + dscale) + FLT_MIN;
         round_bf16(rd, N * Vl);
         expect_close_bf16("crossentropy_bwd dlogits", d, rd, dsc, N * Vl, FLT_EPSILON, shape);
-        uint16_t *inplace = malloc(sizeof(uint16_t) * N * Vl);
+        uint16_t *inplace = dev_alloc(sizeof(uint16_t) * N * Vl);
         memcpy(inplace, slice_h[k], sizeof(uint16_t) * N * Vl);
         tri_cuemu_crossentropy_bwd(NULL, TRI_BF16, NULL, inplace, inplace, comb, targets, dscale, N, Vl, k * Vl, V);
         cr_expect(memcmp(inplace, d, sizeof(uint16_t) * N * Vl) == 0, "bf16 in place differs %s slice %zu", shape, k);
-        free(d), free(inplace);
+        dev_free(d), dev_free(inplace);
     }
-    for (size_t k = 0; k < R; k++) free(slice_h[k]);
-    free(slice_h), free(slice), free(full), free(targets), free(gather), free(rgather), free(comb), free(losses);
-    free(rlosses), free(rd), free(lsc), free(dsc);
+    for (size_t k = 0; k < R; k++) dev_free(slice_h[k]);
+    dev_free(slice_h), dev_free(slice), dev_free(full), dev_free(targets), dev_free(gather), dev_free(rgather),
+        dev_free(comb), dev_free(losses);
+    dev_free(rlosses), dev_free(rd), dev_free(lsc), dev_free(dsc);
 }
 
 Test(cuda_emu, crossentropy_bf16_matches_the_cpu_op_on_rounded_values) {
@@ -555,7 +565,7 @@ static void matmul_case_bf16(size_t N, size_t C, size_t OC, uint64_t seed) {
     float *inp = alloc_fill(N * C, &s, -1.0f, 1.0f), *w = alloc_fill(OC * C, &s, -1.0f, 1.0f);
     float *b = alloc_fill(OC, &s, -1.0f, 1.0f), *dout = alloc_fill(N * OC, &s, -1.0f, 1.0f);
     uint16_t *w_h = to_bf16(w, OC * C, w), *b_h = to_bf16(b, OC, b), *dout_h = to_bf16(dout, N * OC, dout);
-    uint16_t *inp_h = malloc(sizeof(uint16_t) * (N * C + 1)); /* inp_h + 1: the odd copy */
+    uint16_t *inp_h = dev_alloc(sizeof(uint16_t) * (N * C + 1)); /* inp_h + 1: the odd copy */
     uint16_t *tmp = to_bf16(inp, N * C, inp);
     memcpy(inp_h + 1, tmp, sizeof(uint16_t) * N * C);
     tri_gemm_exec x;
@@ -566,7 +576,7 @@ static void matmul_case_bf16(size_t N, size_t C, size_t OC, uint64_t seed) {
         const uint16_t *in = v == 2 ? inp_h + 1 : tmp;
         uint16_t *out_h = alloc_nan_bf16(N * OC);
         float *rout = alloc_nan(N * OC);
-        double *sc = malloc(sizeof(double) * N * OC);
+        double *sc = dev_alloc(sizeof(double) * N * OC);
         cr_assert_eq(tri_gemm_plan_fwd(&g, &fill, TRI_BF16, out_h, in, w_h, v ? b_h : NULL, N, C, OC), 0);
         if (v == 2) cr_assert_eq(g.d.align, 2u, "a bf16 operand at an odd element: 2-byte alignment");
         tri_cuemu_gemm_run(&x, NULL, &g);
@@ -579,12 +589,12 @@ static void matmul_case_bf16(size_t N, size_t C, size_t OC, uint64_t seed) {
             }
         round_bf16(rout, N * OC);
         expect_close_bf16(v ? "matmul_fwd with bias" : "matmul_fwd", out_h, rout, sc, N * OC, sum_tol(C + 1), shape);
-        free(out_h), free(rout), free(sc);
+        dev_free(out_h), dev_free(rout), dev_free(sc);
     }
     /* dinp = dout @ W */
     uint16_t *dinp_h = alloc_nan_bf16(N * C);
     float *rdinp = alloc_nan(N * C);
-    double *sci = malloc(sizeof(double) * N * C);
+    double *sci = dev_alloc(sizeof(double) * N * C);
     cr_assert_eq(tri_gemm_plan_dinp(&g, &fill, TRI_BF16, dinp_h, dout_h, w_h, N, C, OC), 0);
     tri_cuemu_gemm_run(&x, NULL, &g);
     tri_cpu_matmul_bwd(rdinp, NULL, NULL, dout, inp, w, N, C, OC);
@@ -598,7 +608,7 @@ static void matmul_case_bf16(size_t N, size_t C, size_t OC, uint64_t seed) {
     expect_close_bf16("matmul_bwd dinp", dinp_h, rdinp, sci, N * C, sum_tol(OC), shape);
     /* dweight (fp32) += dout^T @ inp, with and without the BGRADB bias gradient (fp32) */
     float *dw0 = alloc_fill(OC * C, &s, -1.0f, 1.0f);
-    double *scw = malloc(sizeof(double) * OC * C), *scb = malloc(sizeof(double) * OC);
+    double *scw = dev_alloc(sizeof(double) * OC * C), *scb = dev_alloc(sizeof(double) * OC);
     for (size_t o = 0; o < OC; o++) {
         scb[o] = FLT_MIN;
         for (size_t n = 0; n < N; n++) scb[o] += fabs((double)dout[n * OC + o]);
@@ -609,18 +619,20 @@ static void matmul_case_bf16(size_t N, size_t C, size_t OC, uint64_t seed) {
         }
     }
     for (int epi = 0; epi < 2; epi++) {
-        float *dw = dup(dw0, OC * C), *rdw = dup(dw0, OC * C), *bg = alloc_nan(OC), *rdb = calloc(OC, sizeof(float));
+        float *dw = dup(dw0, OC * C), *rdw = dup(dw0, OC * C), *bg = alloc_nan(OC),
+              *rdb = dev_calloc(OC, sizeof(float));
         cr_assert_eq(tri_gemm_plan_dweight(&g, TRI_BF16, dw, epi ? bg : NULL, dout_h, tmp, N, C, OC), 0);
         cr_assert(g.d.atype == TRI_BF16 && g.d.btype == TRI_BF16 && g.d.dtype == TRI_F32 && g.d.biastype == TRI_F32);
         tri_cuemu_gemm_run(&x, NULL, &g);
         tri_cpu_matmul_bwd(NULL, rdw, rdb, dout, inp, w, N, C, OC);
         expect_close("bf16 matmul_bwd dweight (fp32)", dw, rdw, scw, OC * C, sum_tol(N + 1), shape);
         if (epi) expect_close("bf16 matmul_bwd dbias through BGRADB (fp32)", bg, rdb, scb, OC, sum_tol(N), shape);
-        free(dw), free(rdw), free(bg), free(rdb);
+        dev_free(dw), dev_free(rdw), dev_free(bg), dev_free(rdb);
     }
     tri_cuemu_gemm_free(&x);
-    free(inp), free(w), free(b), free(dout), free(w_h), free(b_h), free(dout_h), free(inp_h), free(tmp);
-    free(dinp_h), free(rdinp), free(sci), free(dw0), free(scw), free(scb);
+    dev_free(inp), dev_free(w), dev_free(b), dev_free(dout), dev_free(w_h), dev_free(b_h), dev_free(dout_h),
+        dev_free(inp_h), dev_free(tmp);
+    dev_free(dinp_h), dev_free(rdinp), dev_free(sci), dev_free(dw0), dev_free(scw), dev_free(scb);
 }
 
 Test(cuda_emu, bf16_matmul_gemms_match_the_cpu_op_on_rounded_values) {
@@ -643,7 +655,7 @@ static void embedding_case(size_t B, size_t T, size_t C, size_t vstart, size_t V
              with_wpe, (unsigned long long)seed);
     uint64_t s = seed * 6151 + B * 97 + T * 13 + C;
     const size_t rows = B * T, span = vstart + Vl + 8;
-    int32_t *ids = malloc(sizeof(int32_t) * rows);
+    int32_t *ids = dev_alloc(sizeof(int32_t) * rows);
     for (size_t r = 0; r < rows; r++) {
         const uint64_t u = rng_next(&s);
         ids[r] = (u & 1) ? (int32_t)(vstart + (u >> 8) % 3) : (int32_t)((u >> 8) % span) - 3;
@@ -675,11 +687,12 @@ static void embedding_case(size_t B, size_t T, size_t C, size_t vstart, size_t V
             first = dup(g, Vl * C);
         else
             cr_assert(memcmp(g, first, sizeof(float) * Vl * C) == 0, "embedding_bwd %s: run %d other bits", shape, run);
-        free(g), free(gp), free(scratch);
+        dev_free(g), dev_free(gp), dev_free(scratch);
     }
     tri_cuemu_set_workers(2);
-    free(first), free(ids), free(wte), free(wpe), free(out), free(rout), free(dout), free(dwte), free(dwpe);
-    free(rdwte), free(rdwpe);
+    dev_free(first), dev_free(ids), dev_free(wte), dev_free(wpe), dev_free(out), dev_free(rout), dev_free(dout),
+        dev_free(dwte), dev_free(dwpe);
+    dev_free(rdwte), dev_free(rdwpe);
 }
 
 Test(cuda_emu, embedding_fwd_bwd_match_the_cpu_op_bit_for_bit) {
@@ -705,7 +718,7 @@ static void embedding_case_bf16(size_t B, size_t T, size_t C, size_t vstart, siz
              with_wpe, (unsigned long long)seed);
     uint64_t s = seed * 6163 + B * 89 + T * 11 + C;
     const size_t rows = B * T, span = vstart + Vl + 8;
-    int32_t *ids = malloc(sizeof(int32_t) * rows);
+    int32_t *ids = dev_alloc(sizeof(int32_t) * rows);
     for (size_t r = 0; r < rows; r++) {
         const uint64_t u = rng_next(&s);
         ids[r] = (u & 1) ? (int32_t)(vstart + (u >> 8) % 3) : (int32_t)((u >> 8) % span) - 3;
@@ -737,11 +750,12 @@ static void embedding_case_bf16(size_t B, size_t T, size_t C, size_t vstart, siz
         if (with_wpe)
             cr_assert(memcmp(gp, rdwpe, sizeof(float) * T * C) == 0,
                       "bf16 embedding_bwd dwpe %s run %d differs from the CPU op", shape, run);
-        free(g), free(gp), free(scratch);
+        dev_free(g), dev_free(gp), dev_free(scratch);
     }
     tri_cuemu_set_workers(2);
-    free(ids), free(wte), free(wpe), free(wte_h), free(wpe_h), free(out_h), free(rout), free(want_h), free(dout);
-    free(dout_h), free(dwte), free(dwpe), free(rdwte), free(rdwpe);
+    dev_free(ids), dev_free(wte), dev_free(wpe), dev_free(wte_h), dev_free(wpe_h), dev_free(out_h), dev_free(rout),
+        dev_free(want_h), dev_free(dout);
+    dev_free(dout_h), dev_free(dwte), dev_free(dwpe), dev_free(rdwte), dev_free(rdwpe);
 }
 
 Test(cuda_emu, embedding_bf16_matches_the_cpu_op_bit_for_bit_on_rounded_values) {
@@ -781,9 +795,10 @@ static att_scales attention_scales(const float *qkv, const float *dout, const fl
     const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T;
     const double scale = 1.0 / sqrt((double)HS);
     att_scales r;
-    r.sc_o = calloc(BT * C, sizeof(double)), r.sc_d = calloc(BT * C3, sizeof(double));
-    r.sc_l = malloc(sizeof(double) * B * NH * T), r.wlse = malloc(sizeof(double) * B * NH * T);
-    double *p = malloc(sizeof(double) * T * T), *dp = malloc(sizeof(double) * T * T), *dl = malloc(sizeof(double) * T);
+    r.sc_o = dev_calloc(BT * C, sizeof(double)), r.sc_d = dev_calloc(BT * C3, sizeof(double));
+    r.sc_l = dev_alloc(sizeof(double) * B * NH * T), r.wlse = dev_alloc(sizeof(double) * B * NH * T);
+    double *p = dev_alloc(sizeof(double) * T * T), *dp = dev_alloc(sizeof(double) * T * T),
+           *dl = dev_alloc(sizeof(double) * T);
     double amax = 0.0;
     for (size_t b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
@@ -826,11 +841,13 @@ static att_scales attention_scales(const float *qkv, const float *dout, const fl
     for (size_t i = 0; i < BT * C; i++) r.sc_o[i] += FLT_MIN;
     for (size_t i = 0; i < BT * C3; i++) r.sc_d[i] += FLT_MIN;
     r.tol = sum_tol(T + (size_t)HS) * (1.0 + amax);
-    free(p), free(dp), free(dl);
+    dev_free(p), dev_free(dp), dev_free(dl);
     return r;
 }
 
-static void att_scales_free(att_scales *r) { free(r->sc_o), free(r->sc_d), free(r->sc_l), free(r->wlse); }
+static void att_scales_free(att_scales *r) {
+    dev_free(r->sc_o), dev_free(r->sc_d), dev_free(r->sc_l), dev_free(r->wlse);
+}
 
 static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     char shape[128];
@@ -853,7 +870,7 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
 
     att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
     expect_close("attention_fwd out", out, rout, sc.sc_o, BT * C, sc.tol, shape);
-    float *wl = malloc(sizeof(float) * B * NH * T);
+    float *wl = dev_alloc(sizeof(float) * B * NH * T);
     for (size_t i = 0; i < B * (size_t)NH * T; i++) wl[i] = (float)sc.wlse[i];
     expect_close("attention_fwd lse", lse, wl, sc.sc_l, B * (size_t)NH * T, sc.tol, shape);
     expect_close("attention_bwd dqkv", dqkv, rdqkv, sc.sc_d, BT * C3, sc.tol, shape);
@@ -869,9 +886,10 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     cr_expect(memcmp(again, dqkv, sizeof(float) * BT * C3) == 0, "attention_bwd %s: other bits under another seed",
               shape);
     att_scales_free(&sc);
-    free(again), free(out2), free(wl);
-    free(qkv), free(dout), free(out), free(lse), free(rout), free(att), free(dqkv), free(rdqkv), free(scratch);
-    free(rscratch);
+    dev_free(again), dev_free(out2), dev_free(wl);
+    dev_free(qkv), dev_free(dout), dev_free(out), dev_free(lse), dev_free(rout), dev_free(att), dev_free(dqkv),
+        dev_free(rdqkv), dev_free(scratch);
+    dev_free(rscratch);
 }
 
 /* bf16 storage of qkv, out, dout and dqkv (lse and scratch fp32). Inputs are
@@ -906,7 +924,7 @@ static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t see
     att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
     round_bf16(rout, BT * C);
     expect_close_bf16("attention_fwd out", out_h, rout, sc.sc_o, BT * C, sc.tol, shape);
-    float *wl = malloc(sizeof(float) * nl);
+    float *wl = dev_alloc(sizeof(float) * nl);
     for (size_t i = 0; i < nl; i++) wl[i] = (float)sc.wlse[i];
     expect_close("attention_fwd lse (bf16 inputs)", lse, wl, sc.sc_l, nl, sc.tol, shape);
 
@@ -932,9 +950,11 @@ static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t see
     cr_expect(memcmp(again, dqkv_h, sizeof(uint16_t) * BT * C3) == 0,
               "bf16 attention_bwd %s: other bits under another seed", shape);
     att_scales_free(&sc);
-    free(qkv), free(dout), free(qkv_h), free(dout_h), free(out_h), free(dqkv_h), free(lse), free(scratch), free(rout);
-    free(att), free(flash_out), free(rlse), free(wl), free(rout_h), free(rdqkv), free(rscratch), free(out2);
-    free(again), free(lse2);
+    dev_free(qkv), dev_free(dout), dev_free(qkv_h), dev_free(dout_h), dev_free(out_h), dev_free(dqkv_h), dev_free(lse),
+        dev_free(scratch), dev_free(rout);
+    dev_free(att), dev_free(flash_out), dev_free(rlse), dev_free(wl), dev_free(rout_h), dev_free(rdqkv),
+        dev_free(rscratch), dev_free(out2);
+    dev_free(again), dev_free(lse2);
 }
 
 Test(cuda_emu, attention_bf16_matches_the_cpu_op_on_rounded_values) {
@@ -973,7 +993,7 @@ static void adamw_case(float grad_scale, int t, uint64_t seed) {
     snprintf(shape, sizeof shape, "(grad_scale %g, t %d, seed %llu)", grad_scale, t, (unsigned long long)seed);
     uint64_t s = seed * 2654435761u + (uint64_t)t;
     const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
-    tri_cu_adamw_tensor table[OPT_COUNT];
+    tri_cu_adamw_tensor *table = dev_alloc(sizeof(tri_cu_adamw_tensor) * OPT_COUNT);
     float *p0[OPT_COUNT], *m0[OPT_COUNT], *v0[OPT_COUNT], *g[OPT_COUNT];
     for (int k = 0; k < OPT_COUNT; k++) {
         const size_t n = OPT_SIZES[k];
@@ -990,8 +1010,8 @@ static void adamw_case(float grad_scale, int t, uint64_t seed) {
         float *p = dup(p0[k], n), *m = dup(m0[k], n), *v = dup(v0[k], n), *gs = dup(g[k], n);
         if (grad_scale != 1.0f) tri_cpu_scale(gs, grad_scale, n);
         tri_cpu_adamw(p, m, v, gs, n, lr, b1, b2, eps, table[k].wd, t);
-        double *sp = malloc(sizeof(double) * (n + 1)), *sm = malloc(sizeof(double) * (n + 1)),
-               *sv = malloc(sizeof(double) * (n + 1));
+        double *sp = dev_alloc(sizeof(double) * (n + 1)), *sm = dev_alloc(sizeof(double) * (n + 1)),
+               *sv = dev_alloc(sizeof(double) * (n + 1));
         for (size_t i = 0; i < n; i++) {
             const double gi = gs[i];
             sm[i] = b1 * fabs((double)m0[k][i]) + (1 - b1) * fabs(gi) + FLT_MIN;
@@ -1002,9 +1022,11 @@ static void adamw_case(float grad_scale, int t, uint64_t seed) {
         expect_close("adamw_multi m", table[k].m, m, sm, n, 4 * FLT_EPSILON, shape);
         expect_close("adamw_multi v", table[k].v, v, sv, n, 4 * FLT_EPSILON, shape);
         expect_close("adamw_multi param", table[k].param, p, sp, n, 16 * FLT_EPSILON, shape);
-        free(p), free(m), free(v), free(gs), free(sp), free(sm), free(sv);
-        free(table[k].param), free(table[k].m), free(table[k].v), free(p0[k]), free(m0[k]), free(v0[k]), free(g[k]);
+        dev_free(p), dev_free(m), dev_free(v), dev_free(gs), dev_free(sp), dev_free(sm), dev_free(sv);
+        dev_free(table[k].param), dev_free(table[k].m), dev_free(table[k].v), dev_free(p0[k]), dev_free(m0[k]);
+        dev_free(v0[k]), dev_free(g[k]);
     }
+    dev_free(table);
 }
 
 Test(cuda_emu, adamw_multi_matches_the_cpu_op_on_every_tensor) {
@@ -1019,7 +1041,8 @@ Test(cuda_emu, adamw_multi_matches_the_cpu_op_on_every_tensor) {
  * must not depend on the schedule (bits compared across seeds and workers). */
 Test(cuda_emu, sums_match_the_cpu_op_and_do_not_depend_on_scheduling) {
     uint64_t s = 4242;
-    tri_cu_span table[OPT_COUNT];
+    tri_cu_span *table = dev_alloc(sizeof(tri_cu_span) * OPT_COUNT);
+    double *result = dev_alloc(sizeof(double));
     float *x[OPT_COUNT];
     size_t total = 0;
     for (int k = 0; k < OPT_COUNT; k++) {
@@ -1035,36 +1058,39 @@ Test(cuda_emu, sums_match_the_cpu_op_and_do_not_depend_on_scheduling) {
             for (size_t i = 0; i < OPT_SIZES[k]; i++) mag += square ? (double)x[k][i] * x[k][i] : fabs((double)x[k][i]);
         }
         for (int run = 0; run < 4; run++) {
-            double result = NAN, *partial = malloc(sizeof(double) * (blocks + 1));
+            double *partial = dev_alloc(sizeof(double) * (blocks + 1));
+            *result = NAN;
             for (size_t b = 0; b <= blocks; b++) partial[b] = NAN;
             tri_cuemu_set_workers(run % 2 + 1);
             tri_cuemu_set_seed((uint64_t)run * 31 + 5);
-            tri_cuemu_sum_multi(NULL, &result, partial, table, OPT_COUNT, blocks, square);
-            cr_assert(fabs(result - want) <= 2.0 * (double)(total + 4) * DBL_EPSILON * mag,
-                      "sum_multi (square %d): %.17g, the CPU ops give %.17g", square, result, want);
+            tri_cuemu_sum_multi(NULL, result, partial, table, OPT_COUNT, blocks, square);
+            cr_assert(fabs(*result - want) <= 2.0 * (double)(total + 4) * DBL_EPSILON * mag,
+                      "sum_multi (square %d): %.17g, the CPU ops give %.17g", square, *result, want);
             if (run == 0)
-                first = result;
+                first = *result;
             else
-                cr_assert(memcmp(&first, &result, sizeof result) == 0, "sum_multi (square %d) run %d: other bits",
-                          square, run);
-            free(partial);
+                cr_assert(memcmp(&first, result, sizeof first) == 0, "sum_multi (square %d) run %d: other bits", square,
+                          run);
+            dev_free(partial);
         }
         /* one tensor at a time, empty ones included */
         for (int k = 0; k < OPT_COUNT; k++) {
             const size_t n = OPT_SIZES[k];
             const size_t np = tri_cuemu_sum_partials(n);
-            double result = NAN, *partial = malloc(sizeof(double) * np), m1 = 0.0;
+            double *partial = dev_alloc(sizeof(double) * np), m1 = 0.0;
+            *result = NAN;
             for (size_t b = 0; b < np; b++) partial[b] = NAN;
-            tri_cuemu_sum(NULL, &result, partial, x[k], n, square);
+            tri_cuemu_sum(NULL, result, partial, x[k], n, square);
             const double w = square ? tri_cpu_sumsq(x[k], n) : tri_cpu_sum(x[k], n);
             for (size_t i = 0; i < n; i++) m1 += square ? (double)x[k][i] * x[k][i] : fabs((double)x[k][i]);
-            cr_assert(fabs(result - w) <= 2.0 * (double)(n + 4) * DBL_EPSILON * m1,
-                      "sum (n %zu, square %d): %.17g, the CPU op gives %.17g", n, square, result, w);
-            free(partial);
+            cr_assert(fabs(*result - w) <= 2.0 * (double)(n + 4) * DBL_EPSILON * m1,
+                      "sum (n %zu, square %d): %.17g, the CPU op gives %.17g", n, square, *result, w);
+            dev_free(partial);
         }
     }
     tri_cuemu_set_workers(2);
-    for (int k = 0; k < OPT_COUNT; k++) free(x[k]);
+    for (int k = 0; k < OPT_COUNT; k++) dev_free(x[k]);
+    dev_free(table), dev_free(result);
 }
 
 /* ---- residual, bias gradient, scale, add ---- */
@@ -1080,7 +1106,7 @@ static void bias_bwd_check(tri_dtype dt, const void *dout, const float *x, size_
     const char *what = dt == TRI_BF16 ? "bf16 bias_bwd" : "bias_bwd";
     float *db = alloc_fill(C, s, -1.0f, 1.0f), *rdb = dup(db, C), *first = NULL;
     tri_cpu_bias_bwd(rdb, x, N, C);
-    double *sc = malloc(sizeof(double) * C);
+    double *sc = dev_alloc(sizeof(double) * C);
     for (size_t c = 0; c < C; c++) {
         sc[c] = 1.0 + fabs((double)db[c]);
         for (size_t r = 0; r < N; r++) sc[c] += fabs((double)x[r * C + c]);
@@ -1095,10 +1121,10 @@ static void bias_bwd_check(tri_dtype dt, const void *dout, const float *x, size_
             first = dup(g, C);
         else
             cr_assert(memcmp(first, g, sizeof(float) * C) == 0, "%s %s run %d: other bits", what, shape, run);
-        free(g), free(scratch);
+        dev_free(g), dev_free(scratch);
     }
     tri_cuemu_set_workers(2);
-    free(db), free(rdb), free(first), free(sc);
+    dev_free(db), dev_free(rdb), dev_free(first), dev_free(sc);
 }
 
 static void elementwise_case(size_t N, size_t C, uint64_t seed) {
@@ -1119,7 +1145,7 @@ static void elementwise_case(size_t N, size_t C, uint64_t seed) {
         tri_cuemu_residual_fwd(NULL, TRI_F32, b, res, b, bb, N, C);
         cr_assert(memcmp(a, rout, sizeof(float) * n) == 0 && memcmp(b, rout, sizeof(float) * n) == 0,
                   "residual_fwd in place %s bias %d differs", shape, with_bias);
-        free(out), free(rout), free(a), free(b);
+        dev_free(out), dev_free(rout), dev_free(a), dev_free(b);
     }
     bias_bwd_check(TRI_F32, x, x, N, C, seed * 13, &s, shape);
     float *y = dup(res, n), *ry = dup(res, n);
@@ -1129,7 +1155,7 @@ static void elementwise_case(size_t N, size_t C, uint64_t seed) {
     tri_cuemu_scale(NULL, y, 0.3f, n);
     tri_cpu_scale(ry, 0.3f, n);
     cr_assert(memcmp(y, ry, sizeof(float) * n) == 0, "scale %s differs", shape);
-    free(res), free(x), free(bias), free(y), free(ry);
+    dev_free(res), dev_free(x), dev_free(bias), dev_free(y), dev_free(ry);
 }
 
 Test(cuda_emu, residual_bias_scale_add_match_the_cpu_ops) {
@@ -1167,10 +1193,10 @@ static void elementwise_case_bf16(size_t N, size_t C, uint64_t seed) {
         tri_cuemu_residual_fwd(NULL, TRI_BF16, b, res_h, b, with_bias ? bias_h : NULL, N, C);
         cr_assert(memcmp(a, want_h, sizeof(uint16_t) * n) == 0 && memcmp(b, want_h, sizeof(uint16_t) * n) == 0,
                   "bf16 residual_fwd in place %s bias %d differs", shape, with_bias);
-        free(rout), free(out_h), free(want_h), free(a), free(b);
+        dev_free(rout), dev_free(out_h), dev_free(want_h), dev_free(a), dev_free(b);
     }
     bias_bwd_check(TRI_BF16, x_h, x, N, C, seed * 17, &s, shape);
-    free(res), free(x), free(bias), free(res_h), free(x_h), free(bias_h);
+    dev_free(res), dev_free(x), dev_free(bias), dev_free(res_h), dev_free(x_h), dev_free(bias_h);
 }
 
 Test(cuda_emu, residual_bias_bwd_bf16_match_the_cpu_ops_on_rounded_values) {
@@ -1186,7 +1212,7 @@ Test(cuda_emu, bf16_casts_match_half_h_bit_for_bit) {
      * side of the tie, and random fp32 patterns (NaNs, infinities,
      * subnormals, the largest finite values included) */
     const size_t nb = 65536, nr = 300000, n = 4 * nb + nr;
-    uint32_t *bits = malloc(sizeof(uint32_t) * n);
+    uint32_t *bits = dev_alloc(sizeof(uint32_t) * n);
     uint64_t s = 77;
     for (size_t h = 0; h < nb; h++) {
         bits[4 * h] = (uint32_t)h << 16;
@@ -1195,15 +1221,15 @@ Test(cuda_emu, bf16_casts_match_half_h_bit_for_bit) {
         bits[4 * h + 3] = ((uint32_t)h << 16) | 0x8001u;
     }
     for (size_t i = 0; i < nr; i++) bits[4 * nb + i] = (uint32_t)rng_next(&s);
-    float *f = malloc(sizeof(float) * n);
+    float *f = dev_alloc(sizeof(float) * n);
     memcpy(f, bits, sizeof(float) * n);
-    uint16_t *got = malloc(sizeof(uint16_t) * n);
+    uint16_t *got = dev_alloc(sizeof(uint16_t) * n);
     memset(got, 0xa5, sizeof(uint16_t) * n);
     tri_cuemu_cast_f32_to_bf16(NULL, got, f, n);
     for (size_t i = 0; i < n; i++)
         cr_assert(got[i] == tri_f32_to_bf16(f[i]), "fp32 0x%08x -> bf16 0x%04x, half.h gives 0x%04x", bits[i], got[i],
                   tri_f32_to_bf16(f[i]));
-    uint16_t *all = malloc(sizeof(uint16_t) * nb);
+    uint16_t *all = dev_alloc(sizeof(uint16_t) * nb);
     for (size_t h = 0; h < nb; h++) all[h] = (uint16_t)h;
     float *back = alloc_nan(nb);
     tri_cuemu_cast_bf16_to_f32(NULL, back, all, nb);
@@ -1211,5 +1237,5 @@ Test(cuda_emu, bf16_casts_match_half_h_bit_for_bit) {
         const float want = tri_bf16_to_f32((uint16_t)h);
         cr_assert(memcmp(&back[h], &want, sizeof want) == 0, "bf16 0x%04zx -> fp32 differs from half.h", h);
     }
-    free(bits), free(f), free(got), free(all), free(back);
+    dev_free(bits), dev_free(f), dev_free(got), dev_free(all), dev_free(back);
 }

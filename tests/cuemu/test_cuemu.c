@@ -1,7 +1,9 @@
 /* The CUDA emulation layer tested on its own kernels (tests/cuemu/selftest.cu):
  * reductions right for every seed, a planted missing barrier caught, warp
  * intrinsics against plain loops, a barrier divergence reported, the run
- * order seeded and shuffled at every barrier, shared memory poisoned. */
+ * order seeded and shuffled at every barrier, shared memory poisoned, a
+ * host pointer or a freed buffer refused at the launch. What the kernels
+ * see is emulated device memory (dev_mem.h). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "tests/cuemu/cuemu_api.h"
+#include "tests/cuemu/dev_mem.h"
 #include "tests/cuemu/selftest.h"
 #include "tests/cuemu/run_child.h"
 
@@ -32,7 +35,7 @@ static void fill_ints(float *x, size_t n, uint64_t seed) {
 /* Runs the block-sum kernel under `seed`; returns how many of the blocks'
  * sums differ from the reference (NaN counts as differing). */
 static int block_sum_wrong(const float *x, int blocks, int n, int threads, int racy, uint64_t seed) {
-    float out[16];
+    float *out = dev_alloc(sizeof(float) * 16);
     for (int b = 0; b < blocks; b++) out[b] = NAN;
     tri_cuemu_set_seed(seed);
     tri_cuemu_test_block_sum(out, x, blocks, n, threads, racy);
@@ -42,12 +45,13 @@ static int block_sum_wrong(const float *x, int blocks, int n, int threads, int r
         for (int i = 0; i < n; i++) ref += x[(size_t)b * n + i];
         if (!(out[b] == (float)ref)) wrong++;
     }
+    dev_free(out);
     return wrong;
 }
 
 Test(cuemu, block_reduction_is_right_for_every_seed) {
     enum { B = 5, N = 1000 };
-    float *x = malloc(sizeof(float) * B * N);
+    float *x = dev_alloc(sizeof(float) * B * N);
     fill_ints(x, (size_t)B * N, 7);
     const int threads[] = {32, 96, 256, 1024};
     for (int t = 0; t < 4; t++)
@@ -58,7 +62,7 @@ Test(cuemu, block_reduction_is_right_for_every_seed) {
     tri_cuemu_stats_get(&st);
     cr_expect_gt(st.barriers, 0);
     cr_expect_gt(st.warp_ops, 0);
-    free(x);
+    dev_free(x);
 }
 
 /* The same kernel without the barrier between the warps' writes to shared
@@ -66,12 +70,12 @@ Test(cuemu, block_reduction_is_right_for_every_seed) {
  * (and finds the NaN poison) unless, by chance, every writer ran first. */
 Test(cuemu, missing_barrier_is_caught_for_most_seeds) {
     enum { B = 3, N = 777, SEEDS = 100 };
-    float *x = malloc(sizeof(float) * B * N);
+    float *x = dev_alloc(sizeof(float) * B * N);
     fill_ints(x, (size_t)B * N, 11);
     int caught = 0;
     for (uint64_t seed = 1; seed <= SEEDS; seed++) caught += block_sum_wrong(x, B, N, 256, 1, seed) > 0;
     cr_expect_geq(caught, 95, "the missing barrier changed the result for only %d of %d seeds", caught, SEEDS);
-    free(x);
+    dev_free(x);
 }
 
 /* CUDA's rules for the shuffles, as a plain loop over the lanes of one warp
@@ -102,12 +106,14 @@ Test(cuemu, warp_intrinsics_match_a_plain_loop) {
     /* (threads, width): full warps for width 32; with a last warp of 16
      * lanes, widths that fit in it */
     const int cases[][2] = {{64, 32}, {96, 32}, {80, 16}, {80, 8}, {48, 4}, {32, 1}};
+    float *v = dev_alloc(sizeof(float) * 96), *out = dev_alloc(sizeof(float) * 4 * 96);
+    int *arg = dev_alloc(sizeof(int) * 96);
+    unsigned *bits = dev_alloc(sizeof(unsigned) * 4 * 96);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int n = cases[c][0], width = cases[c][1];
         for (uint64_t seed = 1; seed <= 8; seed++) {
-            float v[96], out[4 * 96], ref[4 * 96];
-            int arg[96];
-            unsigned bits[4 * 96], rbits[4 * 96];
+            float ref[4 * 96];
+            unsigned rbits[4 * 96];
             uint64_t s = seed * 1000 + c;
             for (int i = 0; i < n; i++) {
                 v[i] = (float)((int)(rng_next(&s) % 200) - 100 + (seed == 1 ? 200 : 0)); /* seed 1: all > 0 */
@@ -128,10 +134,11 @@ Test(cuemu, warp_intrinsics_match_a_plain_loop) {
             }
         }
     }
+    dev_free(v), dev_free(out), dev_free(arg), dev_free(bits);
 }
 
 static void divergent_child(void) {
-    float out[64];
+    float *out = dev_alloc(sizeof(float) * 64);
     tri_cuemu_set_workers(1);
     tri_cuemu_test_divergent(out, 64, 40);
 }
@@ -148,13 +155,13 @@ Test(cuemu, barrier_divergence_is_reported) {
 }
 
 static void early_exit_child(void) {
-    float out[64];
+    float *out = dev_alloc(sizeof(float) * 64);
     tri_cuemu_set_workers(1);
     tri_cuemu_test_early_exit_shfl(out, 64, 20);
 }
 
 static void bad_mask_child(void) {
-    unsigned out[32];
+    unsigned *out = dev_alloc(sizeof(unsigned) * 32);
     tri_cuemu_set_workers(1);
     tri_cuemu_test_bad_mask(out, 32);
 }
@@ -179,19 +186,20 @@ Test(cuemu, warp_intrinsic_misuse_is_reported) {
  * reshuffled at every barrier. */
 Test(cuemu, run_order_is_seeded_and_reshuffled_at_every_barrier) {
     enum { T = 100, P = 4 };
-    int a[P * T], b[P * T], c[P * T], counter;
+    int *a = dev_alloc(sizeof(int) * P * T), *b = dev_alloc(sizeof(int) * P * T), *c = dev_alloc(sizeof(int) * P * T);
+    int *counter = dev_alloc(sizeof(int));
     tri_cuemu_set_workers(1);
     tri_cuemu_set_seed(5);
-    counter = 0;
-    tri_cuemu_test_order(a, &counter, T, P);
+    *counter = 0;
+    tri_cuemu_test_order(a, counter, T, P);
     tri_cuemu_set_seed(5);
-    counter = 0;
-    tri_cuemu_test_order(b, &counter, T, P);
+    *counter = 0;
+    tri_cuemu_test_order(b, counter, T, P);
     tri_cuemu_set_seed(6);
-    counter = 0;
-    tri_cuemu_test_order(c, &counter, T, P);
-    cr_expect(memcmp(a, b, sizeof a) == 0, "the same seed gave another order");
-    cr_expect(memcmp(a, c, sizeof a) != 0, "another seed gave the same order");
+    *counter = 0;
+    tri_cuemu_test_order(c, counter, T, P);
+    cr_expect(memcmp(a, b, sizeof(int) * P * T) == 0, "the same seed gave another order");
+    cr_expect(memcmp(a, c, sizeof(int) * P * T) != 0, "another seed gave the same order");
     for (int p = 0; p < P; p++) {
         int seen[T] = {0};
         for (int i = 0; i < T; i++) {
@@ -202,13 +210,14 @@ Test(cuemu, run_order_is_seeded_and_reshuffled_at_every_barrier) {
         if (p > 0) cr_expect(memcmp(a + p * T, a + (p - 1) * T, sizeof(int) * T) != 0, "phase %d kept the order", p);
     }
     tri_cuemu_set_workers(2);
+    dev_free(a), dev_free(b), dev_free(c), dev_free(counter);
 }
 
 /* Every block finds its static and dynamic shared memory full of NaN, even
  * after earlier blocks on the same OS thread wrote to theirs. */
 Test(cuemu, shared_memory_is_poisoned_at_every_block_start) {
     enum { B = 6, T = 96, N = 80 };
-    float out[64 + N];
+    float *out = dev_alloc(sizeof(float) * (64 + N));
     for (int w = 1; w <= 2; w++) {
         tri_cuemu_set_workers(w);
         for (int b = 1; b <= B; b++) {
@@ -218,19 +227,64 @@ Test(cuemu, shared_memory_is_poisoned_at_every_block_start) {
         }
     }
     tri_cuemu_set_workers(2);
+    dev_free(out);
 }
 
 Test(cuemu, float_atomics_from_many_blocks_lose_nothing) {
     enum { N = 20000 };
-    float *x = malloc(sizeof(float) * N);
+    float *x = dev_alloc(sizeof(float) * N), *out = dev_alloc(sizeof(float));
     fill_ints(x, N, 3);
     double ref = 0;
     for (int i = 0; i < N; i++) ref += x[i];
     for (uint64_t seed = 1; seed <= 4; seed++) {
-        float out = 0.0f;
+        *out = 0.0f;
         tri_cuemu_set_seed(seed);
-        tri_cuemu_test_atomic(&out, x, N, 128);
-        cr_expect_eq(out, (float)ref, "seed %llu", (unsigned long long)seed);
+        tri_cuemu_test_atomic(out, x, N, 128);
+        cr_expect_eq(*out, (float)ref, "seed %llu", (unsigned long long)seed);
     }
-    free(x);
+    dev_free(x), dev_free(out);
+}
+
+/* The launch check: every pointer argument null or inside a live device
+ * allocation (its end included). A host pointer and a freed buffer each stop
+ * the launch with a message naming the kernel, its launch site and the
+ * argument (counted from 1). */
+static void host_pointer_child(void) {
+    float host[4], *x = dev_alloc(sizeof(float) * 64);
+    tri_cuemu_test_block_sum(host, x, 1, 64, 32, 0); /* out: argument 1 */
+}
+
+static void freed_buffer_child(void) {
+    float *out = dev_alloc(sizeof(float) * 4), *x = dev_alloc(sizeof(float) * 64);
+    dev_free(x);
+    tri_cuemu_test_block_sum(out, x, 1, 64, 32, 0); /* x: argument 2 */
+}
+
+Test(cuemu, launch_pointer_arguments_must_be_live_device_memory) {
+    int status = 0;
+    char *msg = run_child(host_pointer_child, &status);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "host pointer: status %d, stderr: %s", status, msg);
+    cr_expect(strstr(msg, "launch of block_sum_kernel at ") != NULL && strstr(msg, "selftest.cu:") != NULL,
+              "names the kernel and the launch: %s", msg);
+    cr_expect(strstr(msg, "argument 1 (") != NULL && strstr(msg, "lies in no live device allocation") != NULL, "%s",
+              msg);
+    free(msg);
+    msg = run_child(freed_buffer_child, &status);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "freed buffer: status %d, stderr: %s", status, msg);
+    cr_expect(strstr(msg, "launch of block_sum_kernel at ") != NULL, "names the kernel: %s", msg);
+    cr_expect(strstr(msg, "argument 2 (") != NULL && strstr(msg, "has been freed") != NULL, "%s", msg);
+    free(msg);
+    /* passes: an offset inside an allocation, its end (an empty slice), null */
+    float *x = dev_alloc(sizeof(float) * 64), *out = dev_alloc(sizeof(float) * 3);
+    fill_ints(x, 64, 5);
+    tri_cuemu_test_block_sum(out + 1, x + 32, 1, 32, 32, 0);
+    double ref = 0;
+    for (int i = 32; i < 64; i++) ref += x[i];
+    cr_expect_eq(out[1], (float)ref);
+    tri_cuemu_test_block_sum(out + 2, x + 64, 1, 0, 32, 0); /* n = 0: reads nothing, writes out[2] = 0 */
+    cr_expect_eq(out[2], 0.0f);
+    out[2] = 1.0f;
+    tri_cuemu_test_block_sum(out + 2, NULL, 1, 0, 32, 0);
+    cr_expect_eq(out[2], 0.0f);
+    dev_free(x), dev_free(out);
 }
