@@ -296,24 +296,14 @@ static void bind(const tri_chunk *ch, char *mem, size_t esz, tri_weights *w) {
     }
 }
 
-/* Writes a refusal into why (n bytes) and returns -1: the silent checks'
- * way of saying what tri_error would print. */
-static int refuse(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(char *why, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* n_embd by n_head, heads by tp: what any rank's parameter table needs.
  * 0, or -1 with the reason in why. */
 static int check_shape(const tri_model_cfg *cfg, int tp, char *why, size_t n) {
     if (cfg->n_embd % cfg->n_head != 0)
-        return refuse(why, n, "model.n_embd (%d) is not a multiple of model.n_head (%d)", cfg->n_embd, cfg->n_head);
+        return tri_why(why, n, "model.n_embd (%d) is not a multiple of model.n_head (%d)", cfg->n_embd, cfg->n_head);
     if (cfg->n_head % tp != 0)
-        return refuse(why, n, "model.n_head (%d) is not divisible by parallel.tp (%d)", cfg->n_head, tp);
+        return tri_why(why, n, "model.n_head (%d) is not divisible by parallel.tp (%d)", cfg->n_head, tp);
     return 0;
 }
 
@@ -345,13 +335,13 @@ static int layout_counts(const tri_model_cfg *cfg, int pp, int vpp, const char *
             return 0;
         }
         if (cfg->n_layer < k)
-            return refuse(why, why_n,
+            return tri_why(why, why_n,
                           "model.n_layer (%d) is fewer than parallel.pp (%d) x parallel.vpp (%d) = %d chunks: "
                           "every chunk needs at least one layer; lower parallel.pp or parallel.vpp",
                           cfg->n_layer, pp, vpp, k);
         char sug[256];
         suggest_layout(sug, sizeof sug, cfg->n_layer, k);
-        return refuse(why, why_n,
+        return tri_why(why, why_n,
                       "model.n_layer (%d) is not divisible by parallel.pp (%d) x parallel.vpp (%d) = %d; set "
                       "parallel.pp_layout to give each %s its layers, e.g. \"%s\"",
                       cfg->n_layer, pp, vpp, k, vpp > 1 ? "chunk (in model order)" : "stage", sug);
@@ -361,11 +351,11 @@ static int layout_counts(const tri_model_cfg *cfg, int pp, int vpp, const char *
     for (const char *q = layout; *q; q++) n += *q == ',';
     if (n != k) {
         if (vpp > 1 && n == pp)
-            return refuse(why, why_n,
+            return tri_why(why, why_n,
                           "parallel.pp_layout has %d numbers (one per stage), but with parallel.vpp %d it needs "
                           "one per chunk: parallel.pp %d x parallel.vpp %d = %d numbers, in model order",
                           n, vpp, pp, vpp, k);
-        return refuse(why, why_n, "parallel.pp_layout has %d number%s; parallel.pp %d x parallel.vpp %d needs %d", n,
+        return tri_why(why, why_n, "parallel.pp_layout has %d number%s; parallel.pp %d x parallel.vpp %d needs %d", n,
                       n == 1 ? "" : "s", pp, vpp, k);
     }
     const char *q = layout;
@@ -380,18 +370,18 @@ static int layout_counts(const tri_model_cfg *cfg, int pp, int vpp, const char *
         if (bad || (*end != ',' && *end != '\0') || v > 1000000000L || v < -1000000000L) {
             char sug[256];
             suggest_layout(sug, sizeof sug, cfg->n_layer >= k ? cfg->n_layer : k, k);
-            return refuse(why, why_n,
+            return tri_why(why, why_n,
                           "parallel.pp_layout \"%s\": \"%.*s\" is not a layer count (expected %d whole numbers "
                           "separated by commas, e.g. \"%s\")",
                           layout, (int)strcspn(start, ","), start, k, sug);
         }
         if (v <= 0) {
             if (vpp > 1)
-                return refuse(why, why_n,
+                return tri_why(why, why_n,
                               "parallel.pp_layout \"%s\" leaves chunk %d (stage %d, its local chunk %d) %s: every "
                               "chunk needs at least one layer",
                               layout, j, j % pp, j / pp, v == 0 ? "empty" : "with a negative count");
-            return refuse(why, why_n,
+            return tri_why(why, why_n,
                           "parallel.pp_layout \"%s\" leaves chunk %d (stage %d) %s: every stage needs at least "
                           "one layer",
                           layout, j, j, v == 0 ? "empty" : "with a negative count");
@@ -401,7 +391,7 @@ static int layout_counts(const tri_model_cfg *cfg, int pp, int vpp, const char *
         q = *end == ',' ? end + 1 : end;
     }
     if (sum != cfg->n_layer)
-        return refuse(why, why_n, "parallel.pp_layout \"%s\" sums to %ld layers, model.n_layer is %d", layout, sum,
+        return tri_why(why, why_n, "parallel.pp_layout \"%s\" sums to %ld layers, model.n_layer is %d", layout, sum,
                       cfg->n_layer);
     return 0;
 }
@@ -444,14 +434,14 @@ int tri_chunks_even(const tri_model_cfg *cfg, int pp, int pp_rank, int vpp, tri_
 int tri_gpt_layout_why(const tri_model_cfg *cfg, int tp, int pp, int vpp, const char *layout, char *why, size_t n) {
     if (check_shape(cfg, tp, why, n) != 0) return -1;
     if (vpp > 1 && pp < 2)
-        return refuse(why, n,
+        return tri_why(why, n,
                       "parallel.vpp = %d needs parallel.pp >= 2 (virtual chunks interleave stages; with one "
                       "stage use parallel.vpp 1)",
                       vpp);
-    if (pp < 1 || vpp < 1) return refuse(why, n, "parallel.pp (%d) and parallel.vpp (%d) must be at least 1", pp, vpp);
+    if (pp < 1 || vpp < 1) return tri_why(why, n, "parallel.pp (%d) and parallel.vpp (%d) must be at least 1", pp, vpp);
     int k = pp * vpp;
     int *counts = malloc((size_t)k * sizeof *counts);
-    if (!counts) return refuse(why, n, "out of memory (pipeline layout of %d chunks)", k);
+    if (!counts) return tri_why(why, n, "out of memory (pipeline layout of %d chunks)", k);
     int rc = layout_counts(cfg, pp, vpp, layout, counts, why, n);
     free(counts);
     return rc;

@@ -217,40 +217,31 @@ void tri_schedule_free(tri_schedule *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Writes a refusal into why (n bytes) and returns -1. */
-static int refuse(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(char *why, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 int tri_schedule_check(tri_sched_kind kind, int pp, int vpp, int m, char *why, size_t n) {
     const char *name = tri_sched_name(kind);
     if ((int)kind < 0 || (int)kind > TRI_SCHED_FORWARD)
-        return refuse(why, n, "unknown pipeline schedule kind %d", (int)kind);
-    if (pp < 1) return refuse(why, n, "pipeline schedule %s: pp must be >= 1, got %d", name, pp);
-    if (vpp < 1) return refuse(why, n, "pipeline schedule %s: vpp must be >= 1, got %d", name, vpp);
-    if (m < 1) return refuse(why, n, "pipeline schedule %s: micro-batches must be >= 1, got %d", name, m);
+        return tri_why(why, n, "unknown pipeline schedule kind %d", (int)kind);
+    if (pp < 1) return tri_why(why, n, "pipeline schedule %s: pp must be >= 1, got %d", name, pp);
+    if (vpp < 1) return tri_why(why, n, "pipeline schedule %s: vpp must be >= 1, got %d", name, vpp);
+    if (m < 1) return tri_why(why, n, "pipeline schedule %s: micro-batches must be >= 1, got %d", name, m);
     if (kind == TRI_SCHED_INTERLEAVED) {
-        if (pp < 2) return refuse(why, n, "pipeline schedule interleaved needs pp >= 2, got pp %d", pp);
+        if (pp < 2) return tri_why(why, n, "pipeline schedule interleaved needs pp >= 2, got pp %d", pp);
         if (vpp < 2)
-            return refuse(why, n,
+            return tri_why(why, n,
                           "pipeline schedule interleaved needs vpp >= 2 chunks per stage, got vpp %d (use 1f1b)", vpp);
         if (m < pp)
-            return refuse(why, n,
+            return tri_why(why, n,
                           "pipeline schedule interleaved: micro-batches %d < pp %d (micro-batches go in groups "
                           "of pp)",
                           m, pp);
         if (m % pp != 0)
-            return refuse(why, n,
+            return tri_why(why, n,
                           "pipeline schedule interleaved: micro-batches %d is not a multiple of pp %d (%d %% %d = "
                           "%d; micro-batches go in groups of pp)",
                           m, pp, m, pp, m % pp);
     } else if (vpp != 1 && kind != TRI_SCHED_FORWARD) {
-        return refuse(why, n, "pipeline schedule %s takes vpp 1, got vpp %d (vpp > 1 needs interleaved)", name, vpp);
+        return tri_why(why, n, "pipeline schedule %s takes vpp 1, got vpp %d (vpp > 1 needs interleaved)", name, vpp);
     }
     return 0;
 }

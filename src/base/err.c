@@ -24,6 +24,14 @@ int tri_error(const char *fmt, ...) {
     return -1;
 }
 
+int tri_why(char *why, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 int tri_error_rank(int rank, const char *fmt, ...) {
     char msg[2048];
     va_list ap;

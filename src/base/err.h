@@ -30,6 +30,12 @@ const char *tri_prog_name(void);
 int tri_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The same with a va_list, for functions that take a format themselves. */
 int tri_verror(const char *fmt, va_list ap);
+/* Writes the message into why[n] instead of printing it and returns -1:
+ * the silent checks' way of saying what tri_error would print, for callers
+ * that try many inputs and report the reasons themselves (the planner's
+ * search); their printing twin is `return tri_error("%s", why)`. */
+int tri_why(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Prints "trident: rank R: <fmt...>\n" to stderr; returns -1. */
 int tri_error_rank(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

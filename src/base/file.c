@@ -78,3 +78,17 @@ char *tri_slurp(const char *path, const char *what, size_t max_bytes, size_t *le
     if (len) *len = n;
     return buf;
 }
+
+int tri_write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}

@@ -23,4 +23,8 @@ int tri_open_regular_why(const char *path, size_t *size, char *why, size_t n);
  * over max_bytes are refused (0: no limit). NULL after printing. */
 char *tri_slurp(const char *path, const char *what, size_t max_bytes, size_t *len);
 
+/* write(2) of all of buf[n], retrying short writes and EINTR: 0, or -1
+ * (errno set). */
+int tri_write_all(int fd, const void *buf, size_t n);
+
 #endif

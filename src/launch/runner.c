@@ -17,6 +17,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "base/exit.h"
 #include "base/log.h"
 #include "base/str.h"
@@ -27,20 +28,6 @@
 /* After the grace period, how long mpirun gets to end the job before it is
  * killed as well. */
 #define MPIRUN_KILL_WAIT_S 10.0
-
-/* Writes all of buf (retrying short writes and EINTR). Returns 0 or -1. */
-static int write_all(int fd, const char *buf, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, buf, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        buf += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 /* ------------------------------------------------------------------------ */
 /* The mpirun command                                                       */
@@ -202,7 +189,7 @@ static _Noreturn void exec_mpirun(const tri_launch_argv *cmd, pid_t parent, int 
     close(ex[0]);
     execvp(cmd->v[0], cmd->v);
     int e = errno;
-    (void)write_all(ex[1], (const char *)&e, sizeof e);
+    (void)tri_write_all(ex[1], (const char *)&e, sizeof e);
     _exit(TRI_EXIT_EXEC);
 }
 
@@ -286,10 +273,10 @@ static int run_mpirun(const tri_launch_argv *cmd, int mpirun_log, const tri_laun
                 continue;
             }
             if (i == 0) {
-                (void)write_all(STDOUT_FILENO, buf, (size_t)k);
+                (void)tri_write_all(STDOUT_FILENO, buf, (size_t)k);
             } else {
-                (void)write_all(STDERR_FILENO, buf, (size_t)k);
-                if (mpirun_log >= 0) (void)write_all(mpirun_log, buf, (size_t)k);
+                (void)tri_write_all(STDERR_FILENO, buf, (size_t)k);
+                if (mpirun_log >= 0) (void)tri_write_all(mpirun_log, buf, (size_t)k);
                 append_report(r, buf, (size_t)k);
             }
         }

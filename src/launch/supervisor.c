@@ -15,23 +15,10 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/file.h"
 #include "base/exit.h"
 #include "base/str.h"
 #include "launch/launch.h"
-
-/* Writes all of buf (retrying short writes and EINTR). Returns 0 or -1. */
-static int write_all(int fd, const char *buf, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, buf, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        buf += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 static int rank_from_env(void) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
@@ -62,7 +49,7 @@ static void con_put(line_buf *lb, int con_fd, const char *data, size_t n) {
         lb->buf[lb->n++] = data[i];
         /* a full buffer leaves room for the newline con_flush may add */
         if (data[i] == '\n' || lb->n == sizeof lb->buf - 1) {
-            (void)write_all(con_fd, lb->buf, lb->n);
+            (void)tri_write_all(con_fd, lb->buf, lb->n);
             lb->n = lb->plen;
         }
     }
@@ -71,7 +58,7 @@ static void con_put(line_buf *lb, int con_fd, const char *data, size_t n) {
 static void con_flush(line_buf *lb, int con_fd) {
     if (lb->n == lb->plen) return;
     lb->buf[lb->n++] = '\n';
-    (void)write_all(con_fd, lb->buf, lb->n);
+    (void)tri_write_all(con_fd, lb->buf, lb->n);
     lb->n = lb->plen;
 }
 
@@ -214,7 +201,7 @@ static int relay(rank_run *r, pid_t pid, int out_fd, int err_fd) {
                 open_fds--;
                 continue;
             }
-            (void)write_all(r->log_fd, r->buf, (size_t)got);
+            (void)tri_write_all(r->log_fd, r->buf, (size_t)got);
             if (r->console) con_put(&r->lb[k], STDOUT_FILENO, r->buf, (size_t)got);
             if (k == 1 && r->first_error == 0 && tri_err_scan_put(&r->es, r->buf, (size_t)got)) {
                 r->first_error = tri_wall_s();
@@ -269,7 +256,7 @@ int tri_launch_rank_exec(const tri_rank_exec_opts *o) {
     free(path);
     if (o->attempt > 0) {
         char *hdr = tri_xprintf("----- tridentrun: attempt %d -----\n", o->attempt + 1);
-        (void)write_all(log_fd, hdr, strlen(hdr));
+        (void)tri_write_all(log_fd, hdr, strlen(hdr));
         free(hdr);
     }
     rank_run *r = tri_xcalloc(1, sizeof *r);

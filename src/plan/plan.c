@@ -24,17 +24,6 @@ int tri_plan_precision_bytes(tri_dtype precision) {
     return -1;
 }
 
-/* The planner's refusals: written into the caller's why (n bytes), never
- * printed here; returns -1. The printing entry points print why over the
- * silent ones (tri_plan_memory over tri_plan_memory_why, ...). */
-static int refuse(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(char *why, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* A printing entry point's end: rc, with why printed when the silent one
  * refused (an empty why: a function it called printed already). */
@@ -103,9 +92,9 @@ static int stage_init(stage_desc *d, const tri_config *cfg, const tri_gpu_kind *
     const tri_parallel_cfg *par = &cfg->parallel;
     memset(d, 0, sizeof *d);
     if (par->vpp > TRI_MAX_VPP)
-        return refuse(why, n, "parallel.vpp = %d: at most %d virtual chunks per stage", par->vpp, TRI_MAX_VPP);
+        return tri_why(why, n, "parallel.vpp = %d: at most %d virtual chunks per stage", par->vpp, TRI_MAX_VPP);
     d->layers = malloc(((size_t)m->n_layer + 1) * sizeof *d->layers);
-    if (!d->layers) return refuse(why, n, "out of memory (layer list of %d layers)", m->n_layer);
+    if (!d->layers) return tri_why(why, n, "out of memory (layer list of %d layers)", m->n_layer);
     if (tri_chunks_layout(m, par->pp, pp_rank, par->vpp, par->pp_layout, d->specs, d->layers) != 0) {
         stage_free(d);
         return -1;
@@ -248,7 +237,7 @@ static sched_entry *sched_get(tri_planner *pl, sched_entry *own, int kind, int p
     tri_sim_costs unit = {1.0, 1.0, 1.0};
     int rc = tri_schedule_simulate(&e.s, unit, &r);
     if (rc != 0 || r.deadlock || r.invalid) {
-        refuse(why, n, "the %s schedule of parallel.pp %d x parallel.vpp %d with %d micro-batches %s",
+        tri_why(why, n, "the %s schedule of parallel.pp %d x parallel.vpp %d with %d micro-batches %s",
                tri_sched_name((tri_sched_kind)kind), pp, vpp, m, rc != 0 ? "could not be simulated" : r.why);
         tri_sim_result_free(&r);
         entry_free(&e);
@@ -258,7 +247,7 @@ static sched_entry *sched_get(tri_planner *pl, sched_entry *own, int kind, int p
     if (!e.peak_chunk) {
         tri_sim_result_free(&r);
         entry_free(&e);
-        refuse(why, n, "out of memory");
+        tri_why(why, n, "out of memory");
         return NULL;
     }
     for (int i = 0; i < pp * vpp; i++) e.peak_chunk[i] = r.peak_chunk ? r.peak_chunk[i] : 1;
@@ -295,7 +284,7 @@ static int sched_bubble(sched_entry *e, tri_sim_costs c, double *bubble, char *w
     int rc = tri_schedule_simulate(&e->s, c, &r);
     if (rc != 0 || r.deadlock || r.invalid) {
         tri_sim_result_free(&r);
-        return refuse(why, n, "plan: the schedule could not be simulated with costs %g, %g, %g", c.f, c.b, c.w);
+        return tri_why(why, n, "plan: the schedule could not be simulated with costs %g, %g, %g", c.f, c.b, c.w);
     }
     *bubble = r.bubble;
     tri_sim_result_free(&r);
@@ -319,13 +308,13 @@ static int stage_mem(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind 
     int P = tri_plan_precision_bytes(cfg->train.precision);
     int kind = sched_kind(cfg), m = micro_batches(cfg);
     if (P < 0)
-        return refuse(why, n, "train.precision %s is not one of fp32, bf16, fp16",
+        return tri_why(why, n, "train.precision %s is not one of fp32, bf16, fp16",
                       tri_precision_name(cfg->train.precision));
     if (m < 1)
-        return refuse(why, n, "train.global_batch (%d) is not a multiple of train.micro_batch (%d) x parallel.dp (%d)",
+        return tri_why(why, n, "train.global_batch (%d) is not a multiple of train.micro_batch (%d) x parallel.dp (%d)",
                       cfg->train.global_batch, cfg->train.micro_batch, par->dp);
     int policy = (int)cfg->train.recompute;
-    if (pp_rank < 0 || pp_rank >= par->pp) return refuse(why, n, "plan: no pipeline stage %d of %d", pp_rank, par->pp);
+    if (pp_rank < 0 || pp_rank >= par->pp) return tri_why(why, n, "plan: no pipeline stage %d of %d", pp_rank, par->pp);
     stage_desc d;
     if (stage_init(&d, cfg, gpu, pp_rank, why, n) != 0) return -1;
     sched_entry own, *e = sched_get(pl, &own, kind, par->pp, par->vpp, m, why, n);
@@ -515,7 +504,7 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
     memset(out, 0, sizeof *out);
     int P = tri_plan_precision_bytes(cfg->train.precision);
     int kind = sched_kind(cfg), m = micro_batches(cfg), policy = (int)cfg->train.recompute, rc;
-    if (P < 0 || m < 1) return refuse(why, n, "plan: the layout's train.precision or batch is not valid");
+    if (P < 0 || m < 1) return tri_why(why, n, "plan: the layout's train.precision or batch is not valid");
     costs c = {gpu, P == 2 ? gpu->peak_16 : gpu->peak_32, P, 0, gpu->latency_s, par->tp};
     c.tp_bw = gpu->intra_bw * gpu->link_eff;
     int world = par->tp * par->pp * par->dp;
@@ -532,7 +521,7 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
     double F = 0, Bk = 0, TPs = 0, busiest = -1, opt_elems = 0;
     int busy_layers = 0;
     int *layers = malloc(((size_t)md->n_layer + 1) * sizeof *layers);
-    if (!layers) return refuse(why, n, "out of memory");
+    if (!layers) return tri_why(why, n, "out of memory");
     for (int s = 0; s < par->pp; s++) {
         tri_chunk_spec specs[TRI_MAX_VPP];
         if (par->vpp > TRI_MAX_VPP || tri_chunks_layout(md, par->pp, s, par->vpp, par->pp_layout, specs, layers) != 0) {

@@ -10,6 +10,7 @@
 
 #include "base/err.h"
 #include "base/exit.h"
+#include "base/file.h"
 #include "base/log.h"
 #include "base/proc.h"
 #include "base/str.h"
@@ -66,6 +67,26 @@ Test(proc, self_exe_and_dir_are_procs_own) {
     cr_assert_leq(tri_usable_cores(), sysconf(_SC_NPROCESSORS_CONF));
 }
 
+Test(proc, write_all_writes_everything_through_a_pipe) {
+    int fd[2];
+    cr_assert_eq(pipe(fd), 0);
+    static char big[200000]; /* more than a pipe holds: short writes */
+    for (size_t i = 0; i < sizeof big; i++) big[i] = (char)('a' + i % 26);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        _exit(tri_write_all(fd[1], big, sizeof big) == 0 ? 0 : 1);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    char buf[4096];
+    for (ssize_t r; (r = read(fd[0], buf, sizeof buf)) > 0; got += (size_t)r)
+        cr_assert_eq(memcmp(buf, big + got, (size_t)r), 0, "bytes at %zu", got);
+    close(fd[0]);
+    cr_assert_eq(got, sizeof big);
+    cr_assert_eq(tri_proc_wait(pid), 0);
+}
+
 Test(proc, strings) {
     cr_assert_str_eq(tri_base_name("a/b/c.json"), "c.json");
     cr_assert_str_eq(tri_base_name("c.json"), "c.json");
@@ -86,7 +107,10 @@ Test(proc, each_message_line_as_users_see_it) {
     tri_note("no <|endoftext|>");
     tri_warn("cannot write %s", "m.log");
     tri_note_rank(1, "late");
+    char why[16];
+    cr_assert_eq(tri_why(why, sizeof why, "tp %d does not divide %d heads", 3, 4), -1);
     char *err = tt_capture_end(&cap);
+    cr_assert_str_eq(why, "tp 3 does not d", "truncated to the buffer, and not printed");
     cr_assert_str_eq(err, "trident: x.json: bad\n"
                           "trident: rank 3: stopped at step 7\n"
                           "trident: note: no <|endoftext|>\n"
