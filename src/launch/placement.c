@@ -11,6 +11,7 @@
 
 #include "base/err.h"
 #include "base/file.h"
+#include "base/fs.h"
 #include "base/proc.h"
 #include "base/str.h"
 #include "config/config.h"
@@ -23,32 +24,6 @@ int tri_launch_parse_int(const char *s, long min, long max, long *out) {
     long v = strtol(s, &end, 10);
     if (errno != 0 || *end != '\0' || v < min || v > max) return -1;
     *out = v;
-    return 0;
-}
-
-/* mkdir -p with mode 0777 (less the umask); 0 or -1 (errno set, nothing
- * printed). Not base/fs.h's tri_mkdir_p: that one prints its own message
- * and creates 0755, and the launcher's message is "cannot create --log-dir
- * DIR: <strerror>" with the directories the umask allows. */
-static int make_dirs(const char *path) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-    struct stat st;
-    if (stat(buf, &st) != 0) return -1;
-    if (!S_ISDIR(st.st_mode)) {
-        errno = ENOTDIR;
-        return -1;
-    }
     return 0;
 }
 
@@ -292,8 +267,7 @@ int tri_launch_plan_make(tri_launch_plan *p, const tri_launch_opts *o) {
      * wrong for a multi-threaded rank, impossible when oversubscribed. */
     p->bind_none = p->oversub || p->threads > 1;
 
-    if (!o->dry_run && make_dirs(o->log_dir) != 0)
-        return tri_error("cannot create --log-dir %s: %s", o->log_dir, strerror(errno));
+    if (!o->dry_run && tri_mkdir_p_named("--log-dir", o->log_dir) != 0) return -1;
     if (o->dry_run) {
         /* nothing is created: show where the logs would go */
         char cwd[PATH_MAX];
