@@ -47,7 +47,7 @@
  * Tiles: forward 64 x 64; dk/dv 64 keys x 64 queries (32 for HS 128), dq 64
  * queries x 64 keys (32 for HS 128), so that the accumulators (16 x HS fp32
  * per warp, two of them in dk/dv) and the tile's S and dP fit in registers
- * without spilling (checked by CTest attention_sass with ptxas -v).
+ * without spilling (CTest attention_sass_spills: ptxas -v).
  * Shared memory (bf16 tiles, plus lse and delta in dk/dv): forward 45 KiB
  * (HS 64) / 85 KiB (HS 128), dk/dv 55 / 68.5 KiB, dq 54 / 68 KiB; above
  * 48 KiB through the kernel's opt-in (every sm_80 / sm_90 part has 99 KiB or
