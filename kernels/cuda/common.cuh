@@ -124,6 +124,13 @@ static inline void tri_cu_bad_dtype(const char *what, int dt, const char *file, 
     abort();
 }
 
+/* A host entry point was called against its contract (kernels/cuda/kernels.h):
+ * a programming error, reported naming the entry point and fatal. */
+static inline void tri_cu_fail(const char *what, const char *why, const char *file, int line) {
+    fprintf(stderr, "trident: CUDA kernel %s at %s:%d: %s\n", what, file, line, why);
+    abort();
+}
+
 /* Runs `body` (a statement list) with T the storage type of dtype `dt`
  * (TRI_F32 or TRI_BF16); any other dtype aborts naming the entry point. */
 #define TRI_CU_DTYPE_SWITCH(dt, what, T, ...)                                                         \
@@ -333,6 +340,28 @@ DEVFN void tri_cp_async_wait_all() {
 }
 
 #endif /* TRI_CUEMU / nvcc */
+
+/* Two fp32 values rounded to bf16 (to nearest, ties to even) in one 32-bit
+ * register, `lo` in the lower half: an mma operand made of fp32 results (the
+ * probabilities of a flash attention, reused as the A operand of P V).
+ * cvt.rn.bf16x2.f32 under nvcc; tri_cu_st's rounding under the emulation (the
+ * same value for every finite input). */
+#if defined(TRI_CUEMU)
+DEVFN uint32_t tri_cu_pack_bf16x2(float lo, float hi) {
+    tri_cu_bf16 r[2];
+    tri_cu_st(r, 0, lo);
+    tri_cu_st(r, 1, hi);
+    return (uint32_t)r[0].bits | (uint32_t)r[1].bits << 16;
+}
+#else
+#include <cuda_bf16.h>
+DEVFN uint32_t tri_cu_pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x = lo: the lower half */
+    uint32_t r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+}
+#endif
 
 /* Full-warp mask of the *_sync intrinsics. */
 #define FULL_MASK 0xffffffffu

@@ -82,23 +82,72 @@ void TRI_CU(embedding_bwd)(void *stream, tri_dtype dt, float *dwte, float *dwpe,
                            const int32_t *ids, size_t B, size_t T, size_t C, size_t vstart, size_t Vl);
 size_t TRI_CU(embedding_bwd_scratch_floats)(size_t B, size_t T);
 
-/* ---- attention.cu: causal multi-head self-attention, flash-style ----
+/* ---- attention.cu, attention_tc.cu: causal multi-head self-attention, flash-style ----
  * qkv (B, T, 3, NH, HS); out (B, T, NH, HS); scale 1/sqrt(HS). qkv, out, dout and
- * dqkv are of dtype dt (fp32 or bf16: loaded into fp32 tiles, fp32 arithmetic, each
- * output rounded once); lse and scratch fp32.
+ * dqkv are of dtype dt (fp32 or bf16: fp32 arithmetic, each output rounded once);
+ * lse and scratch fp32.
  * fwd: out [overwrite]; lse (B, NH, T) = log sum_{j<=i} exp(s_ij) [overwrite]: the
  *      saved state, attention_saved_floats(B, T, NH, HS) floats.
  * bwd: dqkv (B, T, 3, NH, HS) [overwrite] from dout, qkv and the forward's out and
  *      lse; scratch: attention_scratch_floats(B, T, NH, HS) floats (dout . out per
  *      row). No atomics: the same bits under any schedule.
- * Shared memory per block: 4 * 32 * (4 HS + 2) bytes in the forward, 4 * 32 * (6 HS
- * + 6) in the backward (opt-in above 48 KiB): HS <= 128 on every sm_80 / sm_90. */
+ * Both are attention_{fwd,bwd}_slice below on the packed layout (q, k and v views
+ * into qkv with row 3 NH HS, the whole sequence: q0 = 0, Tq = Tk = T), and take its
+ * kernels: tensor cores for bf16 with HS 64 or 128, the SIMT kernels otherwise. */
 void TRI_CU(attention_fwd)(void *stream, tri_dtype dt, void *out, float *lse, const void *qkv, size_t B, size_t T,
                            int NH, int HS);
 void TRI_CU(attention_bwd)(void *stream, tri_dtype dt, void *dqkv, float *scratch, const void *dout, const void *qkv,
                            const void *out, const float *lse, size_t B, size_t T, int NH, int HS);
 size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int HS);
 size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int HS);
+
+/* The same attention on strided views, for a query slice and a head slice.
+ * A view holds, for batch b < B, row t and head h < NH, the HS elements of dtype dt
+ *   p + b * batch + t * row + h * HS + [0, HS)        (strides counted in elements),
+ * so a view may be q, k or v inside a packed qkv, or the heads [h0, h0 + NH) of a
+ * caller whose rows are wider (a tensor-parallel head slice: p at head h0, row the
+ * caller's row length).
+ * The call computes queries [q0, q0 + Tq) of a causal sequence of Tk keys
+ * (q0 + Tq <= Tk; the views of q, out, dout and dq have Tq rows, those of k, v, dk
+ * and dv Tk rows): view row t of q is position q0 + t and sees keys 0 .. q0 + t.
+ * fwd: out [overwrite]; lse (B, NH, Tq), row t of head (b, h) at (b NH + h) Tq + t
+ *      [overwrite], as attention_fwd saves it.
+ * bwd: dq [overwrite]; dk, dv [overwrite]: the gradients through these Tq queries
+ *      only (a key that none of them sees gets zeros); out and lse as the forward
+ *      left them; scratch: B NH Tq floats. Every output element is written once, by
+ *      one thread, in a fixed order: the same bits under any schedule.
+ * Kernels: bf16 with HS 64 or 128, every view 16-byte aligned with batch and row
+ * multiples of 8, takes the tensor cores (mma.sync m16n8k16, fp32 accumulation;
+ * attention_uses_tensor_cores says which); anything else the SIMT kernels, which are
+ * also the fp32 reference. B, Tq, NH or HS of 0 does nothing; q0 + Tq > Tk aborts. */
+typedef struct tri_cu_view {
+    const void *p;
+    size_t batch, row;
+} tri_cu_view;
+typedef struct tri_cu_view_out {
+    void *p;
+    size_t batch, row;
+} tri_cu_view_out;
+typedef struct tri_cu_attn_fwd_args {
+    size_t B, Tq, Tk, q0;
+    int NH, HS;
+    tri_cu_view_out out;
+    float *lse;
+    tri_cu_view q, k, v;
+} tri_cu_attn_fwd_args;
+typedef struct tri_cu_attn_bwd_args {
+    size_t B, Tq, Tk, q0;
+    int NH, HS;
+    tri_cu_view_out dq, dk, dv;
+    float *scratch;
+    tri_cu_view dout, q, k, v, out;
+    const float *lse;
+} tri_cu_attn_bwd_args;
+void TRI_CU(attention_fwd_slice)(void *stream, tri_dtype dt, const tri_cu_attn_fwd_args *a);
+void TRI_CU(attention_bwd_slice)(void *stream, tri_dtype dt, const tri_cu_attn_bwd_args *a);
+/* 1 when bf16 attention of head size HS takes the tensor-core kernels (given aligned
+ * views: HS 64 or 128), 0 when it takes the SIMT ones. */
+int TRI_CU(attention_uses_tensor_cores)(tri_dtype dt, int HS);
 
 /* ---- optim.cu: AdamW over many tensors, sums of many tensors ----
  * A table of tensors in device memory, planned once on the host: *_plan fills

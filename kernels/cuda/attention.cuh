@@ -1,0 +1,58 @@
+/* What the two attention kernel files share (included after common.cuh):
+ * attention.cu (the SIMT kernels, the delta kernel, the host entry points and
+ * their dispatch) and attention_tc.cu (the tensor-core kernels). Not a public
+ * header: the contracts are those of kernels/cuda/kernels.h. */
+#ifndef TRI_CUDA_ATTENTION_CUH
+#define TRI_CUDA_ATTENTION_CUH
+
+#include "kernels/cuda/common.cuh"
+
+/* The geometry of one call, passed to every kernel by value (the pointers go
+ * as separate arguments, so that the emulator checks each one).
+ * Queries [q0, q0 + Tq) of Tk keys; a block's (batch, head) is
+ * bh = b NH + h < BNH, its tile index runs over blockIdx.y. Strides in
+ * elements: a view's (b, t, h) row starts at p + b * X_b + t * X_r + h * HS. */
+struct fa_geom {
+    int Tq, Tk, q0, NH, HS;
+    int BNH;                             /* B NH <= INT_MAX */
+    size_t q_b, q_r, k_b, k_r, v_b, v_r; /* q, k, v */
+    size_t o_b, o_r;                     /* out (written by the forward, read by the backward) */
+    size_t do_b, do_r;                   /* dout */
+    size_t dq_b, dq_r, dk_b, dk_r, dv_b, dv_r;
+    float scale; /* 1 / sqrt(HS) */
+};
+
+/* The grid of a kernel over (batch, head) pairs and `tiles` tiles of rows:
+ * x runs over the pairs (B NH <= 2^31 - 1, x's limit), y over the tiles, capped
+ * at its limit (65535); the kernels loop with the grid's stride beyond. */
+static inline dim3 fa_grid(int BNH, size_t tiles) {
+    const size_t x = (size_t)BNH, y = tiles < 65535u ? tiles : 65535u;
+    return dim3((unsigned)x, (unsigned)y);
+}
+
+#if defined(__CUDACC__)
+#define FA_UNROLL _Pragma("unroll")
+#define FA_ROLLED _Pragma("unroll 1") /* a loop kept rolled (registers) */
+/* Dynamic shared memory above the default 48 KiB needs the kernel's opt-in. */
+#define FA_SMEM_OPTIN(kernel, bytes)                                                                                 \
+    do {                                                                                                             \
+        if ((bytes) > 48 * 1024)                                                                                     \
+            TRI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes))); \
+    } while (0)
+#else
+#define FA_UNROLL
+#define FA_ROLLED
+#define FA_SMEM_OPTIN(kernel, bytes) ((void)(bytes))
+#endif
+
+/* The tensor-core kernels of attention_tc.cu (bf16 storage, HS 64 or 128,
+ * views 16-byte aligned with strides that are multiples of 8): the forward
+ * (out, lse), and the backward's dk/dv and dq kernels after the delta
+ * (dout . out per row, (B, NH, Tq), computed by attention.cu). */
+void TRI_CU(attention_tc_fwd)(void *stream, tri_cu_bf16 *out, float *lse, const tri_cu_bf16 *q, const tri_cu_bf16 *k,
+                              const tri_cu_bf16 *v, const fa_geom &g);
+void TRI_CU(attention_tc_bwd)(void *stream, tri_cu_bf16 *dq, tri_cu_bf16 *dk, tri_cu_bf16 *dv, const tri_cu_bf16 *dout,
+                              const tri_cu_bf16 *q, const tri_cu_bf16 *k, const tri_cu_bf16 *v, const float *lse,
+                              const float *delta, const fa_geom &g);
+
+#endif
