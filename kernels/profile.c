@@ -33,6 +33,7 @@ struct tri_profile {
     int cap;     /* pairs in the pool */
     int n;       /* pairs recorded and not read yet */
     int in_step; /* pairs begun since the last tri_profile_step */
+    int no_grow; /* a larger pool could not be had (said once): keep this one */
     unsigned char *kind, *role;
     float *ms;
 };
@@ -360,7 +361,8 @@ int tri_profile_role(tri_profile *p, const void *weight, size_t bytes, tri_prof_
 void tri_profile_step(tri_profile *p) {
     flush(p);
     /* a step that filled the pool waited for it: the next has room for all its ops */
-    if (p->marks && p->in_step > p->cap) (void)make_pool(p, p->in_step); /* (keeps the old pool when it fails) */
+    if (p->marks && p->in_step > p->cap && !p->no_grow && make_pool(p, p->in_step) != 0)
+        p->no_grow = 1; /* the old pool stays: a wait whenever it fills */
     p->in_step = 0;
     p->tot.steps++;
 }
