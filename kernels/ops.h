@@ -226,6 +226,24 @@ typedef struct tri_ops {
     void (*scale)(tri_ctx *c, float *x, float s, size_t n);
     /* y (n) += x (n)                                                      [accumulate] */
     void (*add)(tri_ctx *c, float *y, const float *x, size_t n);
+
+    /* ---- timing marks, for the per-op profile (kernels/profile.h) ----
+     * A backend whose ops only queue work (a GPU) times them with marks on
+     * its stream; all four are NULL on a backend whose ops finish before
+     * they return (the CPU), which the profile times with the clock.
+     * marks_init: a pool of n marks (CUDA events), made once, before the
+     *   steps it times; a second call replaces the pool. 0, or -1 (printed).
+     * mark: records mark i (< n) on the stream, behind the work queued so
+     *   far; no wait.
+     * marks_read: waits for mark 2 * pairs - 1, then ms[j] = the time
+     *   between marks 2j and 2j + 1 in milliseconds, for j < pairs: one wait
+     *   for the lot.
+     * marks_free: frees the pool (NULL-safe: none made is fine); the
+     *   backend's shutdown frees it too. */
+    int (*marks_init)(tri_ctx *c, int n);
+    void (*mark)(tri_ctx *c, int i);
+    void (*marks_read)(tri_ctx *c, int pairs, float *ms);
+    void (*marks_free)(tri_ctx *c);
 } tri_ops;
 
 /* The CPU backend (kernels/cpu/). Always available. */

@@ -626,6 +626,29 @@ size_t tri_gpt_local_elems(const tri_gpt *g) {
     return n;
 }
 
+int tri_gpt_profile_roles(const tri_gpt *g, tri_profile *p) {
+    for (int k = 0; k < g->n_chunks; k++) {
+        const tri_chunk *ch = &g->chunks[k];
+        const size_t esz = tri_dtype_size(ch->param_dtype);
+        for (int i = 0; i < ch->n_params; i++) {
+            const tri_param *q = &ch->params[i];
+            int role = -1;
+            switch (q->kind) {
+            case TRI_P_QKVW: role = TRI_PROF_QKV; break;
+            case TRI_P_ATTPROJW: role = TRI_PROF_ATTPROJ; break;
+            case TRI_P_FCW: role = TRI_PROF_FC; break;
+            case TRI_P_FCPROJW: role = TRI_PROF_FCPROJ; break;
+            case TRI_P_WTE: role = TRI_PROF_HEAD; break;
+            default: break;
+            }
+            if (role >= 0 &&
+                tri_profile_role(p, (const char *)ch->param_mem + q->offset * esz, q->numel * esz, role) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
 /* Elements converted per staging pass of 16-bit parameters. */
 #define STAGE_ELEMS ((size_t)1 << 16)
 

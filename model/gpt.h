@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "kernels/ctx.h"
+#include "kernels/profile.h"
 #include "model/config.h"
 #include "model/debug.h"
 #include "parallel/comm.h"
@@ -210,6 +211,12 @@ int tri_gpt_set_sequence_parallel(tri_gpt *g, int on);
 
 /* Elements of every chunk's parameters together. */
 size_t tri_gpt_local_elems(const tri_gpt *g);
+
+/* Tells the per-op profile (kernels/profile.h) which GEMM is which layer
+ * part: the range of every linear weight of every chunk (qkv, attention
+ * projection, fc, fc projection; the token embedding as the LM head, the
+ * only GEMM that reads it). 0, or -1 (printed). */
+int tri_gpt_profile_roles(const tri_gpt *g, tri_profile *p);
 
 /* Layout-independent init: every element of every global tensor drawn from a
  * counter-based RNG keyed by (seed, tensor name, global element index), so a

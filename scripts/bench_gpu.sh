@@ -4,8 +4,9 @@
 # batch, precision and optimizer, nanoGPT-style: bf16 autocast, fused AdamW,
 # F.scaled_dot_product_attention, torch.compile where it works) in the same
 # run on the same device. Prints tokens/s and MFU of each, MFU against the
-# device's dense bf16 peak (docs/performance.md), and writes the JSON lines of
-# every run to build/bench_gpu/results.jsonl.
+# device's dense bf16 peak (docs/performance.md), trident's time per op kind
+# (a second run with --profile), and writes the JSON lines of every run to
+# build/bench_gpu/results.jsonl.
 #
 #   scripts/bench_gpu.sh [CONFIG...]       (default: configs/bench-gpt2-124m.json
 #                                           configs/bench-gpt2-350m.json)
@@ -108,6 +109,21 @@ print("%-22s %-14s %-5s %10.0f %8.1f%% %9.1f" % (sys.argv[1], "trident", r["prec
         failed=1
         tail -n 5 "$log"
         summary+=("$(printf '%-22s %-14s failed (exit %d): %s' "$name" trident "$rc" "$(grep -m1 'trident:' "$log")")")
+    fi
+    # Trident again with --profile: where the GPU time goes, per op kind
+    # (CUDA events around each op; a run of its own, so that the timed run
+    # above carries no events)
+    log=$outdir/$name.trident-profile.log
+    echo "== $name: trident bench --device cuda --profile"
+    if ./build/trident bench "$cfg" --device cuda --peak-tflops "$peak" --steps "$STEPS" --profile "${tset[@]}" \
+        >"$log" 2>&1; then
+        sed -n '/^  profile /,/^{/p' "$log" | grep -v '^{'
+        echo "{\"run\": \"trident-profile\", \"gpu\": \"$gpu\", \"result\": $(grep '^{' "$log" | tail -n 1)}" >>"$results"
+    else
+        rc=$?
+        failed=1
+        tail -n 5 "$log"
+        summary+=("$(printf '%-22s %-14s failed (exit %d), see %s' "$name" trident-profile "$rc" "$log")")
     fi
     # PyTorch, compiled where torch.compile works, else eager
     modes=(eager)

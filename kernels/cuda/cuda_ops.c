@@ -10,8 +10,9 @@
  * plan cache and cuBLASLt workspace, and one growable scratch buffer for the
  * kernels that need one (LayerNorm's and bias_bwd's partial sums, the sorted
  * keys of the embedding backward, attention's backward, AdamW's tensor table,
- * the reductions' partials). Scratch is used by one op at a time: every op
- * runs on the one stream, so a buffer that grows is freed in stream order
+ * the reductions' partials); under the profile (kernels/profile.h) also its
+ * pool of timing events. Scratch is used by one op at a time: every op runs
+ * on the one stream, so a buffer that grows is freed in stream order
  * (cudaFreeAsync) behind the ops that used it.
  *
  * Dtypes: the context starts fp32 (every dtype F32); train.precision = bf16
@@ -59,6 +60,9 @@ typedef struct cuda_state {
     tri_cu_adamw_tensor *adamw_tab;
     tri_cu_span *span_tab;
     int adamw_cap, span_cap;
+    /* the profile's timing marks (marks_init), NULL until asked for */
+    cudaEvent_t *marks;
+    int n_marks;
 } cuda_state;
 
 static cuda_state *st(tri_ctx *c) { return (cuda_state *)c->backend; }
@@ -106,6 +110,7 @@ static int local_rank(void) {
 #endif
 
 static void cu_shutdown(tri_ctx *c);
+static void cu_marks_free(tri_ctx *c);
 
 static int cu_init(tri_ctx *c, int threads) {
     cuda_state *s = calloc(1, sizeof *s);
@@ -142,6 +147,7 @@ static void cu_shutdown(tri_ctx *c) {
     cuda_state *s = st(c);
     if (s == NULL) return;
     if (s->stream) TRI_CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    cu_marks_free(c);
     TRI_CU(gemm_free)(&s->gemm);
     if (s->gemm_ws) TRI_CUDA_CHECK(cudaFreeAsync(s->gemm_ws, s->stream));
     if (s->scratch) TRI_CUDA_CHECK(cudaFreeAsync(s->scratch, s->stream));
@@ -534,6 +540,60 @@ static void cu_add(tri_ctx *c, float *y, const float *x, size_t n) {
     OP_DONE(c, "add");
 }
 
+/* ---- timing marks (the profile, kernels/profile.h) ----
+ * CUDA events with timing, recorded on the compute stream: a pool made once
+ * (marks_init), recorded around ops without a wait, and read once per step
+ * after one cudaEventSynchronize on the last of them. */
+
+static void destroy_events(cudaEvent_t *ev, int n) {
+    for (int i = 0; i < n; i++) TRI_CUDA_CHECK(cudaEventDestroy(ev[i]));
+    free(ev);
+}
+
+static void cu_marks_free(tri_ctx *c) {
+    cuda_state *s = st(c);
+    if (s == NULL || s->marks == NULL) return;
+    destroy_events(s->marks, s->n_marks);
+    s->marks = NULL;
+    s->n_marks = 0;
+}
+
+/* The new pool first, then the old one freed: a pool that cannot be had
+ * leaves the old one in place (the caller is told: -1, printed). */
+static int cu_marks_init(tri_ctx *c, int n) {
+    cuda_state *s = st(c);
+    cudaEvent_t *ev = calloc(n > 0 ? (size_t)n : 1, sizeof *ev);
+    if (ev == NULL) return tri_error("--device %s: out of host memory for %d timing events", BACKEND_NAME, n);
+    for (int i = 0; i < n; i++) {
+        const cudaError_t e = cudaEventCreate(&ev[i]);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            destroy_events(ev, i);
+            return tri_error("--device %s: cannot create %d timing events (%d made): %s", BACKEND_NAME, n, i,
+                             cudaGetErrorString(e));
+        }
+    }
+    cu_marks_free(c);
+    s->marks = ev;
+    s->n_marks = n;
+    return 0;
+}
+
+static void cu_mark(tri_ctx *c, int i) {
+    cuda_state *s = st(c);
+    if (i < 0 || i >= s->n_marks) TRI_FAIL("--device %s: timing mark %d of a pool of %d", BACKEND_NAME, i, s->n_marks);
+    TRI_CUDA_CHECK(cudaEventRecord(s->marks[i], s->stream));
+}
+
+static void cu_marks_read(tri_ctx *c, int pairs, float *ms) {
+    cuda_state *s = st(c);
+    if (pairs <= 0) return;
+    if (2 * pairs > s->n_marks)
+        TRI_FAIL("--device %s: %d pairs of timing marks read from a pool of %d", BACKEND_NAME, pairs, s->n_marks);
+    TRI_CUDA_CHECK(cudaEventSynchronize(s->marks[2 * pairs - 1]));
+    for (int j = 0; j < pairs; j++) TRI_CUDA_CHECK(cudaEventElapsedTime(&ms[j], s->marks[2 * j], s->marks[2 * j + 1]));
+}
+
 static const tri_ops CUDA_OPS = {
     .name = BACKEND_NAME,
     .compute_dtypes = (1u << TRI_F32) | (1u << TRI_BF16),
@@ -575,6 +635,10 @@ static const tri_ops CUDA_OPS = {
     .sumsq_multi = cu_sumsq_multi,
     .scale = cu_scale,
     .add = cu_add,
+    .marks_init = cu_marks_init,
+    .mark = cu_mark,
+    .marks_read = cu_marks_read,
+    .marks_free = cu_marks_free,
 };
 
 const tri_ops *TRI_CU(ops)(void) { return &CUDA_OPS; }

@@ -56,11 +56,59 @@ static int pipeline_report(const tri_config *cfg, const tri_run_report *rep, dou
     return 0;
 }
 
+/* --profile: rank 0's time per op kind per step (the mean over the measured
+ * steps, so that the rows add up to the mean step), communication per group
+ * from the groups' own timers, and "other", the rest of the step (host work,
+ * waits: step minus the rest; on a GPU it may go below zero where a group's
+ * wait overlaps ops still queued on the stream). Printed as a table, and
+ * into json[n] as `, "profile": {...}, "profile_gemm_ms": {...}` for the
+ * JSON line. */
+static void profile_report(const tri_run_report *rep, char *json, size_t n) {
+    const tri_prof_totals *p = &rep->profile;
+    const double steps = rep->steps > 0 ? rep->steps : 1, step_ms = 1e3 * rep->seconds / steps;
+    const double share = step_ms > 0 ? 100.0 / step_ms : 0.0;
+    const char *comm[3] = {"tp", "dp", "pp"};
+    const double comm_ms[3] = {1e3 * rep->tp.seconds / steps, 1e3 * rep->dp.seconds / steps,
+                               1e3 * rep->pp.seconds / steps};
+    double other = step_ms;
+    size_t len = (size_t)snprintf(json, n, ", \"profile\": {\"step_ms\": %.3f", step_ms);
+    printf("  profile     per step, the mean of %d steps (%.1f ms), rank 0; ops timed %s\n", rep->steps, step_ms,
+           p->marks ? "by CUDA events around each op on the compute stream" : "by the clock around each op");
+    printf("    %-22s %9s %7s %9s\n", "kind", "ms/step", "share", "ops/step");
+    for (int k = 0; k < TRI_PROF_KINDS; k++) {
+        const double ms = p->ms[k] / steps;
+        other -= ms;
+        printf("    %-22s %9.2f %6.1f%% %9.0f\n", tri_prof_kind_label((tri_prof_kind)k), ms, ms * share,
+               (double)p->calls[k] / steps);
+        len += (size_t)snprintf(json + len, len < n ? n - len : 0, ", \"%s_ms\": %.3f",
+                                tri_prof_kind_key((tri_prof_kind)k), ms);
+    }
+    for (int g = 0; g < 3; g++) {
+        other -= comm_ms[g];
+        printf("    comm %-17s %9.2f %6.1f%%\n", comm[g], comm_ms[g], comm_ms[g] * share);
+        len += (size_t)snprintf(json + len, len < n ? n - len : 0, ", \"comm_%s_ms\": %.3f", comm[g], comm_ms[g]);
+    }
+    printf("    %-22s %9.2f %6.1f%%            (host work and waits outside the ops)\n", "other", other, other * share);
+    len += (size_t)snprintf(json + len, len < n ? n - len : 0, ", \"other_ms\": %.3f}, \"profile_gemm_ms\": {", other);
+    printf("    GEMMs by layer part    %9s %11s %12s   (ms/step)\n", "forward", "input grad", "weight grad");
+    for (int r = 0; r < TRI_PROF_ROLES; r++) {
+        const double *ms = p->gemm_ms[r];
+        const unsigned long long *c = p->gemm_calls[r];
+        if (r != TRI_PROF_UNKNOWN || c[0] + c[1] + c[2] > 0)
+            printf("      %-20s %9.2f %11.2f %12.2f\n", r == TRI_PROF_HEAD ? "head (LM head)" : tri_prof_role_key(r),
+                   ms[0] / steps, ms[1] / steps, ms[2] / steps);
+        len += (size_t)snprintf(json + len, len < n ? n - len : 0,
+                                "%s\"%s\": {\"fwd\": %.3f, \"dinp\": %.3f, \"dweight\": %.3f}", r ? ", " : "",
+                                tri_prof_role_key(r), ms[0] / steps, ms[1] / steps, ms[2] / steps);
+    }
+    snprintf(json + len, len < n ? n - len : 0, "}");
+}
+
 int tri_cmd_bench(int argc, char **argv) {
     long steps = 10, threads = 0;
     const char *device = NULL; /* --device, else the config's "device" */
     const char *peak_arg = NULL;
-    int skip_memory_check = 0;
+    int skip_memory_check = 0, profile = 0;
     tri_opt_list pos = {0}, set = {0};
     const tri_opt table[] = {
         {"--steps", TRI_OPT_LONG, &steps, "N", 1, 1000000, .help = "training steps to time (default 10)"},
@@ -73,12 +121,16 @@ int tri_cmd_bench(int argc, char **argv) {
         {"--set", TRI_OPT_LIST, &set, "section.key=value", .help = "a config key (repeatable)"},
         {"--skip-memory-check", TRI_OPT_FLAG, &skip_memory_check,
          .help = "start even if a rank's memory estimate exceeds the memory available"},
+        {"--profile", TRI_OPT_FLAG, &profile,
+         .help = "time every op (CUDA events on a GPU, the clock on the CPU) and print\n"
+                 "the time per op kind per step: GEMMs by direction and layer part,\n"
+                 "attention, LayerNorm, GELU, cross-entropy, optimizer, communication"},
     };
     const tri_cmd_spec spec = {
         .cmd = "trident bench",
         .who = "bench",
         .usage = "CONFIG [--steps N] [--threads K] [--device cpu|cuda] [--peak-tflops P]\n"
-                 "                     [--set section.key=value]...",
+                 "                     [--profile] [--set section.key=value]...",
         .about = "  runs N training steps (after one warm-up step) on synthetic tokens and prints tokens/s,\n"
                  "  model GFLOP/s, MFU against this machine's measured sgemm speed, communication per group\n"
                  "  (under tridentrun), and a last line of JSON.\n",
@@ -175,6 +227,7 @@ int tri_cmd_bench(int argc, char **argv) {
     opts.skip_memory_check = skip_memory_check;
     opts.after_step = tri_step_probe_after;
     opts.after_step_ctx = &probe;
+    opts.profile = profile;
     tri_run_report rep = {0};
     opts.report = &rep;
     rc = tri_train(&cfg, &opts);
@@ -256,14 +309,17 @@ int tri_cmd_bench(int argc, char **argv) {
     printf("  memory      rank 0, recompute %s: %s; saved activations in use at most %.2f MiB\n",
            tri_recompute_name(cfg.train.recompute),
            memline, (double)rep.mem.saved_in_use_peak / (1024.0 * 1024.0));
+    char profjson[2048] = "";
+    if (profile) profile_report(&rep, profjson, sizeof profjson);
     printf("{\"config\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, "
            "\"threads\": %d, \"recompute\": \"%s\", "
            "\"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, "
            "\"mfu_paired\": %.4f, \"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f, \"pp\": %d, \"vpp\": %d, "
-           "\"schedule\": \"%s\", \"bubble\": %.4f, \"bubble_sim\": %.4f, \"mem\": %s}\n",
+           "\"schedule\": \"%s\", \"bubble\": %.4f, \"bubble_sim\": %.4f, \"mem\": %s%s}\n",
            path, device, tri_precision_name(cfg.train.precision), rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads,
-           tri_recompute_name(cfg.train.recompute), med * 1e3, tps, gflops, job_peak, mfu, mfu_paired, share[0], share[1], cfg.parallel.pp,
-           cfg.parallel.vpp, tri_sched_name(cfg.parallel.schedule), bubble, bubble_sim, memjson);
+           tri_recompute_name(cfg.train.recompute), med * 1e3, tps, gflops, job_peak, mfu, mfu_paired, share[0],
+           share[1], cfg.parallel.pp, cfg.parallel.vpp, tri_sched_name(cfg.parallel.schedule), bubble, bubble_sim,
+           memjson, profjson);
 out:
     tri_step_probe_free(&probe);
     free(sets);

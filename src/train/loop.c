@@ -102,12 +102,14 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             memset(&t->dist.tp.stats, 0, sizeof t->dist.tp.stats);
             memset(&t->dist.dp.stats, 0, sizeof t->dist.dp.stats);
             memset(&t->dist.pp.stats, 0, sizeof t->dist.pp.stats);
+            if (t->prof) tri_profile_reset(t->prof);
         }
         double t0 = tri_now_s();
         double norm;
         tri_dist_progress(&t->dist, step + 1, "train");
         loss = train_step(t, step, &norm);
         double dt = tri_now_s() - t0;
+        if (t->prof) tri_profile_step(t->prof); /* (one wait on a GPU, outside the step's time) */
         if (t->data_error) {
             rc = TRI_EXIT_FAILURE;
             goto done;
@@ -220,6 +222,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         r->dp = t->dist.dp.stats;
         r->pp = t->dist.pp.stats;
         r->mem = t->ctx.mem;
+        if (t->prof) r->profile = *tri_profile_totals(t->prof);
         /* every stage's pipeline figures, on every rank of the pipeline */
         double mine[3] = {t->pipe_total.busy_s, t->pipe_total.p2p_s, t->pipe_total.span_s};
         int np = mesh->pp < TRI_REPORT_MAX_STAGES ? mesh->pp : TRI_REPORT_MAX_STAGES;

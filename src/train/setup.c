@@ -86,6 +86,8 @@ static int check_resume(const tri_config *now, const tri_config *saved, const ch
 }
 
 void trainer_free(trainer *t) {
+    tri_profile_stop(t->prof); /* the real op table back before anything is freed through it */
+    t->prof = NULL;
     free(t->inputs);
     free(t->targets);
     if (t->metrics) fclose(t->metrics);
@@ -289,6 +291,12 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             printf("resume: no checkpoint in %s yet, starting from step 0\n", cfg->checkpoint.dir);
         if (tri_gpt_init_params(&t->gpt, cfg->train.seed) != 0) return TRI_EXIT_FAILURE;
         tri_optim_master_from_params(&t->opt, &t->gpt); /* 16-bit parameters: their fp32 masters */
+    }
+
+    /* bench --profile: the ops timed from the first step on, GEMMs by the weight they read */
+    if (opts->profile) {
+        t->prof = tri_profile_start(&t->ctx, 0);
+        if (t->prof == NULL || tri_gpt_profile_roles(&t->gpt, t->prof) != 0) return TRI_EXIT_FAILURE;
     }
 
     if (t->is_logger && !opts->synthetic) {

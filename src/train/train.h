@@ -4,6 +4,7 @@
 
 #include "config/config.h"
 
+#include "kernels/profile.h"
 #include "parallel/comm.h"
 
 #define TRI_REPORT_MAX_STAGES 64
@@ -21,6 +22,9 @@ typedef struct tri_run_report {
      * end of its last compute action (parallel/pipeline.h), summed over the steps. */
     int stages;
     double stage_busy_s[TRI_REPORT_MAX_STAGES], stage_p2p_s[TRI_REPORT_MAX_STAGES], stage_span_s[TRI_REPORT_MAX_STAGES];
+    /* With tri_run_opts.profile: this rank's op time by kind in those steps
+     * (kernels/profile.h; profile.steps of them). */
+    tri_prof_totals profile;
 } tri_run_report;
 
 typedef struct tri_run_opts {
@@ -39,6 +43,7 @@ typedef struct tri_run_opts {
      * (bench measures the machine's sgemm speed right then) */
     void (*after_step)(void *ctx, int step, double seconds);
     void *after_step_ctx;
+    int profile;            /* bench --profile: every op of this rank timed (kernels/profile.h) into report->profile */
     tri_run_report *report; /* if non-NULL: filled when all train.steps ran, for every step after the first
                                (the first warms caches and page-faults the buffers) */
 } tri_run_opts;

@@ -32,6 +32,7 @@ typedef struct trainer {
     tri_debug debug; /* test-only faults, read once (model/debug.h) */
     tri_dist dist;
     tri_ctx ctx;               /* the backend of this rank                   */
+    tri_profile *prof;         /* opts.profile: the ops of ctx timed; else NULL */
     tri_gpt gpt;               /* the chunks this rank holds                 */
     tri_stage_plan plan;       /* this pipeline stage: chunks, schedule, slots */
     tri_schedule sched;        /* a training step's schedule (every stage)    */

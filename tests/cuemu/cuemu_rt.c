@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/cuda/check.h"
+#include "base/clock.h"
 #include "base/err.h"
 
 typedef struct alloc_rec {
@@ -19,6 +20,12 @@ typedef struct alloc_rec {
 
 struct tri_cuemu_stream {
     int live;
+};
+
+struct tri_cuemu_event {
+    int live;     /* 0 once destroyed (kept, so that a later use is reported) */
+    int recorded; /* cudaEventRecord has run on it */
+    double t;     /* the host clock then, seconds */
 };
 
 /* The emulated runtime's state: the process's one device (the test build
@@ -234,4 +241,52 @@ void tri_cuemu_rt_fail_next_mallocs(int n) {
     pthread_mutex_lock(&mu);
     fail_mallocs = n;
     pthread_mutex_unlock(&mu);
+}
+
+/* ---- events: the host clock at the record (every launch before it is done) ---- */
+
+cudaError_t tri_cuemu_rt_event_create(cudaEvent_t *e) {
+    if (e == NULL) return fail(cudaErrorInvalidValue);
+    *e = calloc(1, sizeof **e);
+    if (*e == NULL) return fail(cudaErrorMemoryAllocation);
+    (*e)->live = 1;
+    pthread_mutex_lock(&mu);
+    stats.live_events++;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t tri_cuemu_rt_event_destroy(cudaEvent_t e) {
+    if (e == NULL || e->live != 1) return fail(cudaErrorInvalidResourceHandle);
+    e->live = 0; /* kept, not freed, as streams are */
+    pthread_mutex_lock(&mu);
+    stats.live_events--;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t tri_cuemu_rt_event_record(cudaEvent_t e, cudaStream_t s) {
+    if (e == NULL || e->live != 1 || !stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    e->recorded = 1;
+    e->t = tri_now_s();
+    pthread_mutex_lock(&mu);
+    stats.event_records++;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t tri_cuemu_rt_event_sync(cudaEvent_t e) {
+    if (e == NULL || e->live != 1 || !e->recorded) return fail(cudaErrorInvalidResourceHandle);
+    pthread_mutex_lock(&mu);
+    stats.event_syncs++;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t tri_cuemu_rt_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (ms == NULL) return fail(cudaErrorInvalidValue);
+    if (start == NULL || end == NULL || start->live != 1 || end->live != 1 || !start->recorded || !end->recorded)
+        return fail(cudaErrorInvalidResourceHandle);
+    *ms = (float)(1e3 * (end->t - start->t));
+    return cudaSuccess;
 }

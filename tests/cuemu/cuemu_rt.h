@@ -15,6 +15,10 @@
  * allocations (tri_cuemu_rt_pointer_kind, cuemu_api.h): a test hands kernels device
  * memory from cudaMallocAsync (host memory here, which the test may read
  * and write directly), never plain host memory.
+ * Events (the profile's timing marks) take the host clock when recorded:
+ * every launch before them has finished by then. Recording on a stream that
+ * is not live, reading an event never recorded, or using one destroyed is
+ * cudaErrorInvalidResourceHandle.
  * The names are macros onto tri_cuemu_rt_*, so that a program can link the
  * real CUDA runtime beside it. C and C++. */
 #ifndef TRI_CUEMU_RT_H
@@ -45,6 +49,7 @@ typedef enum tri_cuemu_memcpy_kind {
 } cudaMemcpyKind;
 
 typedef struct tri_cuemu_stream *cudaStream_t;
+typedef struct tri_cuemu_event *cudaEvent_t;
 #define cudaStreamNonBlocking     0x01
 
 #define cudaMallocAsync           tri_cuemu_rt_malloc_async
@@ -57,6 +62,11 @@ typedef struct tri_cuemu_stream *cudaStream_t;
 #define cudaGetLastError          tri_cuemu_rt_get_last_error
 #define cudaGetErrorName          tri_cuemu_rt_error_name
 #define cudaGetErrorString        tri_cuemu_rt_error_string
+#define cudaEventCreate           tri_cuemu_rt_event_create
+#define cudaEventDestroy          tri_cuemu_rt_event_destroy
+#define cudaEventRecord           tri_cuemu_rt_event_record
+#define cudaEventSynchronize      tri_cuemu_rt_event_sync
+#define cudaEventElapsedTime      tri_cuemu_rt_event_elapsed
 
 cudaError_t tri_cuemu_rt_malloc_async(void **p, size_t bytes, cudaStream_t s);
 cudaError_t tri_cuemu_rt_free_async(void *p, cudaStream_t s);
@@ -68,11 +78,19 @@ cudaError_t tri_cuemu_rt_stream_sync(cudaStream_t s);
 cudaError_t tri_cuemu_rt_get_last_error(void);
 const char *tri_cuemu_rt_error_name(cudaError_t e);
 const char *tri_cuemu_rt_error_string(cudaError_t e);
+cudaError_t tri_cuemu_rt_event_create(cudaEvent_t *e);
+cudaError_t tri_cuemu_rt_event_destroy(cudaEvent_t e);
+cudaError_t tri_cuemu_rt_event_record(cudaEvent_t e, cudaStream_t s);
+cudaError_t tri_cuemu_rt_event_sync(cudaEvent_t e);
+cudaError_t tri_cuemu_rt_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end);
 
-/* For tests: device bytes live now, allocations live now, stream syncs so far. */
+/* For tests: device bytes live now, allocations live now, stream syncs so
+ * far; events live now, event records and event waits so far. */
 typedef struct tri_cuemu_rt_stats {
     size_t live_bytes, live_allocs;
     uint64_t syncs, copies;
+    size_t live_events;
+    uint64_t event_records, event_syncs;
 } tri_cuemu_rt_stats;
 void tri_cuemu_rt_stats_get(tri_cuemu_rt_stats *s);
 /* For tests: the next `n` cudaMallocAsync calls fail with

@@ -1,0 +1,86 @@
+#include "tiny_steps.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "model/runtime.h"
+
+static uint64_t rng(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 33;
+}
+
+void tt_tiny_steps(tri_ctx *ctx, tri_dtype precision, int steps, int profile, tt_tiny_run *out) {
+    tri_model_cfg cfg = {.n_layer = TT_TINY_LAYERS, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab_size = 100};
+    enum { B = 2, T = 16, BT = B * T };
+    tri_comm self;
+    tri_gpt g;
+    tri_slot_pool pool;
+    tri_workspace ws;
+    cr_assert(steps > 0 && steps <= TT_TINY_MAX_STEPS);
+    memset(out, 0, sizeof *out);
+    cr_assert_eq(tri_ctx_set_precision(ctx, precision), 0);
+    tri_comm_init_self(&self, 0);
+    self.ctx = ctx;
+    cr_assert_eq(tri_gpt_init_single(&g, &cfg, ctx, &self, 1, 0), 0);
+    cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, B, T, TRI_RECOMPUTE_NONE, 1, 0), 0);
+    cr_assert_eq(tri_workspace_init(&ws, &g, B, T, TRI_RECOMPUTE_NONE), 0);
+    cr_assert_eq(tri_gpt_init_params(&g, 17), 0);
+    tri_adamw_cfg oc = {.lr = 3e-3,
+                        .min_lr = 3e-4,
+                        .warmup_steps = 2,
+                        .total_steps = steps,
+                        .beta1 = 0.9,
+                        .beta2 = 0.95,
+                        .eps = 1e-8,
+                        .weight_decay = 0.1,
+                        .grad_clip = 1.0};
+    tri_optim o;
+    cr_assert_eq(tri_optim_init(&o, &g, &oc), 0);
+    tri_optim_master_from_params(&o, &g);
+    tri_profile *prof = NULL;
+    if (profile >= 0) {
+        prof = tri_profile_start(ctx, profile);
+        cr_assert_not_null(prof);
+        cr_assert_eq(tri_gpt_profile_roles(&g, prof), 0);
+    }
+    tri_chunk *ch = &g.chunks[0];
+    int32_t ids[BT], tgt[BT];
+    uint64_t s = 77;
+    const double t0 = tri_now_s();
+    for (int step = 0; step < steps; step++) {
+        for (size_t i = 0; i < BT; i++) {
+            ids[i] = (int32_t)(rng(&s) % 100);
+            tgt[i] = (int32_t)(rng(&s) % 100);
+        }
+        ctx->ops->zero(ctx, ch->grad_mem, ch->n_elems * sizeof(float));
+        tri_slot *sl = tri_slot_acquire(&pool, &g);
+        tri_slot_stage(&g, &pool, sl, ids, tgt);
+        const double sum = tri_chunk_forward(&g, &pool, sl, &ws, NULL, TRI_FWD_TRAIN, (float)(1.0 / (double)BT));
+        tri_chunk_backward(&g, &pool, sl, &ws, NULL);
+        tri_slot_release(&pool, &g, sl);
+        out->loss[step] = sum / (double)BT;
+        const double norm = sqrt(tri_grad_sumsq_local(&g));
+        tri_optim_step(&o, &g, tri_lr_at(&oc, step), norm > 1.0 ? (float)(1.0 / (norm + 1e-6)) : 1.0f);
+        if (prof) tri_profile_step(prof);
+    }
+    out->wall_ms = 1e3 * (tri_now_s() - t0);
+    if (prof) {
+        out->tot = *tri_profile_totals(prof);
+        tri_profile_stop(prof);
+    }
+    out->n = ch->n_elems;
+    out->params = malloc(out->n * sizeof(float));
+    cr_assert_not_null(out->params);
+    tri_ctx_to_host(ctx, out->params, o.master[0] ? o.master[0] : ch->param_mem, out->n * sizeof(float));
+    tri_optim_free(&o, &g);
+    tri_slot_pool_free(&pool, &g);
+    tri_workspace_free(&ws, &g);
+    tri_gpt_free(&g);
+}
