@@ -1,48 +1,31 @@
-/* `trident bench CONFIG [--steps N] [--threads K] [--set ...]`: training
- * throughput on synthetic tokens, and the machine's sgemm speed on the
- * model's own GEMM shape, so that MFU can be read against what this machine
- * can do rather than a datasheet. Works under tridentrun too (rank 0 prints). */
-#include <omp.h>
+/* `trident bench CONFIG [--steps N] [--threads K] [--set ...]`: the options,
+ * the config, then the measurement (src/train/bench.h: training throughput
+ * on synthetic tokens against the machine's sgemm speed on the model's own
+ * GEMM shape) and its printing. Works under tridentrun too (rank 0 prints). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "model/gpt.h"
-#include "parallel/dist.h"
-#include "parallel/mesh.h"
 #include "base/err.h"
 #include "base/exit.h"
 #include "base/opt.h"
-#include "base/size.h"
 #include "cli/cli.h"
 #include "config/config.h"
-#include "train/preflight.h"
-#include "plan/probe.h"
 #include "plan/stage_plan.h"
+#include "train/bench.h"
 #include "train/train.h"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Under pipelining: each stage's compute (busy), idle and p2p time per
- * step, and the measured bubble (the busiest stage's idle time over its busy
- * time, idle = the longest stage's span minus its busy time) beside the
- * simulator's prediction with unit costs for the same schedule (the stage
- * plan's, src/plan/stage_plan.h). Returns 0 or -1 (printed). */
-static int pipeline_report(const tri_config *cfg, const tri_run_report *rep, double *bubble, double *bubble_sim) {
+ * step, and the measured bubble beside the simulator's (src/train/bench.h).
+ * Returns 0 or -1 (printed). */
+static int pipeline_report(const tri_config *cfg, const tri_bench_result *r) {
+    const tri_run_report *rep = &r->rep;
     if (cfg->parallel.pp == 1 || rep->stages == 0 || rep->steps == 0) return 0;
     tri_stage_plan plan;
     if (tri_stage_plan_init(&plan, cfg, 0) != 0) return -1;
-    *bubble_sim = plan.bubble;
-    double span = 0.0, busiest = 0.0;
-    for (int i = 0; i < rep->stages; i++) {
+    double span = 0.0;
+    for (int i = 0; i < rep->stages; i++)
         if (rep->stage_span_s[i] > span) span = rep->stage_span_s[i];
-        if (rep->stage_busy_s[i] > busiest) busiest = rep->stage_busy_s[i];
-    }
-    *bubble = busiest > 0 ? (span - busiest) / busiest : 0.0;
     printf("  pipeline    %s, pp=%d vpp=%d, %d micro-batches per step; per step:\n", tri_sched_name(plan.kind), plan.pp,
            plan.vpp, plan.m);
     for (int i = 0; i < rep->stages; i++)
@@ -51,7 +34,7 @@ static int pipeline_report(const tri_config *cfg, const tri_run_report *rep, dou
                1e3 * rep->stage_p2p_s[i] / rep->steps);
     printf("  bubble      measured %.3f (idle / busy of the busiest stage), simulated %.3f (unit costs, "
            "`trident schedule`)\n",
-           *bubble, *bubble_sim);
+           r->bubble, r->bubble_sim);
     tri_stage_plan_free(&plan);
     return 0;
 }
@@ -147,12 +130,12 @@ int tri_cmd_bench(int argc, char **argv) {
         return tri_opt_exit(rc);
     }
     rc = TRI_EXIT_BAD_INPUT;
-    tri_step_probe probe = {0}; /* each step's time and the sgemm speed after it */
     /* the data files are not read: synthetic tokens; then --set, the steps, the device */
     const char **sets = calloc((size_t)set.n + 3, sizeof *sets);
     int n_sets = 0;
     char device_set[64];
-    double peak_tflops = 0.0;
+    tri_bench_opts bo = {.steps = steps, .threads = (int)threads, .skip_memory_check = skip_memory_check,
+                         .profile = profile};
     if (!sets) {
         tri_error("bench: out of memory");
         goto out;
@@ -161,8 +144,8 @@ int tri_cmd_bench(int argc, char **argv) {
     for (int i = 0; i < set.n; i++) sets[n_sets++] = set.v[i];
     if (peak_arg) {
         char *end;
-        peak_tflops = strtod(peak_arg, &end);
-        if (end == peak_arg || *end != '\0' || !(peak_tflops > 0.0 && peak_tflops < 1e9)) {
+        bo.peak_tflops = strtod(peak_arg, &end);
+        if (end == peak_arg || *end != '\0' || !(bo.peak_tflops > 0.0 && bo.peak_tflops < 1e9)) {
             tri_error("bench: --peak-tflops '%s' is not a positive number of TFLOP/s", peak_arg);
             goto out;
         }
@@ -187,103 +170,31 @@ int tri_cmd_bench(int argc, char **argv) {
     if (tri_config_load(&cfg, path, n_sets, sets) != 0) goto out;
     device = tri_device_name(cfg.device);
     /* on the CPU the peak is measured (sgemm); elsewhere it is given */
-    const int on_cpu = cfg.device != TRI_DEVICE_CUDA;
-    if (on_cpu && peak_tflops > 0.0) {
+    if (cfg.device != TRI_DEVICE_CUDA && bo.peak_tflops > 0.0) {
         tri_error("bench: --peak-tflops is for --device cuda (on the CPU the peak is measured)");
         goto out;
     }
-    tri_set_threads((int)threads);
-    int nthreads = omp_get_max_threads();
-    size_t BT = (size_t)cfg.train.micro_batch * (size_t)cfg.model.seq_len, C = (size_t)cfg.model.n_embd;
-    /* the sgemm probe is allocated before tri_train's own preflight: check
-     * its sizes and this rank's memory with it first (src/train/preflight.h) */
-    size_t probe_bytes = 0;
-    if (on_cpu && tri_sgemm_bytes(BT, 4 * C, C, &probe_bytes) != 0) {
-        tri_error("bench: the sgemm probe (train.micro_batch x model.seq_len x 4 model.n_embd) overflows "
-                  "64-bit sizes (train.micro_batch %d, model.seq_len %d, model.n_embd %d)",
-                  cfg.train.micro_batch, cfg.model.seq_len, cfg.model.n_embd);
-        goto out;
-    }
-    int world, rank;
-    tri_mesh mesh;
-    char err[256];
-    tri_dist_env_world(&world, &rank);
-    if (tri_mesh_init(&mesh, world, rank, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp, err, sizeof err) == 0 &&
-        tri_preflight_model(&cfg, (size_t)cfg.train.micro_batch, mesh.tp_rank, mesh.pp_rank, probe_bytes, 1,
-                            !skip_memory_check, NULL) != 0)
-        goto out; /* (a layout that does not fit the world is tri_train's to report) */
-    rc = TRI_EXIT_FAILURE;
-    if (tri_step_probe_init(&probe, on_cpu ? BT : 0, 4 * C, C, (size_t)steps + 1) != 0) {
-        tri_error("bench: out of memory");
-        goto out;
-    }
-    /* GFLOP/s: the sgemm's best of 15 runs (no warm-up), or the given peak */
-    double peak = on_cpu ? tri_sgemm_best(&probe.sgemm, 0, 15) / 1e9 : peak_tflops * 1e3;
-    tri_run_opts opts = {0};
-    opts.device = cfg.device;
-    opts.threads = (int)threads;
-    opts.synthetic = 1;
-    opts.quiet = 1;
-    opts.skip_memory_check = skip_memory_check;
-    opts.after_step = tri_step_probe_after;
-    opts.after_step_ctx = &probe;
-    opts.profile = profile;
-    tri_run_report rep = {0};
-    opts.report = &rep;
-    rc = tri_train(&cfg, &opts);
-    if (rc != 0 || rep.rank != 0) goto out;
-    double *times = probe.times;
-
-    /* the best sgemm seen at any point: before, after every step, at the end */
-    double again = on_cpu ? tri_sgemm_best(&probe.sgemm, 0, 15) / 1e9 : 0.0;
-    if (again > peak) peak = again;
-    for (long i = 1; on_cpu && i <= steps; i++)
-        if (probe.after[i] / 1e9 > peak) peak = probe.after[i] / 1e9;
-    /* one rank's best sgemm times the ranks, but ranks that share a machine
-     * share its cores: with more local ranks x threads than cores (the
-     * oversubscribed quickstart layouts), the machine's cores are the limit */
-    double job_peak = peak * rep.world;
-    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int local = ls ? atoi(ls) : 1;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (on_cpu && local > 0 && cores > 0) job_peak *= tri_core_share(local, nthreads, cores);
-    double flops_step = tri_gpt_flops_per_token(&cfg.model) * (double)cfg.train.global_batch * cfg.model.seq_len;
-    /* per step: model GFLOP/s over the job's sgemm GFLOP/s right after it (median) */
-    double *paired = calloc((size_t)steps, sizeof *paired);
-    if (!paired) {
-        tri_error("bench: out of memory");
-        rc = TRI_EXIT_FAILURE;
-        goto out;
-    }
-    for (long i = 1; i <= steps; i++) /* all ranks probed at once; on a GPU, against the given peak */
-        paired[i - 1] = flops_step / times[i] / 1e9 / ((on_cpu ? probe.after[i] / 1e9 : peak) * rep.world);
-    qsort(paired, (size_t)steps, sizeof *paired, cmp_double);
-    double mfu_paired = paired[steps / 2];
-    free(paired);
-    /* the first step warms caches and page-faults the buffers: not counted */
-    qsort(times + 1, (size_t)steps, sizeof *times, cmp_double);
-    double med = times[1 + steps / 2];
-    double tps = (double)cfg.train.global_batch * cfg.model.seq_len / med;
-    double gflops = flops_step / med / 1e9;
-    double mfu = job_peak > 0.0 ? gflops / job_peak : 0.0;
-    if (!(job_peak > 0.0)) mfu_paired = 0.0;
+    tri_bench_result r;
+    rc = tri_bench_run(&cfg, &bo, &r);
+    if (rc != TRI_EXIT_OK || r.rep.rank != 0) goto out;
+    const tri_run_report rep = r.rep;
 
     printf("bench %s: %zu params, B=%d T=%d, %d rank(s) (tp=%d pp=%d dp=%d) x %d threads, device %s, %s\n", path,
            tri_gpt_num_params(&cfg.model), cfg.train.global_batch, cfg.model.seq_len, rep.world, cfg.parallel.tp,
-           cfg.parallel.pp, cfg.parallel.dp, nthreads, device, tri_precision_name(cfg.train.precision));
-    printf("  step time   %.1f ms (median of %ld; min %.1f, max %.1f)\n", med * 1e3, steps, times[1] * 1e3,
-           times[steps] * 1e3);
-    printf("  throughput  %.0f tokens/s, %.1f GFLOP/s of model FLOPs (%.1f MFLOP/token)\n", tps, gflops,
-           tri_gpt_flops_per_token(&cfg.model) / 1e6);
-    if (on_cpu) {
+           cfg.parallel.pp, cfg.parallel.dp, r.threads, device, tri_precision_name(cfg.train.precision));
+    printf("  step time   %.1f ms (median of %ld; min %.1f, max %.1f)\n", r.step_s * 1e3, steps, r.min_s * 1e3,
+           r.max_s * 1e3);
+    printf("  throughput  %.0f tokens/s, %.1f GFLOP/s of model FLOPs (%.1f MFLOP/token)\n", r.tokens_per_s, r.gflops,
+           r.flops_per_token / 1e6);
+    if (r.on_cpu) {
         printf("  sgemm       best %.1f GFLOP/s per rank (%zux%zux%zu, %d threads), %.1f for the job's %d rank(s)\n",
-               peak, BT, C, 4 * C, nthreads, job_peak, rep.world);
+               r.peak_gflops, r.BT, r.C, 4 * r.C, r.threads, r.job_peak_gflops, rep.world);
         printf("  MFU         %.1f%% of the best sgemm speed; %.1f%% of the sgemm speed measured right after\n"
                "              each step (median; cancels this VM's slow phases)\n",
-               100.0 * mfu, 100.0 * mfu_paired);
-    } else if (job_peak > 0.0) {
+               100.0 * r.mfu, 100.0 * r.mfu_paired);
+    } else if (r.job_peak_gflops > 0.0) {
         printf("  MFU         %.1f%% of the given peak, %.1f TFLOP/s per device (%.1f for the job's %d rank(s))\n",
-               100.0 * mfu, peak / 1e3, job_peak / 1e3, rep.world);
+               100.0 * r.mfu, r.peak_gflops / 1e3, r.job_peak_gflops / 1e3, rep.world);
     } else {
         printf("  MFU         not computed: give the device's peak with --peak-tflops\n");
     }
@@ -298,8 +209,7 @@ int tri_cmd_bench(int argc, char **argv) {
                (double)st[g]->bytes / rep.steps / 1e6, (double)st[g]->calls / rep.steps,
                1e3 * st[g]->seconds / rep.steps, 100.0 * share[g]);
     }
-    double bubble = 0.0, bubble_sim = 0.0;
-    if (pipeline_report(&cfg, &rep, &bubble, &bubble_sim) != 0) {
+    if (pipeline_report(&cfg, &r) != 0) {
         rc = TRI_EXIT_FAILURE;
         goto out;
     }
@@ -316,12 +226,11 @@ int tri_cmd_bench(int argc, char **argv) {
            "\"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, "
            "\"mfu_paired\": %.4f, \"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f, \"pp\": %d, \"vpp\": %d, "
            "\"schedule\": \"%s\", \"bubble\": %.4f, \"bubble_sim\": %.4f, \"mem\": %s%s}\n",
-           path, device, tri_precision_name(cfg.train.precision), rep.world, cfg.parallel.tp, cfg.parallel.dp, nthreads,
-           tri_recompute_name(cfg.train.recompute), med * 1e3, tps, gflops, job_peak, mfu, mfu_paired, share[0],
-           share[1], cfg.parallel.pp, cfg.parallel.vpp, tri_sched_name(cfg.parallel.schedule), bubble, bubble_sim,
-           memjson, profjson);
+           path, device, tri_precision_name(cfg.train.precision), rep.world, cfg.parallel.tp, cfg.parallel.dp,
+           r.threads, tri_recompute_name(cfg.train.recompute), r.step_s * 1e3, r.tokens_per_s, r.gflops,
+           r.job_peak_gflops, r.mfu, r.mfu_paired, share[0], share[1], cfg.parallel.pp, cfg.parallel.vpp,
+           tri_sched_name(cfg.parallel.schedule), r.bubble, r.bubble_sim, memjson, profjson);
 out:
-    tri_step_probe_free(&probe);
     free(sets);
     tri_opt_list_free(&pos);
     tri_opt_list_free(&set);
