@@ -1,8 +1,8 @@
-/* Flash-style causal multi-head self-attention on the CPU: the same function
- * as attention.c (kernels/ops.h states it), computed tile by tile with an
- * online softmax, so the (T, T) probabilities are never stored: the forward
- * saves only each row's log-sum-exp, and the backward recomputes the
- * probabilities from it.
+/* Causal multi-head self-attention on the CPU (the op table's attention;
+ * kernels/ops.h states the contract), flash-style: computed tile by tile with
+ * an online softmax, so the (T, T) probabilities are never stored: the
+ * forward saves only each row's log-sum-exp, and the backward recomputes the
+ * probabilities from it, as the CUDA kernels do.
  *
  * Work: an OpenMP loop over the B*NH (batch, head) pairs; one thread does a
  * whole pair, so every output element is one fixed sequence of operations,
@@ -18,7 +18,7 @@
  * FMA, and a scalar loop for leftover columns with the same order, so the
  * result does not depend on which path computed it.
  *
- * Layouts (C = NH * HS), as attention.c:
+ * Layouts (C = NH * HS):
  *   qkv  (B, T, 3, NH, HS): q of head h at h*HS, k at C + h*HS, v at 2C + h*HS;
  *   out  (B, T, NH, HS);  lse (B, NH, T): log sum_j<=i exp(s_ij), s = q.k / sqrt(HS). */
 #include <omp.h>
