@@ -74,7 +74,7 @@ void tri_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *in
 void tri_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                            const float *mean, const float *rstd, size_t N, size_t C);
 
-/* attention_flash.c: flash-style attention, saving only the row
+/* attention.c: flash-style attention, saving only the row
  * log-sum-exp (B, NH, T); the backward recomputes the probabilities. */
 void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS);
 void tri_cpu_attention_flash_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,

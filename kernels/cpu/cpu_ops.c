@@ -148,7 +148,7 @@ static void cpu_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, cons
     store(dinp, A, di, N * C);
 }
 
-/* The CPU's attention is flash-style (attention_flash.c): its state is one
+/* The CPU's attention is flash-style (attention.c): its state is one
  * log-sum-exp per (batch, head, query) row, B * NH * T floats, as on the
  * CUDA backend; the backward recomputes the probabilities from it, qkv and
  * the forward's output. No (T, T) tensor exists. */
