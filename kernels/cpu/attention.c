@@ -209,7 +209,7 @@ static void scores(float *s, size_t wp, const float *a, size_t ars, const float 
 /* out (B, T, NH, HS) = softmax(causal(Q K^T / sqrt(HS))) V          [overwrite]
  * lse (B, NH, T) = log of each row's softmax denominator, with the max
  * folded in (lse_i = m_i + log l_i), saved for the backward     [overwrite] */
-void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS) {
+void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS) {
     TRI_CHECK(NH > 0 && HS > 0);
     const size_t hs = (size_t)HS, C = (size_t)NH * hs, C3 = 3 * C;
     const size_t pairs = B * (size_t)NH, bc = key_block(hs);
@@ -276,13 +276,13 @@ void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv, size_
 /* Per thread: packed keys and values (hs, wp) each, P and dS tiles
  * (FA_BR, wp) each, and D (T). The backward uses at most
  * omp_get_max_threads() threads, so the thread count must not grow between
- * this call and attention_flash_bwd. */
+ * this call and attention_bwd. */
 static size_t scratch_per_thread(size_t T, size_t hs) {
     const size_t wp = round_up(key_block(hs), FA_VN);
     return 2 * hs * wp + 2 * (size_t)FA_BR * wp + T;
 }
 
-size_t tri_cpu_attention_flash_scratch_floats(size_t B, size_t T, int NH, int HS) {
+size_t tri_cpu_attention_scratch_floats(size_t B, size_t T, int NH, int HS) {
     TRI_CHECK(HS > 0);
     return (size_t)omp_get_max_threads() * scratch_per_thread(T, (size_t)HS);
 }
@@ -294,8 +294,8 @@ size_t tri_cpu_attention_flash_scratch_floats(size_t B, size_t T, int NH, int HS
  * Key blocks go in the outer loop and query blocks inside it (those with a
  * query >= the block's first key), so dK and dV of a block are finished
  * before the next, and dQ sums the key blocks in increasing order. */
-void tri_cpu_attention_flash_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                                 const float *lse, size_t B, size_t T, int NH, int HS) {
+void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                           const float *lse, size_t B, size_t T, int NH, int HS) {
     TRI_CHECK(NH > 0 && HS > 0);
     const size_t hs = (size_t)HS, C = (size_t)NH * hs, C3 = 3 * C;
     const size_t pairs = B * (size_t)NH, bc = key_block(hs), per = scratch_per_thread(T, hs);

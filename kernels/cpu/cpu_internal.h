@@ -76,10 +76,10 @@ void tri_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout,
 
 /* attention.c: flash-style attention, saving only the row
  * log-sum-exp (B, NH, T); the backward recomputes the probabilities. */
-void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS);
-void tri_cpu_attention_flash_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                                 const float *lse, size_t B, size_t T, int NH, int HS);
-size_t tri_cpu_attention_flash_scratch_floats(size_t B, size_t T, int NH, int HS);
+void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS);
+void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                           const float *lse, size_t B, size_t T, int NH, int HS);
+size_t tri_cpu_attention_scratch_floats(size_t B, size_t T, int NH, int HS);
 
 /* gelu.c */
 void tri_cpu_gelu_fwd(float *out, const float *inp, size_t N);

@@ -158,14 +158,14 @@ static void cpu_attention_fwd(tri_ctx *c, void *out, float *state, const void *q
                               int HS) {
     const tri_dtype A = c->act_dtype;
     if (!is16(A)) {
-        tri_cpu_attention_flash_fwd(out, state, qkv, B, T, NH, HS);
+        tri_cpu_attention_fwd(out, state, qkv, B, T, NH, HS);
         return;
     }
     const size_t n = B * T * (size_t)NH * (size_t)HS;
     float *cur = tri_cpu_scratch(c, pad(3 * n) + pad(n));
     const float *q = in_f(&cur, qkv, A, 3 * n);
     float *o = out_f(&cur, out, A, n);
-    tri_cpu_attention_flash_fwd(o, state, q, B, T, NH, HS);
+    tri_cpu_attention_fwd(o, state, q, B, T, NH, HS);
     store(out, A, o, n);
 }
 
@@ -175,14 +175,14 @@ static void cpu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch, const void
                               const void *out, const float *state, size_t B, size_t T, int NH, int HS) {
     const tri_dtype A = c->act_dtype;
     if (!is16(A)) {
-        tri_cpu_attention_flash_bwd(dqkv, scratch, dout, qkv, out, state, B, T, NH, HS);
+        tri_cpu_attention_bwd(dqkv, scratch, dout, qkv, out, state, B, T, NH, HS);
         return;
     }
     const size_t n = B * T * (size_t)NH * (size_t)HS;
     float *cur = tri_cpu_scratch(c, 2 * pad(n) + 2 * pad(3 * n));
     const float *d = in_f(&cur, dout, A, n), *q = in_f(&cur, qkv, A, 3 * n), *o = in_f(&cur, out, A, n);
     float *dq = out_f(&cur, dqkv, A, 3 * n);
-    tri_cpu_attention_flash_bwd(dq, scratch, d, q, o, state, B, T, NH, HS);
+    tri_cpu_attention_bwd(dq, scratch, d, q, o, state, B, T, NH, HS);
     store(dqkv, A, dq, 3 * n);
 }
 
@@ -368,7 +368,7 @@ static const tri_ops CPU_OPS = {
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
     .attention_saved_floats = cpu_attention_saved_floats,
-    .attention_scratch_floats = tri_cpu_attention_flash_scratch_floats,
+    .attention_scratch_floats = tri_cpu_attention_scratch_floats,
     .gelu_fwd = cpu_gelu_fwd,
     .gelu_bwd = cpu_gelu_bwd,
     .residual_fwd = cpu_residual_fwd,

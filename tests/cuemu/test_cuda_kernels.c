@@ -859,14 +859,14 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     float *rout = alloc_nan(BT * C), *rlse = alloc_nan(B * (size_t)NH * T);
     tri_cuemu_set_seed(seed);
     tri_cuemu_attention_fwd(NULL, TRI_F32, out, lse, qkv, B, T, NH, HS);
-    tri_cpu_attention_flash_fwd(rout, rlse, qkv, B, T, NH, HS);
+    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, NH, HS);
 
     float *dqkv = alloc_nan(BT * C3), *rdqkv = alloc_nan(BT * C3);
     float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
-    float *rscratch = alloc_nan(tri_cpu_attention_flash_scratch_floats(B, T, NH, HS));
+    float *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
     tri_cuemu_set_seed(seed + 7);
     tri_cuemu_attention_bwd(NULL, TRI_F32, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
-    tri_cpu_attention_flash_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
+    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
 
     att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
     expect_close("attention_fwd out", out, rout, sc.sc_o, BT * C, sc.tol, shape);
@@ -921,7 +921,7 @@ static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t see
     tri_cuemu_attention_fwd(NULL, TRI_BF16, out_h, lse, qkv_h, B, T, NH, HS);
 
     float *rout = alloc_nan(BT * C), *rlse = alloc_nan(nl);
-    tri_cpu_attention_flash_fwd(rout, rlse, qkv, B, T, NH, HS);
+    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, NH, HS);
     att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
     const double ptol = tri_cuemu_attention_uses_tensor_cores(TRI_BF16, HS) ? 1.0 / 256.0 : 0.0; /* P in bf16 */
     round_bf16(rout, BT * C);
@@ -932,10 +932,10 @@ static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t see
 
     /* the backward on the CPU op's rounded out and the CPU's lse, both sides */
     uint16_t *rout_h = to_bf16(rout, BT * C, NULL);
-    float *rdqkv = alloc_nan(BT * C3), *rscratch = alloc_nan(tri_cpu_attention_flash_scratch_floats(B, T, NH, HS));
+    float *rdqkv = alloc_nan(BT * C3), *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
     tri_cuemu_set_seed(seed + 7);
     tri_cuemu_attention_bwd(NULL, TRI_BF16, dqkv_h, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, HS);
-    tri_cpu_attention_flash_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
+    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
     round_bf16(rdqkv, BT * C3);
     expect_close_bf16("attention_bwd dqkv", dqkv_h, rdqkv, sc.sc_d, BT * C3, sc.tol + ptol, shape);
 
