@@ -12,6 +12,9 @@
  * so are the columns past the last query of each FA_MR-row group. The
  * softmax scale is folded into the packed keys (exact for HS = 64).
  * (With fewer pairs than threads some threads idle: parallelism is by pair.)
+ * Every head size and every T is taken: wide heads narrow the key blocks
+ * (key_block), and the forward's packed keys live on the heap, one block per
+ * thread.
  *
  * The small products go through mm() below: a register-tiled kernel on the
  * vector layer (vec.h) that sums each element over k in increasing order by
@@ -38,7 +41,7 @@ enum {
     FA_MR = FA_VN >= 16 ? 8 : 6,
     FA_BR = 32,          /* query rows per block */
     FA_BC = 64,          /* key columns per block (at most) */
-    FA_KT_FLOATS = 16384 /* a packed (HS, bc) key block, on the forward's stack */
+    FA_KT_FLOATS = 16384 /* a packed (HS, bc) key block, at most (64 KiB), but see key_block */
 };
 /* a key block's width rounded up to the vector width */
 #define FA_BCP ((FA_BC + FA_VN - 1) / FA_VN * FA_VN)
@@ -46,11 +49,12 @@ enum {
 static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
 /* Keys per block for head size hs: FA_BC, halved until a packed (hs, bc)
- * block fits FA_KT_FLOATS (the forward keeps it on the stack). */
+ * block fits FA_KT_FLOATS, so that it stays in the core's cache. A head
+ * wider than FA_KT_FLOATS / FA_VN floats (1024 with AVX-512 code) keeps one
+ * vector of keys per block, a larger packed block: every head size works. */
 static size_t key_block(size_t hs) {
     size_t bc = FA_BC;
     while (bc > FA_VN && hs * round_up(bc, FA_VN) > FA_KT_FLOATS) bc /= 2;
-    TRI_CHECK(hs * round_up(bc, FA_VN) <= FA_KT_FLOATS); /* HS <= 16384 / FA_VN */
     return bc;
 }
 
@@ -212,64 +216,71 @@ static void scores(float *s, size_t wp, const float *a, size_t ars, const float 
 void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS) {
     TRI_CHECK(NH > 0 && HS > 0);
     const size_t hs = (size_t)HS, C = (size_t)NH * hs, C3 = 3 * C;
-    const size_t pairs = B * (size_t)NH, bc = key_block(hs);
+    const size_t pairs = B * (size_t)NH, bc = key_block(hs), kt_floats = hs * round_up(bc, FA_VN);
     const float scale = 1.0f / sqrtf((float)HS);
-#pragma omp parallel for schedule(static) if (pairs > 1)
-    for (size_t bh = 0; bh < pairs; bh++) {
-        const size_t b = bh / (size_t)NH, h = bh % (size_t)NH;
-        const float *q = qkv + b * T * C3 + h * hs; /* (T, hs), rows C3 apart */
-        const float *k = q + C, *v = q + 2 * C;
-        float *o = out + b * T * C + h * hs; /* (T, hs), rows C apart */
-        float *ls = lse + bh * T;            /* (T) */
-        float kt[FA_KT_FLOATS];              /* (hs, wp) packed keys */
-        float p[FA_BR * FA_BCP];             /* (rows, wp) scores, then P */
-        float m[FA_BR], l[FA_BR];            /* running max and sum per row */
-        for (size_t i0 = 0; i0 < T; i0 += FA_BR) {
-            const size_t rows = T - i0 < FA_BR ? T - i0 : FA_BR;
-            for (size_t r = 0; r < rows; r++) {
-                m[r] = -INFINITY;
-                l[r] = 0.0f;
-                memset(o + (i0 + r) * C, 0, hs * sizeof(float));
-            }
-            for (size_t j0 = 0; j0 < i0 + rows; j0 += bc) {
-                const size_t w = i0 + rows - j0 < bc ? i0 + rows - j0 : bc;
-                const size_t wp = round_up(w, FA_VN);
-                pack_transposed(kt, k + j0 * C3, C3, w, wp, hs, scale);
-                scores(p, wp, q + i0 * C3, C3, kt, i0, rows, j0, w, hs);
+#pragma omp parallel if (pairs > 1)
+    {
+        /* this thread's packed key block (hs, wp): on the heap, whatever hs */
+        float *kt = tri_cpu_alloc(kt_floats * sizeof(float));
+        if (kt == NULL) TRI_FAIL("out of host memory: attention needs %zu bytes per thread", kt_floats * 4);
+        float p[FA_BR * FA_BCP];  /* (rows, wp) scores, then P */
+        float m[FA_BR], l[FA_BR]; /* running max and sum per row */
+#pragma omp for schedule(static)
+        for (size_t bh = 0; bh < pairs; bh++) {
+            const size_t b = bh / (size_t)NH, h = bh % (size_t)NH;
+            const float *q = qkv + b * T * C3 + h * hs; /* (T, hs), rows C3 apart */
+            const float *k = q + C, *v = q + 2 * C;
+            float *o = out + b * T * C + h * hs; /* (T, hs), rows C apart */
+            float *ls = lse + bh * T;            /* (T) */
+            for (size_t i0 = 0; i0 < T; i0 += FA_BR) {
+                const size_t rows = T - i0 < FA_BR ? T - i0 : FA_BR;
                 for (size_t r = 0; r < rows; r++) {
-                    float *pr = p + r * wp;
-                    const size_t n = keys_seen(i0 + r, j0, w);
-                    if (n == 0) {
-                        memset(pr, 0, wp * sizeof(float));
-                        continue;
+                    m[r] = -INFINITY;
+                    l[r] = 0.0f;
+                    memset(o + (i0 + r) * C, 0, hs * sizeof(float));
+                }
+                for (size_t j0 = 0; j0 < i0 + rows; j0 += bc) {
+                    const size_t w = i0 + rows - j0 < bc ? i0 + rows - j0 : bc;
+                    const size_t wp = round_up(w, FA_VN);
+                    pack_transposed(kt, k + j0 * C3, C3, w, wp, hs, scale);
+                    scores(p, wp, q + i0 * C3, C3, kt, i0, rows, j0, w, hs);
+                    for (size_t r = 0; r < rows; r++) {
+                        float *pr = p + r * wp;
+                        const size_t n = keys_seen(i0 + r, j0, w);
+                        if (n == 0) {
+                            memset(pr, 0, wp * sizeof(float));
+                            continue;
+                        }
+                        /* keys past the diagonal (and the padding): -inf, so
+                         * that the whole padded row goes through the vector
+                         * bodies */
+                        for (size_t c = n; c < wp; c++) pr[c] = -INFINITY;
+                        const float bm = row_max(pr, wp);
+                        const float mnew = bm > m[r] ? bm : m[r];
+                        const float alpha = vec_expf(m[r] - mnew); /* 0 on the first block */
+                        l[r] = l[r] * alpha + row_exp_sum_inplace(pr, wp, mnew);
+                        m[r] = mnew;
+                        if (alpha != 1.0f) {
+                            float *orow = o + (i0 + r) * C;
+                            for (size_t e = 0; e < hs; e++) orow[e] *= alpha;
+                        }
                     }
-                    /* keys past the diagonal (and the padding): -inf, so that
-                     * the whole padded row goes through the vector bodies */
-                    for (size_t c = n; c < wp; c++) pr[c] = -INFINITY;
-                    const float bm = row_max(pr, wp);
-                    const float mnew = bm > m[r] ? bm : m[r];
-                    const float alpha = vec_expf(m[r] - mnew); /* 0 on the first block */
-                    l[r] = l[r] * alpha + row_exp_sum_inplace(pr, wp, mnew);
-                    m[r] = mnew;
-                    if (alpha != 1.0f) {
-                        float *orow = o + (i0 + r) * C;
-                        for (size_t e = 0; e < hs; e++) orow[e] *= alpha;
+                    /* O[rows] += P V[j0, j0 + w), each row group over the keys it sees */
+                    for (size_t r0 = 0; r0 < rows; r0 += FA_MR) {
+                        const size_t R = rows - r0 < FA_MR ? rows - r0 : FA_MR;
+                        const size_t K = keys_seen(i0 + r0 + R - 1, j0, w);
+                        if (K > 0) mm(o + (i0 + r0) * C, C, p + r0 * wp, wp, 1, v + j0 * C3, C3, R, hs, K, 1);
                     }
                 }
-                /* O[rows] += P V[j0, j0 + w), each row group over the keys it sees */
-                for (size_t r0 = 0; r0 < rows; r0 += FA_MR) {
-                    const size_t R = rows - r0 < FA_MR ? rows - r0 : FA_MR;
-                    const size_t K = keys_seen(i0 + r0 + R - 1, j0, w);
-                    if (K > 0) mm(o + (i0 + r0) * C, C, p + r0 * wp, wp, 1, v + j0 * C3, C3, R, hs, K, 1);
+                for (size_t r = 0; r < rows; r++) {
+                    const float inv = 1.0f / l[r];
+                    float *orow = o + (i0 + r) * C;
+                    for (size_t e = 0; e < hs; e++) orow[e] *= inv;
+                    ls[i0 + r] = m[r] + logf(l[r]);
                 }
-            }
-            for (size_t r = 0; r < rows; r++) {
-                const float inv = 1.0f / l[r];
-                float *orow = o + (i0 + r) * C;
-                for (size_t e = 0; e < hs; e++) orow[e] *= inv;
-                ls[i0 + r] = m[r] + logf(l[r]);
             }
         }
+        tri_cpu_free(kt);
     }
 }
 

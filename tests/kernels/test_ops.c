@@ -661,6 +661,16 @@ Test(ops_attention, blocks_and_vector_tiles_with_partial_edges, .timeout = 120) 
 
 Test(ops_attention, long_sequence_with_gpt2_head_size, .timeout = 120) { check_attention(1, 130, 2, 64, 100); }
 
+/* Every head size: 1; 1100, past the 64 KiB packed key block of AVX-512 code
+ * (one vector of keys per block, T crossing many of them); 16400, past it
+ * for every vector width, scalar included (the kernel once refused these:
+ * its key block lived on the stack). */
+Test(ops_attention, any_head_size, .timeout = 120) {
+    check_attention(2, 9, 2, 1, 0);
+    check_attention(1, 70, 1, 1100, 60);
+    check_attention(1, 5, 1, 16400, 40);
+}
+
 /* ------------------------------------------------------------- vec_expf */
 
 Test(ops_exp, vec_expf_within_1_5_ulp_over_the_whole_range) {
