@@ -139,9 +139,10 @@ typedef struct tri_ops {
      * qkv (B, T, 3, NH, HS): per position all heads' q, then k, then v.
      * out (B, T, NH, HS)                                         [overwrite]
      * state: what the backend saves for backward, attention_saved_floats(B, T,
-     * NH, HS) fp32 values [overwrite]: the backend's business (the CPU keeps
-     * the softmax probabilities; a flash-style backend keeps one log-sum-exp
-     * per row). Scale 1/sqrt(HS). */
+     * NH, HS) fp32 values [overwrite]: the backend's business (both backends
+     * are flash-style and keep one log-sum-exp per (batch, head, query) row,
+     * B * NH * T floats; the backward recomputes the probabilities). Scale
+     * 1/sqrt(HS). */
     void (*attention_fwd)(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS);
     /* dqkv (B, T, 3, NH, HS)                                     [overwrite]
      * out and state as the forward left them for this qkv;

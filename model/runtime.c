@@ -46,11 +46,13 @@ static void *take(carver *cv, size_t n, size_t esz) {
     return cv->base && cv->acc.ok ? cv->base + off : NULL;
 }
 
-/* B * T * NHl * T fits size_t (the largest attention state any backend keeps),
- * so that the backend's own size arithmetic cannot wrap. */
+/* B * NHl * T fits size_t with room to spare (the attention state every
+ * backend keeps: one float per (batch, head, query) row; no backend keeps
+ * T x T values any more), so that the backend's own size arithmetic cannot
+ * wrap. */
 static int att_sizes_ok(const tri_gpt *g, size_t B, size_t T) {
-    size_t f[4] = {B, T, (size_t)g->NHl, T}, n;
-    return tri_size_prod(&n, 4, f) && n <= SIZE_MAX / 8;
+    size_t f[3] = {B, T, (size_t)g->NHl}, n;
+    return tri_size_prod(&n, 3, f) && n <= SIZE_MAX / 8;
 }
 
 static void carve_layer(const tri_gpt *g, carver *cv, tri_layer_acts *a, size_t B, size_t T, int with_att) {

@@ -14,8 +14,11 @@
  *       none:      every layer's buffers (input, LayerNorm outputs and
  *                  statistics, qkv, attention state, attention output,
  *                  residual, MLP pre- and post-GELU);
- *       selective: the same without the attention state (the CPU's T x T
- *                  probabilities), recomputed from qkv in backward;
+ *       selective: the same without the attention state, recomputed from
+ *                  qkv in backward. Every backend's attention is
+ *                  flash-style, so that state is one log-sum-exp per
+ *                  (batch, head, query) row, B NH T / tp floats a layer:
+ *                  no T x T tensor exists to drop;
  *       full:      each layer's input only; the layer's forward (TP
  *                  collectives included) reruns inside backward;
  *     plus, for the chunk's ends, the token ids (embedding), the targets,

@@ -74,19 +74,12 @@ void tri_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *in
 void tri_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                            const float *mean, const float *rstd, size_t N, size_t C);
 
-/* attention.c */
-void tri_cpu_attention_fwd(float *out, float *att, const float *qkv, size_t B, size_t T, int NH, int HS);
-void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, size_t B,
-                           size_t T, int NH, int HS);
+/* attention.c: flash-style attention, saving only the row
+ * log-sum-exp (B, NH, T); the backward recomputes the probabilities. */
+void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS);
+void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                           const float *lse, size_t B, size_t T, int NH, int HS);
 size_t tri_cpu_attention_scratch_floats(size_t B, size_t T, int NH, int HS);
-
-/* attention_flash.c: the same attention, saving only the row log-sum-exp
- * (B, NH, T) instead of the (B, NH, T, T) probabilities; not in the op table
- * yet (the attention contract is being changed to allow it). */
-void tri_cpu_attention_flash_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS);
-void tri_cpu_attention_flash_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                                 const float *lse, size_t B, size_t T, int NH, int HS);
-size_t tri_cpu_attention_flash_scratch_floats(size_t B, size_t T, int NH, int HS);
 
 /* gelu.c */
 void tri_cpu_gelu_fwd(float *out, const float *inp, size_t N);

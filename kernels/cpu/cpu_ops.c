@@ -148,10 +148,11 @@ static void cpu_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, cons
     store(dinp, A, di, N * C);
 }
 
-/* The CPU keeps the softmax probabilities (B, NH, T, T) as attention's state:
- * on a CPU recomputing them costs a GEMM and an exp pass per row block, while
- * keeping them costs only memory (see docs/performance.md). */
-static size_t cpu_attention_saved_floats(size_t B, size_t T, int NH, int HS) { return B * (size_t)NH * T * T; }
+/* The CPU's attention is flash-style (attention.c): its state is one
+ * log-sum-exp per (batch, head, query) row, B * NH * T floats, as on the
+ * CUDA backend; the backward recomputes the probabilities from it, qkv and
+ * the forward's output. No (T, T) tensor exists. */
+static size_t cpu_attention_saved_floats(size_t B, size_t T, int NH, int HS) { return B * (size_t)NH * T; }
 
 static void cpu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH,
                               int HS) {
@@ -168,19 +169,20 @@ static void cpu_attention_fwd(tri_ctx *c, void *out, float *state, const void *q
     store(out, A, o, n);
 }
 
-/* (The CPU's backward recomputes nothing from `out`: it is not read.) */
+/* 16-bit: `out` is read as stored (rounded), widened like every other
+ * input; the state is the fp32 one the forward saved. */
 static void cpu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch, const void *dout, const void *qkv,
                               const void *out, const float *state, size_t B, size_t T, int NH, int HS) {
     const tri_dtype A = c->act_dtype;
     if (!is16(A)) {
-        tri_cpu_attention_bwd(dqkv, scratch, dout, qkv, state, B, T, NH, HS);
+        tri_cpu_attention_bwd(dqkv, scratch, dout, qkv, out, state, B, T, NH, HS);
         return;
     }
     const size_t n = B * T * (size_t)NH * (size_t)HS;
-    float *cur = tri_cpu_scratch(c, pad(n) + 2 * pad(3 * n));
-    const float *d = in_f(&cur, dout, A, n), *q = in_f(&cur, qkv, A, 3 * n);
+    float *cur = tri_cpu_scratch(c, 2 * pad(n) + 2 * pad(3 * n));
+    const float *d = in_f(&cur, dout, A, n), *q = in_f(&cur, qkv, A, 3 * n), *o = in_f(&cur, out, A, n);
     float *dq = out_f(&cur, dqkv, A, 3 * n);
-    tri_cpu_attention_bwd(dq, scratch, d, q, state, B, T, NH, HS);
+    tri_cpu_attention_bwd(dq, scratch, d, q, o, state, B, T, NH, HS);
     store(dqkv, A, dq, 3 * n);
 }
 

@@ -27,7 +27,9 @@ typedef struct tri_gpu_kind {
     double attn_eff;  /* attention (QK^T, PV) at this fraction of peak               */
     double link_eff;  /* fraction of link bandwidth a ring collective reaches        */
     double latency_s; /* per collective step                                         */
-    int flash;        /* 1: attention keeps B x NH x T floats (flash); 0: the CPU's  */
+    int flash;        /* 1: attention sized as the GPU backends' flash kernels (B x NH x T
+                         floats of state, no scratch); 0: the CPU backend's own sizes (the
+                         same state, a few tiles of scratch per thread)                  */
     double share;     /* CPU ranks oversubscribing the cores: the share of its cores a rank
                          gets while all compute (the rates above include it); 0: a device
                          of its own. A rank that waits gives its cores away. */

@@ -38,8 +38,10 @@ static int print_why(int rc, const char *why) {
 /* ------------------------------------------------------------------------ */
 /* a description of one stage without parameter tables                       */
 
-/* Flash attention (the GPU backends' kernels): the log-sum-exp of every
- * (batch, head, query) row is all it keeps; no T x T scratch. */
+/* Flash attention as the planner models the GPU backends' kernels: the
+ * log-sum-exp of every (batch, head, query) row is all it keeps (as the CPU
+ * backend's attention does too), and no scratch (the CPU backend's needs
+ * per-thread tiles). */
 static size_t flash_saved_floats(size_t B, size_t T, int NH, int HS) {
     (void)HS;
     return B * (size_t)NH * T;
@@ -461,8 +463,10 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
     /* attention: QK^T and PV over the full T x T square (Megatron's count) */
     double att_fl = 4.0 * B * T * T * C / t, att_f, att_b;
     if (g->gemm_flops) {
-        /* the CPU: (batch, head) GEMMs of T x T x HS run side by side on the
-         * threads, timed as one GEMM of (B heads T) x T x HS; probabilities kept */
+        /* the CPU: the flash kernel's (batch, head) pairs run side by side
+         * on the threads, timed as one GEMM of (B heads T) x T x HS; its
+         * backward (five products, the probabilities recomputed) measures
+         * about 2x its forward (docs/performance.md) */
         att_f = att_fl / g->gemm_flops(g->gemm_ctx, (size_t)(B * NHl * T), (size_t)T, (size_t)HS);
         att_b = 2.0 * att_f;
     } else {
@@ -474,7 +478,6 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
      * attention output (18 C / t); backward twice that */
     double rep = sp ? 10.0 * C / t : 10.0 * C;
     double el_f = M * (rep + 18.0 * C / t) * A / g->mem_bw;
-    if (!g->flash) el_f += B * NHl * T * T * 4.0 * 3.0 / g->mem_bw; /* the probabilities: scores, softmax */
     double el_b = 2.0 * el_f;
     double f = gf + att_f + el_f;
     double ar = allreduce_s(M * C * A, c->tp, c->tp_bw, c->lat);
@@ -488,7 +491,7 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
         L.tp_b += 2 * ar;
         L.re_fl = L.fl_f;
     } else if (policy == TRI_RECOMPUTE_SELECTIVE) {
-        L.b += att_f + (g->flash ? 0 : B * NHl * T * T * 4.0 * 3.0 / g->mem_bw);
+        L.b += att_f;
         L.re_fl = att_fl;
     }
     return L;

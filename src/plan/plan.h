@@ -18,9 +18,10 @@
  *   - workspace: tri_workspace_bytes plus the pipeline's mailbox buffers
  *     (tri_pipe_box_need, parallel/pipeline.h).
  * The activation sizes always come from the runtime's own functions
- * (model/runtime.h) on a description of the stage's chunks; for a GPU the
- * description's backend keeps flash attention's state (B x heads x T fp32
- * log-sum-exp values, no T x T scratch) instead of the CPU's probabilities.
+ * (model/runtime.h) on a description of the stage's chunks, whose backend
+ * keeps flash attention's state (B x heads x T fp32 log-sum-exp values) on
+ * the CPU as on a GPU; for a GPU it needs no attention scratch (the CPU's
+ * is a few tiles per thread).
  *
  * Time of one step (docs/plan.md): compute of the busiest pipeline stage
  * (GEMMs at a shape-dependent efficiency of the device's peak, attention at

@@ -84,11 +84,10 @@ static size_t preflight_activation_bytes(checked *c, const tri_gpt *g, const int
     cmul(c, BT, g->C, "train.micro_batch x model.seq_len x model.n_embd");
     cmul(c, BT, g->Fl, "train.micro_batch x model.seq_len x 4 model.n_embd / parallel.tp");
     cmul(c, BT, g->Vl, "train.micro_batch x model.seq_len x model.vocab_size (logits)");
-    size_t TT = cmul(c, T, T, "model.seq_len^2");
-    cmul(c, cmul(c, B, (size_t)g->NHl, "train.micro_batch x model.n_head"), TT,
-         "train.micro_batch x model.n_head / parallel.tp x model.seq_len^2 (attention scores)");
-    /* the CPU's attention scratch is threads x T^2 floats */
-    cmul(c, TT, 1024, "model.seq_len^2 (the attention workspace)");
+    /* attention keeps one log-sum-exp per (batch, head, query) row; its
+     * scratch on the CPU is a few tiles and T floats per thread */
+    cmul(c, BT, (size_t)g->NHl, "train.micro_batch x model.seq_len x model.n_head / parallel.tp (attention's state)");
+    cmul(c, T, 1024, "model.seq_len x threads (the attention workspace)");
     if (!c->ok) return SIZE_MAX;
     size_t total = tri_workspace_bytes(g, B, T, policy);
     if (total == 0) {

@@ -1,7 +1,7 @@
 /* The tensor-core flash attention (kernels/cuda/attention_tc.cu) and the
  * strided slice entry points (attention_{fwd,bwd}_slice, kernels/cuda/kernels.h)
  * under the emulator, against the CPU's flash attention
- * (tri_cpu_attention_flash_fwd / _bwd, fp32) on bf16-rounded inputs.
+ * (tri_cpu_attention_fwd / _bwd, fp32) on bf16-rounded inputs.
  *
  * A case is a whole problem, B sequences of Tk positions with NHt heads of
  * size HS in the caller's packed qkv (B, Tk, 3, NHt, HS) (rows optionally
@@ -189,12 +189,12 @@ static uint64_t run_case(tc_case c, uint64_t seed) {
     /* the CPU: the whole problem */
     float *rout = malloc(sizeof(float) * BT * C), *rlse = malloc(sizeof(float) * B * (size_t)c.NHt * T);
     float *rdqkv = malloc(sizeof(float) * BT * C3);
-    float *rscr = malloc(sizeof(float) * (tri_cpu_attention_flash_scratch_floats(B, T, c.NHt, c.HS) + 1));
-    tri_cpu_attention_flash_fwd(rout, rlse, qkv, B, T, c.NHt, c.HS);
+    float *rscr = malloc(sizeof(float) * (tri_cpu_attention_scratch_floats(B, T, c.NHt, c.HS) + 1));
+    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, c.NHt, c.HS);
     scales sc = magnitudes(qkv, dout, rout, B, T, c.NHt, c.HS);
     if (c.dt == TRI_BF16)
         for (size_t i = 0; i < BT * C; i++) rout[i] = tri_round_bf16(rout[i]);
-    tri_cpu_attention_flash_bwd(rdqkv, rscr, dout, qkv, rout, rlse, B, T, c.NHt, c.HS);
+    tri_cpu_attention_bwd(rdqkv, rscr, dout, qkv, rout, rlse, B, T, c.NHt, c.HS);
 
     /* the device tensors in the caller's layout (padded rows) */
     void *d_qkv = dev_nan(BT * R3, es), *d_dout = dev_nan(BT * R, es), *d_rout = dev_nan(BT * R, es);

@@ -856,17 +856,17 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T;
     float *qkv = alloc_fill(BT * C3, &s, -1.5f, 1.5f), *dout = alloc_fill(BT * C, &s, -1.0f, 1.0f);
     float *out = alloc_nan(BT * C), *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, HS));
-    float *rout = alloc_nan(BT * C), *att = alloc_nan(B * (size_t)NH * T * T);
+    float *rout = alloc_nan(BT * C), *rlse = alloc_nan(B * (size_t)NH * T);
     tri_cuemu_set_seed(seed);
     tri_cuemu_attention_fwd(NULL, TRI_F32, out, lse, qkv, B, T, NH, HS);
-    tri_cpu_attention_fwd(rout, att, qkv, B, T, NH, HS);
+    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, NH, HS);
 
     float *dqkv = alloc_nan(BT * C3), *rdqkv = alloc_nan(BT * C3);
     float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
     float *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
     tri_cuemu_set_seed(seed + 7);
     tri_cuemu_attention_bwd(NULL, TRI_F32, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
-    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, att, B, T, NH, HS);
+    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
 
     att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
     expect_close("attention_fwd out", out, rout, sc.sc_o, BT * C, sc.tol, shape);
@@ -887,27 +887,26 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
               shape);
     att_scales_free(&sc);
     dev_free(again), dev_free(out2), dev_free(wl);
-    dev_free(qkv), dev_free(dout), dev_free(out), dev_free(lse), dev_free(rout), dev_free(att), dev_free(dqkv),
+    dev_free(qkv), dev_free(dout), dev_free(out), dev_free(lse), dev_free(rout), dev_free(rlse), dev_free(dqkv),
         dev_free(rdqkv), dev_free(scratch);
     dev_free(rscratch);
 }
 
 /* bf16 storage of qkv, out, dout and dqkv (lse and scratch fp32). Inputs are
- * rounded to bf16 and the CPU computes in fp32 on the rounded values: the
- * forward with the op (tri_cpu_attention_fwd), its out rounded to bf16; the
- * backward with the CPU's flash-style attention (tri_cpu_attention_flash_bwd),
- * the one CPU implementation that takes the forward's out and lse as the CUDA
- * kernels do, fed the very inputs the CUDA backward gets (the rounded out,
- * the CPU's lse), so that both sides compute the same fp32 function of the
- * same values and differ by fp32 rounding and the final rounding to bf16
- * only. Tolerance: the fp32 one above (magnitudes from the rounded inputs)
- * plus one bf16 spacing of the value (expect_close_bf16). Where the kernels
- * take the tensor cores (bf16, HS 64: the case of HS 64 below), they also
- * round the probabilities (and dS) to bf16 for the mma, each by at most 2^-8
- * of itself, which moves every sum by at most 2^-8 of the magnitudes it adds:
- * 2^-8 joins the fp32 factor there (test_cuda_attention_tc.c tests those
- * kernels on their own). The lse is fp32: the fp32 tolerance. Outputs
- * NaN-poisoned; the bits must not depend on the schedule. */
+ * rounded to bf16 and the CPU computes in fp32 on the rounded values with its
+ * attention (kernels/cpu/attention.c, flash-style as the CUDA kernels): the
+ * forward's out rounded to bf16; the backward fed the very inputs the CUDA
+ * backward gets (the rounded out, the CPU's lse), so that both sides compute
+ * the same fp32 function of the same values and differ by fp32 rounding and
+ * the final rounding to bf16 only. Tolerance: the fp32 one above (magnitudes
+ * from the rounded inputs) plus one bf16 spacing of the value
+ * (expect_close_bf16). Where the kernels take the tensor cores (bf16, HS 64:
+ * the case of HS 64 below), they also round the probabilities (and dS) to
+ * bf16 for the mma, each by at most 2^-8 of itself, which moves every sum by
+ * at most 2^-8 of the magnitudes it adds: 2^-8 joins the fp32 factor there
+ * (test_cuda_attention_tc.c tests those kernels on their own). The lse is
+ * fp32: the fp32 tolerance. Outputs NaN-poisoned; the bits must not depend on
+ * the schedule. */
 static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     char shape[128];
     snprintf(shape, sizeof shape, "(B %zu, T %zu, NH %d, HS %d, seed %llu)", B, T, NH, HS, (unsigned long long)seed);
@@ -921,10 +920,8 @@ static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t see
     tri_cuemu_set_seed(seed);
     tri_cuemu_attention_fwd(NULL, TRI_BF16, out_h, lse, qkv_h, B, T, NH, HS);
 
-    float *rout = alloc_nan(BT * C), *att = alloc_nan(B * (size_t)NH * T * T);
-    float *flash_out = alloc_nan(BT * C), *rlse = alloc_nan(nl);
-    tri_cpu_attention_fwd(rout, att, qkv, B, T, NH, HS);
-    tri_cpu_attention_flash_fwd(flash_out, rlse, qkv, B, T, NH, HS);
+    float *rout = alloc_nan(BT * C), *rlse = alloc_nan(nl);
+    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, NH, HS);
     att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
     const double ptol = tri_cuemu_attention_uses_tensor_cores(TRI_BF16, HS) ? 1.0 / 256.0 : 0.0; /* P in bf16 */
     round_bf16(rout, BT * C);
@@ -935,10 +932,10 @@ static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t see
 
     /* the backward on the CPU op's rounded out and the CPU's lse, both sides */
     uint16_t *rout_h = to_bf16(rout, BT * C, NULL);
-    float *rdqkv = alloc_nan(BT * C3), *rscratch = alloc_nan(tri_cpu_attention_flash_scratch_floats(B, T, NH, HS));
+    float *rdqkv = alloc_nan(BT * C3), *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
     tri_cuemu_set_seed(seed + 7);
     tri_cuemu_attention_bwd(NULL, TRI_BF16, dqkv_h, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, HS);
-    tri_cpu_attention_flash_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
+    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
     round_bf16(rdqkv, BT * C3);
     expect_close_bf16("attention_bwd dqkv", dqkv_h, rdqkv, sc.sc_d, BT * C3, sc.tol + ptol, shape);
 
@@ -957,8 +954,7 @@ static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t see
     att_scales_free(&sc);
     dev_free(qkv), dev_free(dout), dev_free(qkv_h), dev_free(dout_h), dev_free(out_h), dev_free(dqkv_h), dev_free(lse),
         dev_free(scratch), dev_free(rout);
-    dev_free(att), dev_free(flash_out), dev_free(rlse), dev_free(wl), dev_free(rout_h), dev_free(rdqkv),
-        dev_free(rscratch), dev_free(out2);
+    dev_free(rlse), dev_free(wl), dev_free(rout_h), dev_free(rdqkv), dev_free(rscratch), dev_free(out2);
     dev_free(again), dev_free(lse2);
 }
 

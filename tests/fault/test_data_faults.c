@@ -542,10 +542,13 @@ Test(data_faults, sizes_that_overflow_are_refused_naming_the_key, .timeout = 90)
     int rc = run_train(dir, "--set model.n_embd=1000000000", &out);
     expect_refused("train n_embd=1e9", rc, out, "model.n_embd", "overflows");
     free(out);
+    /* the logits of 7 x 2^31 positions over 2e9 tokens (the attention's
+     * T x T scores, which once overflowed here with 256 tokens, are gone:
+     * that config is now refused for its memory) */
     snprintf(cmd, sizeof cmd,
              "timeout 60 " LIMITS
              " %s bench %s/configs/tiny-test.json --steps 2 --threads 1 --set model.seq_len=2147483582 "
-             "--set train.micro_batch=7 --set train.global_batch=7",
+             "--set train.micro_batch=7 --set train.global_batch=7 --set model.vocab_size=2000000000",
              tt_bin("trident"), TRI_SOURCE_DIR);
     rc = tt_run(cmd, &out);
     expect_refused("bench seq_len=2^31-66, batch 7", rc, out, "model.seq_len", "overflows");

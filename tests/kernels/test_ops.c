@@ -504,7 +504,9 @@ Test(ops_layernorm, backward_accumulates_finite_difference_gradients) {
 
 /* ---------------------------------------------------------------- attention */
 
-static void ref_attention(double *out, double *att, const double *qkv, size_t B, size_t T, size_t NH, size_t HS) {
+/* out (B, T, NH, HS) of causal attention in double, each row's probabilities
+ * p_ij = exp(s_ij - max) / sum_j exp(s_ij - max) formed explicitly */
+static void ref_attention(double *out, const double *qkv, size_t B, size_t T, size_t NH, size_t HS) {
     const size_t C = NH * HS;
     const double scale = 1.0 / sqrt((double)HS);
     double *s = dvec(T);
@@ -526,103 +528,12 @@ static void ref_attention(double *out, double *att, const double *qkv, size_t B,
                 for (size_t e = 0; e < HS; e++) o[e] = 0;
                 for (size_t j = 0; j < T; j++) {
                     const double p = j <= i ? exp(s[j] - mx) / z : 0.0;
-                    if (att) att[((b * NH + h) * T + i) * T + j] = p;
                     const double *v = qkv + (b * T + j) * 3 * C + 2 * C + h * HS;
                     for (size_t e = 0; e < HS && j <= i; e++) o[e] += p * v[e];
                 }
             }
     free(s);
 }
-
-typedef struct {
-    double *qkv, *R, *tmp;
-    size_t B, T, NH, HS;
-} att_ctx;
-
-static double att_loss(void *p) {
-    att_ctx *c = p;
-    ref_attention(c->tmp, NULL, c->qkv, c->B, c->T, c->NH, c->HS);
-    return dot(c->tmp, c->R, c->B * c->T * c->NH * c->HS);
-}
-
-/* Forward against the reference (probability rows sum to 1, upper triangle 0)
- * and the backward against finite differences: all qkv entries when
- * n_samples == 0, else that many random entries. */
-static void check_attention(size_t B, size_t T, int NH, int HS, size_t n_samples) {
-    const tri_ops *o = cpu();
-    const size_t C = (size_t)NH * (size_t)HS, nq = B * T * 3 * C, no = B * T * C;
-    const size_t na = B * (size_t)NH * T * T;
-    rng r = {.s = 31 + T};
-    float *qkv = frand(&r, nq, -1.5, 1.5), *R = frand(&r, no, -1, 1);
-    float *out = fvec(no), *att = fvec(na);
-    ffill(out, no, NAN), ffill(att, na, NAN);
-    o->attention_fwd(TC, out, att, qkv, B, T, NH, HS);
-
-    att_ctx c = {to_double(qkv, nq), to_double(R, no), dvec(no), B, T, (size_t)NH, (size_t)HS};
-    double *ref_att = dvec(na);
-    ref_attention(c.tmp, ref_att, c.qkv, B, T, (size_t)NH, (size_t)HS);
-    EXPECT_CLOSE("attention out", out, c.tmp, no, 1e-5, 1e-5);
-    EXPECT_CLOSE("attention probabilities", att, ref_att, na, 1e-6, 1e-5);
-    for (size_t row = 0; row < B * (size_t)NH * T; row++) {
-        const size_t i = row % T;
-        double s = 0;
-        for (size_t j = 0; j < T; j++) {
-            const float p = att[row * T + j];
-            if (j > i) cr_expect(p == 0.0f, "att row %zu col %zu above the diagonal: %g", row, j, p);
-            s += p;
-        }
-        cr_expect(close_enough(s, 1.0, 1e-5, 0), "att row %zu sums to %.9g", row, s);
-    }
-
-    const size_t nscr = o->attention_scratch_floats(B, T, NH, HS);
-    float *scratch = fvec(nscr), *dqkv = fvec(nq);
-    ffill(scratch, nscr, NAN), ffill(dqkv, nq, NAN);
-    o->attention_bwd(TC, dqkv, scratch, R, qkv, out, att, B, T, NH, HS);
-    cr_expect(count_nan(dqkv, nq) == 0, "dqkv must be overwritten everywhere");
-
-    if (n_samples == 0) {
-        double *g = dvec(nq);
-        fd_grad(g, c.qkv, nq, att_loss, &c, 1e-5);
-        EXPECT_CLOSE("attention dqkv", dqkv, g, nq, 2e-5, 1e-4);
-        free(g);
-    } else {
-        size_t bad = 0;
-        for (size_t s = 0; s < n_samples; s++) {
-            /* half the samples in the last rows, where most keys take part */
-            size_t idx = (size_t)(rng_unit(&r) * (double)nq);
-            if (s % 2 == 1) idx = nq - 1 - (size_t)(rng_unit(&r) * (double)(3 * C * 8));
-            double g;
-            fd_grad(&g, c.qkv + idx, 1, att_loss, &c, 1e-5);
-            if (!close_enough(dqkv[idx], g, 2e-5, 1e-4)) {
-                if (bad < 5) cr_log_error("attention dqkv[%zu]: got %.9g, want %.9g", idx, (double)dqkv[idx], g);
-                bad++;
-            }
-        }
-        cr_expect(bad == 0, "attention dqkv differs from finite differences");
-    }
-
-    /* bitwise reproducible: a second run into the same (dirty) buffers */
-    float *dqkv2 = fvec(nq);
-    ffill(dqkv2, nq, NAN);
-    o->attention_bwd(TC, dqkv2, scratch, R, qkv, out, att, B, T, NH, HS);
-    cr_expect(memcmp(dqkv, dqkv2, nq * sizeof(float)) == 0, "attention_bwd not reproducible");
-    free(qkv), free(R), free(out), free(att), free(c.qkv), free(c.R), free(c.tmp);
-    free(ref_att), free(scratch), free(dqkv), free(dqkv2);
-}
-
-Test(ops_attention, awkward_sizes_forward_and_finite_differences) { check_attention(2, 7, 3, 5, 0); }
-
-Test(ops_attention, single_position_and_single_head) {
-    check_attention(1, 1, 1, 3, 0);
-    check_attention(3, 4, 1, 2, 0);
-}
-
-Test(ops_attention, long_sequence_crosses_row_blocks, .timeout = 120) {
-    /* T not a multiple of the 64-row blocks; sampled finite differences */
-    check_attention(2, 130, 2, 4, 200);
-}
-
-/* ---------------------------------------------------- flash-style attention */
 
 /* lse (B, NH, T): log sum_{j <= i} exp(s_ij), s = q.k / sqrt(HS), in double */
 static void ref_lse(double *lse, const double *qkv, size_t B, size_t T, size_t NH, size_t HS) {
@@ -647,101 +558,117 @@ static void ref_lse(double *lse, const double *qkv, size_t B, size_t T, size_t N
     free(sc);
 }
 
-/* The flash attention against the double reference (out, lse), the existing
- * attention (out, dqkv), finite differences (dqkv: all entries when
- * n_samples == 0, else that many), NaN-poisoned outputs and scratch, and
- * bitwise equality between 1 thread and the default count. */
-static void check_attention_flash(size_t B, size_t T, int NH, int HS, size_t n_samples) {
+typedef struct {
+    double *qkv, *R, *tmp;
+    size_t B, T, NH, HS;
+} att_ctx;
+
+static double att_loss(void *p) {
+    att_ctx *c = p;
+    ref_attention(c->tmp, c->qkv, c->B, c->T, c->NH, c->HS);
+    return dot(c->tmp, c->R, c->B * c->T * c->NH * c->HS);
+}
+
+/* The op (flash-style: its state is one log-sum-exp per (batch, head,
+ * query) row, B * NH * T floats) against the double reference above, which
+ * forms the probabilities explicitly: out and the state; the backward
+ * against finite differences of the reference (all qkv entries when
+ * n_samples == 0, else that many, half of them in the last rows, where most
+ * keys take part). Outputs, state and scratch are NaN-poisoned first; a
+ * second backward into dirty buffers and a run on one thread give the same
+ * bits as the first (default thread count). */
+static void check_attention(size_t B, size_t T, int NH, int HS, size_t n_samples) {
     const tri_ops *o = cpu();
     const size_t C = (size_t)NH * (size_t)HS, nq = B * T * 3 * C, no = B * T * C;
-    const size_t nl = B * (size_t)NH * T, na = nl * T;
+    const size_t nl = o->attention_saved_floats(B, T, NH, HS);
+    cr_assert_eq(nl, B * (size_t)NH * T, "the state is one float per (batch, head, query) row");
     rng r = {.s = 57 + T + (size_t)HS};
     float *qkv = frand(&r, nq, -1.5, 1.5), *R = frand(&r, no, -1, 1);
     float *out = fvec(no), *lse = fvec(nl);
     ffill(out, no, NAN), ffill(lse, nl, NAN);
-    tri_cpu_attention_flash_fwd(out, lse, qkv, B, T, NH, HS);
+    o->attention_fwd(TC, out, lse, qkv, B, T, NH, HS);
 
     att_ctx c = {to_double(qkv, nq), to_double(R, no), dvec(no), B, T, (size_t)NH, (size_t)HS};
     double *want_lse = dvec(nl);
-    ref_attention(c.tmp, NULL, c.qkv, B, T, (size_t)NH, (size_t)HS);
+    ref_attention(c.tmp, c.qkv, B, T, (size_t)NH, (size_t)HS);
     ref_lse(want_lse, c.qkv, B, T, (size_t)NH, (size_t)HS);
-    EXPECT_CLOSE("flash out", out, c.tmp, no, 1e-5, 1e-5);
-    EXPECT_CLOSE("flash lse", lse, want_lse, nl, 1e-5, 1e-6);
+    EXPECT_CLOSE("attention out", out, c.tmp, no, 1e-5, 1e-5);
+    EXPECT_CLOSE("attention lse", lse, want_lse, nl, 1e-5, 1e-6);
 
-    /* the existing attention: same outputs within rounding */
-    float *out0 = fvec(no), *att0 = fvec(na);
-    o->attention_fwd(TC, out0, att0, qkv, B, T, NH, HS);
-    double *out0d = to_double(out0, no);
-    EXPECT_CLOSE("flash out vs attention_fwd", out, out0d, no, 2e-6, 1e-5);
-
-    const size_t nscr = tri_cpu_attention_flash_scratch_floats(B, T, NH, HS);
+    const size_t nscr = o->attention_scratch_floats(B, T, NH, HS);
     float *scratch = fvec(nscr), *dqkv = fvec(nq);
     ffill(scratch, nscr, NAN), ffill(dqkv, nq, NAN);
-    tri_cpu_attention_flash_bwd(dqkv, scratch, R, qkv, out, lse, B, T, NH, HS);
-    cr_expect(count_nan(dqkv, nq) == 0, "flash dqkv must be overwritten everywhere");
-
-    const size_t nscr0 = o->attention_scratch_floats(B, T, NH, HS);
-    float *scratch0 = fvec(nscr0), *dqkv0 = fvec(nq);
-    o->attention_bwd(TC, dqkv0, scratch0, R, qkv, out0, att0, B, T, NH, HS);
-    double *dqkv0d = to_double(dqkv0, nq);
-    EXPECT_CLOSE("flash dqkv vs attention_bwd", dqkv, dqkv0d, nq, 1e-5, 1e-4);
+    o->attention_bwd(TC, dqkv, scratch, R, qkv, out, lse, B, T, NH, HS);
+    cr_expect(count_nan(dqkv, nq) == 0, "dqkv must be overwritten everywhere");
 
     if (n_samples == 0) {
         double *g = dvec(nq);
         fd_grad(g, c.qkv, nq, att_loss, &c, 1e-5);
-        EXPECT_CLOSE("flash dqkv", dqkv, g, nq, 2e-5, 1e-4);
+        EXPECT_CLOSE("attention dqkv", dqkv, g, nq, 2e-5, 1e-4);
         free(g);
     } else {
         size_t bad = 0;
         for (size_t s = 0; s < n_samples; s++) {
             size_t idx = (size_t)(rng_unit(&r) * (double)nq);
-            if (s % 2 == 1) /* half in the last rows, where most keys take part */
-                idx = nq - 1 - (size_t)(rng_unit(&r) * (double)(3 * C * 8));
+            if (s % 2 == 1) idx = nq - 1 - (size_t)(rng_unit(&r) * (double)(3 * C * (T < 8 ? T : 8)));
             double g;
             fd_grad(&g, c.qkv + idx, 1, att_loss, &c, 1e-5);
             if (!close_enough(dqkv[idx], g, 2e-5, 1e-4)) {
-                if (bad < 5) cr_log_error("flash dqkv[%zu]: got %.9g, want %.9g", idx, (double)dqkv[idx], g);
+                if (bad < 5) cr_log_error("attention dqkv[%zu]: got %.9g, want %.9g", idx, (double)dqkv[idx], g);
                 bad++;
             }
         }
-        cr_expect(bad == 0, "flash dqkv differs from finite differences");
+        cr_expect(bad == 0, "attention dqkv differs from finite differences");
     }
+
+    /* bitwise reproducible: a second run into the same (dirty) buffers */
+    float *dqkv2 = fvec(nq);
+    ffill(dqkv2, nq, NAN);
+    o->attention_bwd(TC, dqkv2, scratch, R, qkv, out, lse, B, T, NH, HS);
+    cr_expect(memcmp(dqkv, dqkv2, nq * sizeof(float)) == 0, "attention_bwd not reproducible");
 
     /* one thread gives the same bits as the default count (scratch sized for it) */
     const int saved = omp_get_max_threads();
     omp_set_num_threads(1);
     float *out1 = fvec(no), *lse1 = fvec(nl), *dqkv1 = fvec(nq);
     ffill(out1, no, NAN), ffill(lse1, nl, NAN), ffill(dqkv1, nq, NAN);
-    tri_cpu_attention_flash_fwd(out1, lse1, qkv, B, T, NH, HS);
-    tri_cpu_attention_flash_bwd(dqkv1, scratch, R, qkv, out1, lse1, B, T, NH, HS);
+    o->attention_fwd(TC, out1, lse1, qkv, B, T, NH, HS);
+    o->attention_bwd(TC, dqkv1, scratch, R, qkv, out1, lse1, B, T, NH, HS);
     omp_set_num_threads(saved);
-    cr_expect(memcmp(out, out1, no * sizeof(float)) == 0, "flash out depends on threads");
-    cr_expect(memcmp(lse, lse1, nl * sizeof(float)) == 0, "flash lse depends on threads");
-    cr_expect(memcmp(dqkv, dqkv1, nq * sizeof(float)) == 0, "flash dqkv depends on threads");
+    cr_expect(memcmp(out, out1, no * sizeof(float)) == 0, "attention out depends on threads");
+    cr_expect(memcmp(lse, lse1, nl * sizeof(float)) == 0, "attention lse depends on threads");
+    cr_expect(memcmp(dqkv, dqkv1, nq * sizeof(float)) == 0, "attention dqkv depends on threads");
 
     free(qkv), free(R), free(out), free(lse), free(c.qkv), free(c.R), free(c.tmp);
-    free(want_lse), free(out0), free(att0), free(out0d), free(scratch), free(dqkv);
-    free(scratch0), free(dqkv0), free(dqkv0d), free(out1), free(lse1), free(dqkv1);
+    free(want_lse), free(scratch), free(dqkv), free(dqkv2), free(out1), free(lse1), free(dqkv1);
 }
 
-Test(ops_attention_flash, awkward_sizes_match_reference_and_finite_differences) {
-    check_attention_flash(2, 7, 3, 5, 0);
+Test(ops_attention, awkward_sizes_forward_and_finite_differences) { check_attention(2, 7, 3, 5, 0); }
+
+Test(ops_attention, single_position_and_single_head) {
+    check_attention(1, 1, 1, 3, 0);
+    check_attention(3, 4, 1, 2, 0);
 }
 
-Test(ops_attention_flash, single_position_and_single_head) {
-    check_attention_flash(1, 1, 1, 3, 0);
-    check_attention_flash(3, 4, 1, 2, 0);
+Test(ops_attention, blocks_and_vector_tiles_with_partial_edges, .timeout = 120) {
+    /* T crosses the 32-query and 64-key blocks with a partial last one;
+     * HS = 4, 24 and 40 take the vector tiles and the scalar columns on
+     * AVX2 and AVX-512 */
+    check_attention(2, 130, 2, 4, 200);
+    check_attention(2, 70, 2, 24, 150);
+    check_attention(1, 45, 3, 40, 150);
 }
 
-Test(ops_attention_flash, blocks_and_vector_tiles_with_partial_edges, .timeout = 120) {
-    /* T crosses the 32-row blocks with a partial last one; HS = 24 and 40
-     * take the vector tiles and the scalar columns on AVX2 and AVX-512 */
-    check_attention_flash(2, 70, 2, 24, 150);
-    check_attention_flash(1, 45, 3, 40, 150);
-}
+Test(ops_attention, long_sequence_with_gpt2_head_size, .timeout = 120) { check_attention(1, 130, 2, 64, 100); }
 
-Test(ops_attention_flash, long_sequence_with_gpt2_head_size, .timeout = 120) {
-    check_attention_flash(1, 130, 2, 64, 100);
+/* Every head size: 1; 1100, past the 64 KiB packed key block of AVX-512 code
+ * (one vector of keys per block, T crossing many of them); 16400, past it
+ * for every vector width, scalar included (the kernel once refused these:
+ * its key block lived on the stack). */
+Test(ops_attention, any_head_size, .timeout = 120) {
+    check_attention(2, 9, 2, 1, 0);
+    check_attention(1, 70, 1, 1100, 60);
+    check_attention(1, 5, 1, 16400, 40);
 }
 
 /* ------------------------------------------------------------- vec_expf */

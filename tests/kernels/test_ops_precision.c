@@ -304,17 +304,19 @@ static void check_attention(tri_dtype t, size_t B, size_t T, int NH, int HS) {
     p.o->attention_fwd(&p.c16, out.h, st, qkv.h, B, T, NH, HS);
     p.o->attention_fwd(&p.c32, out.f, st32, qkv.f, B, T, NH, HS);
     expect_rounded("attention_fwd out", t, out.h, out.f, n);
-    /* the saved state (the probabilities, fp32) is the fp32 op's, causal zeros included */
+    /* the saved state (one log-sum-exp per row, fp32) is the fp32 op's */
     size_t bad = 0;
     for (size_t i = 0; i < ns; i++) bad += memcmp(&st[i], &st32[i], 4) != 0;
     cr_expect(bad == 0, "attention state: %zu of %zu values differ", bad, ns);
-    /* the fp32 backward reads the output the fp32 forward left; the 16-bit one
-     * its rounded output (the CPU backward does not read it) */
+    /* the backward reads the forward's output: the 16-bit op its rounded
+     * output as stored, so the fp32 reference gets that output widened */
+    float *out_r = xcalloc(n, 4);
+    for (size_t i = 0; i < n; i++) out_r[i] = from16(t, out.h[i]);
     p.o->attention_bwd(&p.c16, dqkv.h, sc, dout.h, qkv.h, out.h, st, B, T, NH, HS);
-    p.o->attention_bwd(&p.c32, dqkv.f, sc, dout.f, qkv.f, out.f, st32, B, T, NH, HS);
+    p.o->attention_bwd(&p.c32, dqkv.f, sc, dout.f, qkv.f, out_r, st32, B, T, NH, HS);
     expect_rounded("attention_bwd dqkv", t, dqkv.h, dqkv.f, 3 * n);
     t16_free(&qkv), t16_free(&out), t16_free(&dout), t16_free(&dqkv);
-    free(st), free(st32), free(sc);
+    free(st), free(st32), free(sc), free(out_r);
     pair_free(&p);
 }
 
@@ -487,9 +489,9 @@ Test(precision_guard, guarded_backend_gives_the_cpu_bits) {
 /* ------------------------------------------------------------------ memory */
 
 /* Saved activations of a 16-bit context, from the runtime's slot layout and
- * the allocator's accounting, against the closed form (tp = 1, the CPU
- * keeping attention's fp32 probabilities; docs/precision.md):
- *   none:      2 BT (4C + 12C) + 4 BT 4 + 4 B a T^2
+ * the allocator's accounting, against the closed form (tp = 1, attention
+ * keeping one fp32 log-sum-exp per row; docs/precision.md):
+ *   none:      2 BT (4C + 12C) + 4 BT 4 + 4 B a T
  *   selective: 2 BT (4C + 12C) + 4 BT 4
  *   full:      2 BT C
  * (the 4 fp32 LayerNorm statistics per position stay 4 bytes). BT C a
@@ -510,7 +512,7 @@ Test(precision_memory, saved_activations_take_two_bytes_per_element) {
             cr_assert_eq(tri_gpt_init_single(&g, &cfg, &ctx, &self, 1, 0), 0);
             cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, B, T, (tri_recompute)pol, 1, 0), 0);
             const double BT = (double)(B * T), C = cfg.n_embd, a = cfg.n_head, Tt = (double)T;
-            const double want = pol == TRI_RECOMPUTE_NONE ? 2 * BT * 16 * C + 16 * BT + 4 * (double)B * a * Tt * Tt
+            const double want = pol == TRI_RECOMPUTE_NONE        ? 2 * BT * 16 * C + 16 * BT + 4 * (double)B * a * Tt
                                 : pol == TRI_RECOMPUTE_SELECTIVE ? 2 * BT * 16 * C + 16 * BT
                                                                  : 2 * BT * C;
             cr_expect((double)pool.layer_bytes == want, "%s %s: %zu bytes per layer, closed form %.0f",

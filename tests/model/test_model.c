@@ -410,8 +410,8 @@ Test(runtime, two_micro_batches_in_flight_match_one_after_the_other) { two_in_fl
 Test(runtime, two_in_flight_with_full_recompute_match_one_after_the_other) { two_in_flight(TRI_RECOMPUTE_FULL); }
 
 /* Saved-activation bytes per layer against the closed form of
- * docs/performance.md (fp32, the CPU keeping attention's probabilities):
- *   none:      4 [BT (4C + 4 + 12C/t) + B (a/t) T^2]
+ * docs/performance.md (fp32, attention keeping one log-sum-exp per row):
+ *   none:      4 [BT (4C + 4 + 12C/t) + B (a/t) T]
  *   selective: 4  BT (4C + 4 + 12C/t)
  *   full:      4  BT C
  * and a whole slot (ends included) against the allocator's accounting after
@@ -433,7 +433,7 @@ Test(runtime, saved_bytes_per_layer_match_the_closed_form) {
             setup_with(&f, shapes[i].L, shapes[i].NH, shapes[i].C, shapes[i].T, shapes[i].V, shapes[i].B, 1,
                        (tri_recompute)pol, 1, "cpu");
             double B = (double)f.B, T = (double)f.T, BT = B * T, C = shapes[i].C, a = shapes[i].NH, t = 1;
-            double want = pol == TRI_RECOMPUTE_NONE        ? 4 * (BT * (4 * C + 4 + 12 * C / t) + B * (a / t) * T * T)
+            double want = pol == TRI_RECOMPUTE_NONE        ? 4 * (BT * (4 * C + 4 + 12 * C / t) + B * (a / t) * T)
                           : pol == TRI_RECOMPUTE_SELECTIVE ? 4 * BT * (4 * C + 4 + 12 * C / t)
                                                            : 4 * BT * C;
             cr_expect((double)f.pool.layer_bytes == want, "shape %zu, %s: %zu bytes per layer, closed form %.0f", i,
@@ -452,7 +452,7 @@ Test(runtime, saved_bytes_per_layer_match_the_closed_form) {
 }
 
 /* The same closed form under tensor parallelism (t = 2, 4: qkv, attention
- * output, probabilities and the MLP are split, the rest replicated), from
+ * output, attention's log-sum-exp and the MLP are split, the rest replicated), from
  * the layout of a described shard (no memory, no ranks needed). */
 Test(runtime, saved_bytes_per_layer_under_tp_match_the_closed_form) {
     tri_model_cfg cfg = {.n_layer = 2, .n_head = 8, .n_embd = 128, .seq_len = 32, .vocab_size = 1000};
@@ -464,7 +464,7 @@ Test(runtime, saved_bytes_per_layer_under_tp_match_the_closed_form) {
             size_t lb = 0;
             cr_assert(tri_slot_bytes(&g, 0, B, T, (tri_recompute)pol, 0, &lb) > 0);
             double BT = (double)(B * T), C = cfg.n_embd, a = cfg.n_head, t = tp;
-            double want = pol == TRI_RECOMPUTE_NONE        ? 4 * (BT * (4 * C + 4 + 12 * C / t) + B * (a / t) * T * T)
+            double want = pol == TRI_RECOMPUTE_NONE        ? 4 * (BT * (4 * C + 4 + 12 * C / t) + B * (a / t) * T)
                           : pol == TRI_RECOMPUTE_SELECTIVE ? 4 * BT * (4 * C + 4 + 12 * C / t)
                                                            : 4 * BT * C;
             cr_expect((double)lb == want, "tp=%d %s: %zu bytes per layer, closed form %.0f", tp,
@@ -477,7 +477,7 @@ Test(runtime, saved_bytes_per_layer_under_tp_match_the_closed_form) {
  * a layer (its input, both LayerNorm outputs and statistics, the residual
  * after attention) and of the head's end (its input, dlnf, statistics) is
  * kept for B T / t rows, so per layer
- *   none:      [4 BT (16C + 4) + 4 B a T^2] / t
+ *   none:      [4 BT (16C + 4) + 4 B a T] / t
  *   selective:  4 BT (16C + 4) / t
  *   full:       4 BT C / t
  * a split slot adding 4 BT (3 Cl + C + Fl + C) + 8 BT C (the gathered
@@ -498,7 +498,7 @@ Test(runtime, saved_bytes_under_sequence_parallel_match_the_closed_form) {
                 size_t slot = tri_slot_bytes(&g, 0, B, T, (tri_recompute)pol, split, &lb);
                 cr_assert(slot > 0);
                 double BT = (double)(B * T), C = cfg.n_embd, a = cfg.n_head, t = tp, Cl = C / t, Fl = 4 * C / t;
-                double want = pol == TRI_RECOMPUTE_NONE        ? (4 * BT * (16 * C + 4) + 4 * B * a * T * T) / t
+                double want = pol == TRI_RECOMPUTE_NONE        ? (4 * BT * (16 * C + 4) + 4 * B * a * T) / t
                               : pol == TRI_RECOMPUTE_SELECTIVE ? 4 * BT * (16 * C + 4) / t
                                                                : 4 * BT * C / t;
                 if (split)

@@ -233,12 +233,12 @@ Test(parallel, sequence_parallel_follows_tp_and_one_rank, .timeout = 600) {
         if (tp == 2 && dp == 1) {
             /* measured saved bytes against docs/performance.md's closed form
              * (tiny: L 2, b 2, s 16, h 32, a 4; fp32): per layer
-             * none [4 sb (16h + 4) + 4 a s^2 b] / t, full 4 sbh / t, and the
+             * none [4 sb (16h + 4) + 4 a s b] / t, full 4 sbh / t, and the
              * ends 8 sb + (8 sbh + 8 sb) / t; plain TP keeps t times the
              * replicated parts */
             double sb = 32, h = 32, a = 4, s = 16, t = 2, L = 2;
             int full = strstr(layouts[i].more, "full") != NULL;
-            double layer = full ? 4 * sb * h / t : (4 * sb * (16 * h + 4) + 4 * a * s * s * 2) / t;
+            double layer = full ? 4 * sb * h / t : (4 * sb * (16 * h + 4) + 4 * a * s * 2) / t;
             double want = L * layer + 8 * sb + (8 * sb * h + 8 * sb) / t;
             double repl = L * (full ? 4 * sb * h : 4 * sb * (4 * h + 4)) + 8 * sb * h + 8 * sb;
             cr_expect(saved_peak(dir, ck) == want, "%s: saved_act_peak %.0f, closed form %.0f", what,
