@@ -175,7 +175,8 @@ typedef struct tri_ops {
      * q and k head, Hugging Face's rotate-half pairing: element i pairs with
      * i + HS/2 (i < HS/2),
      *   (x_i, x_{i+HS/2}) -> (x_i cos a - x_{i+HS/2} sin a, x_{i+HS/2} cos a + x_i sin a),
-     *   a = (pos0 + t) * inv_freq[i] for row t;
+     *   a = (float)(pos0 + t) * inv_freq[i] for row t (an fp32 product, as
+     *   Hugging Face forms it; cos and sin of it range-reduced in full);
      * inv_freq (HS / 2) fp32 backend memory (the model computes it on the
      * host, scaling included); the v heads are untouched.     [in place] */
     void (*rope_fwd)(tri_ctx *c, void *qkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS,
