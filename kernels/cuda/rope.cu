@@ -9,8 +9,10 @@
  *   (x_i, x_{i+HS/2}) -> (x_i cos - x_{i+HS/2} sin, x_{i+HS/2} cos + x_i sin),
  * the backward with sin negated (the transpose). The CPU's cosf / sinf and
  * CUDA's sincosf agree within an ulp or two, not bit for bit.
- * One thread per (row, q or k head, pair i < HS/2): it reads and writes its
- * own two elements only; a grid-stride loop beyond ROPE_MAX_BLOCKS blocks. */
+ * One thread per (row, pair i < HS/2): one sincosf, then the pair i of each
+ * q and k head of the row in turn (a warp's lanes take consecutive i: each
+ * head's reads and writes are contiguous); a thread reads and writes its own
+ * elements only. A grid-stride loop beyond ROPE_MAX_BLOCKS blocks. */
 #include "kernels/cuda/common.cuh"
 
 enum { ROPE_THREADS = 256, ROPE_MAX_BLOCKS = 4096 };
@@ -20,18 +22,19 @@ enum { ROPE_THREADS = 256, ROPE_MAX_BLOCKS = 4096 };
 template <typename T>
 KERNEL rope_kernel(T *x, const float *inv_freq, size_t rows, int T_, int heads, int W, int half, size_t pos0,
                    float sgn) {
-    const size_t n = rows * (size_t)heads * (size_t)half, stride = (size_t)gridDim.x * blockDim.x;
+    const size_t n = rows * (size_t)half, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += stride) {
-        const size_t i = idx % (size_t)half, rh = idx / (size_t)half;
-        const size_t hd = rh % (size_t)heads, row = rh / (size_t)heads;
+        const size_t i = idx % (size_t)half, row = idx / (size_t)half;
         const float pos = (float)(pos0 + row % (size_t)T_);
         float sn, cs;
         sincosf(pos * inv_freq[i], &sn, &cs);
         sn *= sgn;
-        const size_t e = row * (size_t)W + hd * (size_t)(2 * half) + i;
-        const float u = tri_cu_ld(x, e), v = tri_cu_ld(x, e + half);
-        tri_cu_st(x, e, u * cs - v * sn);
-        tri_cu_st(x, e + half, v * cs + u * sn);
+        for (int hd = 0; hd < heads; hd++) {
+            const size_t e = row * (size_t)W + (size_t)hd * (size_t)(2 * half) + i;
+            const float u = tri_cu_ld(x, e), v = tri_cu_ld(x, e + half);
+            tri_cu_st(x, e, u * cs - v * sn);
+            tri_cu_st(x, e + half, v * cs + u * sn);
+        }
     }
 }
 
@@ -40,7 +43,7 @@ static void rope(void *stream, tri_dtype dt, void *x, const float *inv_freq, siz
     if (B == 0 || T == 0 || NH <= 0 || HS <= 0) return;
     if (NKV <= 0 || HS % 2 != 0) tri_cu_fail(what, "NKV must be positive and HS even", __FILE__, __LINE__);
     const int heads = NH + NKV, W = (NH + 2 * NKV) * HS, half = HS / 2;
-    const size_t n = B * T * (size_t)heads * (size_t)half, blocks = tri_cu_blocks(n, ROPE_THREADS);
+    const size_t n = B * T * (size_t)half, blocks = tri_cu_blocks(n, ROPE_THREADS);
     const unsigned grid = blocks < ROPE_MAX_BLOCKS ? (unsigned)blocks : (unsigned)ROPE_MAX_BLOCKS;
     TRI_CU_DTYPE_SWITCH(dt, what, S,
                         LAUNCH(rope_kernel<S>, grid, ROPE_THREADS, 0, stream, (S *)x, inv_freq, B * T, (int)T, heads, W,
