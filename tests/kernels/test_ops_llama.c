@@ -406,3 +406,83 @@ Test(ops_swiglu, vector_bodies_and_scalar_tails_give_the_same_bits) {
     cr_expect(bad == 0, "%zu elements depend on their position in the row", bad);
     free(x), free(d), free(y), free(dx);
 }
+
+/* ------------------------------------------------------------ cpu-guard */
+
+/* The guarded backend (memory closed to the host between ops) wraps every
+ * Llama op and grouped-query attention: through staging copies, each gives
+ * the plain CPU backend's bits (a missing or mis-wired wrapper would crash
+ * or differ). */
+typedef struct {
+    tri_ctx *g;
+    size_t n;
+    void *d;
+} gbuf;
+
+static gbuf gput(tri_ctx *g, const float *h, size_t n) {
+    gbuf b = {g, n, tri_ctx_alloc(g, n * sizeof(float), TRI_MEM_WORKSPACE, "test")};
+    cr_assert_not_null(b.d);
+    tri_ctx_to_device(g, b.d, h, n * sizeof(float));
+    return b;
+}
+
+static void gexpect(gbuf b, const float *want, const char *what) {
+    float *got = fvec(b.n);
+    tri_ctx_to_host(b.g, got, b.d, b.n * sizeof(float));
+    cr_expect(same_bits(got, want, b.n), "cpu-guard %s differs from cpu", what);
+    free(got);
+    tri_ctx_release(b.g, b.d, b.n * sizeof(float), TRI_MEM_WORKSPACE);
+}
+
+Test(ops_guard, llama_ops_and_gqa_attention_give_the_cpu_bits) {
+    tri_ctx g, c;
+    cr_assert_eq(tri_ctx_init(&g, "cpu-guard", 0), 0);
+    cr_assert_eq(tri_ctx_init(&c, "cpu", 0), 0);
+    const size_t N = 14, C = 24, F = 11, B = 2, T = 7;
+    const int NH = 4, NKV = 2, HS = 6;
+    const size_t nq = B * T * (size_t)(NH + 2 * NKV) * HS, no = B * T * NH * HS, ns = B * NH * T;
+    rng r = {.s = 808};
+    float *x = frand(&r, N * C, -2, 2), *w = frand(&r, C, 0.5, 1.5), *d = frand(&r, N * C, -1, 1);
+    float *out = fvec(N * C), *rstd = fvec(N), *di = frand(&r, N * C, -1, 1), *dw = frand(&r, C, -1, 1);
+    gbuf gx = gput(&g, x, N * C), gw = gput(&g, w, C), gd = gput(&g, d, N * C), gout = gput(&g, out, N * C);
+    gbuf grs = gput(&g, rstd, N), gdi = gput(&g, di, N * C), gdw = gput(&g, dw, C);
+    c.ops->rmsnorm_fwd(&c, out, rstd, x, w, N, C, 1e-5f);
+    g.ops->rmsnorm_fwd(&g, gout.d, grs.d, gx.d, gw.d, N, C, 1e-5f);
+    c.ops->rmsnorm_bwd(&c, di, dw, d, x, w, rstd, N, C);
+    g.ops->rmsnorm_bwd(&g, gdi.d, gdw.d, gd.d, gx.d, gw.d, grs.d, N, C);
+    gexpect(gout, out, "rmsnorm_fwd out"), gexpect(grs, rstd, "rmsnorm_fwd rstd");
+    gexpect(gdi, di, "rmsnorm_bwd dinp"), gexpect(gdw, dw, "rmsnorm_bwd dw");
+    gexpect(gx, x, "rmsnorm input"), gexpect(gw, w, "rmsnorm weight"), gexpect(gd, d, "rmsnorm dout");
+
+    float *inv = inv_freqs(HS, 10000.0), *qkv = frand(&r, nq, -1, 1), *dout = frand(&r, no, -1, 1);
+    float *ao = fvec(no), *st = fvec(ns), *dq = fvec(nq);
+    const size_t nscr = c.ops->attention_scratch_floats(B, T, NH, NKV, HS);
+    float *scr = fvec(nscr);
+    gbuf ginv = gput(&g, inv, (size_t)HS / 2), gq = gput(&g, qkv, nq), gdo = gput(&g, dout, no);
+    gbuf gao = gput(&g, ao, no), gst = gput(&g, st, ns), gdq = gput(&g, dq, nq), gscr = gput(&g, scr, nscr);
+    c.ops->rope_fwd(&c, qkv, inv, B, T, NH, NKV, HS, 5);
+    g.ops->rope_fwd(&g, gq.d, ginv.d, B, T, NH, NKV, HS, 5);
+    c.ops->attention_fwd(&c, ao, st, qkv, B, T, NH, NKV, HS);
+    g.ops->attention_fwd(&g, gao.d, gst.d, gq.d, B, T, NH, NKV, HS);
+    c.ops->attention_bwd(&c, dq, scr, dout, qkv, ao, st, B, T, NH, NKV, HS);
+    g.ops->attention_bwd(&g, gdq.d, gscr.d, gdo.d, gq.d, gao.d, gst.d, B, T, NH, NKV, HS);
+    c.ops->rope_bwd(&c, dq, inv, B, T, NH, NKV, HS, 5);
+    g.ops->rope_bwd(&g, gdq.d, ginv.d, B, T, NH, NKV, HS, 5);
+    gexpect(gq, qkv, "rope_fwd"), gexpect(gao, ao, "attention_fwd out"), gexpect(gst, st, "attention_fwd state");
+    gexpect(gdq, dq, "attention_bwd then rope_bwd"), gexpect(ginv, inv, "inv_freq"), gexpect(gdo, dout, "dout");
+    tri_ctx_release(&g, gscr.d, nscr * sizeof(float), TRI_MEM_WORKSPACE);
+
+    float *gu = frand(&r, N * 2 * F, -4, 4), *so = fvec(N * F), *sd = frand(&r, N * F, -1, 1), *sdi = fvec(N * 2 * F);
+    gbuf ggu = gput(&g, gu, N * 2 * F), gso = gput(&g, so, N * F), gsd = gput(&g, sd, N * F);
+    gbuf gsdi = gput(&g, sdi, N * 2 * F);
+    c.ops->swiglu_fwd(&c, so, gu, N, F);
+    g.ops->swiglu_fwd(&g, gso.d, ggu.d, N, F);
+    c.ops->swiglu_bwd(&c, sdi, gu, sd, N, F);
+    g.ops->swiglu_bwd(&g, gsdi.d, ggu.d, gsd.d, N, F);
+    gexpect(gso, so, "swiglu_fwd"), gexpect(gsdi, sdi, "swiglu_bwd"), gexpect(ggu, gu, "swiglu input");
+    gexpect(gsd, sd, "swiglu dout");
+    tri_ctx_free(&g);
+    tri_ctx_free(&c);
+    free(x), free(w), free(d), free(out), free(rstd), free(di), free(dw), free(inv), free(qkv), free(dout), free(ao);
+    free(st), free(dq), free(scr), free(gu), free(so), free(sd), free(sdi);
+}
