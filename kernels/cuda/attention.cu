@@ -8,13 +8,20 @@
  * log-sum-exp per query row (the saved state, (B, NH, Tq)), the backward
  * recomputes the probabilities from q, k and it.
  *
- * Layouts of the op (C = NH * HS), as kernels/cpu/attention.c:
- *   qkv  (B, T, 3, NH, HS): q of head h at h*HS, k at C + h*HS, v at 2C + h*HS;
+ * Layouts of the op (C = NH * HS, W = (NH + 2 NKV) * HS, G = NH / NKV), as
+ * kernels/cpu/attention.c:
+ *   qkv  (B, T, NH + 2 NKV, HS): q of head h at h*HS, its key/value head
+ *        h / G's k at C + (h/G)*HS and v at C + (NKV + h/G)*HS (NKV = NH:
+ *        (B, T, 3, NH, HS));
  *   out  (B, T, NH, HS);  lse (B, NH, T): log sum_{j<=i} exp(s_ij),
  *   s_ij = q_i . k_j / sqrt(HS).
  * attention_fwd / attention_bwd are the slice entry points on that layout:
- * views q, k, v of qkv (row 3C, batch 3TC), out and dout (row C), the whole
- * sequence (q0 = 0, Tq = Tk = T).
+ * views q (NH heads), k, v (NKV heads each) of qkv (row W, batch TW), out and
+ * dout (row C), the whole sequence (q0 = 0, Tq = Tk = T).
+ * Grouped-query attention reads key/value head h / G for query head h, in
+ * place; the dk/dv kernels (SIMT and tensor-core) take a block per (batch,
+ * key/value head, key tile) and add the G query heads of the group into
+ * their accumulators one after the other, in order: no atomics, no copies.
  *
  * Dispatch (attention_*_slice): bf16 storage, HS 64 or 128, every view
  * 16-byte aligned with strides that are multiples of 8 elements: the
@@ -33,14 +40,16 @@
  * Backward, three launches and no atomics (every output element is written
  * by one thread, in a fixed order: deterministic):
  *   1. delta_i = dout_i . out_i   (into scratch, (B, NH, Tq));
- *   2. per key j: dv_j = sum_{i sees j} p_ij dout_i,  dk_j = scale sum_i ds_ij q_i;
+ *   2. per key j: dv_j = sum_{i sees j} p_ij dout_i,  dk_j = scale sum_i ds_ij q_i
+ *      (i over the queries of every query head of j's group);
  *   3. per query i: dq_i = scale sum_{j <= q0 + i} ds_ij k_j;
  * with p_ij = exp(s_ij - lse_i), ds_ij = p_ij (dout_i . v_j - delta_i).
  * Shared memory grows with HS: 4 * 32 * (4 HS + 2) bytes in the forward,
  * 4 * 32 * (6 HS + 6) in the dk/dv kernel; beyond 48 KiB the kernels ask for
  * the opt-in limit (HS <= 128 fits every sm_80 / sm_90 part).
- * Grids: x over the B * NH (batch, head) pairs, y over the row tiles, each
- * capped at its limit with grid-stride loops beyond (attention.cuh). */
+ * Grids: x over the B * NH (batch, head) pairs (B * NKV for dk/dv), y over
+ * the row tiles, each capped at its limit with grid-stride loops beyond
+ * (attention.cuh). */
 #include <limits.h>
 #include <math.h>
 
@@ -75,7 +84,8 @@ DEVFN void fa_fwd_tile(float *smem, S *out, float *lse, const S *q, const S *k, 
     const size_t b = bh / (size_t)g.NH, h = bh % (size_t)g.NH;
     const int P = HS + 1; /* padded stride of the rows a thread owns */
     float *Qs = smem, *Os = Qs + FA_TILE * P, *Ks = Os + FA_TILE * P, *Vs = Ks + FA_TILE * HS;
-    const S *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + h * HS, *vh = v + b * g.v_b + h * HS;
+    const size_t kvh = fa_kvh(g, h);
+    const S *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + kvh * HS, *vh = v + b * g.v_b + kvh * HS;
     __syncthreads(); /* the block's previous tile is used up */
     fa_load_tile(Qs, P, qh, g.q_r, i0, Tq, HS);
     float *o = Os + tid * P;
@@ -143,50 +153,54 @@ template <typename S> KERNEL fa_delta_kernel(float *delta, const S *dout, const 
     }
 }
 
-/* One dk/dv tile: keys [j0, j0 + FA_TILE) of (batch, head) bh. */
+/* One dk/dv tile: keys [j0, j0 + FA_TILE) of (batch, key/value head) bkv,
+ * summed over the query heads of its group in order. */
 template <typename S>
 DEVFN void fa_bwd_dkdv_tile(float *smem, S *dk, S *dv, const S *dout, const S *q, const S *k, const S *v,
-                            const float *lse, const float *delta, const fa_geom &g, size_t bh, int j0) {
+                            const float *lse, const float *delta, const fa_geom &g, size_t bkv, int j0) {
     const int HS = g.HS, tid = threadIdx.x, j = j0 + tid, Tq = g.Tq;
-    const size_t b = bh / (size_t)g.NH, h = bh % (size_t)g.NH;
+    const size_t b = bkv / (size_t)g.NKV, kvh = bkv % (size_t)g.NKV;
     const int P = HS + 1;
     float *Ks = smem, *Vs = Ks + FA_TILE * P, *dKs = Vs + FA_TILE * P, *dVs = dKs + FA_TILE * P;
     float *Qs = dVs + FA_TILE * P, *dOs = Qs + FA_TILE * HS, *Ls = dOs + FA_TILE * HS, *Ds = Ls + FA_TILE;
-    const S *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + h * HS, *vh = v + b * g.v_b + h * HS;
-    const S *dO = dout + b * g.do_b + h * HS;
-    const float *L = lse + bh * Tq, *D = delta + bh * Tq;
+    const S *kh = k + b * g.k_b + kvh * HS, *vh = v + b * g.v_b + kvh * HS;
     __syncthreads(); /* the block's previous tile is used up */
     fa_load_tile(Ks, P, kh, g.k_r, j0, g.Tk, HS);
     fa_load_tile(Vs, P, vh, g.v_r, j0, g.Tk, HS);
     float *dkj = dKs + tid * P, *dvj = dVs + tid * P;
     for (int d = 0; d < HS; d++) dkj[d] = dvj[d] = 0.0f;
-    /* the first query that sees key j0: position j0, view row j0 - q0 */
-    for (int i0 = j0 > g.q0 ? j0 - g.q0 : 0; i0 < Tq; i0 += FA_TILE) {
-        __syncthreads(); /* the previous query tile is used up (and Ks, Vs are loaded) */
-        fa_load_tile(Qs, HS, qh, g.q_r, i0, Tq, HS);
-        fa_load_tile(dOs, HS, dO, g.do_r, i0, Tq, HS);
-        if (tid < FA_TILE) {
-            Ls[tid] = i0 + tid < Tq ? L[i0 + tid] : 0.0f;
-            Ds[tid] = i0 + tid < Tq ? D[i0 + tid] : 0.0f;
-        }
-        __syncthreads();
-        if (j < g.Tk) {
-            const float *kj = Ks + tid * P, *vj = Vs + tid * P;
-            for (int ii = 0; ii < FA_TILE; ii++) {
-                const int i = i0 + ii;
-                if (g.q0 + i < j || i >= Tq) continue;
-                const float *qi = Qs + ii * HS, *doi = dOs + ii * HS;
-                const float p = expf(fa_dot(qi, kj, HS) * g.scale - Ls[ii]);
-                const float ds = p * (fa_dot(doi, vj, HS) - Ds[ii]) * g.scale;
-                for (int d = 0; d < HS; d++) {
-                    dvj[d] += p * doi[d];
-                    dkj[d] += ds * qi[d];
+    for (int hg = 0; hg < g.G; hg++) {
+        const size_t h = kvh * (size_t)g.G + (size_t)hg, bh = b * (size_t)g.NH + h;
+        const S *qh = q + b * g.q_b + h * HS, *dO = dout + b * g.do_b + h * HS;
+        const float *L = lse + bh * Tq, *D = delta + bh * Tq;
+        /* the first query that sees key j0: position j0, view row j0 - q0 */
+        for (int i0 = j0 > g.q0 ? j0 - g.q0 : 0; i0 < Tq; i0 += FA_TILE) {
+            __syncthreads(); /* the previous query tile is used up (and Ks, Vs are loaded) */
+            fa_load_tile(Qs, HS, qh, g.q_r, i0, Tq, HS);
+            fa_load_tile(dOs, HS, dO, g.do_r, i0, Tq, HS);
+            if (tid < FA_TILE) {
+                Ls[tid] = i0 + tid < Tq ? L[i0 + tid] : 0.0f;
+                Ds[tid] = i0 + tid < Tq ? D[i0 + tid] : 0.0f;
+            }
+            __syncthreads();
+            if (j < g.Tk) {
+                const float *kj = Ks + tid * P, *vj = Vs + tid * P;
+                for (int ii = 0; ii < FA_TILE; ii++) {
+                    const int i = i0 + ii;
+                    if (g.q0 + i < j || i >= Tq) continue;
+                    const float *qi = Qs + ii * HS, *doi = dOs + ii * HS;
+                    const float p = expf(fa_dot(qi, kj, HS) * g.scale - Ls[ii]);
+                    const float ds = p * (fa_dot(doi, vj, HS) - Ds[ii]) * g.scale;
+                    for (int d = 0; d < HS; d++) {
+                        dvj[d] += p * doi[d];
+                        dkj[d] += ds * qi[d];
+                    }
                 }
             }
         }
     }
     if (j < g.Tk) {
-        const size_t ok = b * g.dk_b + (size_t)j * g.dk_r + h * HS, ov = b * g.dv_b + (size_t)j * g.dv_r + h * HS;
+        const size_t ok = b * g.dk_b + (size_t)j * g.dk_r + kvh * HS, ov = b * g.dv_b + (size_t)j * g.dv_r + kvh * HS;
         for (int d = 0; d < HS; d++) {
             tri_cu_st(dk, ok + d, dkj[d]);
             tri_cu_st(dv, ov + d, dvj[d]);
@@ -199,9 +213,9 @@ KERNEL fa_bwd_dkdv_kernel(S *dk, S *dv, const S *dout, const S *q, const S *k, c
                           const float *delta, fa_geom g) {
     DYN_SMEM(float, smem);
     const int tiles = (g.Tk + FA_TILE - 1) / FA_TILE;
-    const size_t bh = blockIdx.x; /* grid.x is B NH */
+    const size_t bkv = blockIdx.x; /* grid.x is B NKV */
     for (int y = blockIdx.y; y < tiles; y += gridDim.y)
-        fa_bwd_dkdv_tile(smem, dk, dv, dout, q, k, v, lse, delta, g, bh, y * FA_TILE);
+        fa_bwd_dkdv_tile(smem, dk, dv, dout, q, k, v, lse, delta, g, bkv, y * FA_TILE);
 }
 
 /* One dq tile: queries [i0, i0 + FA_TILE) of (batch, head) bh. */
@@ -213,7 +227,8 @@ DEVFN void fa_bwd_dq_tile(float *smem, S *dq, const S *dout, const S *q, const S
     const int P = HS + 1;
     float *Qs = smem, *dOs = Qs + FA_TILE * P, *dQs = dOs + FA_TILE * P, *Ks = dQs + FA_TILE * P;
     float *Vs = Ks + FA_TILE * HS;
-    const S *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + h * HS, *vh = v + b * g.v_b + h * HS;
+    const size_t kvh = fa_kvh(g, h);
+    const S *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + kvh * HS, *vh = v + b * g.v_b + kvh * HS;
     const S *dO = dout + b * g.do_b + h * HS;
     __syncthreads(); /* the block's previous tile is used up */
     fa_load_tile(Qs, P, qh, g.q_r, i0, Tq, HS);
@@ -258,9 +273,14 @@ KERNEL fa_bwd_dq_kernel(S *dq, const S *dout, const S *q, const S *k, const S *v
 
 /* ---- host entry points ---- */
 
-extern "C" size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int HS) { return B * (size_t)NH * T; }
+extern "C" size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int NKV, int HS) {
+    return B * (size_t)NH * T;
+}
 
-extern "C" size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int HS) { return B * (size_t)NH * T; }
+/* the backward's delta: one float per (batch, query head, query) row */
+extern "C" size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int NKV, int HS) {
+    return B * (size_t)NH * T;
+}
 
 extern "C" int TRI_CU(attention_uses_tensor_cores)(tri_dtype dt, int HS) {
     return dt == TRI_BF16 && (HS == 64 || HS == 128);
@@ -272,22 +292,27 @@ static int fa_tc_view(const void *p, size_t batch, size_t row) {
     return ((uintptr_t)p % 16) == 0 && batch % 8 == 0 && row % 8 == 0;
 }
 
-/* The geometry of a slice call; a contract broken by the caller aborts. */
-static fa_geom fa_geom_of(const char *what, size_t B, size_t Tq, size_t Tk, size_t q0, int NH, int HS) {
+/* The geometry of a slice call (NKV 0: NH); a contract broken by the caller
+ * aborts. */
+static fa_geom fa_geom_of(const char *what, size_t B, size_t Tq, size_t Tk, size_t q0, int NH, int NKV, int HS) {
+    if (NKV == 0) NKV = NH;
+    if (NKV < 0 || NH % NKV != 0)
+        tri_cu_fail(what, "the key/value heads NKV do not divide the query heads NH", __FILE__, __LINE__);
     if (q0 > Tk || Tq > Tk - q0)
         tri_cu_fail(what, "the queries [q0, q0 + Tq) run past the Tk keys", __FILE__, __LINE__);
     if (Tk > INT_MAX) tri_cu_fail(what, "Tk is over INT_MAX", __FILE__, __LINE__);
     if (B > INT_MAX / (size_t)NH) tri_cu_fail(what, "B NH is over INT_MAX (the grid's x)", __FILE__, __LINE__);
     fa_geom g = {};
     g.Tq = (int)Tq, g.Tk = (int)Tk, g.q0 = (int)q0, g.NH = NH, g.HS = HS;
-    g.BNH = (int)(B * (size_t)NH);
+    g.NKV = NKV, g.G = NH / NKV;
+    g.BNH = (int)(B * (size_t)NH), g.BNKV = (int)(B * (size_t)NKV);
     g.scale = 1.0f / sqrtf((float)HS);
     return g;
 }
 
 extern "C" void TRI_CU(attention_fwd_slice)(void *stream, tri_dtype dt, const tri_cu_attn_fwd_args *a) {
     if (a->B == 0 || a->Tq == 0 || a->NH <= 0 || a->HS <= 0) return;
-    fa_geom g = fa_geom_of("attention_fwd_slice", a->B, a->Tq, a->Tk, a->q0, a->NH, a->HS);
+    fa_geom g = fa_geom_of("attention_fwd_slice", a->B, a->Tq, a->Tk, a->q0, a->NH, a->NKV, a->HS);
     g.q_b = a->q.batch, g.q_r = a->q.row, g.k_b = a->k.batch, g.k_r = a->k.row, g.v_b = a->v.batch, g.v_r = a->v.row,
     g.o_b = a->out.batch, g.o_r = a->out.row;
     if (TRI_CU(attention_uses_tensor_cores)(dt, a->HS) && fa_tc_view(a->q.p, g.q_b, g.q_r) &&
@@ -307,7 +332,7 @@ extern "C" void TRI_CU(attention_fwd_slice)(void *stream, tri_dtype dt, const tr
 
 extern "C" void TRI_CU(attention_bwd_slice)(void *stream, tri_dtype dt, const tri_cu_attn_bwd_args *a) {
     if (a->B == 0 || a->Tq == 0 || a->NH <= 0 || a->HS <= 0) return;
-    fa_geom g = fa_geom_of("attention_bwd_slice", a->B, a->Tq, a->Tk, a->q0, a->NH, a->HS);
+    fa_geom g = fa_geom_of("attention_bwd_slice", a->B, a->Tq, a->Tk, a->q0, a->NH, a->NKV, a->HS);
     g.q_b = a->q.batch, g.q_r = a->q.row, g.k_b = a->k.batch, g.k_r = a->k.row, g.v_b = a->v.batch, g.v_r = a->v.row,
     g.o_b = a->out.batch, g.o_r = a->out.row, g.do_b = a->dout.batch, g.do_r = a->dout.row;
     g.dq_b = a->dq.batch, g.dq_r = a->dq.row, g.dk_b = a->dk.batch, g.dk_r = a->dk.row, g.dv_b = a->dv.batch,
@@ -330,7 +355,7 @@ extern "C" void TRI_CU(attention_bwd_slice)(void *stream, tri_dtype dt, const tr
     const size_t HS = (size_t)a->HS;
     const size_t smem_kv = sizeof(float) * ((size_t)FA_TILE * (4 * (HS + 1) + 2 * HS) + 2 * FA_TILE);
     const size_t smem_q = sizeof(float) * (size_t)FA_TILE * (3 * (HS + 1) + 2 * HS);
-    const dim3 grid_kv = fa_grid(g.BNH, tri_cu_blocks(a->Tk, FA_TILE)),
+    const dim3 grid_kv = fa_grid(g.BNKV, tri_cu_blocks(a->Tk, FA_TILE)),
                grid_q = fa_grid(g.BNH, tri_cu_blocks(a->Tq, FA_TILE));
     TRI_CU_DTYPE_SWITCH(dt, "attention_bwd", S, FA_SMEM_OPTIN(fa_bwd_dkdv_kernel<S>, smem_kv);
                         LAUNCH(fa_bwd_dkdv_kernel<S>, grid_kv, FA_TILE, smem_kv, stream, (S *)a->dk.p, (S *)a->dv.p,
@@ -341,39 +366,44 @@ extern "C" void TRI_CU(attention_bwd_slice)(void *stream, tri_dtype dt, const tr
                                (const S *)a->q.p, (const S *)a->k.p, (const S *)a->v.p, a->lse, delta, g););
 }
 
-/* The op's packed layout as views: q, k and v inside qkv (B, T, 3, NH, HS). */
+/* The op's packed layout as views: q (NH heads), k and v (NKV heads each)
+ * inside qkv (B, T, NH + 2 NKV, HS). */
 extern "C" void TRI_CU(attention_fwd)(void *stream, tri_dtype dt, void *out, float *lse, const void *qkv, size_t B,
-                                      size_t T, int NH, int HS) {
+                                      size_t T, int NH, int NKV, int HS) {
     if (B == 0 || T == 0 || NH <= 0 || HS <= 0) return;
-    const size_t C = (size_t)NH * (size_t)HS, es = dt == TRI_BF16 ? 2 : 4;
+    if (NKV <= 0) tri_cu_fail("attention_fwd", "NKV must be positive", __FILE__, __LINE__);
+    const size_t C = (size_t)NH * (size_t)HS, KV = (size_t)NKV * (size_t)HS, W = C + 2 * KV;
+    const size_t es = dt == TRI_BF16 ? 2 : 4;
     const char *base = (const char *)qkv;
     tri_cu_attn_fwd_args a = {};
-    a.B = B, a.Tq = T, a.Tk = T, a.q0 = 0, a.NH = NH, a.HS = HS;
+    a.B = B, a.Tq = T, a.Tk = T, a.q0 = 0, a.NH = NH, a.NKV = NKV, a.HS = HS;
     a.out = tri_cu_view_out{out, T * C, C};
     a.lse = lse;
-    a.q = tri_cu_view{base, 3 * T * C, 3 * C};
-    a.k = tri_cu_view{base + C * es, 3 * T * C, 3 * C};
-    a.v = tri_cu_view{base + 2 * C * es, 3 * T * C, 3 * C};
+    a.q = tri_cu_view{base, T * W, W};
+    a.k = tri_cu_view{base + C * es, T * W, W};
+    a.v = tri_cu_view{base + (C + KV) * es, T * W, W};
     TRI_CU(attention_fwd_slice)(stream, dt, &a);
 }
 
 extern "C" void TRI_CU(attention_bwd)(void *stream, tri_dtype dt, void *dqkv, float *scratch, const void *dout,
                                       const void *qkv, const void *out, const float *lse, size_t B, size_t T, int NH,
-                                      int HS) {
+                                      int NKV, int HS) {
     if (B == 0 || T == 0 || NH <= 0 || HS <= 0) return;
-    const size_t C = (size_t)NH * (size_t)HS, es = dt == TRI_BF16 ? 2 : 4;
+    if (NKV <= 0) tri_cu_fail("attention_bwd", "NKV must be positive", __FILE__, __LINE__);
+    const size_t C = (size_t)NH * (size_t)HS, KV = (size_t)NKV * (size_t)HS, W = C + 2 * KV;
+    const size_t es = dt == TRI_BF16 ? 2 : 4;
     const char *base = (const char *)qkv;
     char *dbase = (char *)dqkv;
     tri_cu_attn_bwd_args a = {};
-    a.B = B, a.Tq = T, a.Tk = T, a.q0 = 0, a.NH = NH, a.HS = HS;
-    a.dq = tri_cu_view_out{dbase, 3 * T * C, 3 * C};
-    a.dk = tri_cu_view_out{dbase + C * es, 3 * T * C, 3 * C};
-    a.dv = tri_cu_view_out{dbase + 2 * C * es, 3 * T * C, 3 * C};
+    a.B = B, a.Tq = T, a.Tk = T, a.q0 = 0, a.NH = NH, a.NKV = NKV, a.HS = HS;
+    a.dq = tri_cu_view_out{dbase, T * W, W};
+    a.dk = tri_cu_view_out{dbase + C * es, T * W, W};
+    a.dv = tri_cu_view_out{dbase + (C + KV) * es, T * W, W};
     a.scratch = scratch;
     a.dout = tri_cu_view{dout, T * C, C};
-    a.q = tri_cu_view{base, 3 * T * C, 3 * C};
-    a.k = tri_cu_view{base + C * es, 3 * T * C, 3 * C};
-    a.v = tri_cu_view{base + 2 * C * es, 3 * T * C, 3 * C};
+    a.q = tri_cu_view{base, T * W, W};
+    a.k = tri_cu_view{base + C * es, T * W, W};
+    a.v = tri_cu_view{base + (C + KV) * es, T * W, W};
     a.out = tri_cu_view{out, T * C, C};
     a.lse = lse;
     TRI_CU(attention_bwd_slice)(stream, dt, &a);

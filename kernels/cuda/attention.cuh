@@ -11,16 +11,24 @@
  * as separate arguments, so that the emulator checks each one).
  * Queries [q0, q0 + Tq) of Tk keys; a block's (batch, head) is
  * bh = b NH + h < BNH, its tile index runs over blockIdx.y. Strides in
- * elements: a view's (b, t, h) row starts at p + b * X_b + t * X_r + h * HS. */
+ * elements: a view's (b, t, h) row starts at p + b * X_b + t * X_r + h * HS.
+ * Grouped-query attention: k, v, dk and dv hold NKV heads (NH % NKV == 0);
+ * query head h reads key/value head h / G, G = NH / NKV (fa_kvh). The dk/dv
+ * kernels run a block per (batch, key/value head) = b NKV + kh < BNKV and
+ * add the G query heads of the group in order. */
 struct fa_geom {
     int Tq, Tk, q0, NH, HS;
-    int BNH;                             /* B NH <= INT_MAX */
+    int NKV, G;                          /* key/value heads; G = NH / NKV query heads per group */
+    int BNH, BNKV;                       /* B NH, B NKV <= INT_MAX */
     size_t q_b, q_r, k_b, k_r, v_b, v_r; /* q, k, v */
     size_t o_b, o_r;                     /* out (written by the forward, read by the backward) */
     size_t do_b, do_r;                   /* dout */
     size_t dq_b, dq_r, dk_b, dk_r, dv_b, dv_r;
     float scale; /* 1 / sqrt(HS) */
 };
+
+/* The key/value head of query head h. */
+#define fa_kvh(g, h) ((h) / (size_t)(g).G)
 
 /* The grid of a kernel over (batch, head) pairs and `tiles` tiles of rows:
  * x runs over the pairs (B NH <= 2^31 - 1, x's limit), y over the tiles, capped

@@ -34,13 +34,17 @@
  * Backward, after attention.cu's delta (dout . out per row), two kernels that
  * each write every element of their outputs once, in a fixed order (no
  * atomics: the same bits under any schedule):
- *   dk/dv: a block per (batch and head, 64 keys); K and V of its keys stay in
- *     shared memory, query tiles (Q, dout, lse, delta) stream through. Per
+ *   dk/dv: a block per (batch and key/value head, 64 keys); K and V of its
+ *     keys stay in shared memory, query tiles (Q, dout, lse, delta) of the
+ *     group's query heads stream through, head after head in order (grouped-
+ *     query attention: one pipeline over (head, tile), the accumulators kept
+ *     across heads, no atomics). Per
  *     tile, with the keys as rows: S^T = K Q^T, dP^T = V dout^T (B: Q and
  *     dout n-major, plain ldmatrix), P^T = 2^(S^T scale log2 e - lse log2 e)
  *     masked, dS^T = P^T (dP^T - delta); dV += P^T dout, dK += dS^T Q (A: P^T
  *     and dS^T from registers, rounded to bf16; B: dout and Q (k, n)
  *     row-major, ldmatrix.trans). dk = scale dK.
+ *   The forward and dq read the key/value head h / G of query head h.
  *   dq: a block per (batch and head, 64 queries): Q and dout in registers, key
  *     tiles streaming: S = Q K^T, dP = dout V^T, P, dS as above, dQ += dS K
  *     (K (k, n) row-major: .trans). dq = scale dQ.
@@ -153,8 +157,8 @@ DEVFN void fa_tc_fwd_tile(tri_cu_bf16 *sm, tri_cu_bf16 *out, float *lse, const t
     constexpr int LD = F::LD, BR = F::BR, BC = F::BC;
     tri_cu_bf16 *Qs = sm, *Ks = Qs + BR * LD, *Vs = Ks + 2 * BC * LD; /* Qs[BR][LD], Ks, Vs [2][BC][LD] */
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tq = lane & 3, Tq = g.Tq;
-    const size_t b = (unsigned)bh / (unsigned)g.NH, h = (unsigned)bh % (unsigned)g.NH;
-    const tri_cu_bf16 *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + h * HS, *vh = v + b * g.v_b + h * HS;
+    const size_t b = (unsigned)bh / (unsigned)g.NH, h = (unsigned)bh % (unsigned)g.NH, kvh = fa_kvh(g, h);
+    const tri_cu_bf16 *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + kvh * HS, *vh = v + b * g.v_b + kvh * HS;
     const int last = (i0 + BR < Tq ? i0 + BR : Tq) - 1; /* the block's last query */
     const int kend = g.q0 + last + 1;                   /* keys [0, kend) are seen by some query */
     const int nkt = (kend + BC - 1) / BC;
@@ -292,42 +296,48 @@ KERNEL fa_tc_fwd_kernel(tri_cu_bf16 *out, float *lse, const tri_cu_bf16 *q, cons
 
 /* ---- backward: dk, dv ---- */
 
-/* Keys [j0, j0 + BK) of (batch, head) bh. */
+/* Keys [j0, j0 + BK) of (batch, key/value head) bkv, over the query heads
+ * of its group. */
 template <int HS>
 DEVFN void fa_tc_dkdv_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dk, tri_cu_bf16 *dv, const tri_cu_bf16 *dout,
                            const tri_cu_bf16 *q, const tri_cu_bf16 *k, const tri_cu_bf16 *v, const float *lse,
-                           const float *delta, const fa_geom &g, int bh, int j0) {
+                           const float *delta, const fa_geom &g, int bkv, int j0) {
     typedef fa_tc<HS> F;
     constexpr int LD = F::LD, BK = F::BK, BQ = F::BQK;
     /* Ks, Vs [BK][LD]; Qs, dOs [2][BQ][LD]; Ls (lse log2 e), Ds (delta) [2][BQ] */
     tri_cu_bf16 *Ks = sm, *Vs = Ks + BK * LD, *Qs = Vs + BK * LD, *dOs = Qs + 2 * BQ * LD;
     float *Ls = reinterpret_cast<float *>(dOs + 2 * BQ * LD), *Ds = Ls + 2 * BQ;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tq = lane & 3, Tq = g.Tq;
-    const size_t b = (unsigned)bh / (unsigned)g.NH, h = (unsigned)bh % (unsigned)g.NH;
-    const tri_cu_bf16 *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + h * HS, *vh = v + b * g.v_b + h * HS;
-    const tri_cu_bf16 *dOh = dout + b * g.do_b + h * HS;
-    const float *L = lse + (size_t)bh * Tq, *D = delta + (size_t)bh * Tq;
+    const size_t b = (unsigned)bkv / (unsigned)g.NKV, kvh = (unsigned)bkv % (unsigned)g.NKV;
+    const tri_cu_bf16 *kh = k + b * g.k_b + kvh * HS, *vh = v + b * g.v_b + kvh * HS;
     const int kw = j0 + 16 * warp; /* the warp's first key */
     const bool active = kw < g.Tk;
     const int ka = kw + (lane >> 2), kb = ka + 8; /* this lane's two keys */
     const int first = j0 > g.q0 ? j0 - g.q0 : 0;  /* the first query that sees key j0 */
-    const int it0 = first / BQ, nit = (Tq + BQ - 1) / BQ;
+    /* the pipeline's steps: (query head of the group, query tile) pairs, the
+     * head major; per head the tiles it0 .. it0 + per - 1 */
+    const int it0 = first / BQ, per = (Tq + BQ - 1) / BQ - it0, nit = per > 0 ? per * g.G : 0;
     const float sl2 = g.scale * FA_LOG2E;
-    auto stage = [&](int it, int buf) { /* query tile it into buffer buf */
-                                        tc_load<HS, BQ>(Qs + buf * BQ * LD, qh, g.q_r, it * BQ, Tq);
-                                        tc_load<HS, BQ>(dOs + buf * BQ * LD, dOh, g.do_r, it * BQ, Tq);
+    auto stage = [&](int it, int buf) { /* step it's query tile into buffer buf */
+                                        const int qt = it0 + it % per;
+                                        const size_t bh = b * (size_t)g.NH + kvh * (size_t)g.G + (size_t)(it / per);
+                                        const size_t h = bh - b * (size_t)g.NH;
+                                        tc_load<HS, BQ>(Qs + buf * BQ * LD, q + b * g.q_b + h * HS, g.q_r, qt * BQ, Tq);
+                                        tc_load<HS, BQ>(dOs + buf * BQ * LD, dout + b * g.do_b + h * HS, g.do_r,
+                                                        qt * BQ, Tq);
+                                        const float *L = lse + bh * Tq, *D = delta + bh * Tq;
                                         for (int r = threadIdx.x; r < BQ; r += TC_THREADS) {
-                                            const int i = it * BQ + r;
+                                            const int i = qt * BQ + r;
                                             Ls[buf * BQ + r] = i < Tq ? L[i] * FA_LOG2E : 0.0f;
                                             Ds[buf * BQ + r] = i < Tq ? D[i] : 0.0f;
                                         }
     };
 
     __syncthreads(); /* the block's previous tile is used up */
-    if (it0 < nit) {
+    if (nit > 0) {
         tc_load<HS, BK>(Ks, kh, g.k_r, j0, g.Tk);
         tc_load<HS, BK>(Vs, vh, g.v_r, j0, g.Tk);
-        stage(it0, 0);
+        stage(0, 0);
         tri_cp_async_commit();
     }
     float dka[HS / 8][4], dva[HS / 8][4];
@@ -336,8 +346,8 @@ DEVFN void fa_tc_dkdv_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dk, tri_cu_bf16 *dv, co
         FA_UNROLL
         for (int e = 0; e < 4; e++) dka[nt][e] = dva[nt][e] = 0.0f;
     }
-    for (int it = it0; it < nit; it++) {
-        const int buf = (it - it0) & 1, i0 = it * BQ;
+    for (int it = 0; it < nit; it++) {
+        const int buf = it & 1, i0 = (it0 + it % per) * BQ;
         if (it + 1 < nit) {
             stage(it + 1, buf ^ 1);
             tri_cp_async_commit();
@@ -407,8 +417,8 @@ DEVFN void fa_tc_dkdv_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dk, tri_cu_bf16 *dv, co
         __syncthreads(); /* before the buffer is refilled */
     }
     if (active) { /* every key below Tk, zeros for the keys no query sees */
-        store_rows<HS>(dk + b * g.dk_b + h * HS, g.dk_r, dka, g.scale, kw, g.Tk, lane);
-        store_rows<HS>(dv + b * g.dv_b + h * HS, g.dv_r, dva, 1.0f, kw, g.Tk, lane);
+        store_rows<HS>(dk + b * g.dk_b + kvh * HS, g.dk_r, dka, g.scale, kw, g.Tk, lane);
+        store_rows<HS>(dv + b * g.dv_b + kvh * HS, g.dv_r, dva, 1.0f, kw, g.Tk, lane);
     }
 }
 
@@ -418,9 +428,9 @@ KERNEL fa_tc_dkdv_kernel(tri_cu_bf16 *dk, tri_cu_bf16 *dv, const tri_cu_bf16 *do
     DYN_SMEM(fa_chunk, smem);
     constexpr int BK = fa_tc<HS>::BK;
     const int tiles = (g.Tk + BK - 1) / BK;
-    const int bh = blockIdx.x; /* grid.x is B NH */
+    const int bkv = blockIdx.x; /* grid.x is B NKV */
     for (int y = blockIdx.y; y < tiles; y += gridDim.y)
-        fa_tc_dkdv_tile<HS>(reinterpret_cast<tri_cu_bf16 *>(smem), dk, dv, dout, q, k, v, lse, delta, g, bh, y * BK);
+        fa_tc_dkdv_tile<HS>(reinterpret_cast<tri_cu_bf16 *>(smem), dk, dv, dout, q, k, v, lse, delta, g, bkv, y * BK);
 }
 
 /* ---- backward: dq ---- */
@@ -435,8 +445,8 @@ DEVFN void fa_tc_dq_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dq, const tri_cu_bf16 *do
     /* Qs, dOs [BR][LD]; Ks, Vs [2][BC][LD] */
     tri_cu_bf16 *Qs = sm, *dOs = Qs + BR * LD, *Ks = dOs + BR * LD, *Vs = Ks + 2 * BC * LD;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tq = lane & 3, Tq = g.Tq;
-    const size_t b = (unsigned)bh / (unsigned)g.NH, h = (unsigned)bh % (unsigned)g.NH;
-    const tri_cu_bf16 *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + h * HS, *vh = v + b * g.v_b + h * HS;
+    const size_t b = (unsigned)bh / (unsigned)g.NH, h = (unsigned)bh % (unsigned)g.NH, kvh = fa_kvh(g, h);
+    const tri_cu_bf16 *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + kvh * HS, *vh = v + b * g.v_b + kvh * HS;
     const tri_cu_bf16 *dOh = dout + b * g.do_b + h * HS;
     const int last = (i0 + BR < Tq ? i0 + BR : Tq) - 1;
     const int kend = g.q0 + last + 1;
@@ -553,7 +563,7 @@ static void tc_bwd(void *stream, tri_cu_bf16 *dq, tri_cu_bf16 *dk, tri_cu_bf16 *
                    const tri_cu_bf16 *q, const tri_cu_bf16 *k, const tri_cu_bf16 *v, const float *lse,
                    const float *delta, const fa_geom &g) {
     typedef fa_tc<HS> F;
-    const dim3 grid_kv = fa_grid(g.BNH, tri_cu_blocks((size_t)g.Tk, F::BK));
+    const dim3 grid_kv = fa_grid(g.BNKV, tri_cu_blocks((size_t)g.Tk, F::BK));
     const dim3 grid_q = fa_grid(g.BNH, tri_cu_blocks((size_t)g.Tq, F::BR));
     FA_SMEM_OPTIN(fa_tc_dkdv_kernel<HS>, F::dkdv_smem);
     LAUNCH(fa_tc_dkdv_kernel<HS>, grid_kv, TC_THREADS, F::dkdv_smem, stream, dk, dv, dout, q, k, v, lse, delta, g);

@@ -372,7 +372,7 @@ static void cu_matmul_bwd_dgelu(tri_ctx *c, void *dpre, float *dweight, float *d
     OP_DONE(c, "matmul_bwd_dgelu");
 }
 
-/* ---- LayerNorm, attention, GELU, residual ---- */
+/* ---- LayerNorm, attention, RMSNorm, RoPE, SwiGLU, GELU, residual ---- */
 
 static void cu_layernorm_fwd(tri_ctx *c, void *out, float *mean, float *rstd, const void *inp, const void *w,
                              const void *b, size_t N, size_t C) {
@@ -387,15 +387,51 @@ static void cu_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, const
     OP_DONE(c, "layernorm_bwd");
 }
 
-static void cu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS) {
-    TRI_CU(attention_fwd)(st(c)->stream, c->act_dtype, out, state, qkv, B, T, NH, HS);
+static void cu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int NKV,
+                             int HS) {
+    TRI_CU(attention_fwd)(st(c)->stream, c->act_dtype, out, state, qkv, B, T, NH, NKV, HS);
     OP_DONE(c, "attention_fwd");
 }
 
 static void cu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch_buf, const void *dout, const void *qkv,
-                             const void *out, const float *state, size_t B, size_t T, int NH, int HS) {
-    TRI_CU(attention_bwd)(st(c)->stream, c->act_dtype, dqkv, scratch_buf, dout, qkv, out, state, B, T, NH, HS);
+                             const void *out, const float *state, size_t B, size_t T, int NH, int NKV, int HS) {
+    TRI_CU(attention_bwd)(st(c)->stream, c->act_dtype, dqkv, scratch_buf, dout, qkv, out, state, B, T, NH, NKV, HS);
     OP_DONE(c, "attention_bwd");
+}
+
+static void cu_rmsnorm_fwd(tri_ctx *c, void *out, float *rstd, const void *inp, const void *w, size_t N, size_t C,
+                           float eps) {
+    TRI_CU(rmsnorm_fwd)(st(c)->stream, c->act_dtype, out, rstd, inp, w, N, C, eps);
+    OP_DONE(c, "rmsnorm_fwd");
+}
+
+static void cu_rmsnorm_bwd(tri_ctx *c, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                           const float *rstd, size_t N, size_t C) {
+    float *part = scratch(c, TRI_CU(rmsnorm_bwd_scratch_floats)(N, C) * sizeof(float));
+    TRI_CU(rmsnorm_bwd)(st(c)->stream, c->act_dtype, dinp, dw, part, dout, inp, w, rstd, N, C);
+    OP_DONE(c, "rmsnorm_bwd");
+}
+
+static void cu_rope_fwd(tri_ctx *c, void *qkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS,
+                        size_t pos0) {
+    TRI_CU(rope_fwd)(st(c)->stream, c->act_dtype, qkv, inv_freq, B, T, NH, NKV, HS, pos0);
+    OP_DONE(c, "rope_fwd");
+}
+
+static void cu_rope_bwd(tri_ctx *c, void *dqkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS,
+                        size_t pos0) {
+    TRI_CU(rope_bwd)(st(c)->stream, c->act_dtype, dqkv, inv_freq, B, T, NH, NKV, HS, pos0);
+    OP_DONE(c, "rope_bwd");
+}
+
+static void cu_swiglu_fwd(tri_ctx *c, void *out, const void *inp, size_t N, size_t F) {
+    TRI_CU(swiglu_fwd)(st(c)->stream, c->act_dtype, out, inp, N, F);
+    OP_DONE(c, "swiglu_fwd");
+}
+
+static void cu_swiglu_bwd(tri_ctx *c, void *dinp, const void *inp, const void *dout, size_t N, size_t F) {
+    TRI_CU(swiglu_bwd)(st(c)->stream, c->act_dtype, dinp, inp, dout, N, F);
+    OP_DONE(c, "swiglu_bwd");
 }
 
 static void cu_gelu_fwd(tri_ctx *c, void *out, const void *inp, size_t N) {
@@ -619,6 +655,12 @@ static const tri_ops CUDA_OPS = {
     .attention_bwd = cu_attention_bwd,
     .attention_saved_floats = TRI_CU(attention_saved_floats),
     .attention_scratch_floats = TRI_CU(attention_scratch_floats),
+    .rmsnorm_fwd = cu_rmsnorm_fwd,
+    .rmsnorm_bwd = cu_rmsnorm_bwd,
+    .rope_fwd = cu_rope_fwd,
+    .rope_bwd = cu_rope_bwd,
+    .swiglu_fwd = cu_swiglu_fwd,
+    .swiglu_bwd = cu_swiglu_bwd,
     .gelu_fwd = cu_gelu_fwd,
     .gelu_bwd = cu_gelu_bwd,
     .residual_fwd = cu_residual_fwd,

@@ -82,28 +82,35 @@ void TRI_CU(embedding_bwd)(void *stream, tri_dtype dt, float *dwte, float *dwpe,
                            const int32_t *ids, size_t B, size_t T, size_t C, size_t vstart, size_t Vl);
 size_t TRI_CU(embedding_bwd_scratch_floats)(size_t B, size_t T);
 
-/* ---- attention.cu, attention_tc.cu: causal multi-head self-attention, flash-style ----
- * qkv (B, T, 3, NH, HS); out (B, T, NH, HS); scale 1/sqrt(HS). qkv, out, dout and
- * dqkv are of dtype dt (fp32 or bf16: fp32 arithmetic, each output rounded once);
- * lse and scratch fp32.
+/* ---- attention.cu, attention_tc.cu: causal self-attention, multi-head or
+ * grouped-query, flash-style ----
+ * qkv (B, T, NH + 2 NKV, HS) (NH % NKV == 0; query head h reads key/value head
+ * h / (NH / NKV)); out (B, T, NH, HS); scale 1/sqrt(HS). qkv, out, dout and dqkv
+ * are of dtype dt (fp32 or bf16: fp32 arithmetic, each output rounded once); lse
+ * and scratch fp32.
  * fwd: out [overwrite]; lse (B, NH, T) = log sum_{j<=i} exp(s_ij) [overwrite]: the
- *      saved state, attention_saved_floats(B, T, NH, HS) floats.
- * bwd: dqkv (B, T, 3, NH, HS) [overwrite] from dout, qkv and the forward's out and
- *      lse; scratch: attention_scratch_floats(B, T, NH, HS) floats (dout . out per
+ *      saved state, attention_saved_floats(B, T, NH, NKV, HS) floats.
+ * bwd: dqkv (B, T, NH + 2 NKV, HS) [overwrite] from dout, qkv and the forward's out
+ *      and lse, dk and dv summed over each group's query heads in order;
+ *      scratch: attention_scratch_floats(B, T, NH, NKV, HS) floats (dout . out per
  *      row). No atomics: the same bits under any schedule.
  * Both are attention_{fwd,bwd}_slice below on the packed layout (q, k and v views
- * into qkv with row 3 NH HS, the whole sequence: q0 = 0, Tq = Tk = T), and take its
- * kernels: tensor cores for bf16 with HS 64 or 128, the SIMT kernels otherwise. */
+ * into qkv with row (NH + 2 NKV) HS, the whole sequence: q0 = 0, Tq = Tk = T), and
+ * take its kernels: tensor cores for bf16 with HS 64 or 128, the SIMT kernels
+ * otherwise. */
 void TRI_CU(attention_fwd)(void *stream, tri_dtype dt, void *out, float *lse, const void *qkv, size_t B, size_t T,
-                           int NH, int HS);
+                           int NH, int NKV, int HS);
 void TRI_CU(attention_bwd)(void *stream, tri_dtype dt, void *dqkv, float *scratch, const void *dout, const void *qkv,
-                           const void *out, const float *lse, size_t B, size_t T, int NH, int HS);
-size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int HS);
-size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int HS);
+                           const void *out, const float *lse, size_t B, size_t T, int NH, int NKV, int HS);
+size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int NKV, int HS);
+size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int NKV, int HS);
 
 /* The same attention on strided views, for a query slice and a head slice.
- * A view holds, for batch b < B, row t and head h < NH, the HS elements of dtype dt
+ * A view holds, for batch b < B, row t and head h, the HS elements of dtype dt
  *   p + b * batch + t * row + h * HS + [0, HS)        (strides counted in elements),
+ * h < NH for q, out, dout and dq, h < NKV for k, v, dk and dv (grouped-query
+ * attention: NKV divides NH, query head h reads key/value head h / (NH / NKV);
+ * NKV = 0 stands for NH, multi-head attention),
  * so a view may be q, k or v inside a packed qkv, or the heads [h0, h0 + NH) of a
  * caller whose rows are wider (a tensor-parallel head slice: p at head h0, row the
  * caller's row length).
@@ -131,6 +138,7 @@ typedef struct tri_cu_view_out {
 typedef struct tri_cu_attn_fwd_args {
     size_t B, Tq, Tk, q0;
     int NH, HS;
+    int NKV; /* key/value heads of k and v; 0: NH */
     tri_cu_view_out out;
     float *lse;
     tri_cu_view q, k, v;
@@ -138,6 +146,7 @@ typedef struct tri_cu_attn_fwd_args {
 typedef struct tri_cu_attn_bwd_args {
     size_t B, Tq, Tk, q0;
     int NH, HS;
+    int NKV; /* key/value heads of k, v, dk and dv; 0: NH */
     tri_cu_view_out dq, dk, dv;
     float *scratch;
     tri_cu_view dout, q, k, v, out;
@@ -148,6 +157,25 @@ void TRI_CU(attention_bwd_slice)(void *stream, tri_dtype dt, const tri_cu_attn_b
 /* 1 when bf16 attention of head size HS takes the tensor-core kernels (given aligned
  * views: HS 64 or 128), 0 when it takes the SIMT ones. */
 int TRI_CU(attention_uses_tensor_cores)(tri_dtype dt, int HS);
+
+/* ---- rmsnorm.cu, rope.cu, swiglu.cu: the Llama ops (kernels/ops.h), fp32 or
+ * bf16 storage of the `void *` tensors (fp32 arithmetic, each output rounded once);
+ * rstd, dw, inv_freq and scratch fp32 ----
+ * rmsnorm_bwd: dinp and dw accumulate; dw through partial sums over fixed row
+ * groups (scratch: rmsnorm_bwd_scratch_floats(N, C) floats), no float atomics.
+ * rope_fwd / rope_bwd: in place on the q and k heads of qkv (B, T, NH + 2 NKV, HS),
+ * HS even. swiglu_bwd: dinp (N, 2F) overwritten, not aliasing inp or dout. */
+void TRI_CU(rmsnorm_fwd)(void *stream, tri_dtype dt, void *out, float *rstd, const void *inp, const void *w, size_t N,
+                         size_t C, float eps);
+void TRI_CU(rmsnorm_bwd)(void *stream, tri_dtype dt, void *dinp, float *dw, float *scratch, const void *dout,
+                         const void *inp, const void *w, const float *rstd, size_t N, size_t C);
+size_t TRI_CU(rmsnorm_bwd_scratch_floats)(size_t N, size_t C);
+void TRI_CU(rope_fwd)(void *stream, tri_dtype dt, void *qkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV,
+                      int HS, size_t pos0);
+void TRI_CU(rope_bwd)(void *stream, tri_dtype dt, void *dqkv, const float *inv_freq, size_t B, size_t T, int NH,
+                      int NKV, int HS, size_t pos0);
+void TRI_CU(swiglu_fwd)(void *stream, tri_dtype dt, void *out, const void *inp, size_t N, size_t F);
+void TRI_CU(swiglu_bwd)(void *stream, tri_dtype dt, void *dinp, const void *inp, const void *dout, size_t N, size_t F);
 
 /* ---- optim.cu: AdamW over many tensors, sums of many tensors ----
  * A table of tensors in device memory, planned once on the host: *_plan fills

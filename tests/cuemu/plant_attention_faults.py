@@ -42,6 +42,14 @@ FAULTS = [
      '                o[nt][2] *= corr[1], o[nt][3] *= corr[1];\n', ''),
     ("forward: the running sum's rescale dropped",
      'l[0] = l[0] * corr[0] + rs[0];', 'l[0] = l[0] + rs[0];'),
+    # grouped-query attention (the test grouped_query_heads_match_the_cpu)
+    ('dk/dv: only the first query head of each group',
+     'nit = per > 0 ? per * g.G : 0;', 'nit = per > 0 ? per : 0;'),
+    ('forward: query head h reads key/value head h % NKV, not h / G',
+     'kvh = fa_kvh(g, h);\n    const tri_cu_bf16 *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + kvh * HS, '
+     '*vh = v + b * g.v_b + kvh * HS;\n    const int last = (i0 + BR < Tq ? i0 + BR : Tq) - 1; /* the block\'s last query */',
+     'kvh = h % (size_t)g.NKV;\n    const tri_cu_bf16 *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + kvh * HS, '
+     '*vh = v + b * g.v_b + kvh * HS;\n    const int last = (i0 + BR < Tq ? i0 + BR : Tq) - 1; /* the block\'s last query */'),
 ]
 
 

@@ -3,11 +3,13 @@
  * under the emulator, against the CPU's flash attention
  * (tri_cpu_attention_fwd / _bwd, fp32) on bf16-rounded inputs.
  *
- * A case is a whole problem, B sequences of Tk positions with NHt heads of
- * size HS in the caller's packed qkv (B, Tk, 3, NHt, HS) (rows optionally
- * padded by `pad` elements: a caller's wider rows), of which one call
- * computes the heads [h0, h0 + NH) (a tensor-parallel head slice: the views
- * point into the wider rows) and the queries [q0, q0 + Tq) (a query slice:
+ * A case is a whole problem, B sequences of Tk positions with NHt query heads
+ * and NKVt key/value heads (grouped-query attention when NKVt < NHt; NKVt 0:
+ * NHt) of size HS in the caller's packed qkv (B, Tk, NHt + 2 NKVt, HS) (rows
+ * optionally padded by `pad` elements: a caller's wider rows), of which one
+ * call computes the query heads [h0, h0 + NH) with their key/value heads (a
+ * tensor-parallel head slice, whole groups: the views point into the wider
+ * rows) and the queries [q0, q0 + Tq) (a query slice:
  * positions q0 + t see keys 0 .. q0 + t of the Tk). The CPU computes the
  * whole problem with dout zero outside the slice's rows, so that its dk and
  * dv are the gradients through the slice's queries only, as the contract
@@ -92,8 +94,10 @@ typedef struct scales {
     double *sc_o, *sc_d, *wlse, tol;
 } scales;
 
-static scales magnitudes(const float *qkv, const float *dout, const float *out, size_t B, size_t T, int NH, int HS) {
-    const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T;
+static scales magnitudes(const float *qkv, const float *dout, const float *out, size_t B, size_t T, int NH, int NKV,
+                         int HS) {
+    const size_t C = (size_t)NH * (size_t)HS, C3 = (size_t)(NH + 2 * NKV) * (size_t)HS, BT = B * T;
+    const size_t KV = (size_t)NKV * (size_t)HS, G = (size_t)(NH / NKV);
     const double scale = 1.0 / sqrt((double)HS);
     scales r;
     r.sc_o = calloc(BT * C, sizeof(double)), r.sc_d = calloc(BT * C3, sizeof(double));
@@ -102,7 +106,8 @@ static scales magnitudes(const float *qkv, const float *dout, const float *out, 
     double amax = 0.0;
     for (size_t b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const float *q = qkv + b * T * C3 + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+            const size_t kvo = (size_t)h / G * (size_t)HS; /* the key/value head's offset */
+            const float *q = qkv + b * T * C3 + (size_t)h * HS, *k = qkv + b * T * C3 + C + kvo, *v = k + KV;
             const float *dO = dout + b * T * C + (size_t)h * HS, *o = out + b * T * C + (size_t)h * HS;
             const size_t bh = b * (size_t)NH + (size_t)h;
             for (size_t i = 0; i < T; i++) {
@@ -128,8 +133,8 @@ static scales magnitudes(const float *qkv, const float *dout, const float *out, 
                     const double pij = p[i * T + j], g = pij * (fabs(dp[i * T + j]) + fabs(dl[i])) * scale;
                     for (int d = 0; d < HS; d++) {
                         r.sc_o[(b * T + i) * C + (size_t)h * HS + d] += pij * fabs((double)v[j * C3 + d]);
-                        r.sc_d[(b * T + j) * C3 + 2 * C + (size_t)h * HS + d] += pij * fabs((double)dO[i * C + d]);
-                        r.sc_d[(b * T + j) * C3 + C + (size_t)h * HS + d] += g * fabs((double)q[i * C3 + d]);
+                        r.sc_d[(b * T + j) * C3 + C + KV + kvo + d] += pij * fabs((double)dO[i * C + d]);
+                        r.sc_d[(b * T + j) * C3 + C + kvo + d] += g * fabs((double)q[i * C3 + d]);
                         r.sc_d[(b * T + i) * C3 + (size_t)h * HS + d] += g * fabs((double)k[j * C3 + d]);
                     }
                 }
@@ -159,6 +164,7 @@ static void expect_near(const char *what, const char *shape, size_t at, float go
 typedef struct tc_case {
     size_t B, Tk;
     int NHt, HS; /* the caller's heads */
+    int NKVt;    /* the caller's key/value heads (0: NHt); h0 and NH then whole groups */
     int h0, NH;  /* the heads of the call */
     size_t q0, Tq;
     size_t pad; /* extra elements at the end of each row of the caller's qkv, dqkv, out and dout */
@@ -171,10 +177,13 @@ typedef struct tc_case {
 static uint64_t run_case(tc_case c, uint64_t seed) {
     char shape[200];
     snprintf(shape, sizeof shape,
-             "(%s, B %zu, Tk %zu, NHt %d, HS %d, heads [%d, %d), queries [%zu, %zu), pad %zu%s, seed %llu)",
-             c.dt == TRI_BF16 ? "bf16" : "fp32", c.B, c.Tk, c.NHt, c.HS, c.h0, c.h0 + c.NH, c.q0, c.q0 + c.Tq, c.pad,
-             c.packed ? ", packed" : "", (unsigned long long)seed);
-    const size_t B = c.B, T = c.Tk, HS = (size_t)c.HS, C = (size_t)c.NHt * HS, C3 = 3 * C, BT = B * T;
+             "(%s, B %zu, Tk %zu, NHt %d, NKVt %d, HS %d, heads [%d, %d), queries [%zu, %zu), pad %zu%s, seed %llu)",
+             c.dt == TRI_BF16 ? "bf16" : "fp32", c.B, c.Tk, c.NHt, c.NKVt, c.HS, c.h0, c.h0 + c.NH, c.q0, c.q0 + c.Tq,
+             c.pad, c.packed ? ", packed" : "", (unsigned long long)seed);
+    const int NKVt = c.NKVt ? c.NKVt : c.NHt, G = c.NHt / NKVt, NKV = c.NH / G, k0 = c.h0 / G;
+    cr_assert(c.NHt % NKVt == 0 && c.h0 % G == 0 && c.NH % G == 0, "a case of whole groups");
+    const size_t B = c.B, T = c.Tk, HS = (size_t)c.HS, C = (size_t)c.NHt * HS, KVt = (size_t)NKVt * HS;
+    const size_t C3 = C + 2 * KVt, BT = B * T;
     const size_t R3 = C3 + c.pad, R = C + c.pad; /* the caller's row lengths */
     const size_t es = c.dt == TRI_BF16 ? 2 : 4, nl = B * (size_t)c.NH * c.Tq;
     uint64_t s = seed * 7919 + T * 131 + C * 17 + c.q0 * 3 + (size_t)c.h0;
@@ -189,12 +198,12 @@ static uint64_t run_case(tc_case c, uint64_t seed) {
     /* the CPU: the whole problem */
     float *rout = malloc(sizeof(float) * BT * C), *rlse = malloc(sizeof(float) * B * (size_t)c.NHt * T);
     float *rdqkv = malloc(sizeof(float) * BT * C3);
-    float *rscr = malloc(sizeof(float) * (tri_cpu_attention_scratch_floats(B, T, c.NHt, c.HS) + 1));
-    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, c.NHt, c.HS);
-    scales sc = magnitudes(qkv, dout, rout, B, T, c.NHt, c.HS);
+    float *rscr = malloc(sizeof(float) * (tri_cpu_attention_scratch_floats(B, T, c.NHt, NKVt, c.HS) + 1));
+    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, c.NHt, NKVt, c.HS);
+    scales sc = magnitudes(qkv, dout, rout, B, T, c.NHt, NKVt, c.HS);
     if (c.dt == TRI_BF16)
         for (size_t i = 0; i < BT * C; i++) rout[i] = tri_round_bf16(rout[i]);
-    tri_cpu_attention_bwd(rdqkv, rscr, dout, qkv, rout, rlse, B, T, c.NHt, c.HS);
+    tri_cpu_attention_bwd(rdqkv, rscr, dout, qkv, rout, rlse, B, T, c.NHt, NKVt, c.HS);
 
     /* the device tensors in the caller's layout (padded rows) */
     void *d_qkv = dev_nan(BT * R3, es), *d_dout = dev_nan(BT * R, es), *d_rout = dev_nan(BT * R, es);
@@ -212,18 +221,18 @@ static uint64_t run_case(tc_case c, uint64_t seed) {
     const size_t Ro = c.packed ? C : R; /* out's rows: (B, Tq, NHt, HS) of the caller */
     void *d_out = dev_nan(B * c.Tq * Ro, es), *d_dqkv = dev_nan(BT * R3, es);
     float *d_lse = dev_nan(nl, 4), *d_scr = dev_nan(nl, 4);
-    const char *q = d_qkv, *hq = q + es * (size_t)c.h0 * HS;
-    tri_cu_attn_fwd_args fa = {.B = B, .Tq = c.Tq, .Tk = T, .q0 = c.q0, .NH = c.NH, .HS = c.HS};
+    const char *q = d_qkv, *hq = q + es * (size_t)c.h0 * HS, *hk = q + es * (C + (size_t)k0 * HS);
+    tri_cu_attn_fwd_args fa = {.B = B, .Tq = c.Tq, .Tk = T, .q0 = c.q0, .NH = c.NH, .HS = c.HS, .NKV = NKV};
     fa.out = (tri_cu_view_out){(char *)d_out + es * (size_t)c.h0 * HS, c.Tq * Ro, Ro};
     fa.lse = d_lse;
     fa.q = (tri_cu_view){hq + es * c.q0 * R3, T * R3, R3};
-    fa.k = (tri_cu_view){hq + es * C, T * R3, R3};
-    fa.v = (tri_cu_view){hq + es * 2 * C, T * R3, R3};
-    char *dq = (char *)d_dqkv + es * (size_t)c.h0 * HS;
-    tri_cu_attn_bwd_args ba = {.B = B, .Tq = c.Tq, .Tk = T, .q0 = c.q0, .NH = c.NH, .HS = c.HS};
+    fa.k = (tri_cu_view){hk, T * R3, R3};
+    fa.v = (tri_cu_view){hk + es * KVt, T * R3, R3};
+    char *dq = (char *)d_dqkv + es * (size_t)c.h0 * HS, *dk = (char *)d_dqkv + es * (C + (size_t)k0 * HS);
+    tri_cu_attn_bwd_args ba = {.B = B, .Tq = c.Tq, .Tk = T, .q0 = c.q0, .NH = c.NH, .HS = c.HS, .NKV = NKV};
     ba.dq = (tri_cu_view_out){dq + es * c.q0 * R3, T * R3, R3};
-    ba.dk = (tri_cu_view_out){dq + es * C, T * R3, R3};
-    ba.dv = (tri_cu_view_out){dq + es * 2 * C, T * R3, R3};
+    ba.dk = (tri_cu_view_out){dk, T * R3, R3};
+    ba.dv = (tri_cu_view_out){dk + es * KVt, T * R3, R3};
     ba.scratch = d_scr;
     ba.dout = (tri_cu_view){(char *)d_dout + es * (c.q0 * R + (size_t)c.h0 * HS), T * R, R};
     ba.q = fa.q, ba.k = fa.k, ba.v = fa.v;
@@ -234,14 +243,14 @@ static uint64_t run_case(tc_case c, uint64_t seed) {
     tri_cuemu_set_seed(seed);
     tri_cuemu_stats_get(&st0);
     if (c.packed)
-        tri_cuemu_attention_fwd(NULL, c.dt, d_out, d_lse, d_qkv, B, T, c.NH, c.HS);
+        tri_cuemu_attention_fwd(NULL, c.dt, d_out, d_lse, d_qkv, B, T, c.NH, NKV, c.HS);
     else
         tri_cuemu_attention_fwd_slice(NULL, c.dt, &fa);
     tri_cuemu_stats_get(&st1);
     const uint64_t mma = st1.mma - st0.mma;
     tri_cuemu_set_seed(seed + 7);
     if (c.packed)
-        tri_cuemu_attention_bwd(NULL, c.dt, d_dqkv, d_scr, d_dout, d_qkv, d_rout, d_rlse, B, T, c.NH, c.HS);
+        tri_cuemu_attention_bwd(NULL, c.dt, d_dqkv, d_scr, d_dout, d_qkv, d_rout, d_rlse, B, T, c.NH, NKV, c.HS);
     else
         tri_cuemu_attention_bwd_slice(NULL, c.dt, &ba);
 
@@ -270,8 +279,11 @@ static uint64_t run_case(tc_case c, uint64_t seed) {
     for (size_t b = 0; b < B; b++)
         for (size_t t = 0; t < T; t++)
             for (size_t x = 0; x < R3; x++) {
-                const size_t at = (b * T + t) * R3 + x, part = x / C, h = x % C / HS;
-                const int mine = x < C3 && h >= (size_t)c.h0 && h < (size_t)(c.h0 + c.NH) &&
+                /* part 0: q heads; 1: k heads; 2: v heads; h: the head within its part */
+                const size_t at = (b * T + t) * R3 + x, part = x < C ? 0 : x < C + KVt ? 1 : 2;
+                const size_t h = (part == 0 ? x : part == 1 ? x - C : x - C - KVt) / HS;
+                const size_t lo = part == 0 ? (size_t)c.h0 : (size_t)k0, n = part == 0 ? (size_t)c.NH : (size_t)NKV;
+                const int mine = x < C3 && h >= lo && h < lo + n &&
                                  (part > 0 || (t >= c.q0 && t < c.q0 + c.Tq)); /* dq: the slice's rows */
                 if (mine) {
                     const size_t w = (b * T + t) * C3 + x;
@@ -292,14 +304,14 @@ static uint64_t run_case(tc_case c, uint64_t seed) {
     tri_cuemu_set_seed(seed * 977 + 5);
     tri_cuemu_set_workers(1);
     if (c.packed) {
-        tri_cuemu_attention_fwd(NULL, c.dt, out2, lse2, d_qkv, B, T, c.NH, c.HS);
-        tri_cuemu_attention_bwd(NULL, c.dt, dqkv2, d_scr, d_dout, d_qkv, d_rout, d_rlse, B, T, c.NH, c.HS);
+        tri_cuemu_attention_fwd(NULL, c.dt, out2, lse2, d_qkv, B, T, c.NH, NKV, c.HS);
+        tri_cuemu_attention_bwd(NULL, c.dt, dqkv2, d_scr, d_dout, d_qkv, d_rout, d_rlse, B, T, c.NH, NKV, c.HS);
     } else {
         tri_cu_attn_fwd_args fa2 = fa;
         tri_cu_attn_bwd_args ba2 = ba;
         fa2.out.p = (char *)out2 + es * (size_t)c.h0 * HS, fa2.lse = lse2;
-        char *dq2 = (char *)dqkv2 + es * (size_t)c.h0 * HS;
-        ba2.dq.p = dq2 + es * c.q0 * R3, ba2.dk.p = dq2 + es * C, ba2.dv.p = dq2 + es * 2 * C;
+        char *dq2 = (char *)dqkv2 + es * (size_t)c.h0 * HS, *dk2 = (char *)dqkv2 + es * (C + (size_t)k0 * HS);
+        ba2.dq.p = dq2 + es * c.q0 * R3, ba2.dk.p = dk2, ba2.dv.p = dk2 + es * KVt;
         tri_cuemu_attention_fwd_slice(NULL, c.dt, &fa2);
         tri_cuemu_attention_bwd_slice(NULL, c.dt, &ba2);
     }
@@ -397,4 +409,42 @@ Test(cuda_attention_tc, the_simt_kernels_take_the_rest_with_the_same_slices) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(cases[i], 2, 0);
     check_case(whole(2, 65, 2, 64, TRI_F32), 1, 0);
+}
+
+/* Grouped-query attention (NKVt < NHt key/value heads, read in place; dk and
+ * dv summed over each group's query heads in order): the whole problem
+ * through the op's entry points (groups of 2 and 3, multi-query), a head
+ * slice of whole groups in wider rows, and a query slice, on the tensor
+ * cores (HS 64, 128) and on the SIMT kernels (fp32, HS 24). */
+Test(cuda_attention_tc, grouped_query_heads_match_the_cpu) {
+    tc_case w = whole(2, 65, 4, 64, TRI_BF16);
+    w.NKVt = 2;
+    check_case(w, 2, 1);
+    w = whole(1, 70, 6, 64, TRI_BF16), w.NKVt = 2; /* groups of 3 */
+    check_case(w, 2, 1);
+    w = whole(1, 33, 4, 128, TRI_BF16), w.NKVt = 1; /* multi-query */
+    check_case(w, 2, 1);
+    w = whole(2, 40, 4, 24, TRI_F32), w.NKVt = 2;
+    check_case(w, 1, 0);
+    const tc_case cases[] = {
+        /* the second group of 2 of 3 (a tensor-parallel rank's heads), padded rows */
+        {.B = 2,
+         .Tk = 65,
+         .NHt = 6,
+         .NKVt = 3,
+         .HS = 64,
+         .h0 = 2,
+         .NH = 2,
+         .q0 = 0,
+         .Tq = 65,
+         .pad = 8,
+         .dt = TRI_BF16},
+        /* a query slice of multi-query attention */
+        {.B = 1, .Tk = 100, .NHt = 3, .NKVt = 1, .HS = 64, .h0 = 0, .NH = 3, .q0 = 37, .Tq = 40, .dt = TRI_BF16},
+        /* the SIMT kernels: a head slice and a query slice */
+        {.B = 1, .Tk = 45, .NHt = 4, .NKVt = 2, .HS = 24, .h0 = 2, .NH = 2, .q0 = 5, .Tq = 30, .dt = TRI_F32},
+    };
+    check_case(cases[0], 2, 1);
+    check_case(cases[1], 2, 1);
+    check_case(cases[2], 2, 0);
 }

@@ -791,8 +791,9 @@ typedef struct att_scales {
 } att_scales;
 
 static att_scales attention_scales(const float *qkv, const float *dout, const float *out, size_t B, size_t T, int NH,
-                                   int HS) {
-    const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T;
+                                   int NKV, int HS) {
+    const size_t C = (size_t)NH * (size_t)HS, C3 = (size_t)(NH + 2 * NKV) * (size_t)HS, BT = B * T;
+    const size_t KV = (size_t)NKV * (size_t)HS, G = (size_t)(NH / NKV);
     const double scale = 1.0 / sqrt((double)HS);
     att_scales r;
     r.sc_o = dev_calloc(BT * C, sizeof(double)), r.sc_d = dev_calloc(BT * C3, sizeof(double));
@@ -802,7 +803,8 @@ static att_scales attention_scales(const float *qkv, const float *dout, const fl
     double amax = 0.0;
     for (size_t b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const float *q = qkv + b * T * C3 + (size_t)h * HS, *k = q + C, *v = q + 2 * C;
+            const size_t kvo = ((size_t)h / G) * (size_t)HS; /* the key/value head's offset */
+            const float *q = qkv + b * T * C3 + (size_t)h * HS, *k = qkv + b * T * C3 + C + kvo, *v = k + KV;
             const float *dO = dout + b * T * C + (size_t)h * HS;
             const float *o = out + b * T * C + (size_t)h * HS;
             const size_t bh = b * (size_t)NH + (size_t)h;
@@ -832,8 +834,8 @@ static att_scales attention_scales(const float *qkv, const float *dout, const fl
                     const double pij = p[i * T + j], g = pij * (fabs(dp[i * T + j]) + fabs(dl[i])) * scale;
                     for (int d = 0; d < HS; d++) {
                         r.sc_o[(b * T + i) * C + (size_t)h * HS + d] += pij * fabs((double)v[j * C3 + d]);
-                        r.sc_d[(b * T + j) * C3 + 2 * C + (size_t)h * HS + d] += pij * fabs((double)dO[i * C + d]);
-                        r.sc_d[(b * T + j) * C3 + C + (size_t)h * HS + d] += g * fabs((double)q[i * C3 + d]);
+                        r.sc_d[(b * T + j) * C3 + C + KV + kvo + d] += pij * fabs((double)dO[i * C + d]);
+                        r.sc_d[(b * T + j) * C3 + C + kvo + d] += g * fabs((double)q[i * C3 + d]);
                         r.sc_d[(b * T + i) * C3 + (size_t)h * HS + d] += g * fabs((double)k[j * C3 + d]);
                     }
                 }
@@ -849,26 +851,27 @@ static void att_scales_free(att_scales *r) {
     dev_free(r->sc_o), dev_free(r->sc_d), dev_free(r->sc_l), dev_free(r->wlse);
 }
 
-static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
+static void attention_case(size_t B, size_t T, int NH, int NKV, int HS, uint64_t seed) {
     char shape[128];
-    snprintf(shape, sizeof shape, "(B %zu, T %zu, NH %d, HS %d, seed %llu)", B, T, NH, HS, (unsigned long long)seed);
-    uint64_t s = seed * 40503 + T * 131 + (size_t)NH * 17 + (size_t)HS;
-    const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T;
+    snprintf(shape, sizeof shape, "(B %zu, T %zu, NH %d, NKV %d, HS %d, seed %llu)", B, T, NH, NKV, HS,
+             (unsigned long long)seed);
+    uint64_t s = seed * 40503 + T * 131 + (size_t)NH * 17 + (size_t)HS + (size_t)NKV * 1009;
+    const size_t C = (size_t)NH * (size_t)HS, C3 = (size_t)(NH + 2 * NKV) * (size_t)HS, BT = B * T;
     float *qkv = alloc_fill(BT * C3, &s, -1.5f, 1.5f), *dout = alloc_fill(BT * C, &s, -1.0f, 1.0f);
-    float *out = alloc_nan(BT * C), *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, HS));
+    float *out = alloc_nan(BT * C), *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, NKV, HS));
     float *rout = alloc_nan(BT * C), *rlse = alloc_nan(B * (size_t)NH * T);
     tri_cuemu_set_seed(seed);
-    tri_cuemu_attention_fwd(NULL, TRI_F32, out, lse, qkv, B, T, NH, HS);
-    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, NH, HS);
+    tri_cuemu_attention_fwd(NULL, TRI_F32, out, lse, qkv, B, T, NH, NKV, HS);
+    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, NH, NKV, HS);
 
     float *dqkv = alloc_nan(BT * C3), *rdqkv = alloc_nan(BT * C3);
-    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
-    float *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
+    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, NKV, HS));
+    float *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, NKV, HS));
     tri_cuemu_set_seed(seed + 7);
-    tri_cuemu_attention_bwd(NULL, TRI_F32, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
-    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_F32, dqkv, scratch, dout, qkv, out, lse, B, T, NH, NKV, HS);
+    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, NKV, HS);
 
-    att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
+    att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, NKV, HS);
     expect_close("attention_fwd out", out, rout, sc.sc_o, BT * C, sc.tol, shape);
     float *wl = dev_alloc(sizeof(float) * B * NH * T);
     for (size_t i = 0; i < B * (size_t)NH * T; i++) wl[i] = (float)sc.wlse[i];
@@ -879,8 +882,8 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     float *again = alloc_nan(BT * C3), *out2 = alloc_nan(BT * C);
     tri_cuemu_set_seed(seed * 977 + 3);
     tri_cuemu_set_workers(1);
-    tri_cuemu_attention_fwd(NULL, TRI_F32, out2, lse, qkv, B, T, NH, HS);
-    tri_cuemu_attention_bwd(NULL, TRI_F32, again, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    tri_cuemu_attention_fwd(NULL, TRI_F32, out2, lse, qkv, B, T, NH, NKV, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_F32, again, scratch, dout, qkv, out, lse, B, T, NH, NKV, HS);
     tri_cuemu_set_workers(2);
     cr_expect(memcmp(out2, out, sizeof(float) * BT * C) == 0, "attention_fwd %s: other bits under another seed", shape);
     cr_expect(memcmp(again, dqkv, sizeof(float) * BT * C3) == 0, "attention_bwd %s: other bits under another seed",
@@ -907,22 +910,24 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
  * (test_cuda_attention_tc.c tests those kernels on their own). The lse is
  * fp32: the fp32 tolerance. Outputs NaN-poisoned; the bits must not depend on
  * the schedule. */
-static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t seed) {
+static void attention_case_bf16(size_t B, size_t T, int NH, int NKV, int HS, uint64_t seed) {
     char shape[128];
-    snprintf(shape, sizeof shape, "(B %zu, T %zu, NH %d, HS %d, seed %llu)", B, T, NH, HS, (unsigned long long)seed);
-    uint64_t s = seed * 92821 + T * 131 + (size_t)NH * 17 + (size_t)HS;
-    const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T, nl = B * (size_t)NH * T;
+    snprintf(shape, sizeof shape, "(B %zu, T %zu, NH %d, NKV %d, HS %d, seed %llu)", B, T, NH, NKV, HS,
+             (unsigned long long)seed);
+    uint64_t s = seed * 92821 + T * 131 + (size_t)NH * 17 + (size_t)HS + (size_t)NKV * 1009;
+    const size_t C = (size_t)NH * (size_t)HS, C3 = (size_t)(NH + 2 * NKV) * (size_t)HS, BT = B * T,
+                 nl = B * (size_t)NH * T;
     float *qkv = alloc_fill(BT * C3, &s, -1.5f, 1.5f), *dout = alloc_fill(BT * C, &s, -1.0f, 1.0f);
     uint16_t *qkv_h = to_bf16(qkv, BT * C3, qkv), *dout_h = to_bf16(dout, BT * C, dout);
     uint16_t *out_h = alloc_nan_bf16(BT * C), *dqkv_h = alloc_nan_bf16(BT * C3);
-    float *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, HS));
-    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
+    float *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, NKV, HS));
+    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, NKV, HS));
     tri_cuemu_set_seed(seed);
-    tri_cuemu_attention_fwd(NULL, TRI_BF16, out_h, lse, qkv_h, B, T, NH, HS);
+    tri_cuemu_attention_fwd(NULL, TRI_BF16, out_h, lse, qkv_h, B, T, NH, NKV, HS);
 
     float *rout = alloc_nan(BT * C), *rlse = alloc_nan(nl);
-    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, NH, HS);
-    att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
+    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, NH, NKV, HS);
+    att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, NKV, HS);
     const double ptol = tri_cuemu_attention_uses_tensor_cores(TRI_BF16, HS) ? 1.0 / 256.0 : 0.0; /* P in bf16 */
     round_bf16(rout, BT * C);
     expect_close_bf16("attention_fwd out", out_h, rout, sc.sc_o, BT * C, sc.tol + ptol, shape);
@@ -932,10 +937,10 @@ static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t see
 
     /* the backward on the CPU op's rounded out and the CPU's lse, both sides */
     uint16_t *rout_h = to_bf16(rout, BT * C, NULL);
-    float *rdqkv = alloc_nan(BT * C3), *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
+    float *rdqkv = alloc_nan(BT * C3), *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, NKV, HS));
     tri_cuemu_set_seed(seed + 7);
-    tri_cuemu_attention_bwd(NULL, TRI_BF16, dqkv_h, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, HS);
-    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_BF16, dqkv_h, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, NKV, HS);
+    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, NKV, HS);
     round_bf16(rdqkv, BT * C3);
     expect_close_bf16("attention_bwd dqkv", dqkv_h, rdqkv, sc.sc_d, BT * C3, sc.tol + ptol, shape);
 
@@ -944,8 +949,8 @@ static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t see
     float *lse2 = alloc_nan(nl);
     tri_cuemu_set_seed(seed * 977 + 5);
     tri_cuemu_set_workers(1);
-    tri_cuemu_attention_fwd(NULL, TRI_BF16, out2, lse2, qkv_h, B, T, NH, HS);
-    tri_cuemu_attention_bwd(NULL, TRI_BF16, again, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, HS);
+    tri_cuemu_attention_fwd(NULL, TRI_BF16, out2, lse2, qkv_h, B, T, NH, NKV, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_BF16, again, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, NKV, HS);
     tri_cuemu_set_workers(2);
     cr_expect(memcmp(out2, out_h, sizeof(uint16_t) * BT * C) == 0 && memcmp(lse2, lse, sizeof(float) * nl) == 0,
               "bf16 attention_fwd %s: other bits under another seed", shape);
@@ -964,7 +969,18 @@ Test(cuda_emu, attention_bf16_matches_the_cpu_op_on_rounded_values) {
     const size_t cases[][4] = {{1, 1, 2, 16}, {2, 37, 3, 24}, {1, 70, 2, 16}, {1, 33, 1, 64}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (uint64_t seed = 1; seed <= 2; seed++)
-            attention_case_bf16(cases[c][0], cases[c][1], (int)cases[c][2], (int)cases[c][3], seed);
+            attention_case_bf16(cases[c][0], cases[c][1], (int)cases[c][2], (int)cases[c][2], (int)cases[c][3], seed);
+}
+
+/* Grouped-query attention, bf16: groups of 2 and 3, multi-query; HS 64 takes
+ * the tensor cores (their dk/dv kernel runs the group's heads in one
+ * pipeline), HS 24 the SIMT kernels. */
+Test(cuda_emu, gqa_attention_bf16_matches_the_cpu_op_on_rounded_values) {
+    /* (B, T, NH, NKV, HS) */
+    const size_t cases[][5] = {{2, 37, 4, 2, 24}, {1, 70, 6, 2, 64}, {2, 33, 3, 1, 64}, {1, 1, 4, 1, 16}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 2; seed++)
+            attention_case_bf16(cases[c][0], cases[c][1], (int)cases[c][2], (int)cases[c][3], (int)cases[c][4], seed);
 }
 
 Test(cuda_emu, attention_fwd_bwd_match_the_cpu_op) {
@@ -974,7 +990,18 @@ Test(cuda_emu, attention_fwd_bwd_match_the_cpu_op) {
                                {1, 100, 2, 64}, {3, 5, 4, 24}, {1, 65, 1, 16}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (uint64_t seed = 1; seed <= 2; seed++)
-            attention_case(cases[c][0], cases[c][1], (int)cases[c][2], (int)cases[c][3], seed);
+            attention_case(cases[c][0], cases[c][1], (int)cases[c][2], (int)cases[c][2], (int)cases[c][3], seed);
+}
+
+/* Grouped-query attention, fp32 (the SIMT kernels): groups of 2, 3 and 4,
+ * multi-query; T = 1, odd T, T past one and two 32-row tiles. */
+Test(cuda_emu, gqa_attention_fwd_bwd_match_the_cpu_op) {
+    /* (B, T, NH, NKV, HS) */
+    const size_t cases[][5] = {{1, 1, 2, 1, 16}, {2, 37, 4, 2, 24}, {1, 65, 6, 2, 16},
+                               {3, 5, 4, 1, 24}, {1, 33, 8, 2, 64}, {2, 17, 3, 1, 8}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (uint64_t seed = 1; seed <= 2; seed++)
+            attention_case(cases[c][0], cases[c][1], (int)cases[c][2], (int)cases[c][3], (int)cases[c][4], seed);
 }
 
 /* ---- AdamW over many tensors, sums ---- */

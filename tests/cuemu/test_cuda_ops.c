@@ -1046,28 +1046,145 @@ Test(cuda_ops, bf16_layernorm_gelu_residual_bias_embedding_follow_the_cpu) {
 
 /* ---- attention ---- */
 
-Test(cuda_ops, attention_fwd_bwd_match_the_cpu) {
-    const size_t B = 2, T = 13;
-    const int NH = 3, HS = 8;
-    const size_t nq = B * T * 3 * NH * HS, no = B * T * NH * HS;
-    uint64_t s = 40;
+/* Multi-head (NKV = NH) and grouped-query attention (NKV = 1, 2 of 4
+ * query heads): the wiring of NKV, the packed (B, T, NH + 2 NKV, HS) layout
+ * and the sizes. */
+static void attention_ops_case(size_t B, size_t T, int NH, int NKV, int HS, uint64_t seed) {
+    const size_t nq = B * T * (size_t)(NH + 2 * NKV) * HS, no = B * T * NH * HS;
+    uint64_t s = seed;
     float *qkv = hrand(nq, &s, -1, 1), *dout = hrand(no, &s, -1, 1);
     float *d_qkv = dev(qkv, nq * 4), *d_dout = dev(dout, no * 4);
-    const size_t es = E.ops->attention_saved_floats(B, T, NH, HS), ps = P.ops->attention_saved_floats(B, T, NH, HS);
-    const size_t ex = E.ops->attention_scratch_floats(B, T, NH, HS), px = P.ops->attention_scratch_floats(B, T, NH, HS);
-    cr_assert_eq(es, B * NH * T, "the CUDA backend saves one log-sum-exp per row");
+    const size_t es = E.ops->attention_saved_floats(B, T, NH, NKV, HS),
+                 ps = P.ops->attention_saved_floats(B, T, NH, NKV, HS);
+    const size_t ex = E.ops->attention_scratch_floats(B, T, NH, NKV, HS),
+                 px = P.ops->attention_scratch_floats(B, T, NH, NKV, HS);
+    cr_assert_eq(es, B * NH * T, "the CUDA backend saves one log-sum-exp per (batch, query head, query) row");
     float *out = hnan(no), *d_out = dev(out, no * 4), *state = hnan(ps), *es_nan = hnan(es);
     float *d_state = dev(es_nan, es * 4);
-    E.ops->attention_fwd(&E, d_out, d_state, d_qkv, B, T, NH, HS);
-    P.ops->attention_fwd(&P, out, state, qkv, B, T, NH, HS);
+    E.ops->attention_fwd(&E, d_out, d_state, d_qkv, B, T, NH, NKV, HS);
+    P.ops->attention_fwd(&P, out, state, qkv, B, T, NH, NKV, HS);
     check("attention_fwd out", d_out, out, no);
+    check("attention_fwd state", d_state, state, es);
     float *dqkv = hnan(nq), *d_dqkv = dev(dqkv, nq * 4), *scr = hnan(px), *ex_nan = hnan(ex);
     float *d_scr = dev(ex_nan, (ex ? ex : 1) * 4);
-    E.ops->attention_bwd(&E, d_dqkv, d_scr, d_dout, d_qkv, d_out, d_state, B, T, NH, HS);
-    P.ops->attention_bwd(&P, dqkv, scr, dout, qkv, out, state, B, T, NH, HS);
+    E.ops->attention_bwd(&E, d_dqkv, d_scr, d_dout, d_qkv, d_out, d_state, B, T, NH, NKV, HS);
+    P.ops->attention_bwd(&P, dqkv, scr, dout, qkv, out, state, B, T, NH, NKV, HS);
     check("attention_bwd dqkv", d_dqkv, dqkv, nq);
     dfree(d_qkv, 0), dfree(d_dout, 0), dfree(d_out, 0), dfree(d_state, 0), dfree(d_dqkv, 0), dfree(d_scr, 0);
     free(qkv), free(dout), free(out), free(state), free(dqkv), free(scr), free(es_nan), free(ex_nan);
+}
+
+Test(cuda_ops, attention_fwd_bwd_match_the_cpu) {
+    attention_ops_case(2, 13, 3, 3, 8, 40);
+    attention_ops_case(2, 13, 4, 2, 8, 41);
+    attention_ops_case(1, 9, 4, 1, 16, 42);
+}
+
+/* ---- the Llama ops: RMSNorm, RoPE, SwiGLU ---- */
+
+Test(cuda_ops, rmsnorm_rope_swiglu_match_the_cpu) {
+    const size_t N = 13, C = 40, F = 37, B = 2, T = 5;
+    const int NH = 4, NKV = 2, HS = 8;
+    uint64_t s = 60;
+    /* RMSNorm: out and rstd overwritten, dinp and dw accumulated */
+    float *inp = hrand(N * C, &s, -2, 2), *w = hrand(C, &s, 0.5f, 1.5f), *out = hnan(N * C), *rstd = hnan(N);
+    float *d_inp = dev(inp, N * C * 4), *d_w = dev(w, C * 4), *d_out = dev(out, N * C * 4), *d_rstd = dev(rstd, N * 4);
+    E.ops->rmsnorm_fwd(&E, d_out, d_rstd, d_inp, d_w, N, C, 1e-5f);
+    P.ops->rmsnorm_fwd(&P, out, rstd, inp, w, N, C, 1e-5f);
+    check("rmsnorm_fwd out", d_out, out, N * C);
+    check("rmsnorm_fwd rstd", d_rstd, rstd, N);
+    float *dout = hrand(N * C, &s, -1, 1), *dinp = hrand(N * C, &s, -1, 1), *dw = hrand(C, &s, -1, 1);
+    float *d_dout = dev(dout, N * C * 4), *d_dinp = dev(dinp, N * C * 4), *d_dw = dev(dw, C * 4);
+    E.ops->rmsnorm_bwd(&E, d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
+    P.ops->rmsnorm_bwd(&P, dinp, dw, dout, inp, w, rstd, N, C);
+    check("rmsnorm_bwd dinp", d_dinp, dinp, N * C);
+    check("rmsnorm_bwd dw", d_dw, dw, C);
+    /* RoPE in place on the q and k heads, from pos0 = 7 */
+    const size_t nq = B * T * (size_t)(NH + 2 * NKV) * HS;
+    float inv[4];
+    for (int i = 0; i < HS / 2; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / (float)HS);
+    float *qkv = hrand(nq, &s, -1, 1), *d_qkv = dev(qkv, nq * 4), *d_inv = dev(inv, sizeof inv);
+    E.ops->rope_fwd(&E, d_qkv, d_inv, B, T, NH, NKV, HS, 7);
+    P.ops->rope_fwd(&P, qkv, inv, B, T, NH, NKV, HS, 7);
+    check("rope_fwd", d_qkv, qkv, nq);
+    E.ops->rope_bwd(&E, d_qkv, d_inv, B, T, NH, NKV, HS, 7);
+    P.ops->rope_bwd(&P, qkv, inv, B, T, NH, NKV, HS, 7);
+    check("rope_bwd", d_qkv, qkv, nq);
+    /* SwiGLU: out (N, F) and dinp (N, 2F) overwritten */
+    float *gu = hrand(N * 2 * F, &s, -4, 4), *so = hnan(N * F), *sd = hrand(N * F, &s, -1, 1), *sdi = hnan(N * 2 * F);
+    float *d_gu = dev(gu, N * 2 * F * 4), *d_so = dev(so, N * F * 4), *d_sd = dev(sd, N * F * 4);
+    float *d_sdi = dev(sdi, N * 2 * F * 4);
+    E.ops->swiglu_fwd(&E, d_so, d_gu, N, F);
+    P.ops->swiglu_fwd(&P, so, gu, N, F);
+    check("swiglu_fwd", d_so, so, N * F);
+    E.ops->swiglu_bwd(&E, d_sdi, d_gu, d_sd, N, F);
+    P.ops->swiglu_bwd(&P, sdi, gu, sd, N, F);
+    check("swiglu_bwd", d_sdi, sdi, N * 2 * F);
+    dfree(d_inp, 0), dfree(d_w, 0), dfree(d_out, 0), dfree(d_rstd, 0), dfree(d_dout, 0), dfree(d_dinp, 0);
+    dfree(d_dw, 0), dfree(d_qkv, 0), dfree(d_inv, 0), dfree(d_gu, 0), dfree(d_so, 0), dfree(d_sd, 0), dfree(d_sdi, 0);
+    free(inp), free(w), free(out), free(rstd), free(dout), free(dinp), free(dw), free(qkv), free(gu), free(so);
+    free(sd), free(sdi);
+}
+
+/* bf16: the same wiring with 16-bit activations and weights (the CPU's bf16
+ * emulation on the same rounded values; check16's tolerance). */
+Test(cuda_ops, bf16_rmsnorm_rope_swiglu_and_gqa_attention_follow_the_cpu) {
+    cr_assert_eq(tri_ctx_set_precision(&E, TRI_BF16), 0);
+    cr_assert_eq(tri_ctx_set_precision(&P, TRI_BF16), 0);
+    const size_t N = 9, C = 24, F = 19, B = 2, T = 7;
+    const int NH = 4, NKV = 2, HS = 8;
+    uint64_t s = 70;
+    float *tmp = hrand(N * C, &s, -2, 2), *tw = hrand(C, &s, 0.5f, 1.5f);
+    uint16_t *inp = h16(tmp, N * C), *w = h16(tw, C), *out = h16(tmp, N * C);
+    float *rstd = hnan(N);
+    void *d_inp = dev16(inp, N * C), *d_w = dev16(w, C), *d_out = dev16(out, N * C);
+    float *d_rstd = dev(rstd, N * 4);
+    E.ops->rmsnorm_fwd(&E, d_out, d_rstd, d_inp, d_w, N, C, 1e-6f);
+    P.ops->rmsnorm_fwd(&P, out, rstd, inp, w, N, C, 1e-6f);
+    check16("rmsnorm_fwd out", d_out, out, N * C);
+    check("rmsnorm_fwd rstd", d_rstd, rstd, N);
+    const size_t nq = B * T * (size_t)(NH + 2 * NKV) * HS, no = B * T * NH * HS;
+    float inv[4];
+    for (int i = 0; i < HS / 2; i++) inv[i] = powf(500000.0f, -2.0f * (float)i / (float)HS);
+    float *tq = hrand(nq, &s, -1, 1), *td = hrand(no, &s, -1, 1);
+    uint16_t *qkv = h16(tq, nq), *dout = h16(td, no), *ao = h16(td, no), *dqkv = h16(tq, nq);
+    void *d_qkv = dev16(qkv, nq), *d_dout = dev16(dout, no), *d_ao = dev16(ao, no), *d_dqkv = dev16(dqkv, nq);
+    float *d_inv = dev(inv, sizeof inv);
+    E.ops->rope_fwd(&E, d_qkv, d_inv, B, T, NH, NKV, HS, 3);
+    P.ops->rope_fwd(&P, qkv, inv, B, T, NH, NKV, HS, 3);
+    check16("rope_fwd", d_qkv, qkv, nq);
+    E.ops->to_device(&E, d_qkv, qkv, nq * 2); /* both sides on the CPU's rotated values from here */
+    const size_t ns = B * NH * T, px = P.ops->attention_scratch_floats(B, T, NH, NKV, HS),
+                 ex = E.ops->attention_scratch_floats(B, T, NH, NKV, HS);
+    float *st = hnan(ns), *scr = hnan(px), *ex_nan = hnan(ex), *d_st = dev(st, ns * 4);
+    float *d_scr = dev(ex_nan, (ex ? ex : 1) * 4);
+    E.ops->attention_fwd(&E, d_ao, d_st, d_qkv, B, T, NH, NKV, HS);
+    P.ops->attention_fwd(&P, ao, st, qkv, B, T, NH, NKV, HS);
+    check16("attention_fwd out (GQA)", d_ao, ao, no);
+    E.ops->to_device(&E, d_ao, ao, no * 2);
+    E.ops->to_device(&E, d_st, st, ns * 4);
+    E.ops->attention_bwd(&E, d_dqkv, d_scr, d_dout, d_qkv, d_ao, d_st, B, T, NH, NKV, HS);
+    P.ops->attention_bwd(&P, dqkv, scr, dout, qkv, ao, st, B, T, NH, NKV, HS);
+    check16("attention_bwd dqkv (GQA)", d_dqkv, dqkv, nq);
+    E.ops->rope_bwd(&E, d_dqkv, d_inv, B, T, NH, NKV, HS, 3);
+    P.ops->rope_bwd(&P, dqkv, inv, B, T, NH, NKV, HS, 3);
+    check16("rope_bwd", d_dqkv, dqkv, nq);
+    float *tg = hrand(N * 2 * F, &s, -4, 4), *tsd = hrand(N * F, &s, -1, 1);
+    uint16_t *gu = h16(tg, N * 2 * F), *so = h16(tsd, N * F), *sd = h16(tsd, N * F), *sdi = h16(tg, N * 2 * F);
+    void *d_gu = dev16(gu, N * 2 * F), *d_so = dev16(so, N * F), *d_sd = dev16(sd, N * F),
+         *d_sdi = dev16(sdi, N * 2 * F);
+    E.ops->swiglu_fwd(&E, d_so, d_gu, N, F);
+    P.ops->swiglu_fwd(&P, so, gu, N, F);
+    check16("swiglu_fwd", d_so, so, N * F);
+    E.ops->swiglu_bwd(&E, d_sdi, d_gu, d_sd, N, F);
+    P.ops->swiglu_bwd(&P, sdi, gu, sd, N, F);
+    check16("swiglu_bwd", d_sdi, sdi, N * 2 * F);
+    dfree(d_inp, 0), dfree(d_w, 0), dfree(d_out, 0), dfree(d_rstd, 0), dfree(d_qkv, 0), dfree(d_dout, 0);
+    dfree(d_ao, 0), dfree(d_dqkv, 0), dfree(d_inv, 0), dfree(d_st, 0), dfree(d_scr, 0), dfree(d_gu, 0);
+    dfree(d_so, 0), dfree(d_sd, 0), dfree(d_sdi, 0);
+    free(tmp), free(tw), free(inp), free(w), free(out), free(rstd), free(tq), free(td), free(qkv), free(dout);
+    free(ao), free(dqkv), free(st), free(scr), free(ex_nan), free(tg), free(tsd), free(gu), free(so), free(sd);
+    free(sdi);
 }
 
 /* ---- embedding, cross-entropy ---- */
