@@ -20,8 +20,8 @@ enum { MAX_PIECES = 3 };
 
 /* The HF order of the tensors of one block, and of the whole model. */
 static const tri_param_kind k_block_order[] = {
-    TRI_P_LN1W, TRI_P_LN1B, TRI_P_QKVW, TRI_P_QKVB, TRI_P_ATTPROJW, TRI_P_ATTPROJB,
-    TRI_P_LN2W, TRI_P_LN2B, TRI_P_FCW,  TRI_P_FCB,  TRI_P_FCPROJW,  TRI_P_FCPROJB,
+    TRI_P_LN1W, TRI_P_LN1B, TRI_P_QKVW, TRI_P_KW,  TRI_P_VW,      TRI_P_QKVB,    TRI_P_ATTPROJW, TRI_P_ATTPROJB,
+    TRI_P_LN2W, TRI_P_LN2B, TRI_P_FCW,  TRI_P_UPW, TRI_P_FCB, TRI_P_FCPROJW, TRI_P_FCPROJB,
 };
 
 /* Stored (HF) shape of a parameter. */
@@ -64,8 +64,8 @@ static int build_layout(const tri_model_cfg *cfg, const char *prefix, tri_st_lay
             for (int i = 0; i < full.n_params; i++)
                 if (full.params[i].layer == l && full.params[i].kind == k_block_order[k])
                     rc |= add_entry(L, prefix, &full.params[i], dtype);
-    tri_param_kind tail[] = {TRI_P_LNFW, TRI_P_LNFB};
-    for (int k = 0; k < 2 && rc == 0; k++)
+    tri_param_kind tail[] = {TRI_P_LNFW, TRI_P_LNFB, TRI_P_LMHEAD};
+    for (int k = 0; k < 3 && rc == 0; k++)
         for (int i = 0; i < full.n_params; i++)
             if (full.params[i].kind == tail[k]) rc |= add_entry(L, prefix, &full.params[i], dtype);
     tri_gpt_free(&g1);
@@ -113,6 +113,7 @@ static int pieces_of(const tri_gpt *g, const tri_param *p, float *base, tri_st_p
 static int owns(const tri_gpt *g, const tri_chunk *ch, const tri_dist *d, const tri_param *p, int all_dp) {
     if (d->mesh.dp_rank != 0 && !all_dp) return 0;
     if (p->split == TRI_SPLIT_NONE && g->tp_rank != 0) return 0;
+    if (g->tp_rank % p->tp_replicas != 0) return 0; /* a replicated KV head: its first rank writes */
     if (p->kind == TRI_P_WTE && !ch->has_embedding) return 0; /* the head stage's copy */
     return 1;
 }
