@@ -245,7 +245,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                 return rc;
             /* the tied embedding's gradient is summed over the embedding
              * group (train_step) before its buckets are reduce-scattered */
-            for (int i = 0; i < ch->n_params && mesh->pp > 1; i++) {
+            for (int i = 0; i < ch->n_params && mesh->pp > 1 && t->gpt.tied; i++) {
                 const tri_param *p = &ch->params[i];
                 if (p->kind == TRI_P_WTE) tri_grad_sync_defer(&t->sync[k], p->offset, p->offset + p->numel);
             }
