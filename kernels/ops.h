@@ -7,13 +7,14 @@
  *   - raw pointers to backend memory, explicit sizes, no tensor library;
  *   - tensors of the compute dtypes (activations: ctx->act_dtype, weights:
  *     ctx->param_dtype) are `void *`; what is fp32 whatever the compute dtype
- *     is `float *`: LayerNorm statistics, cross-entropy statistics and
- *     losses, gradients of weights (fp32 accumulation) and the optimizer's
- *     tensors. The CPU backend computes in fp32 everywhere; with 16-bit
- *     compute dtypes (tri_ctx_set_precision) it widens every `void *` input
- *     to fp32 (exact), runs the fp32 op, and rounds every `void *` output
- *     once, to nearest even, as it is stored; a `void *` output that
- *     accumulates (+=) is widened, accumulated in fp32 and rounded once.
+ *     is `float *`: LayerNorm and RMSNorm statistics, RoPE's frequencies,
+ *     cross-entropy statistics and losses, gradients of weights (fp32
+ *     accumulation) and the optimizer's tensors. The CPU backend computes
+ *     in fp32 everywhere; with 16-bit compute dtypes (tri_ctx_set_precision)
+ *     it widens every `void *` input to fp32 (exact), runs the fp32 op, and
+ *     rounds every `void *` output once, to nearest even, as it is stored;
+ *     a `void *` output that accumulates (+=) is widened, accumulated in
+ *     fp32 and rounded once.
  *     So each 16-bit op gives the bits of the fp32 op run on the rounded
  *     inputs with its `void *` outputs rounded (docs/precision.md);
  *   - sizes are size_t (int only for small counts such as heads);
@@ -135,22 +136,62 @@ typedef struct tri_ops {
     void (*layernorm_bwd)(tri_ctx *c, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const void *w, const float *mean, const float *rstd, size_t N, size_t C);
 
-    /* ---- causal multi-head self-attention ----
-     * qkv (B, T, 3, NH, HS): per position all heads' q, then k, then v.
+    /* ---- causal self-attention, multi-head or grouped-query ----
+     * qkv (B, T, NH + 2 NKV, HS): per position all NH query heads, then the
+     * NKV key heads, then the NKV value heads (NKV = NH: (B, T, 3, NH, HS)).
+     * NH % NKV == 0; query head h reads key/value head h / (NH / NKV) (NKV =
+     * NH is multi-head attention, 1 multi-query); the key and value heads are
+     * read in place, never copied per query head.
      * out (B, T, NH, HS)                                         [overwrite]
      * state: what the backend saves for backward, attention_saved_floats(B, T,
-     * NH, HS) fp32 values [overwrite]: the backend's business (both backends
-     * are flash-style and keep one log-sum-exp per (batch, head, query) row,
-     * B * NH * T floats; the backward recomputes the probabilities). Scale
-     * 1/sqrt(HS). */
-    void (*attention_fwd)(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS);
-    /* dqkv (B, T, 3, NH, HS)                                     [overwrite]
+     * NH, NKV, HS) fp32 values [overwrite]: the backend's business (both
+     * backends are flash-style and keep one log-sum-exp per (batch, query
+     * head, query) row, B * NH * T floats; the backward recomputes the
+     * probabilities). Scale 1/sqrt(HS). */
+    void (*attention_fwd)(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int NKV,
+                          int HS);
+    /* dqkv (B, T, NH + 2 NKV, HS)                                [overwrite]
+     * The gradient of a key/value head sums over the NH / NKV query heads of
+     * its group, in a fixed order (no float atomics: deterministic).
      * out and state as the forward left them for this qkv;
-     * scratch: at least attention_scratch_floats(B, T, NH, HS) floats. */
+     * scratch: at least attention_scratch_floats(B, T, NH, NKV, HS) floats. */
     void (*attention_bwd)(tri_ctx *c, void *dqkv, float *scratch, const void *dout, const void *qkv, const void *out,
-                          const float *state, size_t B, size_t T, int NH, int HS);
-    size_t (*attention_saved_floats)(size_t B, size_t T, int NH, int HS);
-    size_t (*attention_scratch_floats)(size_t B, size_t T, int NH, int HS);
+                          const float *state, size_t B, size_t T, int NH, int NKV, int HS);
+    size_t (*attention_saved_floats)(size_t B, size_t T, int NH, int NKV, int HS);
+    size_t (*attention_scratch_floats)(size_t B, size_t T, int NH, int NKV, int HS);
+
+    /* ---- RMSNorm over the last dim (Llama) ----
+     * out (N, C) = inp * rstd * w, rstd (N) = 1 / sqrt(mean(inp^2) + eps),
+     * saved for the backward.                       [overwrite out and rstd] */
+    void (*rmsnorm_fwd)(tri_ctx *c, void *out, float *rstd, const void *inp, const void *w, size_t N, size_t C,
+                        float eps);
+    /* dinp += ..., dw += ...                                     [both accumulate]
+     * rstd as the forward saved it for this inp. */
+    void (*rmsnorm_bwd)(tri_ctx *c, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                        const float *rstd, size_t N, size_t C);
+
+    /* ---- rotary position embedding on the q and k heads of qkv (Llama) ----
+     * qkv (B, T, NH + 2 NKV, HS) as attention reads it; HS even. Within each
+     * q and k head, Hugging Face's rotate-half pairing: element i pairs with
+     * i + HS/2 (i < HS/2),
+     *   (x_i, x_{i+HS/2}) -> (x_i cos a - x_{i+HS/2} sin a, x_{i+HS/2} cos a + x_i sin a),
+     *   a = (pos0 + t) * inv_freq[i] for row t;
+     * inv_freq (HS / 2) fp32 backend memory (the model computes it on the
+     * host, scaling included); the v heads are untouched.     [in place] */
+    void (*rope_fwd)(tri_ctx *c, void *qkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS,
+                     size_t pos0);
+    /* The transpose (inverse) rotation (angle -a) on the q and k heads of
+     * dqkv: the backward of rope_fwd; the v heads untouched.   [in place] */
+    void (*rope_bwd)(tri_ctx *c, void *dqkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS,
+                     size_t pos0);
+
+    /* ---- SwiGLU (Llama's MLP nonlinearity) ----
+     * out (N, F) = silu(inp[:, :F]) * inp[:, F:], inp (N, 2F) rows [gate | up],
+     * silu(g) = g * sigmoid(g).                         [overwrite; out != inp] */
+    void (*swiglu_fwd)(tri_ctx *c, void *out, const void *inp, size_t N, size_t F);
+    /* dinp (N, 2F) = [dout * up * silu'(gate) | dout * silu(gate)]
+     * from dout (N, F) and inp (N, 2F)                 [overwrite; dinp != inp, dout] */
+    void (*swiglu_bwd)(tri_ctx *c, void *dinp, const void *inp, const void *dout, size_t N, size_t F);
 
     /* ---- GELU, tanh approximation ----
      * out (N) = gelu(inp)                                        [overwrite; out != inp] */

@@ -190,13 +190,44 @@ static void p_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, const 
     TIMED(TRI_PROF_LAYERNORM, 0, real->layernorm_bwd(c, dinp, dw, db, dout, inp, w, mean, rstd, N, C));
 }
 
-static void p_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS) {
-    TIMED(TRI_PROF_ATTENTION_FWD, 0, real->attention_fwd(c, out, state, qkv, B, T, NH, HS));
+static void p_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int NKV,
+                            int HS) {
+    TIMED(TRI_PROF_ATTENTION_FWD, 0, real->attention_fwd(c, out, state, qkv, B, T, NH, NKV, HS));
 }
 
 static void p_attention_bwd(tri_ctx *c, void *dqkv, float *scratch, const void *dout, const void *qkv, const void *out,
-                            const float *state, size_t B, size_t T, int NH, int HS) {
-    TIMED(TRI_PROF_ATTENTION_BWD, 0, real->attention_bwd(c, dqkv, scratch, dout, qkv, out, state, B, T, NH, HS));
+                            const float *state, size_t B, size_t T, int NH, int NKV, int HS) {
+    TIMED(TRI_PROF_ATTENTION_BWD, 0, real->attention_bwd(c, dqkv, scratch, dout, qkv, out, state, B, T, NH, NKV, HS));
+}
+
+/* The Llama ops count under the kinds of their GPT-2 counterparts: RMSNorm
+ * as LayerNorm, SwiGLU as GELU, RoPE as elementwise. */
+static void p_rmsnorm_fwd(tri_ctx *c, void *out, float *rstd, const void *inp, const void *w, size_t N, size_t C,
+                          float eps) {
+    TIMED(TRI_PROF_LAYERNORM, 0, real->rmsnorm_fwd(c, out, rstd, inp, w, N, C, eps));
+}
+
+static void p_rmsnorm_bwd(tri_ctx *c, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                          const float *rstd, size_t N, size_t C) {
+    TIMED(TRI_PROF_LAYERNORM, 0, real->rmsnorm_bwd(c, dinp, dw, dout, inp, w, rstd, N, C));
+}
+
+static void p_rope_fwd(tri_ctx *c, void *qkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS,
+                       size_t pos0) {
+    TIMED(TRI_PROF_ELEMENTWISE, 0, real->rope_fwd(c, qkv, inv_freq, B, T, NH, NKV, HS, pos0));
+}
+
+static void p_rope_bwd(tri_ctx *c, void *dqkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS,
+                       size_t pos0) {
+    TIMED(TRI_PROF_ELEMENTWISE, 0, real->rope_bwd(c, dqkv, inv_freq, B, T, NH, NKV, HS, pos0));
+}
+
+static void p_swiglu_fwd(tri_ctx *c, void *out, const void *inp, size_t N, size_t F) {
+    TIMED(TRI_PROF_GELU, 0, real->swiglu_fwd(c, out, inp, N, F));
+}
+
+static void p_swiglu_bwd(tri_ctx *c, void *dinp, const void *inp, const void *dout, size_t N, size_t F) {
+    TIMED(TRI_PROF_GELU, 0, real->swiglu_bwd(c, dinp, inp, dout, N, F));
 }
 
 static void p_gelu_fwd(tri_ctx *c, void *out, const void *inp, size_t N) {
@@ -297,6 +328,12 @@ static tri_ops wrap(const tri_ops *real) {
     t.layernorm_bwd = p_layernorm_bwd;
     t.attention_fwd = p_attention_fwd;
     t.attention_bwd = p_attention_bwd;
+    t.rmsnorm_fwd = real->rmsnorm_fwd ? p_rmsnorm_fwd : NULL;
+    t.rmsnorm_bwd = real->rmsnorm_bwd ? p_rmsnorm_bwd : NULL;
+    t.rope_fwd = real->rope_fwd ? p_rope_fwd : NULL;
+    t.rope_bwd = real->rope_bwd ? p_rope_bwd : NULL;
+    t.swiglu_fwd = real->swiglu_fwd ? p_swiglu_fwd : NULL;
+    t.swiglu_bwd = real->swiglu_bwd ? p_swiglu_bwd : NULL;
     t.gelu_fwd = p_gelu_fwd;
     t.gelu_bwd = p_gelu_bwd;
     t.residual_fwd = p_residual_fwd;

@@ -23,9 +23,9 @@
  * weight they read, looked up in the ranges given by tri_profile_role (qkv,
  * attention projection, fc, fc projection, LM head; "unknown" for a weight
  * no range holds). attention_fwd (the selective recompute's rerun in
- * backward included) and attention_bwd; LayerNorm; GELU; cross-entropy (its
- * three steps and the loss sum); embedding; "elementwise": residual, bias
- * gradient, add, cast, copy, zero; "optimizer": AdamW and the gradient norm
+ * backward included) and attention_bwd; LayerNorm (RMSNorm too); GELU
+ * (SwiGLU too); cross-entropy (its three steps and the loss sum); embedding;
+ * "elementwise": residual, bias gradient, RoPE, add, cast, copy, zero; "optimizer": AdamW and the gradient norm
  * (sumsq) and clipping (scale). The staging copies, allocation and the
  * stream waits are not ops here: their time is the caller's "other".
  * Communication is not timed here either: the groups time themselves

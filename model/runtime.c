@@ -61,7 +61,7 @@ static void carve_layer(const tri_gpt *g, carver *cv, tri_layer_acts *a, size_t 
     a->ln1_mean = take(cv, R, F4);
     a->ln1_rstd = take(cv, R, F4);
     a->qkv = take(cv, BT, A * 3 * g->Cl);
-    a->att = with_att ? take(cv, ops_of(g)->attention_saved_floats(B, T, g->NHl, g->HS), F4) : NULL;
+    a->att = with_att ? take(cv, ops_of(g)->attention_saved_floats(B, T, g->NHl, g->NHl, g->HS), F4) : NULL;
     a->atty = take(cv, BT, A * g->Cl);
     a->res2 = take(cv, R, A * g->C);
     a->ln2 = take(cv, R, A * g->C);
@@ -153,7 +153,7 @@ static size_t workspace_layout(const tri_gpt *g, size_t B, size_t T, tri_recompu
     w->datty = take(&cv, BT, A * g->Cl);
     w->dqkv = take(&cv, BT, A * 3 * g->Cl);
     w->dfch = take(&cv, BT, A * g->Fl);
-    w->att_scratch = take(&cv, ops_of(g)->attention_scratch_floats(B, T, g->NHl, g->HS), F4);
+    w->att_scratch = take(&cv, ops_of(g)->attention_scratch_floats(B, T, g->NHl, g->NHl, g->HS), F4);
     w->seq = g->sp ? take(&cv, BT, A * g->C) : NULL;
     w->tp_dw = g->sp ? take(&cv, 6 * g->C, F4) : NULL;
     memset(&w->re, 0, sizeof w->re);
@@ -164,7 +164,7 @@ static size_t workspace_layout(const tri_gpt *g, size_t B, size_t T, tri_recompu
     } else if (policy == TRI_RECOMPUTE_SELECTIVE) {
         /* the attention state: forward's target when the slot does not keep
          * it, rebuilt in backward together with its output */
-        w->re.att = take(&cv, ops_of(g)->attention_saved_floats(B, T, g->NHl, g->HS), F4);
+        w->re.att = take(&cv, ops_of(g)->attention_saved_floats(B, T, g->NHl, g->NHl, g->HS), F4);
         w->re.atty = take(&cv, BT, A * g->Cl);
     }
     return cv.acc.ok ? cv.acc.total : SIZE_MAX;
@@ -372,7 +372,7 @@ void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, v
     ops->layernorm_fwd(c, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, R, C);
     const void *ln = tp_gather(g, ws->seq, a->ln1, BT);
     ops->matmul_fwd(c, a->qkv, ln, w->qkvw, w->qkvb, BT, C, 3 * Cl);
-    ops->attention_fwd(c, a->atty, att, a->qkv, B, T, g->NHl, g->HS);
+    ops->attention_fwd(c, a->atty, att, a->qkv, B, T, g->NHl, g->NHl, g->HS);
     ops->matmul_fwd(c, ws->dproj, a->atty, w->attprojw, NULL, BT, Cl, C);
     const void *proj = tp_reduce(g, ws->dproj, ws->dln, BT);
     ops->residual_fwd(c, a->res2, x, proj, w->attprojb, R, C);
@@ -424,13 +424,13 @@ void tri_block_bwd(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void
     /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) + b; ws->dres holds dres2 */
     const float *att = a->att;
     if (!att) { /* selective recompute: rebuild the state from the saved qkv */
-        ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->HS);
+        ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->NHl, g->HS);
         att = ws->re.att;
     }
     ops->bias_bwd(c, rg.attprojb, ws->dres, R, C);
     const void *dres2 = tp_gather(g, ws->dproj, ws->dres, BT);
     ops->matmul_bwd(c, ws->datty, dw->attprojw, NULL, dres2, a->atty, w->attprojw, BT, Cl, C);
-    ops->attention_bwd(c, ws->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->HS);
+    ops->attention_bwd(c, ws->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->NHl, g->HS);
     ln = tp_gather(g, ws->seq, a->ln1, BT);
     ops->matmul_bwd(c, ws->dln, dw->qkvw, dw->qkvb, ws->dqkv, ln, w->qkvw, BT, C, 3 * Cl);
     dln = tp_reduce(g, ws->dln, ws->dproj, BT);
@@ -474,7 +474,7 @@ void tri_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a, cons
     /* attention; ws->dres holds dres2, the output gradient of attproj */
     const float *att = a->att;
     if (!att) {
-        ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->HS);
+        ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->NHl, g->HS);
         att = ws->re.att;
     }
     if (g->sp)
@@ -483,7 +483,7 @@ void tri_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a, cons
         ops->copy(c, d->dattproj, ws->dres, BT * C * A);
     ops->bias_bwd(c, rg.attprojb, ws->dres, R, C);
     ops->matmul_bwd(c, ws->datty, NULL, NULL, d->dattproj, a->atty, w->attprojw, BT, Cl, C);
-    ops->attention_bwd(c, d->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->HS);
+    ops->attention_bwd(c, d->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->NHl, g->HS);
     ln = g->sp ? tp_gather(g, d->ln1g, a->ln1, BT) : a->ln1;
     ops->matmul_bwd(c, ws->dln, NULL, dw->qkvb, d->dqkv, ln, w->qkvw, BT, C, 3 * Cl);
     dln = tp_reduce(g, ws->dln, ws->dproj, BT);

@@ -4,14 +4,21 @@
  * forward saves only each row's log-sum-exp, and the backward recomputes the
  * probabilities from it, as the CUDA kernels do.
  *
- * Work: an OpenMP loop over the B*NH (batch, head) pairs; one thread does a
- * whole pair, so every output element is one fixed sequence of operations,
- * bitwise the same for any thread count. Within a pair, queries go in blocks
- * of FA_BR rows and keys in blocks of bc columns (FA_BC, fewer for very large
- * heads); tiles above the diagonal are skipped, and inside a diagonal block
- * so are the columns past the last query of each FA_MR-row group. The
+ * Grouped-query attention (NKV key/value heads, NKV dividing NH) reads the
+ * key/value head h / (NH / NKV) of query head h in place.
+ *
+ * Work: the forward is an OpenMP loop over the B*NH (batch, query head)
+ * pairs, the backward over the B*NKV (batch, key/value head) pairs, whose
+ * query heads it takes one after the other, in order, adding into the
+ * pair's dK and dV; one thread does a whole pair, so every output element is
+ * one fixed sequence of operations, bitwise the same for any thread count.
+ * Within a pair, queries go in blocks of FA_BR rows and keys in blocks of bc
+ * columns (FA_BC, fewer for very large heads); tiles above the diagonal are
+ * skipped, and inside a diagonal block so are the columns past the last
+ * query of each FA_MR-row group. The
  * softmax scale is folded into the packed keys (exact for HS = 64).
- * (With fewer pairs than threads some threads idle: parallelism is by pair.)
+ * (With fewer pairs than threads some threads idle: parallelism is by pair;
+ * multi-query attention's backward has only B pairs.)
  * Every head size and every T is taken: wide heads narrow the key blocks
  * (key_block), and the forward's packed keys live on the heap, one block per
  * thread.
@@ -21,8 +28,9 @@
  * FMA, and a scalar loop for leftover columns with the same order, so the
  * result does not depend on which path computed it.
  *
- * Layouts (C = NH * HS):
- *   qkv  (B, T, 3, NH, HS): q of head h at h*HS, k at C + h*HS, v at 2C + h*HS;
+ * Layouts (C = NH * HS, CW = (NH + 2 NKV) * HS, G = NH / NKV):
+ *   qkv  (B, T, NH + 2 NKV, HS): q of head h at h*HS, its k at (NH + h/G)*HS,
+ *        its v at (NH + NKV + h/G)*HS;
  *   out  (B, T, NH, HS);  lse (B, NH, T): log sum_j<=i exp(s_ij), s = q.k / sqrt(HS). */
 #include <omp.h>
 
@@ -213,9 +221,10 @@ static void scores(float *s, size_t wp, const float *a, size_t ars, const float 
 /* out (B, T, NH, HS) = softmax(causal(Q K^T / sqrt(HS))) V          [overwrite]
  * lse (B, NH, T) = log of each row's softmax denominator, with the max
  * folded in (lse_i = m_i + log l_i), saved for the backward     [overwrite] */
-void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS) {
-    TRI_CHECK(NH > 0 && HS > 0);
-    const size_t hs = (size_t)HS, C = (size_t)NH * hs, C3 = 3 * C;
+void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int NKV, int HS) {
+    TRI_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0 && HS > 0);
+    const size_t hs = (size_t)HS, C = (size_t)NH * hs, C3 = (size_t)(NH + 2 * NKV) * hs;
+    const size_t G = (size_t)(NH / NKV), KV = (size_t)NKV * hs;
     const size_t pairs = B * (size_t)NH, bc = key_block(hs), kt_floats = hs * round_up(bc, FA_VN);
     const float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel if (pairs > 1)
@@ -229,7 +238,7 @@ void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, s
         for (size_t bh = 0; bh < pairs; bh++) {
             const size_t b = bh / (size_t)NH, h = bh % (size_t)NH;
             const float *q = qkv + b * T * C3 + h * hs; /* (T, hs), rows C3 apart */
-            const float *k = q + C, *v = q + 2 * C;
+            const float *k = qkv + b * T * C3 + C + h / G * hs, *v = k + KV;
             float *o = out + b * T * C + h * hs; /* (T, hs), rows C apart */
             float *ls = lse + bh * T;            /* (T) */
             for (size_t i0 = 0; i0 < T; i0 += FA_BR) {
@@ -285,31 +294,34 @@ void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, s
 }
 
 /* Per thread: packed keys and values (hs, wp) each, P and dS tiles
- * (FA_BR, wp) each, and D (T). The backward uses at most
- * omp_get_max_threads() threads, so the thread count must not grow between
- * this call and attention_bwd. */
-static size_t scratch_per_thread(size_t T, size_t hs) {
+ * (FA_BR, wp) each, and D (G, T) of the G = NH / NKV query heads of a group.
+ * The backward uses at most omp_get_max_threads() threads, so the thread
+ * count must not grow between this call and attention_bwd. */
+static size_t scratch_per_thread(size_t T, size_t hs, size_t G) {
     const size_t wp = round_up(key_block(hs), FA_VN);
-    return 2 * hs * wp + 2 * (size_t)FA_BR * wp + T;
+    return 2 * hs * wp + 2 * (size_t)FA_BR * wp + G * T;
 }
 
-size_t tri_cpu_attention_scratch_floats(size_t B, size_t T, int NH, int HS) {
-    TRI_CHECK(HS > 0);
-    return (size_t)omp_get_max_threads() * scratch_per_thread(T, (size_t)HS);
+size_t tri_cpu_attention_scratch_floats(size_t B, size_t T, int NH, int NKV, int HS) {
+    TRI_CHECK(HS > 0 && NH > 0 && NKV > 0 && NH % NKV == 0);
+    return (size_t)omp_get_max_threads() * scratch_per_thread(T, (size_t)HS, (size_t)(NH / NKV));
 }
 
-/* dqkv (B, T, 3, NH, HS)                                            [overwrite]
+/* dqkv (B, T, NH + 2 NKV, HS)                                       [overwrite]
  * out and lse are the forward's. Per (b, h), with P = exp(S - lse) (S scaled):
  *   D_i = sum_e dO_ie O_ie;  dP = dO V^T;  dS = P * (dP - D) * scale;
- *   dQ = dS K;  dK = dS^T Q;  dV = P^T dO.
- * Key blocks go in the outer loop and query blocks inside it (those with a
- * query >= the block's first key), so dK and dV of a block are finished
- * before the next, and dQ sums the key blocks in increasing order. */
+ *   dQ = dS K;  dK = dS^T Q;  dV = P^T dO   (dK, dV of the head's group).
+ * Per (b, key/value head): key blocks go in the outer loop (packed once for
+ * the group), the group's query heads in order inside it, and query blocks
+ * (those with a query >= the block's first key) inside those, so dK and dV of
+ * a block are finished before the next, summed over the group's heads in
+ * order, and each dQ sums the key blocks in increasing order. */
 void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                           const float *lse, size_t B, size_t T, int NH, int HS) {
-    TRI_CHECK(NH > 0 && HS > 0);
-    const size_t hs = (size_t)HS, C = (size_t)NH * hs, C3 = 3 * C;
-    const size_t pairs = B * (size_t)NH, bc = key_block(hs), per = scratch_per_thread(T, hs);
+                           const float *lse, size_t B, size_t T, int NH, int NKV, int HS) {
+    TRI_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0 && HS > 0);
+    const size_t hs = (size_t)HS, C = (size_t)NH * hs, C3 = (size_t)(NH + 2 * NKV) * hs;
+    const size_t G = (size_t)(NH / NKV), KV = (size_t)NKV * hs;
+    const size_t pairs = B * (size_t)NKV, bc = key_block(hs), per = scratch_per_thread(T, hs, G);
     const float scale = 1.0f / sqrtf((float)HS);
     const int nslots = omp_get_max_threads();
 #pragma omp parallel num_threads(nslots) if (pairs > 1)
@@ -319,18 +331,23 @@ void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const
         float *vt = kt + hs * wmax;                               /* (hs, wp) */
         float *p = vt + hs * wmax;                                /* (FA_BR, wp) */
         float *ds = p + (size_t)FA_BR * wmax;                     /* (FA_BR, wp) */
-        float *D = ds + (size_t)FA_BR * wmax;                     /* (T) */
+        float *D = ds + (size_t)FA_BR * wmax;                     /* (G, T) */
 #pragma omp for schedule(static)
-        for (size_t bh = 0; bh < pairs; bh++) {
-            const size_t b = bh / (size_t)NH, h = bh % (size_t)NH;
-            const size_t off = b * T * C3 + h * hs;
-            const float *q = qkv + off, *k = q + C, *v = q + 2 * C; /* (T, hs), rows C3 apart */
-            float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
-            const float *o = out + b * T * C + h * hs, *dO = dout + b * T * C + h * hs;
-            const float *L = lse + bh * T;
+        for (size_t bk = 0; bk < pairs; bk++) {
+            const size_t b = bk / (size_t)NKV, kh = bk % (size_t)NKV;
+            const size_t base = b * T * C3, koff = base + C + kh * hs;
+            const float *k = qkv + koff, *v = k + KV; /* (T, hs), rows C3 apart */
+            float *dk = dqkv + koff, *dv = dk + KV;
+            for (size_t g = 0; g < G; g++) {
+                const size_t h = kh * G + g;
+                const float *o = out + b * T * C + h * hs, *dO = dout + b * T * C + h * hs;
+                float *dq = dqkv + base + h * hs;
+                for (size_t i = 0; i < T; i++) {
+                    D[g * T + i] = dot(dO + i * C, o + i * C, hs);
+                    memset(dq + i * C3, 0, hs * sizeof(float));
+                }
+            }
             for (size_t i = 0; i < T; i++) {
-                D[i] = dot(dO + i * C, o + i * C, hs);
-                memset(dq + i * C3, 0, hs * sizeof(float));
                 memset(dk + i * C3, 0, hs * sizeof(float));
                 memset(dv + i * C3, 0, hs * sizeof(float));
             }
@@ -338,37 +355,46 @@ void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const
                 const size_t w = T - j0 < bc ? T - j0 : bc, wp = round_up(w, FA_VN);
                 pack_transposed(kt, k + j0 * C3, C3, w, wp, hs, scale);
                 pack_transposed(vt, v + j0 * C3, C3, w, wp, hs, 1.0f);
-                for (size_t i0 = j0 / FA_BR * FA_BR; i0 < T; i0 += FA_BR) {
-                    const size_t rows = T - i0 < FA_BR ? T - i0 : FA_BR;
-                    scores(p, wp, q + i0 * C3, C3, kt, i0, rows, j0, w, hs);
-                    scores(ds, wp, dO + i0 * C, C, vt, i0, rows, j0, w, hs);
-                    for (size_t r = 0; r < rows; r++) {
-                        float *pr = p + r * wp, *dr = ds + r * wp;
-                        const size_t n = keys_seen(i0 + r, j0, w);
-                        const float li = L[i0 + r], di = D[i0 + r];
-                        for (size_t c = n; c < wp; c++) pr[c] = -INFINITY; /* exp gives 0 */
-                        row_exp_scale(pr, pr, wp, li, 1.0f);
-                        for (size_t c = 0; c < n; c++) dr[c] = pr[c] * (dr[c] - di) * scale;
-                        memset(dr + n, 0, (wp - n) * sizeof(float));
-                    }
-                    /* key c of the block is seen by queries from j0 + c on: each
-                     * group of FA_MR keys skips the rows before its first query */
-                    for (size_t c0 = 0; c0 < w; c0 += FA_MR) {
-                        const size_t R = w - c0 < FA_MR ? w - c0 : FA_MR;
-                        const size_t first = j0 + c0 > i0 ? j0 + c0 - i0 : 0;
-                        if (first >= rows) continue;
-                        const size_t K = rows - first;
-                        /* dV[c0, c0 + R) += P[first:, c0:]^T dO[i0 + first:] */
-                        mm(dv + (j0 + c0) * C3, C3, p + first * wp + c0, 1, wp, dO + (i0 + first) * C, C, R, hs, K, 1);
-                        /* dK[c0, c0 + R) += dS[first:, c0:]^T Q[i0 + first:] */
-                        mm(dk + (j0 + c0) * C3, C3, ds + first * wp + c0, 1, wp, q + (i0 + first) * C3, C3, R, hs, K,
-                           1);
-                    }
-                    /* dQ[i0 + r0, + R) += dS[r0:, :K] K[j0, j0 + K) */
-                    for (size_t r0 = 0; r0 < rows; r0 += FA_MR) {
-                        const size_t R = rows - r0 < FA_MR ? rows - r0 : FA_MR;
-                        const size_t K = keys_seen(i0 + r0 + R - 1, j0, w);
-                        if (K > 0) mm(dq + (i0 + r0) * C3, C3, ds + r0 * wp, wp, 1, k + j0 * C3, C3, R, hs, K, 1);
+                for (size_t g = 0; g < G; g++) {
+                    const size_t h = kh * G + g;
+                    const float *q = qkv + base + h * hs;
+                    float *dq = dqkv + base + h * hs;
+                    const float *dO = dout + b * T * C + h * hs;
+                    const float *L = lse + (b * (size_t)NH + h) * T, *Dg = D + g * T;
+                    for (size_t i0 = j0 / FA_BR * FA_BR; i0 < T; i0 += FA_BR) {
+                        const size_t rows = T - i0 < FA_BR ? T - i0 : FA_BR;
+                        scores(p, wp, q + i0 * C3, C3, kt, i0, rows, j0, w, hs);
+                        scores(ds, wp, dO + i0 * C, C, vt, i0, rows, j0, w, hs);
+                        for (size_t r = 0; r < rows; r++) {
+                            float *pr = p + r * wp, *dr = ds + r * wp;
+                            const size_t n = keys_seen(i0 + r, j0, w);
+                            const float li = L[i0 + r], di = Dg[i0 + r];
+                            for (size_t c = n; c < wp; c++) pr[c] = -INFINITY; /* exp gives 0 */
+                            row_exp_scale(pr, pr, wp, li, 1.0f);
+                            for (size_t c = 0; c < n; c++) dr[c] = pr[c] * (dr[c] - di) * scale;
+                            memset(dr + n, 0, (wp - n) * sizeof(float));
+                        }
+                        /* key c of the block is seen by queries from j0 + c on:
+                         * each group of FA_MR keys skips the rows before its
+                         * first query */
+                        for (size_t c0 = 0; c0 < w; c0 += FA_MR) {
+                            const size_t R = w - c0 < FA_MR ? w - c0 : FA_MR;
+                            const size_t first = j0 + c0 > i0 ? j0 + c0 - i0 : 0;
+                            if (first >= rows) continue;
+                            const size_t K = rows - first;
+                            /* dV[c0, c0 + R) += P[first:, c0:]^T dO[i0 + first:] */
+                            mm(dv + (j0 + c0) * C3, C3, p + first * wp + c0, 1, wp, dO + (i0 + first) * C, C, R, hs, K,
+                               1);
+                            /* dK[c0, c0 + R) += dS[first:, c0:]^T Q[i0 + first:] */
+                            mm(dk + (j0 + c0) * C3, C3, ds + first * wp + c0, 1, wp, q + (i0 + first) * C3, C3, R, hs,
+                               K, 1);
+                        }
+                        /* dQ[i0 + r0, + R) += dS[r0:, :K] K[j0, j0 + K) */
+                        for (size_t r0 = 0; r0 < rows; r0 += FA_MR) {
+                            const size_t R = rows - r0 < FA_MR ? rows - r0 : FA_MR;
+                            const size_t K = keys_seen(i0 + r0 + R - 1, j0, w);
+                            if (K > 0) mm(dq + (i0 + r0) * C3, C3, ds + r0 * wp, wp, 1, k + j0 * C3, C3, R, hs, K, 1);
+                        }
                     }
                 }
             }

@@ -76,10 +76,19 @@ void tri_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout,
 
 /* attention.c: flash-style attention, saving only the row
  * log-sum-exp (B, NH, T); the backward recomputes the probabilities. */
-void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int HS);
+void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int NKV, int HS);
 void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                           const float *lse, size_t B, size_t T, int NH, int HS);
-size_t tri_cpu_attention_scratch_floats(size_t B, size_t T, int NH, int HS);
+                           const float *lse, size_t B, size_t T, int NH, int NKV, int HS);
+size_t tri_cpu_attention_scratch_floats(size_t B, size_t T, int NH, int NKV, int HS);
+
+/* rmsnorm.c, rope.c, swiglu.c: the Llama ops */
+void tri_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, size_t N, size_t C, float eps);
+void tri_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
+                         size_t N, size_t C);
+void tri_cpu_rope_fwd(float *qkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS, size_t pos0);
+void tri_cpu_rope_bwd(float *dqkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS, size_t pos0);
+void tri_cpu_swiglu_fwd(float *out, const float *inp, size_t N, size_t F);
+void tri_cpu_swiglu_bwd(float *dinp, const float *inp, const float *dout, size_t N, size_t F);
 
 /* gelu.c */
 void tri_cpu_gelu_fwd(float *out, const float *inp, size_t N);

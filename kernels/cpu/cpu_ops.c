@@ -1,6 +1,6 @@
 /* The CPU backend's op table. Each op lives in the file of its family
- * (matmul.c, layernorm.c, attention.c, gelu.c, embedding.c, crossentropy.c,
- * adamw.c, elementwise.c) with plain fp32 signatures; the entries below adapt
+ * (matmul.c, layernorm.c, rmsnorm.c, attention.c, rope.c, gelu.c, swiglu.c,
+ * embedding.c, crossentropy.c, adamw.c, elementwise.c) with plain fp32 signatures; the entries below adapt
  * them to the table's contract (context first, compute-dtype tensors as
  * void *). With fp32 compute dtypes (the default) they pass the pointers on.
  * With bf16 or fp16 ones (tri_ctx_set_precision) they emulate the 16-bit
@@ -149,41 +149,123 @@ static void cpu_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, cons
 }
 
 /* The CPU's attention is flash-style (attention.c): its state is one
- * log-sum-exp per (batch, head, query) row, B * NH * T floats, as on the
- * CUDA backend; the backward recomputes the probabilities from it, qkv and
- * the forward's output. No (T, T) tensor exists. */
-static size_t cpu_attention_saved_floats(size_t B, size_t T, int NH, int HS) { return B * (size_t)NH * T; }
+ * log-sum-exp per (batch, query head, query) row, B * NH * T floats, as on
+ * the CUDA backend; the backward recomputes the probabilities from it, qkv
+ * and the forward's output. No (T, T) tensor exists. */
+static size_t cpu_attention_saved_floats(size_t B, size_t T, int NH, int NKV, int HS) { return B * (size_t)NH * T; }
 
-static void cpu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH,
+static void cpu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int NKV,
                               int HS) {
     const tri_dtype A = c->act_dtype;
     if (!is16(A)) {
-        tri_cpu_attention_fwd(out, state, qkv, B, T, NH, HS);
+        tri_cpu_attention_fwd(out, state, qkv, B, T, NH, NKV, HS);
         return;
     }
-    const size_t n = B * T * (size_t)NH * (size_t)HS;
-    float *cur = tri_cpu_scratch(c, pad(3 * n) + pad(n));
-    const float *q = in_f(&cur, qkv, A, 3 * n);
+    const size_t n = B * T * (size_t)NH * (size_t)HS, nqkv = B * T * (size_t)(NH + 2 * NKV) * (size_t)HS;
+    float *cur = tri_cpu_scratch(c, pad(nqkv) + pad(n));
+    const float *q = in_f(&cur, qkv, A, nqkv);
     float *o = out_f(&cur, out, A, n);
-    tri_cpu_attention_fwd(o, state, q, B, T, NH, HS);
+    tri_cpu_attention_fwd(o, state, q, B, T, NH, NKV, HS);
     store(out, A, o, n);
 }
 
 /* 16-bit: `out` is read as stored (rounded), widened like every other
  * input; the state is the fp32 one the forward saved. */
 static void cpu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch, const void *dout, const void *qkv,
-                              const void *out, const float *state, size_t B, size_t T, int NH, int HS) {
+                              const void *out, const float *state, size_t B, size_t T, int NH, int NKV, int HS) {
     const tri_dtype A = c->act_dtype;
     if (!is16(A)) {
-        tri_cpu_attention_bwd(dqkv, scratch, dout, qkv, out, state, B, T, NH, HS);
+        tri_cpu_attention_bwd(dqkv, scratch, dout, qkv, out, state, B, T, NH, NKV, HS);
         return;
     }
-    const size_t n = B * T * (size_t)NH * (size_t)HS;
-    float *cur = tri_cpu_scratch(c, 2 * pad(n) + 2 * pad(3 * n));
-    const float *d = in_f(&cur, dout, A, n), *q = in_f(&cur, qkv, A, 3 * n), *o = in_f(&cur, out, A, n);
-    float *dq = out_f(&cur, dqkv, A, 3 * n);
-    tri_cpu_attention_bwd(dq, scratch, d, q, o, state, B, T, NH, HS);
-    store(dqkv, A, dq, 3 * n);
+    const size_t n = B * T * (size_t)NH * (size_t)HS, nqkv = B * T * (size_t)(NH + 2 * NKV) * (size_t)HS;
+    float *cur = tri_cpu_scratch(c, 2 * pad(n) + 2 * pad(nqkv));
+    const float *d = in_f(&cur, dout, A, n), *q = in_f(&cur, qkv, A, nqkv), *o = in_f(&cur, out, A, n);
+    float *dq = out_f(&cur, dqkv, A, nqkv);
+    tri_cpu_attention_bwd(dq, scratch, d, q, o, state, B, T, NH, NKV, HS);
+    store(dqkv, A, dq, nqkv);
+}
+
+static void cpu_rmsnorm_fwd(tri_ctx *c, void *out, float *rstd, const void *inp, const void *w, size_t N, size_t C,
+                            float eps) {
+    if (all_f32(c)) {
+        tri_cpu_rmsnorm_fwd(out, rstd, inp, w, N, C, eps);
+        return;
+    }
+    const tri_dtype A = c->act_dtype, P = c->param_dtype;
+    float *cur = tri_cpu_scratch(c, 2 * pad(N * C) + pad(C));
+    const float *xi = in_f(&cur, inp, A, N * C), *wf = in_f(&cur, w, P, C);
+    float *o = out_f(&cur, out, A, N * C);
+    tri_cpu_rmsnorm_fwd(o, rstd, xi, wf, N, C, eps);
+    store(out, A, o, N * C);
+}
+
+static void cpu_rmsnorm_bwd(tri_ctx *c, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                            const float *rstd, size_t N, size_t C) {
+    if (all_f32(c)) {
+        tri_cpu_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C);
+        return;
+    }
+    const tri_dtype A = c->act_dtype, P = c->param_dtype;
+    float *cur = tri_cpu_scratch(c, 3 * pad(N * C) + pad(C));
+    const float *d = in_f(&cur, dout, A, N * C), *xi = in_f(&cur, inp, A, N * C), *wf = in_f(&cur, w, P, C);
+    float *di = acc_f(&cur, dinp, A, N * C); /* dinp accumulates: widen, add in fp32, round once */
+    tri_cpu_rmsnorm_bwd(di, dw, d, xi, wf, rstd, N, C);
+    store(dinp, A, di, N * C);
+}
+
+/* RoPE works in place: 16-bit qkv is widened, rotated in fp32 and rounded
+ * once as it is stored back (the v heads too, which round to themselves). */
+static void cpu_rope(tri_ctx *c, void *x, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS,
+                     size_t pos0, int fwd) {
+    const tri_dtype A = c->act_dtype;
+    void (*op)(float *, const float *, size_t, size_t, int, int, int, size_t) =
+        fwd ? tri_cpu_rope_fwd : tri_cpu_rope_bwd;
+    if (!is16(A)) {
+        op(x, inv_freq, B, T, NH, NKV, HS, pos0);
+        return;
+    }
+    const size_t n = B * T * (size_t)(NH + 2 * NKV) * (size_t)HS;
+    float *cur = tri_cpu_scratch(c, pad(n));
+    float *f = acc_f(&cur, x, A, n);
+    op(f, inv_freq, B, T, NH, NKV, HS, pos0);
+    store(x, A, f, n);
+}
+
+static void cpu_rope_fwd(tri_ctx *c, void *qkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS,
+                         size_t pos0) {
+    cpu_rope(c, qkv, inv_freq, B, T, NH, NKV, HS, pos0, 1);
+}
+
+static void cpu_rope_bwd(tri_ctx *c, void *dqkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS,
+                         size_t pos0) {
+    cpu_rope(c, dqkv, inv_freq, B, T, NH, NKV, HS, pos0, 0);
+}
+
+static void cpu_swiglu_fwd(tri_ctx *c, void *out, const void *inp, size_t N, size_t F) {
+    const tri_dtype A = c->act_dtype;
+    if (!is16(A)) {
+        tri_cpu_swiglu_fwd(out, inp, N, F);
+        return;
+    }
+    float *cur = tri_cpu_scratch(c, pad(2 * N * F) + pad(N * F));
+    const float *xi = in_f(&cur, inp, A, 2 * N * F);
+    float *o = out_f(&cur, out, A, N * F);
+    tri_cpu_swiglu_fwd(o, xi, N, F);
+    store(out, A, o, N * F);
+}
+
+static void cpu_swiglu_bwd(tri_ctx *c, void *dinp, const void *inp, const void *dout, size_t N, size_t F) {
+    const tri_dtype A = c->act_dtype;
+    if (!is16(A)) {
+        tri_cpu_swiglu_bwd(dinp, inp, dout, N, F);
+        return;
+    }
+    float *cur = tri_cpu_scratch(c, 2 * pad(2 * N * F) + pad(N * F));
+    const float *xi = in_f(&cur, inp, A, 2 * N * F), *d = in_f(&cur, dout, A, N * F);
+    float *di = out_f(&cur, dinp, A, 2 * N * F);
+    tri_cpu_swiglu_bwd(di, xi, d, N, F);
+    store(dinp, A, di, 2 * N * F);
 }
 
 static void cpu_gelu_fwd(tri_ctx *c, void *out, const void *inp, size_t N) {
@@ -369,6 +451,12 @@ static const tri_ops CPU_OPS = {
     .attention_bwd = cpu_attention_bwd,
     .attention_saved_floats = cpu_attention_saved_floats,
     .attention_scratch_floats = tri_cpu_attention_scratch_floats,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .rope_fwd = cpu_rope_fwd,
+    .rope_bwd = cpu_rope_bwd,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
     .gelu_fwd = cpu_gelu_fwd,
     .gelu_bwd = cpu_gelu_bwd,
     .residual_fwd = cpu_residual_fwd,

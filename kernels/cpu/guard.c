@@ -157,12 +157,29 @@ GUARD_VOID(layernorm_bwd,
            (tri_ctx * c, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,
             const float *mean, const float *rstd, size_t N, size_t C),
            (c, dinp, dw, db, dout, inp, w, mean, rstd, N, C))
-GUARD_VOID(attention_fwd, (tri_ctx * c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS),
-           (c, out, state, qkv, B, T, NH, HS))
+GUARD_VOID(attention_fwd,
+           (tri_ctx * c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int NKV, int HS),
+           (c, out, state, qkv, B, T, NH, NKV, HS))
 GUARD_VOID(attention_bwd,
            (tri_ctx * c, void *dqkv, float *scratch, const void *dout, const void *qkv, const void *out,
-            const float *state, size_t B, size_t T, int NH, int HS),
-           (c, dqkv, scratch, dout, qkv, out, state, B, T, NH, HS))
+            const float *state, size_t B, size_t T, int NH, int NKV, int HS),
+           (c, dqkv, scratch, dout, qkv, out, state, B, T, NH, NKV, HS))
+GUARD_VOID(rmsnorm_fwd,
+           (tri_ctx * c, void *out, float *rstd, const void *inp, const void *w, size_t N, size_t C, float eps),
+           (c, out, rstd, inp, w, N, C, eps))
+GUARD_VOID(rmsnorm_bwd,
+           (tri_ctx * c, void *dinp, float *dw, const void *dout, const void *inp, const void *w, const float *rstd,
+            size_t N, size_t C),
+           (c, dinp, dw, dout, inp, w, rstd, N, C))
+GUARD_VOID(rope_fwd,
+           (tri_ctx * c, void *qkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS, size_t pos0),
+           (c, qkv, inv_freq, B, T, NH, NKV, HS, pos0))
+GUARD_VOID(rope_bwd,
+           (tri_ctx * c, void *dqkv, const float *inv_freq, size_t B, size_t T, int NH, int NKV, int HS, size_t pos0),
+           (c, dqkv, inv_freq, B, T, NH, NKV, HS, pos0))
+GUARD_VOID(swiglu_fwd, (tri_ctx * c, void *out, const void *inp, size_t N, size_t F), (c, out, inp, N, F))
+GUARD_VOID(swiglu_bwd, (tri_ctx * c, void *dinp, const void *inp, const void *dout, size_t N, size_t F),
+           (c, dinp, inp, dout, N, F))
 GUARD_VOID(gelu_fwd, (tri_ctx * c, void *out, const void *inp, size_t N), (c, out, inp, N))
 GUARD_VOID(gelu_bwd, (tri_ctx * c, void *dinp, const void *inp, const void *dout, size_t N), (c, dinp, inp, dout, N))
 GUARD_VOID(residual_fwd, (tri_ctx * c, void *out, const void *res, const void *x, const void *bias, size_t N, size_t C),
@@ -197,12 +214,12 @@ GUARD_VOID(add, (tri_ctx * c, float *y, const float *x, size_t n), (c, y, x, n))
 
 static void guard_sync(tri_ctx *c) {}
 
-static size_t guard_attention_saved_floats(size_t B, size_t T, int NH, int HS) {
-    return CPU->attention_saved_floats(B, T, NH, HS);
+static size_t guard_attention_saved_floats(size_t B, size_t T, int NH, int NKV, int HS) {
+    return CPU->attention_saved_floats(B, T, NH, NKV, HS);
 }
 
-static size_t guard_attention_scratch_floats(size_t B, size_t T, int NH, int HS) {
-    return CPU->attention_scratch_floats(B, T, NH, HS);
+static size_t guard_attention_scratch_floats(size_t B, size_t T, int NH, int NKV, int HS) {
+    return CPU->attention_scratch_floats(B, T, NH, NKV, HS);
 }
 
 static const tri_ops GUARD_OPS = {
@@ -229,6 +246,12 @@ static const tri_ops GUARD_OPS = {
     .attention_bwd = guard_attention_bwd,
     .attention_saved_floats = guard_attention_saved_floats,
     .attention_scratch_floats = guard_attention_scratch_floats,
+    .rmsnorm_fwd = guard_rmsnorm_fwd,
+    .rmsnorm_bwd = guard_rmsnorm_bwd,
+    .rope_fwd = guard_rope_fwd,
+    .rope_bwd = guard_rope_bwd,
+    .swiglu_fwd = guard_swiglu_fwd,
+    .swiglu_bwd = guard_swiglu_bwd,
     .gelu_fwd = guard_gelu_fwd,
     .gelu_bwd = guard_gelu_bwd,
     .residual_fwd = guard_residual_fwd,

@@ -258,9 +258,13 @@ KERNEL fa_bwd_dq_kernel(S *dq, const S *dout, const S *q, const S *k, const S *v
 
 /* ---- host entry points ---- */
 
-extern "C" size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int HS) { return B * (size_t)NH * T; }
+extern "C" size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int NKV, int HS) {
+    return B * (size_t)NH * T;
+}
 
-extern "C" size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int HS) { return B * (size_t)NH * T; }
+extern "C" size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int NKV, int HS) {
+    return B * (size_t)NH * T;
+}
 
 extern "C" int TRI_CU(attention_uses_tensor_cores)(tri_dtype dt, int HS) {
     return dt == TRI_BF16 && (HS == 64 || HS == 128);
@@ -343,8 +347,9 @@ extern "C" void TRI_CU(attention_bwd_slice)(void *stream, tri_dtype dt, const tr
 
 /* The op's packed layout as views: q, k and v inside qkv (B, T, 3, NH, HS). */
 extern "C" void TRI_CU(attention_fwd)(void *stream, tri_dtype dt, void *out, float *lse, const void *qkv, size_t B,
-                                      size_t T, int NH, int HS) {
+                                      size_t T, int NH, int NKV, int HS) {
     if (B == 0 || T == 0 || NH <= 0 || HS <= 0) return;
+    if (NKV != NH) tri_cu_fail("attention_fwd", "grouped-query attention is not implemented yet", __FILE__, __LINE__);
     const size_t C = (size_t)NH * (size_t)HS, es = dt == TRI_BF16 ? 2 : 4;
     const char *base = (const char *)qkv;
     tri_cu_attn_fwd_args a = {};
@@ -359,8 +364,9 @@ extern "C" void TRI_CU(attention_fwd)(void *stream, tri_dtype dt, void *out, flo
 
 extern "C" void TRI_CU(attention_bwd)(void *stream, tri_dtype dt, void *dqkv, float *scratch, const void *dout,
                                       const void *qkv, const void *out, const float *lse, size_t B, size_t T, int NH,
-                                      int HS) {
+                                      int NKV, int HS) {
     if (B == 0 || T == 0 || NH <= 0 || HS <= 0) return;
+    if (NKV != NH) tri_cu_fail("attention_bwd", "grouped-query attention is not implemented yet", __FILE__, __LINE__);
     const size_t C = (size_t)NH * (size_t)HS, es = dt == TRI_BF16 ? 2 : 4;
     const char *base = (const char *)qkv;
     char *dbase = (char *)dqkv;

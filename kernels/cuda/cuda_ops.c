@@ -387,14 +387,15 @@ static void cu_layernorm_bwd(tri_ctx *c, void *dinp, float *dw, float *db, const
     OP_DONE(c, "layernorm_bwd");
 }
 
-static void cu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int HS) {
-    TRI_CU(attention_fwd)(st(c)->stream, c->act_dtype, out, state, qkv, B, T, NH, HS);
+static void cu_attention_fwd(tri_ctx *c, void *out, float *state, const void *qkv, size_t B, size_t T, int NH, int NKV,
+                             int HS) {
+    TRI_CU(attention_fwd)(st(c)->stream, c->act_dtype, out, state, qkv, B, T, NH, NKV, HS);
     OP_DONE(c, "attention_fwd");
 }
 
 static void cu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch_buf, const void *dout, const void *qkv,
-                             const void *out, const float *state, size_t B, size_t T, int NH, int HS) {
-    TRI_CU(attention_bwd)(st(c)->stream, c->act_dtype, dqkv, scratch_buf, dout, qkv, out, state, B, T, NH, HS);
+                             const void *out, const float *state, size_t B, size_t T, int NH, int NKV, int HS) {
+    TRI_CU(attention_bwd)(st(c)->stream, c->act_dtype, dqkv, scratch_buf, dout, qkv, out, state, B, T, NH, NKV, HS);
     OP_DONE(c, "attention_bwd");
 }
 

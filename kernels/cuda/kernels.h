@@ -95,11 +95,11 @@ size_t TRI_CU(embedding_bwd_scratch_floats)(size_t B, size_t T);
  * into qkv with row 3 NH HS, the whole sequence: q0 = 0, Tq = Tk = T), and take its
  * kernels: tensor cores for bf16 with HS 64 or 128, the SIMT kernels otherwise. */
 void TRI_CU(attention_fwd)(void *stream, tri_dtype dt, void *out, float *lse, const void *qkv, size_t B, size_t T,
-                           int NH, int HS);
+                           int NH, int NKV, int HS);
 void TRI_CU(attention_bwd)(void *stream, tri_dtype dt, void *dqkv, float *scratch, const void *dout, const void *qkv,
-                           const void *out, const float *lse, size_t B, size_t T, int NH, int HS);
-size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int HS);
-size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int HS);
+                           const void *out, const float *lse, size_t B, size_t T, int NH, int NKV, int HS);
+size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int NKV, int HS);
+size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int NKV, int HS);
 
 /* The same attention on strided views, for a query slice and a head slice.
  * A view holds, for batch b < B, row t and head h < NH, the HS elements of dtype dt

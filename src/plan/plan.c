@@ -42,12 +42,12 @@ static int print_why(int rc, const char *why) {
  * log-sum-exp of every (batch, head, query) row is all it keeps (as the CPU
  * backend's attention does too), and no scratch (the CPU backend's needs
  * per-thread tiles). */
-static size_t flash_saved_floats(size_t B, size_t T, int NH, int HS) {
-    (void)HS;
+static size_t flash_saved_floats(size_t B, size_t T, int NH, int NKV, int HS) {
+    (void)NKV, (void)HS;
     return B * (size_t)NH * T;
 }
-static size_t flash_scratch_floats(size_t B, size_t T, int NH, int HS) {
-    (void)B, (void)T, (void)NH, (void)HS;
+static size_t flash_scratch_floats(size_t B, size_t T, int NH, int NKV, int HS) {
+    (void)B, (void)T, (void)NH, (void)NKV, (void)HS;
     return 0;
 }
 

@@ -189,12 +189,12 @@ static uint64_t run_case(tc_case c, uint64_t seed) {
     /* the CPU: the whole problem */
     float *rout = malloc(sizeof(float) * BT * C), *rlse = malloc(sizeof(float) * B * (size_t)c.NHt * T);
     float *rdqkv = malloc(sizeof(float) * BT * C3);
-    float *rscr = malloc(sizeof(float) * (tri_cpu_attention_scratch_floats(B, T, c.NHt, c.HS) + 1));
-    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, c.NHt, c.HS);
+    float *rscr = malloc(sizeof(float) * (tri_cpu_attention_scratch_floats(B, T, c.NHt, c.NHt, c.HS) + 1));
+    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, c.NHt, c.NHt, c.HS);
     scales sc = magnitudes(qkv, dout, rout, B, T, c.NHt, c.HS);
     if (c.dt == TRI_BF16)
         for (size_t i = 0; i < BT * C; i++) rout[i] = tri_round_bf16(rout[i]);
-    tri_cpu_attention_bwd(rdqkv, rscr, dout, qkv, rout, rlse, B, T, c.NHt, c.HS);
+    tri_cpu_attention_bwd(rdqkv, rscr, dout, qkv, rout, rlse, B, T, c.NHt, c.NHt, c.HS);
 
     /* the device tensors in the caller's layout (padded rows) */
     void *d_qkv = dev_nan(BT * R3, es), *d_dout = dev_nan(BT * R, es), *d_rout = dev_nan(BT * R, es);
@@ -234,14 +234,14 @@ static uint64_t run_case(tc_case c, uint64_t seed) {
     tri_cuemu_set_seed(seed);
     tri_cuemu_stats_get(&st0);
     if (c.packed)
-        tri_cuemu_attention_fwd(NULL, c.dt, d_out, d_lse, d_qkv, B, T, c.NH, c.HS);
+        tri_cuemu_attention_fwd(NULL, c.dt, d_out, d_lse, d_qkv, B, T, c.NH, c.NH, c.HS);
     else
         tri_cuemu_attention_fwd_slice(NULL, c.dt, &fa);
     tri_cuemu_stats_get(&st1);
     const uint64_t mma = st1.mma - st0.mma;
     tri_cuemu_set_seed(seed + 7);
     if (c.packed)
-        tri_cuemu_attention_bwd(NULL, c.dt, d_dqkv, d_scr, d_dout, d_qkv, d_rout, d_rlse, B, T, c.NH, c.HS);
+        tri_cuemu_attention_bwd(NULL, c.dt, d_dqkv, d_scr, d_dout, d_qkv, d_rout, d_rlse, B, T, c.NH, c.NH, c.HS);
     else
         tri_cuemu_attention_bwd_slice(NULL, c.dt, &ba);
 
@@ -292,8 +292,8 @@ static uint64_t run_case(tc_case c, uint64_t seed) {
     tri_cuemu_set_seed(seed * 977 + 5);
     tri_cuemu_set_workers(1);
     if (c.packed) {
-        tri_cuemu_attention_fwd(NULL, c.dt, out2, lse2, d_qkv, B, T, c.NH, c.HS);
-        tri_cuemu_attention_bwd(NULL, c.dt, dqkv2, d_scr, d_dout, d_qkv, d_rout, d_rlse, B, T, c.NH, c.HS);
+        tri_cuemu_attention_fwd(NULL, c.dt, out2, lse2, d_qkv, B, T, c.NH, c.NH, c.HS);
+        tri_cuemu_attention_bwd(NULL, c.dt, dqkv2, d_scr, d_dout, d_qkv, d_rout, d_rlse, B, T, c.NH, c.NH, c.HS);
     } else {
         tri_cu_attn_fwd_args fa2 = fa;
         tri_cu_attn_bwd_args ba2 = ba;

@@ -855,18 +855,18 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     uint64_t s = seed * 40503 + T * 131 + (size_t)NH * 17 + (size_t)HS;
     const size_t C = (size_t)NH * (size_t)HS, C3 = 3 * C, BT = B * T;
     float *qkv = alloc_fill(BT * C3, &s, -1.5f, 1.5f), *dout = alloc_fill(BT * C, &s, -1.0f, 1.0f);
-    float *out = alloc_nan(BT * C), *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, HS));
+    float *out = alloc_nan(BT * C), *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, NH, HS));
     float *rout = alloc_nan(BT * C), *rlse = alloc_nan(B * (size_t)NH * T);
     tri_cuemu_set_seed(seed);
-    tri_cuemu_attention_fwd(NULL, TRI_F32, out, lse, qkv, B, T, NH, HS);
-    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, NH, HS);
+    tri_cuemu_attention_fwd(NULL, TRI_F32, out, lse, qkv, B, T, NH, NH, HS);
+    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, NH, NH, HS);
 
     float *dqkv = alloc_nan(BT * C3), *rdqkv = alloc_nan(BT * C3);
-    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
-    float *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
+    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, NH, HS));
+    float *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, NH, HS));
     tri_cuemu_set_seed(seed + 7);
-    tri_cuemu_attention_bwd(NULL, TRI_F32, dqkv, scratch, dout, qkv, out, lse, B, T, NH, HS);
-    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_F32, dqkv, scratch, dout, qkv, out, lse, B, T, NH, NH, HS);
+    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, NH, HS);
 
     att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
     expect_close("attention_fwd out", out, rout, sc.sc_o, BT * C, sc.tol, shape);
@@ -879,8 +879,8 @@ static void attention_case(size_t B, size_t T, int NH, int HS, uint64_t seed) {
     float *again = alloc_nan(BT * C3), *out2 = alloc_nan(BT * C);
     tri_cuemu_set_seed(seed * 977 + 3);
     tri_cuemu_set_workers(1);
-    tri_cuemu_attention_fwd(NULL, TRI_F32, out2, lse, qkv, B, T, NH, HS);
-    tri_cuemu_attention_bwd(NULL, TRI_F32, again, scratch, dout, qkv, out, lse, B, T, NH, HS);
+    tri_cuemu_attention_fwd(NULL, TRI_F32, out2, lse, qkv, B, T, NH, NH, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_F32, again, scratch, dout, qkv, out, lse, B, T, NH, NH, HS);
     tri_cuemu_set_workers(2);
     cr_expect(memcmp(out2, out, sizeof(float) * BT * C) == 0, "attention_fwd %s: other bits under another seed", shape);
     cr_expect(memcmp(again, dqkv, sizeof(float) * BT * C3) == 0, "attention_bwd %s: other bits under another seed",
@@ -915,13 +915,13 @@ static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t see
     float *qkv = alloc_fill(BT * C3, &s, -1.5f, 1.5f), *dout = alloc_fill(BT * C, &s, -1.0f, 1.0f);
     uint16_t *qkv_h = to_bf16(qkv, BT * C3, qkv), *dout_h = to_bf16(dout, BT * C, dout);
     uint16_t *out_h = alloc_nan_bf16(BT * C), *dqkv_h = alloc_nan_bf16(BT * C3);
-    float *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, HS));
-    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, HS));
+    float *lse = alloc_nan(tri_cuemu_attention_saved_floats(B, T, NH, NH, HS));
+    float *scratch = alloc_nan(tri_cuemu_attention_scratch_floats(B, T, NH, NH, HS));
     tri_cuemu_set_seed(seed);
-    tri_cuemu_attention_fwd(NULL, TRI_BF16, out_h, lse, qkv_h, B, T, NH, HS);
+    tri_cuemu_attention_fwd(NULL, TRI_BF16, out_h, lse, qkv_h, B, T, NH, NH, HS);
 
     float *rout = alloc_nan(BT * C), *rlse = alloc_nan(nl);
-    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, NH, HS);
+    tri_cpu_attention_fwd(rout, rlse, qkv, B, T, NH, NH, HS);
     att_scales sc = attention_scales(qkv, dout, rout, B, T, NH, HS);
     const double ptol = tri_cuemu_attention_uses_tensor_cores(TRI_BF16, HS) ? 1.0 / 256.0 : 0.0; /* P in bf16 */
     round_bf16(rout, BT * C);
@@ -932,10 +932,10 @@ static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t see
 
     /* the backward on the CPU op's rounded out and the CPU's lse, both sides */
     uint16_t *rout_h = to_bf16(rout, BT * C, NULL);
-    float *rdqkv = alloc_nan(BT * C3), *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, HS));
+    float *rdqkv = alloc_nan(BT * C3), *rscratch = alloc_nan(tri_cpu_attention_scratch_floats(B, T, NH, NH, HS));
     tri_cuemu_set_seed(seed + 7);
-    tri_cuemu_attention_bwd(NULL, TRI_BF16, dqkv_h, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, HS);
-    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_BF16, dqkv_h, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, NH, HS);
+    tri_cpu_attention_bwd(rdqkv, rscratch, dout, qkv, rout, rlse, B, T, NH, NH, HS);
     round_bf16(rdqkv, BT * C3);
     expect_close_bf16("attention_bwd dqkv", dqkv_h, rdqkv, sc.sc_d, BT * C3, sc.tol + ptol, shape);
 
@@ -944,8 +944,8 @@ static void attention_case_bf16(size_t B, size_t T, int NH, int HS, uint64_t see
     float *lse2 = alloc_nan(nl);
     tri_cuemu_set_seed(seed * 977 + 5);
     tri_cuemu_set_workers(1);
-    tri_cuemu_attention_fwd(NULL, TRI_BF16, out2, lse2, qkv_h, B, T, NH, HS);
-    tri_cuemu_attention_bwd(NULL, TRI_BF16, again, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, HS);
+    tri_cuemu_attention_fwd(NULL, TRI_BF16, out2, lse2, qkv_h, B, T, NH, NH, HS);
+    tri_cuemu_attention_bwd(NULL, TRI_BF16, again, scratch, dout_h, qkv_h, rout_h, rlse, B, T, NH, NH, HS);
     tri_cuemu_set_workers(2);
     cr_expect(memcmp(out2, out_h, sizeof(uint16_t) * BT * C) == 0 && memcmp(lse2, lse, sizeof(float) * nl) == 0,
               "bf16 attention_fwd %s: other bits under another seed", shape);

@@ -1053,18 +1053,20 @@ Test(cuda_ops, attention_fwd_bwd_match_the_cpu) {
     uint64_t s = 40;
     float *qkv = hrand(nq, &s, -1, 1), *dout = hrand(no, &s, -1, 1);
     float *d_qkv = dev(qkv, nq * 4), *d_dout = dev(dout, no * 4);
-    const size_t es = E.ops->attention_saved_floats(B, T, NH, HS), ps = P.ops->attention_saved_floats(B, T, NH, HS);
-    const size_t ex = E.ops->attention_scratch_floats(B, T, NH, HS), px = P.ops->attention_scratch_floats(B, T, NH, HS);
+    const size_t es = E.ops->attention_saved_floats(B, T, NH, NH, HS),
+                 ps = P.ops->attention_saved_floats(B, T, NH, NH, HS);
+    const size_t ex = E.ops->attention_scratch_floats(B, T, NH, NH, HS),
+                 px = P.ops->attention_scratch_floats(B, T, NH, NH, HS);
     cr_assert_eq(es, B * NH * T, "the CUDA backend saves one log-sum-exp per row");
     float *out = hnan(no), *d_out = dev(out, no * 4), *state = hnan(ps), *es_nan = hnan(es);
     float *d_state = dev(es_nan, es * 4);
-    E.ops->attention_fwd(&E, d_out, d_state, d_qkv, B, T, NH, HS);
-    P.ops->attention_fwd(&P, out, state, qkv, B, T, NH, HS);
+    E.ops->attention_fwd(&E, d_out, d_state, d_qkv, B, T, NH, NH, HS);
+    P.ops->attention_fwd(&P, out, state, qkv, B, T, NH, NH, HS);
     check("attention_fwd out", d_out, out, no);
     float *dqkv = hnan(nq), *d_dqkv = dev(dqkv, nq * 4), *scr = hnan(px), *ex_nan = hnan(ex);
     float *d_scr = dev(ex_nan, (ex ? ex : 1) * 4);
-    E.ops->attention_bwd(&E, d_dqkv, d_scr, d_dout, d_qkv, d_out, d_state, B, T, NH, HS);
-    P.ops->attention_bwd(&P, dqkv, scr, dout, qkv, out, state, B, T, NH, HS);
+    E.ops->attention_bwd(&E, d_dqkv, d_scr, d_dout, d_qkv, d_out, d_state, B, T, NH, NH, HS);
+    P.ops->attention_bwd(&P, dqkv, scr, dout, qkv, out, state, B, T, NH, NH, HS);
     check("attention_bwd dqkv", d_dqkv, dqkv, nq);
     dfree(d_qkv, 0), dfree(d_dout, 0), dfree(d_out, 0), dfree(d_state, 0), dfree(d_dqkv, 0), dfree(d_scr, 0);
     free(qkv), free(dout), free(out), free(state), free(dqkv), free(scr), free(es_nan), free(ex_nan);

@@ -172,6 +172,12 @@ Test(ops_table, every_entry_is_set) {
     EXPECT_SET(attention_fwd);
     EXPECT_SET(attention_bwd);
     EXPECT_SET(attention_scratch_floats);
+    EXPECT_SET(rmsnorm_fwd);
+    EXPECT_SET(rmsnorm_bwd);
+    EXPECT_SET(rope_fwd);
+    EXPECT_SET(rope_bwd);
+    EXPECT_SET(swiglu_fwd);
+    EXPECT_SET(swiglu_bwd);
     EXPECT_SET(gelu_fwd);
     EXPECT_SET(gelu_bwd);
     EXPECT_SET(residual_fwd);
@@ -504,19 +510,31 @@ Test(ops_layernorm, backward_accumulates_finite_difference_gradients) {
 
 /* ---------------------------------------------------------------- attention */
 
+/* The (B, T, NH + 2 NKV, HS) qkv layout of grouped-query attention, written
+ * out here: query head h's q, and the k and v of its key/value head. */
+static size_t q_at(size_t b, size_t t, size_t h, size_t T, size_t NH, size_t NKV, size_t HS) {
+    return ((b * T + t) * (NH + 2 * NKV) + h) * HS;
+}
+static size_t k_at(size_t b, size_t t, size_t h, size_t T, size_t NH, size_t NKV, size_t HS) {
+    return ((b * T + t) * (NH + 2 * NKV) + NH + h / (NH / NKV)) * HS;
+}
+static size_t v_at(size_t b, size_t t, size_t h, size_t T, size_t NH, size_t NKV, size_t HS) {
+    return ((b * T + t) * (NH + 2 * NKV) + NH + NKV + h / (NH / NKV)) * HS;
+}
+
 /* out (B, T, NH, HS) of causal attention in double, each row's probabilities
  * p_ij = exp(s_ij - max) / sum_j exp(s_ij - max) formed explicitly */
-static void ref_attention(double *out, const double *qkv, size_t B, size_t T, size_t NH, size_t HS) {
+static void ref_attention(double *out, const double *qkv, size_t B, size_t T, size_t NH, size_t NKV, size_t HS) {
     const size_t C = NH * HS;
     const double scale = 1.0 / sqrt((double)HS);
     double *s = dvec(T);
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < NH; h++)
             for (size_t i = 0; i < T; i++) {
-                const double *q = qkv + (b * T + i) * 3 * C + h * HS;
+                const double *q = qkv + q_at(b, i, h, T, NH, NKV, HS);
                 double mx = -INFINITY;
                 for (size_t j = 0; j <= i; j++) {
-                    const double *k = qkv + (b * T + j) * 3 * C + C + h * HS;
+                    const double *k = qkv + k_at(b, j, h, T, NH, NKV, HS);
                     double d = 0;
                     for (size_t e = 0; e < HS; e++) d += q[e] * k[e];
                     s[j] = d * scale;
@@ -528,7 +546,7 @@ static void ref_attention(double *out, const double *qkv, size_t B, size_t T, si
                 for (size_t e = 0; e < HS; e++) o[e] = 0;
                 for (size_t j = 0; j < T; j++) {
                     const double p = j <= i ? exp(s[j] - mx) / z : 0.0;
-                    const double *v = qkv + (b * T + j) * 3 * C + 2 * C + h * HS;
+                    const double *v = qkv + v_at(b, j, h, T, NH, NKV, HS);
                     for (size_t e = 0; e < HS && j <= i; e++) o[e] += p * v[e];
                 }
             }
@@ -536,17 +554,16 @@ static void ref_attention(double *out, const double *qkv, size_t B, size_t T, si
 }
 
 /* lse (B, NH, T): log sum_{j <= i} exp(s_ij), s = q.k / sqrt(HS), in double */
-static void ref_lse(double *lse, const double *qkv, size_t B, size_t T, size_t NH, size_t HS) {
-    const size_t C = NH * HS;
+static void ref_lse(double *lse, const double *qkv, size_t B, size_t T, size_t NH, size_t NKV, size_t HS) {
     const double scale = 1.0 / sqrt((double)HS);
     double *sc = dvec(T);
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < NH; h++)
             for (size_t i = 0; i < T; i++) {
-                const double *q = qkv + (b * T + i) * 3 * C + h * HS;
+                const double *q = qkv + q_at(b, i, h, T, NH, NKV, HS);
                 double mx = -INFINITY, z = 0;
                 for (size_t j = 0; j <= i; j++) {
-                    const double *k = qkv + (b * T + j) * 3 * C + C + h * HS;
+                    const double *k = qkv + k_at(b, j, h, T, NH, NKV, HS);
                     double d = 0;
                     for (size_t e = 0; e < HS; e++) d += q[e] * k[e];
                     sc[j] = d * scale;
@@ -560,45 +577,48 @@ static void ref_lse(double *lse, const double *qkv, size_t B, size_t T, size_t N
 
 typedef struct {
     double *qkv, *R, *tmp;
-    size_t B, T, NH, HS;
+    size_t B, T, NH, NKV, HS;
 } att_ctx;
 
 static double att_loss(void *p) {
     att_ctx *c = p;
-    ref_attention(c->tmp, c->qkv, c->B, c->T, c->NH, c->HS);
+    ref_attention(c->tmp, c->qkv, c->B, c->T, c->NH, c->NKV, c->HS);
     return dot(c->tmp, c->R, c->B * c->T * c->NH * c->HS);
 }
 
-/* The op (flash-style: its state is one log-sum-exp per (batch, head,
- * query) row, B * NH * T floats) against the double reference above, which
- * forms the probabilities explicitly: out and the state; the backward
+/* The op (flash-style: its state is one log-sum-exp per (batch, query
+ * head, query) row, B * NH * T floats) against the double reference above,
+ * which forms the probabilities explicitly: out and the state; the backward
  * against finite differences of the reference (all qkv entries when
  * n_samples == 0, else that many, half of them in the last rows, where most
- * keys take part). Outputs, state and scratch are NaN-poisoned first; a
- * second backward into dirty buffers and a run on one thread give the same
- * bits as the first (default thread count). */
-static void check_attention(size_t B, size_t T, int NH, int HS, size_t n_samples) {
+ * keys take part). With NKV < NH the reference reads each group's key/value
+ * head through its own indexing (k_at, v_at), so the finite differences of
+ * a k or v entry sum over the group's query heads by construction. Outputs,
+ * state and scratch are NaN-poisoned first; a second backward into dirty
+ * buffers and a run on one thread give the same bits as the first (default
+ * thread count). */
+static void check_attention_gqa(size_t B, size_t T, int NH, int NKV, int HS, size_t n_samples) {
     const tri_ops *o = cpu();
-    const size_t C = (size_t)NH * (size_t)HS, nq = B * T * 3 * C, no = B * T * C;
-    const size_t nl = o->attention_saved_floats(B, T, NH, HS);
-    cr_assert_eq(nl, B * (size_t)NH * T, "the state is one float per (batch, head, query) row");
-    rng r = {.s = 57 + T + (size_t)HS};
+    const size_t C = (size_t)NH * (size_t)HS, nq = B * T * (size_t)(NH + 2 * NKV) * (size_t)HS, no = B * T * C;
+    const size_t nl = o->attention_saved_floats(B, T, NH, NKV, HS);
+    cr_assert_eq(nl, B * (size_t)NH * T, "the state is one float per (batch, query head, query) row");
+    rng r = {.s = 57 + T + (size_t)HS + 1000 * (size_t)NKV};
     float *qkv = frand(&r, nq, -1.5, 1.5), *R = frand(&r, no, -1, 1);
     float *out = fvec(no), *lse = fvec(nl);
     ffill(out, no, NAN), ffill(lse, nl, NAN);
-    o->attention_fwd(TC, out, lse, qkv, B, T, NH, HS);
+    o->attention_fwd(TC, out, lse, qkv, B, T, NH, NKV, HS);
 
-    att_ctx c = {to_double(qkv, nq), to_double(R, no), dvec(no), B, T, (size_t)NH, (size_t)HS};
+    att_ctx c = {to_double(qkv, nq), to_double(R, no), dvec(no), B, T, (size_t)NH, (size_t)NKV, (size_t)HS};
     double *want_lse = dvec(nl);
-    ref_attention(c.tmp, c.qkv, B, T, (size_t)NH, (size_t)HS);
-    ref_lse(want_lse, c.qkv, B, T, (size_t)NH, (size_t)HS);
+    ref_attention(c.tmp, c.qkv, B, T, (size_t)NH, (size_t)NKV, (size_t)HS);
+    ref_lse(want_lse, c.qkv, B, T, (size_t)NH, (size_t)NKV, (size_t)HS);
     EXPECT_CLOSE("attention out", out, c.tmp, no, 1e-5, 1e-5);
     EXPECT_CLOSE("attention lse", lse, want_lse, nl, 1e-5, 1e-6);
 
-    const size_t nscr = o->attention_scratch_floats(B, T, NH, HS);
+    const size_t nscr = o->attention_scratch_floats(B, T, NH, NKV, HS);
     float *scratch = fvec(nscr), *dqkv = fvec(nq);
     ffill(scratch, nscr, NAN), ffill(dqkv, nq, NAN);
-    o->attention_bwd(TC, dqkv, scratch, R, qkv, out, lse, B, T, NH, HS);
+    o->attention_bwd(TC, dqkv, scratch, R, qkv, out, lse, B, T, NH, NKV, HS);
     cr_expect(count_nan(dqkv, nq) == 0, "dqkv must be overwritten everywhere");
 
     if (n_samples == 0) {
@@ -607,10 +627,11 @@ static void check_attention(size_t B, size_t T, int NH, int HS, size_t n_samples
         EXPECT_CLOSE("attention dqkv", dqkv, g, nq, 2e-5, 1e-4);
         free(g);
     } else {
+        const size_t row = (size_t)(NH + 2 * NKV) * (size_t)HS;
         size_t bad = 0;
         for (size_t s = 0; s < n_samples; s++) {
             size_t idx = (size_t)(rng_unit(&r) * (double)nq);
-            if (s % 2 == 1) idx = nq - 1 - (size_t)(rng_unit(&r) * (double)(3 * C * (T < 8 ? T : 8)));
+            if (s % 2 == 1) idx = nq - 1 - (size_t)(rng_unit(&r) * (double)(row * (T < 8 ? T : 8)));
             double g;
             fd_grad(&g, c.qkv + idx, 1, att_loss, &c, 1e-5);
             if (!close_enough(dqkv[idx], g, 2e-5, 1e-4)) {
@@ -624,7 +645,7 @@ static void check_attention(size_t B, size_t T, int NH, int HS, size_t n_samples
     /* bitwise reproducible: a second run into the same (dirty) buffers */
     float *dqkv2 = fvec(nq);
     ffill(dqkv2, nq, NAN);
-    o->attention_bwd(TC, dqkv2, scratch, R, qkv, out, lse, B, T, NH, HS);
+    o->attention_bwd(TC, dqkv2, scratch, R, qkv, out, lse, B, T, NH, NKV, HS);
     cr_expect(memcmp(dqkv, dqkv2, nq * sizeof(float)) == 0, "attention_bwd not reproducible");
 
     /* one thread gives the same bits as the default count (scratch sized for it) */
@@ -632,8 +653,8 @@ static void check_attention(size_t B, size_t T, int NH, int HS, size_t n_samples
     omp_set_num_threads(1);
     float *out1 = fvec(no), *lse1 = fvec(nl), *dqkv1 = fvec(nq);
     ffill(out1, no, NAN), ffill(lse1, nl, NAN), ffill(dqkv1, nq, NAN);
-    o->attention_fwd(TC, out1, lse1, qkv, B, T, NH, HS);
-    o->attention_bwd(TC, dqkv1, scratch, R, qkv, out1, lse1, B, T, NH, HS);
+    o->attention_fwd(TC, out1, lse1, qkv, B, T, NH, NKV, HS);
+    o->attention_bwd(TC, dqkv1, scratch, R, qkv, out1, lse1, B, T, NH, NKV, HS);
     omp_set_num_threads(saved);
     cr_expect(memcmp(out, out1, no * sizeof(float)) == 0, "attention out depends on threads");
     cr_expect(memcmp(lse, lse1, nl * sizeof(float)) == 0, "attention lse depends on threads");
@@ -641,6 +662,11 @@ static void check_attention(size_t B, size_t T, int NH, int HS, size_t n_samples
 
     free(qkv), free(R), free(out), free(lse), free(c.qkv), free(c.R), free(c.tmp);
     free(want_lse), free(scratch), free(dqkv), free(dqkv2), free(out1), free(lse1), free(dqkv1);
+}
+
+/* Multi-head attention: NKV = NH, the (B, T, 3, NH, HS) layout. */
+static void check_attention(size_t B, size_t T, int NH, int HS, size_t n_samples) {
+    check_attention_gqa(B, T, NH, NH, HS, n_samples);
 }
 
 Test(ops_attention, awkward_sizes_forward_and_finite_differences) { check_attention(2, 7, 3, 5, 0); }
@@ -669,6 +695,74 @@ Test(ops_attention, any_head_size, .timeout = 120) {
     check_attention(2, 9, 2, 1, 0);
     check_attention(1, 70, 1, 1100, 60);
     check_attention(1, 5, 1, 16400, 40);
+}
+
+/* Grouped-query attention: NKV = NH / 2 and NKV = 1 (multi-query), odd T
+ * and T = 1, every qkv entry by finite differences (the k and v heads'
+ * gradients sum over their groups). */
+Test(ops_attention_gqa, groups_of_two_and_multi_query_every_entry) {
+    check_attention_gqa(2, 7, 4, 2, 5, 0);
+    check_attention_gqa(2, 7, 4, 1, 5, 0);
+    check_attention_gqa(3, 1, 6, 3, 4, 0);
+    check_attention_gqa(1, 1, 3, 1, 2, 0);
+    check_attention_gqa(2, 5, 6, 2, 3, 0); /* groups of three */
+}
+
+/* Long enough to cross the query and key blocks, with several threads and
+ * fewer (batch, key/value head) pairs than (batch, query head) pairs. */
+Test(ops_attention_gqa, blocks_and_threads, .timeout = 120) {
+    check_attention_gqa(2, 131, 4, 2, 24, 150);
+    check_attention_gqa(3, 71, 8, 1, 16, 150);
+    check_attention_gqa(1, 65, 6, 2, 64, 100);
+}
+
+/* With NKV = NH the GQA op is today's multi-head one; a grouped case equals
+ * multi-head attention on the key/value heads copied out per query head
+ * (an independent path through the op), outputs bitwise, and dq bitwise,
+ * dk/dv of a group the sum of the copies' gradients (within fp32 rounding:
+ * the op sums inside its kernel in another order). */
+Test(ops_attention_gqa, equals_mha_on_repeated_kv_heads) {
+    const tri_ops *o = cpu();
+    const size_t B = 2, T = 37;
+    const int NH = 6, NKV = 2, HS = 8, G = NH / NKV;
+    const size_t W = (size_t)(NH + 2 * NKV) * HS, W3 = 3 * (size_t)NH * HS, no = B * T * NH * HS;
+    rng r = {.s = 4242};
+    float *qkv = frand(&r, B * T * W, -1, 1), *R = frand(&r, no, -1, 1);
+    float *rep = fvec(B * T * W3);
+    for (size_t bt = 0; bt < B * T; bt++)
+        for (int h = 0; h < NH; h++)
+            for (int e = 0; e < HS; e++) {
+                rep[bt * W3 + (size_t)h * HS + e] = qkv[bt * W + (size_t)h * HS + e];
+                rep[bt * W3 + (size_t)(NH + h) * HS + e] = qkv[bt * W + (size_t)(NH + h / G) * HS + e];
+                rep[bt * W3 + (size_t)(2 * NH + h) * HS + e] = qkv[bt * W + (size_t)(NH + NKV + h / G) * HS + e];
+            }
+    float *out = fvec(no), *out_r = fvec(no), *lse = fvec(B * NH * T), *lse_r = fvec(B * NH * T);
+    o->attention_fwd(TC, out, lse, qkv, B, T, NH, NKV, HS);
+    o->attention_fwd(TC, out_r, lse_r, rep, B, T, NH, NH, HS);
+    cr_expect(memcmp(out, out_r, no * sizeof(float)) == 0, "GQA out differs from MHA on repeated heads");
+    cr_expect(memcmp(lse, lse_r, B * NH * T * sizeof(float)) == 0, "GQA lse differs from MHA on repeated heads");
+    const size_t ns = o->attention_scratch_floats(B, T, NH, NKV, HS),
+                 ns_r = o->attention_scratch_floats(B, T, NH, NH, HS);
+    float *scr = fvec(ns > ns_r ? ns : ns_r), *d = fvec(B * T * W), *d_r = fvec(B * T * W3);
+    o->attention_bwd(TC, d, scr, R, qkv, out, lse, B, T, NH, NKV, HS);
+    o->attention_bwd(TC, d_r, scr, R, rep, out_r, lse_r, B, T, NH, NH, HS);
+    size_t bad = 0;
+    for (size_t bt = 0; bt < B * T; bt++) {
+        for (size_t e = 0; e < (size_t)NH * HS; e++) bad += d[bt * W + e] != d_r[bt * W3 + e];
+        for (int kh = 0; kh < NKV; kh++)
+            for (int e = 0; e < HS; e++) {
+                double sk = 0, sv = 0;
+                for (int g = 0; g < G; g++) {
+                    sk += d_r[bt * W3 + (size_t)(NH + kh * G + g) * HS + e];
+                    sv += d_r[bt * W3 + (size_t)(2 * NH + kh * G + g) * HS + e];
+                }
+                const double gk = d[bt * W + (size_t)(NH + kh) * HS + e];
+                const double gv = d[bt * W + (size_t)(NH + NKV + kh) * HS + e];
+                bad += !close_enough(gk, sk, 1e-6, 1e-5) + !close_enough(gv, sv, 1e-6, 1e-5);
+            }
+    }
+    cr_expect(bad == 0, "%zu GQA gradient entries differ from MHA on repeated heads", bad);
+    free(qkv), free(R), free(rep), free(out), free(out_r), free(lse), free(lse_r), free(scr), free(d), free(d_r);
 }
 
 /* ------------------------------------------------------------- vec_expf */

@@ -293,16 +293,17 @@ Test(precision_ops, layernorm_forward_and_accumulating_backward) {
 
 /* ------------------------------------------------------------------ attention */
 
-static void check_attention(tri_dtype t, size_t B, size_t T, int NH, int HS) {
+static void check_attention(tri_dtype t, size_t B, size_t T, int NH, int NKV, int HS) {
     pair p;
     pair_init(&p, t);
-    const size_t n = B * T * (size_t)NH * (size_t)HS, ns = p.o->attention_saved_floats(B, T, NH, HS);
-    const size_t nsc = p.o->attention_scratch_floats(B, T, NH, HS);
-    t16 qkv = t16_rand(t, 3 * n, -2, 2), out = t16_nan(t, n), dout = t16_rand(t, n, -1, 1), dqkv = t16_nan(t, 3 * n);
+    const size_t n = B * T * (size_t)NH * (size_t)HS, nq = B * T * (size_t)(NH + 2 * NKV) * (size_t)HS;
+    const size_t ns = p.o->attention_saved_floats(B, T, NH, NKV, HS);
+    const size_t nsc = p.o->attention_scratch_floats(B, T, NH, NKV, HS);
+    t16 qkv = t16_rand(t, nq, -2, 2), out = t16_nan(t, n), dout = t16_rand(t, n, -1, 1), dqkv = t16_nan(t, nq);
     float *st = xcalloc(ns, 4), *st32 = xcalloc(ns, 4), *sc = xcalloc(nsc, 4);
     for (size_t i = 0; i < ns; i++) st[i] = st32[i] = NAN;
-    p.o->attention_fwd(&p.c16, out.h, st, qkv.h, B, T, NH, HS);
-    p.o->attention_fwd(&p.c32, out.f, st32, qkv.f, B, T, NH, HS);
+    p.o->attention_fwd(&p.c16, out.h, st, qkv.h, B, T, NH, NKV, HS);
+    p.o->attention_fwd(&p.c32, out.f, st32, qkv.f, B, T, NH, NKV, HS);
     expect_rounded("attention_fwd out", t, out.h, out.f, n);
     /* the saved state (one log-sum-exp per row, fp32) is the fp32 op's */
     size_t bad = 0;
@@ -312,9 +313,9 @@ static void check_attention(tri_dtype t, size_t B, size_t T, int NH, int HS) {
      * output as stored, so the fp32 reference gets that output widened */
     float *out_r = xcalloc(n, 4);
     for (size_t i = 0; i < n; i++) out_r[i] = from16(t, out.h[i]);
-    p.o->attention_bwd(&p.c16, dqkv.h, sc, dout.h, qkv.h, out.h, st, B, T, NH, HS);
-    p.o->attention_bwd(&p.c32, dqkv.f, sc, dout.f, qkv.f, out_r, st32, B, T, NH, HS);
-    expect_rounded("attention_bwd dqkv", t, dqkv.h, dqkv.f, 3 * n);
+    p.o->attention_bwd(&p.c16, dqkv.h, sc, dout.h, qkv.h, out.h, st, B, T, NH, NKV, HS);
+    p.o->attention_bwd(&p.c32, dqkv.f, sc, dout.f, qkv.f, out_r, st32, B, T, NH, NKV, HS);
+    expect_rounded("attention_bwd dqkv", t, dqkv.h, dqkv.f, nq);
     t16_free(&qkv), t16_free(&out), t16_free(&dout), t16_free(&dqkv);
     free(st), free(st32), free(sc), free(out_r);
     pair_free(&p);
@@ -322,9 +323,104 @@ static void check_attention(tri_dtype t, size_t B, size_t T, int NH, int HS) {
 
 Test(precision_ops, attention_forward_and_backward) {
     for (int k = 0; k < 2; k++) {
-        check_attention(TYPES[k], 2, 7, 3, 5);
-        check_attention(TYPES[k], 1, 1, 1, 1);
-        check_attention(TYPES[k], 2, 67, 2, 19);
+        check_attention(TYPES[k], 2, 7, 3, 3, 5);
+        check_attention(TYPES[k], 1, 1, 1, 1, 1);
+        check_attention(TYPES[k], 2, 67, 2, 2, 19);
+    }
+}
+
+Test(precision_ops, grouped_query_attention_forward_and_backward) {
+    for (int k = 0; k < 2; k++) {
+        check_attention(TYPES[k], 2, 7, 4, 2, 6);
+        check_attention(TYPES[k], 1, 1, 3, 1, 2);
+        check_attention(TYPES[k], 2, 67, 6, 1, 16);
+    }
+}
+
+/* ------------------------------------------------------------------ Llama ops */
+
+static void check_rmsnorm(tri_dtype t, size_t N, size_t C) {
+    pair p;
+    pair_init(&p, t);
+    t16 x = t16_rand(t, N * C, -2, 3), w = t16_rand(t, C, 0.5, 1.5);
+    t16 out = t16_nan(t, N * C), dout = t16_rand(t, N * C, -1, 1);
+    float *rstd = frand(N, 1e30, 1e30), *rstd32 = xcalloc(N, 4);
+    p.o->rmsnorm_fwd(&p.c16, out.h, rstd, x.h, w.h, N, C, 1e-5f);
+    p.o->rmsnorm_fwd(&p.c32, out.f, rstd32, x.f, w.f, N, C, 1e-5f);
+    expect_rounded("rmsnorm_fwd out", t, out.h, out.f, N * C);
+    expect_same("rmsnorm_fwd rstd", rstd, rstd32, N);
+    /* both accumulate; dinp is 16-bit: widened, accumulated, rounded once */
+    t16 dinp = t16_rand(t, N * C, -1, 1);
+    float *dw = frand(C, -1, 1), *dw32 = fdup(dw, C);
+    p.o->rmsnorm_bwd(&p.c16, dinp.h, dw, dout.h, x.h, w.h, rstd, N, C);
+    p.o->rmsnorm_bwd(&p.c32, dinp.f, dw32, dout.f, x.f, w.f, rstd32, N, C);
+    expect_rounded("rmsnorm_bwd dinp", t, dinp.h, dinp.f, N * C);
+    expect_same("rmsnorm_bwd dw", dw, dw32, C);
+    t16_free(&x), t16_free(&w), t16_free(&out), t16_free(&dout), t16_free(&dinp);
+    free(rstd), free(rstd32), free(dw), free(dw32);
+    pair_free(&p);
+}
+
+Test(precision_ops, rmsnorm_forward_and_accumulating_backward) {
+    for (int k = 0; k < 2; k++) {
+        check_rmsnorm(TYPES[k], 7, 19);
+        check_rmsnorm(TYPES[k], 130, 257); /* threaded */
+    }
+}
+
+/* In place: the 16-bit tensor is rotated in fp32 and rounded once; the v
+ * heads round to themselves. */
+static void check_rope(tri_dtype t, size_t B, size_t T, int NH, int NKV, int HS, size_t pos0) {
+    pair p;
+    pair_init(&p, t);
+    const size_t n = B * T * (size_t)(NH + 2 * NKV) * (size_t)HS;
+    float *inv = xcalloc((size_t)HS / 2, 4);
+    for (int i = 0; i < HS / 2; i++) inv[i] = powf(10000.0f, -2.0f * (float)i / (float)HS);
+    t16 x = t16_rand(t, n, -2, 2);
+    uint16_t *v0 = xcalloc(n, 2);
+    memcpy(v0, x.h, n * 2);
+    p.o->rope_fwd(&p.c16, x.h, inv, B, T, NH, NKV, HS, pos0);
+    p.o->rope_fwd(&p.c32, x.f, inv, B, T, NH, NKV, HS, pos0);
+    expect_rounded("rope_fwd", t, x.h, x.f, n);
+    const size_t W = (size_t)(NH + 2 * NKV) * (size_t)HS, v = (size_t)(NH + NKV) * (size_t)HS;
+    size_t bad = 0;
+    for (size_t bt = 0; bt < B * T; bt++) bad += memcmp(x.h + bt * W + v, v0 + bt * W + v, (size_t)NKV * HS * 2) != 0;
+    cr_expect(bad == 0, "rope_fwd changed %zu rows of 16-bit v heads", bad);
+    t16 d = t16_rand(t, n, -1, 1);
+    p.o->rope_bwd(&p.c16, d.h, inv, B, T, NH, NKV, HS, pos0);
+    p.o->rope_bwd(&p.c32, d.f, inv, B, T, NH, NKV, HS, pos0);
+    expect_rounded("rope_bwd", t, d.h, d.f, n);
+    t16_free(&x), t16_free(&d);
+    free(inv), free(v0);
+    pair_free(&p);
+}
+
+Test(precision_ops, rope_forward_and_backward_in_place) {
+    for (int k = 0; k < 2; k++) {
+        check_rope(TYPES[k], 2, 5, 4, 2, 6, 3);
+        check_rope(TYPES[k], 2, 67, 8, 2, 64, 100); /* threaded */
+    }
+}
+
+static void check_swiglu(tri_dtype t, size_t N, size_t F) {
+    pair p;
+    pair_init(&p, t);
+    t16 x = t16_rand(t, 2 * N * F, -5, 5), out = t16_nan(t, N * F), dout = t16_rand(t, N * F, -1, 1);
+    t16 dx = t16_nan(t, 2 * N * F);
+    p.o->swiglu_fwd(&p.c16, out.h, x.h, N, F);
+    p.o->swiglu_fwd(&p.c32, out.f, x.f, N, F);
+    expect_rounded("swiglu_fwd out", t, out.h, out.f, N * F);
+    p.o->swiglu_bwd(&p.c16, dx.h, x.h, dout.h, N, F);
+    p.o->swiglu_bwd(&p.c32, dx.f, x.f, dout.f, N, F);
+    expect_rounded("swiglu_bwd dinp", t, dx.h, dx.f, 2 * N * F);
+    t16_free(&x), t16_free(&out), t16_free(&dout), t16_free(&dx);
+    pair_free(&p);
+}
+
+Test(precision_ops, swiglu_forward_and_backward) {
+    for (int k = 0; k < 2; k++) {
+        check_swiglu(TYPES[k], 7, 19);
+        check_swiglu(TYPES[k], 130, 257); /* threaded */
     }
 }
 

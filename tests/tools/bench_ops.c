@@ -61,6 +61,7 @@ typedef struct shapes {
 typedef struct bufs {
     float *x, *x2, *dx, *w, *b, *dw, *db, *mean, *rstd; /* (BT, C), (C), (BT) */
     float *qkv, *atty, *lse, *dqkv, *scr;               /* attention */
+    float *inv_freq;                                    /* RoPE's (HS / 2) */
     float *h, *hg, *dh;                                 /* (BT, F) */
     float *logits, *logits0, *stats, *losses;           /* (BT, V) */
     int32_t *targets;
@@ -87,6 +88,17 @@ static const op OPS[] = {
     {"ce_bwd_inplace", 1},
     {"adamw", 1},
     {"sumsq", 1},
+    /* the Llama ops at the same shapes (not in the GPT-2 step: 0 calls):
+     * grouped-query attention with NH / 2 key/value heads, RoPE on its q
+     * and k heads, SwiGLU over (BT, F / 2) from (BT, F) */
+    {"attention_fwd_gqa", 0},
+    {"attention_bwd_gqa", 0},
+    {"rmsnorm_fwd", 0},
+    {"rmsnorm_bwd", 0},
+    {"rope_fwd", 0},
+    {"rope_bwd", 0},
+    {"swiglu_fwd", 0},
+    {"swiglu_bwd", 0},
     /* the GEMMs, for scale: (N, C) -> (N, OC) forward and backward */
     {"mm_fwd_qkv", 6},
     {"mm_bwd_qkv", 6},
@@ -124,9 +136,25 @@ static void run_op(const char *name, const shapes *s, bufs *b) {
     else if (!strcmp(name, "layernorm_bwd"))
         tri_cpu_layernorm_bwd(b->dx, b->dw, b->db, b->x2, b->x, b->w, b->mean, b->rstd, BT, C);
     else if (!strcmp(name, "attention_fwd"))
-        tri_cpu_attention_fwd(b->atty, b->lse, b->qkv, s->B, s->T, s->NH, s->HS);
+        tri_cpu_attention_fwd(b->atty, b->lse, b->qkv, s->B, s->T, s->NH, s->NH, s->HS);
     else if (!strcmp(name, "attention_bwd"))
-        tri_cpu_attention_bwd(b->dqkv, b->scr, b->x2, b->qkv, b->atty, b->lse, s->B, s->T, s->NH, s->HS);
+        tri_cpu_attention_bwd(b->dqkv, b->scr, b->x2, b->qkv, b->atty, b->lse, s->B, s->T, s->NH, s->NH, s->HS);
+    else if (!strcmp(name, "attention_fwd_gqa"))
+        tri_cpu_attention_fwd(b->atty, b->lse, b->qkv, s->B, s->T, s->NH, s->NH / 2, s->HS);
+    else if (!strcmp(name, "attention_bwd_gqa"))
+        tri_cpu_attention_bwd(b->dqkv, b->scr, b->x2, b->qkv, b->atty, b->lse, s->B, s->T, s->NH, s->NH / 2, s->HS);
+    else if (!strcmp(name, "rmsnorm_fwd"))
+        tri_cpu_rmsnorm_fwd(b->x2, b->rstd, b->x, b->w, BT, C, 1e-5f);
+    else if (!strcmp(name, "rmsnorm_bwd"))
+        tri_cpu_rmsnorm_bwd(b->dx, b->dw, b->x2, b->x, b->w, b->rstd, BT, C);
+    else if (!strcmp(name, "rope_fwd"))
+        tri_cpu_rope_fwd(b->dqkv, b->inv_freq, s->B, s->T, s->NH, s->NH / 2, s->HS, 0);
+    else if (!strcmp(name, "rope_bwd"))
+        tri_cpu_rope_bwd(b->dqkv, b->inv_freq, s->B, s->T, s->NH, s->NH / 2, s->HS, 0);
+    else if (!strcmp(name, "swiglu_fwd"))
+        tri_cpu_swiglu_fwd(b->hg, b->h, BT, s->F / 2);
+    else if (!strcmp(name, "swiglu_bwd"))
+        tri_cpu_swiglu_bwd(b->hg, b->h, b->dh, BT, s->F / 2);
     else if (!strcmp(name, "gelu_fwd"))
         tri_cpu_gelu_fwd(b->hg, b->h, BT * s->F);
     else if (!strcmp(name, "gelu_bwd"))
@@ -196,7 +224,10 @@ int main(int argc, char **argv) {
     b.qkv = buf(BT * 3 * C, 10, -1.5f, 1.5f), b.atty = buf(BT * C, 11, 0, 0);
     b.lse = buf(s.B * (size_t)s.NH * s.T, 12, 0, 0);
     b.dqkv = buf(BT * 3 * C, 13, 0, 0);
-    b.scr = buf(tri_cpu_attention_scratch_floats(s.B, s.T, s.NH, s.HS) + 1, 14, 0, 0);
+    /* the scratch of the GQA attention's backward covers the MHA one's */
+    b.scr = buf(tri_cpu_attention_scratch_floats(s.B, s.T, s.NH, s.NH / 2, s.HS) + 1, 14, 0, 0);
+    b.inv_freq = buf((size_t)s.HS / 2, 15, 0, 0);
+    for (int i = 0; i < s.HS / 2; i++) b.inv_freq[i] = powf(10000.0f, -2.0f * (float)i / (float)s.HS);
     b.h = buf(BT * s.F, 17, -4, 4), b.hg = buf(BT * s.F, 18, 0, 0), b.dh = buf(BT * s.F, 19, -1, 1);
     b.logits0 = buf(BT * s.V, 20, -8, 8), b.logits = buf(BT * s.V, 21, 0, 0);
     b.stats = buf(3 * BT, 22, 0, 0), b.losses = buf(BT, 23, 0, 0);
@@ -206,7 +237,7 @@ int main(int argc, char **argv) {
     b.v = buf(s.n_params, 26, 0, 0.001f), b.g = buf(s.n_params, 27, -0.01f, 0.01f);
     memcpy(b.logits, b.logits0, BT * s.V * sizeof(float));
     /* inputs the timed ops read: a forward's outputs, as in a step */
-    tri_cpu_attention_fwd(b.atty, b.lse, b.qkv, s.B, s.T, s.NH, s.HS);
+    tri_cpu_attention_fwd(b.atty, b.lse, b.qkv, s.B, s.T, s.NH, s.NH, s.HS);
     tri_cpu_layernorm_fwd(b.x2, b.mean, b.rstd, b.x, b.w, b.b, BT, C);
     tri_cpu_crossentropy_stats(b.stats, b.logits, b.targets, BT, s.V, 0, s.V);
 
