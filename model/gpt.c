@@ -632,11 +632,7 @@ static int describe_chunk(tri_gpt *g, tri_chunk *ch, const tri_chunk_spec *sp) {
     return 0;
 }
 
-int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, const tri_chunk_spec *specs,
-                     int n_chunks) {
-    memset(g, 0, sizeof *g);
-    char why[256];
-    if (check_shape(cfg, tp, why, sizeof why) != 0) return tri_error("%s", why);
+void tri_gpt_sizes(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank) {
     g->cfg = *cfg;
     g->tp = tp;
     g->tp_rank = tp_rank;
@@ -658,6 +654,14 @@ int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, 
     g->Vp = tri_padded_vocab(cfg->vocab_size, tp);
     g->Vl = g->Vp / (size_t)tp;
     g->vstart = (size_t)tp_rank * g->Vl;
+}
+
+int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, const tri_chunk_spec *specs,
+                     int n_chunks) {
+    memset(g, 0, sizeof *g);
+    char why[256];
+    if (check_shape(cfg, tp, why, sizeof why) != 0) return tri_error("%s", why);
+    tri_gpt_sizes(g, cfg, tp, tp_rank);
     g->chunks = calloc((size_t)n_chunks, sizeof *g->chunks);
     if (!g->chunks) return tri_error("out of memory (parameter table)");
     g->n_chunks = n_chunks;
@@ -693,6 +697,12 @@ int tri_gpt_init(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *t
     if (tri_gpt_describe(g, cfg, tp, tp_rank, specs, n_chunks) != 0) return -1;
     g->ctx = ctx;
     g->tp_comm = tp_comm;
+    if (g->arch == TRI_ARCH_LLAMA && (!ctx->ops->rmsnorm_fwd || !ctx->ops->rmsnorm_bwd || !ctx->ops->rope_fwd ||
+                                      !ctx->ops->rope_bwd || !ctx->ops->swiglu_fwd || !ctx->ops->swiglu_bwd)) {
+        tri_error("model.arch \"llama\" needs RMSNorm, RoPE and SwiGLU, which the %s backend does not have yet",
+                  ctx->ops->name ? ctx->ops->name : "chosen");
+        goto fail;
+    }
     if (g->arch == TRI_ARCH_LLAMA) {
         size_t nf = (size_t)g->HS / 2;
         float *host = malloc((nf + 1) * sizeof *host);

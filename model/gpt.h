@@ -219,6 +219,12 @@ int tri_gpt_check_layout(const tri_model_cfg *cfg, int tp, int pp, int vpp, cons
  * many layouts and reports the reasons itself (the planner's search). */
 int tri_gpt_layout_why(const tri_model_cfg *cfg, int tp, int pp, int vpp, const char *layout, char *why, size_t n);
 
+/* Sets g's shape fields (cfg, tp, C, Cl, F, Fl, FCl, Vp, Vl, vstart, NH, NHl,
+ * HS, NKV, NKVl, kv_rep, QKVl, arch, tied, norm_eps) for TP rank tp_rank of
+ * tp; nothing else. For a shell that sizes buffers without a table (the
+ * planner's GPU path); cfg must pass tri_gpt_check_layout. */
+void tri_gpt_sizes(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank);
+
 /* The same without memory: sizes and the parameter tables only (ctx, tp_comm
  * and the buffers stay NULL). For describing the global model (tp = 1, one
  * chunk) or another rank's shard. tri_gpt_free releases it. */

@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "helpers/testutil.h"
 #include "kernels/ctx.h"
+#include "model/ckpt/checkpoint.h"
 #include "model/gpt.h"
 #include "model/init.h"
 #include "model/runtime.h"
@@ -469,4 +471,38 @@ Test(llama, impossible_shapes_are_refused_with_their_numbers) {
     cr_expect_eq(tri_model_arch_why(&ok, 4, why, sizeof why), 0);
     cr_expect_eq(tri_model_arch_why(&ok, 2, why, sizeof why), 0);
     cr_expect_eq(tri_model_arch_why(&ok, 8, why, sizeof why), 0);
+}
+
+/* The config.json a Llama checkpoint carries is Hugging Face's
+ * LlamaForCausalLM config, and reads back to the same shape. */
+Test(llama, hugging_face_config_json_round_trips) {
+    tri_model_cfg cfg = llama_cfg(3, 8, 2, 64, 32, 1000, 96, 0);
+    cfg.rope_theta = 500000, cfg.norm_eps = 1e-6;
+    cfg.rope_scaling_factor = 8, cfg.rope_low_freq_factor = 1, cfg.rope_high_freq_factor = 4;
+    cfg.rope_original_seq_len = 8192;
+    char *j = tri_hf_config_json(&cfg);
+    cr_assert_not_null(j);
+    const char *want[] = {"\"LlamaForCausalLM\"", "\"model_type\":\t\"llama\"", "\"num_key_value_heads\":\t2",
+                          "\"intermediate_size\":\t96", "\"tie_word_embeddings\":\tfalse", "\"rope_type\":\t\"llama3\"",
+                          "\"hidden_act\":\t\"silu\""};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_expect(strstr(j, want[i]) != NULL, "config.json lacks %s:\n%s", want[i], j);
+    tri_model_cfg back = {0};
+    cr_assert_eq(tri_hf_config_parse(j, "config.json", &back), 0);
+    cr_expect(back.arch == TRI_ARCH_LLAMA && back.n_layer == 3 && back.n_head == 8 && back.n_kv_head == 2 &&
+              back.n_embd == 64 && back.seq_len == 32 && back.vocab_size == 1000 && back.ffn_hidden == 96 &&
+              back.tie_embeddings == 0 && back.norm_eps == 1e-6 && back.rope_theta == 500000 &&
+              back.rope_scaling_factor == 8 && back.rope_low_freq_factor == 1 && back.rope_high_freq_factor == 4 &&
+              back.rope_original_seq_len == 8192);
+    free(j);
+    /* another rope_scaling kind is refused by name, never run as something else */
+    char err[512];
+    const char *dyn = "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_attention_heads\": 8, "
+                      "\"num_hidden_layers\": 1, \"max_position_embeddings\": 32, \"vocab_size\": 100, "
+                      "\"intermediate_size\": 96, \"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2}}";
+    tt_err_capture(err, sizeof err);
+    int rc = tri_hf_config_parse(dyn, "config.json", &back);
+    tt_err_capture(NULL, 0);
+    cr_expect_eq(rc, -1);
+    cr_expect(strstr(err, "dynamic") != NULL, "%s", err);
 }
