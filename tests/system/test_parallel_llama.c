@@ -3,8 +3,10 @@
  * rank as tests/system/test_parallel.c does for GPT-2: tp 2, tp 4 (each KV
  * head replicated over 2 TP ranks), dp 2, sequence parallelism, ZeRO-1,
  * recompute, pipelines (1f1b, interleaved, zb-h1) and tp2 pp2 dp2 on 8
- * ranks, multi-query attention; and a checkpoint saved at tp2 pp2 dp2
- * resumed at one rank on the uninterrupted curve.
+ * ranks, multi-query attention; a checkpoint saved at tp2 pp2 dp2 resumed
+ * at one rank on the uninterrupted curve; bf16 and fp16 through the same
+ * paths; and checkpoints that an independent numpy Hugging Face Llama
+ * (tests/ref/llama_numpy.py) reads to the same loss.
  *
  * Tolerances, as for GPT-2 (float reduction order is the only allowed
  * difference): losses 1e-6 relative (measured: at most 3e-9 over 10 steps
@@ -265,6 +267,56 @@ Test(llama_precision, sixteen_bit_runs_track_fp32_and_each_other, .timeout = 600
     cr_assert_eq(step_losses(dir, "pbfre", re, N), 30);
     for (int s = 0; s < 30; s++)
         cr_expect(re[s] == l[1][30 + s], "bf16 resumed step %d: %.17g vs %.17g", 31 + s, re[s], l[1][30 + s]);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* ---- the checkpoint is Hugging Face's Llama ---- */
+
+/* `trident eval`'s loss of the latest checkpoint under dir/ck on val.bin's
+ * windows 0..3 (T = 16) against tests/ref/llama_numpy.py's, an independent
+ * float64 forward written from Hugging Face's modeling_llama (rotate-half
+ * RoPE, repeat_kv, SwiGLU, RMSNorm, (out, in) linears) that reads
+ * config.json and the safetensors bytes itself. fp32 against fp64 over a
+ * 2-layer model: 1e-5 relative is ~100x the float error; RoPE with HF's
+ * pairing swapped for the interleaved one moves this loss by 1.5e-4. */
+static void expect_numpy_loss(const char *dir, const char *ck) {
+    char cmd[8192], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s eval --ckpt %s/%s --data %s/val.bin --batches 2 --batch 2 --json --threads 1",
+             tt_bin("trident"), dir, ck, dir);
+    cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
+    char *p = strstr(out, "\"loss\":");
+    cr_assert(p, "%s", out);
+    double ours = strtod(p + 7, NULL);
+    free(out);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/llama_numpy.py %s/%s/$(cat %s/%s/latest) %s/val.bin 0 16 32 48",
+             TRI_SOURCE_DIR, dir, ck, dir, ck, dir);
+    cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
+    p = strstr(out, "\"loss\":");
+    cr_assert(p, "%s", out);
+    double ref = strtod(p + 7, NULL);
+    free(out);
+    cr_expect(fabs(ours - ref) <= 1e-5 * fabs(ref), "%s: trident eval %.8f vs numpy Llama %.8f", ck, ours, ref);
+}
+
+Test(llama_parallel, checkpoints_match_an_independent_numpy_hugging_face_llama, .timeout = 300) {
+    char *dir = make_dir(), *out = NULL;
+    /* GQA, untied, Llama 3.1 RoPE scaling that bites at this length, trained hard enough to move */
+    cr_assert_eq(run(dir, 1, 1, "np_gqa",
+                     "--set train.steps=30 --set train.lr=1e-2 --set model.rope_theta=500 "
+                     "--set model.rope_scaling_factor=4 --set model.rope_original_seq_len=8",
+                     &out),
+                 0, "%s", out);
+    free(out);
+    expect_numpy_loss(dir, "np_gqa");
+    /* MQA with a tied head, saved from tp2 pp2 (the replicated KV head written once) */
+    cr_assert_eq(run(dir, 2, 1, "np_mqa",
+                     "--set model.n_kv_head=1 --set model.tie_embeddings=true --set model.n_layer=4 "
+                     "--set parallel.pp=2 --set train.lr=1e-2",
+                     &out),
+                 0, "%s", out);
+    free(out);
+    expect_numpy_loss(dir, "np_mqa");
     tt_rmrf(dir);
     free(dir);
 }
