@@ -920,7 +920,7 @@ void tri_config_help(FILE *f) {
     fprintf(f, "Configuration keys: set them in the JSON file as {\"section\": {\"key\": value}}\n"
                "(device at the top level: {\"device\": \"cuda\"}) or on the command line with\n"
                "--set section.key=value (--set device=cuda; later wins).\n\n");
-    fprintf(f, "  %-24s %-7s %-14s %-20s %s\n", "key", "type", "default", "range", "meaning");
+    fprintf(f, "  %-28s %-7s %-14s %-20s %s\n", "key", "type", "default", "range", "meaning");
     for (size_t i = 0; i < N_FIELDS; i++) {
         const field *fd = &fields[i];
         char name[64], def[64], range[96];
@@ -930,7 +930,7 @@ void tri_config_help(FILE *f) {
         else
             fmt_double(fd->def, def, sizeof def);
         describe_range(fd, range, sizeof range);
-        fprintf(f, "  %-24s %-7s %-14s %-20s %s\n", name, type_name(fd->type), def, range[0] ? range : "any", fd->help);
+        fprintf(f, "  %-28s %-7s %-14s %-20s %s\n", name, type_name(fd->type), def, range[0] ? range : "any", fd->help);
     }
     fprintf(f, "\nAlso checked: n_embd %% n_head == 0, global_batch %% micro_batch == 0, "
                "min_lr <= lr, sequence_parallel only with tp > 1 and seq_len %% tp == 0.\n"
