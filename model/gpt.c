@@ -828,6 +828,7 @@ int tri_gpt_profile_roles(const tri_gpt *g, tri_profile *p) {
             case TRI_P_FCW: role = TRI_PROF_FC; break;
             case TRI_P_FCPROJW: role = TRI_PROF_FCPROJ; break;
             case TRI_P_WTE: role = TRI_PROF_HEAD; break;
+            case TRI_P_LMHEAD: role = TRI_PROF_HEAD; break;
             default: break;
             }
             if (role >= 0 &&

@@ -112,6 +112,19 @@ static void expect_params_close(const char *dir, const char *ck_a, const char *c
     tri_st_close(&fb);
 }
 
+/* The grad_norm values of run ck, in order (at most max). */
+static int grad_norms(const char *dir, const char *ck, double *out, int max) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/log_%s/metrics.jsonl", dir, ck);
+    char *text = tt_read(p);
+    cr_assert_not_null(text, "%s", p);
+    int n = 0;
+    for (const char *q = text; n < max && (q = strstr(q, "\"grad_norm\":")) != NULL; q += 12)
+        out[n++] = strtod(q + 12, NULL);
+    free(text);
+    return n;
+}
+
 typedef struct layout {
     int tp, dp;
     const char *more;
@@ -137,6 +150,14 @@ static void expect_layouts_follow(const char *prefix, const char *base, const la
         cr_assert_eq(losses(dir, ck, &l), 10, "%s", what);
         expect_losses_close(ref, l, 10, what);
         expect_params_close(dir, ref_ck, ck, what);
+        /* the global gradient norm counts every tensor once (a replicated
+         * KV head, the replicated norms, the two ends): the same as one rank's */
+        double na[10], nb[10];
+        cr_assert_eq(grad_norms(dir, ref_ck, na, 10), 10);
+        cr_assert_eq(grad_norms(dir, ck, nb, 10), 10, "%s", what);
+        for (int s = 0; s < 10; s++)
+            cr_expect(fabs(na[s] - nb[s]) <= 1e-5 * na[s], "%s: step %d grad_norm %.9g vs %.9g", what, s + 1, nb[s],
+                      na[s]);
         free(l);
     }
     free(ref);
