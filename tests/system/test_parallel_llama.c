@@ -197,6 +197,8 @@ Test(llama_parallel, pipelines_follow_one_rank, .timeout = 600) {
         {2, 2, "--set parallel.pp=2"},
         {2, 2, "--set parallel.pp=2 --set parallel.sequence_parallel=true --set parallel.zero=1"},
         {4, 1, "--set parallel.pp=2 --set parallel.vpp=2 --set parallel.sequence_parallel=true"},
+        /* replicated KV heads under zb-h1: their sum runs in W, on every TP rank of the stage alike */
+        {4, 1, "--set parallel.pp=2 --set parallel.schedule=zb-h1 --set train.recompute=selective"},
     };
     expect_layouts_follow("pipe", PIPE, layouts, sizeof layouts / sizeof layouts[0]);
 }
