@@ -229,6 +229,42 @@ Test(llama_parallel, a_tp2_pp2_dp2_checkpoint_resumes_at_one_rank_on_the_curve, 
     free(dir);
 }
 
+/* Replicated KV heads across layouts: saved at tp 4 (each of the 2 KV heads
+ * on 2 ranks, written once) and resumed at tp 1 and tp 2; saved at one rank
+ * and resumed at tp 4 (each copy reads its head whole). Steps 6..10 follow
+ * the uninterrupted run. */
+Test(llama_parallel, replicated_kv_heads_reshard_both_ways, .timeout = 300) {
+    char *dir = make_dir(), *out = NULL, cmd[8400];
+    cr_assert_eq(run(dir, 1, 1, "kv_ref", "", &out), 0, "%s", out);
+    free(out);
+    double *ref;
+    cr_assert_eq(losses(dir, "kv_ref", &ref), 10);
+    struct {
+        int save_tp, resume_tp;
+    } cases[] = {{4, 1}, {4, 2}, {1, 4}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char src[64], ck[64], what[64];
+        snprintf(src, sizeof src, "kv_save%zu", i);
+        snprintf(ck, sizeof ck, "kv_resume%zu", i);
+        snprintf(what, sizeof what, "tp %d -> tp %d", cases[i].save_tp, cases[i].resume_tp);
+        cr_assert_eq(run(dir, cases[i].save_tp, 1, src, "--stop-at-step 5", &out), 0, "%s", out);
+        free(out);
+        snprintf(cmd, sizeof cmd, "cp -r %s/%s %s/%s", dir, src, dir, ck);
+        cr_assert_eq(tt_run(cmd, NULL), 0);
+        cr_assert_eq(run(dir, cases[i].resume_tp, 1, ck, "--resume", &out), 0, "%s", out);
+        cr_expect(strstr(out, "resumed from") != NULL, "%s", out);
+        free(out);
+        double *l;
+        cr_assert_eq(losses(dir, ck, &l), 5, "%s", what);
+        expect_losses_close(ref + 5, l, 5, what);
+        expect_params_close(dir, "kv_ref", ck, what);
+        free(l);
+    }
+    free(ref);
+    tt_rmrf(dir);
+    free(dir);
+}
+
 /* ---- 16-bit precision (bf16, fp16) through the same paths ---- */
 
 /* Step s's loss of run ck (metrics.jsonl lines with "step" and "loss"). */
