@@ -3,6 +3,7 @@
  * backward are in model/runtime.c. */
 #include "model/gpt.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,24 +25,108 @@ size_t tri_padded_vocab(int vocab_size, int tp) {
 
 size_t tri_param_global_dim(const tri_param *p, int tp_rank, int tp, size_t i) {
     if (p->split == TRI_SPLIT_NONE) return i;
+    int rep = p->tp_replicas > 1 ? p->tp_replicas : 1; /* ranks sharing one slice */
+    size_t groups = (size_t)(tp / rep), slice = (size_t)(tp_rank / rep);
     size_t global = p->split == TRI_SPLIT_ROWS ? p->rows : p->cols;
     size_t seg_global = global / (size_t)p->segments; /* e.g. C for q|k|v */
-    size_t seg_local = seg_global / (size_t)tp;       /* this rank's share of one segment */
-    return (i / seg_local) * seg_global + (size_t)tp_rank * seg_local + i % seg_local;
+    size_t seg_local = seg_global / groups;           /* this rank's share of one segment */
+    return (i / seg_local) * seg_global + slice * seg_local + i % seg_local;
+}
+
+int tri_model_n_kv_head(const tri_model_cfg *cfg) {
+    return cfg->arch == TRI_ARCH_LLAMA && cfg->n_kv_head > 0 ? cfg->n_kv_head : cfg->n_head;
+}
+
+int tri_model_ffn_hidden(const tri_model_cfg *cfg) {
+    if (cfg->arch != TRI_ARCH_LLAMA) return 4 * cfg->n_embd;
+    if (cfg->ffn_hidden > 0) return cfg->ffn_hidden;
+    /* Llama's rule (meta-llama's model.py): int(2 * 4C / 3), rounded up to a
+     * multiple of multiple_of */
+    long m = cfg->ffn_multiple_of > 0 ? cfg->ffn_multiple_of : 256;
+    long h = 2L * 4L * (long)cfg->n_embd / 3L;
+    h = (h + m - 1) / m * m;
+    return h > INT_MAX ? INT_MAX : (int)h;
+}
+
+int tri_model_tied(const tri_model_cfg *cfg) { return cfg->arch != TRI_ARCH_LLAMA || cfg->tie_embeddings == 1; }
+
+int tri_model_arch_why(const tri_model_cfg *cfg, int tp, char *why, size_t n) {
+    if (cfg->arch != TRI_ARCH_LLAMA) return 0;
+    int NH = cfg->n_head, NKV = tri_model_n_kv_head(cfg), F = tri_model_ffn_hidden(cfg);
+    if (cfg->n_kv_head < 0 || NKV > NH || NH % NKV != 0)
+        return tri_why(why, n, "model.n_head (%d) is not a multiple of model.n_kv_head (%d): each key/value head "
+                      "serves a whole group of query heads", NH, NKV);
+    if (NH > 0 && cfg->n_embd % NH == 0 && (cfg->n_embd / NH) % 2 != 0)
+        return tri_why(why, n, "model.n_embd (%d) / model.n_head (%d) = head size %d is odd: RoPE rotates pairs "
+                      "of channels, it needs an even head size", cfg->n_embd, NH, cfg->n_embd / NH);
+    if (tp > 0 && NKV % tp != 0 && tp % NKV != 0)
+        return tri_why(why, n, "model.n_kv_head (%d) and parallel.tp (%d): neither divides the other (TP splits "
+                      "the key/value heads, or replicates each over tp / n_kv_head ranks)", NKV, tp);
+    if (F < 1) return tri_why(why, n, "model.ffn_hidden (%d) must be at least 1", F);
+    if (tp > 0 && F % tp != 0)
+        return tri_why(why, n, "model.ffn_hidden (%d%s) is not divisible by parallel.tp (%d)", F,
+                      cfg->ffn_hidden > 0 ? "" : ", Llama's rule from model.n_embd and model.ffn_multiple_of", tp);
+    if (cfg->rope_scaling_factor > 0) {
+        if (cfg->rope_scaling_factor < 1)
+            return tri_why(why, n, "model.rope_scaling_factor (%g) must be >= 1 (0: no scaling)",
+                          cfg->rope_scaling_factor);
+        if (!(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor) || !(cfg->rope_low_freq_factor > 0))
+            return tri_why(why, n, "model.rope_high_freq_factor (%g) must be above model.rope_low_freq_factor (%g) > 0",
+                          cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
+        if (cfg->rope_original_seq_len < 1)
+            return tri_why(why, n, "model.rope_original_seq_len (%d) must be at least 1 with RoPE scaling",
+                          cfg->rope_original_seq_len);
+    }
+    return 0;
+}
+
+void tri_rope_inv_freq(const tri_model_cfg *cfg, float *out) {
+    int HS = cfg->n_embd / cfg->n_head;
+    double theta = cfg->rope_theta > 0 ? cfg->rope_theta : 10000.0;
+    const double pi = 3.14159265358979323846;
+    for (int i = 0; i < HS / 2; i++) {
+        /* as Hugging Face computes it: 1 / theta^(2i / HS) in fp32 */
+        float f = (float)(1.0 / pow(theta, (double)(float)(2.0 * i) / (double)HS));
+        if (cfg->rope_scaling_factor > 0) { /* Llama 3.1 (HF's _compute_llama3_parameters) */
+            double factor = cfg->rope_scaling_factor, lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
+            double old = (double)cfg->rope_original_seq_len;
+            double wavelen = 2.0 * pi / (double)f, lo_wl = old / lo, hi_wl = old / hi;
+            if (wavelen > lo_wl)
+                f = (float)((double)f / factor);
+            else if (wavelen >= hi_wl) {
+                double smooth = (old / wavelen - lo) / (hi - lo);
+                f = (float)((1.0 - smooth) * (double)f / factor + smooth * (double)f);
+            }
+        }
+        out[i] = f;
+    }
 }
 
 size_t tri_gpt_num_params(const tri_model_cfg *cfg) {
-    size_t C = (size_t)cfg->n_embd, L = (size_t)cfg->n_layer;
+    size_t C = (size_t)cfg->n_embd, L = (size_t)cfg->n_layer, V = (size_t)cfg->vocab_size;
+    if (cfg->arch == TRI_ARCH_LLAMA) {
+        size_t HS = C / (size_t)cfg->n_head, KV = (size_t)tri_model_n_kv_head(cfg) * HS;
+        size_t F = (size_t)tri_model_ffn_hidden(cfg);
+        /* q, o: C^2 each; k, v: C KV each; gate, up, down: C F each; 2 RMSNorms */
+        size_t per_layer = 2 * C * C + 2 * C * KV + 3 * C * F + 2 * C;
+        return V * C * (tri_model_tied(cfg) ? 1 : 2) + L * per_layer + C;
+    }
     size_t per_layer = 12 * C * C + 13 * C; /* qkv 3C^2+3C, proj C^2+C, fc 4C^2+4C, fcproj 4C^2+C, 2 LN 4C */
-    return (size_t)cfg->vocab_size * C + (size_t)cfg->seq_len * C + L * per_layer + 2 * C;
+    return V * C + (size_t)cfg->seq_len * C + L * per_layer + 2 * C;
 }
 
 double tri_gpt_flops_per_token(const tri_model_cfg *cfg) {
     /* 6N for the matmuls of forward (2N) and backward (4N), with N the
      * parameters that take part in matmuls: everything but the position
-     * embedding (the tied token embedding counts once, as the LM head), plus
-     * 12 L C T for attention scores and their use (QK^T and PV, fwd + bwd). */
-    double N = (double)tri_gpt_num_params(cfg) - (double)cfg->seq_len * cfg->n_embd;
+     * embedding (the tied token embedding counts once, as the LM head; an
+     * untied one is a lookup, not a matmul), plus 12 L C T for attention
+     * scores and their use (QK^T and PV, fwd + bwd; GQA shares K and V but
+     * every query head still does its own products). */
+    double N = (double)tri_gpt_num_params(cfg);
+    if (cfg->arch == TRI_ARCH_LLAMA)
+        N -= tri_model_tied(cfg) ? 0.0 : (double)cfg->vocab_size * cfg->n_embd;
+    else
+        N -= (double)cfg->seq_len * cfg->n_embd;
     return 6.0 * N + 12.0 * cfg->n_layer * (double)cfg->n_embd * cfg->seq_len;
 }
 
@@ -70,6 +155,9 @@ typedef struct param_spec {
     float init_value;     /* the constant when init_std is 0                 */
     int decay;            /* takes weight decay                              */
     int replicated;       /* identical on every TP rank (TRI_SPLIT_NONE only) */
+    int tp_replicas;      /* TP ranks sharing one slice; 0 means 1          */
+    int fuse_next;        /* the next tensor follows with no padding: one
+                             matrix with it (Llama's q|k|v, gate|up)         */
 } param_spec;
 
 /* Appends s's tensor as this rank's slice of tp, at the table's next
@@ -90,13 +178,16 @@ static void padd(ptable *t, int tp, param_spec s) {
     p->cols = s.cols;
     p->split = s.split;
     p->segments = s.segments ? s.segments : 1;
-    p->lrows = s.split == TRI_SPLIT_ROWS ? s.rows / (size_t)tp : s.rows;
-    p->lcols = s.split == TRI_SPLIT_COLS ? s.cols / (size_t)tp : s.cols;
+    p->tp_replicas = s.tp_replicas > 1 ? s.tp_replicas : 1;
+    size_t groups = (size_t)(tp / p->tp_replicas);
+    p->lrows = s.split == TRI_SPLIT_ROWS ? s.rows / groups : s.rows;
+    p->lcols = s.split == TRI_SPLIT_COLS ? s.cols / groups : s.cols;
     p->numel = p->lrows * p->lcols;
     p->offset = t->offset;
     p->dtype = TRI_F32;
-    /* keep every tensor 16-element (64-byte in fp32) aligned for vector loads */
-    t->offset += (p->numel + 15) / 16 * 16;
+    /* keep every tensor 16-element (64-byte in fp32) aligned for vector loads,
+     * but a fused matrix's parts back to back */
+    t->offset += s.fuse_next ? p->numel : (p->numel + 15) / 16 * 16;
     p->hf_transposed = s.hf_transposed;
     p->hf_rows_saved = s.hf_rows_saved ? s.hf_rows_saved : s.rows;
     p->init_std = s.init_std;
@@ -105,10 +196,67 @@ static void padd(ptable *t, int tp, param_spec s) {
     p->replicated = s.split == TRI_SPLIT_NONE && s.replicated;
 }
 
+/* Llama's table, in Hugging Face's Llama names and layouts (every linear
+ * (out, in), no transposes). Same buffer order as GPT-2's below. q|k|v and
+ * gate|up are separate tensors (as HF stores them), laid back to back so that
+ * each group is the one fused matrix the runtime multiplies by: this rank's
+ * rows [q_l | k_l | v_l] and [gate_l | up_l]. When tp > n_kv_head, k and v
+ * are replicated over the kv_rep ranks of a KV head (as Megatron does): each
+ * holds its head's whole rows; the runtime sums their gradients over those
+ * ranks. RMSNorm weights 1, replicated, no decay; linears normal(0.02),
+ * o_proj and down_proj 0.02/sqrt(2L); embed_tokens no decay, lm_head decays. */
+static void build_llama_table(const tri_gpt *g, const tri_chunk *ch, ptable *t) {
+    size_t C = g->C, F = g->F, KV = (size_t)g->NKV * (size_t)g->HS;
+    int tp = g->tp, L = g->cfg.n_layer;
+    float std = 0.02f, res_std = 0.02f / sqrtf(2.0f * (float)L);
+    char nm[64];
+    if (ch->has_head) {
+        padd(t, tp, (param_spec){.kind = TRI_P_LNFW, .layer = -1, .name = "model.norm.weight", .rows = 1, .cols = C,
+                                 .init_value = 1, .replicated = 1});
+        if (!g->tied)
+            padd(t, tp, (param_spec){.kind = TRI_P_LMHEAD, .layer = -1, .name = "lm_head.weight", .rows = g->Vp,
+                                     .cols = C, .split = TRI_SPLIT_ROWS, .init_std = std,
+                                     .hf_rows_saved = (size_t)g->cfg.vocab_size, .decay = 1});
+    }
+    for (int i = ch->n_layers - 1; i >= 0; i--) {
+        int l = ch->layers[i];
+#define NAME(suffix) (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, suffix), nm)
+        padd(t, tp, (param_spec){.kind = TRI_P_FCPROJW, .layer = l, .name = NAME("mlp.down_proj.weight"), .rows = C,
+                                 .cols = F, .split = TRI_SPLIT_COLS, .init_std = res_std, .decay = 1});
+        padd(t, tp, (param_spec){.kind = TRI_P_FCW, .layer = l, .name = NAME("mlp.gate_proj.weight"), .rows = F,
+                                 .cols = C, .split = TRI_SPLIT_ROWS, .init_std = std, .decay = 1, .fuse_next = 1});
+        padd(t, tp, (param_spec){.kind = TRI_P_UPW, .layer = l, .name = NAME("mlp.up_proj.weight"), .rows = F,
+                                 .cols = C, .split = TRI_SPLIT_ROWS, .init_std = std, .decay = 1});
+        padd(t, tp, (param_spec){.kind = TRI_P_LN2W, .layer = l, .name = NAME("post_attention_layernorm.weight"),
+                                 .rows = 1, .cols = C, .init_value = 1, .replicated = 1});
+        padd(t, tp, (param_spec){.kind = TRI_P_ATTPROJW, .layer = l, .name = NAME("self_attn.o_proj.weight"),
+                                 .rows = C, .cols = C, .split = TRI_SPLIT_COLS, .init_std = res_std, .decay = 1});
+        padd(t, tp, (param_spec){.kind = TRI_P_QKVW, .layer = l, .name = NAME("self_attn.q_proj.weight"), .rows = C,
+                                 .cols = C, .split = TRI_SPLIT_ROWS, .init_std = std, .decay = 1, .fuse_next = 1});
+        padd(t, tp, (param_spec){.kind = TRI_P_KW, .layer = l, .name = NAME("self_attn.k_proj.weight"), .rows = KV,
+                                 .cols = C, .split = TRI_SPLIT_ROWS, .init_std = std, .decay = 1,
+                                 .tp_replicas = g->kv_rep, .fuse_next = 1});
+        padd(t, tp, (param_spec){.kind = TRI_P_VW, .layer = l, .name = NAME("self_attn.v_proj.weight"), .rows = KV,
+                                 .cols = C, .split = TRI_SPLIT_ROWS, .init_std = std, .decay = 1,
+                                 .tp_replicas = g->kv_rep});
+        padd(t, tp, (param_spec){.kind = TRI_P_LN1W, .layer = l, .name = NAME("input_layernorm.weight"), .rows = 1,
+                                 .cols = C, .init_value = 1, .replicated = 1});
+#undef NAME
+    }
+    if (ch->has_embedding || (ch->has_head && g->tied))
+        padd(t, tp, (param_spec){.kind = TRI_P_WTE, .layer = -1, .name = "model.embed_tokens.weight", .rows = g->Vp,
+                                 .cols = C, .split = TRI_SPLIT_ROWS, .init_std = std,
+                                 .hf_rows_saved = (size_t)g->cfg.vocab_size});
+}
+
 /* The buffer order is the order in which backward finishes gradients (head
  * first, then blocks from last to first, embeddings last), so that gradient
  * buckets taken front to back become ready early. */
 static void build_table(const tri_gpt *g, const tri_chunk *ch, ptable *t) {
+    if (g->arch == TRI_ARCH_LLAMA) {
+        build_llama_table(g, ch, t);
+        return;
+    }
     size_t C = g->C, F = g->F, T = (size_t)g->cfg.seq_len;
     int tp = g->tp, L = g->cfg.n_layer;
     float std = 0.02f, res_std = 0.02f / sqrtf(2.0f * (float)L);
@@ -291,6 +439,10 @@ static void bind(const tri_chunk *ch, char *mem, size_t esz, tri_weights *w) {
         case TRI_P_FCB: lw->fcb = x; break;
         case TRI_P_FCPROJW: lw->fcprojw = x; break;
         case TRI_P_FCPROJB: lw->fcprojb = x; break;
+        case TRI_P_LMHEAD: w->lm_head = x; break;
+        case TRI_P_KW: /* parts of the fused q|k|v and gate|up matrices */
+        case TRI_P_VW:
+        case TRI_P_UPW:
         case TRI_P_KIND_COUNT: break;
         }
     }
@@ -304,7 +456,7 @@ static int check_shape(const tri_model_cfg *cfg, int tp, char *why, size_t n) {
         return tri_why(why, n, "model.n_embd (%d) is not a multiple of model.n_head (%d)", cfg->n_embd, cfg->n_head);
     if (cfg->n_head % tp != 0)
         return tri_why(why, n, "model.n_head (%d) is not divisible by parallel.tp (%d)", cfg->n_head, tp);
-    return 0;
+    return tri_model_arch_why(cfg, tp, why, n);
 }
 
 /* An even split of n layers over k chunks as a pp_layout string (the first
@@ -471,16 +623,16 @@ static int describe_chunk(tri_gpt *g, tri_chunk *ch, const tri_chunk_spec *sp) {
     ch->params = t.v;
     ch->n_params = t.n;
     ch->n_elems = t.offset;
+    ch->head_params = 0;
+    while (ch->head_params < ch->n_params && ch->params[ch->head_params].layer < 0 &&
+           ch->params[ch->head_params].kind != TRI_P_WTE)
+        ch->head_params++;
     for (int i = 0; i < ch->n_params; i++)
         if (ch->params[i].layer >= 0) ch->layer_last_param[local_layer(ch, ch->params[i].layer)] = i;
     return 0;
 }
 
-int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, const tri_chunk_spec *specs,
-                     int n_chunks) {
-    memset(g, 0, sizeof *g);
-    char why[256];
-    if (check_shape(cfg, tp, why, sizeof why) != 0) return tri_error("%s", why);
+void tri_gpt_sizes(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank) {
     g->cfg = *cfg;
     g->tp = tp;
     g->tp_rank = tp_rank;
@@ -489,11 +641,27 @@ int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, 
     g->NHl = cfg->n_head / tp;
     g->HS = cfg->n_embd / cfg->n_head;
     g->Cl = (size_t)g->NHl * (size_t)g->HS;
-    g->F = 4 * g->C;
+    g->arch = cfg->arch;
+    g->NKV = tri_model_n_kv_head(cfg);
+    g->NKVl = g->NKV >= tp ? g->NKV / tp : 1;
+    g->kv_rep = g->NKV >= tp ? 1 : tp / g->NKV;
+    g->QKVl = (size_t)(g->NHl + 2 * g->NKVl) * (size_t)g->HS;
+    g->F = (size_t)tri_model_ffn_hidden(cfg);
     g->Fl = g->F / (size_t)tp;
+    g->FCl = g->arch == TRI_ARCH_LLAMA ? 2 * g->Fl : g->Fl;
+    g->tied = tri_model_tied(cfg);
+    g->norm_eps = cfg->norm_eps > 0 ? (float)cfg->norm_eps : 1e-5f;
     g->Vp = tri_padded_vocab(cfg->vocab_size, tp);
     g->Vl = g->Vp / (size_t)tp;
     g->vstart = (size_t)tp_rank * g->Vl;
+}
+
+int tri_gpt_describe(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank, const tri_chunk_spec *specs,
+                     int n_chunks) {
+    memset(g, 0, sizeof *g);
+    char why[256];
+    if (check_shape(cfg, tp, why, sizeof why) != 0) return tri_error("%s", why);
+    tri_gpt_sizes(g, cfg, tp, tp_rank);
     g->chunks = calloc((size_t)n_chunks, sizeof *g->chunks);
     if (!g->chunks) return tri_error("out of memory (parameter table)");
     g->n_chunks = n_chunks;
@@ -529,6 +697,26 @@ int tri_gpt_init(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *t
     if (tri_gpt_describe(g, cfg, tp, tp_rank, specs, n_chunks) != 0) return -1;
     g->ctx = ctx;
     g->tp_comm = tp_comm;
+    if (g->arch == TRI_ARCH_LLAMA && (!ctx->ops->rmsnorm_fwd || !ctx->ops->rmsnorm_bwd || !ctx->ops->rope_fwd ||
+                                      !ctx->ops->rope_bwd || !ctx->ops->swiglu_fwd || !ctx->ops->swiglu_bwd)) {
+        tri_error("model.arch \"llama\" needs RMSNorm, RoPE and SwiGLU, which the %s backend does not have yet",
+                  ctx->ops->name ? ctx->ops->name : "chosen");
+        goto fail;
+    }
+    if (g->arch == TRI_ARCH_LLAMA) {
+        size_t nf = (size_t)g->HS / 2;
+        float *host = malloc((nf + 1) * sizeof *host);
+        g->inv_freq = host ? tri_ctx_alloc(ctx, nf * sizeof(float), TRI_MEM_OTHER, "RoPE frequencies") : NULL;
+        if (g->inv_freq) {
+            tri_rope_inv_freq(cfg, host);
+            tri_ctx_to_device(ctx, g->inv_freq, host, nf * sizeof(float));
+        }
+        free(host);
+        if (!g->inv_freq) {
+            if (!host) tri_error("out of memory (RoPE frequencies)");
+            goto fail;
+        }
+    }
     for (int k = 0; k < g->n_chunks; k++) {
         tri_chunk *ch = &g->chunks[k];
         /* parameters as the ops read them: 16-bit under mixed precision (the
@@ -603,6 +791,7 @@ void tri_gpt_free(tri_gpt *g) {
         free(ch->layers);
         free(ch->layer_last_param);
     }
+    if (g->ctx && g->inv_freq) tri_ctx_release(g->ctx, g->inv_freq, (size_t)g->HS / 2 * sizeof(float), TRI_MEM_OTHER);
     free(g->chunks);
     memset(g, 0, sizeof *g);
 }
@@ -639,6 +828,7 @@ int tri_gpt_profile_roles(const tri_gpt *g, tri_profile *p) {
             case TRI_P_FCW: role = TRI_PROF_FC; break;
             case TRI_P_FCPROJW: role = TRI_PROF_FCPROJ; break;
             case TRI_P_WTE: role = TRI_PROF_HEAD; break;
+            case TRI_P_LMHEAD: role = TRI_PROF_HEAD; break;
             default: break;
             }
             if (role >= 0 &&
@@ -702,7 +892,7 @@ int tri_gpt_init_params(tri_gpt *g, uint64_t seed) {
                 for (size_t e = 0; e < p->numel; e++) x[e] = p->init_value;
             } else {
                 uint64_t key = tri_init_key(seed, p->name);
-                size_t real_rows = p->kind == TRI_P_WTE ? p->hf_rows_saved : p->rows;
+                size_t real_rows = p->hf_rows_saved; /* padded vocab rows stay 0 */
 #pragma omp parallel for schedule(static)
                 for (size_t r = 0; r < p->lrows; r++) {
                     size_t gr = p->split == TRI_SPLIT_ROWS ? tri_param_global_dim(p, g->tp_rank, g->tp, r) : r;

@@ -54,6 +54,14 @@ typedef enum {
     TRI_P_FCPROJB,
     TRI_P_LNFW,
     TRI_P_LNFB,
+    /* Llama: q_proj is TRI_P_QKVW (the fused q|k|v weight starts there) and
+     * gate_proj TRI_P_FCW (the fused gate|up weight starts there); o_proj,
+     * down_proj and the norms reuse ATTPROJW, FCPROJW, LN1W, LN2W, LNFW and
+     * embed_tokens WTE. These are the rest: */
+    TRI_P_KW,     /* k_proj, right after q_proj in the buffer   */
+    TRI_P_VW,     /* v_proj, right after k_proj                */
+    TRI_P_UPW,    /* up_proj, right after gate_proj            */
+    TRI_P_LMHEAD, /* the untied LM head (Vp, C), vocab-parallel */
     TRI_P_KIND_COUNT
 } tri_param_kind;
 
@@ -79,6 +87,10 @@ typedef struct tri_param {
     float init_value;
     int decay;      /* takes weight decay                                   */
     int replicated; /* identical on every TP rank (counted once in norms)   */
+    /* TP ranks holding the same slice (Llama's KV heads when tp > n_kv_head:
+     * tp_replicas consecutive ranks share one KV head); 1 otherwise. The
+     * slice of rank r is slice r / tp_replicas of tp / tp_replicas. */
+    int tp_replicas;
 } tri_param;
 
 /* Global index along the split dim of local index i (rows or cols) of p. */
@@ -92,12 +104,15 @@ typedef struct tri_layer_w {
     void *ln2w, *ln2b;         /* (C) (C)                        */
     void *fcw, *fcb;           /* (Fl, C) (Fl)                   */
     void *fcprojw, *fcprojb;   /* (C, Fl) (C)                    */
+    /* Llama: no biases (NULL); qkvw (QKVl, C) = [q_l | k_l | v_l] rows,
+     * fcw (2 Fl, C) = [gate_l | up_l] rows, ln1w/ln2w the RMSNorm weights. */
 } tri_layer_w;
 
 typedef struct tri_weights {
     void *wte;           /* (Vl, C): padded-vocab rows [vstart, vstart+Vl) */
     void *wpe;           /* (T, C)                         */
     void *lnfw, *lnfb;   /* (C) (C)                        */
+    void *lm_head;       /* (Vl, C) untied LM head (head chunk), else NULL */
     tri_layer_w *layers; /* [n_layers] of the chunk        */
 } tri_weights;
 
@@ -115,6 +130,9 @@ typedef struct tri_chunk {
     int has_head;      /* final LayerNorm, LM head, loss  */
     tri_param *params; /* [n_params], in buffer order     */
     int n_params;
+    int head_params; /* the head's tensors at the front of the buffer (final
+                        norm, untied LM head): their gradients are final after
+                        the head's backward                              */
     int *layer_last_param; /* [n_layers]: index of each layer's last tensor in buffer order */
     size_t n_elems;        /* length of the flat buffers, in elements */
     size_t n_alloc;        /* elements allocated in each buffer: n_elems, or
@@ -139,10 +157,20 @@ typedef struct tri_gpt {
     int tp, tp_rank;
     int sp; /* sequence parallel: set by tri_gpt_set_sequence_parallel */
     /* sizes */
+    tri_arch arch;
     size_t C, Cl;          /* channels; channels per TP rank (heads/tp * HS) */
-    size_t F, Fl;          /* MLP width 4C; per TP rank      */
+    size_t F, Fl;          /* MLP width (GPT-2 4C, Llama ffn_hidden); per TP rank */
     size_t Vp, Vl, vstart; /* padded vocab; this rank's slice */
     int NH, NHl, HS;       /* heads; heads per TP rank; head size */
+    /* key/value heads (GPT-2: NH); per TP rank (1 when replicated); the TP
+     * ranks sharing one KV head (tp / NKV when tp > NKV, else 1) */
+    int NKV, NKVl, kv_rep;
+    size_t QKVl;    /* width of the qkv linear's output per rank: (NHl + 2 NKVl) HS */
+    size_t FCl;     /* width of the fc linear's output per rank: Fl, Llama 2 Fl */
+    int tied;       /* the LM head is the token embedding                        */
+    float norm_eps; /* Llama's RMSNorm epsilon                                   */
+    float *inv_freq; /* Llama: RoPE's (HS / 2) inverse frequencies, fp32 backend
+                        memory (tri_gpt_init; NULL for a description)            */
     tri_chunk *chunks;     /* [n_chunks], in the order given */
     int n_chunks;
     /* test-only faults (model/debug.h): zero from tri_gpt_init; the trainer
@@ -191,6 +219,12 @@ int tri_gpt_check_layout(const tri_model_cfg *cfg, int tp, int pp, int vpp, cons
  * many layouts and reports the reasons itself (the planner's search). */
 int tri_gpt_layout_why(const tri_model_cfg *cfg, int tp, int pp, int vpp, const char *layout, char *why, size_t n);
 
+/* Sets g's shape fields (cfg, tp, C, Cl, F, Fl, FCl, Vp, Vl, vstart, NH, NHl,
+ * HS, NKV, NKVl, kv_rep, QKVl, arch, tied, norm_eps) for TP rank tp_rank of
+ * tp; nothing else. For a shell that sizes buffers without a table (the
+ * planner's GPU path); cfg must pass tri_gpt_check_layout. */
+void tri_gpt_sizes(tri_gpt *g, const tri_model_cfg *cfg, int tp, int tp_rank);
+
 /* The same without memory: sizes and the parameter tables only (ctx, tp_comm
  * and the buffers stay NULL). For describing the global model (tp = 1, one
  * chunk) or another rank's shard. tri_gpt_free releases it. */
@@ -234,6 +268,22 @@ int tri_gpt_init_params(tri_gpt *g, uint64_t seed);
  * (out of host memory, printed). */
 int tri_gpt_params_to_device(tri_gpt *g, int k, size_t elem, const float *host, size_t n);
 int tri_gpt_params_to_host(const tri_gpt *g, int k, size_t elem, float *host, size_t n);
+
+/* The Llama defaults resolved (model/config.h): key/value heads, the SwiGLU
+ * width (Llama's rule: 2/3 of 4C, truncated, rounded up to ffn_multiple_of),
+ * whether the LM head is tied (GPT-2: always). */
+int tri_model_n_kv_head(const tri_model_cfg *cfg);
+int tri_model_ffn_hidden(const tri_model_cfg *cfg);
+int tri_model_tied(const tri_model_cfg *cfg);
+/* The shape rules of the architecture for tp ranks (GPT-2: none beyond
+ * tri_gpt_check_layout's; Llama: n_head % n_kv_head, an even head size for
+ * RoPE, n_kv_head and tp one dividing the other, ffn_hidden % tp, the RoPE
+ * scaling's factors). 0, or -1 with a message naming the keys and numbers
+ * in why. */
+int tri_model_arch_why(const tri_model_cfg *cfg, int tp, char *why, size_t n);
+/* RoPE's inverse frequencies of cfg (HS / 2 floats into out): theta^(-2i/HS),
+ * then Llama 3.1's scaling when rope_scaling_factor > 0. */
+void tri_rope_inv_freq(const tri_model_cfg *cfg, float *out);
 
 /* Model FLOPs per token for training (forward + backward): 6N + 12 L C T,
  * with N the non-embedding... see docs/performance.md. */

@@ -145,6 +145,7 @@ double tri_grad_sumsq_local(const tri_gpt *g) {
         for (int i = 0; i < ch->n_params; i++) {
             const tri_param *p = &ch->params[i];
             if (p->replicated && g->tp_rank != 0) continue;
+            if (g->tp_rank % p->tp_replicas != 0) continue; /* a replicated KV head counts once */
             /* the tied embedding counts once: the head stage's copy is skipped */
             if (p->kind == TRI_P_WTE && !ch->has_embedding) continue;
             span_add(&l, ch->grad_mem + p->offset, p->numel);
@@ -174,6 +175,7 @@ void tri_optim_runs(const tri_optim *o, const tri_gpt *g, int k, int i,
 /* Whether parameter p of chunk ch counts in the global norm on this rank. */
 static int counted(const tri_gpt *g, const tri_chunk *ch, const tri_param *p) {
     if (p->replicated && g->tp_rank != 0) return 0;
+    if (g->tp_rank % p->tp_replicas != 0) return 0; /* a replicated KV head counts once */
     return !(p->kind == TRI_P_WTE && !ch->has_embedding);
 }
 

@@ -7,6 +7,7 @@
 
 #include "base/err.h"
 #include "base/size.h"
+#include "model/llama.h"
 #include "parallel/tensor.h"
 
 int tri_recompute_parse(const char *s) {
@@ -57,17 +58,18 @@ static int att_sizes_ok(const tri_gpt *g, size_t B, size_t T) {
 
 static void carve_layer(const tri_gpt *g, carver *cv, tri_layer_acts *a, size_t B, size_t T, int with_att) {
     size_t BT = B * T, R = res_rows(g, BT), A = act_size(g), F4 = sizeof(float);
+    int ln = g->arch != TRI_ARCH_LLAMA; /* LayerNorm keeps a mean, RMSNorm does not */
     a->ln1 = take(cv, R, A * g->C);
-    a->ln1_mean = take(cv, R, F4);
+    a->ln1_mean = ln ? take(cv, R, F4) : NULL;
     a->ln1_rstd = take(cv, R, F4);
-    a->qkv = take(cv, BT, A * 3 * g->Cl);
-    a->att = with_att ? take(cv, ops_of(g)->attention_saved_floats(B, T, g->NHl, g->NHl, g->HS), F4) : NULL;
+    a->qkv = take(cv, BT, A * g->QKVl);
+    a->att = with_att ? take(cv, ops_of(g)->attention_saved_floats(B, T, g->NHl, g->NKVl, g->HS), F4) : NULL;
     a->atty = take(cv, BT, A * g->Cl);
     a->res2 = take(cv, R, A * g->C);
     a->ln2 = take(cv, R, A * g->C);
-    a->ln2_mean = take(cv, R, F4);
+    a->ln2_mean = ln ? take(cv, R, F4) : NULL;
     a->ln2_rstd = take(cv, R, F4);
-    a->fch = take(cv, BT, A * g->Fl);
+    a->fch = take(cv, BT, A * g->FCl);
     a->fch_gelu = take(cv, BT, A * g->Fl);
 }
 
@@ -84,9 +86,9 @@ static void carve_split(const tri_gpt *g, carver *cv, tri_layer_acts *a, tri_lay
         a->ln2 = take(cv, R, A * g->C);
         a->fch_gelu = take(cv, BT, A * g->Fl);
     }
-    d->dqkv = take(cv, BT, A * 3 * g->Cl);
+    d->dqkv = take(cv, BT, A * g->QKVl);
     d->dattproj = take(cv, BT, A * g->C);
-    d->dfc = take(cv, BT, A * g->Fl);
+    d->dfc = take(cv, BT, A * g->FCl);
     d->dfcproj = take(cv, BT, A * g->C);
     /* sequence parallel: the slot keeps LayerNorm outputs as shards; B
      * all-gathers them here for W, which runs no collectives */
@@ -122,7 +124,7 @@ static size_t slot_layout(const tri_gpt *g, int k, size_t B, size_t T, tri_recom
     }
     if (ch->has_head) {
         s->x_head = take(&cv, R, A * g->C);
-        s->lnf_mean = take(&cv, R, F4);
+        s->lnf_mean = g->arch != TRI_ARCH_LLAMA ? take(&cv, R, F4) : NULL;
         s->lnf_rstd = take(&cv, R, F4);
         s->dlnf = take(&cv, R, A * g->C);
     } else {
@@ -151,9 +153,12 @@ static size_t workspace_layout(const tri_gpt *g, size_t B, size_t T, tri_recompu
     w->dln = take(&cv, BT, A * g->C);
     w->dproj = take(&cv, BT, A * g->C);
     w->datty = take(&cv, BT, A * g->Cl);
-    w->dqkv = take(&cv, BT, A * 3 * g->Cl);
-    w->dfch = take(&cv, BT, A * g->Fl);
-    w->att_scratch = take(&cv, ops_of(g)->attention_scratch_floats(B, T, g->NHl, g->NHl, g->HS), F4);
+    w->dqkv = take(&cv, BT, A * g->QKVl);
+    w->dfch = take(&cv, BT, A * g->FCl);
+    w->dsw = g->arch == TRI_ARCH_LLAMA ? take(&cv, BT, A * g->Fl) : NULL;
+    /* replicated KV heads: every head's k|v weight gradients, and this rank's set aside */
+    w->kv_dw = g->kv_rep > 1 ? take(&cv, (size_t)(g->NKV + 1) * 2 * (size_t)g->HS, F4 * g->C) : NULL;
+    w->att_scratch = take(&cv, ops_of(g)->attention_scratch_floats(B, T, g->NHl, g->NKVl, g->HS), F4);
     w->seq = g->sp ? take(&cv, BT, A * g->C) : NULL;
     w->tp_dw = g->sp ? take(&cv, 6 * g->C, F4) : NULL;
     memset(&w->re, 0, sizeof w->re);
@@ -164,7 +169,7 @@ static size_t workspace_layout(const tri_gpt *g, size_t B, size_t T, tri_recompu
     } else if (policy == TRI_RECOMPUTE_SELECTIVE) {
         /* the attention state: forward's target when the slot does not keep
          * it, rebuilt in backward together with its output */
-        w->re.att = take(&cv, ops_of(g)->attention_saved_floats(B, T, g->NHl, g->NHl, g->HS), F4);
+        w->re.att = take(&cv, ops_of(g)->attention_saved_floats(B, T, g->NHl, g->NKVl, g->HS), F4);
         w->re.atty = take(&cv, BT, A * g->Cl);
     }
     return cv.acc.ok ? cv.acc.total : SIZE_MAX;
@@ -368,11 +373,15 @@ void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, v
     const tri_ops *ops = c->ops;
     const tri_layer_w *w = &g->chunks[k].w.layers[l];
     size_t BT = B * T, R = res_rows(g, BT), C = g->C, Cl = g->Cl, Fl = g->Fl;
+    if (g->arch == TRI_ARCH_LLAMA) {
+        tri_llama_block_fwd(g, k, l, a, x, y, ws, B, T);
+        return;
+    }
     float *att = a->att ? a->att : ws->re.att; /* selective: the state goes to the workspace */
     ops->layernorm_fwd(c, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, R, C);
     const void *ln = tp_gather(g, ws->seq, a->ln1, BT);
     ops->matmul_fwd(c, a->qkv, ln, w->qkvw, w->qkvb, BT, C, 3 * Cl);
-    ops->attention_fwd(c, a->atty, att, a->qkv, B, T, g->NHl, g->NHl, g->HS);
+    ops->attention_fwd(c, a->atty, att, a->qkv, B, T, g->NHl, g->NKVl, g->HS);
     ops->matmul_fwd(c, ws->dproj, a->atty, w->attprojw, NULL, BT, Cl, C);
     const void *proj = tp_reduce(g, ws->dproj, ws->dln, BT);
     ops->residual_fwd(c, a->res2, x, proj, w->attprojb, R, C);
@@ -412,6 +421,10 @@ void tri_block_bwd(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void
     const tri_layer_w *w = &g->chunks[k].w.layers[l];
     const tri_layer_w *dw = &g->chunks[k].g.layers[l];
     size_t BT = B * T, R = res_rows(g, BT), C = g->C, Cl = g->Cl, Fl = g->Fl;
+    if (g->arch == TRI_ARCH_LLAMA) {
+        tri_llama_block_bwd(g, k, l, a, x, ws, B, T);
+        return;
+    }
     row_grads rg = row_grads_begin(g, dw, ws);
     /* MLP: y = res2 + fcproj(gelu(fc(ln2(res2)))) + b; ws->dres holds dy (R rows) */
     ops->bias_bwd(c, rg.fcprojb, ws->dres, R, C);
@@ -424,13 +437,13 @@ void tri_block_bwd(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void
     /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) + b; ws->dres holds dres2 */
     const float *att = a->att;
     if (!att) { /* selective recompute: rebuild the state from the saved qkv */
-        ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->NHl, g->HS);
+        ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->NKVl, g->HS);
         att = ws->re.att;
     }
     ops->bias_bwd(c, rg.attprojb, ws->dres, R, C);
     const void *dres2 = tp_gather(g, ws->dproj, ws->dres, BT);
     ops->matmul_bwd(c, ws->datty, dw->attprojw, NULL, dres2, a->atty, w->attprojw, BT, Cl, C);
-    ops->attention_bwd(c, ws->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->NHl, g->HS);
+    ops->attention_bwd(c, ws->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->NKVl, g->HS);
     ln = tp_gather(g, ws->seq, a->ln1, BT);
     ops->matmul_bwd(c, ws->dln, dw->qkvw, dw->qkvb, ws->dqkv, ln, w->qkvw, BT, C, 3 * Cl);
     dln = tp_reduce(g, ws->dln, ws->dproj, BT);
@@ -452,6 +465,10 @@ void tri_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a, cons
     const tri_layer_w *w = &g->chunks[k].w.layers[l];
     const tri_layer_w *dw = &g->chunks[k].g.layers[l];
     size_t BT = B * T, R = res_rows(g, BT), C = g->C, Cl = g->Cl, Fl = g->Fl, A = act_size(g);
+    if (g->arch == TRI_ARCH_LLAMA) {
+        tri_llama_block_bwd_input(g, k, l, a, x, ws, d, B, T);
+        return;
+    }
     row_grads rg = row_grads_begin(g, dw, ws);
     /* MLP; ws->dres holds dy, the output gradient of fcproj (layernorm_bwd
      * below accumulates into ws->dres, so W gets a copy) */
@@ -474,7 +491,7 @@ void tri_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a, cons
     /* attention; ws->dres holds dres2, the output gradient of attproj */
     const float *att = a->att;
     if (!att) {
-        ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->NHl, g->HS);
+        ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->NKVl, g->HS);
         att = ws->re.att;
     }
     if (g->sp)
@@ -483,7 +500,7 @@ void tri_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a, cons
         ops->copy(c, d->dattproj, ws->dres, BT * C * A);
     ops->bias_bwd(c, rg.attprojb, ws->dres, R, C);
     ops->matmul_bwd(c, ws->datty, NULL, NULL, d->dattproj, a->atty, w->attprojw, BT, Cl, C);
-    ops->attention_bwd(c, d->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->NHl, g->HS);
+    ops->attention_bwd(c, d->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->NKVl, g->HS);
     ln = g->sp ? tp_gather(g, d->ln1g, a->ln1, BT) : a->ln1;
     ops->matmul_bwd(c, ws->dln, NULL, dw->qkvb, d->dqkv, ln, w->qkvw, BT, C, 3 * Cl);
     dln = tp_reduce(g, ws->dln, ws->dproj, BT);
@@ -500,6 +517,7 @@ void tri_block_bwd_weight(tri_gpt *g, int k, int l, const tri_layer_acts *a, con
     const tri_layer_w *w = &g->chunks[k].w.layers[l];
     const tri_layer_w *dw = &g->chunks[k].g.layers[l];
     size_t BT = B * T, C = g->C, Cl = g->Cl, Fl = g->Fl;
+    TRI_CHECK(g->arch != TRI_ARCH_LLAMA); /* tri_llama_block_bwd_weight, which takes the workspace */
     const void *ln1 = d->ln1g ? d->ln1g : a->ln1, *ln2 = d->ln2g ? d->ln2g : a->ln2;
     ops->matmul_bwd(c, NULL, dw->fcprojw, NULL, d->dfcproj, a->fch_gelu, w->fcprojw, BT, Fl, C);
     ops->matmul_bwd(c, NULL, dw->fcw, NULL, d->dfc, ln2, w->fcw, BT, C, Fl);
@@ -536,9 +554,15 @@ double tri_head_fwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B,
     /* the LayerNorm output is needed only here: backward restarts from dlnf;
      * under sequence parallelism the shard goes to dproj, gathered into dln */
     void *lnf_rows = g->sp ? ws->dproj : ws->dln;
-    ops->layernorm_fwd(c, lnf_rows, s->lnf_mean, s->lnf_rstd, s->x_head, ch->w.lnfw, ch->w.lnfb, R, C);
+    if (g->arch == TRI_ARCH_LLAMA)
+        ops->rmsnorm_fwd(c, lnf_rows, s->lnf_rstd, s->x_head, ch->w.lnfw, R, C, g->norm_eps);
+    else
+        ops->layernorm_fwd(c, lnf_rows, s->lnf_mean, s->lnf_rstd, s->x_head, ch->w.lnfw, ch->w.lnfb, R, C);
     const void *lnf = tp_gather(g, ws->dln, lnf_rows, BT);
-    ops->matmul_fwd(c, ws->logits, lnf, ch->w.wte, NULL, BT, C, g->Vl);
+    /* the LM head: the tied token embedding, or Llama's own */
+    const void *head_w = g->tied ? ch->w.wte : ch->w.lm_head;
+    float *head_dw = g->tied ? (float *)ch->g.wte : (float *)ch->g.lm_head;
+    ops->matmul_fwd(c, ws->logits, lnf, head_w, NULL, BT, C, g->Vl);
     if (mode == TRI_FWD_LOGITS) return 0.0;
     int train = mode == TRI_FWD_TRAIN;
     ops->crossentropy_stats(c, ws->ce_stats, ws->logits, s->targets, BT, g->Vl, g->vstart, V);
@@ -553,7 +577,7 @@ double tri_head_fwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B,
         /* logits = lnf @ wte^T; ws->logits now holds dlogits; f's backward
          * (all-reduce, or reduce-scatter into this rank's rows) */
         void *dlnf = g->sp ? ws->dproj : s->dlnf;
-        ops->matmul_bwd(c, dlnf, ch->g.wte, NULL, ws->logits, lnf, ch->w.wte, BT, C, g->Vl);
+        ops->matmul_bwd(c, dlnf, head_dw, NULL, ws->logits, lnf, head_w, BT, C, g->Vl);
         tp_reduce(g, dlnf, s->dlnf, BT);
     }
     return sum;
@@ -573,16 +597,22 @@ static void head_bwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B
     float *dw = g->sp ? ws->tp_dw : (float *)ch->g.lnfw, *db = g->sp ? ws->tp_dw + C : (float *)ch->g.lnfb;
     if (g->sp) c->ops->zero(c, ws->tp_dw, 2 * C * sizeof(float));
     c->ops->zero(c, ws->dres, R * C * act_size(g));
-    c->ops->layernorm_bwd(c, ws->dres, dw, db, s->dlnf, s->x_head, ch->w.lnfw, s->lnf_mean, s->lnf_rstd, R, C);
+    int llama = g->arch == TRI_ARCH_LLAMA;
+    if (llama)
+        c->ops->rmsnorm_bwd(c, ws->dres, dw, s->dlnf, s->x_head, ch->w.lnfw, s->lnf_rstd, R, C);
+    else
+        c->ops->layernorm_bwd(c, ws->dres, dw, db, s->dlnf, s->x_head, ch->w.lnfw, s->lnf_mean, s->lnf_rstd, R, C);
     if (g->sp) {
         float *dst[2] = {ch->g.lnfw, ch->g.lnfb};
-        tp_sum_row_grads(g, ws->tp_dw, dst, 2);
+        tp_sum_row_grads(g, ws->tp_dw, dst, llama ? 1 : 2);
     }
 }
 
 void tri_head_bwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, size_t T) {
     head_bwd(g, k, s, ws, B, T);
-    grads_final_upto(&g->chunks[k], 1); /* ln_f weight and bias come first in the buffer */
+    /* the head's tensors come first in the buffer (ln_f weight and bias;
+     * Llama's norm and untied LM head, whose gradient forward made) */
+    grads_final_upto(&g->chunks[k], g->chunks[k].head_params - 1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -659,7 +689,8 @@ void tri_chunk_backward_input(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_wor
 }
 
 void tri_chunk_backward_weight(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws) {
-    (void)ws; /* W needs no scratch: ws (and the dres that B left there) is untouched */
+    /* W needs no scratch: ws (and the dres that B left there) is untouched,
+     * but for Llama's replicated KV heads' sum in ws->kv_dw */
     int k = p->chunk;
     tri_chunk *ch = &g->chunks[k];
     TRI_CHECK(p->split && s->in_use);
@@ -667,9 +698,12 @@ void tri_chunk_backward_weight(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_wo
      * its wte part from forward), the LayerNorms and biases of every layer and
      * the embedding's. So the prefixes become final exactly as in the fused
      * backward, now as W walks the layers in the same order. */
-    if (ch->has_head) grads_final_upto(ch, 1);
+    if (ch->has_head) grads_final_upto(ch, ch->head_params - 1);
     for (int i = ch->n_layers - 1; i >= 0; i--) {
-        tri_block_bwd_weight(g, k, i, &s->layer[i], &s->dout[i], p->B, p->T);
+        if (g->arch == TRI_ARCH_LLAMA) /* (its only scratch: kv_dw, apart from dres) */
+            tri_llama_block_bwd_weight(g, k, i, &s->layer[i], &s->dout[i], ws, p->B, p->T);
+        else
+            tri_block_bwd_weight(g, k, i, &s->layer[i], &s->dout[i], p->B, p->T);
         grads_final_upto(ch, ch->layer_last_param[i]);
     }
     if (ch->grads_ready) ch->grads_ready(ch->grads_ready_ctx, ch->n_elems);

@@ -52,6 +52,7 @@
 #ifndef TRI_RUNTIME_H
 #define TRI_RUNTIME_H
 
+#include "model/acts.h"
 #include "model/gpt.h"
 
 typedef enum { TRI_RECOMPUTE_NONE = 0, TRI_RECOMPUTE_SELECTIVE, TRI_RECOMPUTE_FULL } tri_recompute;
@@ -64,31 +65,6 @@ typedef enum { TRI_FWD_LOGITS = 0, TRI_FWD_LOSS, TRI_FWD_TRAIN } tri_fwd_mode;
 int tri_recompute_parse(const char *s);
 const char *tri_recompute_name(tri_recompute r);
 
-/* One layer's buffers (activation dtype unless marked fp32); NULL where the
- * policy does not keep them. R: the rows of the residual stream this rank
- * holds, BT, or BT / tp under sequence parallelism (tri_chunk_boundary_elems). */
-typedef struct tri_layer_acts {
-    void *ln1;                  /* (R, C)                          */
-    float *ln1_mean, *ln1_rstd; /* (R) (R) fp32                   */
-    void *qkv;                  /* (BT, 3*Cl)                       */
-    float *att;                 /* attention_saved_floats(B, T, NHl, HS) fp32 */
-    void *atty;                 /* (BT, Cl)                         */
-    void *res2;                 /* (R, C) residual after attention */
-    void *ln2;                  /* (R, C)                          */
-    float *ln2_mean, *ln2_rstd; /* (R) (R) fp32                   */
-    void *fch, *fch_gelu;       /* (BT, Fl) (BT, Fl)                */
-} tri_layer_acts;
-
-/* Split slots only: the output gradients of one layer's four linears, saved
- * by B (tri_block_bwd_input) for W (tri_block_bwd_weight). */
-typedef struct tri_layer_douts {
-    void *dqkv;        /* (BT, 3*Cl) of the qkv linear                        */
-    void *dattproj;    /* (BT, C)    of the attention projection (dL/dres2)  */
-    void *dfc;         /* (BT, Fl)   of the MLP fc linear (after GELU's backward) */
-    void *dfcproj;     /* (BT, C)    of the MLP projection (dL/dy of the layer) */
-    void *ln1g, *ln2g; /* (BT, C) sequence parallel only (else NULL): the
-                          LayerNorm outputs all-gathered by B, W's inputs */
-} tri_layer_douts;
 
 /* What one micro-batch of one chunk keeps for its backward. */
 typedef struct tri_slot {
@@ -115,23 +91,6 @@ typedef struct tri_slot_pool {
     tri_slot *slots; /* [n_slots]                       */
 } tri_slot_pool;
 
-/* The per-stage scratch. */
-typedef struct tri_workspace {
-    size_t B, T;
-    size_t bytes;
-    void *mem;
-    void *logits;                         /* (BT, Vl) head                   */
-    float *ce_stats, *ce_gather, *losses; /* (BT, 3) (tp, BT, 3) (BT) */
-    void *out;                            /* (BT, C) output of a chunk without head */
-    void *dres;                           /* (BT, C) gradient of the residual stream */
-    void *dln, *dproj;                    /* (BT, C) (BT, C)                 */
-    void *datty, *dqkv, *dfch;            /* (BT, Cl) (BT, 3*Cl) (BT, Fl)    */
-    float *att_scratch;                   /* attention_scratch_floats        */
-    void *seq;                            /* (BT, C) sequence parallel: a LayerNorm output gathered */
-    float *tp_dw;                         /* (6C) fp32 sequence parallel: row-wise grads to reduce */
-    tri_layer_acts re;                    /* recompute target: selective: att; full: every buffer */
-    void *re_out;                         /* (BT, C) full recompute: the layer output (discarded) */
-} tri_workspace;
 
 /* Bytes one slot of chunk k needs (policy, micro-batch B x T, split or
  * not); *layer_bytes (if non-NULL) gets one layer's share. Overflow-checked:

@@ -20,8 +20,8 @@ enum { MAX_PIECES = 3 };
 
 /* The HF order of the tensors of one block, and of the whole model. */
 static const tri_param_kind k_block_order[] = {
-    TRI_P_LN1W, TRI_P_LN1B, TRI_P_QKVW, TRI_P_QKVB, TRI_P_ATTPROJW, TRI_P_ATTPROJB,
-    TRI_P_LN2W, TRI_P_LN2B, TRI_P_FCW,  TRI_P_FCB,  TRI_P_FCPROJW,  TRI_P_FCPROJB,
+    TRI_P_LN1W, TRI_P_LN1B, TRI_P_QKVW, TRI_P_KW,  TRI_P_VW,      TRI_P_QKVB,    TRI_P_ATTPROJW, TRI_P_ATTPROJB,
+    TRI_P_LN2W, TRI_P_LN2B, TRI_P_FCW,  TRI_P_UPW, TRI_P_FCB, TRI_P_FCPROJW, TRI_P_FCPROJB,
 };
 
 /* Stored (HF) shape of a parameter. */
@@ -64,8 +64,8 @@ static int build_layout(const tri_model_cfg *cfg, const char *prefix, tri_st_lay
             for (int i = 0; i < full.n_params; i++)
                 if (full.params[i].layer == l && full.params[i].kind == k_block_order[k])
                     rc |= add_entry(L, prefix, &full.params[i], dtype);
-    tri_param_kind tail[] = {TRI_P_LNFW, TRI_P_LNFB};
-    for (int k = 0; k < 2 && rc == 0; k++)
+    tri_param_kind tail[] = {TRI_P_LNFW, TRI_P_LNFB, TRI_P_LMHEAD};
+    for (int k = 0; k < 3 && rc == 0; k++)
         for (int i = 0; i < full.n_params; i++)
             if (full.params[i].kind == tail[k]) rc |= add_entry(L, prefix, &full.params[i], dtype);
     tri_gpt_free(&g1);
@@ -100,8 +100,8 @@ static int pieces_of(const tri_gpt *g, const tri_param *p, float *base, tri_st_p
             float *src = base + s * lseg;
             if (p->hf_transposed)
                 out[n++] = (tri_st_piece){gstart, 0, lseg, p->rows, src, p->lcols, 1};
-            else
-                out[n++] = (tri_st_piece){0, gstart, 1, lseg, src, p->lcols, 0};
+            else /* a bias (one row), or Llama's o_proj and down_proj (C rows) */
+                out[n++] = (tri_st_piece){0, gstart, p->rows, lseg, src, p->lcols, 0};
         }
     }
     return n;
@@ -113,6 +113,7 @@ static int pieces_of(const tri_gpt *g, const tri_param *p, float *base, tri_st_p
 static int owns(const tri_gpt *g, const tri_chunk *ch, const tri_dist *d, const tri_param *p, int all_dp) {
     if (d->mesh.dp_rank != 0 && !all_dp) return 0;
     if (p->split == TRI_SPLIT_NONE && g->tp_rank != 0) return 0;
+    if (g->tp_rank % p->tp_replicas != 0) return 0; /* a replicated KV head: its first rank writes */
     if (p->kind == TRI_P_WTE && !ch->has_embedding) return 0; /* the head stage's copy */
     return 1;
 }
@@ -438,7 +439,95 @@ int tri_model_load(const char *dir, tri_gpt *g, tri_optim *o, tri_dist *d) {
     return d ? agree(d, failed) : (failed ? -1 : 0);
 }
 
+/* The Llama config's numbers beyond the sizes: rms_norm_eps, rope_theta,
+ * tie_word_embeddings, rope_scaling (null, or Llama 3.1's "llama3"). 0 or
+ * -1 naming the key. */
+static int llama_extras(const cJSON *c, const char *name, tri_model_cfg *cfg) {
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(c, "rms_norm_eps");
+    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(c, "rope_theta");
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings");
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
+    cfg->norm_eps = cJSON_IsNumber(eps) ? eps->valuedouble : 1e-6; /* HF's LlamaConfig defaults */
+    cfg->rope_theta = cJSON_IsNumber(theta) ? theta->valuedouble : 10000.0;
+    cfg->tie_embeddings = cJSON_IsBool(tie) ? cJSON_IsTrue(tie) : 0;
+    if (!(cfg->norm_eps > 0) || !(cfg->rope_theta > 0) || !isfinite(cfg->norm_eps) || !isfinite(cfg->rope_theta)) {
+        tri_error("%s: rms_norm_eps (%g) and rope_theta (%g) must be positive numbers", name, cfg->norm_eps,
+                  cfg->rope_theta);
+        return -1;
+    }
+    cfg->rope_scaling_factor = cfg->rope_low_freq_factor = cfg->rope_high_freq_factor = 0;
+    cfg->rope_original_seq_len = 0;
+    if (!rs || cJSON_IsNull(rs)) return 0;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!cJSON_IsString(type)) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "llama3") != 0) {
+        tri_error("%s: rope_scaling of type %s: Trident implements \"llama3\" (Llama 3.1) only", name,
+                  cJSON_IsString(type) ? type->valuestring : "(none)");
+        return -1;
+    }
+    const char *k[4] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+    double v[4];
+    for (int i = 0; i < 4; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(rs, k[i]);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0) || !(x->valuedouble < 2147483648.0)) {
+            tri_error("%s: rope_scaling.%s: expected a positive number", name, k[i]);
+            return -1;
+        }
+        v[i] = x->valuedouble;
+    }
+    if (v[3] != floor(v[3]) || v[0] < 1 || !(v[2] > v[1])) {
+        tri_error("%s: rope_scaling: factor %g >= 1, high_freq_factor %g > low_freq_factor %g and an integer "
+                  "original_max_position_embeddings (%g) expected",
+                  name, v[0], v[2], v[1], v[3]);
+        return -1;
+    }
+    cfg->rope_scaling_factor = v[0], cfg->rope_low_freq_factor = v[1], cfg->rope_high_freq_factor = v[2];
+    cfg->rope_original_seq_len = (int)v[3];
+    return 0;
+}
+
+/* Hugging Face's LlamaForCausalLM config for a Llama cfg: what
+ * transformers needs to load model.safetensors as it is (tensor names and
+ * layouts are HF's; RoPE is HF's rotate-half, so no permutation). */
+static char *llama_config_json(const tri_model_cfg *cfg) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "llama");
+    cJSON_AddNumberToObject(c, "vocab_size", cfg->vocab_size);
+    cJSON_AddNumberToObject(c, "hidden_size", cfg->n_embd);
+    cJSON_AddNumberToObject(c, "intermediate_size", tri_model_ffn_hidden(cfg));
+    cJSON_AddNumberToObject(c, "num_hidden_layers", cfg->n_layer);
+    cJSON_AddNumberToObject(c, "num_attention_heads", cfg->n_head);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", tri_model_n_kv_head(cfg));
+    cJSON_AddNumberToObject(c, "head_dim", cfg->n_embd / cfg->n_head);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", cfg->seq_len);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", cfg->norm_eps > 0 ? cfg->norm_eps : 1e-5);
+    cJSON_AddNumberToObject(c, "rope_theta", cfg->rope_theta > 0 ? cfg->rope_theta : 10000.0);
+    if (cfg->rope_scaling_factor > 0) {
+        cJSON *r = cJSON_AddObjectToObject(c, "rope_scaling");
+        cJSON_AddStringToObject(r, "rope_type", "llama3");
+        cJSON_AddNumberToObject(r, "factor", cfg->rope_scaling_factor);
+        cJSON_AddNumberToObject(r, "low_freq_factor", cfg->rope_low_freq_factor);
+        cJSON_AddNumberToObject(r, "high_freq_factor", cfg->rope_high_freq_factor);
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings", cfg->rope_original_seq_len);
+    } else {
+        cJSON_AddNullToObject(c, "rope_scaling");
+    }
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", tri_model_tied(cfg));
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddBoolToObject(c, "attention_bias", 0);
+    cJSON_AddBoolToObject(c, "mlp_bias", 0);
+    cJSON_AddNumberToObject(c, "attention_dropout", 0.0);
+    cJSON_AddNumberToObject(c, "initializer_range", 0.02);
+    cJSON_AddStringToObject(c, "torch_dtype", "float32");
+    char *s = cJSON_Print(c);
+    cJSON_Delete(c);
+    return s;
+}
+
 char *tri_hf_config_json(const tri_model_cfg *cfg) {
+    if (cfg->arch == TRI_ARCH_LLAMA) return llama_config_json(cfg);
     cJSON *c = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
@@ -469,15 +558,33 @@ int tri_hf_config_parse(const char *json, const char *name, tri_model_cfg *cfg) 
         tri_error("%s: not valid JSON", name);
         return -1;
     }
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(c, "model_type");
+    int llama = cJSON_IsString(mt) && strcmp(mt->valuestring, "llama") == 0;
     struct {
         const char *key;
         int *dst;
-    } keys[] = {
+    } keys_gpt2[] = {
         {"n_embd", &cfg->n_embd},       {"n_head", &cfg->n_head},         {"n_layer", &cfg->n_layer},
         {"n_positions", &cfg->seq_len}, {"vocab_size", &cfg->vocab_size},
-    };
+    }, keys_llama[] = {
+        {"hidden_size", &cfg->n_embd},
+        {"num_attention_heads", &cfg->n_head},
+        {"num_hidden_layers", &cfg->n_layer},
+        {"max_position_embeddings", &cfg->seq_len},
+        {"vocab_size", &cfg->vocab_size},
+        {"intermediate_size", &cfg->ffn_hidden},
+        {"num_key_value_heads", &cfg->n_kv_head},
+    }, *keys = llama ? keys_llama : keys_gpt2;
+    size_t n_keys = llama ? sizeof keys_llama / sizeof keys_llama[0] : sizeof keys_gpt2 / sizeof keys_gpt2[0];
     int rc = 0;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    if (llama) {
+        cfg->arch = TRI_ARCH_LLAMA;
+        cfg->n_kv_head = 0; /* HF's default: num_attention_heads */
+        rc = llama_extras(c, name, cfg);
+    }
+    for (size_t i = 0; i < n_keys && rc == 0; i++) {
+        /* (num_key_value_heads may be absent: every head its own) */
+        if (keys[i].dst == &cfg->n_kv_head && !cJSON_GetObjectItemCaseSensitive(c, keys[i].key)) continue;
         cJSON *v = cJSON_GetObjectItemCaseSensitive(c, keys[i].key);
         /* the range check comes before the cast: (int)1e10 is undefined */
         double x = cJSON_IsNumber(v) ? v->valuedouble : 0;
@@ -493,6 +600,7 @@ int tri_hf_config_parse(const char *json, const char *name, tri_model_cfg *cfg) 
         }
         *keys[i].dst = (int)x;
     }
+    if (llama && cfg->n_kv_head == 0) cfg->n_kv_head = cfg->n_head;
     cJSON_Delete(c);
     return rc;
 }

@@ -3,7 +3,13 @@
  * A checkpoint directory holds
  *   model.safetensors      every tensor whole, in its global shape, under the
  *                          Hugging Face GPT-2 names and layouts (Conv1D
- *                          weights [in, out]; wte trimmed to the real vocab)
+ *                          weights [in, out]; wte trimmed to the real vocab),
+ *                          or for a Llama HF's Llama names and layouts
+ *                          (linears [out, in]; q/k/v_proj and gate/up_proj
+ *                          the separate tensors HF keeps, each the rows of
+ *                          the fused matrix; embed_tokens and lm_head trimmed
+ *                          to the real vocab; a replicated KV head written
+ *                          by the first of its TP ranks)
  *                          in fp32, bf16 or fp16 (checkpoint.dtype; fp32
  *                          widens 16-bit parameters exactly)
  *   optimizer.safetensors  AdamW moments under "exp_avg.<name>" and
@@ -11,7 +17,7 @@
  *                          fp32 master weights under "master.<name>" unless
  *                          model.safetensors holds them exactly (fp32
  *                          parameters saved in fp32: then it is the masters)
- *   config.json            a Hugging Face GPT-2 config
+ *   config.json            a Hugging Face GPT-2 (or Llama) config
  *   state.json             the trainer's state (the caller's text)
  * Every rank writes only the slices it owns into the one preallocated file
  * (replicated tensors by TP rank 0, only DP rank 0 writes; with the
@@ -63,12 +69,17 @@ int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri
  * every rank. */
 int tri_model_load(const char *dir, tri_gpt *g, tri_optim *o, tri_dist *d);
 
-/* The Hugging Face GPT-2 config.json text for cfg (malloc'd). */
+/* The Hugging Face config.json text for cfg (malloc'd): GPT2LMHeadModel, or
+ * for model.arch llama LlamaForCausalLM (num_key_value_heads,
+ * intermediate_size, rms_norm_eps, rope_theta, rope_scaling "llama3" or
+ * null, tie_word_embeddings). */
 char *tri_hf_config_json(const tri_model_cfg *cfg);
 
-/* Reads a model shape from a Hugging Face GPT-2 config.json text (n_embd,
- * n_head, n_layer, n_positions, vocab_size). `name` names the file in
- * messages. Returns 0 or -1. */
+/* Reads a model shape from a Hugging Face config.json text: GPT-2's
+ * (n_embd, n_head, n_layer, n_positions, vocab_size), or with model_type
+ * "llama" Llama's (hidden_size, num_attention_heads, num_hidden_layers,
+ * max_position_embeddings, vocab_size, intermediate_size, num_key_value_heads
+ * and the numbers above). `name` names the file in messages. Returns 0 or -1. */
 int tri_hf_config_parse(const char *json, const char *name, tri_model_cfg *cfg);
 
 #endif

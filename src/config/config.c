@@ -25,6 +25,7 @@
 #include "base/err.h"
 #include "base/file.h"
 #include "base/json.h"
+#include "model/gpt.h"
 
 /* ------------------------------------------------------------------------ */
 /* The field table                                                          */
@@ -89,7 +90,8 @@ static const int precision_values[] = {TRI_F32, TRI_BF16, TRI_F16};
 static const int device_values[] = {TRI_DEVICE_CPU, TRI_DEVICE_CPU_GUARD, TRI_DEVICE_CUDA};
 static const int recompute_values[] = {TRI_RECOMPUTE_NONE, TRI_RECOMPUTE_SELECTIVE, TRI_RECOMPUTE_FULL};
 static const int schedule_values[] = {TRI_SCHED_1F1B, TRI_SCHED_INTERLEAVED, TRI_SCHED_GPIPE, TRI_SCHED_ZBH1};
-_Static_assert(sizeof(tri_dtype) == sizeof(int) && sizeof(tri_device) == sizeof(int) &&
+static const int arch_values[] = {TRI_ARCH_GPT2, TRI_ARCH_LLAMA};
+_Static_assert(sizeof(tri_dtype) == sizeof(int) && sizeof(tri_device) == sizeof(int) && sizeof(tri_arch) == sizeof(int) &&
                    sizeof(tri_recompute) == sizeof(int) && sizeof(tri_sched_kind) == sizeof(int),
                "enum fields are stored as int");
 
@@ -108,6 +110,27 @@ static const field fields[] = {
     NUM(model, seq_len, 128, 1, 0, POS, "context length T (also position-embedding rows)"),
     NUM(model, vocab_size, 256, 2, 2147483648.0, R_LO | R_HI | R_HI_OPEN,
         "real vocabulary size V (padded to a multiple of 128 * tp)"),
+    CHOICE(model, arch, "gpt2", "gpt2|llama", arch_values, 15,
+           "architecture: gpt2 (LayerNorm, learned positions, GELU MLP, biases, tied head) or llama (RMSNorm, "
+           "RoPE, SwiGLU MLP, grouped-query attention, no biases; the keys below)"),
+    NUM(model, n_kv_head, 0, 0, 0, R_LO,
+        "llama: key/value heads, dividing n_head (0: n_head, multi-head; 1: multi-query); when tp > n_kv_head "
+        "each KV head is replicated over tp / n_kv_head TP ranks"),
+    NUM(model, ffn_hidden, 0, 0, 0, R_LO,
+        "llama: SwiGLU hidden size F, a multiple of tp (0: Llama's rule, int(2/3 * 4 n_embd) rounded up to "
+        "ffn_multiple_of)"),
+    NUM(model, ffn_multiple_of, 256, 1, 0, POS, "llama: what the default ffn_hidden is rounded up to"),
+    NUM(model, tie_embeddings, -1, -1, 1, R_LO | R_HI,
+        "true: the LM head is the token embedding; false: an LM head of its own, on the last pipeline stage "
+        "only (-1: the arch's default, gpt2 true, llama false; gpt2 is always tied)"),
+    NUM(model, norm_eps, 1e-5, 0, 0, GT0, "llama: RMSNorm epsilon (GPT-2's LayerNorm keeps 1e-5)"),
+    NUM(model, rope_theta, 10000, 0, 0, GT0, "llama: RoPE base theta (Llama 3: 500000)"),
+    NUM(model, rope_scaling_factor, 0, 0, 0, R_LO,
+        "llama: Llama 3.1 RoPE frequency scaling factor (0: off; Llama 3.1: 8)"),
+    NUM(model, rope_low_freq_factor, 1, 0, 0, GT0, "llama, with rope_scaling_factor: low-frequency factor"),
+    NUM(model, rope_high_freq_factor, 4, 0, 0, GT0, "llama, with rope_scaling_factor: high-frequency factor"),
+    NUM(model, rope_original_seq_len, 8192, 1, 0, POS,
+        "llama, with rope_scaling_factor: the original context length of the scaled model"),
 
     NUM(train, global_batch, 16, 1, 0, POS,
         "sequences per optimizer step over all DP ranks (a multiple of micro_batch)"),
@@ -445,8 +468,9 @@ static int parse_u64(const char *s, uint64_t *out) {
 
 /* An int field with the range [0, 1] is a switch: it also takes true/false. */
 static int is_flag(const field *f) {
-    return f->type == FT_INT && (f->flags & (R_LO | R_HI | R_LO_OPEN | R_HI_OPEN)) == (R_LO | R_HI) && f->lo == 0 &&
-           f->hi == 1;
+    /* (or [-1, 1]: a switch whose -1 means "the default", model.tie_embeddings) */
+    return f->type == FT_INT && (f->flags & (R_LO | R_HI | R_LO_OPEN | R_HI_OPEN)) == (R_LO | R_HI) &&
+           (f->lo == 0 || f->lo == -1) && f->hi == 1;
 }
 
 /* One JSON value into one field. */
@@ -660,6 +684,43 @@ static char *read_file(const char *path) {
 /* ------------------------------------------------------------------------ */
 /* Validation                                                               */
 
+/* The architecture's own rules: Llama's shapes (model/gpt.h), and no
+ * Llama-only key set away from its default on a GPT-2, where it would mean
+ * nothing (a config that says n_kv_head 2 with arch gpt2 is a mistake). */
+static int check_arch(const tri_config *cfg, const char *file) {
+    const tri_model_cfg *m = &cfg->model;
+    if (m->arch == TRI_ARCH_GPT2) {
+        const char *key = NULL;
+        char val[64] = "";
+        if (m->n_kv_head != 0 && m->n_kv_head != m->n_head)
+            key = "model.n_kv_head", snprintf(val, sizeof val, "%d", m->n_kv_head);
+        else if (m->ffn_hidden != 0)
+            key = "model.ffn_hidden", snprintf(val, sizeof val, "%d", m->ffn_hidden);
+        else if (m->tie_embeddings == 0)
+            key = "model.tie_embeddings", snprintf(val, sizeof val, "false");
+        else if (m->norm_eps != 1e-5)
+            key = "model.norm_eps", snprintf(val, sizeof val, "%g", m->norm_eps);
+        else if (m->rope_theta != 10000)
+            key = "model.rope_theta", snprintf(val, sizeof val, "%g", m->rope_theta);
+        else if (m->rope_scaling_factor != 0)
+            key = "model.rope_scaling_factor", snprintf(val, sizeof val, "%g", m->rope_scaling_factor);
+        if (key) {
+            report(file, "%s = %s is for model.arch \"llama\"; model.arch is \"gpt2\" (4 n_embd GELU MLP, n_head "
+                   "key/value heads, tied LM head, LayerNorm eps 1e-5, learned positions): set model.arch to "
+                   "\"llama\" or remove the key",
+                   key, val);
+            return -1;
+        }
+        return 0;
+    }
+    char why[512];
+    if (tri_model_arch_why(m, cfg->parallel.tp, why, sizeof why) != 0) {
+        report(file, "%s", why);
+        return -1;
+    }
+    return 0;
+}
+
 static int validate(const loading *L, const char *file) {
     const tri_config *cfg = &L->cfg;
     for (size_t i = 0; i < N_FIELDS; i++) {
@@ -705,6 +766,7 @@ static int validate(const loading *L, const char *file) {
             return -1;
         }
     }
+    if (check_arch(cfg, file) != 0) return -1;
     if (cfg->parallel.sequence_parallel) {
         if (cfg->parallel.tp < 2) {
             report(file,
@@ -858,7 +920,7 @@ void tri_config_help(FILE *f) {
     fprintf(f, "Configuration keys: set them in the JSON file as {\"section\": {\"key\": value}}\n"
                "(device at the top level: {\"device\": \"cuda\"}) or on the command line with\n"
                "--set section.key=value (--set device=cuda; later wins).\n\n");
-    fprintf(f, "  %-24s %-7s %-14s %-20s %s\n", "key", "type", "default", "range", "meaning");
+    fprintf(f, "  %-28s %-7s %-14s %-20s %s\n", "key", "type", "default", "range", "meaning");
     for (size_t i = 0; i < N_FIELDS; i++) {
         const field *fd = &fields[i];
         char name[64], def[64], range[96];
@@ -868,10 +930,14 @@ void tri_config_help(FILE *f) {
         else
             fmt_double(fd->def, def, sizeof def);
         describe_range(fd, range, sizeof range);
-        fprintf(f, "  %-24s %-7s %-14s %-20s %s\n", name, type_name(fd->type), def, range[0] ? range : "any", fd->help);
+        fprintf(f, "  %-28s %-7s %-14s %-20s %s\n", name, type_name(fd->type), def, range[0] ? range : "any", fd->help);
     }
     fprintf(f, "\nAlso checked: n_embd %% n_head == 0, global_batch %% micro_batch == 0, "
-               "min_lr <= lr, sequence_parallel only with tp > 1 and seq_len %% tp == 0.\n");
+               "min_lr <= lr, sequence_parallel only with tp > 1 and seq_len %% tp == 0.\n"
+               "llama: n_head %% n_kv_head == 0, an even head size n_embd / n_head (RoPE), n_kv_head and tp\n"
+               "one dividing the other (tp > n_kv_head replicates each KV head over tp / n_kv_head ranks),\n"
+               "ffn_hidden %% tp == 0, rope_high_freq_factor > rope_low_freq_factor with scaling; the llama\n"
+               "keys are refused on a gpt2 unless left at their defaults.\n");
 }
 
 int tri_config_has_key(const char *dotted) { return dotted != NULL && find_dotted(dotted) != NULL; }

@@ -125,19 +125,9 @@ static int stage_init(stage_desc *d, const tri_config *cfg, const tri_gpu_kind *
         return 0;
     }
     tri_gpt *g = &d->g;
-    g->cfg = *m;
+    tri_gpt_sizes(g, m, par->tp, 0);
     g->ctx = &d->ctx;
-    g->tp = par->tp;
     g->sp = par->sequence_parallel;
-    g->C = (size_t)m->n_embd;
-    g->NH = m->n_head;
-    g->NHl = m->n_head / par->tp;
-    g->HS = m->n_embd / m->n_head;
-    g->Cl = (size_t)g->NHl * (size_t)g->HS;
-    g->F = 4 * g->C;
-    g->Fl = g->F / (size_t)par->tp;
-    g->Vp = tri_padded_vocab(m->vocab_size, par->tp);
-    g->Vl = g->Vp / (size_t)par->tp;
     g->n_chunks = par->vpp;
     g->chunks = d->chunks;
     for (int k = 0; k < par->vpp; k++) {

@@ -208,6 +208,10 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                      t->plan.n_chunks) != 0)
         return rc;
     t->gpt.debug = t->debug;
+    if (t->gpt.kv_rep > 1 && mesh->rank == 0)
+        tri_log_note("model.n_kv_head (%d) < parallel.tp (%d): each key/value head is replicated over %d TP ranks "
+                     "(as Megatron does); their k/v weight gradients are summed over the copies",
+                     t->gpt.NKV, mesh->tp, t->gpt.kv_rep);
     if (tri_gpt_set_sequence_parallel(&t->gpt, cfg->parallel.sequence_parallel) != 0) return rc;
     rc = TRI_EXIT_FAILURE;
     /* ZeRO: every bucket (the last one padded) cuts into dp aligned shards */
@@ -245,7 +249,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                 return rc;
             /* the tied embedding's gradient is summed over the embedding
              * group (train_step) before its buckets are reduce-scattered */
-            for (int i = 0; i < ch->n_params && mesh->pp > 1; i++) {
+            for (int i = 0; i < ch->n_params && mesh->pp > 1 && t->gpt.tied; i++) {
                 const tri_param *p = &ch->params[i];
                 if (p->kind == TRI_P_WTE) tri_grad_sync_defer(&t->sync[k], p->offset, p->offset + p->numel);
             }

@@ -75,6 +75,7 @@ static void reduce_tied_embedding(trainer *t) {
     tri_gpt *g = &t->gpt;
     /* (a test-only fault leaves it out: model/debug.h) */
     if (t->dist.mesh.pp == 1 || t->debug.skip_tied_reduce) return;
+    if (!g->tied) return; /* an untied LM head (Llama): no second copy, no embedding group */
     for (int k = 0; k < g->n_chunks; k++) {
         tri_chunk *ch = &g->chunks[k];
         if (ch->has_embedding || ch->has_head)

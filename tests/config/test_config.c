@@ -25,8 +25,9 @@
 #include <cjson/cJSON.h>
 
 #include "config/config.h"
+#include "model/gpt.h"
 
-#define N_CONFIG_FIELDS 48 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 59 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -282,6 +283,59 @@ Test(config, sequence_parallel_switch) {
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"seq_len\": 10},"
                  " \"parallel\": {\"tp\": 4, \"sequence_parallel\": 1}}",
                  "model.seq_len (10)", "parallel.tp (4)");
+}
+
+/* model.arch: gpt2 by default, every Llama key at a default that means
+ * "the arch's own"; Llama's impossible shapes refused naming the keys and
+ * numbers; a Llama-only key away from its default on a gpt2 refused. */
+Test(config, llama_keys) {
+    tri_config c;
+    cr_assert_eq(tri_config_load(&c, NULL, OVS("data.train=x")), 0);
+    cr_expect(c.model.arch == TRI_ARCH_GPT2 && c.model.n_kv_head == 0 && c.model.ffn_hidden == 0 &&
+              c.model.tie_embeddings == -1 && c.model.norm_eps == 1e-5 && c.model.rope_theta == 10000 &&
+              c.model.rope_scaling_factor == 0);
+    cr_expect(tri_model_tied(&c.model));
+    cr_assert_eq(tri_config_load_string(&c,
+                                        "{\"data\": {\"train\": \"x\"}, \"model\": {\"arch\": \"llama\", "
+                                        "\"n_head\": 8, \"n_embd\": 128, \"n_kv_head\": 2, \"tie_embeddings\": false, "
+                                        "\"rope_theta\": 500000, \"rope_scaling_factor\": 8}, \"parallel\": {\"tp\": 4}}",
+                                        NULL),
+                 0);
+    cr_expect(c.model.arch == TRI_ARCH_LLAMA && c.model.n_kv_head == 2 && c.model.tie_embeddings == 0 &&
+              c.model.rope_theta == 500000 && !tri_model_tied(&c.model));
+    cr_expect_eq(tri_model_ffn_hidden(&c.model), 512);
+    cr_expect_eq(tri_config_load(&c, NULL, OVS("data.train=x", "model.arch=llama", "model.tie_embeddings=true")), 0);
+    cr_expect(tri_model_tied(&c.model));
+    cr_expect_eq(tri_config_load(&c, NULL, OVS("data.train=x", "model.arch=llama")), 0);
+    cr_expect(!tri_model_tied(&c.model) && tri_model_n_kv_head(&c.model) == 4);
+    /* Llama's shapes */
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"arch\": \"llama\", \"n_head\": 6, "
+                 "\"n_embd\": 48, \"n_kv_head\": 4}}",
+                 "model.n_head (6)", "model.n_kv_head (4)");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"arch\": \"llama\", \"n_head\": 4, "
+                 "\"n_embd\": 36}}",
+                 "head size 9", "odd", "RoPE");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"arch\": \"llama\", \"n_head\": 6, "
+                 "\"n_embd\": 48, \"n_kv_head\": 3}, \"parallel\": {\"tp\": 2}}",
+                 "model.n_kv_head (3)", "parallel.tp (2)");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"arch\": \"llama\", \"ffn_hidden\": 66}, "
+                 "\"parallel\": {\"tp\": 4}}",
+                 "model.ffn_hidden (66)", "parallel.tp (4)");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"arch\": \"llama\", \"rope_scaling_factor\": 8, "
+                 "\"rope_low_freq_factor\": 4, \"rope_high_freq_factor\": 1}}",
+                 "model.rope_high_freq_factor (1)", "model.rope_low_freq_factor (4)");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"arch\": \"gemma\"}}", "model.arch", "gemma",
+                 "gpt2|llama");
+    EXPECT_SET_ERROR("model.tie_embeddings=2", "model.tie_embeddings", "2");
+    /* Llama's keys on a gpt2 */
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"n_kv_head\": 2}}", "model.n_kv_head = 2",
+                 "model.arch");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"ffn_hidden\": 100}}", "model.ffn_hidden = 100");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"tie_embeddings\": false}}",
+                 "model.tie_embeddings = false");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"model\": {\"rope_theta\": 500000}}", "model.rope_theta = 500000");
+    /* n_kv_head = n_head and tie_embeddings true say what GPT-2 is anyway */
+    cr_expect_eq(tri_config_load(&c, NULL, OVS("data.train=x", "model.n_kv_head=4", "model.tie_embeddings=true")), 0);
 }
 
 Test(config, required_train_path) {
