@@ -7,6 +7,35 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* Every test process gets an Open MPI session directory base of its own.
+ * Open MPI 4 keeps the session directories of all jobs of a user under one
+ * $TMPDIR/ompi.<host>.<uid>, and a job that ends removes that directory when
+ * it is empty: another mpirun starting at that moment sees its mkdir fail
+ * ("A call to mkdir was unable to create the desired directory ... File
+ * exists", open-mpi/ompi#8510) and the test fails for nothing. Tests start
+ * mpirun from several processes at once (Criterion's jobs, ctest -j), so each
+ * process (Criterion execs a fresh one per test, running this again) points
+ * OMPI_MCA_orte_tmpdir_base at /tmp/trident-ompi-<pid>, which only its own
+ * jobs use. Open MPI creates it when a job starts (a process that starts none
+ * leaves nothing behind); the process removes it at exit. A value set by the
+ * user, not by a parent test process, is kept. */
+static char tt_ompi_base[64];
+static pid_t tt_ompi_owner;
+
+static void tt_ompi_base_remove(void) {
+    if (tt_ompi_owner == getpid() && access(tt_ompi_base, F_OK) == 0) tt_rmrf(tt_ompi_base);
+}
+
+__attribute__((constructor)) static void tt_ompi_base_set(void) {
+    const char *cur = getenv("OMPI_MCA_orte_tmpdir_base"), *ours = getenv("TT_OMPI_BASE");
+    if (cur && (!ours || strcmp(cur, ours) != 0)) return;
+    tt_ompi_owner = getpid();
+    snprintf(tt_ompi_base, sizeof tt_ompi_base, "/tmp/trident-ompi-%ld", (long)tt_ompi_owner);
+    setenv("OMPI_MCA_orte_tmpdir_base", tt_ompi_base, 1);
+    setenv("TT_OMPI_BASE", tt_ompi_base, 1);
+    atexit(tt_ompi_base_remove);
+}
+
 void tt_limit_as(rlim_t bytes) {
 #ifndef TT_ASAN
     struct rlimit as = {bytes, bytes};
