@@ -31,9 +31,18 @@
 
 /* Flags of one id (tri_tokenizer.flags). */
 enum {
-    TRI_TOK_PRESENT = 1, /* the id has a token (every id of a loaded file does) */
-    TRI_TOK_ADDED = 2,   /* an "added_tokens" entry: bytes are its raw content */
-    TRI_TOK_SPECIAL = 4  /* ... marked "special": true                          */
+    TRI_TOK_PRESENT = 1,   /* the id has a token (every id of a loaded file does) */
+    TRI_TOK_ADDED = 2,     /* an "added_tokens" entry: bytes are its raw content */
+    TRI_TOK_SPECIAL = 4,   /* ... marked "special": true                          */
+    TRI_TOK_NORMALIZED = 8 /* ... marked "normalized": true (matched second)      */
+};
+
+/* The split pattern of the pre-tokenizer (tri_tokenizer.pattern). */
+enum {
+    TRI_TOK_PAT_GPT2 = 0,  /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+    TRI_TOK_PAT_LLAMA3 = 1 /* Llama 3 / GPT-4 (cl100k):
+                            * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+                            *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+              */
 };
 
 typedef struct tri_tokenizer {
@@ -49,6 +58,21 @@ typedef struct tri_tokenizer {
     uint64_t *pair_key; /* (pair_cap) */
     int32_t *pair_rank; /* (pair_cap) */
     size_t pair_cap;    /* power of two, or 0 when there are no merges         */
+    int pattern;        /* TRI_TOK_PAT_*                                         */
+    /* Hugging Face's ignore_merges: a pre-token that is a vocab entry as a
+     * whole is that token, without BPE. Needs the bytes -> id table. */
+    int ignore_merges;
+    int32_t *word_id; /* (word_cap) open addressing over ids of regular tokens, -1 empty */
+    size_t word_cap;  /* power of two, or 0 */
+    /* match_added: the added tokens are found in the text before
+     * pre-tokenization (leftmost, then longest; those with "normalized":
+     * false first, then the others in the gaps), as Hugging Face does. Set
+     * for the Llama 3 kind; the GPT-2 kind encodes <|endoftext|> as text. */
+    int match_added;
+    int n_added;           /* matched added tokens                            */
+    int32_t *added_ord;    /* (n_added) their ids: by set, first byte, longest first */
+    uint32_t *added_start; /* (2 * 257) set k's tokens with first byte b are
+                               added_ord[added_start[257k + b] .. added_start[257k + b + 1]) */
 } tri_tokenizer;
 
 /* Loads a byte-level BPE tokenizer into *tk (overwritten; free it with
@@ -97,6 +121,13 @@ size_t tri_tokenizer_encode(const tri_tokenizer *tk, const char *text, size_t le
  * sets *text = NULL and returns SIZE_MAX; so does allocation failure. */
 size_t tri_tokenizer_decode(const tri_tokenizer *tk, const int32_t *ids, size_t n, char **text);
 
+/* tri_tokenizer_train with a split pattern (TRI_TOK_PAT_*). The Llama 3
+ * kind ends with two special added tokens, <|begin_of_text|> and
+ * <|end_of_text|> (the EOT), and vocab_size (>= 258) counts both; it
+ * matches added tokens in the text (match_added). */
+int tri_tokenizer_train_pat(tri_tokenizer *tk, const char *const *files, int n_files, int vocab_size, int n_threads,
+                            int pattern);
+
 /* Trains a tokenizer on the concatenated text of the files (".xz" files are
  * read through `xz -dc`) into *tk (overwritten). vocab_size (>= 257) counts
  * the 256 bytes and <|endoftext|>; training stops early, with a smaller
@@ -129,13 +160,19 @@ int tri_tokenizer_save(const tri_tokenizer *tk, const char *path);
  * 33..255 or 256..323). */
 uint32_t tri_tokenizer_byte_char(uint8_t b);
 
-/* End (exclusive) of the pre-token that starts at byte offset pos < len. */
+/* End (exclusive) of the pre-token that starts at byte offset pos < len
+ * (the GPT-2 pattern). */
 size_t tri_tokenizer_pretoken_end(const char *text, size_t len, size_t pos);
+/* The same for a pattern TRI_TOK_PAT_*. */
+size_t tri_tokenizer_pretoken_end_pat(int pattern, const char *text, size_t len, size_t pos);
 
 /* A safe place to cut text for independent encoding: the smallest p with
  * pos <= p < len such that pre-tokenizing [0, p) and [p, len) separately
- * gives the same pre-tokens as the whole (a non-white-space character ends
- * at p and an ASCII white-space byte starts there). Returns len if none. */
+ * gives the same pre-tokens as the whole, with either pattern (a
+ * non-white-space character ends at p and an ASCII white-space byte starts
+ * there; a \r or \n only after a letter or a number). Added tokens never
+ * hold such a place (the loader refuses those that would). Returns len if
+ * none. */
 size_t tri_tokenizer_cut_after(const char *text, size_t len, size_t pos);
 /* The largest such p with 0 < p <= pos, or 0 if none. */
 size_t tri_tokenizer_cut_before(const char *text, size_t len, size_t pos);

@@ -32,7 +32,7 @@
 
 typedef struct train_args {
     long vocab;
-    const char *out;
+    const char *out, *pattern;
     int threads;
     tri_opt_list corpus;
 } train_args;
@@ -55,17 +55,19 @@ typedef struct decode_args {
 static int train_options(train_args *a, int argc, char **argv, FILE *help) {
     const tri_opt opts[] = {
         {"--vocab-size", TRI_OPT_LONG, &a->vocab, "N", 257, 1L << 30,
-         .help = "tokens in the vocabulary, the 256 bytes and <|endoftext|> included"},
+         .help = "tokens in the vocabulary, the 256 bytes and the special tokens included"},
+        {"--pattern", TRI_OPT_STR, &a->pattern, "gpt2|llama3", .choices = "gpt2|llama3",
+         .help = "split pattern: gpt2 (default) or llama3 (Llama 3 / GPT-4)"},
         {"--out", TRI_OPT_STR, &a->out, "tok.json", .help = "the tokenizer.json to write"},
         {"--threads", TRI_OPT_INT, &a->threads, "K", 1, 4096, .help = THREADS_HELP},
     };
     const tri_cmd_spec spec = {
         .cmd = "trident tokenize train",
         .who = "tokenize train",
-        .usage = "--vocab-size N --out tok.json [--threads K] CORPUS...",
+        .usage = "--vocab-size N --out tok.json [--pattern gpt2|llama3] [--threads K] CORPUS...",
         .about = "  learn a byte-level BPE tokenizer from text files (.xz read through xz -dc);\n"
-                 "  N counts the 256 bytes and <|endoftext|> (N >= 257); writes a Hugging Face\n"
-                 "  tokenizer.json\n",
+                 "  N counts the 256 bytes and the special tokens (gpt2: N >= 257, llama3:\n"
+                 "  N >= 258); writes a Hugging Face tokenizer.json\n",
         .opts = opts,
         .n_opts = TRI_OPT_N(opts),
         .pos = &a->corpus,
@@ -172,7 +174,8 @@ static int cmd_train(int argc, char **argv) {
     if (tri_text_check(files, n_files, &total)) goto done;
     double t0 = tri_now_s();
     tri_stop_install(TRI_STOP_SECOND_KILLS);
-    if (tri_tokenizer_train(&tk, files, n_files, (int)a.vocab, a.threads)) {
+    int pattern = a.pattern && !strcmp(a.pattern, "llama3") ? TRI_TOK_PAT_LLAMA3 : TRI_TOK_PAT_GPT2;
+    if (tri_tokenizer_train_pat(&tk, files, n_files, (int)a.vocab, a.threads, pattern)) {
         if (tri_stop_signal()) rc = tri_exit_signal(tri_stop_signal()); /* said; nothing was written */
         goto done;
     }
