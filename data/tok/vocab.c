@@ -439,6 +439,35 @@ static int hf_kind(const char *file, const cJSON *root, int *pattern, int *match
     return 0;
 }
 
+/* Hugging Face tokenizers does not take the id of an added token from the
+ * file unless its content is a model.vocab entry: the others get, in file
+ * order, the number of vocab entries, then one more than the largest id
+ * given so far (AddedVocabulary::add_tokens). A file whose ids differ from
+ * those would be encoded with other ids there, so it is refused. */
+static int check_added_ids(const char *file, const cJSON *added, const cJSON *vocab) {
+    if (!cJSON_IsArray(added)) return 0;
+    long n_vocab = (long)json_count(vocab), max_id = -1;
+    int k = 0;
+    for (const cJSON *e = added->child; e; e = e->next, k++) {
+        const char *content = cJSON_GetObjectItemCaseSensitive(e, "content")->valuestring;
+        long id = (long)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble, hf;
+        const cJSON *in_vocab = cJSON_GetObjectItemCaseSensitive(vocab, content);
+        if (cJSON_IsNumber(in_vocab))
+            hf = (long)in_vocab->valuedouble;
+        else
+            hf = max_id < 0 || max_id < n_vocab ? n_vocab : max_id + 1;
+        if (hf != id) {
+            tri_error("%s: added_tokens[%d] (\"%.60s\") has id %ld, but Hugging Face tokenizers gives it id %ld "
+                      "(added tokens not in model.vocab are numbered after its %ld entries, in order): the file "
+                      "is inconsistent",
+                      file, k, content, id, hf, n_vocab);
+            return -1;
+        }
+        if (hf > max_id) max_id = hf;
+    }
+    return 0;
+}
+
 static int load_hf_json(tri_tokenizer *tk, const char *path) {
     char *text;
     size_t len;
@@ -499,6 +528,7 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
     L.id_limit = json_count(added) + json_count(vocab);
     if (load_added(&L, added)) goto fail;
     if (load_vocab(&L, vocab, "model.vocab")) goto fail;
+    if (check_added_ids(path, added, vocab)) goto fail;
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(model, "merges");
     if (!cJSON_IsArray(ms)) {
         tri_error("%s: model.merges is missing or not an array", path);

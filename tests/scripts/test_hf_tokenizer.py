@@ -83,6 +83,7 @@ HARD = [
     "partial <|begin_of_text| <|begin_of_text|><|begin_of_text|> <|eot_id|>x<|eot_id|>",
     "\u2028line sep\u2029para sep\u0085nel\x0bvt\x0cff",
     "AbCdEfG HIJKLmnop QRS'S tuv'T",
+    "added: Q<tool>x Q<tool Q<<tool>> <tool><tool>Q<Q<",
 ]
 
 # Code point ranges to draw random text from: Latin, Greek, Cyrillic, Hebrew,
@@ -220,7 +221,6 @@ def add_whole_words(path, out, hf, docs, k):
     j = json.load(open(path, encoding="utf-8"))
     j["model"]["ignore_merges"] = True
     vocab = j["model"]["vocab"]
-    nxt = max(max(vocab.values()), max([a["id"] for a in j["added_tokens"]] + [0])) + 1
     specials = "|".join(re.escape(a["content"]) for a in j["added_tokens"]) or "(?!)"
     seen = []
     for d in docs:
@@ -235,9 +235,16 @@ def add_whole_words(path, out, hf, docs, k):
                 break
         if len(seen) == k:
             break
+    # the new entries take the ids after the vocab; added tokens that are not
+    # vocab entries move behind them (HF numbers those after the vocab)
+    nxt = len(vocab)
     for w in seen:
         vocab[w] = nxt
         nxt += 1
+    for a in j["added_tokens"]:
+        if a["content"] not in vocab:
+            a["id"] = nxt
+            nxt += 1
     json.dump(j, open(out, "w", encoding="utf-8"), ensure_ascii=False)
     return Tokenizer.from_file(out), seen
 
@@ -291,7 +298,7 @@ def main():
         env = dict(os.environ, TRI_HF_TOK_IN_VENV="1")
         sys.exit(subprocess.run([py] + sys.argv, env=env).returncode)
     import tokenizers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     print("Hugging Face tokenizers %s" % tokenizers.__version__)
     rng = random.Random(20)
     tmp = tempfile.mkdtemp(prefix="hf_tok_", dir=build)
@@ -304,6 +311,10 @@ def main():
 
     # 1a. HF's Llama 3 kind, ignore_merges, with whole-word entries BPE would not make
     hf = hf_train_llama(corpus, 3000, specials, True)
+    # added tokens that are not special: "<tool>" is matched first
+    # (normalized: false), "Q<" in the gaps (normalized: true)
+    hf.add_tokens([AddedToken("<tool>", normalized=False, special=False),
+                   AddedToken("Q<", normalized=True, special=False)])
     p = os.path.join(tmp, "hf_llama.json")
     hf.save(p)
     hf0 = hf
