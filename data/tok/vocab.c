@@ -22,6 +22,7 @@
 /* A token being loaded. */
 typedef struct ltok {
     int present, added, special, normalized;
+    int in_vocab;    /* an added token that model.vocab lists as the same string */
     size_t off, len; /* bytes in the loader's pool */
 } ltok;
 
@@ -142,9 +143,11 @@ static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
             /* tokenizer.json lists its added tokens in the vocab too, under the
              * same id, as the raw content or in byte-level characters */
             const uint8_t *c = L->pool + t->off;
-            if ((t->len == sl && memcmp(c, s, sl) == 0) ||
-                (nb >= 0 && (size_t)nb == t->len && memcmp(c, tmp, t->len) == 0))
+            if (t->len == sl && memcmp(c, s, sl) == 0) {
+                t->in_vocab = 1;
                 continue;
+            }
+            if (nb >= 0 && (size_t)nb == t->len && memcmp(c, tmp, t->len) == 0) continue;
             tri_error("%s: %s[\"%s\"]: id %d clashes with added_tokens \"%.*s\", which has the same id", L->file, what,
                       s, id, (int)(t->len > 60 ? 60 : t->len), (const char *)c);
             goto fail;
@@ -444,16 +447,29 @@ static int hf_kind(const char *file, const cJSON *root, int *pattern, int *match
  * order, the number of vocab entries, then one more than the largest id
  * given so far (AddedVocabulary::add_tokens). A file whose ids differ from
  * those would be encoded with other ids there, so it is refused. */
-static int check_added_ids(const char *file, const cJSON *added, const cJSON *vocab) {
+static int check_added_ids(loader *L, const cJSON *added, const cJSON *vocab) {
     if (!cJSON_IsArray(added)) return 0;
+    const char *file = L->file;
     long n_vocab = (long)json_count(vocab), max_id = -1;
     int k = 0;
     for (const cJSON *e = added->child; e; e = e->next, k++) {
         const char *content = cJSON_GetObjectItemCaseSensitive(e, "content")->valuestring;
-        long id = (long)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble, hf;
-        const cJSON *in_vocab = cJSON_GetObjectItemCaseSensitive(vocab, content);
-        if (cJSON_IsNumber(in_vocab))
-            hf = (long)in_vocab->valuedouble;
+        long id = (long)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble, hf = -1;
+        size_t cl = strlen(content);
+        uint8_t *tmp = malloc(cl + 1);
+        if (!tmp) {
+            tri_error("%s: out of memory", file);
+            return -1;
+        }
+        /* the vocab key equal to content: at the same id, or a regular
+         * token (keys are byte-level strings: the same bytes, the same key) */
+        long nb = tri_tok_bytelevel_decode(content, cl, tmp);
+        int64_t *v = nb > 0 ? tri_bmap_find(&L->by_bytes, tmp, (size_t)nb, tri_bmap_hash(tmp, (size_t)nb)) : NULL;
+        free(tmp);
+        if (L->tok[id].in_vocab)
+            hf = id;
+        else if (v)
+            hf = (long)*v;
         else
             hf = max_id < 0 || max_id < n_vocab ? n_vocab : max_id + 1;
         if (hf != id) {
@@ -528,7 +544,7 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
     L.id_limit = json_count(added) + json_count(vocab);
     if (load_added(&L, added)) goto fail;
     if (load_vocab(&L, vocab, "model.vocab")) goto fail;
-    if (check_added_ids(path, added, vocab)) goto fail;
+    if (check_added_ids(&L, added, vocab)) goto fail;
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(model, "merges");
     if (!cJSON_IsArray(ms)) {
         tri_error("%s: model.merges is missing or not an array", path);
