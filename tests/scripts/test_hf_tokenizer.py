@@ -23,7 +23,9 @@ The reference runs in a virtualenv under the build directory
 cannot be made (no network, no venv module), the test is skipped (exit 77)
 with a message saying why.
 
-usage: test_hf_tokenizer.py TRIDENT SOURCE_DIR BUILD_DIR
+With --big it also checks a tokenizer of Llama 3's size and shape (see big()).
+
+usage: test_hf_tokenizer.py TRIDENT SOURCE_DIR BUILD_DIR [--big]
 """
 import json
 import lzma
@@ -210,6 +212,41 @@ def hf_train_llama(corpus_path, vocab, specials, ignore_merges):
     return t
 
 
+def llama_post_processor(t):
+    """Llama 3's post-processor: ByteLevel, then a template that puts
+    <|begin_of_text|> first (HF applies it only with add_special_tokens)."""
+    from tokenizers import processors
+    t.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                      pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                      special_tokens=[("<|begin_of_text|>", t.token_to_id("<|begin_of_text|>"))])])
+
+
+def big(trident, src, tmp, rng):
+    """--big: a tokenizer of Llama 3's shape and size (128,000 vocab entries
+    with ignore_merges, <|begin_of_text|> and <|end_of_text|> among them, 253
+    more special tokens after them, Llama 3's post-processor), trained by HF
+    on the corpus plus 3 MB of generated text (about a minute and a half on
+    two cores), then the test documents and the whole Bible."""
+    from tokenizers import AddedToken
+    corpus = os.path.join(tmp, "big_corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+        f.write(corpus_text(src, rng) + "".join(random_doc(rng, 300) + "\n" for _ in range(3000)))
+    hf = hf_train_llama(corpus, 128000, ["<|begin_of_text|>", "<|end_of_text|>"], True)
+    names = ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"] + \
+        ["<|reserved_special_token_%d|>" % i for i in range(250)]
+    hf.add_special_tokens([AddedToken(n, special=True, normalized=False) for n in names])
+    llama_post_processor(hf)
+    p = os.path.join(tmp, "big.json")
+    hf.save(p)
+    docs = HARD + [random_doc(rng, rng.randrange(5, 2000)) for _ in range(500)]
+    docs = [d.replace("<|end_of_text|>", "<|reserved_special_token_7|>") for d in docs]
+    with lzma.open(os.path.join(src, "data", "corpus", "kjv.txt.xz"), "rt", encoding="utf-8") as f:
+        docs.append(f.read())
+    compare(trident, hf, p, docs, tmp, "big (vocab %d)" % hf.get_vocab_size(), "<|end_of_text|>")
+
+
 def add_whole_words(path, out, hf, docs, k):
     """Writes `out`: the tokenizer of `path` with ignore_merges and vocab
     entries for k (None: all) pre-tokens of the documents that BPE splits in
@@ -315,6 +352,7 @@ def main():
     # (normalized: false), "Q<" in the gaps (normalized: true)
     hf.add_tokens([AddedToken("<tool>", normalized=False, special=False),
                    AddedToken("Q<", normalized=True, special=False)])
+    llama_post_processor(hf)
     p = os.path.join(tmp, "hf_llama.json")
     hf.save(p)
     hf0 = hf
@@ -365,6 +403,9 @@ def main():
 
     # 3. kinds Trident does not implement
     refusals(trident, tmp)
+
+    if "--big" in sys.argv[4:]:
+        big(trident, src, tmp, rng)
 
     if FAILS:
         print("%d failure(s)" % len(FAILS))
