@@ -1,23 +1,26 @@
-/* Byte-level BPE tokenizer (GPT-2 style): pre-tokenizer, encode, decode,
- * training, and the Hugging Face tokenizer.json / GPT-2 vocab.json +
- * merges.txt file formats. docs/tokenizer.md has the choices in detail.
+/* Byte-level BPE tokenizer of two kinds, GPT-2's and Llama 3's (GPT-4's
+ * cl100k split): pre-tokenizer, encode, decode, training, and the Hugging
+ * Face tokenizer.json / GPT-2 vocab.json + merges.txt file formats.
+ * docs/tokenizer.md has the choices in detail.
  *
  * Text is bytes. Every byte sequence, valid UTF-8 or not, encodes, and
  * decode(encode(x)) == x byte for byte. The pre-tokenizer has the semantics
- * of GPT-2's split pattern
- *     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * written by hand (no regex library): letters and numbers are the Unicode 16.0
- * general categories L* and N*, \s is the Unicode White_Space property, and a
- * byte that is not part of a well-formed UTF-8 sequence is one character of
- * its own that is neither (it groups with punctuation). Merges never cross
- * pre-token boundaries. The literal string <|endoftext|> in the text is
- * encoded as ordinary text; callers insert tri_tokenizer_eot() themselves.
+ * of the kind's split pattern (TRI_TOK_PAT_*) written by hand (no regex
+ * library): letters and numbers are the Unicode 16.0 general categories L*
+ * and N*, \s is the Unicode White_Space property, and a byte that is not
+ * part of a well-formed UTF-8 sequence is one character of its own that is
+ * neither (it groups with punctuation). Merges never cross pre-token
+ * boundaries. The GPT-2 kind encodes the literal string <|endoftext|> as
+ * ordinary text (callers insert tri_tokenizer_eot() themselves); the
+ * Llama 3 kind finds its added tokens (<|begin_of_text|>, ...) in the text
+ * first, as Hugging Face tokenizers does (match_added).
  *
  * Ids of a tokenizer Trident trains: 0..255 are the single bytes in GPT-2's
  * base order (the bytes ! .. ~, the bytes 0xA1 .. 0xAC, 0xAE .. 0xFF, then
  * the remaining 68 bytes in increasing order, so that id 188 + b is byte b
  * for b <= 32), then one id per merge in merge order, and <|endoftext|> last
- * (id vocab_size - 1). The trivial byte tokenizer has id == byte value.
+ * (id vocab_size - 1); the Llama 3 kind ends with <|begin_of_text|> and
+ * <|end_of_text|> instead. The trivial byte tokenizer has id == byte value.
  *
  * Errors print one line "trident: FILE: ..." to stderr and return -1; the
  * library never exits. A tri_tokenizer is read-only after load/train, so

@@ -407,10 +407,14 @@ static int hf_kind(const char *file, const cJSON *root, int *pattern, int *match
                           file, rx->valuestring);
                 return -1;
             }
-            if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated") ||
-                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sp, "invert"))) {
-                tri_error("%s: pre_tokenizer.pretokenizers[0]: only behavior \"Isolated\" without invert is "
-                          "supported",
+            /* both patterns match every character, so nothing lies between
+             * the matches: "Removed" with invert (OLMo 2's form) keeps them
+             * all just as "Isolated" does */
+            int inv = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sp, "invert"));
+            if (!cJSON_IsString(beh) ||
+                !((!strcmp(beh->valuestring, "Isolated") && !inv) || (!strcmp(beh->valuestring, "Removed") && inv))) {
+                tri_error("%s: pre_tokenizer.pretokenizers[0]: only behavior \"Isolated\" (or \"Removed\" with "
+                          "invert) is supported",
                           file);
                 return -1;
             }

@@ -367,6 +367,11 @@ def main():
     p2 = os.path.join(tmp, "hf_llama_strmerges.json")
     json.dump(j, open(p2, "w", encoding="utf-8"), ensure_ascii=False)
     compare(trident, Tokenizer.from_file(p2), p2, docs, tmp, "hf_llama_strmerges", "<|end_of_text|>")
+    # OLMo 2's form of the same Split: behavior Removed, inverted
+    j["pre_tokenizer"]["pretokenizers"][0].update(behavior="Removed", invert=True)
+    p3 = os.path.join(tmp, "hf_llama_removed.json")
+    json.dump(j, open(p3, "w", encoding="utf-8"), ensure_ascii=False)
+    compare(trident, Tokenizer.from_file(p3), p3, docs, tmp, "hf_llama_removed_inverted", "<|end_of_text|>")
     # 1c. every pre-token HF makes is a vocab entry: one id per pre-token
     pw = os.path.join(tmp, "hf_llama_words.json")
     hw, words = add_whole_words(p, pw, hf0, docs, None)
