@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/cmd_tokenize.h"
+#include "data/dataset.h"
 #include "data/tok/tokenizer.h"
 
 static char g_dir[256];
@@ -368,4 +370,64 @@ Test(tok_llama3_train, specials_last_and_merges_follow_the_pattern, .init = make
     tri_tokenizer_free(&l3);
     tri_tokenizer_free(&g2);
     free(corpus);
+}
+
+/* The tokens of a whole token file. */
+static int32_t *read_tokens(const char *path, size_t *n) {
+    tri_dataset ds;
+    cr_assert_eq(tri_dataset_open(&ds, path, 0), 0, "cannot open %s", path);
+    int32_t *t = malloc((ds.n_tokens + 1) * sizeof *t);
+    cr_assert(t != NULL);
+    tri_dataset_read(&ds, 0, ds.n_tokens, t);
+    *n = ds.n_tokens;
+    tri_dataset_close(&ds);
+    return t;
+}
+
+/* `trident tokenize train --pattern llama3` writes the Llama 3 kind, and
+ * `encode` with it finds special tokens in the text and puts <|end_of_text|>
+ * between documents (llm.c: before each); a pattern it does not know is
+ * refused with exit code 2. */
+Test(tok_llama3_cli, train_and_encode, .init = make_dir, .fini = remove_dir) {
+    capture_stderr();
+    char corpus_p[400], tok_p[400], doc_p[400], out_p[400], bin_p[420];
+    const char *line = "Hello there, world.\n\nIt's 2024: numbers 1234567 and MORE'S.\n";
+    size_t cap = 300 * strlen(line) + 1, n = 0;
+    char *corpus = malloc(cap);
+    for (int i = 0; i < 300; i++) n += (size_t)snprintf(corpus + n, cap - n, "%s", line);
+    write_str(path_in(corpus_p, sizeof corpus_p, "corpus.txt"), corpus);
+    path_in(tok_p, sizeof tok_p, "l3.json");
+    const char *targv[] = {"tokenize", "train", "--vocab-size", "400", "--pattern", "llama3", "--out", tok_p, corpus_p};
+    cr_assert_eq(tri_cmd_tokenize(9, (char **)targv), 0);
+    tri_tokenizer tk;
+    cr_assert_eq(tri_tokenizer_load(&tk, tok_p), 0);
+    cr_assert_eq(tk.pattern, TRI_TOK_PAT_LLAMA3);
+    int v = tk.vocab_size; /* the corpus may run out of pairs before 400 */
+    cr_assert(v > 258 && v <= 400);
+    cr_assert_eq(tri_tokenizer_eot(&tk), v - 1);
+
+    const char *doc = "<|begin_of_text|>Hello there, world.<|end_of_text|> 1234567";
+    write_str(path_in(doc_p, sizeof doc_p, "doc.txt"), doc);
+    path_in(out_p, sizeof out_p, "out");
+    const char *eargv[] = {"tokenize", "encode", "--tokenizer", tok_p,     "--format",
+                           "llmc",     "--out",  out_p,         "--quiet", doc_p};
+    cr_assert_eq(tri_cmd_tokenize(10, (char **)eargv), 0);
+    snprintf(bin_p, sizeof bin_p, "%s.bin", out_p);
+    size_t nt;
+    int32_t *got = read_tokens(bin_p, &nt);
+    int32_t *want;
+    size_t nw = tri_tokenizer_encode(&tk, doc, strlen(doc), &want);
+    cr_assert_eq(nt, nw + 1);
+    cr_assert_eq(got[0], v - 1, "llm.c: <|end_of_text|> first");
+    cr_assert_eq(got[1], v - 2, "<|begin_of_text|> found in the text");
+    cr_assert(!memcmp(got + 1, want, nw * sizeof *want));
+    int found_eot = 0;
+    for (size_t i = 2; i < nt; i++) found_eot += got[i] == v - 1;
+    cr_assert_eq(found_eot, 1, "<|end_of_text|> in the text is one id");
+    free(got), free(want), free(corpus);
+    tri_tokenizer_free(&tk);
+
+    const char *bargv[] = {"tokenize", "train", "--vocab-size", "400", "--pattern", "cl100k", "--out", tok_p, corpus_p};
+    cr_assert_eq(tri_cmd_tokenize(9, (char **)bargv), 2);
+    cr_assert(stderr_has("cl100k"));
 }
