@@ -85,14 +85,16 @@ static int32_t word_lookup(const tri_tokenizer *tk, const uint8_t *w, size_t n) 
 int tri_tok_build_added(tri_tokenizer *tk) {
     free(tk->added_ord);
     free(tk->added_start);
+    free(tk->added_pairs);
     tk->added_ord = NULL;
     tk->n_added = 0;
     tk->added_start = calloc(2 * 257, sizeof *tk->added_start);
+    tk->added_pairs = calloc(2 * 8192, 1);
     int n = 0;
     for (int id = 0; id < tk->vocab_size; id++)
         if (tk->flags[id] & TRI_TOK_ADDED && tok_len(tk, id) > 0) n++;
     tk->added_ord = malloc((size_t)(n ? n : 1) * sizeof *tk->added_ord);
-    if (!tk->added_start || !tk->added_ord) return -1;
+    if (!tk->added_start || !tk->added_ord || !tk->added_pairs) return -1;
     /* counting sort by (set, first byte), then longest first within a bucket */
     for (int id = 0; id < tk->vocab_size; id++)
         if (tk->flags[id] & TRI_TOK_ADDED && tok_len(tk, id) > 0) {
@@ -105,7 +107,13 @@ int tri_tok_build_added(tri_tokenizer *tk) {
     for (int id = 0; id < tk->vocab_size; id++)
         if (tk->flags[id] & TRI_TOK_ADDED && tok_len(tk, id) > 0) {
             int set = (tk->flags[id] & TRI_TOK_NORMALIZED) != 0;
-            uint32_t at = fill[257 * set + tk->tok_bytes[tk->tok_off[id]]]++;
+            const uint8_t *b = tk->tok_bytes + tk->tok_off[id];
+            for (unsigned x = 0; x < 256; x++) /* the first two bytes; any second one after a 1-byte token */
+                if (tok_len(tk, id) == 1 || x == b[1]) {
+                    unsigned k = (unsigned)b[0] << 8 | x;
+                    tk->added_pairs[8192 * set + (k >> 3)] |= (uint8_t)(1u << (k & 7));
+                }
+            uint32_t at = fill[257 * set + b[0]]++;
             while (at > tk->added_start[257 * set + tk->tok_bytes[tk->tok_off[id]]] &&
                    tok_len(tk, tk->added_ord[at - 1]) < tok_len(tk, id)) {
                 tk->added_ord[at] = tk->added_ord[at - 1];
@@ -121,9 +129,15 @@ int tri_tok_build_added(tri_tokenizer *tk) {
  * returns its offset (len if none) and sets *id. */
 static size_t find_added(const tri_tokenizer *tk, int set, const uint8_t *s, size_t len, size_t pos, int32_t *id) {
     const uint32_t *st = tk->added_start + 257 * set;
+    const uint8_t *pairs = tk->added_pairs + 8192 * set;
     if (st[256] == st[0]) return len;
     for (size_t i = pos; i < len; i++) {
         uint32_t a = st[s[i]], b = st[s[i] + 1];
+        if (a == b) continue;
+        if (i + 1 < len) { /* no token starts with these two bytes: "<d" in HTML, for Llama 3's "<|...|>" */
+            unsigned k = (unsigned)s[i] << 8 | s[i + 1];
+            if (!(pairs[k >> 3] >> (k & 7) & 1)) continue;
+        }
         for (uint32_t k = a; k < b; k++) {
             int32_t t = tk->added_ord[k];
             size_t n = tok_len(tk, t);
@@ -443,6 +457,7 @@ void tri_tokenizer_free(tri_tokenizer *tk) {
     free(tk->word_id);
     free(tk->added_ord);
     free(tk->added_start);
+    free(tk->added_pairs);
     memset(tk, 0, sizeof *tk);
 }
 

@@ -76,6 +76,8 @@ typedef struct tri_tokenizer {
     int32_t *added_ord;    /* (n_added) their ids: by set, first byte, longest first */
     uint32_t *added_start; /* (2 * 257) set k's tokens with first byte b are
                                added_ord[added_start[257k + b] .. added_start[257k + b + 1]) */
+    uint8_t *added_pairs;  /* (2 * 8192) bit (b0 << 8 | b1) of set k: a token of
+                              the set may start with bytes b0 b1 */
 } tri_tokenizer;
 
 /* Loads a byte-level BPE tokenizer into *tk (overwritten; free it with

@@ -23,6 +23,7 @@
 typedef struct ltok {
     int present, added, special, normalized;
     int in_vocab;    /* an added token that model.vocab lists as the same string */
+    int vocab_bytes; /* ... or as a byte-level key of the same bytes: a regular token too */
     size_t off, len; /* bytes in the loader's pool */
 } ltok;
 
@@ -143,11 +144,13 @@ static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
             /* tokenizer.json lists its added tokens in the vocab too, under the
              * same id, as the raw content or in byte-level characters */
             const uint8_t *c = L->pool + t->off;
-            if (t->len == sl && memcmp(c, s, sl) == 0) {
-                t->in_vocab = 1;
-                continue;
+            t->in_vocab = t->len == sl && memcmp(c, s, sl) == 0;
+            t->vocab_bytes = nb > 0 && (size_t)nb == t->len && memcmp(c, tmp, t->len) == 0;
+            if (t->vocab_bytes) { /* merges and the byte table may use it (HF's added "@") */
+                int64_t *v = tri_bmap_upsert(&L->by_bytes, tmp, (size_t)nb, tri_bmap_hash(tmp, (size_t)nb), id);
+                if (!v) goto oom;
             }
-            if (nb >= 0 && (size_t)nb == t->len && memcmp(c, tmp, t->len) == 0) continue;
+            if (t->in_vocab || t->vocab_bytes) continue;
             tri_error("%s: %s[\"%s\"]: id %d clashes with added_tokens \"%.*s\", which has the same id", L->file, what,
                       s, id, (int)(t->len > 60 ? 60 : t->len), (const char *)c);
             goto fail;
@@ -313,7 +316,7 @@ static int loader_finish(loader *L, tri_tokenizer *tk) {
         k += t->len;
         tk->flags[i] = (uint8_t)(TRI_TOK_PRESENT | (t->added ? TRI_TOK_ADDED : 0) | (t->special ? TRI_TOK_SPECIAL : 0) |
                                  (t->added && t->normalized ? TRI_TOK_NORMALIZED : 0));
-        if (!t->added && t->len == 1) tk->byte_id[L->pool[t->off]] = i;
+        if ((!t->added || t->vocab_bytes) && t->len == 1) tk->byte_id[L->pool[t->off]] = i;
         if (t->len == sizeof k_eot - 1 && memcmp(L->pool + t->off, k_eot, t->len) == 0 && (tk->eot < 0 || t->added))
             tk->eot = i;
     }

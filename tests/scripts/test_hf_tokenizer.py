@@ -85,7 +85,7 @@ HARD = [
     "partial <|begin_of_text| <|begin_of_text|><|begin_of_text|> <|eot_id|>x<|eot_id|>",
     "\u2028line sep\u2029para sep\u0085nel\x0bvt\x0cff",
     "AbCdEfG HIJKLmnop QRS'S tuv'T",
-    "added: Q<tool>x Q<tool Q<<tool>> <tool><tool>Q<Q<",
+    "added: Q<tool>x Q<tool Q<<tool>> <tool><tool>Q<Q< a@b @@ <@tool> email@example.com @",
 ]
 
 # Code point ranges to draw random text from: Latin, Greek, Cyrillic, Hebrew,
@@ -348,10 +348,11 @@ def main():
 
     # 1a. HF's Llama 3 kind, ignore_merges, with whole-word entries BPE would not make
     hf = hf_train_llama(corpus, 3000, specials, True)
-    # added tokens that are not special: "<tool>" is matched first
+    # added tokens that are not special: "<tool>" and "@" are matched first
     # (normalized: false), "Q<" in the gaps (normalized: true)
     hf.add_tokens([AddedToken("<tool>", normalized=False, special=False),
-                   AddedToken("Q<", normalized=True, special=False)])
+                   AddedToken("Q<", normalized=True, special=False),
+                   AddedToken("@", normalized=False, special=False)])
     llama_post_processor(hf)
     p = os.path.join(tmp, "hf_llama.json")
     hf.save(p)
