@@ -82,6 +82,12 @@ static int32_t word_lookup(const tri_tokenizer *tk, const uint8_t *w, size_t n) 
 
 /* ---- added tokens matched in the text ------------------------------------------------ */
 
+/* An added token the text is searched for. */
+static int matchable(const tri_tokenizer *tk, int id) {
+    return tk->flags[id] & TRI_TOK_ADDED && tok_len(tk, id) > 0 &&
+           !(tk->split_special && tk->flags[id] & TRI_TOK_SPECIAL);
+}
+
 int tri_tok_build_added(tri_tokenizer *tk) {
     free(tk->added_ord);
     free(tk->added_start);
@@ -92,12 +98,12 @@ int tri_tok_build_added(tri_tokenizer *tk) {
     tk->added_pairs = calloc(2 * 8192, 1);
     int n = 0;
     for (int id = 0; id < tk->vocab_size; id++)
-        if (tk->flags[id] & TRI_TOK_ADDED && tok_len(tk, id) > 0) n++;
+        if (matchable(tk, id)) n++;
     tk->added_ord = malloc((size_t)(n ? n : 1) * sizeof *tk->added_ord);
     if (!tk->added_start || !tk->added_ord || !tk->added_pairs) return -1;
     /* counting sort by (set, first byte), then longest first within a bucket */
     for (int id = 0; id < tk->vocab_size; id++)
-        if (tk->flags[id] & TRI_TOK_ADDED && tok_len(tk, id) > 0) {
+        if (matchable(tk, id)) {
             int set = (tk->flags[id] & TRI_TOK_NORMALIZED) != 0;
             tk->added_start[257 * set + tk->tok_bytes[tk->tok_off[id]] + 1]++;
         }
@@ -105,7 +111,7 @@ int tri_tok_build_added(tri_tokenizer *tk) {
     uint32_t fill[2 * 257];
     memcpy(fill, tk->added_start, sizeof fill);
     for (int id = 0; id < tk->vocab_size; id++)
-        if (tk->flags[id] & TRI_TOK_ADDED && tok_len(tk, id) > 0) {
+        if (matchable(tk, id)) {
             int set = (tk->flags[id] & TRI_TOK_NORMALIZED) != 0;
             const uint8_t *b = tk->tok_bytes + tk->tok_off[id];
             for (unsigned x = 0; x < 256; x++) /* the first two bytes; any second one after a 1-byte token */
@@ -302,6 +308,24 @@ void tri_tokcache_free(tri_tokcache *c) {
 
 int tri_tokenizer_vocab_size(const tri_tokenizer *tk) { return tk->vocab_size; }
 int tri_tokenizer_eot(const tri_tokenizer *tk) { return tk->eot; }
+
+int tri_tokenizer_bos(const tri_tokenizer *tk) {
+    static const char bos[] = TRI_TOK_BOT_TEXT;
+    for (int i = 0; i < tk->vocab_size; i++)
+        if (tk->flags[i] & TRI_TOK_ADDED && tok_len(tk, i) == sizeof bos - 1 &&
+            memcmp(tk->tok_bytes + tk->tok_off[i], bos, sizeof bos - 1) == 0)
+            return i;
+    return -1;
+}
+
+int tri_tokenizer_split_special(tri_tokenizer *tk, int split) {
+    tk->split_special = split != 0;
+    if (tk->match_added && tri_tok_build_added(tk)) {
+        tri_error("tokenizer: out of memory");
+        return -1;
+    }
+    return 0;
+}
 
 static int reserve_ids(int32_t **ids, size_t *cap, size_t need) {
     if (need <= *cap) return 0;

@@ -72,6 +72,7 @@ typedef struct tri_tokenizer {
      * false first, then the others in the gaps), as Hugging Face does. Set
      * for the Llama 3 kind; the GPT-2 kind encodes <|endoftext|> as text. */
     int match_added;
+    int split_special;     /* tri_tokenizer_split_special: specials are not matched */
     int n_added;           /* matched added tokens                            */
     int32_t *added_ord;    /* (n_added) their ids: by set, first byte, longest first */
     uint32_t *added_start; /* (2 * 257) set k's tokens with first byte b are
@@ -110,7 +111,16 @@ void tri_tokenizer_bytes(tri_tokenizer *tk);
 void tri_tokenizer_free(tri_tokenizer *tk);
 
 int tri_tokenizer_vocab_size(const tri_tokenizer *tk);
-int tri_tokenizer_eot(const tri_tokenizer *tk); /* id of <|endoftext|>, or -1 */
+int tri_tokenizer_eot(const tri_tokenizer *tk); /* id of <|endoftext|> (Llama 3: <|end_of_text|>), or -1 */
+int tri_tokenizer_bos(const tri_tokenizer *tk); /* id of the added token <|begin_of_text|>, or -1 */
+
+/* split = 1: the special added tokens (TRI_TOK_SPECIAL) in a text are
+ * encoded as text, as Hugging Face's split_special_tokens (llm.c's data
+ * scripts, tiktoken's encode_ordinary) does; the other added tokens are
+ * still found. split = 0: as loaded. No effect on tokenizers that do not
+ * match added tokens (the GPT-2 kind). Call before sharing tk between
+ * threads. Returns 0, or -1 when out of memory (printed). */
+int tri_tokenizer_split_special(tri_tokenizer *tk, int split);
 
 /* Encodes len bytes of text (may contain NUL bytes and invalid UTF-8). Sets
  * *ids to a malloc'd array (caller frees; never NULL on success, even for 0

@@ -39,7 +39,7 @@ typedef struct train_args {
 
 typedef struct encode_args {
     const char *tok_path, *format, *out;
-    int bytes, jsonl, quiet, threads;
+    int bytes, jsonl, quiet, threads, split_special;
     tri_opt_list inputs;
 } encode_args;
 
@@ -88,16 +88,19 @@ static int encode_options(encode_args *a, int argc, char **argv, FILE *help) {
         {"--jsonl", TRI_OPT_FLAG, &a->jsonl, .help = "one document per line of an INPUT (its \"text\" field)"},
         {"--threads", TRI_OPT_INT, &a->threads, "K", 1, 4096, .help = THREADS_HELP},
         {"--quiet", TRI_OPT_FLAG, &a->quiet, .help = "no progress lines"},
+        {"--split-special-tokens", TRI_OPT_FLAG, &a->split_special,
+         .help = "special tokens' text in INPUT is text, not their ids (Llama 3 kind)"},
     };
     const tri_cmd_spec spec = {
         .cmd = "trident tokenize encode",
         .who = "tokenize encode",
         .usage = "(--tokenizer tok.json | --bytes) --format llmc|megatron --out PREFIX\n"
-                 "                               [--jsonl] [--threads K] [--quiet] INPUT...",
+                 "                               [--jsonl] [--threads K] [--quiet] [--split-special-tokens] INPUT...",
         .about = "  text -> token file: one document per INPUT file, or with --jsonl one per\n"
                  "  line (its \"text\" field); <|endoftext|> separates documents\n"
-                 "  (llmc: PREFIX.bin, EOT before each document; megatron: PREFIX.bin +\n"
-                 "  PREFIX.idx, EOT after each document)\n",
+                 "  (llmc: PREFIX.bin, EOT before each document, or <|begin_of_text|> where\n"
+                 "  the tokenizer has it, as llm.c's Llama 3 files; megatron: PREFIX.bin +\n"
+                 "  PREFIX.idx, EOT after each document, Llama 3: <|end_of_text|>)\n",
         .opts = opts,
         .n_opts = TRI_OPT_N(opts),
         .pos = &a->inputs,
@@ -219,6 +222,10 @@ static int cmd_encode(int argc, char **argv) {
     int llmc = !strcmp(a.format, "llmc");
     if (tri_text_check(files, n_files, &cfg.total_bytes)) goto done;
     if ((rc = get_tokenizer(&tk, a.tok_path, a.bytes, "encode")) != TRI_EXIT_OK) goto done;
+    if (a.split_special && tri_tokenizer_split_special(&tk, 1)) {
+        rc = TRI_EXIT_FAILURE;
+        goto done;
+    }
     tri_stop_install(TRI_STOP_SECOND_KILLS);
     rc = tri_encode_files(&cfg, files, n_files, &st);
     if (rc >= TRI_EXIT_SIGNAL_BASE)

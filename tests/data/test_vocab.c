@@ -217,6 +217,31 @@ Test(tok_llama3_json, hand_made_file_encodes_as_derived, .init = make_dir, .fini
     }
 }
 
+/* With the special tokens split (Hugging Face's split_special_tokens), the
+ * text of <|begin_of_text|> is pre-tokenized and merged like any text:
+ * "<|" | "begin" | "_of" | "_text" | "|>" | " the" (punctuation runs, and
+ * "_" prefixing letters), no merge applies but Ġ t, Ġt he; the non-special
+ * <|x|> is still one id (264). */
+Test(tok_llama3_json, split_special_tokens, .init = make_dir, .fini = remove_dir) {
+    char p[400];
+    hf_parts parts = {.ignore_merges = 1};
+    write_llama_json(path_in(p, sizeof p, "tokenizer.json"), &parts);
+    tri_tokenizer tk;
+    cr_assert_eq(tri_tokenizer_load(&tk, p), 0);
+    cr_assert_eq(tri_tokenizer_bos(&tk), 262);
+    cr_assert_eq(tri_tokenizer_split_special(&tk, 1), 0);
+    const char *text = "<|begin_of_text|> the<|x|>";
+    int32_t want[32];
+    size_t n = 0;
+    for (const char *c = "<|begin_of_text|>"; *c; c++) want[n++] = bid((uint8_t)*c);
+    want[n++] = 258;
+    want[n++] = 264;
+    expect_ids(&tk, text, want, n);
+    cr_assert_eq(tri_tokenizer_split_special(&tk, 0), 0);
+    expect_ids(&tk, text, (const int32_t[]){262, 258, 264}, 3);
+    tri_tokenizer_free(&tk);
+}
+
 /* Sends stderr to a file (each Criterion test is a process of its own). */
 static char g_err[400];
 
@@ -418,7 +443,8 @@ Test(tok_llama3_cli, train_and_encode, .init = make_dir, .fini = remove_dir) {
     int32_t *want;
     size_t nw = tri_tokenizer_encode(&tk, doc, strlen(doc), &want);
     cr_assert_eq(nt, nw + 1);
-    cr_assert_eq(got[0], v - 1, "llm.c: <|end_of_text|> first");
+    cr_assert_eq(tri_tokenizer_bos(&tk), v - 2);
+    cr_assert_eq(got[0], v - 2, "llm.c's Llama 3 files: <|begin_of_text|> first");
     cr_assert_eq(got[1], v - 2, "<|begin_of_text|> found in the text");
     cr_assert(!memcmp(got + 1, want, nw * sizeof *want));
     int found_eot = 0;

@@ -86,6 +86,7 @@ HARD = [
     "\u2028line sep\u2029para sep\u0085nel\x0bvt\x0cff",
     "AbCdEfG HIJKLmnop QRS'S tuv'T",
     "added: Q<tool>x Q<tool Q<<tool>> <tool><tool>Q<Q< a@b @@ <@tool> email@example.com @",
+    "GPT-2's: a<|endoftext|>b <|endoftext|>\n<|endoftext|",
 ]
 
 # Code point ranges to draw random text from: Latin, Greek, Cyrillic, Hebrew,
@@ -128,18 +129,24 @@ def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, **kw)
 
 
-def trident_encode(trident, tok, docs, tmp, tag):
+def trident_encode(trident, tok, docs, tmp, tag, extra=(), fmt="megatron"):
     """Trident's ids for each document (Megatron format, one sequence per
-    document, the EOT after each one when the tokenizer has it)."""
+    document, the EOT after each one when the tokenizer has it); with
+    fmt="llmc" all the ids of the llm.c file."""
     jl = os.path.join(tmp, tag + ".jsonl")
     with open(jl, "w", encoding="utf-8") as f:
         for d in docs:
             f.write(json.dumps({"text": d}) + "\n")
     prefix = os.path.join(tmp, tag)
-    r = run([trident, "tokenize", "encode", "--tokenizer", tok, "--format", "megatron", "--out", prefix,
-             "--jsonl", "--quiet", "--threads", "2", jl])
+    r = run([trident, "tokenize", "encode", "--tokenizer", tok, "--format", fmt, "--out", prefix,
+             "--jsonl", "--quiet", "--threads", "2", jl] + list(extra))
     if r.returncode != 0:
         sys.exit("FAIL: trident tokenize encode with %s: %s" % (tok, r.stderr.decode(errors="replace")))
+    if fmt == "llmc":
+        data = open(prefix + ".bin", "rb").read()
+        magic, version, n = struct.unpack_from("<3i", data, 0)
+        fmt_c = "I" if (magic, version) == (20240801, 7) else "H"
+        return list(struct.unpack_from("<%d%s" % (n, fmt_c), data, 1024)), prefix + ".bin"
     idx = open(prefix + ".idx", "rb").read()
     dtype = idx[17]
     n = struct.unpack_from("<Q", idx, 18)[0]
@@ -171,8 +178,8 @@ def check(cond, msg):
         print("FAIL: " + msg)
 
 
-def compare(trident, hf, tokpath, docs, tmp, tag, eot_name):
-    got, binpath = trident_encode(trident, tokpath, docs, tmp, tag)
+def compare(trident, hf, tokpath, docs, tmp, tag, eot_name, extra=()):
+    got, binpath = trident_encode(trident, tokpath, docs, tmp, tag, extra)
     fails0 = len(FAILS)
     eot = hf.token_to_id(eot_name) if eot_name else None
     n_tok = 0
@@ -377,6 +384,19 @@ def main():
     pw = os.path.join(tmp, "hf_llama_words.json")
     hw, words = add_whole_words(p, pw, hf0, docs, None)
     compare(trident, hw, pw, docs, tmp, "hf_llama_pretokens (%d words)" % len(words), "<|end_of_text|>")
+    # 1c'. special tokens' text as text (HF's split_special_tokens; non-special
+    #      added tokens are still found); and the llm.c file of llm.c's Llama 3
+    #      recipe: <|begin_of_text|>, then encode(doc, add_special_tokens=False,
+    #      split_special_tokens=True), for each document
+    hf.encode_special_tokens = True
+    compare(trident, hf, p, docs, tmp, "hf_llama_split_special", "<|end_of_text|>", ["--split-special-tokens"])
+    got, _ = trident_encode(trident, p, docs, tmp, "hf_llama_llmc", ["--split-special-tokens"], "llmc")
+    bos = hf.token_to_id("<|begin_of_text|>")
+    want = [t for d in docs for t in [bos] + hf.encode(d, add_special_tokens=False).ids]
+    check(got == want, "hf_llama_llmc: the llm.c file differs from llm.c's Llama 3 recipe")
+    print("hf_llama_llmc: %d tokens, <|begin_of_text|> before each document: %s" %
+          (len(got), "same as HF" if got == want else "DIFFERENT"))
+    hf.encode_special_tokens = False
     # 1d. the GPT-2 kind (ByteLevel with its own regex; Trident encodes added tokens' text as text,
     #     so the documents here hold none)
     g = Tokenizer(models.BPE())
@@ -388,6 +408,11 @@ def main():
     g.save(pg)
     plain = [d for d in docs if "<|" not in d]
     compare(trident, g, pg, plain, tmp, "hf_gpt2", "<|endoftext|>")
+    # with all the documents: the GPT-2 kind encodes special tokens' text as
+    # text, as HF does with split_special_tokens
+    g.encode_special_tokens = True
+    compare(trident, g, pg, docs, tmp, "hf_gpt2_split_special", "<|endoftext|>")
+    g.encode_special_tokens = False
     pgw = os.path.join(tmp, "hf_gpt2_words.json")
     gw, words = add_whole_words(pg, pgw, g, plain, None)
     compare(trident, gw, pgw, plain, tmp, "hf_gpt2_pretokens (%d words)" % len(words), "<|endoftext|>")
