@@ -48,6 +48,131 @@ int tri_tok_build_pair_table(tri_tokenizer *tk) {
     return 0;
 }
 
+/* ---- whole-word table (ignore_merges) --------------------------------------------- */
+
+static size_t tok_len(const tri_tokenizer *tk, int id) { return tk->tok_off[id + 1] - tk->tok_off[id]; }
+
+int tri_tok_build_word_table(tri_tokenizer *tk) {
+    size_t cap = 16;
+    while (cap < 2 * (size_t)tk->vocab_size + 2) cap *= 2;
+    free(tk->word_id);
+    tk->word_id = malloc(cap * sizeof *tk->word_id);
+    if (!tk->word_id) return -1;
+    memset(tk->word_id, 0xFF, cap * sizeof *tk->word_id);
+    tk->word_cap = cap;
+    for (int id = 0; id < tk->vocab_size; id++) {
+        if ((tk->flags[id] & (TRI_TOK_PRESENT | TRI_TOK_ADDED)) != TRI_TOK_PRESENT) continue;
+        const uint8_t *b = tk->tok_bytes + tk->tok_off[id];
+        size_t n = tok_len(tk, id), i = (size_t)tri_bmap_hash(b, n) & (cap - 1);
+        while (tk->word_id[i] >= 0) i = (i + 1) & (cap - 1);
+        tk->word_id[i] = id;
+    }
+    return 0;
+}
+
+/* The id of the regular token whose bytes are w[0, n), or -1. */
+static int32_t word_lookup(const tri_tokenizer *tk, const uint8_t *w, size_t n) {
+    size_t mask = tk->word_cap - 1;
+    for (size_t i = (size_t)tri_bmap_hash(w, n) & mask;; i = (i + 1) & mask) {
+        int32_t id = tk->word_id[i];
+        if (id < 0) return -1;
+        if (tok_len(tk, id) == n && memcmp(tk->tok_bytes + tk->tok_off[id], w, n) == 0) return id;
+    }
+}
+
+/* ---- added tokens matched in the text ------------------------------------------------ */
+
+/* An added token the text is searched for. */
+static int matchable(const tri_tokenizer *tk, int id) {
+    return tk->flags[id] & TRI_TOK_ADDED && tok_len(tk, id) > 0 &&
+           !(tk->split_special && tk->flags[id] & TRI_TOK_SPECIAL);
+}
+
+int tri_tok_build_added(tri_tokenizer *tk) {
+    free(tk->added_ord);
+    free(tk->added_start);
+    free(tk->added_pairs);
+    tk->added_ord = NULL;
+    tk->n_added = 0;
+    tk->added_start = calloc(2 * 257, sizeof *tk->added_start);
+    tk->added_pairs = calloc(2 * 8192, 1);
+    int n = 0;
+    for (int id = 0; id < tk->vocab_size; id++)
+        if (matchable(tk, id)) n++;
+    tk->added_ord = malloc((size_t)(n ? n : 1) * sizeof *tk->added_ord);
+    if (!tk->added_start || !tk->added_ord || !tk->added_pairs) return -1;
+    /* counting sort by (set, first byte), then longest first within a bucket */
+    for (int id = 0; id < tk->vocab_size; id++)
+        if (matchable(tk, id)) {
+            int set = (tk->flags[id] & TRI_TOK_NORMALIZED) != 0;
+            tk->added_start[257 * set + tk->tok_bytes[tk->tok_off[id]] + 1]++;
+        }
+    for (int k = 1; k < 2 * 257; k++) tk->added_start[k] += tk->added_start[k - 1];
+    uint32_t fill[2 * 257];
+    memcpy(fill, tk->added_start, sizeof fill);
+    for (int id = 0; id < tk->vocab_size; id++)
+        if (matchable(tk, id)) {
+            int set = (tk->flags[id] & TRI_TOK_NORMALIZED) != 0;
+            const uint8_t *b = tk->tok_bytes + tk->tok_off[id];
+            for (unsigned x = 0; x < 256; x++) /* the first two bytes; any second one after a 1-byte token */
+                if (tok_len(tk, id) == 1 || x == b[1]) {
+                    unsigned k = (unsigned)b[0] << 8 | x;
+                    tk->added_pairs[8192 * set + (k >> 3)] |= (uint8_t)(1u << (k & 7));
+                }
+            uint32_t at = fill[257 * set + b[0]]++;
+            while (at > tk->added_start[257 * set + tk->tok_bytes[tk->tok_off[id]]] &&
+                   tok_len(tk, tk->added_ord[at - 1]) < tok_len(tk, id)) {
+                tk->added_ord[at] = tk->added_ord[at - 1];
+                at--;
+            }
+            tk->added_ord[at] = id;
+        }
+    tk->n_added = n;
+    return 0;
+}
+
+/* The leftmost, then longest, added token of set `set` in s[pos, len):
+ * returns its offset (len if none) and sets *id. */
+static size_t find_added(const tri_tokenizer *tk, int set, const uint8_t *s, size_t len, size_t pos, int32_t *id) {
+    const uint32_t *st = tk->added_start + 257 * set;
+    const uint8_t *pairs = tk->added_pairs + 8192 * set;
+    if (st[256] == st[0]) return len;
+    for (size_t i = pos; i < len; i++) {
+        uint32_t a = st[s[i]], b = st[s[i] + 1];
+        if (a == b) continue;
+        if (i + 1 < len) { /* no token starts with these two bytes: "<d" in HTML, for Llama 3's "<|...|>" */
+            unsigned k = (unsigned)s[i] << 8 | s[i + 1];
+            if (!(pairs[k >> 3] >> (k & 7) & 1)) continue;
+        }
+        for (uint32_t k = a; k < b; k++) {
+            int32_t t = tk->added_ord[k];
+            size_t n = tok_len(tk, t);
+            if (n <= len - i && memcmp(s + i, tk->tok_bytes + tk->tok_off[t], n) == 0) {
+                *id = t;
+                return i;
+            }
+        }
+    }
+    return len;
+}
+
+int tri_tok_append_added(tri_tokenizer *tk, const char *s, int special) {
+    size_t n = strlen(s), used = tk->tok_off[tk->vocab_size];
+    int id = tk->vocab_size;
+    uint8_t *fl = realloc(tk->flags, (size_t)id + 1);
+    if (fl) tk->flags = fl;
+    size_t *off = realloc(tk->tok_off, ((size_t)id + 2) * sizeof *off);
+    if (off) tk->tok_off = off;
+    uint8_t *tb = realloc(tk->tok_bytes, used + n + 1);
+    if (tb) tk->tok_bytes = tb;
+    if (!fl || !off || !tb) return -1;
+    memcpy(tk->tok_bytes + used, s, n);
+    tk->tok_off[id + 1] = used + n;
+    tk->flags[id] = (uint8_t)(TRI_TOK_PRESENT | TRI_TOK_ADDED | (special ? TRI_TOK_SPECIAL : 0));
+    tk->vocab_size++;
+    return id;
+}
+
 /* ---- BPE of one pre-token ------------------------------------------------------ */
 
 #define SMALL_WORD 64
@@ -184,6 +309,24 @@ void tri_tokcache_free(tri_tokcache *c) {
 int tri_tokenizer_vocab_size(const tri_tokenizer *tk) { return tk->vocab_size; }
 int tri_tokenizer_eot(const tri_tokenizer *tk) { return tk->eot; }
 
+int tri_tokenizer_bos(const tri_tokenizer *tk) {
+    static const char bos[] = TRI_TOK_BOT_TEXT;
+    for (int i = 0; i < tk->vocab_size; i++)
+        if (tk->flags[i] & TRI_TOK_ADDED && tok_len(tk, i) == sizeof bos - 1 &&
+            memcmp(tk->tok_bytes + tk->tok_off[i], bos, sizeof bos - 1) == 0)
+            return i;
+    return -1;
+}
+
+int tri_tokenizer_split_special(tri_tokenizer *tk, int split) {
+    tk->split_special = split != 0;
+    if (tk->match_added && tri_tok_build_added(tk)) {
+        tri_error("tokenizer: out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 static int reserve_ids(int32_t **ids, size_t *cap, size_t need) {
     if (need <= *cap) return 0;
     size_t nc = *cap ? *cap : 256;
@@ -200,6 +343,13 @@ static long encode_word(const tri_tokenizer *tk, tri_tokcache *c, const uint8_t 
     if (n == 1) {
         out[0] = tk->byte_id[w[0]];
         return 1;
+    }
+    if (tk->ignore_merges) {
+        int32_t id = word_lookup(tk, w, n);
+        if (id >= 0) {
+            out[0] = id;
+            return 1;
+        }
     }
     if (!c || n > CACHE_MAX_WORD) return n <= SMALL_WORD ? (long)bpe_small(tk, w, n, out) : bpe_long(tk, w, n, out);
     uint64_t h = tri_bmap_hash(w, n);
@@ -223,25 +373,53 @@ static long encode_word(const tri_tokenizer *tk, tri_tokcache *c, const uint8_t 
     return (long)m;
 }
 
+/* Pre-tokenizes text[pos, len) and appends the BPE of every pre-token. */
+static int encode_span(const tri_tokenizer *tk, tri_tokcache *cache, const char *text, size_t pos, size_t len,
+                       int32_t **ids, size_t *n, size_t *cap) {
+    const uint8_t *s = (const uint8_t *)text;
+    while (pos < len) {
+        size_t end = tri_tokenizer_pretoken_end_pat(tk->pattern, text, len, pos);
+        if (reserve_ids(ids, cap, *n + (end - pos))) return -1;
+        long m = encode_word(tk, cache, s + pos, end - pos, *ids + *n);
+        if (m < 0) return -1;
+        *n += (size_t)m;
+        pos = end;
+    }
+    return 0;
+}
+
+/* Splits text[pos, len) at the added tokens of set `set` (and, for set 0,
+ * the gaps again at those of set 1), encoding the gaps. */
+static int encode_added(const tri_tokenizer *tk, tri_tokcache *cache, int set, const char *text, size_t pos, size_t len,
+                        int32_t **ids, size_t *n, size_t *cap) {
+    const uint8_t *s = (const uint8_t *)text;
+    while (pos < len) {
+        int32_t id = -1;
+        size_t at = find_added(tk, set, s, len, pos, &id);
+        int rc = set == 0 ? encode_added(tk, cache, 1, text, pos, at, ids, n, cap)
+                          : encode_span(tk, cache, text, pos, at, ids, n, cap);
+        if (rc) return -1;
+        if (at == len) break;
+        if (reserve_ids(ids, cap, *n + 1)) return -1;
+        (*ids)[(*n)++] = id;
+        pos = at + tok_len(tk, id);
+    }
+    return 0;
+}
+
 int tri_tokenizer_encode_append(const tri_tokenizer *tk, tri_tokcache *cache, const char *text, size_t len,
                                 int32_t **ids, size_t *n, size_t *cap) {
     const uint8_t *s = (const uint8_t *)text;
     if (reserve_ids(ids, cap, *n + 1)) goto oom;
-    if (tk->n_merges == 0) { /* every byte is a token */
+    if (tk->n_merges == 0 && !tk->ignore_merges && !tk->n_added) { /* every byte is a token */
         if (reserve_ids(ids, cap, *n + len)) goto oom;
         for (size_t i = 0; i < len; i++) (*ids)[*n + i] = tk->byte_id[s[i]];
         *n += len;
         return 0;
     }
-    size_t pos = 0;
-    while (pos < len) {
-        size_t end = tri_tokenizer_pretoken_end(text, len, pos);
-        if (reserve_ids(ids, cap, *n + (end - pos))) goto oom;
-        long m = encode_word(tk, cache, s + pos, end - pos, *ids + *n);
-        if (m < 0) goto oom;
-        *n += (size_t)m;
-        pos = end;
-    }
+    if (tk->n_added ? encode_added(tk, cache, 0, text, 0, len, ids, n, cap)
+                    : encode_span(tk, cache, text, 0, len, ids, n, cap))
+        goto oom;
     return 0;
 oom:
     tri_error("tokenizer: out of memory while encoding %zu bytes", len);
@@ -300,6 +478,10 @@ void tri_tokenizer_free(tri_tokenizer *tk) {
     free(tk->merges);
     free(tk->pair_key);
     free(tk->pair_rank);
+    free(tk->word_id);
+    free(tk->added_ord);
+    free(tk->added_start);
+    free(tk->added_pairs);
     memset(tk, 0, sizeof *tk);
 }
 

@@ -94,7 +94,8 @@ typedef struct enc_ctx {
     const tri_tokenizer *tk;
     tri_tokcache **cache; /* (nt) one per thread */
     int nt;
-    int eot, eot_before; /* eot_before: llm.c (EOT first), else Megatron (EOT last) */
+    int eot, eot_before; /* the separator; eot_before: llm.c (EOT, or BOS where the
+                            tokenizer has one, first), else Megatron (EOT last) */
     tri_tokwriter *w;
     progress prog;
     ivec *parts; /* (n_parts) the parts of one block */
@@ -356,8 +357,9 @@ int tri_encode_files(const tri_encode_cfg *cfg, const char *const *files, int n_
     int rc = TRI_EXIT_FAILURE;
     c.tk = cfg->tk;
     c.nt = cfg->n_threads > 0 ? cfg->n_threads : omp_get_max_threads();
-    c.eot = tri_tokenizer_eot(cfg->tk);
     c.eot_before = !strcmp(cfg->format, "llmc");
+    /* llm.c's Llama 3 files put <|begin_of_text|> before each document */
+    c.eot = c.eot_before && tri_tokenizer_bos(cfg->tk) >= 0 ? tri_tokenizer_bos(cfg->tk) : tri_tokenizer_eot(cfg->tk);
     if (c.eot < 0) tri_note("the tokenizer has no <|endoftext|>; documents are not separated");
     c.n_parts = c.nt * 4 > 256 ? 256 : c.nt * 4;
     c.cache = calloc((size_t)c.nt, sizeof *c.cache);

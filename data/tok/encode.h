@@ -44,7 +44,11 @@ typedef struct tri_encode_stats {
     int n_threads;           /* threads used                                    */
 } tri_encode_stats;
 
-/* Encodes files[0 .. n_files) into the token file cfg names. Says on stderr
+/* (The llm.c format puts the BOS, tri_tokenizer_bos(), before every
+ * document instead of the EOT when the tokenizer has one: llm.c's Llama 3
+ * files do.)
+ *
+ * Encodes files[0 .. n_files) into the token file cfg names. Says on stderr
  * "trident: note: ..." when the tokenizer has no <|endoftext|>, and, unless
  * quiet, progress lines (base/status.h: redrawn at most 4 times a second
  * on a terminal, a plain line every 5 s otherwise). A stop request

@@ -37,4 +37,27 @@ size_t tri_tok_put_utf8(char *o, uint32_t cp);
  * printed; the caller names the file). */
 int tri_tok_build_pair_table(tri_tokenizer *tk);
 
+/* Fills tk's bytes -> id table (word_id) of its regular tokens, for
+ * ignore_merges. Returns 0, or -1 when out of memory (not printed). */
+int tri_tok_build_word_table(tri_tokenizer *tk);
+
+/* Fills tk's table of added tokens to match in text (added_ord,
+ * added_start) from the TRI_TOK_ADDED ids. Returns 0, or -1 when out of
+ * memory (not printed). */
+int tri_tok_build_added(tri_tokenizer *tk);
+
+/* Appends an added token with the raw bytes s (NUL-terminated) as the next
+ * id; special sets TRI_TOK_SPECIAL. Returns the id, or -1 when out of
+ * memory (not printed). The match tables are not rebuilt. */
+int tri_tok_append_added(tri_tokenizer *tk, const char *s, int special);
+
+/* The texts of Llama 3's first two special tokens. */
+#define TRI_TOK_BOT_TEXT  "<|begin_of_text|>"
+#define TRI_TOK_EOT3_TEXT "<|end_of_text|>"
+
+/* The two split patterns as Hugging Face's tokenizer.json writes them
+ * (the "Regex" of a Split pre-tokenizer). */
+extern const char tri_tok_pattern_gpt2[];
+extern const char tri_tok_pattern_llama3[];
+
 #endif

@@ -22,6 +22,7 @@
 #include "data/bytemap.h"
 #include "data/hash.h"
 #include "data/text.h"
+#include "data/tok/internal.h"
 #include "data/tok/tokenizer.h"
 #include "base/stop.h"
 #include "base/err.h"
@@ -36,11 +37,11 @@ static int count_add(tri_bmap *m, const uint8_t *k, size_t n, uint64_t h, int64_
     return 0;
 }
 
-/* Counts the pre-tokens of >= 2 bytes in text[0, len) into m. */
-static int count_words(tri_bmap *m, const char *text, size_t len) {
+/* Counts the pre-tokens (split by pattern) of >= 2 bytes in text[0, len) into m. */
+static int count_words(tri_bmap *m, int pattern, const char *text, size_t len) {
     size_t pos = 0;
     while (pos < len) {
-        size_t end = tri_tokenizer_pretoken_end(text, len, pos);
+        size_t end = tri_tokenizer_pretoken_end_pat(pattern, text, len, pos);
         size_t n = end - pos;
         if (n >= 2 && n <= UINT32_MAX) {
             const uint8_t *w = (const uint8_t *)text + pos;
@@ -389,9 +390,16 @@ static int setup(trainer *t, const tri_bmap *m, int max_tok) {
 }
 
 int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files, int vocab_size, int n_threads) {
+    return tri_tokenizer_train_pat(tk, files, n_files, vocab_size, n_threads, TRI_TOK_PAT_GPT2);
+}
+
+int tri_tokenizer_train_pat(tri_tokenizer *tk, const char *const *files, int n_files, int vocab_size, int n_threads,
+                            int pattern) {
     memset(tk, 0, sizeof *tk);
-    if (vocab_size < 257) {
-        tri_error("tokenizer: vocab size %d is too small (>= 257: 256 bytes + <|endoftext|>)", vocab_size);
+    int llama = pattern == TRI_TOK_PAT_LLAMA3, n_special = llama ? 2 : 1;
+    if (vocab_size < 256 + n_special) {
+        tri_error("tokenizer: vocab size %d is too small (>= %d: 256 bytes + %s)", vocab_size, 256 + n_special,
+                  llama ? TRI_TOK_BOT_TEXT " and " TRI_TOK_EOT3_TEXT : TRI_TOK_EOT_TEXT);
         return -1;
     }
     if (n_files <= 0) {
@@ -426,7 +434,7 @@ int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files
             cuts[np] = len;
 #pragma omp parallel for schedule(static, 1) num_threads(nt) reduction(| : fail)
             for (int p = 0; p < np; p++)
-                if (count_words(&maps[omp_get_thread_num()], text + cuts[p], cuts[p + 1] - cuts[p])) fail = 1;
+                if (count_words(&maps[omp_get_thread_num()], pattern, text + cuts[p], cuts[p + 1] - cuts[p])) fail = 1;
             if (fail) break;
         }
         if (tri_textblocks_close(&tb) && !tri_stop_signal()) goto done;
@@ -443,7 +451,7 @@ int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files
     }
 
     /* 2. merge loop */
-    int max_tok = vocab_size - 1; /* without <|endoftext|> */
+    int max_tok = vocab_size - n_special; /* without the special tokens */
     if (setup(&t, &maps[0], max_tok)) goto oom;
     tri_bmap_free(&maps[0]);
     merges = malloc(2 * (size_t)vocab_size * sizeof *merges);
@@ -486,7 +494,14 @@ int tri_tokenizer_train(tri_tokenizer *tk, const char *const *files, int n_files
             if (t.pcnt[q] > 0 && heap_push(&t, t.pcnt[q], q)) goto oom;
         }
     }
-    if (tri_tokenizer_from_merges(tk, merges, n_merges, 1)) goto done;
+    if (tri_tokenizer_from_merges(tk, merges, n_merges, !llama)) goto done;
+    if (llama) {
+        tk->pattern = pattern;
+        tk->match_added = 1;
+        if (tri_tok_append_added(tk, TRI_TOK_BOT_TEXT, 1) < 0 ||
+            (tk->eot = tri_tok_append_added(tk, TRI_TOK_EOT3_TEXT, 1)) < 0 || tri_tok_build_added(tk))
+            goto oom;
+    }
     rc = 0;
     goto done;
 oom:

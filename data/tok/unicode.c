@@ -308,6 +308,12 @@ static size_t class_at(const uint8_t *s, size_t n, size_t i, int *cls) {
 
 /* ---- pre-tokenizer --------------------------------------------------------- */
 
+const char tri_tok_pattern_gpt2[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+const char tri_tok_pattern_llama3[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 size_t tri_tokenizer_pretoken_end(const char *text, size_t len, size_t pos) {
     const uint8_t *s = (const uint8_t *)text;
     /* 's 't 're 've 'm 'll 'd */
@@ -355,25 +361,117 @@ size_t tri_tokenizer_pretoken_end(const char *text, size_t len, size_t pos) {
     return last > pos ? last : i;
 }
 
+/* Case-insensitive ASCII letter x (lower case) at s[i] (i < n): the length
+ * of the match, or 0. Under Unicode case folding only U+017F (long s, which
+ * folds to s) joins the ASCII letters of the contractions. */
+static size_t ci_letter(const uint8_t *s, size_t n, size_t i, uint8_t x) {
+    if ((s[i] | 0x20) == x) return 1;
+    if (x == 's' && s[i] == 0xC5 && i + 1 < n && s[i + 1] == 0xBF) return 2;
+    return 0;
+}
+
+/* "(?i:'s|'t|'re|'ve|'m|'ll|'d)" at pos: the end of the match, or pos. */
+static size_t contraction_ci(const uint8_t *s, size_t len, size_t pos) {
+    if (s[pos] != '\'' || pos + 1 >= len) return pos;
+    static const char *const alts[] = {"s", "t", "re", "ve", "m", "ll", "d"};
+    for (int a = 0; a < 7; a++) {
+        size_t i = pos + 1, w = 0;
+        const char *c = alts[a];
+        for (; *c && i < len && (w = ci_letter(s, len, i, (uint8_t)*c)) > 0; c++) i += w;
+        if (!*c) return i;
+    }
+    return pos;
+}
+
+/* The Llama 3 / GPT-4 (cl100k) pattern, its alternatives tried in order:
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
+ *   | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+             */
+static size_t pretoken_end_llama3(const uint8_t *s, size_t len, size_t pos) {
+    size_t e = contraction_ci(s, len, pos);
+    if (e > pos) return e;
+    int c0, c1 = -1;
+    size_t w0 = class_at(s, len, pos, &c0), i = pos + w0, w1 = 0;
+    if (i < len) w1 = class_at(s, len, i, &c1);
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    if (c0 == CL || (c0 != CN && s[pos] != '\r' && s[pos] != '\n' && c1 == CL)) {
+        if (c0 != CL) i += w1;
+        while (i < len) {
+            int ci;
+            size_t w = class_at(s, len, i, &ci);
+            if (ci != CL) break;
+            i += w;
+        }
+        return i;
+    }
+    /* \p{N}{1,3} */
+    if (c0 == CN) {
+        for (int k = 1; k < 3 && i < len; k++) {
+            int ci;
+            size_t w = class_at(s, len, i, &ci);
+            if (ci != CN) break;
+            i += w;
+        }
+        return i;
+    }
+    /* " ?[^\s\p{L}\p{N}]+[\r\n]*" */
+    if (c0 == CO || (s[pos] == ' ' && c1 == CO)) {
+        if (c0 != CO) i += w1;
+        while (i < len) {
+            int ci;
+            size_t w = class_at(s, len, i, &ci);
+            if (ci != CO) break;
+            i += w;
+        }
+        while (i < len && (s[i] == '\r' || s[i] == '\n')) i++;
+        return i;
+    }
+    /* white space from pos: the run, its last \r or \n, its last character */
+    size_t last = pos, nl_end = 0;
+    i = pos;
+    while (i < len) {
+        int ci;
+        size_t w = class_at(s, len, i, &ci);
+        if (ci != CW) break;
+        if (s[i] == '\r' || s[i] == '\n') nl_end = i + 1;
+        last = i;
+        i += w;
+    }
+    if (nl_end) return nl_end;    /* \s*[\r\n]+ */
+    if (i == len) return len;     /* \s+(?!\S) to the end */
+    return last > pos ? last : i; /* \s+(?!\S) leaves the last one; else \s+ */
+}
+
+size_t tri_tokenizer_pretoken_end_pat(int pattern, const char *text, size_t len, size_t pos) {
+    if (pattern == TRI_TOK_PAT_LLAMA3) return pretoken_end_llama3((const uint8_t *)text, len, pos);
+    return tri_tokenizer_pretoken_end(text, len, pos);
+}
+
 static int ascii_ws(uint8_t b) { return b == ' ' || (b >= 0x09 && b <= 0x0D); }
 
-/* 1 if a well-formed, non-white-space character ends exactly at p (p > 0). */
-static int nonws_char_ends_at(const uint8_t *s, size_t p) {
+/* The class of the well-formed character that ends exactly at p (p > 0),
+ * or -1 when none does. */
+static int class_ending_at(const uint8_t *s, size_t p) {
     uint8_t b = s[p - 1];
-    if (b < 0x80) return !ascii_ws(b);
+    if (b < 0x80) return char_class(b);
     size_t q = p - 1;
     while ((s[q] & 0xC0) == 0x80) {
-        if (q == 0 || p - q >= 4) return 0;
+        if (q == 0 || p - q >= 4) return -1;
         q--;
     }
     uint32_t cp;
     size_t w = utf8_next(s, p, q, &cp);
-    if (cp == TRI_TOK_INVALID_CP || q + w != p) return 0;
-    return char_class(cp) != CW;
+    if (cp == TRI_TOK_INVALID_CP || q + w != p) return -1;
+    return char_class(cp);
 }
 
+/* Safe for both patterns: no pre-token of either crosses p. The Llama 3
+ * pattern's " ?[^\s\p{L}\p{N}]+[\r\n]*" keeps line breaks after
+ * punctuation, so a \r or \n must follow a letter or a number. */
 static int safe_cut(const uint8_t *s, size_t len, size_t p) {
-    return p > 0 && p < len && ascii_ws(s[p]) && nonws_char_ends_at(s, p);
+    if (!(p > 0 && p < len && ascii_ws(s[p]))) return 0;
+    int c = class_ending_at(s, p);
+    if (c < 0 || c == CW) return 0;
+    return (s[p] != '\r' && s[p] != '\n') || c == CL || c == CN;
 }
 
 size_t tri_tokenizer_cut_after(const char *text, size_t len, size_t pos) {

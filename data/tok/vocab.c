@@ -21,7 +21,9 @@
 
 /* A token being loaded. */
 typedef struct ltok {
-    int present, added, special;
+    int present, added, special, normalized;
+    int in_vocab;    /* an added token that model.vocab lists as the same string */
+    int vocab_bytes; /* ... or as a byte-level key of the same bytes: a regular token too */
     size_t off, len; /* bytes in the loader's pool */
 } ltok;
 
@@ -37,7 +39,19 @@ typedef struct loader {
     uint8_t *pool;
     size_t pool_len, pool_cap;
     tri_bmap by_bytes; /* token bytes -> id (regular tokens) */
+    int match_added;   /* added tokens are matched in text: check their options */
 } loader;
+
+/* 1 if s holds an ASCII white-space byte right after a byte that is not
+ * one: a place where the encode pipeline may cut text (tri_tokenizer_cut_after). */
+static int ws_inside(const char *s) {
+    for (size_t i = 1; s[i]; i++) {
+        int w = s[i] == ' ' || (s[i] >= 0x09 && s[i] <= 0x0D);
+        int pw = s[i - 1] == ' ' || (s[i - 1] >= 0x09 && s[i - 1] <= 0x0D);
+        if (w && !pw) return 1;
+    }
+    return 0;
+}
 
 static int pool_add(loader *L, const void *p, size_t n, size_t *off) {
     if (L->pool_len + n > L->pool_cap) {
@@ -130,9 +144,13 @@ static int load_vocab(loader *L, const cJSON *vocab, const char *what) {
             /* tokenizer.json lists its added tokens in the vocab too, under the
              * same id, as the raw content or in byte-level characters */
             const uint8_t *c = L->pool + t->off;
-            if ((t->len == sl && memcmp(c, s, sl) == 0) ||
-                (nb >= 0 && (size_t)nb == t->len && memcmp(c, tmp, t->len) == 0))
-                continue;
+            t->in_vocab = t->len == sl && memcmp(c, s, sl) == 0;
+            t->vocab_bytes = nb > 0 && (size_t)nb == t->len && memcmp(c, tmp, t->len) == 0;
+            if (t->vocab_bytes) { /* merges and the byte table may use it (HF's added "@") */
+                int64_t *v = tri_bmap_upsert(&L->by_bytes, tmp, (size_t)nb, tri_bmap_hash(tmp, (size_t)nb), id);
+                if (!v) goto oom;
+            }
+            if (t->in_vocab || t->vocab_bytes) continue;
             tri_error("%s: %s[\"%s\"]: id %d clashes with added_tokens \"%.*s\", which has the same id", L->file, what,
                       s, id, (int)(t->len > 60 ? 60 : t->len), (const char *)c);
             goto fail;
@@ -191,6 +209,23 @@ static int load_added(loader *L, const cJSON *added) {
         }
         t->present = t->added = 1;
         t->special = cJSON_IsTrue(special);
+        const cJSON *norm = cJSON_GetObjectItemCaseSensitive(e, "normalized");
+        t->normalized = norm ? cJSON_IsTrue(norm) : !t->special; /* Hugging Face's default */
+        if (L->match_added) {
+            static const char *const k_opts[] = {"single_word", "lstrip", "rstrip"};
+            for (int o = 0; o < 3; o++)
+                if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, k_opts[o]))) {
+                    tri_error("%s: added_tokens[%d] (\"%s\"): %s: only false is supported", L->file, k,
+                              content->valuestring, k_opts[o]);
+                    return -1;
+                }
+            if (ws_inside(content->valuestring)) {
+                tri_error("%s: added_tokens[%d] (\"%s\"): white space after another character inside an added "
+                          "token is not supported (Trident cuts text for parallel encoding there)",
+                          L->file, k, content->valuestring);
+                return -1;
+            }
+        }
         size_t cl = strlen(content->valuestring);
         if (pool_add(L, content->valuestring, cl, &t->off)) goto oom;
         t->len = cl;
@@ -279,8 +314,9 @@ static int loader_finish(loader *L, tri_tokenizer *tk) {
         if (!t->present) continue;
         memcpy(tk->tok_bytes + k, L->pool + t->off, t->len);
         k += t->len;
-        tk->flags[i] = (uint8_t)(TRI_TOK_PRESENT | (t->added ? TRI_TOK_ADDED : 0) | (t->special ? TRI_TOK_SPECIAL : 0));
-        if (!t->added && t->len == 1) tk->byte_id[L->pool[t->off]] = i;
+        tk->flags[i] = (uint8_t)(TRI_TOK_PRESENT | (t->added ? TRI_TOK_ADDED : 0) | (t->special ? TRI_TOK_SPECIAL : 0) |
+                                 (t->added && t->normalized ? TRI_TOK_NORMALIZED : 0));
+        if ((!t->added || t->vocab_bytes) && t->len == 1) tk->byte_id[L->pool[t->off]] = i;
         if (t->len == sizeof k_eot - 1 && memcmp(L->pool + t->off, k_eot, t->len) == 0 && (tk->eot < 0 || t->added))
             tk->eot = i;
     }
@@ -304,13 +340,153 @@ static int loader_finish(loader *L, tri_tokenizer *tk) {
     return 0;
 }
 
-static int check_type(const char *file, const cJSON *obj, const char *what, const char *want) {
-    if (!obj || cJSON_IsNull(obj)) return 0;
+/* The "type" string of a component, or a placeholder for messages. */
+static const char *type_of(const cJSON *obj) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, "type");
-    if (!cJSON_IsString(t) || strcmp(t->valuestring, want) != 0) {
-        tri_error("%s: %s.type is %s%s%s; only %s is supported", file, what, cJSON_IsString(t) ? "\"" : "",
-                  cJSON_IsString(t) ? t->valuestring : "missing", cJSON_IsString(t) ? "\"" : "", want);
+    return cJSON_IsString(t) ? t->valuestring : "(no type)";
+}
+
+static int is_type(const cJSON *obj, const char *want) { return strcmp(type_of(obj), want) == 0; }
+
+/* Checks a ByteLevel pre-tokenizer `bl` (named `what`): add_prefix_space
+ * false, use_regex as wanted (1: the GPT-2 pattern inside it, 0: none). */
+static int check_bytelevel(const char *file, const cJSON *bl, const char *what, int use_regex) {
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bl, "add_prefix_space"))) {
+        tri_error("%s: %s.add_prefix_space: only false is supported", file, what);
         return -1;
+    }
+    const cJSON *ur = cJSON_GetObjectItemCaseSensitive(bl, "use_regex");
+    int has_regex = !cJSON_IsFalse(ur); /* Hugging Face's default is true */
+    if (has_regex != use_regex) {
+        tri_error("%s: %s.use_regex: only %s is supported here (%s)", file, what, use_regex ? "true" : "false",
+                  use_regex ? "the GPT-2 pattern" : "the Split before it is the pattern");
+        return -1;
+    }
+    return 0;
+}
+
+/* Which kind of byte-level BPE a tokenizer.json is: the normalizer (none),
+ * the pre-tokenizer (ByteLevel with the GPT-2 pattern, or a Sequence of a
+ * Split by the Llama 3 or GPT-2 pattern and a ByteLevel without its own),
+ * the decoder (ByteLevel) and the post-processor (one that adds no more
+ * than special tokens). Anything else is refused, naming it. */
+static int hf_kind(const char *file, const cJSON *root, int *pattern, int *match_added) {
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
+    if (norm && !cJSON_IsNull(norm)) {
+        tri_error("%s: normalizer \"%s\" is not supported (a byte-level BPE of the GPT-2 or Llama 3 kind has none)",
+                  file, type_of(norm));
+        return -1;
+    }
+    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
+    *pattern = TRI_TOK_PAT_GPT2;
+    *match_added = 0;
+    if (pre && !cJSON_IsNull(pre)) {
+        if (is_type(pre, "ByteLevel")) {
+            if (check_bytelevel(file, pre, "pre_tokenizer", 1)) return -1;
+        } else if (is_type(pre, "Sequence")) {
+            const cJSON *ps = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
+            const cJSON *sp = cJSON_IsArray(ps) ? ps->child : NULL, *bl = sp ? sp->next : NULL;
+            if (!sp || !bl || bl->next || !is_type(sp, "Split") || !is_type(bl, "ByteLevel")) {
+                tri_error("%s: pre_tokenizer: a Sequence of [%s%s%s%s] is not supported; Trident implements "
+                          "[Split, ByteLevel] (Llama 3, GPT-4) and ByteLevel (GPT-2)",
+                          file, sp ? type_of(sp) : "", bl ? ", " : "", bl ? type_of(bl) : "",
+                          bl && bl->next ? ", ..." : "");
+                return -1;
+            }
+            const cJSON *pat = cJSON_GetObjectItemCaseSensitive(sp, "pattern");
+            const cJSON *rx = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
+            const cJSON *beh = cJSON_GetObjectItemCaseSensitive(sp, "behavior");
+            if (!cJSON_IsString(rx)) {
+                tri_error("%s: pre_tokenizer.pretokenizers[0].pattern: only a \"Regex\" is supported", file);
+                return -1;
+            }
+            if (!strcmp(rx->valuestring, tri_tok_pattern_llama3))
+                *pattern = TRI_TOK_PAT_LLAMA3;
+            else if (!strcmp(rx->valuestring, tri_tok_pattern_gpt2))
+                *pattern = TRI_TOK_PAT_GPT2;
+            else {
+                tri_error("%s: pre_tokenizer.pretokenizers[0].pattern.Regex \"%.200s\" is not a split pattern "
+                          "Trident implements (the Llama 3 / GPT-4 and the GPT-2 patterns)",
+                          file, rx->valuestring);
+                return -1;
+            }
+            /* both patterns match every character, so nothing lies between
+             * the matches: "Removed" with invert (OLMo 2's form) keeps them
+             * all just as "Isolated" does */
+            int inv = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sp, "invert"));
+            if (!cJSON_IsString(beh) ||
+                !((!strcmp(beh->valuestring, "Isolated") && !inv) || (!strcmp(beh->valuestring, "Removed") && inv))) {
+                tri_error("%s: pre_tokenizer.pretokenizers[0]: only behavior \"Isolated\" (or \"Removed\" with "
+                          "invert) is supported",
+                          file);
+                return -1;
+            }
+            if (check_bytelevel(file, bl, "pre_tokenizer.pretokenizers[1]", 0)) return -1;
+            *match_added = 1;
+        } else {
+            tri_error("%s: pre_tokenizer \"%s\" is not supported; Trident implements ByteLevel (GPT-2) and "
+                      "Sequence [Split, ByteLevel] (Llama 3, GPT-4)",
+                      file, type_of(pre));
+            return -1;
+        }
+    }
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
+    if (dec && !cJSON_IsNull(dec) && !is_type(dec, "ByteLevel")) {
+        tri_error("%s: decoder \"%s\" is not supported; a byte-level BPE decodes with ByteLevel", file, type_of(dec));
+        return -1;
+    }
+    const cJSON *post = cJSON_GetObjectItemCaseSensitive(root, "post_processor");
+    if (post && !cJSON_IsNull(post)) {
+        const cJSON *ps = is_type(post, "Sequence") ? cJSON_GetObjectItemCaseSensitive(post, "processors") : NULL;
+        const cJSON *one = ps ? ps->child : post;
+        for (; one; one = ps ? one->next : NULL)
+            if (!is_type(one, "ByteLevel") && !is_type(one, "TemplateProcessing")) {
+                tri_error("%s: post_processor \"%s\" is not supported (ByteLevel and TemplateProcessing are)", file,
+                          type_of(one));
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* Hugging Face tokenizers does not take the id of an added token from the
+ * file unless its content is a model.vocab entry: the others get, in file
+ * order, the number of vocab entries, then one more than the largest id
+ * given so far (AddedVocabulary::add_tokens). A file whose ids differ from
+ * those would be encoded with other ids there, so it is refused. */
+static int check_added_ids(loader *L, const cJSON *added, const cJSON *vocab) {
+    if (!cJSON_IsArray(added)) return 0;
+    const char *file = L->file;
+    long n_vocab = (long)json_count(vocab), max_id = -1;
+    int k = 0;
+    for (const cJSON *e = added->child; e; e = e->next, k++) {
+        const char *content = cJSON_GetObjectItemCaseSensitive(e, "content")->valuestring;
+        long id = (long)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble, hf = -1;
+        size_t cl = strlen(content);
+        uint8_t *tmp = malloc(cl + 1);
+        if (!tmp) {
+            tri_error("%s: out of memory", file);
+            return -1;
+        }
+        /* the vocab key equal to content: at the same id, or a regular
+         * token (keys are byte-level strings: the same bytes, the same key) */
+        long nb = tri_tok_bytelevel_decode(content, cl, tmp);
+        int64_t *v = nb > 0 ? tri_bmap_find(&L->by_bytes, tmp, (size_t)nb, tri_bmap_hash(tmp, (size_t)nb)) : NULL;
+        free(tmp);
+        if (L->tok[id].in_vocab)
+            hf = id;
+        else if (v)
+            hf = (long)*v;
+        else
+            hf = max_id < 0 || max_id < n_vocab ? n_vocab : max_id + 1;
+        if (hf != id) {
+            tri_error("%s: added_tokens[%d] (\"%.60s\") has id %ld, but Hugging Face tokenizers gives it id %ld "
+                      "(added tokens not in model.vocab are numbered after its %ld entries, in order): the file "
+                      "is inconsistent",
+                      file, k, content, id, hf, n_vocab);
+            return -1;
+        }
+        if (hf > max_id) max_id = hf;
     }
     return 0;
 }
@@ -349,23 +525,9 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
                   cJSON_IsString(mtype) ? mtype->valuestring : "not a string", cJSON_IsString(mtype) ? "\"" : "");
         goto fail;
     }
-    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
-    if (norm && !cJSON_IsNull(norm)) {
-        tri_error("%s: normalizer: only null is supported (the GPT-2 scheme has none)", path);
-        goto fail;
-    }
-    const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
-    if (check_type(path, pre, "pre_tokenizer", "ByteLevel")) goto fail;
-    if (pre && !cJSON_IsNull(pre)) {
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space"))) {
-            tri_error("%s: pre_tokenizer.add_prefix_space: only false is supported", path);
-            goto fail;
-        }
-        if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(pre, "use_regex"))) {
-            tri_error("%s: pre_tokenizer.use_regex: only true (the GPT-2 pattern) is supported", path);
-            goto fail;
-        }
-    }
+    int pattern = TRI_TOK_PAT_GPT2, match_added = 0;
+    if (hf_kind(path, root, &pattern, &match_added)) goto fail;
+    L.match_added = match_added;
     static const char *const k_empty_keys[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 2; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, k_empty_keys[i]);
@@ -374,8 +536,14 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
             goto fail;
         }
     }
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"))) {
-        tri_error("%s: model.ignore_merges: only false is supported", path);
+    int ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) {
+        tri_error("%s: model.byte_fallback: only false is supported (a byte-level BPE has every byte)", path);
+        goto fail;
+    }
+    const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
+    if (dropout && !cJSON_IsNull(dropout) && !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0)) {
+        tri_error("%s: model.dropout: only null is supported (BPE dropout is random)", path);
         goto fail;
     }
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
@@ -383,6 +551,7 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
     L.id_limit = json_count(added) + json_count(vocab);
     if (load_added(&L, added)) goto fail;
     if (load_vocab(&L, vocab, "model.vocab")) goto fail;
+    if (check_added_ids(&L, added, vocab)) goto fail;
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(model, "merges");
     if (!cJSON_IsArray(ms)) {
         tri_error("%s: model.merges is missing or not an array", path);
@@ -410,6 +579,15 @@ static int load_hf_json(tri_tokenizer *tk, const char *path) {
     tk->merges = merges;
     merges = NULL;
     if (loader_finish(&L, tk)) goto fail;
+    tk->pattern = pattern;
+    tk->ignore_merges = ignore_merges;
+    tk->match_added = match_added;
+    if (tk->eot < 0) /* Llama 3's end of text */
+        for (int i = 0; i < tk->vocab_size; i++)
+            if (tk->flags[i] & TRI_TOK_ADDED && tk->tok_off[i + 1] - tk->tok_off[i] == strlen(TRI_TOK_EOT3_TEXT) &&
+                memcmp(tk->tok_bytes + tk->tok_off[i], TRI_TOK_EOT3_TEXT, strlen(TRI_TOK_EOT3_TEXT)) == 0)
+                tk->eot = i;
+    if ((ignore_merges && tri_tok_build_word_table(tk)) || (match_added && tri_tok_build_added(tk))) goto oom;
     loader_free(&L);
     cJSON_Delete(root);
     return 0;
@@ -567,23 +745,43 @@ int tri_tokenizer_save(const tri_tokenizer *tk, const char *path) {
         fprintf(f, "%s\n    {\"id\": %d, \"content\": ", first ? "" : ",", i);
         tok_str(f, tk, i);
         fprintf(f,
-                ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
+                ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": %s, "
                 "\"special\": %s}",
+                tk->flags[i] & TRI_TOK_NORMALIZED ? "true" : "false",
                 tk->flags[i] & TRI_TOK_SPECIAL ? "true" : "false");
         first = 0;
     }
     fputs(first ? "],\n" : "\n  ],\n", f);
-    fputs("  \"normalizer\": null,\n"
-          "  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
-          "\"use_regex\": true},\n"
-          "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, "
+    fputs("  \"normalizer\": null,\n", f);
+    if (tk->match_added) { /* the Llama 3 form: Split by the pattern, then ByteLevel */
+        fputs("  \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [\n"
+              "    {\"type\": \"Split\", \"pattern\": {\"Regex\": \"",
+              f);
+        for (const char *c = tk->pattern == TRI_TOK_PAT_LLAMA3 ? tri_tok_pattern_llama3 : tri_tok_pattern_gpt2; *c;
+             c++) {
+            if (*c == '\\' || *c == '"') fputc('\\', f);
+            fputc(*c, f);
+        }
+        fputs(
+            "\"}, \"behavior\": \"Isolated\", \"invert\": false},\n"
+            "    {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}\n"
+            "  ]},\n",
+            f);
+    } else {
+        fputs("  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
+              "\"use_regex\": true},\n",
+              f);
+    }
+    fputs("  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, "
           "\"use_regex\": true},\n"
           "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, "
           "\"use_regex\": true},\n"
           "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": null,\n"
           "    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n"
-          "    \"fuse_unk\": false,\n    \"byte_fallback\": false,\n    \"vocab\": {",
+          "    \"fuse_unk\": false,\n    \"byte_fallback\": false,\n",
           f);
+    if (tk->ignore_merges) fputs("    \"ignore_merges\": true,\n", f); /* older readers lack the key */
+    fputs("    \"vocab\": {", f);
     first = 1;
     for (int i = 0; i < tk->vocab_size; i++) {
         if (!(tk->flags[i] & TRI_TOK_PRESENT)) continue;

@@ -32,14 +32,14 @@
 
 typedef struct train_args {
     long vocab;
-    const char *out;
+    const char *out, *pattern;
     int threads;
     tri_opt_list corpus;
 } train_args;
 
 typedef struct encode_args {
     const char *tok_path, *format, *out;
-    int bytes, jsonl, quiet, threads;
+    int bytes, jsonl, quiet, threads, split_special;
     tri_opt_list inputs;
 } encode_args;
 
@@ -55,17 +55,19 @@ typedef struct decode_args {
 static int train_options(train_args *a, int argc, char **argv, FILE *help) {
     const tri_opt opts[] = {
         {"--vocab-size", TRI_OPT_LONG, &a->vocab, "N", 257, 1L << 30,
-         .help = "tokens in the vocabulary, the 256 bytes and <|endoftext|> included"},
+         .help = "tokens in the vocabulary, the 256 bytes and the special tokens included"},
+        {"--pattern", TRI_OPT_STR, &a->pattern, "gpt2|llama3", .choices = "gpt2|llama3",
+         .help = "split pattern: gpt2 (default) or llama3 (Llama 3 / GPT-4)"},
         {"--out", TRI_OPT_STR, &a->out, "tok.json", .help = "the tokenizer.json to write"},
         {"--threads", TRI_OPT_INT, &a->threads, "K", 1, 4096, .help = THREADS_HELP},
     };
     const tri_cmd_spec spec = {
         .cmd = "trident tokenize train",
         .who = "tokenize train",
-        .usage = "--vocab-size N --out tok.json [--threads K] CORPUS...",
+        .usage = "--vocab-size N --out tok.json [--pattern gpt2|llama3] [--threads K] CORPUS...",
         .about = "  learn a byte-level BPE tokenizer from text files (.xz read through xz -dc);\n"
-                 "  N counts the 256 bytes and <|endoftext|> (N >= 257); writes a Hugging Face\n"
-                 "  tokenizer.json\n",
+                 "  N counts the 256 bytes and the special tokens (gpt2: N >= 257, llama3:\n"
+                 "  N >= 258); writes a Hugging Face tokenizer.json\n",
         .opts = opts,
         .n_opts = TRI_OPT_N(opts),
         .pos = &a->corpus,
@@ -86,16 +88,19 @@ static int encode_options(encode_args *a, int argc, char **argv, FILE *help) {
         {"--jsonl", TRI_OPT_FLAG, &a->jsonl, .help = "one document per line of an INPUT (its \"text\" field)"},
         {"--threads", TRI_OPT_INT, &a->threads, "K", 1, 4096, .help = THREADS_HELP},
         {"--quiet", TRI_OPT_FLAG, &a->quiet, .help = "no progress lines"},
+        {"--split-special-tokens", TRI_OPT_FLAG, &a->split_special,
+         .help = "special tokens' text in INPUT is text, not their ids (Llama 3 kind)"},
     };
     const tri_cmd_spec spec = {
         .cmd = "trident tokenize encode",
         .who = "tokenize encode",
         .usage = "(--tokenizer tok.json | --bytes) --format llmc|megatron --out PREFIX\n"
-                 "                               [--jsonl] [--threads K] [--quiet] INPUT...",
+                 "                               [--jsonl] [--threads K] [--quiet] [--split-special-tokens] INPUT...",
         .about = "  text -> token file: one document per INPUT file, or with --jsonl one per\n"
                  "  line (its \"text\" field); <|endoftext|> separates documents\n"
-                 "  (llmc: PREFIX.bin, EOT before each document; megatron: PREFIX.bin +\n"
-                 "  PREFIX.idx, EOT after each document)\n",
+                 "  (llmc: PREFIX.bin, EOT before each document, or <|begin_of_text|> where\n"
+                 "  the tokenizer has it, as llm.c's Llama 3 files; megatron: PREFIX.bin +\n"
+                 "  PREFIX.idx, EOT after each document, Llama 3: <|end_of_text|>)\n",
         .opts = opts,
         .n_opts = TRI_OPT_N(opts),
         .pos = &a->inputs,
@@ -172,7 +177,8 @@ static int cmd_train(int argc, char **argv) {
     if (tri_text_check(files, n_files, &total)) goto done;
     double t0 = tri_now_s();
     tri_stop_install(TRI_STOP_SECOND_KILLS);
-    if (tri_tokenizer_train(&tk, files, n_files, (int)a.vocab, a.threads)) {
+    int pattern = a.pattern && !strcmp(a.pattern, "llama3") ? TRI_TOK_PAT_LLAMA3 : TRI_TOK_PAT_GPT2;
+    if (tri_tokenizer_train_pat(&tk, files, n_files, (int)a.vocab, a.threads, pattern)) {
         if (tri_stop_signal()) rc = tri_exit_signal(tri_stop_signal()); /* said; nothing was written */
         goto done;
     }
@@ -216,6 +222,10 @@ static int cmd_encode(int argc, char **argv) {
     int llmc = !strcmp(a.format, "llmc");
     if (tri_text_check(files, n_files, &cfg.total_bytes)) goto done;
     if ((rc = get_tokenizer(&tk, a.tok_path, a.bytes, "encode")) != TRI_EXIT_OK) goto done;
+    if (a.split_special && tri_tokenizer_split_special(&tk, 1)) {
+        rc = TRI_EXIT_FAILURE;
+        goto done;
+    }
     tri_stop_install(TRI_STOP_SECOND_KILLS);
     rc = tri_encode_files(&cfg, files, n_files, &st);
     if (rc >= TRI_EXIT_SIGNAL_BASE)

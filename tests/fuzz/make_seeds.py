@@ -120,6 +120,27 @@ hf = {"version": "1.0", "added_tokens": [{"id": eot, "content": "<|endoftext|>",
 put("tokenizer_json", "string-merges", json.dumps(hf, ensure_ascii=False))
 hf["model"]["merges"] = [[tok(a), tok(b)] for a, b in merges]
 put("tokenizer_json", "pair-merges", json.dumps(hf))
+# the Llama 3 kind: Split by the cl100k pattern + ByteLevel, added tokens after
+# the vocab (matched in the text), ignore_merges, Llama 3's post-processor
+pattern = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+           " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+v3 = {k: i for k, i in vocab.items() if k != "<|endoftext|>"}
+l3 = {"version": "1.0",
+      "added_tokens": [{"id": len(v3) + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                        "normalized": False, "special": True}
+                       for i, c in enumerate(["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"])],
+      "normalizer": None,
+      "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+          {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+          {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+      "post_processor": {"type": "Sequence", "processors": [
+          {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+          {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                                                    {"Sequence": {"id": "A", "type_id": 0}}],
+           "pair": [], "special_tokens": {}}]},
+      "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+      "model": {"type": "BPE", "ignore_merges": True, "vocab": v3, "merges": merge_strs}}
+put("tokenizer_json", "llama3", json.dumps(l3, ensure_ascii=False))
 put("tokenizer_gpt2", "hand", json.dumps(vocab, ensure_ascii=False).encode() + b"\0#version: 0.2\n" +
     "\n".join(merge_strs).encode() + b"\n")
 
