@@ -55,6 +55,18 @@ int32_t tri_sample_pick(const float *logits, float *probs, int V, double temp, i
     return best;
 }
 
+size_t tri_sample_context(int bos, int eot, const int32_t *pids, size_t np, size_t T, int32_t *ctx) {
+    size_t len = 0;
+    if (np == 0) {
+        ctx[len++] = bos >= 0 ? bos : eot >= 0 ? eot : '\n';
+        return len;
+    }
+    if (bos >= 0 && pids[0] != bos) ctx[len++] = bos;
+    size_t room = T - len, skip = np > room ? np - room : 0; /* the prompt's last tokens */
+    for (size_t i = skip; i < np; i++) ctx[len++] = pids[i];
+    return len;
+}
+
 int tri_sample_run(tri_infer *m, const tri_tokenizer *tk, const char *prompt, const tri_sample_cfg *cfg, FILE *out) {
     int V = m->cfg.model.vocab_size;
     /* draw only ids the tokenizer can turn back into text (the model's
@@ -78,15 +90,8 @@ int tri_sample_run(tri_infer *m, const tri_tokenizer *tk, const char *prompt, co
         np = 0;
         prompt = NULL;
     }
-    size_t len = 0;
-    if (np == 0) {
-        int eot = tri_tokenizer_eot(tk);
-        ctx[len++] = eot >= 0 ? eot : '\n';
-    } else {
-        size_t skip = np > T ? np - T : 0; /* the prompt's last T tokens */
-        for (size_t i = skip; i < np; i++) ctx[len++] = pids[i];
-        fwrite(prompt, 1, strlen(prompt), out);
-    }
+    size_t len = tri_sample_context(tri_tokenizer_bos(tk), tri_tokenizer_eot(tk), pids, np, T, ctx);
+    if (np > 0) fwrite(prompt, 1, strlen(prompt), out);
     free(pids);
     uint64_t rng = cfg->seed;
     tri_stop_install(TRI_STOP_SECOND_KILLS);

@@ -25,9 +25,18 @@ typedef struct tri_sample_cfg {
  * (not at temperature <= 0). */
 int32_t tri_sample_pick(const float *logits, float *probs, int V, double temperature, int top_k, uint64_t *rng);
 
+/* The context sampling starts from, in ctx (room for T >= 1 ids), given
+ * the tokenizer's begin-of-text id bos and end-of-text id eot (-1: none) and
+ * the prompt's np ids: without a prompt the id training documents follow
+ * (bos; a tokenizer without one: eot, else '\n'); with one, bos first when
+ * the tokenizer has one and the prompt does not start with it (Llama 3's
+ * files put it before every document, and Hugging Face adds it to a prompt),
+ * then the prompt's last ids that fit. Returns the count of ids written. */
+size_t tri_sample_context(int bos, int eot, const int32_t *pids, size_t np, size_t T, int32_t *ctx);
+
 /* Writes prompt (NULL: none), then cfg->tokens generated tokens' text to out
- * as each comes (flushed), then a newline. Without a prompt the context
- * starts with the tokenizer's end-of-text id (else '\n'). Draws only ids the
+ * as each comes (flushed), then a newline. The context starts as
+ * tri_sample_context says. Draws only ids the
  * tokenizer has (min(its vocabulary, the model's)); the caller checks that
  * the tokenizer's vocabulary is not larger than the model's. Between tokens
  * a stop request (SIGTERM, SIGINT; base/stop.h, installed here with

@@ -85,3 +85,26 @@ Test(sample, the_same_seed_draws_the_same_ids) {
     for (int n = 0; n < 200; n++)
         cr_assert_eq(tri_sample_pick(LOGITS, probs, V, 1.0, 0, &a), tri_sample_pick(LOGITS, probs, V, 1.0, 0, &b));
 }
+
+/* The starting context, against the rule written out by hand: GPT-2's kind
+ * (no begin-of-text) starts from end-of-text alone or the prompt as it is;
+ * Llama 3's kind puts begin-of-text first, once, and keeps it when the
+ * prompt is cut to the window. */
+Test(sample, the_context_starts_where_training_documents_start) {
+    int32_t ctx[8];
+    const int32_t prompt[] = {5, 6, 7, 8, 9}, with_bos[] = {1, 5, 6};
+    cr_assert_eq(tri_sample_context(-1, 0, NULL, 0, 8, ctx), 1);
+    cr_assert_eq(ctx[0], 0, "no prompt, no begin-of-text: end-of-text");
+    cr_assert_eq(tri_sample_context(-1, -1, NULL, 0, 8, ctx), 1);
+    cr_assert_eq(ctx[0], '\n', "neither: a newline");
+    cr_assert_eq(tri_sample_context(1, 2, NULL, 0, 8, ctx), 1);
+    cr_assert_eq(ctx[0], 1, "no prompt: begin-of-text");
+    cr_assert_eq(tri_sample_context(-1, 0, prompt, 5, 3, ctx), 3);
+    cr_assert(ctx[0] == 7 && ctx[1] == 8 && ctx[2] == 9, "GPT-2 kind: the prompt's last 3 ids");
+    cr_assert_eq(tri_sample_context(1, 2, prompt, 5, 8, ctx), 6);
+    cr_assert(ctx[0] == 1 && ctx[1] == 5 && ctx[5] == 9, "begin-of-text, then the prompt");
+    cr_assert_eq(tri_sample_context(1, 2, prompt, 5, 3, ctx), 3);
+    cr_assert(ctx[0] == 1 && ctx[1] == 8 && ctx[2] == 9, "begin-of-text kept, the prompt's last 2 ids");
+    cr_assert_eq(tri_sample_context(1, 2, with_bos, 3, 8, ctx), 3);
+    cr_assert(ctx[0] == 1 && ctx[1] == 5 && ctx[2] == 6, "a prompt that starts with it gets no second one");
+}
