@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "helpers/equiv.h"
 #include "helpers/testutil.h"
 #include "model/ckpt/safetensors.h"
 
@@ -29,81 +30,25 @@
 #define PARAM_ATOL 1e-5
 
 /* One run of the tiny config (4 heads, so tp can be 1, 2 or 4) in dir with
- * tp x dp ranks through tridentrun. `ck` names the checkpoint root under dir. */
+ * tp x dp ranks through tridentrun (tests/helpers/equiv.h). `ck` names the
+ * checkpoint root under dir. */
 static int run(const char *dir, int tp, int dp, const char *ck, const char *extra, char **out) {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && timeout 120 %s --log-dir %s/ranks_%d_%d -- %s train %s/configs/tiny-test.json "
-             "--set data.train=%s/train.bin --set data.val=%s/val.bin --set model.n_head=4 "
-             "--set parallel.tp=%d --set parallel.dp=%d --set checkpoint.dir=%s/%s --set log.dir=%s/log_%s %s",
-             dir, tt_bin("tridentrun"), dir, tp, dp, tt_bin("trident"), TRI_SOURCE_DIR, dir, dir, tp, dp, dir, ck, dir,
-             ck, extra);
-    return tt_run(cmd, out);
+    char sets[4096];
+    snprintf(sets, sizeof sets, "--set model.n_head=4 %s", extra);
+    return tt_equiv_run(dir, tp, dp, ck, sets, out);
 }
 
-static char *make_dir(void) {
-    char *dir = tt_mkdtemp(), p[4200];
-    snprintf(p, sizeof p, "%s/train.bin", dir);
-    tt_write_llmc_random(p, 20000, 256, 11);
-    snprintf(p, sizeof p, "%s/val.bin", dir);
-    tt_write_llmc_random(p, 4000, 256, 12);
-    return dir;
-}
+static char *make_dir(void) { return tt_equiv_dir(); }
 
-static int losses(const char *dir, const char *ck, double **out) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/log_%s/metrics.jsonl", dir, ck);
-    return tt_losses(p, out);
-}
+static int losses(const char *dir, const char *ck, double **out) { return tt_equiv_losses(dir, ck, out); }
 
 static void expect_losses_close(const double *a, const double *b, int n, const char *what) {
-    for (int i = 0; i < n; i++)
-        cr_expect(fabs(a[i] - b[i]) <= LOSS_RTOL * fabs(a[i]), "%s: step %d loss %.17g vs %.17g", what, i + 1, a[i],
-                  b[i]);
+    tt_equiv_expect_losses(a, b, n, LOSS_RTOL, what);
 }
 
 /* Every tensor of the latest checkpoint under dir/ck_b against dir/ck_a. */
 static void expect_params_close(const char *dir, const char *ck_a, const char *ck_b, const char *what) {
-    char pa[4200], pb[4200], cmd[8400];
-    char *la = NULL, *lb = NULL;
-    snprintf(cmd, sizeof cmd, "cat %s/%s/latest", dir, ck_a);
-    cr_assert_eq(tt_run(cmd, &la), 0);
-    snprintf(cmd, sizeof cmd, "cat %s/%s/latest", dir, ck_b);
-    cr_assert_eq(tt_run(cmd, &lb), 0);
-    la[strcspn(la, "\n")] = 0;
-    lb[strcspn(lb, "\n")] = 0;
-    snprintf(pa, sizeof pa, "%s/%s/%s/model.safetensors", dir, ck_a, la);
-    snprintf(pb, sizeof pb, "%s/%s/%s/model.safetensors", dir, ck_b, lb);
-    free(la);
-    free(lb);
-    tri_st_file fa, fb;
-    cr_assert_eq(tri_st_open(&fa, pa), 0);
-    cr_assert_eq(tri_st_open(&fb, pb), 0);
-    cr_assert_eq(fa.layout.n, fb.layout.n);
-    double worst = 0;
-    for (size_t e = 0; e < fa.layout.n; e++) {
-        const tri_st_entry *x = &fa.layout.entries[e];
-        int j = tri_st_expect(&fb, x->name, x->ndim, x->shape);
-        cr_assert(j >= 0, "%s: %s missing", what, x->name);
-        size_t n = tri_st_numel(x);
-        float *va = malloc(n * sizeof(float)), *vb = malloc(n * sizeof(float));
-        tri_st_piece pc = {0, 0, x->rows, x->cols, va, x->cols, 0};
-        cr_assert_eq(tri_st_read_piece(fa.fd, &fa.layout, (int)e, &pc), 0);
-        pc.buf = vb;
-        cr_assert_eq(tri_st_read_piece(fb.fd, &fb.layout, j, &pc), 0);
-        for (size_t k = 0; k < n; k++) {
-            double d = fabs((double)va[k] - (double)vb[k]);
-            if (!(d <= PARAM_ATOL)) {
-                cr_expect(0, "%s: %s[%zu] = %.9g vs %.9g", what, x->name, k, va[k], vb[k]);
-                break;
-            }
-            if (d > worst) worst = d;
-        }
-        free(va);
-        free(vb);
-    }
-    tri_st_close(&fa);
-    tri_st_close(&fb);
+    tt_equiv_expect_params(dir, ck_a, ck_b, PARAM_ATOL, what);
 }
 
 /* The run under dir/ck followed the reference run ref_ck (losses ref[0..10)):

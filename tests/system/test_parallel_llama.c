@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "helpers/equiv.h"
 #include "helpers/testutil.h"
 #include "model/ckpt/safetensors.h"
 
@@ -29,87 +30,39 @@
     "--set model.arch=llama --set model.n_head=4 --set model.n_kv_head=2 --set model.ffn_hidden=64 --set train.steps=10"
 
 /* One run of the tiny config as a Llama in dir with tp x dp ranks (times
- * parallel.pp in extra) through tridentrun; `ck` names the checkpoint root. */
+ * parallel.pp in extra) through tridentrun (tests/helpers/equiv.h); `ck`
+ * names the checkpoint root. */
 static int run(const char *dir, int tp, int dp, const char *ck, const char *extra, char **out) {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "cd %s && timeout 120 %s --log-dir %s/ranks_%s -- %s train %s/configs/tiny-test.json "
-             "--set data.train=%s/train.bin --set data.val=%s/val.bin " LLAMA
-             " --set parallel.tp=%d --set parallel.dp=%d --set checkpoint.dir=%s/%s --set log.dir=%s/log_%s %s",
-             dir, tt_bin("tridentrun"), dir, ck, tt_bin("trident"), TRI_SOURCE_DIR, dir, dir, tp, dp, dir, ck, dir, ck,
-             extra);
-    return tt_run(cmd, out);
+    char sets[4096];
+    snprintf(sets, sizeof sets, LLAMA " %s", extra);
+    return tt_equiv_run(dir, tp, dp, ck, sets, out);
 }
 
-static char *make_dir(void) {
-    char *dir = tt_mkdtemp(), p[4200];
-    snprintf(p, sizeof p, "%s/train.bin", dir);
-    tt_write_llmc_random(p, 20000, 256, 11);
-    snprintf(p, sizeof p, "%s/val.bin", dir);
-    tt_write_llmc_random(p, 4000, 256, 12);
-    return dir;
-}
+static char *make_dir(void) { return tt_equiv_dir(); }
 
-static int losses(const char *dir, const char *ck, double **out) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/log_%s/metrics.jsonl", dir, ck);
-    return tt_losses(p, out);
-}
+static int losses(const char *dir, const char *ck, double **out) { return tt_equiv_losses(dir, ck, out); }
 
 static void expect_losses_close(const double *a, const double *b, int n, const char *what) {
-    for (int i = 0; i < n; i++)
-        cr_expect(fabs(a[i] - b[i]) <= LOSS_RTOL * fabs(a[i]), "%s: step %d loss %.17g vs %.17g", what, i + 1, a[i],
-                  b[i]);
+    tt_equiv_expect_losses(a, b, n, LOSS_RTOL, what);
 }
 
-/* model.safetensors of the latest checkpoint under dir/ck (malloc'd path). */
-static char *latest_model(const char *dir, const char *ck) {
-    char cmd[4400], *l = NULL;
-    snprintf(cmd, sizeof cmd, "cat %s/%s/latest", dir, ck);
-    cr_assert_eq(tt_run(cmd, &l), 0);
-    l[strcspn(l, "\n")] = 0;
-    char *p = malloc(8800);
-    snprintf(p, 8800, "%s/%s/%s/model.safetensors", dir, ck, l);
-    free(l);
-    return p;
-}
+static char *latest_model(const char *dir, const char *ck) { return tt_equiv_latest_model(dir, ck); }
 
 /* Every tensor of the latest checkpoint under dir/ck_b against dir/ck_a:
  * the same Hugging Face Llama names and shapes, values within PARAM_ATOL. */
 static void expect_params_close(const char *dir, const char *ck_a, const char *ck_b, const char *what) {
-    char *pa = latest_model(dir, ck_a), *pb = latest_model(dir, ck_b);
-    tri_st_file fa, fb;
+    char *pa = latest_model(dir, ck_a);
+    tri_st_file fa;
     cr_assert_eq(tri_st_open(&fa, pa), 0);
-    cr_assert_eq(tri_st_open(&fb, pb), 0);
     free(pa);
-    free(pb);
-    cr_assert_eq(fa.layout.n, fb.layout.n);
     /* n_layer x 9 tensors, embed_tokens, norm, lm_head */
     cr_expect(fa.layout.n == 21 || fa.layout.n == 39, "%s: %zu tensors", what, fa.layout.n);
     cr_expect(tri_st_layout_find(&fa.layout, "lm_head.weight") >= 0 &&
                   tri_st_layout_find(&fa.layout, "model.layers.1.self_attn.k_proj.weight") >= 0 &&
                   tri_st_layout_find(&fa.layout, "model.layers.1.mlp.up_proj.weight") >= 0,
               "%s: the Hugging Face Llama names", what);
-    for (size_t e = 0; e < fa.layout.n; e++) {
-        const tri_st_entry *x = &fa.layout.entries[e];
-        int j = tri_st_expect(&fb, x->name, x->ndim, x->shape);
-        cr_assert(j >= 0, "%s: %s missing", what, x->name);
-        size_t n = tri_st_numel(x);
-        float *va = malloc(n * sizeof(float)), *vb = malloc(n * sizeof(float));
-        tri_st_piece pc = {0, 0, x->rows, x->cols, va, x->cols, 0};
-        cr_assert_eq(tri_st_read_piece(fa.fd, &fa.layout, (int)e, &pc), 0);
-        pc.buf = vb;
-        cr_assert_eq(tri_st_read_piece(fb.fd, &fb.layout, j, &pc), 0);
-        for (size_t k = 0; k < n; k++)
-            if (!(fabs((double)va[k] - (double)vb[k]) <= PARAM_ATOL)) {
-                cr_expect(0, "%s: %s[%zu] = %.9g vs %.9g", what, x->name, k, va[k], vb[k]);
-                break;
-            }
-        free(va);
-        free(vb);
-    }
     tri_st_close(&fa);
-    tri_st_close(&fb);
+    tt_equiv_expect_params(dir, ck_a, ck_b, PARAM_ATOL, what);
 }
 
 /* The grad_norm values of run ck, in order (at most max). */

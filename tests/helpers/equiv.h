@@ -1,0 +1,34 @@
+/* Equivalence runs through tridentrun, shared by the system tests that
+ * prove a parallel layout follows one rank (tests/system/test_parallel*.c):
+ * the tiny config trained in a temporary directory on random llm.c token
+ * files, its losses read back from metrics.jsonl, and two checkpoints
+ * compared tensor by tensor. The tolerances are the callers' (each test
+ * justifies its own). */
+#ifndef TT_EQUIV_H
+#define TT_EQUIV_H
+
+/* A fresh directory with train.bin (20,000 tokens) and val.bin (4,000), ids
+ * below 256 (malloc'd path; tt_rmrf it). */
+char *tt_equiv_dir(void);
+
+/* `trident train configs/tiny-test.json` in dir with tp x dp ranks through
+ * tridentrun (2 minutes at most), reading dir's token files, its checkpoints
+ * under dir/ck, its logs in dir/log_ck and its ranks' in dir/ranks_ck; sets
+ * are more arguments (--set ...). Returns the exit code; *out the output. */
+int tt_equiv_run(const char *dir, int tp, int dp, const char *ck, const char *sets, char **out);
+
+/* The losses of run ck, in order (tt_losses of dir/log_ck/metrics.jsonl). */
+int tt_equiv_losses(const char *dir, const char *ck, double **out);
+
+/* Each b[i] within rtol of a[i] (relative), i < n; a failure names the step. */
+void tt_equiv_expect_losses(const double *a, const double *b, int n, double rtol, const char *what);
+
+/* model.safetensors of the latest checkpoint under dir/ck (malloc'd path). */
+char *tt_equiv_latest_model(const char *dir, const char *ck);
+
+/* Every tensor of the latest checkpoint under dir/ck_b against dir/ck_a: the
+ * same names and shapes, every value within atol. Returns the largest
+ * difference seen. */
+double tt_equiv_expect_params(const char *dir, const char *ck_a, const char *ck_b, double atol, const char *what);
+
+#endif
