@@ -2,7 +2,8 @@
  * "cuda-emu": every op of kernels/ops.h through the table, against the CPU
  * op through the CPU table, on the same inputs; the memory ops against the
  * emulated runtime's bookkeeping; the checked-call message; the plan cache in
- * use; a few training steps of a tiny GPT on both backends.
+ * use; a few training steps of a tiny GPT and of a tiny Llama on both
+ * backends.
  *
  * What this checks is the wiring: argument order, = against += (accumulated
  * outputs are pre-filled with random values, overwritten ones poisoned with
