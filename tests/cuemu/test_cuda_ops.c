@@ -1329,7 +1329,7 @@ typedef struct run_out {
  * same seed, data and schedule on every device; the losses and the final
  * parameters. Everything crosses between host and backend through the
  * staging copies, as in `trident train`. */
-static run_out train_on_model(const char *device, tri_dtype precision, tri_model_cfg cfg) {
+static run_out train_on_model_rc(const char *device, tri_dtype precision, tri_model_cfg cfg, tri_recompute rc) {
     const size_t B = 2, T = (size_t)cfg.seq_len, BT = B * T;
     tri_ctx ctx;
     tri_comm self;
@@ -1342,8 +1342,8 @@ static run_out train_on_model(const char *device, tri_dtype precision, tri_model
     tri_comm_init_self(&self, 0);
     self.ctx = &ctx;
     cr_assert_eq(tri_gpt_init_single(&g, &cfg, &ctx, &self, 1, 0), 0);
-    cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, B, T, TRI_RECOMPUTE_NONE, 1, 0), 0);
-    cr_assert_eq(tri_workspace_init(&ws, &g, B, T, TRI_RECOMPUTE_NONE), 0);
+    cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, B, T, rc, 1, 0), 0);
+    cr_assert_eq(tri_workspace_init(&ws, &g, B, T, rc), 0);
     cr_assert_eq(tri_gpt_init_params(&g, 17), 0);
     tri_adamw_cfg oc = {.lr = 3e-3,
                         .min_lr = 3e-4,
@@ -1391,6 +1391,10 @@ static run_out train_on_model(const char *device, tri_dtype precision, tri_model
     tri_gpt_free(&g);
     tri_ctx_free(&ctx);
     return r;
+}
+
+static run_out train_on_model(const char *device, tri_dtype precision, tri_model_cfg cfg) {
+    return train_on_model_rc(device, precision, cfg, TRI_RECOMPUTE_NONE);
 }
 
 /* The tiny GPT of the six-step tests: head size 16 (the SIMT attention). */
@@ -1578,4 +1582,51 @@ Test(cuda_ops, six_bf16_training_steps_of_a_tiny_llama_follow_the_cpu_bf16_run) 
  * heads over 2 KV heads), the rest as above. */
 Test(cuda_ops, six_bf16_training_steps_of_a_llama_with_head_size_64_follow_the_cpu_bf16_run) {
     six_bf16_steps_follow(llama_cfg(4, 2, 256, 40, 176), 1);
+}
+
+/* The fp32 Llama steps with selective and full recompute on the emulated
+ * backend (the forward's RMSNorm, RoPE, SwiGLU and attention run again in
+ * the backward from the saved inputs and the saved RMSNorm rstd and
+ * log-sum-exp) against the CPU without recompute: recomputing repeats the
+ * same deterministic computation, so the bounds of the fp32 test above hold
+ * unchanged; under the emulator (fixed scheduling seed, kernels without
+ * atomics, the GEMMs one sgemm per call) the run must equal the one without
+ * recompute bit for bit, so a recompute that reads a slightly wrong input
+ * shows too (on a GPU only the bounds are asserted: cuBLASLt may pick
+ * another algorithm for a buffer of other alignment). */
+Test(cuda_ops, six_llama_steps_with_selective_and_full_recompute_follow_the_cpu) {
+    const tri_model_cfg cfg = llama_cfg(4, 2, 64, 16, 88);
+    run_out p = train_on_model("cpu", TRI_F32, cfg), n = train_on_model(DEV_NAME, TRI_F32, cfg);
+    const tri_recompute pol[2] = {TRI_RECOMPUTE_SELECTIVE, TRI_RECOMPUTE_FULL};
+    for (int k = 0; k < 2; k++) {
+        run_out e = train_on_model_rc(DEV_NAME, TRI_F32, cfg, pol[k]);
+        const char *name = tri_recompute_name(pol[k]);
+        cr_assert_eq(e.n, p.n);
+        double worst = 0;
+        for (int i = 0; i < 6; i++) {
+            const double rel = fabs(e.loss[i] - p.loss[i]) / p.loss[i];
+            worst = fmax(worst, rel);
+            cr_assert(isfinite(e.loss[i]) && rel <= 1e-5,
+                      "llama, recompute %s, step %d: loss %.9g on " DEV_NAME ", %.9g on the CPU", name, i, e.loss[i],
+                      p.loss[i]);
+        }
+        double dn = 0, pn = 0;
+        int same = memcmp(e.loss, n.loss, sizeof e.loss) == 0 && memcmp(e.params, n.params, e.n * sizeof(float)) == 0;
+        for (size_t i = 0; i < p.n; i++) {
+            dn += ((double)e.params[i] - p.params[i]) * ((double)e.params[i] - p.params[i]);
+            pn += (double)p.params[i] * p.params[i];
+        }
+        cr_assert(sqrt(dn) <= 1e-4 * sqrt(pn) && sqrt(dn) <= 1e-3 * p.moved,
+                  "llama, recompute %s: parameters differ by %.3g of their norm, %.3g of what the steps moved them",
+                  name, sqrt(dn / pn), sqrt(dn) / p.moved);
+#ifndef TRI_GPU_TEST
+        cr_assert(same, "llama, recompute %s: the emulated run differs from the one without recompute", name);
+#endif
+        cr_log_info("llama fp32, recompute %s: losses within %.3g relative, parameters within %.3g of their norm; "
+                    "%s the run without recompute",
+                    name, worst, sqrt(dn / pn), same ? "bit for bit" : "not bit for bit");
+        free(e.params);
+    }
+    free(p.params);
+    free(n.params);
 }
