@@ -376,9 +376,23 @@ fail:
     return -1;
 }
 
-static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_optim *o, which_buf which) {
-    tri_st_file f;
-    if (tri_st_open(&f, path) != 0) return -1;
+int tri_st_set_find(const tri_st_set *s, const char *name, int *entry) {
+    for (int i = 0; i < s->n; i++) {
+        int e = tri_st_layout_find(&s->files[i].layout, name);
+        if (e < 0 && s->gpt2_bare && strncmp(name, "transformer.", 12) == 0)
+            e = tri_st_layout_find(&s->files[i].layout, name + 12);
+        if (e >= 0) {
+            *entry = e;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Reads the tensors `prefix`<name> of this rank's slices from whichever file
+ * of s holds each (one file for a checkpoint; the shards of a Hugging Face
+ * directory). */
+static int read_params_set(const tri_st_set *s, const char *prefix, tri_gpt *g, tri_optim *o, which_buf which) {
     float *host = staging_alloc(g);
     int rc = host ? 0 : -1;
     for (int k = 0; k < g->n_chunks && rc == 0; k++) {
@@ -390,9 +404,11 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_opt
             size_t shape[2];
             snprintf(name, sizeof name, "%s%s", prefix, p->name);
             int nd = hf_shape(p, shape);
+            int e = -1, fi = tri_st_set_find(s, name, &e);
             /* master.* is there only when model.safetensors is not the masters */
-            if (which == BUF_MASTER && tri_st_layout_find(&f.layout, name) < 0) continue;
-            int e = tri_st_expect(&f, name, nd, shape);
+            if (which == BUF_MASTER && fi < 0) continue;
+            const tri_st_file *f = &s->files[fi < 0 ? 0 : fi];
+            e = tri_st_expect(f, fi >= 0 ? f->layout.entries[e].name : name, nd, shape);
             if (e < 0) {
                 rc = -1;
                 break;
@@ -400,7 +416,7 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_opt
             memset(host, 0, p->numel * sizeof(float)); /* padded vocab rows stay 0 */
             tri_st_piece pc[MAX_PIECES];
             int np = pieces_of(g, p, host, pc);
-            for (int q = 0; q < np && rc == 0; q++) rc = tri_st_read_piece(f.fd, &f.layout, e, &pc[q]);
+            for (int q = 0; q < np && rc == 0; q++) rc = tri_st_read_piece(f->fd, &f->layout, e, &pc[q]);
             if (rc != 0) break;
             /* 16-bit parameters: rounded from the fp32 values read, which
              * also become the master weights (read from model.safetensors
@@ -422,6 +438,20 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_opt
         }
     }
     free(host);
+    return rc;
+}
+
+int tri_model_read_set(const tri_st_set *s, tri_gpt *g, tri_optim *o) {
+    return read_params_set(s, "", g, o, BUF_PARAMS);
+}
+
+int tri_model_layout(const tri_model_cfg *cfg, tri_st_layout *L) { return build_layout(cfg, "", L, TRI_F32); }
+
+static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_optim *o, which_buf which) {
+    tri_st_file f;
+    if (tri_st_open(&f, path) != 0) return -1;
+    tri_st_set s = {.files = &f, .n = 1};
+    int rc = read_params_set(&s, prefix, g, o, which);
     tri_st_close(&f);
     return rc;
 }
