@@ -471,12 +471,22 @@ int tri_model_load(const char *dir, tri_gpt *g, tri_optim *o, tri_dist *d) {
 
 /* The Llama config's numbers beyond the sizes: rms_norm_eps, rope_theta,
  * tie_word_embeddings, rope_scaling (null, or Llama 3.1's "llama3"). 0 or
- * -1 naming the key. */
+ * -1 naming the key. transformers 5 writes RoPE's numbers as one object,
+ * "rope_parameters": {"rope_type": "default" | "llama3", "rope_theta": ..,
+ * and llama3's factor, ...}; older versions top-level rope_theta and
+ * rope_scaling. Both are read (the top-level keys first). */
 static int llama_extras(const cJSON *c, const char *name, tri_model_cfg *cfg) {
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(c, "rms_norm_eps");
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(c, "rope_parameters");
+    if (!cJSON_IsObject(rp)) rp = NULL;
     const cJSON *theta = cJSON_GetObjectItemCaseSensitive(c, "rope_theta");
+    if (!theta && rp) theta = cJSON_GetObjectItemCaseSensitive(rp, "rope_theta");
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings");
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
+    if ((!rs || cJSON_IsNull(rs)) && rp) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+        rs = cJSON_IsString(t) && strcmp(t->valuestring, "default") != 0 ? rp : NULL;
+    }
     cfg->norm_eps = cJSON_IsNumber(eps) ? eps->valuedouble : 1e-6; /* HF's LlamaConfig defaults */
     cfg->rope_theta = cJSON_IsNumber(theta) ? theta->valuedouble : 10000.0;
     cfg->tie_embeddings = cJSON_IsBool(tie) ? cJSON_IsTrue(tie) : 0;

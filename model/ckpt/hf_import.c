@@ -262,9 +262,8 @@ static int check_config(const char *dir, const tri_model_cfg *cfg) {
             {"num_key_value_heads", tri_model_n_kv_head(cfg), "model.n_kv_head"},
             {"head_dim", C / NH, "head size (model.n_embd / model.n_head)"},
             {"rms_norm_eps", cfg->norm_eps > 0 ? cfg->norm_eps : 1e-5, "model.norm_eps"},
-            {"rope_theta", cfg->rope_theta > 0 ? cfg->rope_theta : 10000.0, "model.rope_theta"},
         };
-        double dflt[] = {nan, nan, nan, nan, nan, NH, C / NH, 1e-6, 10000.0};
+        double dflt[] = {nan, nan, nan, nan, nan, NH, C / NH, 1e-6};
         for (size_t i = 0; i < sizeof k / sizeof k[0] && rc == 0; i++)
             rc = check_num(c, path, &k[i], dflt[i], i >= 7 ? 1e-6 : 0);
         const cJSON *tie = cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings");
@@ -280,11 +279,16 @@ static int check_config(const char *dir, const tri_model_cfg *cfg) {
         if (rc == 0) rc = check_false(c, path, "attention_bias");
         if (rc == 0) rc = check_false(c, path, "mlp_bias");
         if (rc == 0) {
-            /* rope_scaling: parsed as config.json readers do, then compared */
+            /* rope_theta and rope_scaling (top-level, or transformers 5's
+             * rope_parameters): parsed as config.json readers do, then compared */
             tri_model_cfg hf = *cfg;
             char *s = cJSON_PrintUnformatted(c);
             rc = s && tri_hf_config_parse(s, path, &hf) == 0 ? 0 : -1;
             free(s);
+            double theta = cfg->rope_theta > 0 ? cfg->rope_theta : 10000.0;
+            if (rc == 0 && !(fabs(hf.rope_theta - theta) <= 1e-6 * theta))
+                rc = tri_error("%s: rope_theta is %.9g, but the run's model.rope_theta is %.9g", path, hf.rope_theta,
+                               theta);
             if (rc == 0 && (hf.rope_scaling_factor != cfg->rope_scaling_factor ||
                             (cfg->rope_scaling_factor > 0 && (hf.rope_low_freq_factor != cfg->rope_low_freq_factor ||
                                                               hf.rope_high_freq_factor != cfg->rope_high_freq_factor ||

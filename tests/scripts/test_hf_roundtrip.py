@@ -132,7 +132,8 @@ def test_export():
     run([TRIDENT, "train", os.path.join(SRC, "configs", "llama-tiny.json"),
          "--set", "model.n_layer=2", "--set", "model.n_embd=64", "--set", "model.n_head=4",
          "--set", "model.n_kv_head=2", "--set", "model.ffn_hidden=96", "--set", "model.seq_len=%d" % T,
-         "--set", "model.vocab_size=256", "--set", "train.steps=150", "--set", "train.global_batch=8",
+         "--set", "model.vocab_size=256", "--set", "model.rope_theta=500", "--set", "model.rope_scaling_factor=4",
+         "--set", "model.rope_original_seq_len=8", "--set", "train.steps=150", "--set", "train.global_batch=8",
          "--set", "train.micro_batch=4", "--set", "train.lr=1e-2", "--set", "train.warmup_steps=3",
          "--set", "train.eval_every=0", "--set", "data.train=train.bin", "--set", "data.val=val.bin",
          "--set", "data.tokenizer=", "--set", "checkpoint.dir=export/ck", "--set", "checkpoint.every=0",
@@ -175,12 +176,19 @@ def wide_random(model, seed):
     return model
 
 
+# Llama 3.1's RoPE scaling, biting at T = 32 (original length 8), with a small
+# theta: RoPE's numbers all matter (transformers 5 writes them as
+# "rope_parameters", older versions as rope_theta and rope_scaling)
+ROPE_SCALING = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8}
+
+
 def llama_dirs():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
+                      rms_norm_eps=1e-5, rope_theta=500.0, tie_word_embeddings=False, rope_scaling=ROPE_SCALING)
     torch.manual_seed(0)
     model = wide_random(LlamaForCausalLM(cfg), 1).eval()
     model.config._attn_implementation = "eager"
@@ -200,8 +208,9 @@ def import_cfg(arch):
     """A trident config for the HF models written here."""
     m = {"n_layer": 2, "n_head": 4, "n_embd": 64, "seq_len": 32, "vocab_size": 256}
     if arch == "llama":
-        m.update({"arch": "llama", "n_kv_head": 2, "ffn_hidden": 96, "norm_eps": 1e-5, "rope_theta": 10000,
-                  "tie_embeddings": False})
+        m.update({"arch": "llama", "n_kv_head": 2, "ffn_hidden": 96, "norm_eps": 1e-5, "rope_theta": 500,
+                  "rope_scaling_factor": 4, "rope_low_freq_factor": 1, "rope_high_freq_factor": 4,
+                  "rope_original_seq_len": 8, "tie_embeddings": False})
     c = {"model": m,
          "train": {"global_batch": 4, "micro_batch": 1, "steps": 0, "lr": 1e-3, "eval_every": 0},
          "data": {"train": "train.bin", "val": "val.bin"},
@@ -212,19 +221,34 @@ def import_cfg(arch):
     return path
 
 
-def init_from(cfg, hf_dir, name, tp=1, pp=1):
-    """train --init-from with steps 0 (the final checkpoint is the imported model), then eval of it."""
-    sets = ["--set", "checkpoint.dir=%s/ck" % name, "--set", "log.dir=%s" % name,
-            "--set", "parallel.tp=%d" % tp, "--set", "parallel.pp=%d" % pp]
-    if tp * pp == 1:
+def train_from(cfg, hf_dir, name, ranks=1, extra=()):
+    """trident train --init-from hf_dir into WORK/name (checkpoints in ck/, metrics every step)."""
+    sets = ["--set", "checkpoint.dir=%s/ck" % name, "--set", "log.dir=%s" % name, "--set", "log.every=1"]
+    for x in extra:
+        sets += ["--set", x]
+    if ranks == 1:
         run([TRIDENT, "train", cfg, "--init-from", hf_dir, "--threads", "2"] + sets)
     else:
-        run([TRIDENTRUN, "--log-dir", os.path.join(WORK, name, "ranks"), "--", TRIDENT, "train", cfg, "--init-from", hf_dir, "--threads", "1"]
-            + sets)
+        run([TRIDENTRUN, "--log-dir", os.path.join(WORK, name, "ranks"), "--", TRIDENT, "train", cfg,
+             "--init-from", hf_dir, "--threads", "1"] + sets)
+    losses = []
+    with open(os.path.join(WORK, name, "metrics.jsonl")) as f:
+        for line in f:
+            m = json.loads(line)
+            if "loss" in m:
+                losses.append(m["loss"])
+    with open(os.path.join(WORK, name, "ck", "latest")) as f:
+        return os.path.join(WORK, name, "ck", f.read().strip()), losses
+
+
+def init_from(cfg, hf_dir, name, tp=1, pp=1):
+    """train --init-from with steps 0 (the final checkpoint is the imported model), then eval of it."""
+    train_from(cfg, hf_dir, name, tp * pp, ["parallel.tp=%d" % tp, "parallel.pp=%d" % pp])
     return trident_eval(os.path.join(WORK, name, "ck"), "val.bin", 2, 4)
 
 
 def test_import_llama():
+    import torch
     model, bf = llama_dirs()
     shards = [f for f in os.listdir(os.path.join(WORK, "hf_llama_sharded")) if f.endswith(".safetensors")]
     check(len(shards) >= 3 and os.path.exists(os.path.join(WORK, "hf_llama_sharded", "model.safetensors.index.json")),
@@ -261,11 +285,38 @@ def test_import_llama():
     ours = init_from(cfg, os.path.join(WORK, "hf_llama_sharded"), "init_tp2pp2", tp=2, pp=2)
     check(close(ours, ref), "import: train --init-from the sharded directory at tp2 pp2, then eval %.8f, "
           "transformers %.8f" % (ours, ref))
+    # training on from the import: ZeRO-1 at tp2 dp2 follows one rank (the
+    # masters and shards set from the directory, the optimizer fresh). fp32
+    # runs of the same model at other layouts agree to ~1e-7 (sums in
+    # another order): 1e-5 relative is the margin, while a wrong master or
+    # shard shows from step 2 on at the size of a step's change (~1e-2).
+    _, one = train_from(cfg, os.path.join(WORK, "hf_llama"), "steps1", 1, ["train.steps=6"])
+    _, four = train_from(cfg, os.path.join(WORK, "hf_llama_sharded"), "steps_zero", 4,
+                         ["train.steps=6", "parallel.tp=2", "parallel.dp=2", "parallel.zero=true"])
+    check(len(one) == 6 and len(four) == 6 and all(abs(a - b) <= 1e-5 * a for a, b in zip(one, four))
+          and abs(one[5] - one[0]) > 1e-3,
+          "import: 6 steps from the import at one rank %s and at tp2 dp2 ZeRO-1 %s" % (one, four))
+    # bf16 parameters: the imported fp32 values are the masters exactly
+    # (optimizer.safetensors master.*), the parameters their bf16 rounding
+    ck, _ = train_from(cfg, os.path.join(WORK, "hf_llama"), "bf16_zero", 2,
+                       ["parallel.dp=2", "parallel.zero=true", "train.precision=bf16", "train.global_batch=4"])
+    from safetensors.torch import load_file as lf
+    hf_sd = {k: v for k, v in model.state_dict().items() if "rotary" not in k}
+    opt, mod = lf(os.path.join(ck, "optimizer.safetensors")), lf(os.path.join(ck, "model.safetensors"))
+    same_master = all(torch.equal(opt["master." + k], v) for k, v in hf_sd.items())
+    same_param = all(torch.equal(mod[k], v.to(torch.bfloat16).float()) for k, v in hf_sd.items())
+    check(same_master and same_param and len(hf_sd) == len(mod),
+          "import: bf16 at dp2 ZeRO-1: master weights = the directory's %d tensors exactly (%s), parameters their "
+          "bf16 rounding (%s)" % (len(hf_sd), same_master, same_param))
     # refusals, each naming what is at fault
     p = run([TRIDENT, "train", cfg, "--init-from", os.path.join(WORK, "hf_llama"), "--threads", "2",
              "--set", "model.ffn_hidden=128", "--set", "checkpoint.dir=bad1/ck", "--set", "log.dir=bad1"], False)
     check(p.returncode != 0 and "intermediate_size is 96" in p.stderr and "model.ffn_hidden is 128" in p.stderr,
           "import: a config.json that disagrees is refused naming the key: %s" % p.stderr.strip()[-200:])
+    p = run([TRIDENT, "train", cfg, "--init-from", os.path.join(WORK, "hf_llama"), "--threads", "2",
+             "--set", "model.rope_theta=10000", "--set", "checkpoint.dir=bad3/ck", "--set", "log.dir=bad3"], False)
+    check(p.returncode != 0 and "rope_theta is 500, but the run's model.rope_theta is 10000" in p.stderr,
+          "import: a RoPE base that disagrees is refused naming it: %s" % p.stderr.strip()[-200:])
     bad = os.path.join(WORK, "hf_llama_extra")
     shutil.copytree(os.path.join(WORK, "hf_llama"), bad)
     sd = load_file(os.path.join(bad, "model.safetensors"))
