@@ -21,7 +21,7 @@
 #define LLAMA "--set model.arch=llama --set model.n_head=4 --set model.n_kv_head=2 --set model.ffn_hidden=64"
 
 static int train(const char *dir, const char *name, const char *extra, char **out) {
-    char cmd[8192];
+    char cmd[16384];
     snprintf(cmd, sizeof cmd,
              "%s train %s/configs/tiny-test.json --threads 1 --set data.train=%s/train.bin --set data.val=%s/val.bin "
              "--set checkpoint.dir=%s/%s --set log.dir=%s/log_%s %s",
