@@ -13,7 +13,8 @@ do_sample=False).
 Import: transformers writes a random LlamaForCausalLM (GQA, untied; weights
 drawn wide enough that the loss is far from the uniform ln V, so a wrong
 layout shows) with save_pretrained, whole, sharded (max_shard_size small
-enough for several shards) and in bf16; `trident eval` of each directory and
+enough for several shards) and in bf16, and a tied MQA Llama in fp16; `trident
+eval` of each directory and
 `trident train --init-from` (steps 0, then eval of the checkpoint it wrote; at
 one rank and at tp2 pp2) give transformers' loss on the same windows. The same
 for a GPT2LMHeadModel. Mismatched directories are refused naming the tensor
@@ -337,6 +338,29 @@ def test_import_llama():
           "import: --init-from with --resume is refused: %s" % p.stderr.strip())
 
 
+def test_import_llama_tied_mqa_fp16():
+    """A tied Llama (no lm_head, as Llama 3.2 1B and SmolLM save) with one KV head (MQA), in fp16 on disk."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=32,
+                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = wide_random(LlamaForCausalLM(cfg), 3).eval()
+    d = os.path.join(WORK, "hf_llama_tied_fp16")
+    model.to(torch.float16).save_pretrained(d)
+    with open(os.path.join(d, "config.json")) as f:
+        saved = json.load(f)
+    from safetensors import safe_open
+    with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:
+        names = list(f.keys())
+    ref_model = LlamaForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    ref = hf_loss(ref_model, VAL, 32, 8)
+    ours = trident_eval(d, "val.bin", 2, 4)
+    check(saved.get("tie_word_embeddings") is True and "lm_head.weight" not in names and close(ours, ref),
+          "tied MQA fp16: no lm_head in the file; trident eval %.8f, transformers %.8f" % (ours, ref))
+
+
 def test_import_gpt2():
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -376,6 +400,7 @@ def main():
         write_llmc(os.path.join(WORK, "val.bin"), VAL)
         test_export()
         test_import_llama()
+        test_import_llama_tied_mqa_fp16()
         test_import_gpt2()
     finally:
         if not FAILS and not os.environ.get("TRI_HF_KEEP"):
