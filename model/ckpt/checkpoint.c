@@ -529,6 +529,17 @@ static int llama_extras(const cJSON *c, const char *name, tri_model_cfg *cfg) {
 /* Hugging Face's LlamaForCausalLM config for a Llama cfg: what
  * transformers needs to load model.safetensors as it is (tensor names and
  * layouts are HF's; RoPE is HF's rotate-half, so no permutation). */
+/* A number transformers reads as a float: with a decimal point even when
+ * whole (cJSON writes 4.0 as 4, a Python int, which transformers' RoPE
+ * validation reports: "factor field must be a float"). */
+static void add_float(cJSON *o, const char *name, double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.15g", v);
+    if (strtod(buf, NULL) != v) snprintf(buf, sizeof buf, "%.17g", v); /* the shortest that reads back */
+    if (!strpbrk(buf, ".eEn")) strcat(buf, ".0");
+    cJSON_AddRawToObject(o, name, buf);
+}
+
 static char *llama_config_json(const tri_model_cfg *cfg) {
     cJSON *c = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
@@ -542,14 +553,14 @@ static char *llama_config_json(const tri_model_cfg *cfg) {
     cJSON_AddNumberToObject(c, "num_key_value_heads", tri_model_n_kv_head(cfg));
     cJSON_AddNumberToObject(c, "head_dim", cfg->n_embd / cfg->n_head);
     cJSON_AddNumberToObject(c, "max_position_embeddings", cfg->seq_len);
-    cJSON_AddNumberToObject(c, "rms_norm_eps", cfg->norm_eps > 0 ? cfg->norm_eps : 1e-5);
-    cJSON_AddNumberToObject(c, "rope_theta", cfg->rope_theta > 0 ? cfg->rope_theta : 10000.0);
+    add_float(c, "rms_norm_eps", cfg->norm_eps > 0 ? cfg->norm_eps : 1e-5);
+    add_float(c, "rope_theta", cfg->rope_theta > 0 ? cfg->rope_theta : 10000.0);
     if (cfg->rope_scaling_factor > 0) {
         cJSON *r = cJSON_AddObjectToObject(c, "rope_scaling");
         cJSON_AddStringToObject(r, "rope_type", "llama3");
-        cJSON_AddNumberToObject(r, "factor", cfg->rope_scaling_factor);
-        cJSON_AddNumberToObject(r, "low_freq_factor", cfg->rope_low_freq_factor);
-        cJSON_AddNumberToObject(r, "high_freq_factor", cfg->rope_high_freq_factor);
+        add_float(r, "factor", cfg->rope_scaling_factor);
+        add_float(r, "low_freq_factor", cfg->rope_low_freq_factor);
+        add_float(r, "high_freq_factor", cfg->rope_high_freq_factor);
         cJSON_AddNumberToObject(r, "original_max_position_embeddings", cfg->rope_original_seq_len);
     } else {
         cJSON_AddNullToObject(c, "rope_scaling");
