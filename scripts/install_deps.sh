@@ -12,6 +12,8 @@ PKGS=(
   xz-utils                              # tokenize reads .xz text through xz -dc
   python3-numpy                         # scripts and independent checks in tests
   python3-matplotlib                    # scripts/plot.py (loss curves, scaling-law fit)
+  python3-venv                          # the tests' venvs for HF tokenizers and transformers (tests/scripts)
+  python3-torch                         # transformers' torch in test_hf_roundtrip; scripts/bench_torch.py
   clang libclang-rt-14-dev              # ASan/UBSan build and libFuzzer (scripts/test_sanitize.sh, fuzz.sh)
   libomp-14-dev                         # OpenMP for clang
   llvm                                  # llvm-symbolizer: file:line in sanitizer reports

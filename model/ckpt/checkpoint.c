@@ -376,9 +376,23 @@ fail:
     return -1;
 }
 
-static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_optim *o, which_buf which) {
-    tri_st_file f;
-    if (tri_st_open(&f, path) != 0) return -1;
+int tri_st_set_find(const tri_st_set *s, const char *name, int *entry) {
+    for (int i = 0; i < s->n; i++) {
+        int e = tri_st_layout_find(&s->files[i].layout, name);
+        if (e < 0 && s->gpt2_bare && strncmp(name, "transformer.", 12) == 0)
+            e = tri_st_layout_find(&s->files[i].layout, name + 12);
+        if (e >= 0) {
+            *entry = e;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Reads the tensors `prefix`<name> of this rank's slices from whichever file
+ * of s holds each (one file for a checkpoint; the shards of a Hugging Face
+ * directory). */
+static int read_params_set(const tri_st_set *s, const char *prefix, tri_gpt *g, tri_optim *o, which_buf which) {
     float *host = staging_alloc(g);
     int rc = host ? 0 : -1;
     for (int k = 0; k < g->n_chunks && rc == 0; k++) {
@@ -390,9 +404,11 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_opt
             size_t shape[2];
             snprintf(name, sizeof name, "%s%s", prefix, p->name);
             int nd = hf_shape(p, shape);
+            int e = -1, fi = tri_st_set_find(s, name, &e);
             /* master.* is there only when model.safetensors is not the masters */
-            if (which == BUF_MASTER && tri_st_layout_find(&f.layout, name) < 0) continue;
-            int e = tri_st_expect(&f, name, nd, shape);
+            if (which == BUF_MASTER && fi < 0) continue;
+            const tri_st_file *f = &s->files[fi < 0 ? 0 : fi];
+            e = tri_st_expect(f, fi >= 0 ? f->layout.entries[e].name : name, nd, shape);
             if (e < 0) {
                 rc = -1;
                 break;
@@ -400,7 +416,7 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_opt
             memset(host, 0, p->numel * sizeof(float)); /* padded vocab rows stay 0 */
             tri_st_piece pc[MAX_PIECES];
             int np = pieces_of(g, p, host, pc);
-            for (int q = 0; q < np && rc == 0; q++) rc = tri_st_read_piece(f.fd, &f.layout, e, &pc[q]);
+            for (int q = 0; q < np && rc == 0; q++) rc = tri_st_read_piece(f->fd, &f->layout, e, &pc[q]);
             if (rc != 0) break;
             /* 16-bit parameters: rounded from the fp32 values read, which
              * also become the master weights (read from model.safetensors
@@ -422,6 +438,20 @@ static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_opt
         }
     }
     free(host);
+    return rc;
+}
+
+int tri_model_read_set(const tri_st_set *s, tri_gpt *g, tri_optim *o) {
+    return read_params_set(s, "", g, o, BUF_PARAMS);
+}
+
+int tri_model_layout(const tri_model_cfg *cfg, tri_st_layout *L) { return build_layout(cfg, "", L, TRI_F32); }
+
+static int read_params(const char *path, const char *prefix, tri_gpt *g, tri_optim *o, which_buf which) {
+    tri_st_file f;
+    if (tri_st_open(&f, path) != 0) return -1;
+    tri_st_set s = {.files = &f, .n = 1};
+    int rc = read_params_set(&s, prefix, g, o, which);
     tri_st_close(&f);
     return rc;
 }
@@ -441,12 +471,22 @@ int tri_model_load(const char *dir, tri_gpt *g, tri_optim *o, tri_dist *d) {
 
 /* The Llama config's numbers beyond the sizes: rms_norm_eps, rope_theta,
  * tie_word_embeddings, rope_scaling (null, or Llama 3.1's "llama3"). 0 or
- * -1 naming the key. */
+ * -1 naming the key. transformers 5 writes RoPE's numbers as one object,
+ * "rope_parameters": {"rope_type": "default" | "llama3", "rope_theta": ..,
+ * and llama3's factor, ...}; older versions top-level rope_theta and
+ * rope_scaling. Both are read (the top-level keys first). */
 static int llama_extras(const cJSON *c, const char *name, tri_model_cfg *cfg) {
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(c, "rms_norm_eps");
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(c, "rope_parameters");
+    if (!cJSON_IsObject(rp)) rp = NULL;
     const cJSON *theta = cJSON_GetObjectItemCaseSensitive(c, "rope_theta");
+    if (!theta && rp) theta = cJSON_GetObjectItemCaseSensitive(rp, "rope_theta");
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings");
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
+    if ((!rs || cJSON_IsNull(rs)) && rp) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+        rs = cJSON_IsString(t) && strcmp(t->valuestring, "default") != 0 ? rp : NULL;
+    }
     cfg->norm_eps = cJSON_IsNumber(eps) ? eps->valuedouble : 1e-6; /* HF's LlamaConfig defaults */
     cfg->rope_theta = cJSON_IsNumber(theta) ? theta->valuedouble : 10000.0;
     cfg->tie_embeddings = cJSON_IsBool(tie) ? cJSON_IsTrue(tie) : 0;
@@ -489,6 +529,17 @@ static int llama_extras(const cJSON *c, const char *name, tri_model_cfg *cfg) {
 /* Hugging Face's LlamaForCausalLM config for a Llama cfg: what
  * transformers needs to load model.safetensors as it is (tensor names and
  * layouts are HF's; RoPE is HF's rotate-half, so no permutation). */
+/* A number transformers reads as a float: with a decimal point even when
+ * whole (cJSON writes 4.0 as 4, a Python int, which transformers' RoPE
+ * validation reports: "factor field must be a float"). */
+static void add_float(cJSON *o, const char *name, double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.15g", v);
+    if (strtod(buf, NULL) != v) snprintf(buf, sizeof buf, "%.17g", v); /* the shortest that reads back */
+    if (!strpbrk(buf, ".eEn")) strcat(buf, ".0");
+    cJSON_AddRawToObject(o, name, buf);
+}
+
 static char *llama_config_json(const tri_model_cfg *cfg) {
     cJSON *c = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
@@ -502,14 +553,14 @@ static char *llama_config_json(const tri_model_cfg *cfg) {
     cJSON_AddNumberToObject(c, "num_key_value_heads", tri_model_n_kv_head(cfg));
     cJSON_AddNumberToObject(c, "head_dim", cfg->n_embd / cfg->n_head);
     cJSON_AddNumberToObject(c, "max_position_embeddings", cfg->seq_len);
-    cJSON_AddNumberToObject(c, "rms_norm_eps", cfg->norm_eps > 0 ? cfg->norm_eps : 1e-5);
-    cJSON_AddNumberToObject(c, "rope_theta", cfg->rope_theta > 0 ? cfg->rope_theta : 10000.0);
+    add_float(c, "rms_norm_eps", cfg->norm_eps > 0 ? cfg->norm_eps : 1e-5);
+    add_float(c, "rope_theta", cfg->rope_theta > 0 ? cfg->rope_theta : 10000.0);
     if (cfg->rope_scaling_factor > 0) {
         cJSON *r = cJSON_AddObjectToObject(c, "rope_scaling");
         cJSON_AddStringToObject(r, "rope_type", "llama3");
-        cJSON_AddNumberToObject(r, "factor", cfg->rope_scaling_factor);
-        cJSON_AddNumberToObject(r, "low_freq_factor", cfg->rope_low_freq_factor);
-        cJSON_AddNumberToObject(r, "high_freq_factor", cfg->rope_high_freq_factor);
+        add_float(r, "factor", cfg->rope_scaling_factor);
+        add_float(r, "low_freq_factor", cfg->rope_low_freq_factor);
+        add_float(r, "high_freq_factor", cfg->rope_high_freq_factor);
         cJSON_AddNumberToObject(r, "original_max_position_embeddings", cfg->rope_original_seq_len);
     } else {
         cJSON_AddNullToObject(c, "rope_scaling");

@@ -34,6 +34,7 @@
 #ifndef TRI_MODEL_CHECKPOINT_H
 #define TRI_MODEL_CHECKPOINT_H
 
+#include "model/ckpt/safetensors.h"
 #include "model/ckpt/store.h"
 #include "model/gpt.h"
 #include "model/optim.h"
@@ -68,6 +69,40 @@ int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri
  * errors name the file and the tensor. Returns 0 on every rank or -1 on
  * every rank. */
 int tri_model_load(const char *dir, tri_gpt *g, tri_optim *o, tri_dist *d);
+
+/* Safetensors files read as one: a checkpoint's model.safetensors, or the
+ * shards of a Hugging Face directory (model.safetensors.index.json). With
+ * gpt2_bare, a GPT-2 tensor "transformer.X" may also be stored as "X" (the
+ * original GPT-2 files' names). */
+typedef struct tri_st_set {
+    tri_st_file *files;
+    int n;
+    int gpt2_bare;
+} tri_st_set;
+
+/* The file of s holding tensor `name` (its index in *entry), or -1. */
+int tri_st_set_find(const tri_st_set *s, const char *name, int *entry);
+
+/* The global model's tensors for cfg (names and stored shapes, fp32): what a
+ * model.safetensors of this shape holds, in Hugging Face's order. */
+int tri_model_layout(const tri_model_cfg *cfg, tri_st_layout *L);
+
+/* Not collective: reads this rank's slices of every parameter from s (shapes
+ * checked, errors name the file and the tensor), into the parameters and,
+ * when o has fp32 masters, into them. Returns 0 or -1. */
+int tri_model_read_set(const tri_st_set *s, tri_gpt *g, tri_optim *o);
+
+/* Collective over the world (d may be NULL: one process). Starts a model
+ * from a Hugging Face directory `dir` (Llama: LlamaForCausalLM; GPT-2:
+ * GPT2LMHeadModel): config.json must describe g's model (every key that
+ * disagrees named with both numbers), the weights are model.safetensors or
+ * the shards listed by model.safetensors.index.json; every tensor the model
+ * has must be there with its shape (F32, BF16 or F16 on disk, widened to
+ * fp32), and a tensor it does not have is refused. Each rank reads only its
+ * slices. o may be NULL; else its fp32 masters get the weights too (its
+ * moments stay as they are: a fresh optimizer). Returns 0 on every rank or
+ * -1 on every rank (world rank 0 printed why). */
+int tri_model_import(const char *dir, tri_gpt *g, tri_optim *o, tri_dist *d, int verbose);
 
 /* The Hugging Face config.json text for cfg (malloc'd): GPT2LMHeadModel, or
  * for model.arch llama LlamaForCausalLM (num_key_value_heads,

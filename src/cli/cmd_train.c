@@ -1,4 +1,4 @@
-/* `trident train CONFIG [--set section.key=value]... [--resume] [--threads N] [--device D]`:
+/* `trident train CONFIG [--set section.key=value]... [--resume | --init-from DIR] [--threads N] [--device D]`:
  * the options, the config, then the trainer (src/train/train.h). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +21,10 @@ int tri_cmd_train(int argc, char **argv) {
         {"--resume", TRI_OPT_FLAG, &opts.resume,
          .help = "continue from the newest complete checkpoint in checkpoint.dir, verified\n"
                  "(from scratch if there is none)"},
+        {"--init-from", TRI_OPT_STR, &opts.init_from, "DIR",
+         .help = "start from the weights of a Hugging Face Llama or GPT-2 directory (config.json and\n"
+                 "model.safetensors, or shards with model.safetensors.index.json) at step 0 with a\n"
+                 "fresh optimizer; every shape is checked against the config"},
         {"--threads", TRI_OPT_INT, &opts.threads, "N", 1, 1024,
          .help = "OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS or all cores)"},
         {"--device", TRI_OPT_STR, &device, "cpu|cpu-guard|cuda",
@@ -50,6 +54,10 @@ int tri_cmd_train(int argc, char **argv) {
         goto out;
     }
     rc = TRI_EXIT_BAD_INPUT;
+    if (opts.init_from && opts.resume) {
+        tri_error("train: --init-from starts a new run and --resume continues one: pass one of them");
+        goto out;
+    }
     if (pos.n == 0) {
         tri_error("train: missing CONFIG (a JSON file, e.g. configs/quickstart.json)");
         goto out;

@@ -61,7 +61,13 @@ int tri_infer_open(tri_infer *m, const char *ckpt, size_t B) {
     if (tri_gpt_init_single(&m->gpt, &m->cfg.model, &m->ctx, &m->self, 1, 0) != 0) goto fail;
     if (tri_slot_pool_init(&m->pool, &m->gpt, 0, B, T, TRI_RECOMPUTE_NONE, 1, 0) != 0) goto fail;
     if (tri_workspace_init(&m->ws, &m->gpt, B, T, TRI_RECOMPUTE_NONE) != 0) goto fail;
-    if (tri_model_load(m->dir, &m->gpt, NULL, NULL) != 0) goto fail;
+    /* a Trident checkpoint (state.json), or a Hugging Face directory:
+     * checked tensor by tensor, sharded or not */
+    char state[TRI_PATH_MAX + 32];
+    snprintf(state, sizeof state, "%s/state.json", m->dir);
+    if (access(state, F_OK) == 0 ? tri_model_load(m->dir, &m->gpt, NULL, NULL) != 0
+                                 : tri_model_import(m->dir, &m->gpt, NULL, NULL, 0) != 0)
+        goto fail;
     return 0;
 fail:
     tri_infer_close(m);

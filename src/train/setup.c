@@ -293,8 +293,15 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     } else {
         if (opts->resume && t->is_logger && !opts->synthetic)
             printf("resume: no checkpoint in %s yet, starting from step 0\n", cfg->checkpoint.dir);
-        if (tri_gpt_init_params(&t->gpt, cfg->train.seed) != 0) return TRI_EXIT_FAILURE;
-        tri_optim_master_from_params(&t->opt, &t->gpt); /* 16-bit parameters: their fp32 masters */
+        if (opts->init_from) {
+            /* a Hugging Face directory's weights: step 0, fresh optimizer; the
+             * masters are set from the fp32 values read */
+            if (tri_model_import(opts->init_from, &t->gpt, &t->opt, &t->dist, t->is_logger && !opts->quiet) != 0)
+                return TRI_EXIT_BAD_INPUT;
+        } else {
+            if (tri_gpt_init_params(&t->gpt, cfg->train.seed) != 0) return TRI_EXIT_FAILURE;
+            tri_optim_master_from_params(&t->opt, &t->gpt); /* 16-bit parameters: their fp32 masters */
+        }
     }
 
     /* bench --profile: the ops timed from the first step on, GEMMs by the weight they read */

@@ -29,6 +29,8 @@ typedef struct tri_run_report {
 
 typedef struct tri_run_opts {
     int resume;            /* continue from the newest complete checkpoint in checkpoint.dir, if any */
+    const char *init_from; /* NULL, or a Hugging Face directory whose weights start the run (step 0,
+                              fresh optimizer; model/ckpt/checkpoint.h tri_model_import) */
     int threads;           /* OpenMP/OpenBLAS threads; 0: leave as the environment says */
     tri_device device;     /* TRI_DEVICE_CPU (the default), CPU_GUARD or CUDA */
     int synthetic;         /* bench: random tokens instead of the data files */
