@@ -95,7 +95,7 @@ class GPT(nn.Module):
 
 
 def rms_norm(x, w, eps):
-    xf = x.float()
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # 16-bit: fp32 statistics, as HF
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
 
 
@@ -281,7 +281,7 @@ def main():
            ", MFU %.1f%% of %g TFLOP/s" % (100 * mfu, a.peak_tflops) if mfu is not None else ""))
     out = {"impl": "torch", "arch": arch, "device": a.device, "precision": precision, "compile": a.compile,
            "attn": "sdpa" if sdpa else "naive", "step_ms": round(med * 1e3, 2),
-           "tokens_per_s": round(tps, 1), "gflops": round(gflops, 2)}
+           "tokens_per_s": round(tps, 1), "gflops": round(gflops, 2), "flops_per_token": flops_tok}
     if a.device == "cpu":
         out["threads"] = a.threads
     if mfu is not None:
