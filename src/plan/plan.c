@@ -63,8 +63,28 @@ typedef struct stage_desc {
 
 static size_t r16(size_t n) { return (n + 15) / 16 * 16; }
 
+/* Elements of one Llama chunk's table (model/gpt.c build_llama_table): per
+ * layer down_proj (C, F/t), gate|up (2 F/t, C) back to back, the post-
+ * attention RMSNorm, o_proj (C, C/t), q|k|v ((NHl + 2 NKVl) HS, C) back to
+ * back (a KV head's rows whole on each of its tp / n_kv_head ranks when tp >
+ * n_kv_head), the input RMSNorm; the head chunk the final RMSNorm and, untied,
+ * lm_head (Vp/t, C); embed_tokens on the first stage (and on the last when
+ * tied). Fused parts are not padded between them, as padd lays them out. */
+static size_t llama_chunk_elems(const tri_model_cfg *m, int tp, int n_layers, int emb, int head) {
+    size_t C = (size_t)m->n_embd, t = (size_t)tp, Fl = (size_t)tri_model_ffn_hidden(m) / t;
+    size_t NKV = (size_t)tri_model_n_kv_head(m), HS = C / (size_t)m->n_head;
+    size_t KVl = (NKV >= t ? NKV / t : 1) * HS, Cl = C / t;
+    size_t layer = r16(C * Fl) + Fl * C + r16(Fl * C) + r16(C) + r16(C * Cl) + Cl * C + KVl * C + r16(KVl * C) + r16(C);
+    size_t wte = r16(tri_padded_vocab(m->vocab_size, tp) / t * C);
+    size_t n = (size_t)n_layers * layer;
+    if (head) n += r16(C) + (tri_model_tied(m) ? 0 : wte);
+    if (emb || (head && tri_model_tied(m))) n += wte;
+    return n;
+}
+
 /* Elements of one chunk's parameter table (model/gpt.c build_table). */
 static size_t chunk_elems(const tri_model_cfg *m, int tp, int n_layers, int emb, int head) {
+    if (m->arch == TRI_ARCH_LLAMA) return llama_chunk_elems(m, tp, n_layers, emb, head);
     size_t C = (size_t)m->n_embd, F = 4 * C, t = (size_t)tp, T = (size_t)m->seq_len;
     size_t layer = 4 * r16(C) + r16(3 * C / t * C) + r16(3 * C / t) + r16(C * C / t) + r16(C) + r16(F / t * C) +
                    r16(F / t) + r16(C * F / t) + r16(C);
@@ -442,14 +462,19 @@ typedef struct layer_t {
 static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
     const tri_model_cfg *m = &cfg->model;
     double B = cfg->train.micro_batch, T = m->seq_len, M = B * T, C = m->n_embd, t = c->tp;
-    double NHl = (double)m->n_head / t, HS = C / m->n_head, A = c->A;
-    int sp = cfg->parallel.sequence_parallel;
+    double NHl = (double)m->n_head / t, HS = C / m->n_head, A = c->A, Cl = C / t;
+    int sp = cfg->parallel.sequence_parallel, llama = m->arch == TRI_ARCH_LLAMA;
     const tri_gpu_kind *g = c->gpu;
     layer_t L = {0};
-    double gf = gemm_fwd(c, M, 3 * C / t, C) + gemm_fwd(c, M, C, C / t) + gemm_fwd(c, M, 4 * C / t, C) +
-                gemm_fwd(c, M, C, 4 * C / t);
-    double gb = gemm_bwd(c, M, 3 * C / t, C) + gemm_bwd(c, M, C, C / t) + gemm_bwd(c, M, 4 * C / t, C) +
-                gemm_bwd(c, M, C, 4 * C / t);
+    /* the four linears' widths on one TP rank: qkv (GPT-2 3 C/t; Llama's GQA
+     * (NHl + 2 NKVl) HS, a replicated KV head's rows computed on each of its
+     * ranks), attention out (C/t -> C), fc (GPT-2 4 C/t; SwiGLU's gate|up
+     * 2 F/t) and the MLP out (Fl -> C) */
+    double NKV = tri_model_n_kv_head(m), KVl = (NKV >= t ? NKV / t : 1.0) * HS;
+    double QKV = llama ? NHl * HS + 2 * KVl : 3 * C / t;
+    double Fl = llama ? tri_model_ffn_hidden(m) / t : 4 * C / t, FC = llama ? 2 * Fl : Fl;
+    double gf = gemm_fwd(c, M, QKV, C) + gemm_fwd(c, M, C, Cl) + gemm_fwd(c, M, FC, C) + gemm_fwd(c, M, C, Fl);
+    double gb = gemm_bwd(c, M, QKV, C) + gemm_bwd(c, M, C, Cl) + gemm_bwd(c, M, FC, C) + gemm_bwd(c, M, C, Fl);
     /* attention: QK^T and PV over the full T x T square (Megatron's count) */
     double att_fl = 4.0 * B * T * T * C / t, att_f, att_b;
     if (g->gemm_flops) {
@@ -463,11 +488,14 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
         att_f = att_fl / (c->peak * g->attn_eff);
         att_b = 2.5 * att_f; /* flash backward recomputes the probabilities */
     }
-    /* the passes at memory bandwidth, elements per token: LayerNorms,
-     * residual adds (10 C, replicated: / t under SP), biases, GELU, the
-     * attention output (18 C / t); backward twice that */
+    /* the passes at memory bandwidth, elements per token: LayerNorms (or
+     * RMSNorms), residual adds (10 C, replicated: / t under SP); GPT-2's
+     * biases, GELU and the attention output (18 C / t); Llama's RoPE on q and
+     * k (read and written), SwiGLU (reads 2 Fl, writes Fl) and the attention
+     * output; backward twice that */
     double rep = sp ? 10.0 * C / t : 10.0 * C;
-    double el_f = M * (rep + 18.0 * C / t) * A / g->mem_bw;
+    double loc = llama ? 2.0 * (Cl + KVl) + 3.0 * Fl + 2.0 * Cl : 18.0 * C / t;
+    double el_f = M * (rep + loc) * A / g->mem_bw;
     double el_b = 2.0 * el_f;
     double f = gf + att_f + el_f;
     double ar = allreduce_s(M * C * A, c->tp, c->tp_bw, c->lat);
@@ -475,7 +503,7 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
     L.b = gb + att_b + el_b;
     L.tp_f = 2 * ar;
     L.tp_b = 2 * ar;
-    L.fl_f = 2.0 * M * 12.0 * C * C / t + att_fl;
+    L.fl_f = 2.0 * M * (QKV * C + C * Cl + FC * C + C * Fl) + att_fl;
     if (policy == TRI_RECOMPUTE_FULL) {
         L.b += f;
         L.tp_b += 2 * ar;
@@ -562,6 +590,12 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
     out->m = m;
     out->compute_s = m * (F + Bk) + opt_s;
     out->tp_s = m * TPs;
+    if (md->arch == TRI_ARCH_LLAMA && par->tp > tri_model_n_kv_head(md)) {
+        /* KV heads replicated over tp / n_kv_head ranks: their k and v weight
+         * gradients (2 HS x C fp32 a layer) summed over those ranks once a step */
+        double kv = 2.0 * (C / md->n_head) * C * 4.0 * busy_layers;
+        out->tp_s += allreduce_s(kv, par->tp / tri_model_n_kv_head(md), c.tp_bw, c.lat);
+    }
     if (gpu->share > 0 && gpu->share < 1 && par->pp == 1) {
         /* oversubscribed ranks in lockstep (no pipeline: every rank runs
          * the same work between TP or DP synchronisations): a round ends

@@ -455,3 +455,196 @@ Test(plan, search_says_why_layouts_were_rejected) {
     cr_expect(strstr(out, "#1 layout tp=3"), "%s", out);
     free(out);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Llama (issue 20)                                                          */
+
+static void llama_cfg(tri_config *c, int L, int NH, int NKV, int C, int Fh, int T, int V, int tied) {
+    base_cfg(c, L, NH, C, T, V, 16, 2);
+    c->model.arch = TRI_ARCH_LLAMA;
+    c->model.n_kv_head = NKV;
+    c->model.ffn_hidden = Fh;
+    c->model.tie_embeddings = tied;
+}
+
+/* Llama shapes: MHA, GQA, MQA, tied and untied, odd ffn widths (the fused
+ * gate|up unpadded between its parts), padded vocabularies. */
+static const int llama_shapes[][8] = {
+    /* L, NH, NKV, C, F, T, V, tied */
+    {4, 4, 4, 64, 176, 32, 256, 0},  {4, 4, 2, 64, 176, 32, 300, 0},  {4, 4, 1, 64, 168, 32, 1000, 0},
+    {8, 8, 2, 96, 264, 16, 333, 1},  {6, 6, 3, 96, 256, 24, 8192, 0}, {8, 8, 8, 128, 344, 16, 50257, 1},
+    {8, 4, 1, 40, 104, 16, 500, 1},
+};
+#define N_LLAMA_SHAPES (sizeof llama_shapes / sizeof llama_shapes[0])
+
+/* The planner's closed form of a Llama stage's parameters equals the tables
+ * tri_gpt_describe builds (model/gpt.c build_llama_table), for every stage
+ * and TP rank, including tp above n_kv_head (each KV head's rows whole on
+ * its tp / n_kv_head ranks) and interleaved chunks. */
+Test(plan, llama_param_elems_closed_form_equals_describe) {
+    const int layouts[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 2, 1}, {2, 2, 1}, {2, 2, 2}, {4, 4, 1}, {1, 4, 2}};
+    int checked = 0, replicated = 0;
+    for (size_t s = 0; s < N_LLAMA_SHAPES; s++) {
+        const int *h = llama_shapes[s];
+        for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+            tri_config c;
+            llama_cfg(&c, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+            int tp = layouts[l][0], pp = layouts[l][1], vpp = layouts[l][2];
+            char why[256];
+            if (c.model.n_layer % (pp * vpp) || (vpp > 1 && pp < 2) ||
+                tri_gpt_layout_why(&c.model, tp, pp, vpp, "", why, sizeof why) != 0)
+                continue;
+            set_layout(&c, tp, pp, 1, vpp, "none", 0);
+            if (tp > h[2]) replicated++;
+            for (int st = 0; st < pp; st++) {
+                tri_chunk_spec specs[16];
+                int *layers = malloc(((size_t)c.model.n_layer + 1) * sizeof *layers);
+                cr_assert(tri_chunks_even(&c.model, pp, st, vpp, specs, layers) == 0);
+                for (int r = 0; r < tp; r++) {
+                    tri_gpt g;
+                    cr_assert(tri_gpt_describe(&g, &c.model, tp, r, specs, vpp) == 0);
+                    cr_expect_eq(tri_plan_param_elems(&c, st), tri_gpt_local_elems(&g),
+                                 "llama shape %zu tp %d pp %d vpp %d stage %d rank %d: closed form %zu, tables %zu", s,
+                                 tp, pp, vpp, st, r, tri_plan_param_elems(&c, st), tri_gpt_local_elems(&g));
+                    tri_gpt_free(&g);
+                    checked++;
+                }
+                free(layers);
+            }
+        }
+    }
+    cr_expect_gt(checked, 80);
+    cr_expect_gt(replicated, 3);
+}
+
+/* On one rank the planner's parameters are the model's count (every tensor
+ * a multiple of 16 elements, the vocabulary of 128): untied adds a (V, C)
+ * head, GQA shrinks k and v to n_kv_head heads. */
+Test(plan, llama_param_elems_equal_the_models_count) {
+    for (size_t s = 0; s < N_LLAMA_SHAPES; s++) {
+        const int *h = llama_shapes[s];
+        if (h[6] % 128) continue;
+        tri_config c;
+        llama_cfg(&c, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+        set_layout(&c, 1, 1, 1, 1, "none", 0);
+        double C = h[3], HS = C / h[1], KV = h[2] * HS, F = h[4], V = h[6];
+        double want = h[0] * (2 * C * C + 2 * C * KV + 3 * C * F + 2 * C) + C + V * C * (h[7] ? 1 : 2);
+        cr_expect_eq((double)tri_plan_param_elems(&c, 0), want, "shape %zu: %zu, want %.0f", s,
+                     tri_plan_param_elems(&c, 0), want);
+        cr_expect_eq((double)tri_gpt_num_params(&c.model), want);
+    }
+}
+
+/* The GPU path (closed-form parameters, a shell of sizes from tri_gpt_sizes)
+ * equals the CPU path (tri_gpt_describe, as preflight) for Llama shapes:
+ * the runtime's size functions get GQA's qkv width and SwiGLU's 2 F/t. */
+Test(plan, llama_gpu_path_equals_describe_path) {
+    tri_gpu_kind k = *tri_gpu_lookup("h100");
+    k.flash = 0;
+    const char *pol[3] = {"none", "selective", "full"};
+    const int layouts[][4] = {{1, 1, 1, 1}, {2, 1, 1, 1}, {4, 1, 1, 1}, {2, 2, 2, 1}, {1, 2, 1, 2}, {2, 4, 1, 2}};
+    int n = 0;
+    for (size_t s = 0; s < 3; s++)
+        for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++)
+            for (int p = 0; p < 3; p++)
+                for (int sp = 0; sp < 2; sp++) {
+                    const int *h = llama_shapes[s];
+                    tri_config c;
+                    llama_cfg(&c, 8, h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+                    int tp = layouts[l][0], pp = layouts[l][1], dp = layouts[l][2], vpp = layouts[l][3];
+                    if (sp && tp < 2) continue;
+                    set_layout(&c, tp, pp, dp, vpp, pol[p], 1);
+                    c.parallel.sequence_parallel = sp;
+                    for (int st = 0; st < pp; st++) {
+                        tri_plan_mem a, b;
+                        cr_assert(tri_plan_stage_mem(&pl, &c, NULL, st, &a) == 0);
+                        cr_assert(tri_plan_stage_mem(&pl, &c, &k, st, &b) == 0);
+                        cr_expect(!memcmp(&a, &b, sizeof a),
+                                  "llama shape %zu tp %d pp %d dp %d vpp %d %s sp %d stage %d: describe "
+                                  "%zu/%zu/%zu/%zu/%zu, closed form %zu/%zu/%zu/%zu/%zu",
+                                  s, tp, pp, dp, vpp, pol[p], sp, st, a.params, a.optim, a.saved_act_alloc,
+                                  a.saved_act_peak, a.workspace, b.params, b.optim, b.saved_act_alloc,
+                                  b.saved_act_peak, b.workspace);
+                        n++;
+                    }
+                }
+    tri_planner_free(&pl);
+    cr_expect_gt(n, 60);
+}
+
+/* Llama's model FLOPs against a closed form written here from the GEMMs of
+ * a token (2 FLOPs a multiply-add, x3 for forward and backward): q|k|v
+ * C x (NH + 2 NKV) HS, o C x C, gate|up 2 C F, down F C, an LM head V C
+ * (tied or not: the untied embedding is a lookup), attention's QK^T and PV
+ * over the T x T square 2 T C a layer; plus the RMSNorm weights, which the
+ * model's 6N counts. Full recompute adds the layers' forward on one TP rank
+ * times tp, selective attention's. MHA, GQA and MQA, tied and untied. */
+Test(plan, llama_flops_match_a_closed_form) {
+    const int shapes[][8] = {
+        /* L, NH, NKV, C, F, T, V, tied */
+        {32, 32, 8, 4096, 14336, 8192, 128256, 0}, /* Llama 3 8B: GQA */
+        {16, 16, 16, 2048, 5504, 2048, 32000, 0},  /* MHA */
+        {16, 16, 1, 2048, 5632, 2048, 32000, 1},   /* MQA, tied */
+        {22, 32, 4, 2048, 5632, 2048, 32000, 1},   /* GQA, tied */
+    };
+    const tri_gpu_kind *k = tri_gpu_lookup("h100");
+    for (int s = 0; s < 4; s++) {
+        const int *h = shapes[s];
+        tri_config c;
+        llama_cfg(&c, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+        int tp = h[2] >= 8 ? 8 : h[2]; /* no KV head replicated: the layers' work is the model's */
+        c.train.global_batch = 64;
+        c.train.micro_batch = 1;
+        set_layout(&c, tp, 1, 64 / tp, 1, "none", 1);
+        c.train.precision = (tri_dtype)tri_precision_parse("bf16");
+        double L = h[0], C = h[3], HS = C / h[1], KV = h[2] * HS, F = h[4], T = h[5], V = h[6];
+        double layer_macs = C * (C + 2 * KV) + C * C + 2 * C * F + F * C;
+        double fwd_tok = 2.0 * (L * layer_macs + V * C) + 4.0 * L * T * C;
+        double want = 3.0 * fwd_tok + 6.0 * (2 * L * C + C);
+        cr_expect_float_eq(tri_gpt_flops_per_token(&c.model), want, 1e-12 * want, "shape %d: %.6g, want %.6g", s,
+                           tri_gpt_flops_per_token(&c.model), want);
+        tri_plan_time t, tf, ts;
+        cr_assert(tri_plan_time_step(&pl, &c, k, &t) == 0);
+        double tokens = 64 * T;
+        cr_expect_float_eq(t.model_flops, want * tokens, 1e-9 * t.model_flops);
+        cr_expect_float_eq(t.hw_flops, t.model_flops, 1e-9 * t.model_flops);
+        c.train.recompute = (tri_recompute)tri_recompute_parse("full");
+        cr_assert(tri_plan_time_step(&pl, &c, k, &tf) == 0);
+        double fwd_layers = (2.0 * layer_macs + 4.0 * T * C) * L * tokens;
+        cr_expect_float_eq(tf.hw_flops - tf.model_flops, fwd_layers, 1e-9 * fwd_layers, "shape %d", s);
+        c.train.recompute = (tri_recompute)tri_recompute_parse("selective");
+        cr_assert(tri_plan_time_step(&pl, &c, k, &ts) == 0);
+        cr_expect_float_eq(ts.hw_flops - ts.model_flops, 4.0 * T * C * L * tokens, 1e-9 * fwd_layers);
+        /* more work in backward, or as much where the data-parallel
+         * reduction it overlaps was exposed by more than what it adds */
+        cr_expect_geq(tf.step_s, ts.step_s, "shape %d", s);
+        cr_expect_gt(tf.step_s - tf.dp_s, ts.step_s - ts.dp_s, "shape %d", s);
+        cr_expect_geq(ts.step_s, t.step_s, "shape %d", s);
+    }
+    tri_planner_free(&pl);
+}
+
+/* The preset shapes (configs/) give the published parameter totals, as
+ * Hugging Face's safetensors of the released models count them: Llama 3 8B
+ * 8,030,261,248, 70B 70,553,706,496, 3.1 405B 405,853,388,800, TinyLlama
+ * 1.1B 1,100,048,384; the planner's closed form on one rank is the same
+ * number (no padding at these shapes), and `trident plan` accepts each. */
+Test(plan, llama_presets_give_the_published_totals) {
+    const char *names[4] = {"llama3-8b", "llama3-70b", "llama3-405b", "tinyllama-1.1b"};
+    const double published[4] = {8030261248.0, 70553706496.0, 405853388800.0, 1100048384.0};
+    for (int i = 0; i < 4; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/configs/%s.json", TRI_SOURCE_DIR, names[i]);
+        tri_config c;
+        cr_assert(tri_config_load(&c, path, 0, NULL) == 0, "%s", path);
+        cr_expect_eq(c.model.arch, TRI_ARCH_LLAMA);
+        cr_expect_eq((double)tri_gpt_num_params(&c.model), published[i], "%s: %zu, published %.0f", names[i],
+                     tri_gpt_num_params(&c.model), published[i]);
+        tri_config one = c;
+        set_layout(&one, 1, 1, 1, 1, "none", 0);
+        one.parallel.pp_layout[0] = '\0';
+        cr_expect_eq((double)tri_plan_param_elems(&one, 0), published[i], "%s", names[i]);
+        char why[1024];
+        cr_expect(tri_plan_check(&c, tri_gpu_lookup("h100"), why, sizeof why) == 0, "%s: %s", names[i], why);
+    }
+}
