@@ -11,6 +11,7 @@
 #include "base/opt.h"
 #include "cli/cli.h"
 #include "config/config.h"
+#include "kernels/blas.h"
 #include "plan/stage_plan.h"
 #include "train/bench.h"
 #include "train/train.h"
@@ -187,8 +188,9 @@ int tri_cmd_bench(int argc, char **argv) {
     printf("  throughput  %.0f tokens/s, %.1f GFLOP/s of model FLOPs (%.1f MFLOP/token)\n", r.tokens_per_s, r.gflops,
            r.flops_per_token / 1e6);
     if (r.on_cpu) {
-        printf("  sgemm       best %.1f GFLOP/s per rank (%zux%zux%zu, %d threads), %.1f for the job's %d rank(s)\n",
-               r.peak_gflops, r.BT, r.C, 4 * r.C, r.threads, r.job_peak_gflops, rep.world);
+        printf("  sgemm       best %.1f GFLOP/s per rank (%zux%zux%zu, %d threads, OpenBLAS %s kernels), %.1f for the "
+               "job's %d rank(s)\n",
+               r.peak_gflops, r.BT, r.C, 4 * r.C, r.threads, tri_blas_kernels(), r.job_peak_gflops, rep.world);
         printf("  MFU         %.1f%% of the best sgemm speed; %.1f%% of the sgemm speed measured right after\n"
                "              each step (median; cancels this VM's slow phases)\n",
                100.0 * r.mfu, 100.0 * r.mfu_paired);
@@ -222,12 +224,12 @@ int tri_cmd_bench(int argc, char **argv) {
     char profjson[2048] = "";
     if (profile) profile_report(&rep, profjson, sizeof profjson);
     printf("{\"config\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"ranks\": %d, \"tp\": %d, \"dp\": %d, "
-           "\"threads\": %d, \"recompute\": \"%s\", "
+           "\"threads\": %d, \"blas\": \"%s\", \"recompute\": \"%s\", "
            "\"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, "
            "\"mfu_paired\": %.4f, \"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f, \"pp\": %d, \"vpp\": %d, "
            "\"schedule\": \"%s\", \"bubble\": %.4f, \"bubble_sim\": %.4f, \"mem\": %s%s}\n",
            path, device, tri_precision_name(cfg.train.precision), rep.world, cfg.parallel.tp, cfg.parallel.dp,
-           r.threads, tri_recompute_name(cfg.train.recompute), r.step_s * 1e3, r.tokens_per_s, r.gflops,
+           r.threads, tri_blas_kernels(), tri_recompute_name(cfg.train.recompute), r.step_s * 1e3, r.tokens_per_s, r.gflops,
            r.job_peak_gflops, r.mfu, r.mfu_paired, share[0], share[1], cfg.parallel.pp, cfg.parallel.vpp,
            tri_sched_name(cfg.parallel.schedule), r.bubble, r.bubble_sim, memjson, profjson);
 out:

@@ -12,6 +12,7 @@
 #include "cli/cmd_data.h"
 #include "cli/cmd_tokenize.h"
 #include "config/config.h"
+#include "kernels/blas.h"
 
 static int cmd_config_help(int argc, char **argv) {
     (void)argc;
@@ -60,6 +61,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    tri_blas_pick_kernels(argv); /* may start the program again with OpenBLAS's proper kernels */
     /* under mpirun stdout is a pipe: line-buffer it so that log lines arrive
      * as they happen and survive a crashing rank */
     setvbuf(stdout, NULL, _IOLBF, 0);
