@@ -7,7 +7,7 @@
  * with mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8 (uint32 arithmetic).
  * Each record's data is one serialised tensorflow.Event:
  *     Event   { double wall_time = 1; int64 step = 2; string file_version = 3;
- *               Summary summary = 5; SessionLog session_log = 6; }
+ *               Summary summary = 5; SessionLog session_log = 7; }
  *     Summary { repeated Value value = 1; }
  *     Value   { string tag = 1; float simple_value = 2; }
  *     SessionLog { enum status = 1; }   (START = 1)

@@ -94,8 +94,8 @@ Test(tfevents, bytes_are_the_protobuf_wire_format) {
     /* Event{wall_time 2.0, step 300 (varint ac 02), summary{value{tag "a", simple_value 0.5f}}} */
     static const unsigned char ev1[] = {0x09, 0,  0,    0, 0,    0, 0,   0,    0x40, 0x10, 0xac, 0x02,
                                         0x2a, 10, 0x0a, 8, 0x0a, 1, 'a', 0x15, 0,    0,    0,    0x3f};
-    /* Event{wall_time 4.0, step 5, session_log{status START (1)}} */
-    static const unsigned char ev2[] = {0x09, 0, 0, 0, 0, 0, 0, 0x10, 0x40, 0x10, 5, 0x32, 2, 0x08, 1};
+    /* Event{wall_time 4.0, step 5, session_log (field 7){status START (1)}} */
+    static const unsigned char ev2[] = {0x09, 0, 0, 0, 0, 0, 0, 0x10, 0x40, 0x10, 5, 0x3a, 2, 0x08, 1};
     const unsigned char *want[] = {ev0, ev1, ev2};
     size_t wn[] = {sizeof ev0, sizeof ev1, sizeof ev2};
     size_t n;

@@ -126,8 +126,8 @@ static int event(tt_tb_file *f, const unsigned char *p, size_t n) {
             f->file_version[len] = '\0';
         } else if (num == 5 && wire == 2)
             sum = sub, has_sum = 1;
-        else if (num == 6 && wire == 2)
-            log = sub, has_log = 1;
+        else if (num == 7 && wire == 2)
+            log = sub, has_log = 1; /* session_log */
     }
     if (c.bad) return snprintf(f->why, sizeof f->why, "record %d: malformed Event", f->records), -1;
     if (f->records == 1) f->first_wall_time = wall;
