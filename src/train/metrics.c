@@ -3,6 +3,8 @@
 #include "train/metrics.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +98,14 @@ tri_metrics *tri_metrics_open(const char *dir, int resume, int resume_step, int 
     return m;
 }
 
+/* simple_value is a float: beyond its range the value is an infinity (a
+ * plain conversion would be undefined behaviour), NaN stays NaN */
+static float to_float(double v) {
+    if (v > FLT_MAX) return INFINITY;
+    if (v < -FLT_MAX) return -INFINITY;
+    return (float)v;
+}
+
 static void write_scalars(tri_metrics *m, int step, const tri_metric *f, size_t n) {
     enum { TAG_MAX = 128 };
     char(*tagbuf)[TAG_MAX] = malloc((n ? n : 1) * sizeof *tagbuf);
@@ -107,7 +117,7 @@ static void write_scalars(tri_metrics *m, int step, const tri_metric *f, size_t 
         for (size_t i = 0; i < n; i++) {
             if (f[i].kind == TRI_METRIC_JSON) continue;
             tagp[k] = tri_metrics_tag(f[i].key, tagbuf[k], TAG_MAX);
-            vals[k] = (float)f[i].value; /* simple_value is a float */
+            vals[k] = to_float(f[i].value);
             k++;
         }
         rc = k ? tri_tfevents_scalars(&m->tb, tri_wall_s(), step, tagp, vals, k) : 0;

@@ -5,6 +5,7 @@
  * (tests/helpers/tfevents_read.c), the tags, a resume, a bad directory. */
 #include <criterion/criterion.h>
 
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -136,6 +137,28 @@ Test(metrics, every_number_is_a_tensorboard_scalar_at_its_step) {
     }
     cr_assert_eq(k, f.n_scalars);
     tt_tb_free(&f);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+Test(metrics, numbers_beyond_a_float_are_infinities_and_nan_stays_nan) {
+    char *dir = tt_mkdtemp();
+    tri_metrics *m = tri_metrics_open(dir, 0, 0, 1);
+    cr_assert_not_null(m);
+    char tb[1400];
+    snprintf(tb, sizeof tb, "%s", tri_metrics_tb_path(m));
+    tri_metric f[] = {TRI_METRIC_NUM("loss_scale", "%.17g", 1e308), TRI_METRIC_NUM("loss", "%.17g", -1e300),
+                      TRI_METRIC_NUM("grad_norm", "%.17g", NAN), TRI_METRIC_NUM("lr", "%.6e", 3.4028234663852886e38)};
+    tri_metrics_write(m, 1, f, 4);
+    tri_metrics_close(m);
+    tt_tb_file r;
+    cr_assert_eq(tt_tb_read(tb, &r), 0, "%s", r.why);
+    cr_assert_eq(r.n_scalars, 4);
+    cr_assert(isinf(r.scalars[0].value) && r.scalars[0].value > 0);
+    cr_assert(isinf(r.scalars[1].value) && r.scalars[1].value < 0);
+    cr_assert(isnan(r.scalars[2].value));
+    cr_assert_eq(r.scalars[3].value, FLT_MAX);
+    tt_tb_free(&r);
     tt_rmrf(dir);
     free(dir);
 }
