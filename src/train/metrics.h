@@ -12,7 +12,6 @@
 #define TRI_TRAIN_METRICS_H
 
 #include <stddef.h>
-#include <stdio.h>
 
 typedef enum tri_metric_kind {
     TRI_METRIC_NUM,  /* a number: JSON printf(fmt, value); a scalar          */
