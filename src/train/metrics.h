@@ -48,8 +48,10 @@ void tri_metrics_write(tri_metrics *m, int step, const tri_metric *f, size_t n);
 
 /* The TensorBoard tag of a metrics.jsonl key: the known keys by a table
  * ("loss" -> "train/loss", "val_loss" -> "val/loss", "tokens_per_s" ->
- * "perf/tokens_per_s", ...); any other key "val_<x>" -> "val/<x>", a key
- * with a '/' as it is, the rest "train/<key>". Returns out. */
+ * "perf/tokens_per_s", "ms" -> "perf/step_ms", ...); a key with a '/' as it
+ * is; else by prefix "val_<x>" -> "val/<x>", "ckpt_<x>" and "checkpoint_<x>"
+ * -> "checkpoint/<x>", "perf_<x>" -> "perf/<x>"; the rest "train/<key>".
+ * A new field needs no code here unless its tag should differ. Returns out. */
 const char *tri_metrics_tag(const char *key, char *out, size_t n);
 
 /* The event file's path ("" without log.tensorboard), for messages. */
