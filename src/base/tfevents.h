@@ -50,9 +50,10 @@ int tri_tfevents_scalars(tri_tfevents *w, double wall_time, int64_t step, const 
                          size_t n);
 
 /* An Event{step, session_log{status START}}: the run (re)started at `step`.
- * TensorBoard's readers then drop the points of earlier files at steps >=
- * step (what a crashed run logged after its last checkpoint, which the
- * resumed run logs again). Returns 0, or -1 said. */
+ * On every such record after a log dir's first, TensorBoard's readers drop
+ * the points seen so far at steps >= step (what a crashed run logged after
+ * its last checkpoint, which the resumed run logs again). Returns 0, or -1
+ * said. */
 int tri_tfevents_session_start(tri_tfevents *w, double wall_time, int64_t step);
 
 /* Closes the file. NULL-safe; returns 0, or -1 said when the last write

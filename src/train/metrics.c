@@ -90,7 +90,7 @@ tri_metrics *tri_metrics_open(const char *dir, int resume, int resume_step, int 
     if (tensorboard) {
         double now = tri_wall_s();
         if (tri_tfevents_open(&m->tb, dir, now) != 0 ||
-            (resume && tri_tfevents_session_start(&m->tb, now, (int64_t)resume_step + 1) != 0)) {
+            tri_tfevents_session_start(&m->tb, now, (int64_t)(resume ? resume_step : 0) + 1) != 0) {
             tri_metrics_close(m);
             return NULL;
         }

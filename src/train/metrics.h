@@ -35,10 +35,13 @@ typedef struct tri_metric {
 typedef struct tri_metrics tri_metrics;
 
 /* Opens <dir>/metrics.jsonl (appended to when `resume`, else truncated)
- * and, when `tensorboard`, a new event file in dir; on a resume the event
- * file starts with a session-start record at resume_step + 1, so that
- * TensorBoard drops what the interrupted run logged past its checkpoint.
- * dir must exist. Returns NULL said (the file named). */
+ * and, when `tensorboard`, a new event file in dir, which starts with a
+ * session-start record at the run's first step (resume_step + 1 on a
+ * resume, else 1): TensorBoard's loaders take every start after a log
+ * dir's first as a restart and drop the earlier files' points from that
+ * step on (what an interrupted run logged past its checkpoint; on a fresh
+ * start, an old run's curve, as metrics.jsonl is truncated). dir must
+ * exist. Returns NULL said (the file named). */
 tri_metrics *tri_metrics_open(const char *dir, int resume, int resume_step, int tensorboard);
 
 /* One line at `step`: fields f[0..n) in order. The line is flushed, and so

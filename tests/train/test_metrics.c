@@ -109,9 +109,10 @@ Test(metrics, every_number_is_a_tensorboard_scalar_at_its_step) {
     tt_tb_file f;
     cr_assert_eq(tt_tb_read(tb, &f), 0, "%s", f.why);
     cr_assert_str_eq(f.file_version, "brain.Event:2");
-    cr_assert_eq(f.n_starts, 0);
-    /* the mem line is no scalar (and no record); each of V: 6 or 7, 2, 1 */
-    cr_assert_eq(f.records, 1 + 3 * 3);
+    cr_assert_eq(f.n_starts, 1);
+    cr_assert_eq(f.start_steps[0], 1);
+    /* version, start; the mem line is no scalar (and no record); each of V: 6 or 7, 2, 1 */
+    cr_assert_eq(f.records, 2 + 3 * 3);
     int k = 0;
     for (size_t i = 0; i < sizeof V / sizeof V[0]; i++) {
         const line_vals *v = &V[i];
@@ -211,7 +212,8 @@ Test(metrics, a_resume_appends_and_starts_a_new_event_file_at_the_next_step) {
     tt_tb_file a, b;
     cr_assert_eq(tt_tb_read(first, &a), 0, "%s", a.why);
     cr_assert_eq(tt_tb_read(second, &b), 0, "%s", b.why);
-    cr_assert_eq(a.n_starts, 0);
+    cr_assert_eq(a.n_starts, 1);
+    cr_assert_eq(a.start_steps[0], 1);
     cr_assert_eq(a.n_scalars, 1);
     cr_assert_eq(b.n_starts, 1);
     cr_assert_eq(b.start_steps[0], 5, "TensorBoard drops the earlier files' steps >= this one");
