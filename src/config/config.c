@@ -194,13 +194,17 @@ static const field fields[] = {
            "weights whenever model.safetensors is not them"),
 
     NUM(log, every, 1, 1, 0, POS, "steps between log lines"),
-    STR(log, dir, "logs", 0, "directory of metrics.jsonl"),
+    STR(log, dir, "logs", 0, "directory of metrics.jsonl (and of the TensorBoard event files)"),
     NUM(log, peak_gflops, 300, 0, 0, GT0,
         "peak GFLOP/s of all the job's hardware together, for MFU (`trident bench` measures sgemm; "
         "300 is a 2-core AVX-512 VM's)"),
     NUM(log, plot, 0, 0, 1, R_LO | R_HI,
         "at the end of a run, world rank 0 draws the loss curves of log.dir into PNGs with scripts/plot.py "
         "(true/false; a missing python3 or matplotlib is a warning, not a failure)"),
+    NUM(log, tensorboard, 0, 0, 1, R_LO | R_HI,
+        "world rank 0 also writes every number of metrics.jsonl as a TensorBoard scalar (train/loss, val/loss, "
+        "train/lr, perf/tokens_per_s, ...) to log.dir/events.out.tfevents.<time>.<host> (true/false; "
+        "`tensorboard --logdir <log.dir>` shows them)"),
 
     NUM(debug, fail_step, -1, -1, 0, R_LO, "test only: at this step ... (-1: never)"),
     NUM(debug, fail_rank, -1, -1, 0, R_LO, "... this rank exits with code 3 (-1: never)"),

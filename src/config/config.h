@@ -74,9 +74,10 @@ typedef struct tri_ckpt_cfg {
 
 typedef struct tri_log_cfg {
     int every;              /* steps between log lines                      */
-    char dir[TRI_PATH_MAX]; /* metrics.jsonl goes here                      */
+    char dir[TRI_PATH_MAX]; /* metrics.jsonl and TensorBoard events go here */
     double peak_gflops;     /* for MFU: the machine's peak, GFLOP/s         */
     int plot;               /* 1: world rank 0 runs scripts/plot.py on dir at the end */
+    int tensorboard;        /* 1: world rank 0 also writes TensorBoard scalars to dir */
 } tri_log_cfg;
 
 typedef struct tri_config {

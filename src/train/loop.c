@@ -128,8 +128,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         if (step == start && t->metrics) { /* every buffer is in use after one step: the peak */
             char mem[512];
             tri_mem_json(&t->ctx.mem, mem, sizeof mem);
-            fprintf(t->metrics, "{\"step\": %d, \"mem\": %s}\n", step + 1, mem);
-            fflush(t->metrics);
+            tri_metrics_write(t->metrics, step + 1, &TRI_METRIC_JSON("mem", mem), 1);
         }
         if (step > start) {
             measured += dt;
@@ -144,11 +143,8 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
                        done_steps, cfg->train.steps, norm, t->loss_scale);
                 fflush(stdout);
             }
-            if (t->metrics) {
-                fprintf(t->metrics, "{\"step\": %d, \"skipped\": true, \"loss_scale\": %.17g}\n", done_steps,
-                        t->loss_scale);
-                fflush(t->metrics);
-            }
+            tri_metric f[] = {TRI_METRIC_BOOL("skipped", 1), TRI_METRIC_NUM("loss_scale", "%.17g", t->loss_scale)};
+            tri_metrics_write(t->metrics, done_steps, f, 2);
         } else if (t->is_logger && (done_steps % cfg->log.every == 0 || done_steps == cfg->train.steps)) {
             double tps = tokens_step / dt;
             double mfu = flops_tok * tps / (cfg->log.peak_gflops * 1e9);
@@ -158,15 +154,14 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
                        done_steps, cfg->train.steps, loss, lr, norm, dt * 1e3, tps, 100.0 * mfu);
                 fflush(stdout);
             }
-            if (t->metrics) {
-                char scale[64] = "";
-                if (t->fp16) snprintf(scale, sizeof scale, ", \"loss_scale\": %.17g", t->loss_scale);
-                fprintf(t->metrics,
-                        "{\"step\": %d, \"loss\": %.17g, \"lr\": %.6e, \"grad_norm\": %.17g, \"ms\": %.3f, "
-                        "\"tokens_per_s\": %.1f, \"mfu\": %.5f%s}\n",
-                        done_steps, loss, lr, norm, dt * 1e3, tps, mfu, scale);
-                fflush(t->metrics);
-            }
+            tri_metric f[] = {TRI_METRIC_NUM("loss", "%.17g", loss),
+                              TRI_METRIC_NUM("lr", "%.6e", lr),
+                              TRI_METRIC_NUM("grad_norm", "%.17g", norm),
+                              TRI_METRIC_NUM("ms", "%.3f", dt * 1e3),
+                              TRI_METRIC_NUM("tokens_per_s", "%.1f", tps),
+                              TRI_METRIC_NUM("mfu", "%.5f", mfu),
+                              TRI_METRIC_NUM("loss_scale", "%.17g", t->loss_scale)};
+            tri_metrics_write(t->metrics, done_steps, f, t->fp16 ? 7 : 6); /* loss_scale under fp16 */
         }
         if (t->has_val && done_steps % cfg->train.eval_every == 0) {
             tri_dist_progress(&t->dist, done_steps, "eval");
@@ -180,10 +175,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
                           done_steps);
             if (t->is_logger && !t->stop) {
                 if (!opts->quiet) printf("step %5d/%d | val loss %.4f\n", done_steps, cfg->train.steps, vl);
-                if (t->metrics) {
-                    fprintf(t->metrics, "{\"step\": %d, \"val_loss\": %.6f}\n", done_steps, vl);
-                    fflush(t->metrics);
-                }
+                tri_metrics_write(t->metrics, done_steps, &TRI_METRIC_NUM("val_loss", "%.6f", vl), 1);
             }
         }
         /* every rank must agree on stopping, or the save below would hang */

@@ -90,7 +90,8 @@ void trainer_free(trainer *t) {
     t->prof = NULL;
     free(t->inputs);
     free(t->targets);
-    if (t->metrics) fclose(t->metrics);
+    tri_metrics_close(t->metrics);
+    t->metrics = NULL;
     for (int k = 0; k < t->gpt.n_chunks; k++) {
         if (t->sync) tri_grad_sync_free(&t->sync[k]);
         if (t->pools) tri_slot_pool_free(&t->pools[k], &t->gpt);
@@ -315,13 +316,8 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             tri_error("log.dir: cannot create %s: %s", cfg->log.dir, strerror(errno));
             return TRI_EXIT_BAD_INPUT;
         }
-        char mpath[TRI_PATH_MAX + 32];
-        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->log.dir);
-        t->metrics = fopen(mpath, *start > 0 ? "a" : "w");
-        if (!t->metrics) {
-            tri_error("%s: cannot open: %s", mpath, strerror(errno));
-            return TRI_EXIT_BAD_INPUT;
-        }
+        t->metrics = tri_metrics_open(cfg->log.dir, *start > 0, *start, cfg->log.tensorboard);
+        if (!t->metrics) return TRI_EXIT_BAD_INPUT; /* said */
     }
     if (t->is_logger && !opts->quiet) {
         printf("config %s:\n", cfg->source);

@@ -24,6 +24,7 @@
 #include "parallel/schedule.h"
 #include "parallel/pipeline.h"
 #include "plan/stage_plan.h"
+#include "train/metrics.h"
 #include "train/train.h"
 
 typedef struct trainer {
@@ -55,7 +56,7 @@ typedef struct trainer {
     int n_micro;               /* local_batch / mb                           */
     int is_logger;             /* world rank 0                               */
     uint64_t consumed;         /* global samples consumed before this step   */
-    FILE *metrics;
+    tri_metrics *metrics; /* the logger's metrics.jsonl (+ TensorBoard); else NULL */
     int eval_batches; /* train.eval_batches, capped at one pass over
                                    the validation windows (src/train/preflight.c)   */
     int stop;         /* the stop signal every rank agreed on inside

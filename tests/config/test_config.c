@@ -27,7 +27,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 
-#define N_CONFIG_FIELDS 59 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 60 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -513,6 +513,7 @@ static void check_defaults_except_data(const tri_config *c) {
     cr_expect_str_eq(c->log.dir, "logs");
     cr_expect(c->log.peak_gflops == 300.0);
     cr_expect_eq(c->log.plot, 0);
+    cr_expect_eq(c->log.tensorboard, 0);
     cr_expect_eq(c->debug.fail_step, -1);
     cr_expect_eq(c->debug.fail_rank, -1);
 }
@@ -666,6 +667,7 @@ static void expect_same(const tri_config *a, const tri_config *b) {
     SAME_S(log.dir);
     SAME_D(log.peak_gflops);
     SAME_I(log.plot);
+    SAME_I(log.tensorboard);
     SAME_I(debug.fail_step);
     SAME_I(debug.fail_rank);
 #undef SAME_I
@@ -714,6 +716,7 @@ static void unusual_config(tri_config *c, uint64_t seed) {
     snprintf(c->log.dir, sizeof c->log.dir, "/abs/log");
     c->log.peak_gflops = 1.2345678901234567e15;
     c->log.plot = 1;
+    c->log.tensorboard = 1;
     c->debug.fail_step = 5;
     c->debug.fail_rank = 0;
 }
