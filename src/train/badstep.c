@@ -330,7 +330,7 @@ void badstep_log(trainer *t, int done_steps, double loss, double norm) {
         if (r == TRI_SKIP_FP16_OVERFLOW)
             snprintf(extra, sizeof extra, " | loss scale now %g", t->loss_scale);
         else if (r == TRI_SKIP_SPIKE)
-            snprintf(extra, sizeof extra, " (loss %.4f > %g x running mean %.4f)", loss, t->cfg->train.spike_factor,
+            snprintf(extra, sizeof extra, " | above %g x the running mean %.4f", t->cfg->train.spike_factor,
                      b->spike_mean);
         int max = t->cfg->train.max_bad_steps;
         char row[96] = "";
