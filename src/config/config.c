@@ -164,9 +164,10 @@ static const field fields[] = {
         "skipped like a non-finite one (docs/reliability.md)"),
     NUM(train, spike_factor, 3, 1, 1000, R_LO | R_LO_OPEN | R_HI,
         "with skip_spikes: a loss above this many times its running mean is a spike"),
-    NUM(train, max_bad_steps, 0, 0, 1000000, R_LO | R_HI,
-        "after this many skipped (bad) steps in a row, roll back to the last checkpoint and skip the data "
-        "windows of those steps (0: never roll back)"),
+    NUM(train, max_bad_steps, 10, 0, 1000000, R_LO | R_HI,
+        "after this many bad (skipped) steps in a row, roll back to the last checkpoint and skip the data "
+        "windows of those steps; without a checkpoint, or when the bad steps come back twice, stop with exit 1 "
+        "(0: never; bad steps are skipped without limit)"),
     STR(train, skip_samples, "", 0,
         "global sample ranges never read, \"b-e,b-e\" (samples b .. e-1; a step starting inside one starts at "
         "its end): e.g. the ranges a rollback recorded in state.json"),

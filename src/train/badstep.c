@@ -245,10 +245,7 @@ int badstep_resume(trainer *t, const char *dir, int step) {
     return 0;
 }
 
-void badstep_saved(trainer *t, int step) {
-    t->bad.last_ckpt_step = step;
-    t->bad.rollbacks_since_save = 0;
-}
+void badstep_saved(trainer *t, int step) { t->bad.last_ckpt_step = step; }
 
 void badstep_begin_step(trainer *t) {
     t->bad.steps_run++;
@@ -303,6 +300,7 @@ tri_skip_reason badstep_judge(trainer *t, double *loss, double *norm) {
     if (r == TRI_SKIP_NONE) {
         tri_badstep_note_loss(b, *loss);
         b->in_a_row = 0;
+        b->rollbacks_in_a_row = 0; /* the rollback before, if any, worked */
         b->updates++;
         return r;
     }
@@ -378,8 +376,9 @@ int badstep_reload(trainer *t, const char *dir, int *step) {
     return 0;
 }
 
-/* rollbacks to one checkpoint before the run gives up */
-#define MAX_ROLLBACKS_PER_CKPT 8
+/* rollbacks without a good step between them before the run gives up: the
+ * bad rows came back on fresh data, so the data is not the cause */
+#define MAX_ROLLBACKS_IN_A_ROW 2
 
 int badstep_after_skip(trainer *t, int *step, int *rolled) {
     *rolled = 0;
@@ -394,15 +393,18 @@ int badstep_after_skip(trainer *t, int *step, int *rolled) {
             tri_error("step %d: %d bad steps in a row (train.max_bad_steps) and no checkpoint to roll back to yet "
                       "in %s (checkpoint.every = %d): stopping. %s",
                       done_steps, b->in_a_row, t->cfg->checkpoint.dir, t->cfg->checkpoint.every,
-                      tri_preflight_divergence_hint(t->cfg, (int)b->updates, hint, sizeof hint));
+                      tri_preflight_divergence_hint(t->cfg, t->opt.t, hint, sizeof hint));
         }
         return TRI_EXIT_FAILURE;
     }
-    if (b->rollbacks_since_save >= MAX_ROLLBACKS_PER_CKPT) {
-        if (t->is_logger)
-            tri_error("step %d: %d bad steps in a row again after %d rollbacks to step %d: stopping (the data is "
-                      "not the cause, or all of it is bad)",
-                      done_steps, b->in_a_row, b->rollbacks_since_save, b->last_ckpt_step);
+    if (b->rollbacks_in_a_row >= MAX_ROLLBACKS_IN_A_ROW) {
+        if (t->is_logger) {
+            char hint[1024];
+            tri_error("step %d: %d bad steps in a row again, after %d rollbacks without a good step between them: "
+                      "the data is not the cause; stopping (the saved checkpoints hold no update of a bad step). %s",
+                      done_steps, b->in_a_row, b->rollbacks_in_a_row,
+                      tri_preflight_divergence_hint(t->cfg, t->opt.t, hint, sizeof hint));
+        }
         return TRI_EXIT_FAILURE;
     }
     if (tri_badstep_add_range(b, begin, end) != 0) return TRI_EXIT_FAILURE;
@@ -414,7 +416,7 @@ int badstep_after_skip(trainer *t, int *step, int *rolled) {
         return TRI_EXIT_FAILURE;
     }
     b->rollbacks++;
-    b->rollbacks_since_save++;
+    b->rollbacks_in_a_row++;
     if (t->is_logger) {
         if (!t->opts.quiet) {
             printf("step %5d/%d | %d bad steps in a row: rolled back to %s (step %d); global samples [%" PRIu64

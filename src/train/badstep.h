@@ -59,7 +59,7 @@ typedef struct tri_badstep {
     int64_t skipped;      /* steps skipped, all reasons (state.json carries it) */
     int rollbacks;        /* rollbacks done (state.json carries it)            */
     /* this process only */
-    int rollbacks_since_save; /* a guard against rolling back forever         */
+    int rollbacks_in_a_row;   /* without a good step between: 2 and the run stops */
     int last_ckpt_step;       /* the newest checkpoint saved or resumed; -1: none */
     int64_t steps_run, updates; /* steps attempted and optimizer updates made  */
     int inject_now;           /* debug.inject_*: this step, this rank          */
