@@ -23,7 +23,8 @@
  * reads the G samples after it. Ranges come from train.skip_samples and from
  * rollbacks; they are kept sorted and merged, and written into every
  * checkpoint's state.json, so that a resume reads what the uninterrupted run
- * read. This part is pure (no trainer): tests/train/test_badstep.c. */
+ * read. This part is pure (no trainer): tests/train/test_badstep.c; the
+ * trainer's is src/train/bad_run.c (declared in src/train/trainer.h). */
 #ifndef TRI_TRAIN_BADSTEP_H
 #define TRI_TRAIN_BADSTEP_H
 

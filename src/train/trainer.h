@@ -91,7 +91,7 @@ double train_step(trainer *t, int step, double *norm);
  * t->data_error and returns NaN. */
 double evaluate(trainer *t);
 
-/* badstep.c (src/train/badstep.h) */
+/* bad_run.c (the definitions: src/train/badstep.h) */
 /* train.skip_samples parsed into t->bad; 0, or -1 (printed, naming the key). */
 int badstep_setup(trainer *t);
 /* After a resume from dir (step): its state.json's bad-step state; 0 or -1 (printed). */
