@@ -10,7 +10,8 @@
  *     checkpoint given the recorded skips (train.skip_samples) and of a resume
  *     from a checkpoint written after the rollback; without a checkpoint the
  *     run stops (exit 1) saying so;
- *   - a fault on one rank (tp 2, dp 2 with ZeRO) makes every rank skip;
+ *   - a fault on one rank (tp 2, dp 2 with ZeRO) makes every rank skip, and
+ *     a rollback on dp 2 with ZeRO equals its rerun;
  *   - train.loss_scale_init = 1e308 is refused (exit 2, naming the key), and
  *     a run in which every step was skipped fails (exit 1) and saves nothing.
  * Every run is the tiny config (a second or so), capped by timeout. */
@@ -362,6 +363,37 @@ Test(bad_steps, a_fault_on_one_rank_makes_every_rank_skip, .timeout = 240) {
         snprintf(b, sizeof b, "%s/%s/step_00000003", dir, ref);
         expect_same_state(a, b, layouts[l].tp > 1 ? "tp 2" : "dp 2 zero");
     }
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* The rollback on dp 2 with ZeRO (every rank reloads its shards), the fault
+ * a NaN loss on rank 1 only: the final model and optimizer equal those of a
+ * rerun of the same layout from a copy of step 4 given the recorded skips. */
+Test(bad_steps, a_rollback_on_two_ranks_equals_the_rerun, .timeout = 240) {
+    char *dir = tt_equiv_dir(), *out = NULL;
+    cr_assert_eq(tt_equiv_run(dir, 1, 2, "rb",
+                              "--set parallel.zero=1 --set train.steps=12 --set checkpoint.every=4 "
+                              "--set train.max_bad_steps=2 --set debug.inject_step=7 --set debug.inject_count=2 "
+                              "--set debug.inject_rank=1 --set debug.inject_kind=nan-loss",
+                              &out),
+                 0, "%s", out);
+    cr_expect(strstr(out, "rolled back to") && strstr(out, "[48, 64)"), "%s", out);
+    free(out);
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/rr && cp -r %s/rb/step_00000004 %s/rr/", dir, dir, dir);
+    cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
+    free(out);
+    cr_assert_eq(tt_equiv_run(dir, 1, 2, "rr",
+                              "--set parallel.zero=1 --set train.steps=12 --set checkpoint.every=4 "
+                              "--set train.skip_samples=48-64 --resume",
+                              &out),
+                 0, "%s", out);
+    free(out);
+    char a[4300], b[4300];
+    snprintf(a, sizeof a, "%s/rb/step_00000012", dir);
+    snprintf(b, sizeof b, "%s/rr/step_00000012", dir);
+    expect_same_state(a, b, "dp 2 zero: rollback vs rerun");
     tt_rmrf(dir);
     free(dir);
 }
