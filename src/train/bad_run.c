@@ -61,8 +61,7 @@ void badstep_begin_step(trainer *t) {
     const int s = t->cfg->debug.inject_step, r = t->cfg->debug.inject_rank;
     uint64_t first = (uint64_t)(s > 0 ? s - 1 : 0) * t->G;
     uint64_t end = first + (uint64_t)t->cfg->debug.inject_count * t->G;
-    t->bad.inject_now =
-        s > 0 && t->consumed >= first && t->consumed < end && (r < 0 || r == t->dist.mesh.rank);
+    t->bad.inject_now = s > 0 && t->consumed >= first && t->consumed < end && (r < 0 || r == t->dist.mesh.rank);
 }
 
 void badstep_inject_grad(trainer *t) {

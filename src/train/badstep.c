@@ -69,8 +69,8 @@ int tri_badstep_parse_ranges(tri_badstep *b, const char *text, const char *key) 
         if (parse_u53(&p, &lo) != 0 || *p++ != '-' || parse_u53(&p, &hi) != 0 || (*p != ',' && *p != '\0') ||
             lo >= hi) {
             int len = (int)strcspn(piece, ",");
-            return tri_error("%s: \"%.*s\" is not a range \"b-e\" of global samples with b < e < 2^53 (in \"%s\")",
-                             key, len, piece, text);
+            return tri_error("%s: \"%.*s\" is not a range \"b-e\" of global samples with b < e < 2^53 (in \"%s\")", key,
+                             len, piece, text);
         }
         if (tri_badstep_add_range(b, lo, hi) != 0) return -1;
         if (*p == '\0') return 0;

@@ -32,8 +32,8 @@
 
 #include <cjson/cJSON.h>
 
-#define TRI_BADSTEP_MAX_RANGES  64 /* sample ranges one run keeps                    */
-#define TRI_BADSTEP_SPIKE_N     50 /* the running mean's horizon (steps)             */
+#define TRI_BADSTEP_MAX_RANGES   64 /* sample ranges one run keeps                    */
+#define TRI_BADSTEP_SPIKE_N      50 /* the running mean's horizon (steps)             */
 #define TRI_BADSTEP_SPIKE_WARMUP 10 /* losses in the mean before a spike can count   */
 
 /* Why a step was skipped (0: it was not). */
@@ -52,19 +52,19 @@ typedef struct tri_sample_range {
 typedef struct tri_badstep {
     tri_sample_range ranges[TRI_BADSTEP_MAX_RANGES]; /* sorted, disjoint, not adjacent */
     int n_ranges;
-    double spike_mean;    /* the running mean above (0 before any loss)       */
-    int64_t spike_count;  /* losses that entered it                           */
-    int in_a_row;         /* bad steps in a row (an fp16 overflow at a scale
+    double spike_mean;     /* the running mean above (0 before any loss)       */
+    int64_t spike_count;   /* losses that entered it                           */
+    int in_a_row;          /* bad steps in a row (an fp16 overflow at a scale
                              above the minimum neither counts nor breaks one)  */
     uint64_t streak_begin; /* data position of the first step of that row     */
-    int64_t skipped;      /* steps skipped, all reasons (state.json carries it) */
-    int rollbacks;        /* rollbacks done (state.json carries it)            */
+    int64_t skipped;       /* steps skipped, all reasons (state.json carries it) */
+    int rollbacks;         /* rollbacks done (state.json carries it)            */
     /* this process only */
-    int rollbacks_in_a_row;   /* without a good step between: 2 and the run stops */
-    int last_ckpt_step;       /* the newest checkpoint saved or resumed; -1: none */
+    int rollbacks_in_a_row;     /* without a good step between: 2 and the run stops */
+    int last_ckpt_step;         /* the newest checkpoint saved or resumed; -1: none */
     int64_t steps_run, updates; /* steps attempted and optimizer updates made  */
-    int inject_now;           /* debug.inject_*: this step, this rank          */
-    tri_skip_reason reason;   /* of the last step                              */
+    int inject_now;             /* debug.inject_*: this step, this rank          */
+    tri_skip_reason reason;     /* of the last step                              */
 } tri_badstep;
 
 /* Empty state: no ranges, no checkpoint known. */

@@ -65,8 +65,8 @@ typedef struct trainer {
                                    the run ends with exit code 1              */
     /* fp16 dynamic loss scaling (train.precision fp16; else scale 1) */
     int fp16;
-    double loss_scale; /* the loss gradient is multiplied by it            */
-    int scale_clean;   /* clean steps since the scale last changed          */
+    double loss_scale;       /* the loss gradient is multiplied by it            */
+    int scale_clean;         /* clean steps since the scale last changed          */
     tri_skip_reason skipped; /* why the last train_step made no update; 0: it did */
     tri_badstep bad;         /* bad steps, rollbacks, skipped samples (badstep.h) */
 } trainer;

@@ -192,7 +192,8 @@ Test(bad_steps, a_nan_skips_exactly_that_step_in_every_precision, .timeout = 240
         for (int s = 0; s < 8; s++) {
             cr_expect_eq(m.skipped[s], s == 3, "%s: step %d skipped %d", name, s + 1, m.skipped[s]);
             if (s != 3) cr_expect(isfinite(m.loss[s]), "%s: step %d loss %g", name, s + 1, m.loss[s]);
-            if (s < 3) cr_expect(m.loss[s] == r.loss[s], "%s: step %d %.17g vs %.17g", name, s + 1, m.loss[s], r.loss[s]);
+            if (s < 3)
+                cr_expect(m.loss[s] == r.loss[s], "%s: step %d %.17g vs %.17g", name, s + 1, m.loss[s], r.loss[s]);
         }
         cr_expect_str_eq(m.reason[3], cases[c].reason, "%s", name);
         char *a = ck(dir, name, 4), *b = ck(dir, refname, 3);
@@ -246,8 +247,8 @@ Test(bad_steps, a_spike_is_skipped_only_with_skip_spikes, .timeout = 120) {
         cr_expect_eq(clean.skipped[s], 0, "clean: step %d is not a spike", s + 1);
     }
     cr_expect_str_eq(on.reason[12], "loss_spike");
-    cr_expect(off.loss[12] > 1e3 * clean.loss[12] && off.loss[12] < 1e5 * clean.loss[12], "off: %g vs %g",
-              off.loss[12], clean.loss[12]);
+    cr_expect(off.loss[12] > 1e3 * clean.loss[12] && off.loss[12] < 1e5 * clean.loss[12], "off: %g vs %g", off.loss[12],
+              clean.loss[12]);
     /* without skipping, the spike (a loss-only fault) trains as the clean run does */
     char *a = ck(dir, "off", 16), *b = ck(dir, "clean", 16), *c = ck(dir, "on", 16), *d = ck(dir, "nan", 16);
     expect_same_state(a, b, "spike not skipped vs clean");
@@ -291,13 +292,14 @@ Test(bad_steps, a_rollback_reproduces_bit_for_bit, .timeout = 180) {
     cr_expect(strstr(text, "\"skip_samples\":[[48,64]]") != NULL, "%s", text);
     free(text);
     /* the rerun: a copy of step 4, the recorded skips, no fault */
-    snprintf(cmd, sizeof cmd, "mkdir -p %s/ck_rr %s/ck_rs && cp -r %s/ck_rb/step_00000004 %s/ck_rr/ && cp -r %s %s/ck_rs/",
-             dir, dir, dir, dir, s8, dir);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/ck_rr %s/ck_rs && cp -r %s/ck_rb/step_00000004 %s/ck_rr/ && cp -r %s %s/ck_rs/", dir, dir,
+             dir, dir, s8, dir);
     cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
     free(out);
-    cr_assert_eq(train(dir, "rr", "--set train.steps=12 --set checkpoint.every=4 --set train.skip_samples=48-64 --resume",
-                       &out),
-                 0, "%s", out);
+    cr_assert_eq(
+        train(dir, "rr", "--set train.steps=12 --set checkpoint.every=4 --set train.skip_samples=48-64 --resume", &out),
+        0, "%s", out);
     free(out);
     char extra[2048];
     snprintf(extra, sizeof extra, "%s --resume", run);
@@ -356,7 +358,8 @@ Test(bad_steps, a_fault_on_one_rank_makes_every_rank_skip, .timeout = 240) {
         snprintf(p, sizeof p, "%s/log_%s", dir, inj);
         metrics m;
         read_metrics(p, &m);
-        for (int s = 0; s < 6; s++) cr_expect_eq(m.skipped[s], s == 3, "tp %d dp %d: step %d", layouts[l].tp, layouts[l].dp, s + 1);
+        for (int s = 0; s < 6; s++)
+            cr_expect_eq(m.skipped[s], s == 3, "tp %d dp %d: step %d", layouts[l].tp, layouts[l].dp, s + 1);
         cr_expect_str_eq(m.reason[3], "nonfinite_loss");
         char a[4300], b[4300];
         snprintf(a, sizeof a, "%s/%s/step_00000004", dir, inj);
@@ -404,12 +407,11 @@ Test(bad_steps, a_rollback_on_two_ranks_equals_the_rerun, .timeout = 240) {
  * final checkpoint. */
 Test(bad_steps, a_run_that_trained_nothing_fails, .timeout = 120) {
     char *dir = tt_equiv_dir(), *out = NULL;
-    cr_expect_eq(train(dir, "big", "--set train.precision=fp16 --set train.loss_scale_init=1e308", &out), 2, "%s",
-                 out);
+    cr_expect_eq(train(dir, "big", "--set train.precision=fp16 --set train.loss_scale_init=1e308", &out), 2, "%s", out);
     cr_expect(strstr(out, "train.loss_scale_init") && strstr(out, "4294967296"), "%s", out);
     free(out);
-    cr_expect_eq(train(dir, "m32", "--set train.steps=30 --set train.precision=fp16 --set train.loss_scale_init=4294967296",
-                       &out),
+    cr_expect_eq(train(dir, "m32",
+                       "--set train.steps=30 --set train.precision=fp16 --set train.loss_scale_init=4294967296", &out),
                  0, "2^32 is Megatron's default: %s", out);
     free(out);
     cr_expect_eq(train(dir, "none",

@@ -29,7 +29,7 @@ Test(badstep, ranges_stay_sorted_and_merged) {
     expect_ranges(&b, 3, (const uint64_t[]){10, 20, 100, 200, 300, 400});
     cr_assert_eq(tri_badstep_add_range(&b, 150, 300), 0); /* overlaps one, touches the next: one range */
     expect_ranges(&b, 2, (const uint64_t[]){10, 20, 100, 400});
-    cr_assert_eq(tri_badstep_add_range(&b, 5, 10), 0); /* touching */
+    cr_assert_eq(tri_badstep_add_range(&b, 5, 10), 0);  /* touching */
     cr_assert_eq(tri_badstep_add_range(&b, 30, 30), 0); /* empty: nothing */
     expect_ranges(&b, 2, (const uint64_t[]){5, 20, 100, 400});
     cr_assert_eq(tri_badstep_add_range(&b, 0, 1000), 0); /* covers all */
