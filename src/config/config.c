@@ -156,8 +156,8 @@ static const field fields[] = {
            "compute precision of parameters and activations; bf16 and fp16 keep fp32 master weights, "
            "gradients and statistics (docs/precision.md)"),
     NUM(train, loss_scale_init, 65536, 1, 4294967296.0, R_LO | R_HI,
-        "fp16 only: initial dynamic loss scale, at most 2^32 (Megatron's default; a larger one only overflows "
-        "and skips steps while it halves) (halved on a gradient overflow, the step skipped)"),
+        "fp16 only: initial dynamic loss scale, halved on a gradient overflow (the step skipped); at most 2^32, "
+        "Megatron's default (each halving from a larger one costs a skipped step)"),
     NUM(train, loss_scale_window, 1000, 1, 0, POS, "fp16 only: clean steps after which the loss scale doubles"),
     NUM(train, skip_spikes, 0, 0, 1, R_LO | R_HI,
         "true/false: a step whose loss is above spike_factor x the running mean of the losses before it is "
