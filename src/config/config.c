@@ -91,8 +91,10 @@ static const int device_values[] = {TRI_DEVICE_CPU, TRI_DEVICE_CPU_GUARD, TRI_DE
 static const int recompute_values[] = {TRI_RECOMPUTE_NONE, TRI_RECOMPUTE_SELECTIVE, TRI_RECOMPUTE_FULL};
 static const int schedule_values[] = {TRI_SCHED_1F1B, TRI_SCHED_INTERLEAVED, TRI_SCHED_GPIPE, TRI_SCHED_ZBH1};
 static const int arch_values[] = {TRI_ARCH_GPT2, TRI_ARCH_LLAMA};
+static const int inject_values[] = {TRI_INJECT_NAN_GRAD, TRI_INJECT_INF_GRAD, TRI_INJECT_NAN_LOSS, TRI_INJECT_SPIKE};
 _Static_assert(sizeof(tri_dtype) == sizeof(int) && sizeof(tri_device) == sizeof(int) && sizeof(tri_arch) == sizeof(int) &&
-                   sizeof(tri_recompute) == sizeof(int) && sizeof(tri_sched_kind) == sizeof(int),
+                   sizeof(tri_recompute) == sizeof(int) && sizeof(tri_sched_kind) == sizeof(int) &&
+                   sizeof(tri_inject_kind) == sizeof(int),
                "enum fields are stored as int");
 
 #define POS  (R_LO)                    /* with lo = 1: a positive integer    */
@@ -153,9 +155,22 @@ static const field fields[] = {
     CHOICE(train, precision, "fp32", "fp32|bf16|fp16", precision_values, 7,
            "compute precision of parameters and activations; bf16 and fp16 keep fp32 master weights, "
            "gradients and statistics (docs/precision.md)"),
-    NUM(train, loss_scale_init, 65536, 1, 0, R_LO,
-        "fp16 only: initial dynamic loss scale (halved on a gradient overflow, the step skipped)"),
+    NUM(train, loss_scale_init, 65536, 1, 4294967296.0, R_LO | R_HI,
+        "fp16 only: initial dynamic loss scale, halved on a gradient overflow (the step skipped); at most 2^32, "
+        "Megatron's default (each halving from a larger one costs a skipped step)"),
     NUM(train, loss_scale_window, 1000, 1, 0, POS, "fp16 only: clean steps after which the loss scale doubles"),
+    NUM(train, skip_spikes, 0, 0, 1, R_LO | R_HI,
+        "true/false: a step whose loss is above spike_factor x the running mean of the losses before it is "
+        "skipped like a non-finite one (docs/reliability.md)"),
+    NUM(train, spike_factor, 3, 1, 1000, R_LO | R_LO_OPEN | R_HI,
+        "with skip_spikes: a loss above this many times its running mean is a spike"),
+    NUM(train, max_bad_steps, 10, 0, 1000000, R_LO | R_HI,
+        "after this many bad (skipped) steps in a row, roll back to the last checkpoint and skip the data "
+        "windows of those steps; without a checkpoint, or when the bad steps come back twice, stop with exit 1 "
+        "(0: never; bad steps are skipped without limit)"),
+    STR(train, skip_samples, "", 0,
+        "global sample ranges never read, \"b-e,b-e\" (samples b .. e-1; a step starting inside one starts at "
+        "its end): e.g. the ranges a rollback recorded in state.json"),
 
     STR(data, train, "", R_REQUIRED,
         "training token file(s) (required): a.bin, or a weighted blend 0.7:a.bin,0.3:b.bin"),
@@ -208,6 +223,12 @@ static const field fields[] = {
 
     NUM(debug, fail_step, -1, -1, 0, R_LO, "test only: at this step ... (-1: never)"),
     NUM(debug, fail_rank, -1, -1, 0, R_LO, "... this rank exits with code 3 (-1: never)"),
+    NUM(debug, inject_step, 0, 0, 0, R_LO,
+        "test only: the step (1-based, in a run without rollbacks) whose data window gets a fault (0: none)"),
+    NUM(debug, inject_count, 1, 1, 0, POS, "... and this many windows from it"),
+    NUM(debug, inject_rank, -1, -1, 0, R_LO, "... on this world rank (-1: every rank)"),
+    CHOICE(debug, inject_kind, "nan-grad", "nan-grad|inf-grad|nan-loss|spike", inject_values, 15,
+           "... the fault: one gradient element NaN or +inf, the loss NaN, or the loss x 1e4"),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 

@@ -42,6 +42,10 @@ typedef struct tri_train_cfg {
     tri_dtype precision;     /* TRI_F32 | TRI_BF16 | TRI_F16 (docs/precision.md)     */
     double loss_scale_init; /* fp16: the dynamic loss scale at step 1          */
     int loss_scale_window;  /* fp16: clean steps before the scale doubles      */
+    int skip_spikes;        /* 1: a loss above spike_factor x its running mean is skipped */
+    double spike_factor;    /* (src/train/badstep.h)                           */
+    int max_bad_steps;      /* this many bad steps in a row: roll back; 0: never */
+    char skip_samples[512]; /* global sample ranges never read: "b-e,b-e" ([b, e)) */
 } tri_train_cfg;
 
 typedef struct tri_data_cfg {
@@ -80,6 +84,14 @@ typedef struct tri_log_cfg {
     int tensorboard;        /* 1: world rank 0 also writes TensorBoard scalars to dir */
 } tri_log_cfg;
 
+/* debug.inject_kind: what debug.inject_step plants (src/train/badstep.h) */
+typedef enum tri_inject_kind {
+    TRI_INJECT_NAN_GRAD, /* one gradient element NaN             */
+    TRI_INJECT_INF_GRAD, /* one gradient element +inf (an overflow) */
+    TRI_INJECT_NAN_LOSS, /* the step's loss NaN                   */
+    TRI_INJECT_SPIKE,    /* the step's loss x 1e4 (a spike; gradients untouched) */
+} tri_inject_kind;
+
 typedef struct tri_config {
     tri_device device; /* the top-level key "device": cpu | cpu-guard | cuda */
     tri_model_cfg model;
@@ -91,6 +103,10 @@ typedef struct tri_config {
     struct {
         int fail_step; /* test-only fault injection: at this step ...     */
         int fail_rank; /* ... this rank exits with code 3 (-1: never)     */
+        int inject_step;             /* test-only: the step (1-based) whose data window gets a fault; 0: none */
+        int inject_count;            /* ... and the steps after it: this many windows  */
+        int inject_rank;             /* ... on this world rank (-1: every rank)         */
+        tri_inject_kind inject_kind; /* ... of this kind                                */
     } debug;
     char source[TRI_PATH_MAX]; /* the file it was read from, for messages */
 } tri_config;

@@ -47,6 +47,7 @@ static char *state_json(const trainer *t, int step, double loss) {
     free(cfgjson);
     if (c) cJSON_AddItemToObject(root, "config", c);
     tri_datafiles_to_state(root, t->has_train_data ? &t->train_data : NULL, t->has_val ? &t->val_data : NULL);
+    tri_badstep_to_state(&t->bad, root); /* skipped samples, the spike mean, counters */
     char *s = cJSON_Print(root);
     cJSON_Delete(root);
     return s;
@@ -59,6 +60,7 @@ static int save(trainer *t, int step, double loss) {
     int rc = tri_model_save(&t->store, step, &t->gpt, &t->opt, &t->dist, st, t->cfg->checkpoint.keep,
                             t->cfg->checkpoint.dtype);
     free(st);
+    if (rc == 0) badstep_saved(t, step); /* what a rollback returns to */
     if (rc == 0 && t->is_logger && !t->opts.quiet)
         printf("saved checkpoint %s/step_%08d (%.2f s)\n", t->cfg->checkpoint.dir, step, tri_now_s() - t0);
     return rc;
@@ -114,16 +116,6 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             rc = TRI_EXIT_FAILURE;
             goto done;
         } /* said: a token file shrank under the job */
-        if (!t->skipped && (!isfinite(loss) || !isfinite(norm))) {
-            if (t->is_logger) {
-                char hint[1024];
-                tri_error("step %d: the loss (%g) or the gradient norm (%g) is not finite; stopping without an update "
-                          "or a checkpoint (the saved ones are untouched). %s",
-                          step + 1, loss, norm, tri_preflight_divergence_hint(cfg, step, hint, sizeof hint));
-            }
-            rc = TRI_EXIT_FAILURE;
-            goto done;
-        }
         if (opts->after_step) opts->after_step(opts->after_step_ctx, step, dt);
         if (step == start && t->metrics) { /* every buffer is in use after one step: the peak */
             char mem[512];
@@ -137,14 +129,11 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             t->pipe_total.span_s += t->pipe.stats.span_s;
         }
         int done_steps = step + 1;
-        if (t->skipped && t->is_logger) { /* always said, whatever log.every */
-            if (!opts->quiet) {
-                printf("step %5d/%d | skipped: fp16 gradient overflow (norm %g), no update | loss scale now %g\n",
-                       done_steps, cfg->train.steps, norm, t->loss_scale);
-                fflush(stdout);
-            }
-            tri_metric f[] = {TRI_METRIC_BOOL("skipped", 1), TRI_METRIC_NUM("loss_scale", "%.17g", t->loss_scale)};
-            tri_metrics_write(t->metrics, done_steps, f, 2);
+        if (t->skipped) { /* said whatever log.every; enough in a row: roll back */
+            badstep_log(t, done_steps, loss, norm);
+            int rolled = 0;
+            if ((rc = badstep_after_skip(t, &step, &rolled)) != TRI_EXIT_OK) goto done;
+            if (rolled) continue;
         } else if (t->is_logger && (done_steps % cfg->log.every == 0 || done_steps == cfg->train.steps)) {
             double tps = tokens_step / dt;
             double mfu = flops_tok * tps / (cfg->log.peak_gflops * 1e9);
@@ -230,6 +219,8 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             free(all);
         }
     }
+    /* a run that made no update is no success, and saves nothing */
+    if ((rc = badstep_check_end(t)) != TRI_EXIT_OK) goto done;
     /* the final checkpoint (with train.steps = 0: the freshly initialised model) */
     if (!opts->synthetic && save(t, step, loss) != 0) rc = TRI_EXIT_FAILURE;
     if (t->is_logger && !opts->quiet && !isnan(loss)) printf("final loss %.6f\n", loss);

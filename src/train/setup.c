@@ -134,7 +134,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     t->cfg = cfg;
     t->opts = *opts;
     tri_debug_from_env(&t->debug);
-    if (check_layout(cfg) != 0) return TRI_EXIT_BAD_INPUT;
+    if (check_layout(cfg) != 0 || badstep_setup(t) != 0) return TRI_EXIT_BAD_INPUT;
     if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp) != 0) return TRI_EXIT_BAD_INPUT;
     tri_dist_set_timeout(&t->dist, cfg->parallel.timeout_s);
     if (t->dist.transport == TRI_TRANSPORT_STORE && opts->device != TRI_DEVICE_CUDA) {
@@ -288,6 +288,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         double scale = t->loss_scale;
         if (tri_ckpt_state_scaler(ckpt, &t->opt.t, &scale, &t->scale_clean) != 0) return TRI_EXIT_BAD_INPUT;
         if (t->fp16) t->loss_scale = scale;
+        if (badstep_resume(t, ckpt, *start) != 0) return TRI_EXIT_BAD_INPUT; /* skipped samples, spike mean */
         if (t->is_logger && !opts->quiet)
             printf("resumed from %s at step %d (%llu samples consumed)\n", ckpt, *start,
                    (unsigned long long)t->consumed);

@@ -93,7 +93,8 @@ double train_step(trainer *t, int step, double *norm) {
      * fp16 subnormals; every gradient is S times too large until unscaled */
     const double S = t->fp16 ? t->loss_scale : 1.0;
     if (t->fp16) dscale = (float)(S / ((double)t->G * (double)t->T));
-    t->skipped = 0;
+    t->skipped = TRI_SKIP_NONE;
+    badstep_begin_step(t); /* past skipped samples; a test fault armed */
     for (int k = 0; k < g->n_chunks; k++) {
         t->ctx.ops->zero(&t->ctx, g->chunks[k].grad_mem, g->chunks[k].n_alloc * sizeof(float));
         tri_grad_sync_begin(&t->sync[k]);
@@ -115,6 +116,7 @@ double train_step(trainer *t, int step, double *norm) {
      * overflow would make (tests/system/test_mixed_precision.c: the step is
      * skipped, the scale halves) */
     if (t->debug.fp16_overflow_step == step + 1) t->ctx.ops->scale(&t->ctx, g->chunks[0].grad_mem, INFINITY, 1);
+    badstep_inject_grad(t); /* test-only: debug.inject_kind nan-grad | inf-grad */
     /* the loss lives on the head stage; identical on every TP rank */
     tri_comm_allreduce_host(&t->dist.dp, &loss_sum, 1, TRI_F64, TRI_SUM);
     tri_comm_allreduce_host(&t->dist.pp, &loss_sum, 1, TRI_F64, TRI_SUM);
@@ -127,18 +129,20 @@ double train_step(trainer *t, int step, double *norm) {
     *norm = sqrt(sumsq);
     if (t->fp16) *norm /= S;
     double loss = loss_sum / ((double)t->G * (double)t->T);
-    /* every rank holds the same all-reduced values, so all decide alike */
-    if (t->fp16 && !isfinite(*norm)) {
-        /* an overflow in the scaled gradients: skip the update (AdamW's step
-         * count stays), halve the scale; the batch is consumed and the
-         * learning-rate schedule moves on, as in Megatron */
-        t->skipped = 1;
-        t->loss_scale = S / 2 < MIN_LOSS_SCALE ? MIN_LOSS_SCALE : S / 2;
-        t->scale_clean = 0;
+    /* before any update: a non-finite loss or norm, or a spike, skips the
+     * step in every precision; all ranks decide alike (badstep.h) */
+    t->skipped = badstep_judge(t, &loss, norm);
+    if (t->skipped != TRI_SKIP_NONE) {
+        /* no update (AdamW's step count stays); the batch is consumed and the
+         * learning-rate schedule moves on, as in Megatron. fp16: a gradient
+         * overflow halves the scale */
+        if (t->fp16 && !isfinite(*norm)) {
+            t->loss_scale = S / 2 < MIN_LOSS_SCALE ? MIN_LOSS_SCALE : S / 2;
+            t->scale_clean = 0;
+        }
         t->consumed += t->G;
         return loss;
     }
-    if (!isfinite(loss) || !isfinite(*norm)) return loss;
     float clip = 1.0f;
     double max_norm = t->cfg->train.grad_clip;
     if (max_norm > 0.0 && *norm > max_norm) clip = (float)(max_norm / (*norm + 1e-6));

@@ -24,6 +24,7 @@
 #include "parallel/schedule.h"
 #include "parallel/pipeline.h"
 #include "plan/stage_plan.h"
+#include "train/badstep.h"
 #include "train/metrics.h"
 #include "train/train.h"
 
@@ -65,9 +66,10 @@ typedef struct trainer {
                                    the run ends with exit code 1              */
     /* fp16 dynamic loss scaling (train.precision fp16; else scale 1) */
     int fp16;
-    double loss_scale; /* the loss gradient is multiplied by it            */
-    int scale_clean;   /* clean steps since the scale last changed          */
-    int skipped;       /* the last train_step found an overflow: no update  */
+    double loss_scale;       /* the loss gradient is multiplied by it            */
+    int scale_clean;         /* clean steps since the scale last changed          */
+    tri_skip_reason skipped; /* why the last train_step made no update; 0: it did */
+    tri_badstep bad;         /* bad steps, rollbacks, skipped samples (badstep.h) */
 } trainer;
 
 /* train_setup.c */
@@ -76,11 +78,11 @@ void trainer_free(trainer *t); /* NULL-safe for whatever setup reached */
 
 /* train_step.c */
 /* One optimizer step. Returns the global mean loss; *norm gets the global
- * gradient norm before clipping (unscaled). When either is not finite the
- * parameters are left as they were (no update) and the caller stops, except
- * under fp16 when the gradient norm is not finite: the step is skipped
- * (t->skipped = 1; no update, the data position advances, the loss scale
- * halves) and the run goes on. A token file that cannot be read sets
+ * gradient norm before clipping (unscaled); both agreed on by every rank.
+ * When either is not finite, or the loss spikes (train.skip_spikes), the
+ * step is skipped (t->skipped says why; badstep.h): no update, AdamW's step
+ * count stays, the data position advances; under fp16 a non-finite norm
+ * also halves the loss scale. A token file that cannot be read sets
  * t->data_error and returns NaN at once. */
 double train_step(trainer *t, int step, double *norm);
 /* Mean loss over t->eval_batches micro-batches of the validation data.
@@ -89,5 +91,34 @@ double train_step(trainer *t, int step, double *norm);
  * returned on every rank. A token file that cannot be read sets
  * t->data_error and returns NaN. */
 double evaluate(trainer *t);
+
+/* bad_run.c (the definitions: src/train/badstep.h) */
+/* train.skip_samples parsed into t->bad; 0, or -1 (printed, naming the key). */
+int badstep_setup(trainer *t);
+/* After a resume from dir (step): its state.json's bad-step state; 0 or -1 (printed). */
+int badstep_resume(trainer *t, const char *dir, int step);
+/* A checkpoint of `step` was saved: the one a rollback returns to. */
+void badstep_saved(trainer *t, int step);
+/* Start of a step: the data position past skipped ranges, the fault injection armed. */
+void badstep_begin_step(trainer *t);
+/* debug.inject_kind nan-grad|inf-grad on the armed step and rank: one gradient element. */
+void badstep_inject_grad(trainer *t);
+/* Collective over the world: the step's loss and norm agreed (the maximum
+ * of each over the ranks, NaN when any rank's is not finite; the injected
+ * loss faults applied first), the skip decision taken and counted. */
+tri_skip_reason badstep_judge(trainer *t, double *loss, double *norm);
+/* The skipped step's log line (always) and metrics.jsonl line (world rank 0). */
+void badstep_log(trainer *t, int done_steps, double loss, double norm);
+/* After a skipped step (collective): when train.max_bad_steps are reached,
+ * rolls back (*rolled = 1, *step = the checkpoint's step - 1) and records
+ * the bad row's samples as skipped. TRI_EXIT_OK, or TRI_EXIT_FAILURE
+ * (printed) when there is no checkpoint yet or the reload failed. */
+int badstep_after_skip(trainer *t, int *step, int *rolled);
+/* Collective: loads the checkpoint dir into the model, optimizer, loss scale,
+ * data position and bad-step state; *step gets its step. The one place a
+ * rollback reads a checkpoint. 0, or -1 on every rank (printed). */
+int badstep_reload(trainer *t, const char *dir, int *step);
+/* End of the run: TRI_EXIT_FAILURE (printed) when steps ran and none updated. */
+int badstep_check_end(trainer *t);
 
 #endif

@@ -27,7 +27,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 
-#define N_CONFIG_FIELDS 60 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 68 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -459,6 +459,11 @@ Test(config, override_errors) {
     EXPECT_SET_ERROR("checkpoint.dtype=f32", "checkpoint.dtype", "\"f32\"", "fp32|bf16|fp16");
     EXPECT_SET_ERROR("train.loss_scale_init=0.5", "train.loss_scale_init");
     EXPECT_SET_ERROR("train.loss_scale_window=0", "train.loss_scale_window");
+    /* 1e308 skipped every step while it halved (issue 22): at most 2^32 */
+    EXPECT_SET_ERROR("train.loss_scale_init=1e308", "train.loss_scale_init", "4294967296", "got 1e+308");
+    EXPECT_SET_ERROR("train.spike_factor=1", "train.spike_factor");
+    EXPECT_SET_ERROR("train.max_bad_steps=-1", "train.max_bad_steps");
+    EXPECT_SET_ERROR("debug.inject_kind=boom", "debug.inject_kind", "nan-grad|inf-grad|nan-loss|spike");
     /* the error stops at the first bad override */
     expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}", OVS("train.lr=0.01", "model.n_layerz=3", "train.lr=oops"),
                     NEEDLES("model.n_layerz", "unknown key"));

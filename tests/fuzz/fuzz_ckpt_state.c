@@ -1,8 +1,10 @@
 /* A checkpoint's state.json (src/train/ckpt_state.c): the input is the file's text.
  * An accepted one gives a step and sample count in range and a config that
- * survives its own dump. */
+ * survives its own dump. Its "bad_steps" (src/train/badstep.h): accepted, the
+ * ranges stay sorted, disjoint and below 2^53; refused, nothing changes. */
 #include <string.h>
 
+#include "train/badstep.h"
 #include "train/ckpt_state.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -21,6 +23,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(dump);
     } else {
         FUZZ_ASSERT(step == -1 && consumed == UINT64_MAX);
+    }
+    tri_badstep b, before;
+    tri_badstep_init(&b);
+    before = b;
+    if (tri_badstep_from_state(&b, text, "state.json", 1) == 0) {
+        for (int i = 0; i < b.n_ranges; i++) {
+            FUZZ_ASSERT(b.ranges[i].begin < b.ranges[i].end && b.ranges[i].end < ((uint64_t)1 << 53));
+            FUZZ_ASSERT(i == 0 || b.ranges[i - 1].end < b.ranges[i].begin);
+        }
+        FUZZ_ASSERT(b.in_a_row >= 0 && b.rollbacks >= 0 && b.skipped >= 0);
+    } else {
+        FUZZ_ASSERT(memcmp(&b, &before, sizeof b) == 0);
     }
     free(text);
     return 0;

@@ -171,6 +171,11 @@ cfg = json.loads(tiny)
 put("ckpt_state", "trainer", json.dumps({
     "step": 10, "samples_consumed": 80, "tokens_consumed": 1280, "loss": 3.25,
     "rng": {"seed": "1337", "data": "..."}, "config": cfg}, indent=2))
+put("ckpt_state", "trainer-bad-steps", json.dumps({
+    "step": 10, "samples_consumed": 80, "tokens_consumed": 1280, "loss": 3.25,
+    "rng": {"seed": "1337", "data": "..."}, "config": cfg,
+    "bad_steps": {"skipped_steps": 3, "bad_in_a_row": 1, "streak_begin": 72, "rollbacks": 1,
+                  "spike_mean": 5.5484, "spike_count": 8, "skip_samples": [[48, 64], [96, 104]]}}, indent=2))
 put("hf_config", "gpt2", json.dumps({
     "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, "n_head": 12,
     "n_layer": 12, "n_positions": 1024, "n_ctx": 1024, "vocab_size": 50257,
