@@ -478,3 +478,20 @@ Test(hostile, sweep_takes_hundreds_of_repeated_sets, .timeout = 60) {
     tt_rmrf(dir);
     free(dir);
 }
+
+/* A torchrun-style launch (RANK/WORLD_SIZE, no MPI) of `trident train --device
+ * cpu`, rank 1 of 2 never coming: the rendezvous at the store used to wait a
+ * fixed 600 s before the CPU backend refused the launch; it is refused at once
+ * (well inside the 20 s cap), in every build. */
+Test(hostile, cpu_store_launch_is_refused_before_the_rendezvous, .timeout = 60) {
+    char *dir = tt_mkdtemp(), *cfg = small_config(dir, "x.bin"), *out = NULL;
+    char *cmd = fmt("env -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u PMI_SIZE -u PMI_RANK -u SLURM_NTASKS "
+                    "-u SLURM_STEP_NUM_TASKS -u SLURM_PROCID RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+                    "MASTER_PORT=1 %s train %s --device cpu --set parallel.dp=2 --set parallel.timeout_s=600",
+                    tt_bin("trident"), cfg);
+    int rc = run_capped(cmd, &out);
+    expect_exit2_saying(rc, out, cmd, SAYING("rank 0", "needs --device cuda"));
+    free(out), free(cmd), free(cfg);
+    tt_rmrf(dir);
+    free(dir);
+}
