@@ -728,7 +728,9 @@ static int check_arch(const tri_config *cfg, const char *file) {
  * fit an int. TRI_CONFIG_MAX_WORLD ranks is 2^20, 64 times the largest
  * published training job (16K GPUs); every pipeline stage (and, with vpp, every
  * virtual chunk) holds at least one layer, so pp x vpp <= n_layer; and
- * TRI_MAX_VPP (src/plan/stage_plan.h's 16) chunks per stage at most. */
+ * TRI_MAX_VPP (src/plan/stage_plan.h's 16) chunks per stage at most; and
+ * at most TRI_CONFIG_MAX_MICRO micro-batches per step per DP rank (the
+ * schedule is sized by them: 2^31 of them hung `trident plan`). */
 static int check_parallel_sizes(const tri_config *cfg, const char *file) {
     const tri_parallel_cfg *p = &cfg->parallel;
     long long world = (long long)p->tp * p->pp * p->dp, chunks = (long long)p->pp * p->vpp;
@@ -741,6 +743,14 @@ static int check_parallel_sizes(const tri_config *cfg, const char *file) {
     }
     if (p->vpp > TRI_CONFIG_MAX_VPP) {
         report(file, "parallel.vpp: at most %d virtual chunks per stage, got %d", TRI_CONFIG_MAX_VPP, p->vpp);
+        return -1;
+    }
+    long long micro = (long long)cfg->train.global_batch / ((long long)cfg->train.micro_batch * p->dp);
+    if (micro > TRI_CONFIG_MAX_MICRO) {
+        report(file,
+               "train.global_batch (%d) / (train.micro_batch (%d) x parallel.dp (%d)) = %lld micro-batches per step "
+               "on each DP rank: at most %d (raise train.micro_batch or parallel.dp)",
+               cfg->train.global_batch, cfg->train.micro_batch, p->dp, micro, TRI_CONFIG_MAX_MICRO);
         return -1;
     }
     if (chunks > cfg->model.n_layer) {
@@ -967,7 +977,8 @@ void tri_config_help(FILE *f) {
     }
     fprintf(f, "\nAlso checked: n_embd %% n_head == 0, global_batch %% micro_batch == 0, "
                "min_lr <= lr, sequence_parallel only with tp > 1 and seq_len %% tp == 0,\n"
-               "tp x pp x dp <= 1048576 (2^20) ranks, vpp <= 16, pp x vpp <= n_layer (a layer per chunk).\n"
+               "tp x pp x dp <= 1048576 (2^20) ranks, vpp <= 16, pp x vpp <= n_layer (a layer per chunk),\n"
+               "global_batch / (micro_batch x dp) <= 65536 micro-batches per step.\n"
                "llama: n_head %% n_kv_head == 0, an even head size n_embd / n_head (RoPE), n_kv_head and tp\n"
                "one dividing the other (tp > n_kv_head replicates each KV head over tp / n_kv_head ranks),\n"
                "ffn_hidden %% tp == 0, rope_high_freq_factor > rope_low_freq_factor with scaling; the llama\n"

@@ -259,6 +259,11 @@ Test(config, parallel_sizes_and_bucket_mb_have_sane_ranges) {
                      "model.n_layer (4)");
     EXPECT_SETS_ERROR(OVS("parallel.pp=65536", "parallel.vpp=16"), "parallel.pp (65536) x parallel.vpp (16) = 1048576",
                      "model.n_layer (4)");
+    EXPECT_SETS_ERROR(OVS("train.global_batch=2147483647", "train.micro_batch=1"),
+                      "train.global_batch (2147483647) / (train.micro_batch (1) x parallel.dp (1)) = 2147483647",
+                      "at most 65536");
+    EXPECT_SETS_ERROR(OVS("train.global_batch=131074", "train.micro_batch=1", "parallel.dp=2"), "= 65537 micro-batches",
+                      "at most 65536");
     EXPECT_SETS_ERROR(OVS("parallel.bucket_mb=1e-9"), "parallel.bucket_mb", "in [0.0009765625, 1048576]", "got 1e-09");
     EXPECT_SETS_ERROR(OVS("parallel.bucket_mb=1e300"), "parallel.bucket_mb", "in [0.0009765625, 1048576]",
                      "got 1e+300");
@@ -270,6 +275,8 @@ Test(config, parallel_sizes_and_bucket_mb_have_sane_ranges) {
     const char *small[] = {"data.train=t.bin", "model.n_layer=32", "parallel.pp=2", "parallel.vpp=16", "parallel.bucket_mb=0.0009765625"};
     cr_expect_eq(tri_config_load(&c, NULL, 5, small), 0);
     cr_expect_eq(c.parallel.bucket_mb, 1.0 / 1024);
+    const char *most_micro[] = {"data.train=t.bin", "train.global_batch=131072", "train.micro_batch=1", "parallel.dp=2"};
+    cr_expect_eq(tri_config_load(&c, NULL, 4, most_micro), 0);
 }
 
 Test(config, cross_field_rules) {
