@@ -286,24 +286,29 @@ static void expect_exit2_saying(int rc, const char *out, const char *what, const
 #define SAYING(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 /* pp 2^28 x vpp 16 wrapped an int to 0 chunks (SIGFPE in train, plan and
- * bench); tp 2^16 x pp 2^16 wrapped in plan. The config check refuses them,
- * in 64 bits, under a 1 GiB memory cap. */
+ * bench); tp 2^16 x pp 2^16 wrapped in plan; 2^31 micro-batches hung plan.
+ * The config check refuses them, in 64 bits, under a 1 GiB memory cap. */
 Test(hostile, parallel_size_products_are_refused_not_wrapped, .timeout = 120) {
     char *dir = tt_mkdtemp(), *cfg = small_config(dir, "x.bin");
+    static const char ranks[] = "at most 1048576 (2^20) ranks", micro[] = "micro-batches per step on each DP rank";
     static const struct {
-        const char *cmd, *sets, *needle;
+        const char *cmd, *sets, *needle, *limit;
     } cases[] = {
-        {"train", "--set parallel.pp=268435456 --set parallel.vpp=16", "parallel.pp (268435456)"},
-        {"bench", "--set parallel.pp=268435456 --set parallel.vpp=16", "parallel.pp (268435456)"},
-        {"plan", "--gpu cpu --set parallel.pp=268435456 --set parallel.vpp=16", "parallel.pp (268435456)"},
-        {"plan", "--gpu cpu --set parallel.tp=65536 --set parallel.pp=65536", "= 4294967296 ranks"},
-        {"plan", "--gpu h100 --set parallel.tp=65536 --set parallel.pp=65536", "= 4294967296 ranks"},
+        {"train", "--set parallel.pp=268435456 --set parallel.vpp=16", "parallel.pp (268435456)", ranks},
+        {"bench", "--set parallel.pp=268435456 --set parallel.vpp=16", "parallel.pp (268435456)", ranks},
+        {"plan", "--gpu cpu --set parallel.pp=268435456 --set parallel.vpp=16", "parallel.pp (268435456)", ranks},
+        {"plan", "--gpu cpu --set parallel.tp=65536 --set parallel.pp=65536", "= 4294967296 ranks", ranks},
+        {"plan", "--gpu h100 --set parallel.tp=65536 --set parallel.pp=65536", "= 4294967296 ranks", ranks},
+        /* 2^31 micro-batches: plan simulated their schedule (a hang) */
+        {"plan", "--gpu cpu --set parallel.pp=2 --set train.global_batch=2147483647 --set train.micro_batch=1",
+         "= 2147483647 micro-batches", micro},
+        {"bench", "--set train.global_batch=2147483647 --set train.micro_batch=1", "at most 65536", micro},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = NULL, *cmd = fmt("%s %s %s %s", tt_bin("trident"), cases[i].cmd, cfg, cases[i].sets);
         char *run = capped(cmd, 1024);
         int rc = run_capped(run, &out);
-        expect_exit2_saying(rc, out, run, SAYING(cfg, cases[i].needle, "at most 1048576 (2^20) ranks"));
+        expect_exit2_saying(rc, out, run, SAYING(cfg, cases[i].needle, cases[i].limit));
         free(out), free(run), free(cmd);
     }
     /* vpp beyond the limit, and more chunks than layers (2 layers here) */
