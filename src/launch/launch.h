@@ -155,7 +155,8 @@ int tri_launch_hostfile_read(tri_launch_plan *p, const char *path);
  * Some hosts with slots=N and some without is an error (ambiguous), and so
  * is a world other than tp x pp x dp for the trainer, and so are more ranks
  * on a host than its slots=N or, without them, than o->max_per_host
- * (TRI_LAUNCH_MAX_PER_HOST when 0): refused before anything starts. Only
+ * (TRI_LAUNCH_MAX_PER_HOST when 0), or more than TRI_CONFIG_MAX_WORLD (2^20)
+ * ranks in all: refused before anything starts. Only
  * o->nproc, o->max_per_host and o->hostfile (named in the messages) are read. */
 int tri_launch_place_ranks(tri_launch_plan *p, const tri_launch_opts *o);
 

@@ -205,7 +205,7 @@ Test(placement, placements_that_cannot_work_say_why_with_the_numbers) {
  * runs at most o->max_per_host ranks (TRI_LAUNCH_MAX_PER_HOST when 0); a host
  * whose slots=N allow more keeps them (they say what it can run). */
 Test(placement, ranks_beyond_a_host_without_slots_are_refused) {
-    static const int none[2] = {0, 0}, s1000[1] = {1000};
+    static const int none[2] = {0, 0}, s1000[1] = {1000}, big[2] = {1 << 20, 1}; /* slots fill up: 2^20 + 1 */
     static const struct {
         int n;
         const int *slots;
@@ -225,6 +225,7 @@ Test(placement, ranks_beyond_a_host_without_slots_are_refused) {
         {1, none, 0, 4, 1, 1, 5, -1, "5 ranks on host nodeA (parallel.tp 1 x pp 1 x dp 5 = 5 ranks): more than 4"},
         {1, s1000, 0, 0, 1, 1, 1000, 0, ""},
         {1, s1000, 1000, 0, 0, 0, 0, 0, ""},
+        {2, big, 0, 0, 0, 0, 0, -1, "1048577 ranks over 2 hosts: at most 1048576 (2^20) ranks"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tri_launch_plan p;
