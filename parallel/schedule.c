@@ -728,8 +728,7 @@ void tri_schedule_print_grid(FILE *f, const tri_schedule *s, const tri_sim_resul
             }
     if (unit > 1.0) {
         if (w < 3) w = 3; /* the column numbers, < TRI_GRID_MAX_COLS */
-        fprintf(f, "(makespan %g: one column is %g time units, showing the last action that runs in it)\n", span,
-                unit);
+        fprintf(f, "(makespan %g: one column is %g time units, showing the last action that runs in it)\n", span, unit);
     }
     fprintf(f, "%-8s|", unit > 1.0 ? "column" : "time");
     for (long t = 0; t < cols; t++) fprintf(f, " %*ld", w, t);

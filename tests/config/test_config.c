@@ -248,17 +248,17 @@ Test(config, out_of_range_values) {
  * their values and the limit; the limits themselves load. */
 Test(config, parallel_sizes_and_bucket_mb_have_sane_ranges) {
     EXPECT_SETS_ERROR(OVS("parallel.pp=268435456", "parallel.vpp=16"), "parallel.pp (268435456)", "parallel.tp (1)",
-                     "= 268435456 ranks", "at most 1048576");
+                      "= 268435456 ranks", "at most 1048576");
     EXPECT_SETS_ERROR(OVS("parallel.tp=65536", "parallel.pp=65536"), "parallel.tp (65536)", "= 4294967296 ranks",
-                     "at most 1048576");
+                      "at most 1048576");
     EXPECT_SETS_ERROR(OVS("parallel.tp=1024", "parallel.pp=1024", "parallel.dp=2"), "= 2097152 ranks",
-                     "at most 1048576");
+                      "at most 1048576");
     EXPECT_SETS_ERROR(OVS("parallel.pp=2", "parallel.vpp=17"), "parallel.vpp", "at most 16", "got 17");
     /* the default model has 4 layers: 2 x 4 chunks cannot each hold one */
     EXPECT_SETS_ERROR(OVS("parallel.pp=2", "parallel.vpp=4"), "parallel.pp (2) x parallel.vpp (4) = 8",
-                     "model.n_layer (4)");
+                      "model.n_layer (4)");
     EXPECT_SETS_ERROR(OVS("parallel.pp=65536", "parallel.vpp=16"), "parallel.pp (65536) x parallel.vpp (16) = 1048576",
-                     "model.n_layer (4)");
+                      "model.n_layer (4)");
     EXPECT_SETS_ERROR(OVS("train.global_batch=2147483647", "train.micro_batch=1"),
                       "train.global_batch (2147483647) / (train.micro_batch (1) x parallel.dp (1)) = 2147483647",
                       "at most 65536");
@@ -266,16 +266,19 @@ Test(config, parallel_sizes_and_bucket_mb_have_sane_ranges) {
                       "at most 65536");
     EXPECT_SETS_ERROR(OVS("parallel.bucket_mb=1e-9"), "parallel.bucket_mb", "in [0.0009765625, 1048576]", "got 1e-09");
     EXPECT_SETS_ERROR(OVS("parallel.bucket_mb=1e300"), "parallel.bucket_mb", "in [0.0009765625, 1048576]",
-                     "got 1e+300");
+                      "got 1e+300");
     EXPECT_SETS_ERROR(OVS("parallel.bucket_mb=1048577"), "parallel.bucket_mb", "got 1048577");
     tri_config c;
-    const char *at_limits[] = {"data.train=t.bin", "parallel.tp=1024", "parallel.pp=4", "parallel.dp=256", "parallel.bucket_mb=1048576"};
+    const char *at_limits[] = {"data.train=t.bin", "parallel.tp=1024", "parallel.pp=4", "parallel.dp=256",
+                               "parallel.bucket_mb=1048576"};
     cr_expect_eq(tri_config_load(&c, NULL, 5, at_limits), 0);
     cr_expect_eq((long long)c.parallel.tp * c.parallel.pp * c.parallel.dp, 1 << 20);
-    const char *small[] = {"data.train=t.bin", "model.n_layer=32", "parallel.pp=2", "parallel.vpp=16", "parallel.bucket_mb=0.0009765625"};
+    const char *small[] = {"data.train=t.bin", "model.n_layer=32", "parallel.pp=2", "parallel.vpp=16",
+                           "parallel.bucket_mb=0.0009765625"};
     cr_expect_eq(tri_config_load(&c, NULL, 5, small), 0);
     cr_expect_eq(c.parallel.bucket_mb, 1.0 / 1024);
-    const char *most_micro[] = {"data.train=t.bin", "train.global_batch=131072", "train.micro_batch=1", "parallel.dp=2"};
+    const char *most_micro[] = {"data.train=t.bin", "train.global_batch=131072", "train.micro_batch=1",
+                                "parallel.dp=2"};
     cr_expect_eq(tri_config_load(&c, NULL, 4, most_micro), 0);
 }
 

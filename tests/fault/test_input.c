@@ -266,10 +266,11 @@ Test(tokenizer_memory, huge_end_of_text_id_is_refused_within_a_memory_cap, .time
 /* A small valid config (data: a file that need not exist; the refusals come first). */
 static char *small_config(const char *dir, const char *data) {
     char *cfg = fmt("%s/c.json", dir);
-    char *text = fmt("{\"model\": {\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8, \"vocab_size\": 256},"
-                     " \"train\": {\"global_batch\": 4, \"micro_batch\": 2, \"steps\": 1},"
-                     " \"data\": {\"train\": \"%s\"}, \"checkpoint\": {\"dir\": \"%s/ck\"}, \"log\": {\"dir\": \"%s/log\"}}\n",
-                     data, dir, dir);
+    char *text =
+        fmt("{\"model\": {\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8, \"vocab_size\": 256},"
+            " \"train\": {\"global_batch\": 4, \"micro_batch\": 2, \"steps\": 1},"
+            " \"data\": {\"train\": \"%s\"}, \"checkpoint\": {\"dir\": \"%s/ck\"}, \"log\": {\"dir\": \"%s/log\"}}\n",
+            data, dir, dir);
     write_text(cfg, text);
     free(text);
     return cfg;
@@ -370,8 +371,8 @@ Test(hostile, launcher_refuses_more_ranks_than_the_hosts_start, .timeout = 120) 
         cr_expect_neq(access(logs, F_OK), 0, "[%s] the log directory was made", run);
         free(out), free(run), free(cmd), free(tail);
     }
-    char *out = NULL, *cmd = fmt("%s --nproc-per-node 300 --mpirun %s --log-dir %s -- /bin/true", tt_bin("tridentrun"),
-                                 fake, logs);
+    char *out = NULL,
+         *cmd = fmt("%s --nproc-per-node 300 --mpirun %s --log-dir %s -- /bin/true", tt_bin("tridentrun"), fake, logs);
     int rc = run_capped(cmd, &out);
     expect_exit2_saying(rc, out, cmd, SAYING("300 ranks on host localhost", "--max-ranks-per-host"));
     cr_expect_neq(access(marker, F_OK), 0, "mpirun was started");
@@ -392,8 +393,8 @@ Test(hostile, launcher_refuses_more_ranks_than_the_hosts_start, .timeout = 120) 
 /* `tridentrun --dry-run` said the trainer would refuse the config and exited 0. */
 Test(hostile, launcher_dry_run_of_a_refused_config_exits_2, .timeout = 60) {
     char *dir = tt_mkdtemp(), *cfg = small_config(dir, "x.bin"), *out = NULL;
-    char *cmd = fmt("%s --dry-run --log-dir %s/logs -- trident train %s --set parallel.pp_layout=1,2", tt_bin("tridentrun"),
-                    dir, cfg);
+    char *cmd = fmt("%s --dry-run --log-dir %s/logs -- trident train %s --set parallel.pp_layout=1,2",
+                    tt_bin("tridentrun"), dir, cfg);
     int rc = run_capped(cmd, &out);
     expect_exit2_saying(rc, out, cmd,
                         SAYING("pipeline: the trainer would refuse this config", "parallel.pp_layout has 2 numbers"));
@@ -415,7 +416,8 @@ Test(hostile, schedule_grid_is_bounded_whatever_the_costs, .timeout = 60) {
     int rc = run_capped(run, &out);
     cr_expect_eq(rc, 0, "exit %d: %.400s", rc, out);
     cr_expect_lt(strlen(out), (size_t)64 << 10, "%zu bytes of output", strlen(out));
-    cr_expect(strstr(out, "one column is 1.2082e+07 time units") != NULL, "%.400s", out); /* 3.093e9 / 256, rounded up */
+    cr_expect(strstr(out, "one column is 1.2082e+07 time units") != NULL, "%.400s",
+              out); /* 3.093e9 / 256, rounded up */
     cr_expect(strstr(out, "deadlock check: ok") != NULL, "%.400s", out);
     free(out), free(run), free(cmd);
 }
@@ -471,13 +473,14 @@ Test(hostile, sweep_takes_hundreds_of_repeated_sets, .timeout = 60) {
     cr_assert_not_null(cmd);
     len += (size_t)snprintf(cmd, cap, "%s sweep %s --dry-run", tt_bin("trident"), sweep);
     for (int i = 0; i < 400; i++)
-        len += (size_t)snprintf(cmd + len, cap - len, i % 2 ? " --set train.lr=0.%03d" : " --set train.steps=%d", i + 1);
+        len +=
+            (size_t)snprintf(cmd + len, cap - len, i % 2 ? " --set train.lr=0.%03d" : " --set train.steps=%d", i + 1);
     cr_assert_lt(len, cap);
     char *out = NULL;
     int rc = run_capped(cmd, &out);
     cr_expect_eq(rc, 0, "exit %d: %.400s", rc, out);
-    cr_expect(strstr(out, "--set train.steps=399 ") != NULL && strstr(out, "--set train.lr=0.400 ") != NULL,
-              "%.600s", out);
+    cr_expect(strstr(out, "--set train.steps=399 ") != NULL && strstr(out, "--set train.lr=0.400 ") != NULL, "%.600s",
+              out);
     cr_expect(strstr(out, "train.steps=397") == NULL, "an earlier value survived: %.600s", out);
     free(out), free(cmd), free(text), free(sweep), free(cfg);
     tt_rmrf(dir);
