@@ -727,9 +727,9 @@ static int check_arch(const tri_config *cfg, const char *file) {
  * them (the world, the model chunks, the ranks of a group) is then known to
  * fit an int. TRI_CONFIG_MAX_WORLD ranks is 2^20, 64 times the largest
  * published training job (16K GPUs); every pipeline stage (and, with vpp, every
- * virtual chunk) holds at least one layer, so pp x vpp <= n_layer; and
- * TRI_MAX_VPP (src/plan/stage_plan.h's 16) chunks per stage at most; and
- * at most TRI_CONFIG_MAX_MICRO micro-batches per step per DP rank (the
+ * virtual chunk) holds at least one layer, so pp x vpp <= n_layer; at most
+ * TRI_CONFIG_MAX_VPP chunks per stage (src/plan/stage_plan.h's TRI_MAX_VPP);
+ * and at most TRI_CONFIG_MAX_MICRO micro-batches per step per DP rank (the
  * schedule is sized by them: 2^31 of them hung `trident plan`). */
 static int check_parallel_sizes(const tri_config *cfg, const char *file) {
     const tri_parallel_cfg *p = &cfg->parallel;
