@@ -729,8 +729,9 @@ static int check_arch(const tri_config *cfg, const char *file) {
  * published training job (16K GPUs); every pipeline stage (and, with vpp, every
  * virtual chunk) holds at least one layer, so pp x vpp <= n_layer; at most
  * TRI_CONFIG_MAX_VPP chunks per stage (src/plan/stage_plan.h's TRI_MAX_VPP);
- * and at most TRI_CONFIG_MAX_MICRO micro-batches per step per DP rank (the
- * schedule is sized by them: 2^31 of them hung `trident plan`). */
+ * and at most TRI_CONFIG_MAX_MICRO micro-batches per step per DP rank, and
+ * pp x vpp x micro-batches at most TRI_SCHED_MAX_UNITS (the schedule is sized
+ * by them: 2^31 micro-batches hung `trident plan`). */
 static int check_parallel_sizes(const tri_config *cfg, const char *file) {
     const tri_parallel_cfg *p = &cfg->parallel;
     long long world = (long long)p->tp * p->pp * p->dp, chunks = (long long)p->pp * p->vpp;
@@ -751,6 +752,13 @@ static int check_parallel_sizes(const tri_config *cfg, const char *file) {
                "train.global_batch (%d) / (train.micro_batch (%d) x parallel.dp (%d)) = %lld micro-batches per step "
                "on each DP rank: at most %d (raise train.micro_batch or parallel.dp)",
                cfg->train.global_batch, cfg->train.micro_batch, p->dp, micro, TRI_CONFIG_MAX_MICRO);
+        return -1;
+    }
+    if (chunks * micro > TRI_SCHED_MAX_UNITS) {
+        report(file,
+               "parallel.pp (%d) x parallel.vpp (%d) x %lld micro-batches per step (train.global_batch / "
+               "(train.micro_batch x parallel.dp)) = %lld pipeline units: at most %d (2^22; the schedule holds each)",
+               p->pp, p->vpp, micro, chunks * micro, TRI_SCHED_MAX_UNITS);
         return -1;
     }
     if (chunks > cfg->model.n_layer) {
@@ -978,7 +986,7 @@ void tri_config_help(FILE *f) {
     fprintf(f, "\nAlso checked: n_embd %% n_head == 0, global_batch %% micro_batch == 0, "
                "min_lr <= lr, sequence_parallel only with tp > 1 and seq_len %% tp == 0,\n"
                "tp x pp x dp <= 1048576 (2^20) ranks, vpp <= 16, pp x vpp <= n_layer (a layer per chunk),\n"
-               "global_batch / (micro_batch x dp) <= 65536 micro-batches per step.\n"
+               "global_batch / (micro_batch x dp) <= 65536 micro-batches per step, pp x vpp x those <= 2^22.\n"
                "llama: n_head %% n_kv_head == 0, an even head size n_embd / n_head (RoPE), n_kv_head and tp\n"
                "one dividing the other (tp > n_kv_head replicates each KV head over tp / n_kv_head ranks),\n"
                "ffn_hidden %% tp == 0, rope_high_freq_factor > rope_low_freq_factor with scaling; the llama\n"

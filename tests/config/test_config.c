@@ -264,6 +264,9 @@ Test(config, parallel_sizes_and_bucket_mb_have_sane_ranges) {
                       "at most 65536");
     EXPECT_SETS_ERROR(OVS("train.global_batch=131074", "train.micro_batch=1", "parallel.dp=2"), "= 65537 micro-batches",
                       "at most 65536");
+    EXPECT_SETS_ERROR(OVS("model.n_layer=128", "parallel.pp=128", "train.global_batch=65536", "train.micro_batch=1"),
+                      "parallel.pp (128) x parallel.vpp (1) x 65536 micro-batches", "= 8388608 pipeline units",
+                      "at most 4194304");
     EXPECT_SETS_ERROR(OVS("parallel.bucket_mb=1e-9"), "parallel.bucket_mb", "in [0.0009765625, 1048576]", "got 1e-09");
     EXPECT_SETS_ERROR(OVS("parallel.bucket_mb=1e300"), "parallel.bucket_mb", "in [0.0009765625, 1048576]",
                       "got 1e+300");
@@ -280,6 +283,9 @@ Test(config, parallel_sizes_and_bucket_mb_have_sane_ranges) {
     const char *most_micro[] = {"data.train=t.bin", "train.global_batch=131072", "train.micro_batch=1",
                                 "parallel.dp=2"};
     cr_expect_eq(tri_config_load(&c, NULL, 4, most_micro), 0);
+    const char *most_units[] = {"data.train=t.bin", "model.n_layer=64", "parallel.pp=64", "train.global_batch=65536",
+                                "train.micro_batch=1"};
+    cr_expect_eq(tri_config_load(&c, NULL, 5, most_units), 0, "64 x 65536 = 2^22 units");
 }
 
 Test(config, cross_field_rules) {

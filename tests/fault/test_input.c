@@ -420,6 +420,12 @@ Test(hostile, schedule_grid_is_bounded_whatever_the_costs, .timeout = 60) {
               out); /* 3.093e9 / 256, rounded up */
     cr_expect(strstr(out, "deadlock check: ok") != NULL, "%.400s", out);
     free(out), free(run), free(cmd);
+    /* the schedule itself: 2^30 units within the options' own bounds ran past the cap */
+    cmd = fmt("%s schedule --pp 256 --micro-batches 65536 --vpp 64", tt_bin("trident"));
+    run = capped(cmd, 1024);
+    rc = run_capped(run, &out);
+    expect_exit2_saying(rc, out, run, SAYING("= 1073741824 units", "at most 4194304"));
+    free(out), free(run), free(cmd);
 }
 
 /* A data file that cannot be opened was reported as "no such file" whatever
