@@ -129,6 +129,7 @@ static int resolve_paths(tri_dataset *ds, const char *path) {
         tri_error("%s: not a regular file", path);
         return -1;
     }
+    int why = errno; /* ENOENT: maybe a Megatron prefix; else the real reason (a loop, a permission) */
     char idx[TRI_DATA_PATH_MAX];
     snprintf(idx, sizeof idx, "%s.idx", path);
     if (is_regular_file(idx)) {
@@ -137,7 +138,10 @@ static int resolve_paths(tri_dataset *ds, const char *path) {
         snprintf(ds->bin_path, sizeof ds->bin_path, "%s.bin", path);
         return 0;
     }
-    tri_error("%s: no such file (nor a Megatron pair %s.idx + %s.bin)", path, path, path);
+    if (why != ENOENT)
+        tri_error("%s: cannot open: %s", path, strerror(why));
+    else
+        tri_error("%s: no such file (nor a Megatron pair %s.idx + %s.bin)", path, path, path);
     return -1;
 }
 

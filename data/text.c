@@ -24,7 +24,7 @@ int tri_text_check(const char *const *files, int n, uint64_t *total) {
     for (int i = 0; i < n; i++) {
         struct stat st;
         if (stat(files[i], &st) != 0 || access(files[i], R_OK) != 0) {
-            tri_error("%s: cannot read: no such file or no permission", files[i]);
+            tri_error("%s: cannot read: %s", files[i], strerror(errno));
             return -1;
         }
         if (!S_ISREG(st.st_mode)) {

@@ -205,14 +205,14 @@ static void pending_groups(tri_dist *d) {
 
 /* Forms a world of several ranks through the TCP store: every rank checks in
  * with its layout, which must agree. Returns 0, or -1 after a message. */
-static int store_world(tri_dist *d, int tp, int pp, int dp) {
+static int store_world(tri_dist *d, int tp, int pp, int dp, double timeout_s) {
     tri_launch_env e;
     const int use_slurm = !slurm_by_mpi();
     char why[512];
     if (tri_launch_env_read(&e, use_slurm, NULL, NULL, why, sizeof why) != 1) return tri_error("%s", why);
     d->store = malloc(sizeof *d->store);
     if (d->store == NULL) return tri_error_rank(e.rank, "out of memory for the store");
-    if (tri_store_init(d->store, e.master_addr, e.master_port, e.rank, e.world, TRI_WD_DEFAULT_TIMEOUT_S) != 0) {
+    if (tri_store_init(d->store, e.master_addr, e.master_port, e.rank, e.world, timeout_s) != 0) {
         free(d->store);
         d->store = NULL;
         return tri_error("rank %d of %d: could not join the store at %s:%d (%s launch)", e.rank, e.world, e.master_addr,
@@ -250,6 +250,10 @@ void tri_dist_progress(tri_dist *d, long step, const char *phase) {
 }
 
 int tri_dist_init(tri_dist *d, int tp, int pp, int dp) {
+    return tri_dist_init_with(d, tp, pp, dp, TRI_WD_DEFAULT_TIMEOUT_S, 1);
+}
+
+int tri_dist_init_with(tri_dist *d, int tp, int pp, int dp, double timeout_s, int store_ok) {
     memset(d, 0, sizeof *d);
     int world = 1, rank = 0;
     int launched = env_launcher(&world, &rank);
@@ -273,8 +277,12 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp) {
     watch_groups(d);
     if (world == 1 && launched != LAUNCH_MPI) return 0; /* a world of one: no transport */
     if (launched == LAUNCH_STORE) {
+        if (!store_ok) /* said before waiting for any peer at the store */
+            return tri_error_rank(rank,
+                                  "ranks launched without MPI (RANK/WORLD_SIZE or srun) communicate through NCCL, "
+                                  "which needs --device cuda; on the CPU launch with tridentrun/mpirun");
 #ifdef TRI_HAVE_NCCL
-        if (store_world(d, tp, pp, dp) != 0) return -1;
+        if (store_world(d, tp, pp, dp, timeout_s) != 0) return -1;
         watch_groups(d);
         return 0;
 #else

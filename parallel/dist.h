@@ -64,6 +64,13 @@ typedef struct tri_dist {
  * name, the deadline TRI_WD_DEFAULT_TIMEOUT_S for each wait, and phase
  * "set-up". */
 int tri_dist_init(tri_dist *d, int tp, int pp, int dp);
+/* tri_dist_init with the run's deadline: the rendezvous at the TCP store
+ * (ranks launched by RANK/WORLD_SIZE or Slurm without MPI) waits for the
+ * missing ranks at most timeout_s (parallel.timeout_s; 0: forever), not
+ * TRI_WD_DEFAULT_TIMEOUT_S; and with store_ok 0 (the CPU backend, whose
+ * transport is MPI) such a launch is refused at once, before waiting for any
+ * peer. The groups' own deadlines are tri_dist_set_timeout's. */
+int tri_dist_init_with(tri_dist *d, int tp, int pp, int dp, double timeout_s, int store_ok);
 /* Moves every group onto NCCL (CUDA device local_rank % devices): rank 0's
  * ncclUniqueId goes to the others through MPI or the store, then
  * tri_nccl_init makes the communicators (collective over the world). Call

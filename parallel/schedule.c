@@ -10,6 +10,7 @@
  * asynchronous (see schedule.h): only a batch's receives hold its rank. */
 #include "parallel/schedule.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -711,7 +712,12 @@ static int label(const tri_action *a, int vpp, char *b, size_t n) {
 }
 
 void tri_schedule_print_grid(FILE *f, const tri_schedule *s, const tri_sim_result *r) {
-    long cols = (long)(r->makespan + 0.999999);
+    /* One column per time unit up to TRI_GRID_MAX_COLS; a longer makespan is
+     * scaled (a column then spans `unit` whole time units and shows the last
+     * action that runs during it), so the grid stays bounded whatever the costs. */
+    double span = r->makespan > 0 ? r->makespan : 0;
+    double unit = span > TRI_GRID_MAX_COLS ? ceil(span / TRI_GRID_MAX_COLS) : 1.0; /* whole time units */
+    long cols = (long)ceil(span / unit - 1e-9);
     int w = 1;
     char b[32];
     for (int q = 0; q < s->pp; q++)
@@ -720,7 +726,11 @@ void tri_schedule_print_grid(FILE *f, const tri_schedule *s, const tri_sim_resul
                 int k = label(&s->a[q][i], s->vpp, b, sizeof b);
                 if (k > w) w = k;
             }
-    fprintf(f, "%-8s|", "time");
+    if (unit > 1.0) {
+        if (w < 3) w = 3; /* the column numbers, < TRI_GRID_MAX_COLS */
+        fprintf(f, "(makespan %g: one column is %g time units, showing the last action that runs in it)\n", span, unit);
+    }
+    fprintf(f, "%-8s|", unit > 1.0 ? "column" : "time");
     for (long t = 0; t < cols; t++) fprintf(f, " %*ld", w, t);
     fprintf(f, "\n");
     char *row = malloc((size_t)(cols > 0 ? cols : 1) * 32);
@@ -731,8 +741,9 @@ void tri_schedule_print_grid(FILE *f, const tri_schedule *s, const tri_sim_resul
             const tri_action *a = &s->a[q][i];
             if (!is_compute(a->kind) || r->end[q][i] <= r->start[q][i]) continue;
             label(a, s->vpp, b, sizeof b);
-            long t0 = (long)(r->start[q][i] + 1e-9), t1 = (long)(r->end[q][i] + 0.999999);
-            for (long t = t0; t < t1 && t < cols; t++) snprintf(row + t * 32, 32, "%s", b);
+            double t0d = r->start[q][i] / unit + 1e-9, t1d = r->end[q][i] / unit + 0.999999;
+            long t0 = t0d < (double)cols ? (long)t0d : cols, t1 = t1d < (double)cols ? (long)t1d : cols;
+            for (long t = t0; t < t1; t++) snprintf(row + t * 32, 32, "%s", b);
         }
         fprintf(f, "stage %-2d|", q);
         for (long t = 0; t < cols; t++) fprintf(f, " %*s", w, row + t * 32);

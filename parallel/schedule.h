@@ -148,7 +148,17 @@ double tri_schedule_bubble_formula(tri_sched_kind kind, int pp, int vpp, int m, 
 
 /* The timeline, one row per rank, one column per time unit (like torch's
  * pipeline-order grid): "F3" forward of mb 3 (chunk shown as F3.1 when
- * vpp > 1), "B3", "W3", "." idle. Then the bubble and the peaks. */
+ * vpp > 1), "B3", "W3", "." idle. Then the bubble and the peaks. A makespan
+ * over TRI_GRID_MAX_COLS time units is scaled to TRI_GRID_MAX_COLS columns
+ * (a line above the grid says by how much), so the output is bounded by the
+ * stages, not by the costs or the micro-batches. */
+#define TRI_GRID_MAX_COLS 256
+
+/* Most stage x chunk x micro-batch units a schedule may have (pp x vpp x m):
+ * building and simulating one takes about 300 bytes and 2 us per unit, so
+ * 2^22 units is about 1.2 GB and 8 s; the trainer, the planner and `trident
+ * schedule` refuse more before building it. */
+#define TRI_SCHED_MAX_UNITS (1 << 22)
 void tri_schedule_print_grid(FILE *f, const tri_schedule *s, const tri_sim_result *r);
 
 #endif

@@ -692,10 +692,14 @@ int tri_tokenizer_load(tri_tokenizer *tk, const char *path) {
         return load_gpt2_files(tk, path, m);
     }
     if (exists(path)) return load_hf_json(tk, path);
+    int why = errno; /* ENOENT: maybe a prefix of vocab.json + merges.txt; else the real reason */
     snprintf(v, sizeof v, "%svocab.json", path);
     snprintf(m, sizeof m, "%smerges.txt", path);
     if (exists(v)) return load_gpt2_files(tk, v, m);
-    tri_error("%s: no such tokenizer file (nor %s + %s)", path, v, m);
+    if (why != ENOENT)
+        tri_error("%s: cannot open: %s", path, strerror(why));
+    else
+        tri_error("%s: no such tokenizer file (nor %s + %s)", path, v, m);
     return -1;
 }
 

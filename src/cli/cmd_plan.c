@@ -82,7 +82,7 @@ static void print_json(const tri_plan_row *r, const tri_sgemm_meter *meter) {
         tri_sched_name(c->parallel.schedule), tri_precision_name(c->train.precision), r->fits ? "true" : "false",
         m->params, m->grads, m->optim, m->saved_act_peak, m->saved_act_alloc, m->workspace, m->total, m->stage,
         t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s, t->bubble, t->tokens_per_s, t->tflops_per_gpu,
-        t->hw_flops / t->step_s / (double)(c->parallel.tp * c->parallel.pp * c->parallel.dp) / 1e12, row_mfu(r, meter));
+        t->hw_flops / t->step_s / ((double)c->parallel.tp * c->parallel.pp * c->parallel.dp) / 1e12, row_mfu(r, meter));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -269,7 +269,7 @@ int tri_cmd_plan(int argc, char **argv) {
         }
         cfg.train.precision = (tri_dtype)dt;
     }
-    int world = cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.dp;
+    int world = cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.dp; /* <= 2^20: the config check */
     if (!gpus) gpus = world;
     if (!do_search && !layout_set && gpus != world) do_search = 1;
     if (!do_search && gpus != world) {

@@ -75,6 +75,12 @@ int tri_cmd_schedule(int argc, char **argv) {
         tri_error("schedule: --pp P and --micro-batches M are required");
         return TRI_EXIT_BAD_INPUT;
     }
+    if (pp * vpp * m > TRI_SCHED_MAX_UNITS) {
+        tri_error("schedule: --pp %ld x --vpp %ld x --micro-batches %ld = %ld units: at most %d (2^22, about 1.2 GB "
+                  "to build and simulate)",
+                  pp, vpp, m, pp * vpp * m, TRI_SCHED_MAX_UNITS);
+        return TRI_EXIT_BAD_INPUT;
+    }
     tri_sched_kind kind = sched     ? (tri_sched_kind)tri_sched_parse(sched)
                           : vpp > 1 ? TRI_SCHED_INTERLEAVED
                                     : TRI_SCHED_1F1B;

@@ -59,6 +59,7 @@ static int rank_exec(int argc, char **argv) {
 /* The values the table takes as text, checked in the launcher's wording
  * (nproc, grace: NULL when not given). 0 or -1 after one line. */
 static int check_values(tri_launch_opts *o, const char *nproc, const char *grace) {
+    if (o->max_per_host == 0) o->max_per_host = TRI_LAUNCH_MAX_PER_HOST;
     if (nproc) {
         long n;
         if (tri_launch_parse_int(nproc, 1, 1 << 20, &n) != 0)
@@ -95,6 +96,8 @@ int main(int argc, char **argv) {
          .help = "rank r's stdout+stderr go to DIR/rank_<r>.log (default: logs)"},
         {"--tee", TRI_OPT_FLAG, &o.tee,
          .help = "show every rank's output on the console, as \"[rank r] ...\"\n(default: rank 0's only)"},
+        {"--max-ranks-per-host", TRI_OPT_INT, &o.max_per_host, "N", 1, 1 << 20,
+         .help = "most ranks on a host without slots=N (default 256); more is\nrefused before anything starts"},
         {"--dry-run", TRI_OPT_FLAG, &o.dry_run, .help = "print the rank map and the mpirun command, start nothing"},
         {"--max-restarts", TRI_OPT_INT, &o.max_restarts, "K", 0, 1000,
          .help = "after a failure, relaunch up to K times with --resume (default 0)"},
@@ -138,7 +141,7 @@ int main(int argc, char **argv) {
     tri_launch_plan p;
     rc = tri_launch_plan_make(&p, &o) != 0 ? TRI_EXIT_BAD_INPUT : TRI_EXIT_OK;
     if (rc == TRI_EXIT_OK && o.dry_run)
-        tri_launch_dry_run(stdout, &o, &p);
+        rc = tri_launch_dry_run(stdout, &o, &p) != 0 ? TRI_EXIT_BAD_INPUT : TRI_EXIT_OK;
     else if (rc == TRI_EXIT_OK)
         rc = tri_launch_run(&o, &p);
     tri_launch_plan_free(&p);

@@ -189,7 +189,9 @@ static const field fields[] = {
     STR(parallel, pp_layout, "", 0,
         "layers per stage (pp numbers) or per virtual chunk (pp x vpp numbers, chunk-major), e.g. \"3,4,4,3\"; "
         "\"\": even"),
-    NUM(parallel, bucket_mb, 25, 0, 0, GT0, "gradient all-reduce bucket size, MiB"),
+    NUM(parallel, bucket_mb, 25, 1.0 / 1024, 1048576, R_LO | R_HI,
+        "gradient all-reduce bucket size, MiB (1/1024 = 1 KiB, 256 floats, .. 1048576 = 1 TiB; below 1 KiB each "
+        "all-reduce is pure latency, above any device's memory it is one bucket)"),
     NUM(parallel, sequence_parallel, 0, 0, 1, R_LO | R_HI,
         "sequence parallelism (true/false or 1/0): LayerNorms, residual adds and the embedding output on "
         "seq_len/tp positions per TP rank, all-gather before and reduce-scatter after the TP linears (needs "
@@ -746,6 +748,54 @@ static int check_arch(const tri_config *cfg, const char *file) {
     return 0;
 }
 
+/* The parallel sizes and their products, in 64 bits: every later product of
+ * them (the world, the model chunks, the ranks of a group) is then known to
+ * fit an int. TRI_CONFIG_MAX_WORLD ranks is 2^20, 64 times the largest
+ * published training job (16K GPUs); every pipeline stage (and, with vpp, every
+ * virtual chunk) holds at least one layer, so pp x vpp <= n_layer; at most
+ * TRI_CONFIG_MAX_VPP chunks per stage (src/plan/stage_plan.h's TRI_MAX_VPP);
+ * and at most TRI_CONFIG_MAX_MICRO micro-batches per step per DP rank, and
+ * pp x vpp x micro-batches at most TRI_SCHED_MAX_UNITS (the schedule is sized
+ * by them: 2^31 micro-batches hung `trident plan`). */
+static int check_parallel_sizes(const tri_config *cfg, const char *file) {
+    const tri_parallel_cfg *p = &cfg->parallel;
+    long long world = (long long)p->tp * p->pp * p->dp, chunks = (long long)p->pp * p->vpp;
+    if (world > TRI_CONFIG_MAX_WORLD) {
+        report(file,
+               "parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld ranks: at most %d (2^20) ranks are "
+               "supported",
+               p->tp, p->pp, p->dp, world, TRI_CONFIG_MAX_WORLD);
+        return -1;
+    }
+    if (p->vpp > TRI_CONFIG_MAX_VPP) {
+        report(file, "parallel.vpp: at most %d virtual chunks per stage, got %d", TRI_CONFIG_MAX_VPP, p->vpp);
+        return -1;
+    }
+    long long micro = (long long)cfg->train.global_batch / ((long long)cfg->train.micro_batch * p->dp);
+    if (micro > TRI_CONFIG_MAX_MICRO) {
+        report(file,
+               "train.global_batch (%d) / (train.micro_batch (%d) x parallel.dp (%d)) = %lld micro-batches per step "
+               "on each DP rank: at most %d (raise train.micro_batch or parallel.dp)",
+               cfg->train.global_batch, cfg->train.micro_batch, p->dp, micro, TRI_CONFIG_MAX_MICRO);
+        return -1;
+    }
+    if (chunks * micro > TRI_SCHED_MAX_UNITS) {
+        report(file,
+               "parallel.pp (%d) x parallel.vpp (%d) x %lld micro-batches per step (train.global_batch / "
+               "(train.micro_batch x parallel.dp)) = %lld pipeline units: at most %d (2^22; the schedule holds each)",
+               p->pp, p->vpp, micro, chunks * micro, TRI_SCHED_MAX_UNITS);
+        return -1;
+    }
+    if (chunks > cfg->model.n_layer) {
+        report(file,
+               "parallel.pp (%d) x parallel.vpp (%d) = %lld model chunks, more than model.n_layer (%d): every chunk "
+               "needs at least one layer",
+               p->pp, p->vpp, chunks, cfg->model.n_layer);
+        return -1;
+    }
+    return 0;
+}
+
 static int validate(const loading *L, const char *file) {
     const tri_config *cfg = &L->cfg;
     for (size_t i = 0; i < N_FIELDS; i++) {
@@ -792,6 +842,7 @@ static int validate(const loading *L, const char *file) {
         }
     }
     if (check_arch(cfg, file) != 0) return -1;
+    if (check_parallel_sizes(cfg, file) != 0) return -1;
     if (cfg->parallel.sequence_parallel) {
         if (cfg->parallel.tp < 2) {
             report(file,
@@ -958,7 +1009,9 @@ void tri_config_help(FILE *f) {
         fprintf(f, "  %-28s %-7s %-14s %-20s %s\n", name, type_name(fd->type), def, range[0] ? range : "any", fd->help);
     }
     fprintf(f, "\nAlso checked: n_embd %% n_head == 0, global_batch %% micro_batch == 0, "
-               "min_lr <= lr, sequence_parallel only with tp > 1 and seq_len %% tp == 0.\n"
+               "min_lr <= lr, sequence_parallel only with tp > 1 and seq_len %% tp == 0,\n"
+               "tp x pp x dp <= 1048576 (2^20) ranks, vpp <= 16, pp x vpp <= n_layer (a layer per chunk),\n"
+               "global_batch / (micro_batch x dp) <= 65536 micro-batches per step, pp x vpp x those <= 2^22.\n"
                "llama: n_head %% n_kv_head == 0, an even head size n_embd / n_head (RoPE), n_kv_head and tp\n"
                "one dividing the other (tp > n_kv_head replicates each KV head over tp / n_kv_head ranks),\n"
                "ffn_hidden %% tp == 0, rope_high_freq_factor > rope_low_freq_factor with scaling; the llama\n"

@@ -26,6 +26,16 @@
 
 #define TRI_PATH_MAX 1024
 
+/* Most ranks a config may ask for (parallel.tp x pp x dp): 2^20, 64 times the
+ * largest published training job; every product of the sizes then fits an int. */
+#define TRI_CONFIG_MAX_WORLD (1 << 20)
+/* Most virtual pipeline chunks per stage (parallel.vpp). */
+#define TRI_CONFIG_MAX_VPP 16
+/* Most micro-batches per step on one DP rank (global_batch / (micro_batch x
+ * dp)): the pipeline schedule and its simulator hold a few actions each, and
+ * `trident schedule --micro-batches` has the same bound. */
+#define TRI_CONFIG_MAX_MICRO 65536
+
 typedef struct tri_train_cfg {
     int global_batch;  /* sequences per optimizer step, over all DP ranks */
     int micro_batch;   /* sequences per forward/backward on one rank      */

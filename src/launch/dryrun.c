@@ -55,7 +55,7 @@ static void print_chunk(FILE *f, int c, const tri_chunk_spec *sp) {
  * layers of its chunks, its parameter bytes (fp32) and the saved activations
  * the schedule's peak keeps (src/plan/stage_plan.h), plus the schedule's line. A
  * config the trainer would refuse gets its reason (on stderr) instead. */
-static void print_stages(FILE *f, const tri_launch_plan *p) {
+static int print_stages(FILE *f, const tri_launch_plan *p) {
     const tri_config *cfg = p->train_cfg;
     int pp = cfg->parallel.pp;
     tri_stage_plan *sps = tri_xcalloc((size_t)pp, sizeof *sps);
@@ -101,6 +101,7 @@ static void print_stages(FILE *f, const tri_launch_plan *p) {
     }
     for (int s = 0; s < pp; s++) tri_stage_plan_free(&sps[s]);
     free(sps);
+    return ok ? 0 : -1;
 }
 
 /* The rank map: a summary line, then per rank its host, its tp/dp/pp
@@ -131,11 +132,11 @@ static void print_rank_map(FILE *f, const tri_launch_plan *p) {
     }
 }
 
-void tri_launch_dry_run(FILE *f, const tri_launch_opts *o, const tri_launch_plan *p) {
+int tri_launch_dry_run(FILE *f, const tri_launch_opts *o, const tri_launch_plan *p) {
     tri_launch_argv cmd;
     tri_launch_command_build(&cmd, o, p, 0);
     print_rank_map(f, p);
-    if (p->train_cfg) print_stages(f, p);
+    int rc = p->train_cfg ? print_stages(f, p) : 0;
     fprintf(f, "mpirun command:\n");
     tri_launch_print_command(f, &cmd);
     if (o->max_restarts > 0) {
@@ -145,4 +146,5 @@ void tri_launch_dry_run(FILE *f, const tri_launch_opts *o, const tri_launch_plan
         tri_launch_print_command(f, &cmd);
     }
     tri_launch_argv_free(&cmd);
+    return rc;
 }

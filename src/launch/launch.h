@@ -75,6 +75,7 @@ struct tri_config;
 
 typedef struct tri_launch_opts {
     int nproc;                /* ranks on every host; 0: not given              */
+    int max_per_host;         /* ranks a host without slots=N may run; 0: TRI_LAUNCH_MAX_PER_HOST */
     const char *hostfile;     /* NULL: this machine only                        */
     const char *log_dir;      /* rank r's log: <log_dir>/rank_<r>.log; not ""   */
     int tee;                  /* every rank's output on the console, prefixed   */
@@ -92,6 +93,10 @@ typedef struct tri_launch_opts {
 /* placement.c: options -> plan (hosts, ranks, layout, environment)          */
 
 #define TRI_LAUNCH_MAX_HOSTS 4096
+/* Most ranks on one host whose slots=N do not say otherwise (no host file,
+ * or --nproc-per-node): 256, a rank per core of the largest CPU hosts and far
+ * above the GPUs of any node; --max-ranks-per-host raises it. */
+#define TRI_LAUNCH_MAX_PER_HOST 256
 
 typedef struct tri_launch_plan {
     char **hosts; /* (nhosts); "localhost" when no host file                  */
@@ -148,8 +153,11 @@ int tri_launch_hostfile_read(tri_launch_plan *p, const char *path);
  *  - otherwise (no slots anywhere): tp x pp x dp spread evenly over the hosts
  *    for the trainer, 1 rank per host for any other command.
  * Some hosts with slots=N and some without is an error (ambiguous), and so
- * is a world other than tp x pp x dp for the trainer. Only o->nproc and
- * o->hostfile (named in the messages) are read. */
+ * is a world other than tp x pp x dp for the trainer, and so are more ranks
+ * on a host than its slots=N or, without them, than o->max_per_host
+ * (TRI_LAUNCH_MAX_PER_HOST when 0), or more than TRI_CONFIG_MAX_WORLD (2^20)
+ * ranks in all: refused before anything starts. Only
+ * o->nproc, o->max_per_host and o->hostfile (named in the messages) are read. */
 int tri_launch_place_ranks(tri_launch_plan *p, const tri_launch_opts *o);
 
 /* The host that runs rank r ("?" past the world). */
@@ -222,8 +230,10 @@ int tri_launch_run(const tri_launch_opts *o, const tri_launch_plan *p);
 /* Prints to f the rank map (rank, host, tp/dp/pp coordinates, log), for
  * `trident train` each rank's stage, layers and memory (a config the
  * trainer would refuse gets a line saying so, and its reason on stderr),
- * the mpirun command, and with o->max_restarts the command of a restart. */
-void tri_launch_dry_run(FILE *f, const tri_launch_opts *o, const tri_launch_plan *p);
+ * the mpirun command, and with o->max_restarts the command of a restart.
+ * Returns 0, or -1 when the trainer would refuse the config (tridentrun then
+ * exits 2, as the real run would). */
+int tri_launch_dry_run(FILE *f, const tri_launch_opts *o, const tri_launch_plan *p);
 
 /* Prints the arguments of a, separated by spaces and ended by a newline,
  * each quoted so that a POSIX shell reads it back unchanged. */

@@ -190,7 +190,19 @@ int tri_launch_place_ranks(tri_launch_plan *p, const tri_launch_opts *o) {
         world += p->ranks[h];
         if (p->ranks[h] > p->nproc) p->nproc = p->ranks[h];
     }
-    if (world > INT_MAX) return tri_error("%lld ranks over %d hosts is too many ranks", world, p->nhosts);
+    if (world > TRI_CONFIG_MAX_WORLD) /* the trainer's own limit, whatever the slots say */
+        return tri_error("%lld ranks over %d host%s: at most %d (2^20) ranks", world, p->nhosts,
+                         p->nhosts == 1 ? "" : "s", TRI_CONFIG_MAX_WORLD);
+    int cap = o->max_per_host > 0 ? o->max_per_host : TRI_LAUNCH_MAX_PER_HOST;
+    for (int h = 0; h < p->nhosts; h++) { /* a host's slots=N say what it can run; else the cap */
+        if (p->slots[h] > 0 || p->ranks[h] <= cap) continue;
+        char why[96] = "";
+        if (p->have_layout)
+            snprintf(why, sizeof why, " (parallel.tp %d x pp %d x dp %d = %lld ranks)", p->tp, p->pp, p->dp, need);
+        return tri_error("%d ranks on host %s%s: more than %d on a host without slots=N; give the hosts and their "
+                         "slots in a --hostfile, or raise --max-ranks-per-host",
+                         p->ranks[h], p->hosts[h], why, cap);
+    }
     p->world = (int)world;
     if (p->have_layout && need != world)
         return tri_error("parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld, but "

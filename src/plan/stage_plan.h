@@ -14,7 +14,7 @@
 #include "config/config.h"
 
 /* Most virtual chunks per stage (parallel.vpp). */
-#define TRI_MAX_VPP 16
+#define TRI_MAX_VPP TRI_CONFIG_MAX_VPP
 
 typedef struct tri_stage_plan {
     int pp, vpp, pp_rank;

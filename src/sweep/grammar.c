@@ -180,20 +180,21 @@ int tri_sweep_parse(tri_sweep *sw, const char *text, size_t len, int n_sets, con
     for (int i = 0; i < n_sets; i++) {
         const char *eq = strchr(sets[i], '=');
         if (eq == NULL) return tri_error("sweep: --set %s: expected section.key=value", sets[i]);
-        if (sw->n_cli_keys >= TRI_SWEEP_MAX_SETS) return tri_error("sweep: more than %d --set", TRI_SWEEP_MAX_SETS);
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
-        char *k = sw->cli_keys[sw->n_cli_keys++] = tri_xstrdup(key);
-        int replaced = 0; /* the command line wins over the file's "set" */
+        int replaced = 0; /* the command line wins over the file's "set", a later --set over an earlier one */
         for (int j = 0; j < sw->n_fixed && !replaced; j++) {
-            size_t kl = strlen(k);
-            if (!strncmp(sw->fixed[j], k, kl) && sw->fixed[j][kl] == '=') {
+            size_t kl = strlen(key);
+            if (!strncmp(sw->fixed[j], key, kl) && sw->fixed[j][kl] == '=') {
                 free(sw->fixed[j]);
                 sw->fixed[j] = tri_xstrdup(sets[i]);
                 replaced = 1;
             }
         }
-        if (replaced) continue;
+        if (replaced) continue; /* a repeated key takes no slot: only distinct keys count */
+        if (sw->n_cli_keys >= TRI_SWEEP_MAX_SETS || sw->n_fixed >= TRI_SWEEP_MAX_SETS)
+            return tri_error("sweep: more than %d distinct keys in \"set\" and --set", TRI_SWEEP_MAX_SETS);
+        char *k = sw->cli_keys[sw->n_cli_keys++] = tri_xstrdup(key);
         if (check_key(sw, "--set", k, seen, &n_seen) != 0) return -1;
         sw->fixed[sw->n_fixed++] = tri_xstrdup(sets[i]);
     }

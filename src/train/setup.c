@@ -135,7 +135,10 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     t->opts = *opts;
     tri_debug_from_env(&t->debug);
     if (check_layout(cfg) != 0 || badstep_setup(t) != 0) return TRI_EXIT_BAD_INPUT;
-    if (tri_dist_init(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp) != 0) return TRI_EXIT_BAD_INPUT;
+    /* the store's rendezvous waits parallel.timeout_s, and only for the CUDA backend (NCCL) */
+    if (tri_dist_init_with(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, cfg->parallel.timeout_s,
+                           opts->device == TRI_DEVICE_CUDA) != 0)
+        return TRI_EXIT_BAD_INPUT;
     tri_dist_set_timeout(&t->dist, cfg->parallel.timeout_s);
     if (t->dist.transport == TRI_TRANSPORT_STORE && opts->device != TRI_DEVICE_CUDA) {
         /* the store bootstraps NCCL only: the CPU ops' transport is MPI */

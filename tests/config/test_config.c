@@ -223,8 +223,8 @@ Test(config, out_of_range_values) {
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"tp\": 0}}", "parallel.tp", ">= 1", "got 0");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"pp\": -1}}", "parallel.pp", "got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"dp\": 0}}", "parallel.dp", "got 0");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"bucket_mb\": 0}}", "parallel.bucket_mb", "> 0",
-                 "got 0");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"bucket_mb\": 0}}", "parallel.bucket_mb",
+                 "in [0.0009765625, 1048576]", "got 0");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": -1}}", "parallel.timeout_s",
                  "in [0, 1000000]", "got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": 2e6}}", "parallel.timeout_s",
@@ -236,6 +236,56 @@ Test(config, out_of_range_values) {
                  "got -2");
     /* cJSON reads 1e400 as infinity */
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"train\": {\"lr\": 1e400}}", "train.lr", "finite");
+}
+
+/* A valid file with several overrides, OVS(...) */
+#define EXPECT_SETS_ERROR(ovs, ...) expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}", ovs, NEEDLES(__VA_ARGS__))
+
+/* Hostile sizes (issue 22): products of the parallel sizes that wrapped an int
+ * (pp 2^28 x vpp 16 = 2^32 became 0 chunks and a SIGFPE; tp 2^16 x pp 2^16),
+ * and bucket sizes that meant one bucket per float (1e-9 MiB) or a
+ * float-to-integer overflow (1e300). Each is refused at load, naming the keys,
+ * their values and the limit; the limits themselves load. */
+Test(config, parallel_sizes_and_bucket_mb_have_sane_ranges) {
+    EXPECT_SETS_ERROR(OVS("parallel.pp=268435456", "parallel.vpp=16"), "parallel.pp (268435456)", "parallel.tp (1)",
+                      "= 268435456 ranks", "at most 1048576");
+    EXPECT_SETS_ERROR(OVS("parallel.tp=65536", "parallel.pp=65536"), "parallel.tp (65536)", "= 4294967296 ranks",
+                      "at most 1048576");
+    EXPECT_SETS_ERROR(OVS("parallel.tp=1024", "parallel.pp=1024", "parallel.dp=2"), "= 2097152 ranks",
+                      "at most 1048576");
+    EXPECT_SETS_ERROR(OVS("parallel.pp=2", "parallel.vpp=17"), "parallel.vpp", "at most 16", "got 17");
+    /* the default model has 4 layers: 2 x 4 chunks cannot each hold one */
+    EXPECT_SETS_ERROR(OVS("parallel.pp=2", "parallel.vpp=4"), "parallel.pp (2) x parallel.vpp (4) = 8",
+                      "model.n_layer (4)");
+    EXPECT_SETS_ERROR(OVS("parallel.pp=65536", "parallel.vpp=16"), "parallel.pp (65536) x parallel.vpp (16) = 1048576",
+                      "model.n_layer (4)");
+    EXPECT_SETS_ERROR(OVS("train.global_batch=2147483647", "train.micro_batch=1"),
+                      "train.global_batch (2147483647) / (train.micro_batch (1) x parallel.dp (1)) = 2147483647",
+                      "at most 65536");
+    EXPECT_SETS_ERROR(OVS("train.global_batch=131074", "train.micro_batch=1", "parallel.dp=2"), "= 65537 micro-batches",
+                      "at most 65536");
+    EXPECT_SETS_ERROR(OVS("model.n_layer=128", "parallel.pp=128", "train.global_batch=65536", "train.micro_batch=1"),
+                      "parallel.pp (128) x parallel.vpp (1) x 65536 micro-batches", "= 8388608 pipeline units",
+                      "at most 4194304");
+    EXPECT_SETS_ERROR(OVS("parallel.bucket_mb=1e-9"), "parallel.bucket_mb", "in [0.0009765625, 1048576]", "got 1e-09");
+    EXPECT_SETS_ERROR(OVS("parallel.bucket_mb=1e300"), "parallel.bucket_mb", "in [0.0009765625, 1048576]",
+                      "got 1e+300");
+    EXPECT_SETS_ERROR(OVS("parallel.bucket_mb=1048577"), "parallel.bucket_mb", "got 1048577");
+    tri_config c;
+    const char *at_limits[] = {"data.train=t.bin", "parallel.tp=1024", "parallel.pp=4", "parallel.dp=256",
+                               "parallel.bucket_mb=1048576"};
+    cr_expect_eq(tri_config_load(&c, NULL, 5, at_limits), 0);
+    cr_expect_eq((long long)c.parallel.tp * c.parallel.pp * c.parallel.dp, 1 << 20);
+    const char *small[] = {"data.train=t.bin", "model.n_layer=32", "parallel.pp=2", "parallel.vpp=16",
+                           "parallel.bucket_mb=0.0009765625"};
+    cr_expect_eq(tri_config_load(&c, NULL, 5, small), 0);
+    cr_expect_eq(c.parallel.bucket_mb, 1.0 / 1024);
+    const char *most_micro[] = {"data.train=t.bin", "train.global_batch=131072", "train.micro_batch=1",
+                                "parallel.dp=2"};
+    cr_expect_eq(tri_config_load(&c, NULL, 4, most_micro), 0);
+    const char *most_units[] = {"data.train=t.bin", "model.n_layer=64", "parallel.pp=64", "train.global_batch=65536",
+                                "train.micro_batch=1"};
+    cr_expect_eq(tri_config_load(&c, NULL, 5, most_units), 0, "64 x 65536 = 2^22 units");
 }
 
 Test(config, cross_field_rules) {

@@ -257,3 +257,255 @@ Test(tokenizer_memory, huge_end_of_text_id_is_refused_within_a_memory_cap, .time
     tt_rmrf(dir);
     free(dir);
 }
+
+/* ---- hostile sizes and paths (issue 22) ------------------------------------------
+ * Each bad value is refused at once with exit 2 and a line naming the key, the
+ * numbers and the limit: never a crash (SIGFPE = 136), a hang (the cap's 137),
+ * gigabytes of output or a started job. */
+
+/* A small valid config (data: a file that need not exist; the refusals come first). */
+static char *small_config(const char *dir, const char *data) {
+    char *cfg = fmt("%s/c.json", dir);
+    char *text =
+        fmt("{\"model\": {\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8, \"vocab_size\": 256},"
+            " \"train\": {\"global_batch\": 4, \"micro_batch\": 2, \"steps\": 1},"
+            " \"data\": {\"train\": \"%s\"}, \"checkpoint\": {\"dir\": \"%s/ck\"}, \"log\": {\"dir\": \"%s/log\"}}\n",
+            data, dir, dir);
+    write_text(cfg, text);
+    free(text);
+    return cfg;
+}
+
+/* rc 2 (not 136 = SIGFPE, not 137 = the cap), every needle in the output. */
+static void expect_exit2_saying(int rc, const char *out, const char *what, const char *const *needles) {
+    cr_expect_neq(rc, 136, "[%s] SIGFPE: %s", what, out);
+    cr_expect_neq(rc, 137, "[%s] killed by the cap after %d s: %s", what, HANG_S, out);
+    cr_expect_eq(rc, 2, "[%s] exit code %d: %s", what, rc, out);
+    for (const char *const *n = needles; *n; n++)
+        cr_expect(strstr(out, *n) != NULL, "[%s] the message lacks \"%s\": %s", what, *n, out);
+}
+#define SAYING(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* pp 2^28 x vpp 16 wrapped an int to 0 chunks (SIGFPE in train, plan and
+ * bench); tp 2^16 x pp 2^16 wrapped in plan; 2^31 micro-batches hung plan.
+ * The config check refuses them, in 64 bits, under a 1 GiB memory cap. */
+Test(hostile, parallel_size_products_are_refused_not_wrapped, .timeout = 120) {
+    char *dir = tt_mkdtemp(), *cfg = small_config(dir, "x.bin");
+    static const char ranks[] = "at most 1048576 (2^20) ranks", micro[] = "micro-batches per step on each DP rank";
+    static const struct {
+        const char *cmd, *sets, *needle, *limit;
+    } cases[] = {
+        {"train", "--set parallel.pp=268435456 --set parallel.vpp=16", "parallel.pp (268435456)", ranks},
+        {"bench", "--set parallel.pp=268435456 --set parallel.vpp=16", "parallel.pp (268435456)", ranks},
+        {"plan", "--gpu cpu --set parallel.pp=268435456 --set parallel.vpp=16", "parallel.pp (268435456)", ranks},
+        {"plan", "--gpu cpu --set parallel.tp=65536 --set parallel.pp=65536", "= 4294967296 ranks", ranks},
+        {"plan", "--gpu h100 --set parallel.tp=65536 --set parallel.pp=65536", "= 4294967296 ranks", ranks},
+        /* 2^31 micro-batches: plan simulated their schedule (a hang) */
+        {"plan", "--gpu cpu --set parallel.pp=2 --set train.global_batch=2147483647 --set train.micro_batch=1",
+         "= 2147483647 micro-batches", micro},
+        {"bench", "--set train.global_batch=2147483647 --set train.micro_batch=1", "at most 65536", micro},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL, *cmd = fmt("%s %s %s %s", tt_bin("trident"), cases[i].cmd, cfg, cases[i].sets);
+        char *run = capped(cmd, 1024);
+        int rc = run_capped(run, &out);
+        expect_exit2_saying(rc, out, run, SAYING(cfg, cases[i].needle, cases[i].limit));
+        free(out), free(run), free(cmd);
+    }
+    /* vpp beyond the limit, and more chunks than layers (2 layers here) */
+    char *out = NULL, *cmd = fmt("%s train %s --set parallel.pp=2 --set parallel.vpp=17", tt_bin("trident"), cfg);
+    int rc = run_capped(cmd, &out);
+    expect_exit2_saying(rc, out, cmd, SAYING("parallel.vpp", "at most 16", "got 17"));
+    free(out), free(cmd);
+    cmd = fmt("%s bench %s --set parallel.pp=65536 --set parallel.vpp=16", tt_bin("trident"), cfg);
+    rc = run_capped(cmd, &out);
+    expect_exit2_saying(rc, out, cmd, SAYING("parallel.pp (65536) x parallel.vpp (16) = 1048576", "model.n_layer (2)"));
+    free(out), free(cmd), free(cfg);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* bucket_mb 1e-9 made one bucket per float (a 171 s step instead of 10 ms)
+ * and 1e300 overflowed a float-to-integer cast: both refused with the range. */
+Test(hostile, bucket_mb_outside_its_range_is_refused, .timeout = 60) {
+    char *dir = tt_mkdtemp(), *cfg = small_config(dir, "x.bin");
+    const char *values[] = {"1e-9", "1e300", "0", "-1", "2e6"};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        char *out = NULL, *cmd = fmt("%s train %s --set parallel.bucket_mb=%s", tt_bin("trident"), cfg, values[i]);
+        int rc = run_capped(cmd, &out);
+        expect_exit2_saying(rc, out, cmd, SAYING("parallel.bucket_mb", "in [0.0009765625, 1048576]"));
+        free(out), free(cmd);
+    }
+    free(cfg);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* tridentrun took 268M ranks on a 2-core host (a 17 GB --dry-run rank map, or
+ * minutes before `mpirun -np 268435456`). More ranks than a host's slots=N,
+ * or than --max-ranks-per-host (256) on a host without them, are refused
+ * before anything starts: no log directory, no mpirun (a stand-in that would
+ * leave a file). --max-ranks-per-host raises the cap. */
+Test(hostile, launcher_refuses_more_ranks_than_the_hosts_start, .timeout = 120) {
+    char *dir = tt_mkdtemp(), *cfg = small_config(dir, "x.bin");
+    char *marker = fmt("%s/mpirun_ran", dir), *fake = fmt("%s/fake_mpirun", dir), *logs = fmt("%s/logs", dir);
+    char *script = fmt("#!/bin/sh\ntouch %s\n", marker);
+    write_text(fake, script);
+    cr_assert_eq(chmod(fake, 0755), 0);
+    const char *const runs[] = {
+        "--dry-run -- trident train %s --set parallel.pp=268435456 --set parallel.vpp=16",
+        "-- trident train %s --set parallel.dp=268435456",
+        "-- trident train %s --set parallel.dp=512 --set train.global_batch=512 --set train.micro_batch=1",
+        "--dry-run -- trident train %s --set parallel.dp=512 --set train.global_batch=512 --set train.micro_batch=1",
+    };
+    const char *const said[] = {"at most 1048576 (2^20) ranks", "at most 1048576 (2^20) ranks",
+                                "512 ranks on host localhost", "more than 256 on a host without slots=N"};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char *tail = fmt(runs[i], cfg);
+        char *out = NULL, *cmd = fmt("%s --mpirun %s --log-dir %s %s", tt_bin("tridentrun"), fake, logs, tail);
+        char *run = capped(cmd, 1024);
+        int rc = run_capped(run, &out);
+        expect_exit2_saying(rc, out, run, SAYING(said[i]));
+        cr_expect_lt(strlen(out), 4096, "[%s] %zu bytes of output", run, strlen(out));
+        cr_expect_neq(access(marker, F_OK), 0, "[%s] mpirun was started", run);
+        cr_expect_neq(access(logs, F_OK), 0, "[%s] the log directory was made", run);
+        free(out), free(run), free(cmd), free(tail);
+    }
+    char *out = NULL,
+         *cmd = fmt("%s --nproc-per-node 300 --mpirun %s --log-dir %s -- /bin/true", tt_bin("tridentrun"), fake, logs);
+    int rc = run_capped(cmd, &out);
+    expect_exit2_saying(rc, out, cmd, SAYING("300 ranks on host localhost", "--max-ranks-per-host"));
+    cr_expect_neq(access(marker, F_OK), 0, "mpirun was started");
+    free(out), free(cmd);
+    /* the override: 512 ranks planned (a dry run), one map line each */
+    cmd = fmt("%s --dry-run --max-ranks-per-host 512 --log-dir %s -- trident train %s --set parallel.dp=512 --set "
+              "train.global_batch=512 --set train.micro_batch=1",
+              tt_bin("tridentrun"), logs, cfg);
+    rc = run_capped(cmd, &out);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "tridentrun: 512 ranks = 512 per host x 1 host") != NULL, "%.400s", out);
+    cr_expect(strstr(out, "\n   511  localhost") != NULL, "no rank 511 in the map");
+    free(out), free(cmd), free(script), free(marker), free(fake), free(logs), free(cfg);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* `tridentrun --dry-run` said the trainer would refuse the config and exited 0. */
+Test(hostile, launcher_dry_run_of_a_refused_config_exits_2, .timeout = 60) {
+    char *dir = tt_mkdtemp(), *cfg = small_config(dir, "x.bin"), *out = NULL;
+    char *cmd = fmt("%s --dry-run --log-dir %s/logs -- trident train %s --set parallel.pp_layout=1,2",
+                    tt_bin("tridentrun"), dir, cfg);
+    int rc = run_capped(cmd, &out);
+    expect_exit2_saying(rc, out, cmd,
+                        SAYING("pipeline: the trainer would refuse this config", "parallel.pp_layout has 2 numbers"));
+    free(out), free(cmd);
+    cmd = fmt("%s --dry-run --log-dir %s/logs -- trident train %s", tt_bin("tridentrun"), dir, cfg);
+    rc = run_capped(cmd, &out);
+    cr_expect_eq(rc, 0, "a config the trainer takes: %s", out);
+    free(out), free(cmd), free(cfg);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* `trident schedule --pp 8 --micro-batches 1024 --costs 1e6,1e6,1e6` wrote a
+ * column per time unit: gigabytes. Now at most 256 columns: well under 64 KiB,
+ * under a 1 GiB memory cap. */
+Test(hostile, schedule_grid_is_bounded_whatever_the_costs, .timeout = 60) {
+    char *out = NULL, *cmd = fmt("%s schedule --pp 8 --micro-batches 1024 --costs 1e6,1e6,1e6", tt_bin("trident"));
+    char *run = capped(cmd, 1024);
+    int rc = run_capped(run, &out);
+    cr_expect_eq(rc, 0, "exit %d: %.400s", rc, out);
+    cr_expect_lt(strlen(out), (size_t)64 << 10, "%zu bytes of output", strlen(out));
+    cr_expect(strstr(out, "one column is 1.2082e+07 time units") != NULL, "%.400s",
+              out); /* 3.093e9 / 256, rounded up */
+    cr_expect(strstr(out, "deadlock check: ok") != NULL, "%.400s", out);
+    free(out), free(run), free(cmd);
+    /* the schedule itself: 2^30 units within the options' own bounds ran past the cap */
+    cmd = fmt("%s schedule --pp 256 --micro-batches 65536 --vpp 64", tt_bin("trident"));
+    run = capped(cmd, 1024);
+    rc = run_capped(run, &out);
+    expect_exit2_saying(rc, out, run, SAYING("= 1073741824 units", "at most 4194304"));
+    free(out), free(run), free(cmd);
+}
+
+/* A data file that cannot be opened was reported as "no such file" whatever
+ * the reason: now the reason itself (strerror of the open's errno). */
+Test(hostile, unopenable_data_file_names_the_real_reason, .timeout = 60) {
+    char *dir = tt_mkdtemp();
+    char *loop = fmt("%s/loop.bin", dir), *plain = fmt("%s/plain", dir), *under = fmt("%s/plain/x.bin", dir);
+    cr_assert_eq(symlink("loop.bin", loop), 0);
+    write_text(plain, "x");
+    const char *const paths[] = {loop, under};
+    const char *const why[] = {"Too many levels of symbolic links", "Not a directory"};
+    for (int i = 0; i < 2; i++) {
+        char *cfg = small_config(dir, paths[i]), *out = NULL;
+        char *cmd = fmt("%s train %s", tt_bin("trident"), cfg);
+        int rc = run_capped(cmd, &out);
+        expect_refused(rc, out, paths[i], why[i]);
+        cr_expect(strstr(out, "no such file") == NULL, "%s", out);
+        free(out), free(cmd), free(cfg);
+        /* the tokenizer's corpus reader says the same */
+        cmd = fmt("%s tokenize train --vocab-size 300 --out %s/tok.json %s", tt_bin("trident"), dir, paths[i]);
+        rc = run_capped(cmd, &out);
+        expect_refused(rc, out, paths[i], why[i]);
+        free(out), free(cmd);
+    }
+    if (geteuid() != 0) { /* root reads through any permission */
+        char *locked = fmt("%s/locked", dir), *inside = fmt("%s/locked/x.bin", dir);
+        cr_assert_eq(mkdir(locked, 0700), 0);
+        write_text(inside, "x");
+        cr_assert_eq(chmod(locked, 0), 0);
+        char *cfg = small_config(dir, inside), *out = NULL, *cmd = fmt("%s train %s", tt_bin("trident"), cfg);
+        int rc = run_capped(cmd, &out);
+        expect_refused(rc, out, inside, "Permission denied");
+        chmod(locked, 0700);
+        free(out), free(cmd), free(cfg), free(locked), free(inside);
+    }
+    free(loop), free(plain), free(under);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* `trident sweep` with more than 256 --set words overflowed a fixed array. A
+ * repeated key takes one slot: 400 words over two keys (the test's shell line
+ * holds 16 KiB) plan one point whose command carries the last value of each. */
+Test(hostile, sweep_takes_hundreds_of_repeated_sets, .timeout = 60) {
+    char *dir = tt_mkdtemp(), *cfg = small_config(dir, "x.bin");
+    char *sweep = fmt("%s/s.json", dir);
+    char *text = fmt("{\"base\": \"%s\", \"out\": \"%s/out\"}\n", cfg, dir);
+    write_text(sweep, text);
+    size_t cap = 16000, len = 0;
+    char *cmd = malloc(cap);
+    cr_assert_not_null(cmd);
+    len += (size_t)snprintf(cmd, cap, "%s sweep %s --dry-run", tt_bin("trident"), sweep);
+    for (int i = 0; i < 400; i++)
+        len +=
+            (size_t)snprintf(cmd + len, cap - len, i % 2 ? " --set train.lr=0.%03d" : " --set train.steps=%d", i + 1);
+    cr_assert_lt(len, cap);
+    char *out = NULL;
+    int rc = run_capped(cmd, &out);
+    cr_expect_eq(rc, 0, "exit %d: %.400s", rc, out);
+    cr_expect(strstr(out, "--set train.steps=399 ") != NULL && strstr(out, "--set train.lr=0.400 ") != NULL, "%.600s",
+              out);
+    cr_expect(strstr(out, "train.steps=397") == NULL, "an earlier value survived: %.600s", out);
+    free(out), free(cmd), free(text), free(sweep), free(cfg);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* A torchrun-style launch (RANK/WORLD_SIZE, no MPI) of `trident train --device
+ * cpu`, rank 1 of 2 never coming: the rendezvous at the store used to wait a
+ * fixed 600 s before the CPU backend refused the launch; it is refused at once
+ * (well inside the 20 s cap), in every build. */
+Test(hostile, cpu_store_launch_is_refused_before_the_rendezvous, .timeout = 60) {
+    char *dir = tt_mkdtemp(), *cfg = small_config(dir, "x.bin"), *out = NULL;
+    char *cmd = fmt("env -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u PMI_SIZE -u PMI_RANK -u SLURM_NTASKS "
+                    "-u SLURM_STEP_NUM_TASKS -u SLURM_PROCID RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+                    "MASTER_PORT=1 %s train %s --device cpu --set parallel.dp=2 --set parallel.timeout_s=600",
+                    tt_bin("trident"), cfg);
+    int rc = run_capped(cmd, &out);
+    expect_exit2_saying(rc, out, cmd, SAYING("rank 0", "needs --device cuda"));
+    free(out), free(cmd), free(cfg);
+    tt_rmrf(dir);
+    free(dir);
+}

@@ -201,6 +201,46 @@ Test(placement, placements_that_cannot_work_say_why_with_the_numbers) {
     }
 }
 
+/* Issue 22: 268M ranks were placed on a 2-core host. A host without slots=N
+ * runs at most o->max_per_host ranks (TRI_LAUNCH_MAX_PER_HOST when 0); a host
+ * whose slots=N allow more keeps them (they say what it can run). */
+Test(placement, ranks_beyond_a_host_without_slots_are_refused) {
+    static const int none[2] = {0, 0}, s1000[1] = {1000}, big[2] = {1 << 20, 1}; /* slots fill up: 2^20 + 1 */
+    static const struct {
+        int n;
+        const int *slots;
+        int nproc, max, tp, pp, dp;
+        int rc;
+        const char *want;
+    } cases[] = {
+        {1, none, 0, 0, 1, 1, 256, 0, ""},
+        {1, none, 0, 0, 1, 1, 257, -1,
+         "257 ranks on host nodeA (parallel.tp 1 x pp 1 x dp 257 = 257 ranks): more than 256 on a host without "
+         "slots=N; give the hosts and their slots in a --hostfile, or raise --max-ranks-per-host"},
+        {2, none, 0, 0, 2, 1, 256, 0, ""}, /* 256 per host over 2 hosts */
+        {1, none, 300, 0, 0, 0, 0, -1,
+         "300 ranks on host nodeA: more than 256 on a host without slots=N; give the hosts and their slots in a "
+         "--hostfile, or raise --max-ranks-per-host"},
+        {1, none, 300, 300, 0, 0, 0, 0, ""},
+        {1, none, 0, 4, 1, 1, 5, -1, "5 ranks on host nodeA (parallel.tp 1 x pp 1 x dp 5 = 5 ranks): more than 4"},
+        {1, s1000, 0, 0, 1, 1, 1000, 0, ""},
+        {1, s1000, 1000, 0, 0, 0, 0, 0, ""},
+        {2, big, 0, 0, 0, 0, 0, -1, "1048577 ranks over 2 hosts: at most 1048576 (2^20) ranks"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tri_launch_plan p;
+        hand_plan(&p, cases[i].n, cases[i].slots, cases[i].tp, cases[i].pp, cases[i].dp);
+        tri_launch_opts o = {.nproc = cases[i].nproc, .max_per_host = cases[i].max, .hostfile = "hosts"};
+        char why[512] = "";
+        tt_err_capture(why, sizeof why);
+        int rc = tri_launch_place_ranks(&p, &o);
+        tt_err_capture(NULL, 0);
+        cr_expect_eq(rc, cases[i].rc, "case %zu: %s", i, why);
+        cr_expect(strncmp(why, cases[i].want, strlen(cases[i].want)) == 0, "case %zu: \"%s\"", i, why);
+        tri_launch_plan_free(&p);
+    }
+}
+
 Test(placement, each_rank_runs_on_the_host_its_block_falls_on) {
     static const int s3_3_8[3] = {3, 3, 8};
     tri_launch_plan p;

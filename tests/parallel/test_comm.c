@@ -698,8 +698,10 @@ Test(tridentrun, dry_run_reads_layout_from_config_and_overrides, .timeout = 30) 
     }
     free(r.text);
 
-    /* --set overrides change the layout: tp=1, dp=3 x pp=2 = 6 ranks */
-    char *args2[] = {"--dry-run", "--", "trident", "train", cfg, "--set", "parallel.tp=1", "--set=parallel.dp=3", NULL};
+    /* --set overrides change the layout: tp=1, dp=3 x pp=2 = 6 ranks (a global batch that 3 DP ranks share:
+     * a config the trainer refuses makes the dry run exit 2) */
+    char *args2[] = {"--dry-run", "--", "trident", "train", cfg, "--set", "parallel.tp=1", "--set=parallel.dp=3",
+                     "--set", "train.global_batch=12", NULL};
     r = launcher(&t, args2, 20);
     cr_assert_eq(r.status, 0, "%s", r.text);
     cr_assert(strstr(r.text, "mpirun -np 6 "), "%s", r.text);
@@ -763,6 +765,7 @@ Test(tridentrun, dry_run_shows_each_stage_of_an_uneven_pipeline, .timeout = 30) 
     r = launcher(&t, args2, 20);
     cr_assert(strstr(r.text, "parallel.pp_layout \"1,2\" sums to 3 layers, model.n_layer is 6"), "%s", r.text);
     cr_assert(strstr(r.text, "pipeline: the trainer would refuse this config"), "%s", r.text);
+    cr_expect_eq(r.status, 2, "a dry run of a config the trainer refuses: %s", r.text);
     free(r.text);
     remove_tmpdir(&t);
 }

@@ -354,3 +354,63 @@ Test(schedule, cli_json) {
     cr_assert(strstr(out, "6") && strstr(out, "pp 4"), "%s", out);
     free(out);
 }
+
+/* The grid of a schedule, printed into memory. */
+static char *grid_text(int pp, int m, tri_sim_costs c, size_t *len) {
+    tri_schedule s;
+    tri_sim_result r;
+    cr_assert_eq(tri_schedule_build(&s, TRI_SCHED_1F1B, pp, 1, m), 0);
+    cr_assert_eq(tri_schedule_simulate(&s, c, &r), 0);
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    cr_assert_not_null(f);
+    tri_schedule_print_grid(f, &s, &r);
+    cr_assert_eq(fclose(f), 0);
+    tri_sim_result_free(&r);
+    tri_schedule_free(&s);
+    return text;
+}
+
+/* The longest line of text. */
+static size_t widest_line(const char *text) {
+    size_t best = 0;
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, "\n");
+        if (n > best) best = n;
+        p += n + (p[n] == '\n');
+    }
+    return best;
+}
+
+/* Issue 22: `trident schedule --pp 8 --micro-batches 1024 --costs 1e6,1e6,1e6`
+ * wrote one column per time unit, gigabytes. A makespan above
+ * TRI_GRID_MAX_COLS units is scaled by a whole factor: at most that many
+ * columns whatever the costs, the factor said above the grid. A short one
+ * keeps a column per time unit: its last column is the simulator's makespan
+ * minus one. */
+Test(schedule, grid_width_is_bounded_whatever_the_costs) {
+    size_t len = 0;
+    char *big = grid_text(8, 1024, (tri_sim_costs){1e6, 1e6, 1e6}, &len);
+    cr_expect_lt(len, (size_t)64 << 10, "the grid is %zu bytes", len);
+    cr_expect_leq(widest_line(big), 9 + (size_t)TRI_GRID_MAX_COLS * 7, "a line of %zu bytes", widest_line(big));
+    cr_expect_not_null(strstr(big, "one column is "), "%.300s", big);
+    char want_last[16];
+    snprintf(want_last, sizeof want_last, " %d\n", TRI_GRID_MAX_COLS - 1);
+    cr_expect_not_null(strstr(big, want_last), "no column %d: %.300s", TRI_GRID_MAX_COLS - 1, big);
+    cr_expect_not_null(strstr(big, "stage 7 |"));
+    free(big);
+
+    tri_schedule s;
+    tri_sim_result r;
+    cr_assert_eq(tri_schedule_build(&s, TRI_SCHED_1F1B, 4, 1, 8), 0);
+    cr_assert_eq(tri_schedule_simulate(&s, unit, &r), 0);
+    long span = lround(r.makespan);
+    tri_sim_result_free(&r);
+    tri_schedule_free(&s);
+    char *small = grid_text(4, 8, unit, &len);
+    cr_expect_null(strstr(small, "one column is "), "%s", small);
+    char last[32];
+    snprintf(last, sizeof last, " %ld\nstage 0 |", span - 1);
+    cr_expect_not_null(strstr(small, last), "no time column %ld (makespan %ld): %s", span - 1, span, small);
+    free(small);
+}

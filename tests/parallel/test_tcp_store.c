@@ -509,6 +509,58 @@ Test(dist_store, malformed_rank_variables_are_refused, .timeout = 30) {
     unsetenv("WORLD_SIZE");
 }
 
+/* This process as rank `rank` of `world` by torchrun's variables (no MPI's). */
+static void as_torchrun_rank(int rank, int world, int port) {
+    static const char *const unset[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE",    "PMI_RANK",
+                                        "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",         "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof unset / sizeof unset[0]; i++) unsetenv(unset[i]);
+    char v[32];
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("RANK", v, 1);
+    snprintf(v, sizeof v, "%d", world);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(v, sizeof v, "%d", port);
+    setenv("MASTER_PORT", v, 1);
+}
+
+/* Issue 22: a store launch with the CPU backend (which cannot use it) waited
+ * for the missing ranks before being refused. Now it is refused at once, in
+ * every build, rank 1 of 2 never coming. */
+Test(dist_store, store_launch_without_nccl_use_is_refused_before_waiting, .timeout = 30) {
+    as_torchrun_rank(0, 2, free_port());
+    tri_dist d;
+    char err[512] = "";
+    tt_err_capture(err, sizeof err);
+    double t0 = now_s();
+    cr_expect_eq(tri_dist_init_with(&d, 1, 1, 2, 600, 0), -1);
+    double took = now_s() - t0;
+    tt_err_capture(NULL, 0);
+    cr_expect_lt(took, 2.0, "refused after %.1f s", took);
+    cr_expect(strstr(err, "rank 0") != NULL && strstr(err, "needs --device cuda") != NULL, "%s", err);
+    tri_dist_free(&d);
+}
+
+/* Issue 22: the rendezvous waited a fixed 600 s (TRI_WD_DEFAULT_TIMEOUT_S)
+ * for missing ranks whatever parallel.timeout_s said. With a 1 s deadline,
+ * rank 0 of 2 alone gives up in about that, naming the rank that never came. */
+Test(dist_store, rendezvous_waits_the_run_timeout, .timeout = 60) {
+#ifndef TRI_HAVE_NCCL
+    cr_skip_test("this build has no NCCL: a world without MPI is refused at tri_dist_init, before any rendezvous");
+#endif
+    as_torchrun_rank(0, 2, free_port());
+    tri_dist d;
+    char err[2048] = "";
+    tt_err_capture(err, sizeof err);
+    double t0 = now_s();
+    cr_expect_eq(tri_dist_init_with(&d, 1, 1, 2, 1.0, 1), -1);
+    double took = now_s() - t0;
+    tt_err_capture(NULL, 0);
+    cr_expect(took >= 0.9 && took < 10.0, "gave up after %.1f s, the deadline is 1 s", took);
+    cr_expect(strstr(err, "rank 1 of 2 did not arrive within 1.0 s") != NULL, "%s", err);
+    tri_dist_free(&d);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The world group over the store (host values before NCCL)                 */
 

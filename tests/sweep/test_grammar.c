@@ -253,3 +253,34 @@ Test(sweep_grammar, command_line_sets_are_checked_too) {
         tri_sweep_free(&sw);
     }
 }
+
+/* Issue 22: more than TRI_SWEEP_MAX_SETS (256) --set words overflowed a fixed
+ * array of the sweep. A repeated key now replaces its earlier value and takes
+ * no slot, so 1000 words over two keys parse, the last value of each winning
+ * (as `trident train --set` does), and only distinct keys count towards the
+ * limit (a config has fewer keys than that). */
+Test(sweep_grammar, many_repeated_command_line_sets_take_one_slot_per_key) {
+    enum { N = 1000 };
+    static char words[N][32];
+    const char *sets[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(words[i], sizeof words[i], i % 2 ? "train.lr=%d" : "train.steps=%d", i);
+        sets[i] = words[i];
+    }
+    tri_sweep sw;
+    char *err;
+    cr_assert_eq(parse(&sw, "{\"base\": \"b\", \"out\": \"o\", \"set\": {\"train.steps\": 5}}", NULL, 0, N, sets, &err),
+                 0, "%s", err);
+    cr_expect(err == NULL || err[0] == '\0', "%s", err);
+    free(err);
+    cr_assert_eq(sw.n_fixed, 2);
+    cr_expect_str_eq(sw.fixed[0], "train.steps=998");
+    cr_expect_str_eq(sw.fixed[1], "train.lr=999");
+    cr_expect_leq(sw.n_cli_keys, 2);
+    cr_assert_eq(sw.n_points, 1);
+    tri_sweep_point p;
+    cr_assert_eq(tri_sweep_point_init(&sw, 0, &p), 0);
+    cr_expect_eq(p.n_sets, 4); /* the two keys, log.dir, checkpoint.dir */
+    tri_sweep_point_free(&p);
+    tri_sweep_free(&sw);
+}
