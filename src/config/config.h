@@ -149,4 +149,11 @@ void tri_config_help(FILE *f);
  * overrides, e.g. `trident sweep`). */
 int tri_config_has_key(const char *dotted);
 
+/* The rules across keys (src/config/check.c), run by the loader after every
+ * key is read and in its range: the model architecture's shapes (with the
+ * TP size), the parallel sizes and their products in 64 bits, sequence
+ * parallelism. 0, or -1 said ("trident: <file>: ..." naming the keys and
+ * the numbers). */
+int tri_config_check_keys(const tri_config *cfg, const char *file);
+
 #endif
