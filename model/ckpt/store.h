@@ -123,6 +123,10 @@ void tri_ckpt_abort(tri_ckpt_store *s, const char *tmp);
  * with the reason, naming the file, in why[n]. */
 int tri_ckpt_verify(const char *dir, char *why, size_t n);
 
+/* The bytes of the complete checkpoint dir: its manifest's files and the
+ * manifest itself; -1 when it has no readable manifest. Prints nothing. */
+long long tri_ckpt_bytes(const char *dir);
+
 /* How many checkpoints root holds (step_<N> directories with a manifest.json
  * or a state.json); the newest one's path into newest[n] (may be NULL). A
  * root that does not exist holds 0. Returns -1 (printed) if it cannot be

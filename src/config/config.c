@@ -192,6 +192,12 @@ static const field fields[] = {
     CHOICE(checkpoint, dtype, "fp32", "fp32|bf16|fp16", precision_values, 7,
            "dtype of model.safetensors (fp32: every tool loads it); the optimizer file keeps fp32 master "
            "weights whenever model.safetensors is not them"),
+    NUM(checkpoint, async, 1, 0, 1, R_LO | R_HI,
+        "true: a save blocks the step only while the tensors are copied to host memory; a background thread "
+        "writes, checksums and commits them (at most one save in flight); false: the whole save blocks"),
+    NUM(checkpoint, every_s, 0, 0, 0, R_LO,
+        "seconds between checkpoints, on world rank 0's clock, saved at a step every rank agrees on "
+        "(0: off; not together with checkpoint.every)"),
 
     NUM(log, every, 1, 1, 0, POS, "steps between log lines"),
     STR(log, dir, "logs", 0, "directory of metrics.jsonl"),
@@ -767,6 +773,13 @@ static int validate(const loading *L, const char *file) {
         }
     }
     if (check_arch(cfg, file) != 0) return -1;
+    if (cfg->checkpoint.every > 0 && cfg->checkpoint.every_s > 0) {
+        report(file,
+               "checkpoint.every (%d steps) and checkpoint.every_s (%g s) are both set: choose one (set the "
+               "other to 0)",
+               cfg->checkpoint.every, cfg->checkpoint.every_s);
+        return -1;
+    }
     if (cfg->parallel.sequence_parallel) {
         if (cfg->parallel.tp < 2) {
             report(file,
