@@ -16,6 +16,7 @@ struct tri_ckpt_async {
     tri_ckpt_snapshot snap;
     tri_ckpt_store *store; /* world rank 0's, for the thread's commit */
     int keep, sleep_ms, is_root;
+    int solo;              /* a world of one: nothing to agree on, the thread commits at once */
     phase ph;              /* main thread only: the same on every rank */
     int running;           /* a thread to join                          */
     pthread_t thread;
@@ -39,6 +40,7 @@ static void *writer(void *arg) {
         pthread_mutex_unlock(&a->mu);
         return NULL;
     }
+    if (a->solo && a->go == 0) a->go = 1;
     while (a->go == 0) pthread_cond_wait(&a->cv, &a->mu);
     int go = a->go;
     pthread_mutex_unlock(&a->mu);
@@ -78,9 +80,9 @@ int tri_ckpt_async_word(const tri_ckpt_async *a) {
     tri_ckpt_async *m = (tri_ckpt_async *)a; /* the lock only */
     pthread_mutex_lock(&m->mu);
     int w = 0;
-    if (a->ph == PH_WRITING)
+    if (a->ph == PH_WRITING && (!a->solo || a->parts != 1))
         w = a->parts == 0 ? 1 : a->parts < 0 ? 2 : 0;
-    else if (a->is_root)
+    else if (a->is_root) /* committing (a world of one: as soon as its part is written) */
         w = a->commit == 0 ? 1 : a->commit < 0 ? 2 : 0;
     pthread_mutex_unlock(&m->mu);
     return w;
@@ -125,7 +127,7 @@ int tri_ckpt_async_advance(tri_ckpt_async *a, tri_ckpt_store *store, tri_dist *d
         give_up(a, store, 1);
         return -1;
     }
-    if (a->ph == PH_WRITING) { /* every rank's part is written: rank 0 commits */
+    if (a->ph == PH_WRITING && !a->solo) { /* every rank's part is written: rank 0 commits */
         a->ph = PH_COMMITTING;
         if (a->is_root) tell(a, 1);
         else join(a); /* (done: it returned after its part) */
@@ -163,6 +165,7 @@ int tri_ckpt_async_start(tri_ckpt_async *a, tri_ckpt_store *store, long step, co
     a->keep = keep;
     a->sleep_ms = g->debug.ckpt_write_sleep_ms;
     a->is_root = d->mesh.rank == 0;
+    a->solo = d->mesh.world == 1;
     a->parts = a->go = a->commit = 0;
     a->wait_ms = (t1 - t0) * 1e3;
     a->started_s = tri_now_s();

@@ -13,7 +13,9 @@
  * all-reduce it already does for the stop flag (so a save in flight costs no
  * extra collective), and hands to tri_ckpt_async_advance. When every rank's
  * part is written, rank 0's thread is told to commit; when it has, the save
- * is done. A failure anywhere fails the save on every rank, at the same
+ * is done (in a world of one there is nothing to agree on: the thread
+ * commits as soon as its part is written). A failure anywhere fails the
+ * save on every rank, at the same
  * step, as a synchronous save does. The temporary directory is renamed into
  * place only by the commit, so a kill at any moment of a background write
  * leaves the previous complete checkpoint as the one --resume takes.
