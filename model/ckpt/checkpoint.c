@@ -14,6 +14,7 @@
 #include "model/ckpt/safetensors.h"
 #include "base/err.h"
 #include "base/fs.h"
+#include "base/clock.h"
 #include "base/log.h"
 
 enum { MAX_PIECES = 3 };
@@ -340,7 +341,10 @@ int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key
         if (tri_ckpt_store_open(store, root, key) != 0) {
             failed = 1;
         } else if (resume) {
-            if (tri_ckpt_find(store->root, &f) != 0 || (f.dir[0] && tri_ckpt_store_adopt(store, f.dir) != 0))
+            double t0 = tri_now_s();
+            int found_rc = tri_ckpt_find(store->root, &f);
+            store->find_ms = (tri_now_s() - t0) * 1e3;
+            if (found_rc != 0 || (f.dir[0] && tri_ckpt_store_adopt(store, f.dir) != 0))
                 failed = 1;
             else if (verbose && f.note[0])
                 tri_log_note("%s", f.note);

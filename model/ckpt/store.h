@@ -56,6 +56,8 @@ typedef struct tri_ckpt_store {
     int lock_fd;                  /* root/.lock, open while is_open */
     int locked;                   /* 1: flock held; 0: the file system has no locks (warned) */
     char run[17];                 /* this run's id: 16 hex digits */
+    double find_ms;               /* tri_model_ckpt_open with resume, world rank 0: finding and
+                                     verifying the checkpoint (read + CRC-32C), in ms */
 } tri_ckpt_store;
 
 /* Opens root for writing, before any training. `key` names root in messages
