@@ -291,8 +291,8 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         if (tri_ckpt_state_scaler(ckpt, &t->opt.t, &scale, &t->scale_clean) != 0) return TRI_EXIT_BAD_INPUT;
         if (t->fp16) t->loss_scale = scale;
         if (t->is_logger && !opts->quiet)
-            printf("resumed from %s at step %d (%llu samples consumed; checkpoint found and verified in %.1f ms, "
-                   "loaded in %.1f ms)\n",
+            printf("resumed from %s at step %d (%llu samples consumed): checkpoint found and verified in %.1f ms, "
+                   "loaded in %.1f ms\n",
                    ckpt, *start, (unsigned long long)t->consumed, t->store.find_ms, load_s * 1e3);
     } else {
         if (opts->resume && t->is_logger && !opts->synthetic)
