@@ -57,10 +57,17 @@ static int train(const char *dir, const char *extra, char **out) {
 /* Starts a tiny training as a child whose pid is trident's own, with `env`
  * ("VAR=value" or "") in its environment, output into log; capped, and
  * killed if this process ends first. */
+static pid_t spawn_sh(const char *full, const char *log);
+
 static pid_t spawn_train(const char *dir, const char *env, const char *extra, const char *log) {
     char cmd[12000], full[12200];
     train_cmd(cmd, sizeof cmd, dir, extra);
     snprintf(full, sizeof full, "%s exec %s", env, cmd);
+    return spawn_sh(full, log);
+}
+
+/* Starts /bin/sh -c full as a capped child (see spawn_train). */
+static pid_t spawn_sh(const char *full, const char *log) {
     fflush(NULL);
     pid_t pid = fork();
     cr_assert(pid >= 0);
@@ -355,6 +362,39 @@ Test(async_ckpt, bad_every_s_is_refused_naming_the_key, .timeout = 60) {
               out);
     free(out);
     cr_expect(!exists(dir, "ck/step_00000000"), "something was saved");
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* A background save that fails on world rank 0's commit (its temporary
+ * directory removed under it while the writers sleep halfway) fails on both
+ * ranks at the same step: the job ends with "not saved" (no rank waits
+ * forever for the other), no step directory and no temporary directory are
+ * left. */
+Test(async_ckpt, a_failed_background_save_fails_on_every_rank, .timeout = 240) {
+    char *dir = make_run_dir(), cmd[12000], full[16000], log[4300], ck[4300], found[512] = "", victim[4900];
+    snprintf(log, sizeof log, "%s/run.log", dir);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    train_cmd(cmd, sizeof cmd, dir,
+              "--set parallel.dp=2 --set parallel.zero=1 --set parallel.timeout_s=60 --set train.steps=12 "
+              "--set checkpoint.every=4");
+    snprintf(full, sizeof full, SLEEP_ENV "=1500 exec timeout -k 5 %d %s --log-dir %s/ranks -- %s", TIME_LIMIT,
+             tt_bin("tridentrun"), dir, cmd);
+    pid_t pid = spawn_sh(full, log);
+    int ready = 0;
+    for (double t0 = now_s(); !ready && now_s() - t0 < 60; usleep(5000))
+        ready = has_entry(ck, ".tmp-step_00000004-", found, sizeof found);
+    cr_assert(ready, "no background save of step 4 (see %s)", log);
+    snprintf(victim, sizeof victim, "%s/%s", ck, found);
+    tt_rmrf(victim);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    char *text = tt_read(log);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 124, "status %d: %s", st, text);
+    cr_expect(text && strstr(text, "checkpoint of step 4 not saved"), "%s", text);
+    cr_expect(!has_entry(ck, "step_", found, sizeof found), "%s left", found);
+    cr_expect(!has_entry(ck, ".tmp-", found, sizeof found), "%s left", found);
+    free(text);
     tt_rmrf(dir);
     free(dir);
 }
