@@ -18,7 +18,8 @@ struct tri_ckpt_async {
     int keep, sleep_ms, is_root;
     int solo;              /* a world of one: nothing to agree on, the thread commits at once */
     phase ph;              /* main thread only: the same on every rank */
-    int running;           /* a thread to join                          */
+    int running;           /* a thread to join (a writer, or the reserve's) */
+    size_t reserve;        /* floats the reserve thread allocates        */
     pthread_t thread;
     double blocking_ms, wait_ms, started_s;
     /* under mu: written by the thread, read by the main thread */
@@ -59,6 +60,19 @@ static void *writer(void *arg) {
     a->commit = crc < 0 ? -1 : 1;
     a->end_s = tri_now_s();
     pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* The reserve thread: the staging memory, every page touched. */
+static void *reserver(void *arg) {
+    tri_ckpt_async *a = arg;
+    float *p = malloc(a->reserve * sizeof(float));
+    if (p) {
+        memset(p, 0, a->reserve * sizeof(float));
+        free(a->snap.staging);
+        a->snap.staging = p;
+        a->snap.cap = a->reserve;
+    }
     return NULL;
 }
 
@@ -155,9 +169,20 @@ int tri_ckpt_async_wait(tri_ckpt_async *a, tri_ckpt_store *store, tri_dist *d, t
     return 0;
 }
 
+int tri_ckpt_async_reserve(tri_ckpt_async *a, const tri_gpt *g, const tri_optim *o, const tri_dist *d,
+                           tri_dtype model_dtype) {
+    if (a->ph != PH_IDLE || a->running) return 0;
+    a->reserve = tri_model_snapshot_floats(g, o, d, model_dtype);
+    if (a->reserve <= a->snap.cap) return 0;
+    if (pthread_create(&a->thread, NULL, reserver, a) != 0) return -1;
+    a->running = 1;
+    return 0;
+}
+
 int tri_ckpt_async_start(tri_ckpt_async *a, tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o,
                          tri_dist *d, const char *state_json, int keep, tri_dtype model_dtype, tri_ckpt_done *prev) {
     double t0 = tri_now_s();
+    if (a->ph == PH_IDLE) join(a); /* the reserve thread, if it still runs */
     if (tri_ckpt_async_wait(a, store, d, prev) != 0) return -1;
     double t1 = tri_now_s();
     if (tri_model_snapshot(&a->snap, store, step, g, o, d, state_json, model_dtype) != 0) return -1;
@@ -195,6 +220,7 @@ void tri_ckpt_async_abandon(tri_ckpt_async *a, tri_ckpt_store *store) {
 void tri_ckpt_async_free(tri_ckpt_async *a, tri_ckpt_store *store) {
     if (!a) return;
     tri_ckpt_async_abandon(a, store);
+    join(a); /* the reserve thread */
     tri_ckpt_snapshot_free(&a->snap);
     pthread_cond_destroy(&a->cv);
     pthread_mutex_destroy(&a->mu);

@@ -49,6 +49,14 @@ tri_ckpt_async *tri_ckpt_async_new(void);
 int tri_ckpt_async_start(tri_ckpt_async *a, tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o,
                          tri_dist *d, const char *state_json, int keep, tri_dtype model_dtype, tri_ckpt_done *prev);
 
+/* Not collective: allocates the staging memory of this rank's snapshots
+ * and touches every page, in a background thread, so that the first save
+ * does not pay for it while training waits (tri_ckpt_async_start waits for
+ * it). Call it with no save in flight; once is enough. Returns 0, or -1 when
+ * the thread cannot start (then the first save allocates). */
+int tri_ckpt_async_reserve(tri_ckpt_async *a, const tri_gpt *g, const tri_optim *o, const tri_dist *d,
+                           tri_dtype model_dtype);
+
 /* Not collective: this rank's state, for an all-reduce (MAX) over the world:
  * 0 nothing to wait for here, 1 still writing or committing, 2 failed. */
 int tri_ckpt_async_word(const tri_ckpt_async *a);

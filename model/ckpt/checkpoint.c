@@ -456,6 +456,12 @@ fail:
 
 /* ------------------------------------------------ asynchronous saves */
 
+size_t tri_model_snapshot_floats(const tri_gpt *g, const tri_optim *o, const tri_dist *d, tri_dtype model_dtype) {
+    int masters = !model_is_master(g, model_dtype);
+    return staging_need(g, o, d, BUF_PARAMS) + staging_need(g, o, d, BUF_EXP_AVG) +
+           staging_need(g, o, d, BUF_EXP_AVG_SQ) + (masters ? staging_need(g, o, d, BUF_MASTER) : 0);
+}
+
 int tri_model_snapshot(tri_ckpt_snapshot *s, tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o,
                        tri_dist *d, const char *state_json, tri_dtype model_dtype) {
     int is_root = d->mesh.rank == 0;
@@ -474,8 +480,7 @@ int tri_model_snapshot(tri_ckpt_snapshot *s, tri_ckpt_store *store, long step, c
     if (save_begin(store, step, g, d, model_dtype, &s->L[0], &s->L[1], s->tmp, sizeof s->tmp, &masters) != 0)
         goto fail;
     /* The staging memory: sized once (the same every save of a run), kept. */
-    size_t need = staging_need(g, o, d, BUF_PARAMS) + staging_need(g, o, d, BUF_EXP_AVG) +
-                  staging_need(g, o, d, BUF_EXP_AVG_SQ) + (masters ? staging_need(g, o, d, BUF_MASTER) : 0);
+    size_t need = tri_model_snapshot_floats(g, o, d, model_dtype);
     if (need > s->cap) {
         /* (On the CUDA backend this is pageable memory and each copy below a
          * synchronous cudaMemcpy on the context's stream: tri_ctx offers no

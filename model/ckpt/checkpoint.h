@@ -96,6 +96,10 @@ typedef struct tri_ckpt_snapshot {
  * checkpoints intact). */
 int tri_model_snapshot(tri_ckpt_snapshot *s, tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o,
                        tri_dist *d, const char *state_json, tri_dtype model_dtype);
+/* Not collective: the floats of staging memory a snapshot of this rank
+ * takes (s->staging must hold them; tri_model_snapshot allocates it when it
+ * is smaller). */
+size_t tri_model_snapshot_floats(const tri_gpt *g, const tri_optim *o, const tri_dist *d, tri_dtype model_dtype);
 /* Not collective, any thread: writes this rank's recorded pieces into the
  * temporary directory's files (sleeping sleep_ms_halfway ms halfway: a test
  * switch, model/debug.h). 0 or -1 (printed). */

@@ -62,7 +62,16 @@ int ckpt_save(trainer *t, int step, const char *state, int finish) {
     return rc;
 }
 
-int ckpt_word(const trainer *t) { return tri_ckpt_async_word(t->ckpt_async); }
+int ckpt_word(trainer *t) {
+    const tri_ckpt_cfg *c = &t->cfg->checkpoint;
+    if (!t->ckpt_async && c->async && (c->every > 0 || c->every_s > 0) && !t->opts.synthetic) {
+        /* the staging memory allocated and touched in the background while
+         * the first steps run, rather than during the first save */
+        t->ckpt_async = tri_ckpt_async_new();
+        if (t->ckpt_async) tri_ckpt_async_reserve(t->ckpt_async, &t->gpt, &t->opt, &t->dist, c->dtype);
+    }
+    return tri_ckpt_async_word(t->ckpt_async);
+}
 
 int ckpt_time_due(trainer *t) {
     double every = t->cfg->checkpoint.every_s;

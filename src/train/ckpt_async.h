@@ -16,8 +16,10 @@
 int ckpt_save(trainer *t, int step, const char *state, int finish);
 
 /* Not collective: this rank's word of the background save's state, for the
- * loop's per-step all-reduce (MAX; model/ckpt/async.h). */
-int ckpt_word(const trainer *t);
+ * loop's per-step all-reduce (MAX; model/ckpt/async.h). The first call of a
+ * run that saves during training starts allocating the staging memory in the
+ * background. */
+int ckpt_word(trainer *t);
 
 /* Not collective: on world rank 0, 1 when checkpoint.every_s seconds have
  * passed since the last save (or the start), else 0; the loop's all-reduce
