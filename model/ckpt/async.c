@@ -16,10 +16,10 @@ struct tri_ckpt_async {
     tri_ckpt_snapshot snap;
     tri_ckpt_store *store; /* world rank 0's, for the thread's commit */
     int keep, sleep_ms, is_root;
-    int solo;              /* a world of one: nothing to agree on, the thread commits at once */
-    phase ph;              /* main thread only: the same on every rank */
-    int running;           /* a thread to join (a writer, or the reserve's) */
-    size_t reserve;        /* floats the reserve thread allocates        */
+    int solo;       /* a world of one: nothing to agree on, the thread commits at once */
+    phase ph;       /* main thread only: the same on every rank */
+    int running;    /* a thread to join (a writer, or the reserve's) */
+    size_t reserve; /* floats the reserve thread allocates        */
     pthread_t thread;
     double blocking_ms, wait_ms, started_s;
     /* under mu: written by the thread, read by the main thread */
@@ -132,8 +132,7 @@ static void give_up(tri_ckpt_async *a, tri_ckpt_store *store, int say) {
     a->ph = PH_IDLE;
 }
 
-int tri_ckpt_async_advance(tri_ckpt_async *a, tri_ckpt_store *store, tri_dist *d, int world_word,
-                           tri_ckpt_done *done) {
+int tri_ckpt_async_advance(tri_ckpt_async *a, tri_ckpt_store *store, tri_dist *d, int world_word, tri_ckpt_done *done) {
     (void)d;
     done->step = -1;
     if (!a || a->ph == PH_IDLE || world_word == 1) return 0;
@@ -143,8 +142,10 @@ int tri_ckpt_async_advance(tri_ckpt_async *a, tri_ckpt_store *store, tri_dist *d
     }
     if (a->ph == PH_WRITING && !a->solo) { /* every rank's part is written: rank 0 commits */
         a->ph = PH_COMMITTING;
-        if (a->is_root) tell(a, 1);
-        else join(a); /* (done: it returned after its part) */
+        if (a->is_root)
+            tell(a, 1);
+        else
+            join(a); /* (done: it returned after its part) */
         return 0;
     }
     join(a); /* committed */
@@ -213,8 +214,7 @@ void tri_ckpt_async_abandon(tri_ckpt_async *a, tri_ckpt_store *store) {
     long step = a->snap.step;
     give_up(a, store, 0);
     if (a->is_root && a->commit != 1)
-        tri_error("the background save of step %ld was not committed; the checkpoints saved before are intact",
-                  step);
+        tri_error("the background save of step %ld was not committed; the checkpoints saved before are intact", step);
 }
 
 void tri_ckpt_async_free(tri_ckpt_async *a, tri_ckpt_store *store) {

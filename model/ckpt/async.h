@@ -68,8 +68,7 @@ int tri_ckpt_async_busy(const tri_ckpt_async *a);
  * part is written, finishes the save when it is committed (its figures into
  * *done; done->step -1 when none finished), fails it on every rank when any
  * rank failed. Returns 0, or -1 on every rank. NULL-safe. */
-int tri_ckpt_async_advance(tri_ckpt_async *a, tri_ckpt_store *store, tri_dist *d, int world_word,
-                           tri_ckpt_done *done);
+int tri_ckpt_async_advance(tri_ckpt_async *a, tri_ckpt_store *store, tri_dist *d, int world_word, tri_ckpt_done *done);
 
 /* Until no save is in flight (polling the words every half millisecond).
  * Returns 0 (the finished save's figures into *done) or -1 on every rank.

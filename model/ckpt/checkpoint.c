@@ -477,8 +477,7 @@ int tri_model_snapshot(tri_ckpt_snapshot *s, tri_ckpt_store *store, long step, c
     s->n_ops = s->used = 0;
     s->bytes = 0;
     int masters = 0, failed = 0;
-    if (save_begin(store, step, g, d, model_dtype, &s->L[0], &s->L[1], s->tmp, sizeof s->tmp, &masters) != 0)
-        goto fail;
+    if (save_begin(store, step, g, d, model_dtype, &s->L[0], &s->L[1], s->tmp, sizeof s->tmp, &masters) != 0) goto fail;
     /* The staging memory: sized once (the same every save of a run), kept. */
     size_t need = tri_model_snapshot_floats(g, o, d, model_dtype);
     if (need > s->cap) {
@@ -538,8 +537,7 @@ int tri_model_snapshot_write(tri_ckpt_snapshot *s, int sleep_ms_halfway) {
         rc = tri_st_write_piece(fd[op->file], &s->L[op->file], op->entry, &op->piece);
     }
     for (int f = 0; f < 2; f++)
-        if (fd[f] >= 0 && close(fd[f]) != 0 && rc == 0)
-            rc = tri_error("%s: close: %s", path[f], strerror(errno));
+        if (fd[f] >= 0 && close(fd[f]) != 0 && rc == 0) rc = tri_error("%s: close: %s", path[f], strerror(errno));
     return rc;
 }
 

@@ -72,23 +72,23 @@ int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri
  * the files are identical. World rank 0 commits with
  * tri_model_snapshot_commit once every rank's write is done. */
 typedef struct tri_ckpt_op {
-    int file;          /* 0: model.safetensors, 1: optimizer.safetensors */
-    int entry;         /* the tensor in L[file] */
+    int file;           /* 0: model.safetensors, 1: optimizer.safetensors */
+    int entry;          /* the tensor in L[file] */
     tri_st_piece piece; /* its data in the staging memory */
 } tri_ckpt_op;
 
 typedef struct tri_ckpt_snapshot {
-    float *staging;      /* host memory, allocated once, reused            */
-    size_t cap, used;    /* floats                                         */
-    tri_ckpt_op *ops;    /* the pieces to write, in tri_model_save's order */
+    float *staging;   /* host memory, allocated once, reused            */
+    size_t cap, used; /* floats                                         */
+    tri_ckpt_op *ops; /* the pieces to write, in tri_model_save's order */
     size_t n_ops, ops_cap;
-    tri_st_layout L[2];  /* the layouts of model and optimizer.safetensors */
-    char tmp[4096];      /* the save's temporary directory ("": none)      */
+    tri_st_layout L[2]; /* the layouts of model and optimizer.safetensors */
+    char tmp[4096];     /* the save's temporary directory ("": none)      */
     long step;
-    int rank;            /* world rank, for messages                       */
-    tri_model_cfg cfg;   /* for config.json                                */
+    int rank;                       /* world rank, for messages                       */
+    tri_model_cfg cfg;              /* for config.json                                */
     char *config_json, *state_json; /* world rank 0: the small files' text */
-    long long bytes;     /* world rank 0, after the commit: the checkpoint's size */
+    long long bytes;                /* world rank 0, after the commit: the checkpoint's size */
 } tri_ckpt_snapshot;
 
 /* Collective over the world. Zeroed *s the first time. Returns 0 on every

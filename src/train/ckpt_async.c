@@ -14,8 +14,8 @@ static void report(trainer *t, const tri_ckpt_done *f, int async) {
             printf("saved checkpoint %s/step_%08ld (blocking %.1f ms, written in the background in %.1f ms)\n",
                    t->cfg->checkpoint.dir, f->step, f->blocking_ms, f->write_ms);
         else
-            printf("saved checkpoint %s/step_%08ld (blocking %.1f ms, synchronous)\n", t->cfg->checkpoint.dir,
-                   f->step, f->blocking_ms);
+            printf("saved checkpoint %s/step_%08ld (blocking %.1f ms, synchronous)\n", t->cfg->checkpoint.dir, f->step,
+                   f->blocking_ms);
         fflush(stdout);
     }
     if (t->metrics) {
@@ -52,8 +52,8 @@ int ckpt_save(trainer *t, int step, const char *state, int finish) {
     tri_comm_allreduce_host(&t->dist.world, &failed, 1, TRI_I32, TRI_MAX);
     if (failed) return -1;
     tri_ckpt_done prev, f;
-    int rc = tri_ckpt_async_start(t->ckpt_async, &t->store, step, &t->gpt, &t->opt, &t->dist, state, c->keep,
-                                  c->dtype, &prev);
+    int rc = tri_ckpt_async_start(t->ckpt_async, &t->store, step, &t->gpt, &t->opt, &t->dist, state, c->keep, c->dtype,
+                                  &prev);
     report(t, &prev, 1);
     if (rc != 0) return rc;
     if (!finish) return 0;

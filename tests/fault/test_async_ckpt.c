@@ -324,7 +324,8 @@ Test(async_ckpt, every_s_saves_at_steps_both_ranks_agree_on, .timeout = 300) {
     char extra[1024];
     snprintf(extra, sizeof extra, "%s --set train.steps=100 --set checkpoint.every_s=0.1", two);
     train_cmd(cmd, sizeof cmd, dir, extra);
-    snprintf(full, sizeof full, "prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=120 timeout -k 5 %d %s --log-dir %s/ranks -- %s",
+    snprintf(full, sizeof full,
+             "prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=120 timeout -k 5 %d %s --log-dir %s/ranks -- %s",
              TIME_LIMIT * 2, tt_bin("tridentrun"), dir, cmd);
     int rc = tt_run(full, &out);
     cr_assert_eq(rc, 0, "%s", out);
@@ -335,7 +336,8 @@ Test(async_ckpt, every_s_saves_at_steps_both_ranks_agree_on, .timeout = 300) {
     cr_assert(s > 0 && s < 100, "first checkpoint at step %d", s);
     snprintf(extra, sizeof extra, "%s --set train.steps=100 --set checkpoint.async=false --stop-at-step %d", two, s);
     train_cmd(cmd, sizeof cmd, ref, extra);
-    snprintf(full, sizeof full, "prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=120 timeout -k 5 %d %s --log-dir %s/ranks -- %s",
+    snprintf(full, sizeof full,
+             "prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=120 timeout -k 5 %d %s --log-dir %s/ranks -- %s",
              TIME_LIMIT * 2, tt_bin("tridentrun"), ref, cmd);
     rc = tt_run(full, &out);
     cr_assert_eq(rc, 0, "%s", out);
@@ -358,8 +360,7 @@ Test(async_ckpt, bad_every_s_is_refused_naming_the_key, .timeout = 60) {
     free(out);
     rc = train(dir, "--set checkpoint.every_s=30 --set checkpoint.every=10", &out);
     cr_expect_eq(rc, 2, "%s", out);
-    cr_expect(strstr(out, "checkpoint.every (10 steps) and checkpoint.every_s (30 s) are both set") != NULL, "%s",
-              out);
+    cr_expect(strstr(out, "checkpoint.every (10 steps) and checkpoint.every_s (30 s) are both set") != NULL, "%s", out);
     free(out);
     cr_expect(!exists(dir, "ck/step_00000000"), "something was saved");
     tt_rmrf(dir);
