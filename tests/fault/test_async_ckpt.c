@@ -322,7 +322,8 @@ Test(async_ckpt, every_s_saves_at_steps_both_ranks_agree_on, .timeout = 300) {
     char *ref = make_run_dir(), *dir = make_run_dir(), *out = NULL, cmd[12000], full[16000];
     const char *two = "--set parallel.dp=2 --set parallel.zero=1 --set parallel.timeout_s=60";
     char extra[1024];
-    snprintf(extra, sizeof extra, "%s --set train.steps=100 --set checkpoint.every_s=0.1", two);
+    snprintf(extra, sizeof extra, "%s --set train.steps=100 --set checkpoint.every_s=0.02 --set checkpoint.keep=3",
+             two);
     train_cmd(cmd, sizeof cmd, dir, extra);
     snprintf(full, sizeof full,
              "prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=120 timeout -k 5 %d %s --log-dir %s/ranks -- %s",
@@ -332,8 +333,9 @@ Test(async_ckpt, every_s_saves_at_steps_both_ranks_agree_on, .timeout = 300) {
     free(out);
     int steps[64], n_async = 0, n = checkpoint_steps(dir, steps, 64, &n_async);
     cr_assert(n >= 2, "%d checkpoints: every_s never fired (the run was too fast?)", n);
-    int s = steps[0]; /* an every_s save (the last one is the final save) */
-    cr_assert(s > 0 && s < 100, "first checkpoint at step %d", s);
+    /* the last every_s save (the last line is the final save; keep=3 kept both) */
+    int s = steps[n - 2];
+    cr_assert(s > 0 && s < 100, "every_s checkpoint at step %d", s);
     snprintf(extra, sizeof extra, "%s --set train.steps=100 --set checkpoint.async=false --stop-at-step %d", two, s);
     train_cmd(cmd, sizeof cmd, ref, extra);
     snprintf(full, sizeof full,
@@ -342,7 +344,7 @@ Test(async_ckpt, every_s_saves_at_steps_both_ranks_agree_on, .timeout = 300) {
     rc = tt_run(full, &out);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
-    cr_log_info("every_s=0.1: %d checkpoints, the first at step %d", n, s);
+    cr_log_info("every_s=0.02: %d checkpoints, the last every_s one at step %d", n, s);
     expect_same_step(ref, dir, s, "every_s two-rank async vs stop-at-step sync");
     tt_rmrf(ref);
     tt_rmrf(dir);
