@@ -17,4 +17,6 @@ void tri_debug_from_env(tri_debug *d) {
     d->check_device_memory = on("TRIDENT_DEBUG_CHECK_DEVICE_MEMORY");
     const char *step = getenv("TRIDENT_DEBUG_FP16_OVERFLOW_STEP");
     d->fp16_overflow_step = step != NULL ? atoi(step) : 0;
+    const char *ms = getenv("TRIDENT_DEBUG_CKPT_WRITE_SLEEP_MS");
+    d->ckpt_write_sleep_ms = ms != NULL ? atoi(ms) : 0;
 }

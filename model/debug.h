@@ -9,6 +9,7 @@
  *   TRIDENT_DEBUG_SKIP_ZERO_GATHER=1      skip_zero_gather
  *   TRIDENT_DEBUG_FP16_OVERFLOW_STEP=N    fp16_overflow_step
  *   TRIDENT_DEBUG_CHECK_DEVICE_MEMORY=1   check_device_memory
+ *   TRIDENT_DEBUG_CKPT_WRITE_SLEEP_MS=N   ckpt_write_sleep_ms
  *
  * (tests/system/test_parallel.c and tests/system/test_mixed_precision.c set them.) */
 #ifndef TRI_MODEL_DEBUG_H
@@ -33,6 +34,11 @@ typedef struct tri_debug {
      * only where NCCL would take over (tri_dist_check_device_memory), so
      * that a host buffer reaching a collective after that point ends the run */
     int check_device_memory;
+    /* asynchronous checkpoints: the background writer sleeps this many
+     * milliseconds halfway through writing its tensors (model/ckpt/async.c),
+     * so that a test can kill the job in the middle of a background write;
+     * 0: none */
+    int ckpt_write_sleep_ms;
 } tri_debug;
 
 /* Fills *d from the TRIDENT_DEBUG_* variables: a switch is on when its

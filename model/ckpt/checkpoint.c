@@ -14,6 +14,7 @@
 #include "model/ckpt/safetensors.h"
 #include "base/err.h"
 #include "base/fs.h"
+#include "base/clock.h"
 #include "base/log.h"
 
 enum { MAX_PIECES = 3 };
@@ -152,10 +153,37 @@ static float *staging_alloc(const tri_gpt *g) {
     return h;
 }
 
+/* Where the pieces of a save go: written into fd at once (a synchronous
+ * save), or recorded into a snapshot (rec, file: which of its files), with
+ * their data already in the snapshot's staging memory, for a later
+ * tri_model_snapshot_write (an asynchronous save). */
+typedef struct sink {
+    int fd;
+    tri_ckpt_snapshot *rec;
+    int file;
+} sink;
+
+static int sink_write(sink *k, const tri_st_layout *L, int entry, const tri_st_piece *p) {
+    if (!k->rec) return tri_st_write_piece(k->fd, L, entry, p);
+    tri_ckpt_snapshot *r = k->rec;
+    if (r->n_ops == r->ops_cap) {
+        size_t cap = r->ops_cap ? 2 * r->ops_cap : 256;
+        tri_ckpt_op *v = realloc(r->ops, cap * sizeof *v);
+        if (!v) {
+            tri_error("out of memory: checkpoint snapshot of %zu pieces", cap);
+            return -1;
+        }
+        r->ops = v;
+        r->ops_cap = cap;
+    }
+    r->ops[r->n_ops++] = (tri_ckpt_op){k->file, entry, *p};
+    return 0;
+}
+
 /* Writes the part of pieces pc[0, np) (of a parameter's local matrix in
  * host, lcols wide, as made by pieces_of) that holds local elements [a, e)
  * in row-major order: a ZeRO shard may start and end inside a row. */
-static int write_range(int fd, const tri_st_layout *L, int entry, const float *host, size_t lcols,
+static int write_range(sink *k, const tri_st_layout *L, int entry, const float *host, size_t lcols,
                        const tri_st_piece *pc, int np, size_t a, size_t e) {
     if (a >= e) return 0;
     /* [a, e) as up to three boxes of local rows x cols: partial first row,
@@ -184,7 +212,7 @@ static int write_range(int fd, const tri_st_layout *L, int entry, const float *h
             tri_st_piece s =
                 p->transposed ? (tri_st_piece){p->r0 + (c0 - lc0), p->c0 + (r0 - lr0), c1 - c0, r1 - r0, src, lcols, 1}
                               : (tri_st_piece){p->r0 + (r0 - lr0), p->c0 + (c0 - lc0), r1 - r0, c1 - c0, src, lcols, 0};
-            if (tri_st_write_piece(fd, L, entry, &s) != 0) return -1;
+            if (sink_write(k, L, entry, &s) != 0) return -1;
         }
     }
     return 0;
@@ -195,7 +223,8 @@ static int write_range(int fd, const tri_st_layout *L, int entry, const float *h
 typedef struct run_io {
     const tri_gpt *g;
     float *mem, *host; /* the state buffer; the parameter's local matrix */
-    int write, fd, entry;
+    int write, entry;
+    sink *k; /* writing */
     const tri_st_layout *L;
     const tri_param *p;
     const tri_st_piece *pc;
@@ -208,21 +237,19 @@ static void run_io_fn(void *ctx, size_t a, size_t e, size_t s0) {
     size_t bytes = (e - a) * sizeof(float);
     if (r->write) {
         tri_ctx_to_host(r->g->ctx, r->host + a, r->mem + s0, bytes);
-        r->rc = write_range(r->fd, r->L, r->entry, r->host, r->p->lcols, r->pc, r->np, a, e);
+        r->rc = write_range(r->k, r->L, r->entry, r->host, r->p->lcols, r->pc, r->np, a, e);
     } else {
         tri_ctx_to_device(r->g->ctx, r->mem + s0, r->host + a, bytes);
     }
 }
 
-static int write_params(const char *path, const tri_st_layout *L, const char *prefix, const tri_gpt *g,
-                        const tri_optim *o, const tri_dist *d, which_buf which) {
-    int fd = open(path, O_WRONLY);
-    if (fd < 0) {
-        tri_error("rank %d: %s: cannot open for writing: %s", d->mesh.rank, path, strerror(errno));
-        return -1;
-    }
-    float *host = staging_alloc(g);
-    int rc = host ? 0 : -1;
+/* The pieces of this rank's slices of the buffers `which` into out: written
+ * through one host buffer (out->rec NULL), or copied into out->rec's staging
+ * memory, each parameter's local matrix at its own place. */
+static int put_params(sink *out, const tri_st_layout *L, const char *prefix, const tri_gpt *g, const tri_optim *o,
+                      const tri_dist *d, which_buf which, const char *path) {
+    float *host = out->rec ? NULL : staging_alloc(g);
+    int rc = (host || out->rec) ? 0 : -1;
     for (int k = 0; k < g->n_chunks && rc == 0; k++) {
         const tri_chunk *ch = &g->chunks[k];
         const float *mem = chunk_buf(g, o, k, which);
@@ -240,12 +267,17 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
                 break;
             }
             tri_st_piece pc[MAX_PIECES];
+            if (out->rec) { /* this parameter's place in the snapshot (sized by staging_need) */
+                TRI_CHECK(out->rec->used + p->numel <= out->rec->cap);
+                host = out->rec->staging + out->rec->used;
+                out->rec->used += p->numel;
+            }
             if (sharded) {
                 run_io r = {.g = g,
                             .mem = (float *)mem,
                             .host = host,
                             .write = 1,
-                            .fd = fd,
+                            .k = out,
                             .entry = e,
                             .L = L,
                             .p = p,
@@ -262,10 +294,34 @@ static int write_params(const char *path, const tri_st_layout *L, const char *pr
                 tri_ctx_to_host(g->ctx, host, mem + p->offset, p->numel * sizeof(float));
             }
             int np = pieces_of(g, p, host, pc);
-            for (int q = 0; q < np && rc == 0; q++) rc = tri_st_write_piece(fd, L, e, &pc[q]);
+            for (int q = 0; q < np && rc == 0; q++) rc = sink_write(out, L, e, &pc[q]);
         }
     }
-    free(host);
+    if (!out->rec) free(host);
+    return rc;
+}
+
+/* Floats of staging memory a snapshot of this rank's slices of `which`
+ * needs (put_params into a snapshot takes them in the same order). */
+static size_t staging_need(const tri_gpt *g, const tri_optim *o, const tri_dist *d, which_buf which) {
+    size_t n = 0;
+    for (int k = 0; k < g->n_chunks; k++) {
+        int sharded = in_optim_layout(o, k, which) && o->sync != NULL;
+        for (int i = 0; i < g->chunks[k].n_params; i++)
+            if (owns(g, &g->chunks[k], d, &g->chunks[k].params[i], sharded)) n += g->chunks[k].params[i].numel;
+    }
+    return n;
+}
+
+static int write_params(const char *path, const tri_st_layout *L, const char *prefix, const tri_gpt *g,
+                        const tri_optim *o, const tri_dist *d, which_buf which) {
+    int fd = open(path, O_WRONLY);
+    if (fd < 0) {
+        tri_error("rank %d: %s: cannot open for writing: %s", d->mesh.rank, path, strerror(errno));
+        return -1;
+    }
+    sink k = {.fd = fd};
+    int rc = put_params(&k, L, prefix, g, o, d, which, path);
     if (close(fd) != 0 && rc == 0) {
         tri_error("%s: close: %s", path, strerror(errno));
         rc = -1;
@@ -285,7 +341,10 @@ int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key
         if (tri_ckpt_store_open(store, root, key) != 0) {
             failed = 1;
         } else if (resume) {
-            if (tri_ckpt_find(store->root, &f) != 0 || (f.dir[0] && tri_ckpt_store_adopt(store, f.dir) != 0))
+            double t0 = tri_now_s();
+            int found_rc = tri_ckpt_find(store->root, &f);
+            store->find_ms = (tri_now_s() - t0) * 1e3;
+            if (found_rc != 0 || (f.dir[0] && tri_ckpt_store_adopt(store, f.dir) != 0))
                 failed = 1;
             else if (verbose && f.note[0])
                 tri_log_note("%s", f.note);
@@ -315,6 +374,48 @@ static int model_is_master(const tri_gpt *g, tri_dtype dtype) {
     return 1;
 }
 
+/* The first part of every save, collective: the layouts of both files, and
+ * on world rank 0 the temporary directory with both files created (header,
+ * full size); its path reaches every rank. Returns 0 on every rank, or -1
+ * on every rank (tmp may then name a directory to remove: "" if none). */
+static int save_begin(tri_ckpt_store *store, long step, const tri_gpt *g, tri_dist *d, tri_dtype model_dtype,
+                      tri_st_layout *Lm, tri_st_layout *Lo, char *tmp, size_t n, int *masters) {
+    int failed = 0;
+    /* optimizer.safetensors: exp_avg.* then exp_avg_sq.*, then master.* (fp32)
+     * unless model.safetensors is the master weights already */
+    *masters = !model_is_master(g, model_dtype);
+    if (build_layout(&g->cfg, "", Lm, model_dtype) != 0 || build_layout(&g->cfg, "exp_avg.", Lo, TRI_F32) != 0 ||
+        build_layout(&g->cfg, "exp_avg_sq.", Lo, TRI_F32) != 0 ||
+        (*masters && build_layout(&g->cfg, "master.", Lo, TRI_F32) != 0))
+        failed = 1;
+    if (d->mesh.rank == 0 && !failed) {
+        char mpath[4200], opath[4200];
+        if (tri_ckpt_begin(store, step, tmp, n) != 0) failed = 1;
+        snprintf(mpath, sizeof mpath, "%s/model.safetensors", tmp);
+        snprintf(opath, sizeof opath, "%s/optimizer.safetensors", tmp);
+        if (!failed && tri_st_create(mpath, Lm, "{\"format\": \"pt\", \"producer\": \"trident\"}") != 0) failed = 1;
+        char meta[128];
+        snprintf(meta, sizeof meta, "{\"step\": \"%ld\", \"optimizer\": \"adamw\"}", step);
+        if (!failed && tri_st_create(opath, Lo, meta) != 0) failed = 1;
+    }
+    if (agree(d, failed) != 0) return -1;
+    tri_comm_broadcast_host(&d->world, tmp, n, TRI_U8, 0);
+    return 0;
+}
+
+/* World rank 0's last writes of a save: config.json and state.json. */
+static int write_small_files(const char *tmp, const tri_model_cfg *cfg, const char *state_json) {
+    char path[4200];
+    char *cj = tri_hf_config_json(cfg);
+    int failed = 0;
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    if (!cj || tri_write_file_atomic(path, cj, strlen(cj)) != 0) failed = 1;
+    free(cj);
+    snprintf(path, sizeof path, "%s/state.json", tmp);
+    if (!failed && tri_write_file_atomic(path, state_json, strlen(state_json)) != 0) failed = 1;
+    return failed ? -1 : 0;
+}
+
 int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
                    const char *state_json, int keep, tri_dtype model_dtype) {
     int is_root = d->mesh.rank == 0;
@@ -322,26 +423,9 @@ int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri
     tri_st_layout Lm, Lo;
     tri_st_layout_init(&Lm);
     tri_st_layout_init(&Lo);
-    int failed = 0;
-    /* optimizer.safetensors: exp_avg.* then exp_avg_sq.*, then master.* (fp32)
-     * unless model.safetensors is the master weights already */
-    int masters = !model_is_master(g, model_dtype);
-    if (build_layout(&g->cfg, "", &Lm, model_dtype) != 0 || build_layout(&g->cfg, "exp_avg.", &Lo, TRI_F32) != 0 ||
-        build_layout(&g->cfg, "exp_avg_sq.", &Lo, TRI_F32) != 0 ||
-        (masters && build_layout(&g->cfg, "master.", &Lo, TRI_F32) != 0))
-        failed = 1;
+    int failed = 0, masters = 0;
     char mpath[4200], opath[4200];
-    if (is_root && !failed) {
-        if (tri_ckpt_begin(store, step, tmp, sizeof tmp) != 0) failed = 1;
-        snprintf(mpath, sizeof mpath, "%s/model.safetensors", tmp);
-        snprintf(opath, sizeof opath, "%s/optimizer.safetensors", tmp);
-        if (!failed && tri_st_create(mpath, &Lm, "{\"format\": \"pt\", \"producer\": \"trident\"}") != 0) failed = 1;
-        char meta[128];
-        snprintf(meta, sizeof meta, "{\"step\": \"%ld\", \"optimizer\": \"adamw\"}", step);
-        if (!failed && tri_st_create(opath, &Lo, meta) != 0) failed = 1;
-    }
-    if (agree(d, failed) != 0) goto fail;
-    tri_comm_broadcast_host(&d->world, tmp, sizeof tmp, TRI_U8, 0);
+    if (save_begin(store, step, g, d, model_dtype, &Lm, &Lo, tmp, sizeof tmp, &masters) != 0) goto fail;
     snprintf(mpath, sizeof mpath, "%s/model.safetensors", tmp);
     snprintf(opath, sizeof opath, "%s/optimizer.safetensors", tmp);
     failed = write_params(mpath, &Lm, "", g, o, d, BUF_PARAMS) != 0;
@@ -350,13 +434,7 @@ int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri
     if (!failed && masters) failed = write_params(opath, &Lo, "master.", g, o, d, BUF_MASTER) != 0;
     if (agree(d, failed) != 0) goto fail;
     if (is_root) {
-        char path[4200];
-        char *cj = tri_hf_config_json(&g->cfg);
-        snprintf(path, sizeof path, "%s/config.json", tmp);
-        if (!cj || tri_write_file_atomic(path, cj, strlen(cj)) != 0) failed = 1;
-        free(cj);
-        snprintf(path, sizeof path, "%s/state.json", tmp);
-        if (!failed && tri_write_file_atomic(path, state_json, strlen(state_json)) != 0) failed = 1;
+        failed = write_small_files(tmp, &g->cfg, state_json) != 0;
         /* > 0: committed, only pruning old ones failed (already reported) */
         if (!failed && tri_ckpt_commit(store, step, tmp, keep) < 0) failed = 1;
     }
@@ -374,6 +452,110 @@ fail:
     tri_st_layout_free(&Lm);
     tri_st_layout_free(&Lo);
     return -1;
+}
+
+/* ------------------------------------------------ asynchronous saves */
+
+size_t tri_model_snapshot_floats(const tri_gpt *g, const tri_optim *o, const tri_dist *d, tri_dtype model_dtype) {
+    int masters = !model_is_master(g, model_dtype);
+    return staging_need(g, o, d, BUF_PARAMS) + staging_need(g, o, d, BUF_EXP_AVG) +
+           staging_need(g, o, d, BUF_EXP_AVG_SQ) + (masters ? staging_need(g, o, d, BUF_MASTER) : 0);
+}
+
+int tri_model_snapshot(tri_ckpt_snapshot *s, tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o,
+                       tri_dist *d, const char *state_json, tri_dtype model_dtype) {
+    int is_root = d->mesh.rank == 0;
+    tri_st_layout_free(&s->L[0]);
+    tri_st_layout_free(&s->L[1]);
+    tri_st_layout_init(&s->L[0]);
+    tri_st_layout_init(&s->L[1]);
+    free(s->config_json);
+    free(s->state_json);
+    s->config_json = s->state_json = NULL;
+    s->tmp[0] = '\0';
+    s->step = step;
+    s->n_ops = s->used = 0;
+    s->bytes = 0;
+    int masters = 0, failed = 0;
+    if (save_begin(store, step, g, d, model_dtype, &s->L[0], &s->L[1], s->tmp, sizeof s->tmp, &masters) != 0) goto fail;
+    /* The staging memory: sized once (the same every save of a run), kept. */
+    size_t need = tri_model_snapshot_floats(g, o, d, model_dtype);
+    if (need > s->cap) {
+        /* (On the CUDA backend this is pageable memory and each copy below a
+         * synchronous cudaMemcpy on the context's stream: tri_ctx offers no
+         * pinned host memory or copy stream yet. Pinned memory would make
+         * the copies faster, not the snapshot any less consistent.) */
+        free(s->staging);
+        s->staging = malloc((need ? need : 1) * sizeof(float));
+        s->cap = s->staging ? need : 0;
+        if (!s->staging) {
+            tri_error("rank %d: out of memory: %zu bytes of checkpoint staging memory (checkpoint.async = "
+                      "false saves without it)",
+                      d->mesh.rank, need * sizeof(float));
+            failed = 1;
+        }
+    }
+    sink km = {.fd = -1, .rec = s, .file = 0}, ko = {.fd = -1, .rec = s, .file = 1};
+    if (!failed) failed = put_params(&km, &s->L[0], "", g, o, d, BUF_PARAMS, "model.safetensors") != 0;
+    if (!failed) failed = put_params(&ko, &s->L[1], "exp_avg.", g, o, d, BUF_EXP_AVG, "optimizer.safetensors") != 0;
+    if (!failed)
+        failed = put_params(&ko, &s->L[1], "exp_avg_sq.", g, o, d, BUF_EXP_AVG_SQ, "optimizer.safetensors") != 0;
+    if (!failed && masters)
+        failed = put_params(&ko, &s->L[1], "master.", g, o, d, BUF_MASTER, "optimizer.safetensors") != 0;
+    if (!failed && is_root) {
+        s->config_json = tri_hf_config_json(&g->cfg);
+        s->state_json = strdup(state_json);
+        if (!s->config_json || !s->state_json) failed = 1;
+    }
+    s->cfg = g->cfg;
+    s->rank = d->mesh.rank;
+    if (agree(d, failed) != 0) goto fail;
+    return 0;
+fail:
+    if (is_root) {
+        tri_ckpt_abort(store, s->tmp);
+        tri_error("checkpoint of step %ld not saved (its temporary directory is removed); the checkpoints saved "
+                  "before are intact",
+                  step);
+    }
+    s->tmp[0] = '\0';
+    return -1;
+}
+
+int tri_model_snapshot_write(tri_ckpt_snapshot *s, int sleep_ms_halfway) {
+    char path[2][4200];
+    const char *names[2] = {"model.safetensors", "optimizer.safetensors"};
+    int fd[2] = {-1, -1}, rc = 0;
+    for (int f = 0; f < 2 && rc == 0; f++) {
+        snprintf(path[f], sizeof path[f], "%s/%s", s->tmp, names[f]);
+        fd[f] = open(path[f], O_WRONLY | O_CLOEXEC);
+        if (fd[f] < 0) rc = tri_error("rank %d: %s: cannot open for writing: %s", s->rank, path[f], strerror(errno));
+    }
+    for (size_t i = 0; i < s->n_ops && rc == 0; i++) {
+        if (sleep_ms_halfway > 0 && i == s->n_ops / 2) usleep((useconds_t)sleep_ms_halfway * 1000u);
+        const tri_ckpt_op *op = &s->ops[i];
+        rc = tri_st_write_piece(fd[op->file], &s->L[op->file], op->entry, &op->piece);
+    }
+    for (int f = 0; f < 2; f++)
+        if (fd[f] >= 0 && close(fd[f]) != 0 && rc == 0) rc = tri_error("%s: close: %s", path[f], strerror(errno));
+    return rc;
+}
+
+int tri_model_snapshot_commit(tri_ckpt_snapshot *s, tri_ckpt_store *store, int keep) {
+    if (write_small_files(s->tmp, &s->cfg, s->state_json) != 0) return -1;
+    /* (the config.json of a snapshot is the text taken with it) */
+    return tri_ckpt_commit(store, s->step, s->tmp, keep);
+}
+
+void tri_ckpt_snapshot_free(tri_ckpt_snapshot *s) {
+    if (!s) return;
+    free(s->staging);
+    free(s->ops);
+    free(s->config_json);
+    free(s->state_json);
+    tri_st_layout_free(&s->L[0]);
+    tri_st_layout_free(&s->L[1]);
+    memset(s, 0, sizeof *s);
 }
 
 int tri_st_set_find(const tri_st_set *s, const char *name, int *entry) {
@@ -430,7 +612,7 @@ static int read_params_set(const tri_st_set *s, const char *prefix, tri_gpt *g, 
             int optim_layout = which == BUF_PARAMS ? dst != NULL : in_optim_layout(o, k, which);
             if (dst && optim_layout && o->sync != NULL) {
                 /* ZeRO: this rank keeps the state of its shards only */
-                run_io r = {.g = g, .mem = dst, .host = host, .write = 0, .fd = -1, .entry = e, .p = p};
+                run_io r = {.g = g, .mem = dst, .host = host, .write = 0, .k = NULL, .entry = e, .p = p};
                 tri_optim_runs(o, g, k, i, run_io_fn, &r);
             } else if (dst && (which != BUF_PARAMS || optim_layout)) {
                 tri_ctx_to_device(g->ctx, dst + p->offset, host, p->numel * sizeof(float));

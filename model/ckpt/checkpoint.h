@@ -63,6 +63,53 @@ int tri_model_ckpt_open(tri_ckpt_store *store, const char *root, const char *key
 int tri_model_save(tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o, tri_dist *d,
                    const char *state_json, int keep, tri_dtype model_dtype);
 
+/* An asynchronous save in two halves (model/ckpt/async.c drives them):
+ * tri_model_snapshot (collective, on the main thread) does what
+ * tri_model_save does before its writes and copies every piece this rank
+ * would write into host staging memory, recording where it goes;
+ * tri_model_snapshot_write (any thread, no communication) then writes the
+ * recorded pieces: the same bytes at the same offsets as tri_model_save, so
+ * the files are identical. World rank 0 commits with
+ * tri_model_snapshot_commit once every rank's write is done. */
+typedef struct tri_ckpt_op {
+    int file;           /* 0: model.safetensors, 1: optimizer.safetensors */
+    int entry;          /* the tensor in L[file] */
+    tri_st_piece piece; /* its data in the staging memory */
+} tri_ckpt_op;
+
+typedef struct tri_ckpt_snapshot {
+    float *staging;   /* host memory, allocated once, reused            */
+    size_t cap, used; /* floats                                         */
+    tri_ckpt_op *ops; /* the pieces to write, in tri_model_save's order */
+    size_t n_ops, ops_cap;
+    tri_st_layout L[2]; /* the layouts of model and optimizer.safetensors */
+    char tmp[4096];     /* the save's temporary directory ("": none)      */
+    long step;
+    int rank;                       /* world rank, for messages                       */
+    tri_model_cfg cfg;              /* for config.json                                */
+    char *config_json, *state_json; /* world rank 0: the small files' text */
+    long long bytes;                /* world rank 0, after the commit: the checkpoint's size */
+} tri_ckpt_snapshot;
+
+/* Collective over the world. Zeroed *s the first time. Returns 0 on every
+ * rank, or -1 on every rank (the temporary directory removed, the saved
+ * checkpoints intact). */
+int tri_model_snapshot(tri_ckpt_snapshot *s, tri_ckpt_store *store, long step, const tri_gpt *g, const tri_optim *o,
+                       tri_dist *d, const char *state_json, tri_dtype model_dtype);
+/* Not collective: the floats of staging memory a snapshot of this rank
+ * takes (s->staging must hold them; tri_model_snapshot allocates it when it
+ * is smaller). */
+size_t tri_model_snapshot_floats(const tri_gpt *g, const tri_optim *o, const tri_dist *d, tri_dtype model_dtype);
+/* Not collective, any thread: writes this rank's recorded pieces into the
+ * temporary directory's files (sleeping sleep_ms_halfway ms halfway: a test
+ * switch, model/debug.h). 0 or -1 (printed). */
+int tri_model_snapshot_write(tri_ckpt_snapshot *s, int sleep_ms_halfway);
+/* World rank 0, any thread, after every rank's tri_model_snapshot_write
+ * succeeded: config.json, state.json and tri_ckpt_commit (its return). */
+int tri_model_snapshot_commit(tri_ckpt_snapshot *s, tri_ckpt_store *store, int keep);
+/* NULL-safe; frees the staging memory and zeroes *s. */
+void tri_ckpt_snapshot_free(tri_ckpt_snapshot *s);
+
 /* Collective over the world. Loads this rank's slices from the checkpoint
  * directory `dir` (a step directory); o may be NULL (inference: the
  * optimizer file is then not needed). Shapes are checked against the model;

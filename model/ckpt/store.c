@@ -932,3 +932,15 @@ int tri_ckpt_commit(tri_ckpt_store *s, long step, const char *tmp, int keep) {
     if (prune(s, step, keep) != 0) rc = 1;
     return rc;
 }
+
+long long tri_ckpt_bytes(const char *dir) {
+    manifest m;
+    char why[2 * PATH_MAX], path[PATH_MAX];
+    if (manifest_read(dir, &m, why, sizeof why) != 0) return -1;
+    long long total = 0;
+    for (size_t i = 0; i < m.n; i++) total += (long long)m.files[i].size;
+    manifest_free(&m);
+    struct stat st;
+    if (join(path, sizeof path, dir, TRI_CKPT_MANIFEST) == 0 && stat(path, &st) == 0) total += (long long)st.st_size;
+    return total;
+}

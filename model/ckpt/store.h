@@ -56,6 +56,8 @@ typedef struct tri_ckpt_store {
     int lock_fd;                  /* root/.lock, open while is_open */
     int locked;                   /* 1: flock held; 0: the file system has no locks (warned) */
     char run[17];                 /* this run's id: 16 hex digits */
+    double find_ms;               /* tri_model_ckpt_open with resume, world rank 0: finding and
+                                     verifying the checkpoint (read + CRC-32C), in ms */
 } tri_ckpt_store;
 
 /* Opens root for writing, before any training. `key` names root in messages
@@ -122,6 +124,10 @@ void tri_ckpt_abort(tri_ckpt_store *s, const char *tmp);
  * verifies, 1 when dir has no manifest.json, -1 when it does not verify,
  * with the reason, naming the file, in why[n]. */
 int tri_ckpt_verify(const char *dir, char *why, size_t n);
+
+/* The bytes of the complete checkpoint dir: its manifest's files and the
+ * manifest itself; -1 when it has no readable manifest. Prints nothing. */
+long long tri_ckpt_bytes(const char *dir);
 
 /* How many checkpoints root holds (step_<N> directories with a manifest.json
  * or a state.json); the newest one's path into newest[n] (may be NULL). A

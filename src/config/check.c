@@ -125,6 +125,13 @@ static int check_sequence_parallel(const tri_config *cfg, const char *file) {
 
 int tri_config_check_keys(const tri_config *cfg, const char *file) {
     if (check_arch(cfg, file) != 0) return -1;
+    if (cfg->checkpoint.every > 0 && cfg->checkpoint.every_s > 0) {
+        report(file,
+               "checkpoint.every (%d steps) and checkpoint.every_s (%g s) are both set: choose one (set the "
+               "other to 0)",
+               cfg->checkpoint.every, cfg->checkpoint.every_s);
+        return -1;
+    }
     if (check_parallel_sizes(cfg, file) != 0) return -1;
     if (check_sequence_parallel(cfg, file) != 0) return -1;
     return 0;

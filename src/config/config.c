@@ -209,6 +209,12 @@ static const field fields[] = {
     CHOICE(checkpoint, dtype, "fp32", "fp32|bf16|fp16", precision_values, 7,
            "dtype of model.safetensors (fp32: every tool loads it); the optimizer file keeps fp32 master "
            "weights whenever model.safetensors is not them"),
+    NUM(checkpoint, async, 1, 0, 1, R_LO | R_HI,
+        "true: a save blocks the step only while the tensors are copied to host memory; a background thread "
+        "writes, checksums and commits them (at most one save in flight); false: the whole save blocks"),
+    NUM(checkpoint, every_s, 0, 0, 0, R_LO,
+        "seconds between checkpoints, on world rank 0's clock, saved at a step every rank agrees on "
+        "(0: off; not together with checkpoint.every)"),
 
     NUM(log, every, 1, 1, 0, POS, "steps between log lines"),
     STR(log, dir, "logs", 0, "directory of metrics.jsonl (and of the TensorBoard event files)"),

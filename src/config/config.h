@@ -84,6 +84,9 @@ typedef struct tri_ckpt_cfg {
     int every;              /* steps between saves; 0: only the final one     */
     int keep;               /* how many to keep; 0: all                       */
     tri_dtype dtype;        /* model.safetensors: TRI_F32 | TRI_BF16 | TRI_F16 */
+    int async;              /* 1: a save blocks for a host snapshot only; a
+                               background thread writes and commits it */
+    double every_s;         /* seconds between saves (rank 0's clock); 0: off */
 } tri_ckpt_cfg;
 
 typedef struct tri_log_cfg {

@@ -14,6 +14,7 @@
 #include "base/file.h"
 #include "model/ckpt/checkpoint.h"
 #include "train/badstep.h"
+#include "train/ckpt_async.h"
 #include "train/ckpt_state.h"
 #include "train/preflight.h"
 
@@ -161,8 +162,9 @@ void badstep_log(trainer *t, int done_steps, double loss, double norm) {
 }
 
 int badstep_reload(trainer *t, const char *dir, int *step) {
-    /* (the one place a rollback reads a checkpoint: with asynchronous saves,
-     * wait here for the one in flight) */
+    /* the one place a rollback reads a checkpoint: an asynchronous save in
+     * flight (the one badstep_saved recorded, perhaps) is committed first */
+    if (ckpt_finish(t) != 0) return -1;
     tri_config saved;
     int ck_step;
     uint64_t consumed;

@@ -19,6 +19,7 @@
 #include "base/err.h"
 #include "base/exit.h"
 #include "base/stop.h"
+#include "train/ckpt_async.h"
 #include "train/datafiles.h"
 #include "train/plot.h"
 #include "train/preflight.h"
@@ -53,16 +54,13 @@ static char *state_json(const trainer *t, int step, double loss) {
     return s;
 }
 
-static int save(trainer *t, int step, double loss) {
+/* finish: wait until the save is committed (checkpoint.async; src/train/ckpt_async.c) */
+static int save(trainer *t, int step, double loss, int finish) {
     tri_dist_progress(&t->dist, step, "save");
     char *st = state_json(t, step, loss);
-    double t0 = tri_now_s();
-    int rc = tri_model_save(&t->store, step, &t->gpt, &t->opt, &t->dist, st, t->cfg->checkpoint.keep,
-                            t->cfg->checkpoint.dtype);
+    int rc = ckpt_save(t, step, st, finish);
     free(st);
-    if (rc == 0) badstep_saved(t, step); /* what a rollback returns to */
-    if (rc == 0 && t->is_logger && !t->opts.quiet)
-        printf("saved checkpoint %s/step_%08d (%.2f s)\n", t->cfg->checkpoint.dir, step, tri_now_s() - t0);
+    if (rc == 0) badstep_saved(t, step); /* what a rollback returns to (it waits for an async save first) */
     return rc;
 }
 
@@ -167,27 +165,34 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
                 tri_metrics_write(t->metrics, done_steps, &TRI_METRIC_NUM("val_loss", "%.6f", vl), 1);
             }
         }
-        /* every rank must agree on stopping, or the save below would hang */
-        int stop = tri_stop_signal();
-        tri_comm_allreduce_host(&t->dist.world, &stop, 1, TRI_I32, TRI_MAX);
+        /* every rank must agree on stopping, or the save below would hang; the same all-reduce carries
+         * the background save's state and rank 0's checkpoint.every_s clock (src/train/ckpt_async.h) */
+        int flags[3] = {tri_stop_signal(), ckpt_word(t), ckpt_time_due(t)};
+        tri_comm_allreduce_host(&t->dist.world, flags, 3, TRI_I32, TRI_MAX);
+        int stop = flags[0];
+        if (ckpt_advance(t, flags[1]) != 0) {
+            rc = TRI_EXIT_FAILURE;
+            goto done;
+        }
         if (stop) {
             if (t->is_logger) tri_error("signal %d: saving a checkpoint at step %d", stop, done_steps);
-            if (!opts->synthetic && save(t, done_steps, loss) != 0)
+            if (!opts->synthetic && save(t, done_steps, loss, 1) != 0)
                 rc = TRI_EXIT_FAILURE;
             else
                 rc = tri_exit_signal(stop);
             goto done;
         }
         if (opts->stop_at > 0 && done_steps == opts->stop_at && done_steps < cfg->train.steps) {
-            if (!opts->synthetic && save(t, done_steps, loss) != 0)
+            if (!opts->synthetic && save(t, done_steps, loss, 1) != 0)
                 rc = TRI_EXIT_FAILURE;
             else if (t->is_logger && !opts->quiet)
                 printf("stopped at step %d (--stop-at-step)\n", done_steps);
             goto done;
         }
         int every = cfg->checkpoint.every;
-        if (!opts->synthetic && every > 0 && done_steps % every == 0 && done_steps < cfg->train.steps) {
-            if (save(t, done_steps, loss) != 0) {
+        int due = (every > 0 && done_steps % every == 0) || flags[2];
+        if (!opts->synthetic && due && done_steps < cfg->train.steps) {
+            if (save(t, done_steps, loss, 0) != 0) {
                 rc = TRI_EXIT_FAILURE;
                 goto done;
             }
@@ -222,9 +227,10 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     /* a run that made no update is no success, and saves nothing */
     if ((rc = badstep_check_end(t)) != TRI_EXIT_OK) goto done;
     /* the final checkpoint (with train.steps = 0: the freshly initialised model) */
-    if (!opts->synthetic && save(t, step, loss) != 0) rc = TRI_EXIT_FAILURE;
+    if (!opts->synthetic && save(t, step, loss, 1) != 0) rc = TRI_EXIT_FAILURE;
     if (t->is_logger && !opts->quiet && !isnan(loss)) printf("final loss %.6f\n", loss);
 done:
+    ckpt_abandon(t); /* an error exit: a save in flight is not committed unless its commit began */
     fflush(NULL);
     trainer_free(t);
     if (rc != TRI_EXIT_OK && rc < TRI_EXIT_SIGNAL_BASE && t->dist.mesh.world > 1) {

@@ -17,6 +17,7 @@
 #include "train/datafiles.h"
 #include "train/preflight.h"
 #include "plan/stage_plan.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/exit.h"
 #include "base/log.h"
@@ -285,7 +286,9 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                                        t->has_val ? &t->val_data : NULL, opts->allow_data_change,
                                        t->is_logger && !opts->quiet) != 0)
             return TRI_EXIT_BAD_INPUT;
+        double load_s = tri_now_s();
         if (tri_model_load(ckpt, &t->gpt, &t->opt, &t->dist) != 0) return TRI_EXIT_BAD_INPUT;
+        load_s = tri_now_s() - load_s;
         t->opt.t = *start;
         /* fp16 skips steps: AdamW's count and the loss scale come from state.json */
         double scale = t->loss_scale;
@@ -293,8 +296,9 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         if (t->fp16) t->loss_scale = scale;
         if (badstep_resume(t, ckpt, *start) != 0) return TRI_EXIT_BAD_INPUT; /* skipped samples, spike mean */
         if (t->is_logger && !opts->quiet)
-            printf("resumed from %s at step %d (%llu samples consumed)\n", ckpt, *start,
-                   (unsigned long long)t->consumed);
+            printf("resumed from %s at step %d (%llu samples consumed): checkpoint found and verified in %.1f ms, "
+                   "loaded in %.1f ms\n",
+                   ckpt, *start, (unsigned long long)t->consumed, t->store.find_ms, load_s * 1e3);
     } else {
         if (opts->resume && t->is_logger && !opts->synthetic)
             printf("resume: no checkpoint in %s yet, starting from step 0\n", cfg->checkpoint.dir);

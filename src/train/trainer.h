@@ -49,6 +49,8 @@ typedef struct trainer {
     tri_grad_sync *sync; /* [gpt.n_chunks]: DP buckets per chunk       */
     tri_sampler train_data, val_data;
     tri_ckpt_store store; /* open (locked) on world rank 0 while training */
+    struct tri_ckpt_async *ckpt_async; /* checkpoint.async: the save in flight (src/train/ckpt_async.c) */
+    double ckpt_last_s;                /* checkpoint.every_s: rank 0's clock at the last save (0: not yet) */
     int has_train_data, has_val;
     int32_t *inputs, *targets; /* (micro_batch * T) each */
     size_t G, T, mb;           /* global batch, sequence length, micro-batch */
