@@ -263,6 +263,11 @@ static int server_start(tri_store *s) {
         return tri_error("rank 0: cannot serve the store on port %d (MASTER_PORT; MASTER_ADDR %s): %s", s->port,
                          s->addr, strerror(e));
     }
+    if (s->port == 0) { /* any free port: the one the system chose */
+        struct sockaddr_in got;
+        socklen_t gl = sizeof got;
+        if (getsockname(sv->listen_fd, (struct sockaddr *)&got, &gl) == 0) s->port = ntohs(got.sin_port);
+    }
     int rc = pthread_create(&sv->thread, NULL, serve, sv);
     if (rc != 0) {
         server_free(sv);
@@ -481,7 +486,8 @@ int tri_store_allgather(tri_store *s, const char *prefix, const void *mine, size
 
 int tri_store_barrier(tri_store *s, const char *name) { return tri_store_allgather(s, name, NULL, 0, NULL); }
 
-int tri_store_init(tri_store *s, const char *addr, int port, int rank, int world, double timeout_s) {
+/* tri_store_init and tri_store_join: serve (rank 0 of init) or only connect. */
+static int store_open(tri_store *s, const char *addr, int port, int rank, int world, double timeout_s, int serve) {
     memset(s, 0, sizeof *s);
     s->fd = -1;
     s->rank = rank;
@@ -491,11 +497,11 @@ int tri_store_init(tri_store *s, const char *addr, int port, int rank, int world
     snprintf(s->addr, sizeof s->addr, "%s", addr ? addr : "");
     if (addr == NULL || *addr == '\0' || strlen(addr) >= sizeof s->addr)
         return tri_error("rank %d: the store's address (MASTER_ADDR) is empty or too long", rank);
-    if (port < 1 || port > 65535)
+    if ((port < 1 && !(port == 0 && serve)) || port > 65535)
         return tri_error("rank %d: the store's port %d (MASTER_PORT) is outside 1..65535", rank, port);
     if (world < 1 || rank < 0 || rank >= world)
         return tri_error("rank %d is out of range for a store of %d ranks (at %s:%d)", rank, world, addr, port);
-    if (rank == 0 && server_start(s) != 0) return -1;
+    if (serve && server_start(s) != 0) return -1;
     double deadline = tri_now_s() + (timeout_s > 0 ? timeout_s : 1e9);
     s->fd = connect_until(s, deadline);
     if (s->fd < 0) {
@@ -504,6 +510,14 @@ int tri_store_init(tri_store *s, const char *addr, int port, int rank, int world
         return -1;
     }
     return 0;
+}
+
+int tri_store_init(tri_store *s, const char *addr, int port, int rank, int world, double timeout_s) {
+    return store_open(s, addr, port, rank, world, timeout_s, rank == 0);
+}
+
+int tri_store_join(tri_store *s, const char *addr, int port, int rank, int world, double timeout_s) {
+    return store_open(s, addr, port, rank, world, timeout_s, 0);
 }
 
 void tri_store_free(tri_store *s) {

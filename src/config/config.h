@@ -63,6 +63,8 @@ typedef struct tri_parallel_cfg {
     int sequence_parallel; /* 1: LayerNorms, residuals and the embedding output run on
                               sequence shards (needs tp > 1 and seq_len % tp == 0) */
     int zero;              /* 1: distributed optimizer (ZeRO-1) over DP      */
+    double progress_timeout_s; /* a rank without progress while its peers wait is named
+                                  after this; 0: no progress heartbeat       */
 } tri_parallel_cfg;
 
 typedef struct tri_ckpt_cfg {
@@ -77,6 +79,8 @@ typedef struct tri_log_cfg {
     char dir[TRI_PATH_MAX]; /* metrics.jsonl goes here                      */
     double peak_gflops;     /* for MFU: the machine's peak, GFLOP/s         */
     int plot;               /* 1: world rank 0 runs scripts/plot.py on dir at the end */
+    int straggler_every;    /* steps between straggler reports; 0: none     */
+    double straggler_factor; /* a rank whose compute is this much above the median is slow */
 } tri_log_cfg;
 
 typedef struct tri_config {
@@ -90,6 +94,8 @@ typedef struct tri_config {
     struct {
         int fail_step; /* test-only fault injection: at this step ...     */
         int fail_rank; /* ... this rank exits with code 3 (-1: never)     */
+        int sleep_ms;   /* test-only: this many ms of sleep before each step ... */
+        int sleep_rank; /* ... on this world rank (-1: never)                    */
     } debug;
     char source[TRI_PATH_MAX]; /* the file it was read from, for messages */
 } tri_config;

@@ -85,6 +85,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     const tri_mesh *mesh = &t->dist.mesh;
 
     tri_stop_install(0); /* SIGTERM, SIGINT, SIGUSR1 (tridentrun's and Slurm's --signal "save and stop") */
+    (void)tri_dist_start_heartbeat(&t->dist, cfg->parallel.progress_timeout_s); /* parallel/heartbeat.h */
 
     double flops_tok = tri_gpt_flops_per_token(&cfg->model);
     double tokens_step = (double)t->G * (double)t->T;
@@ -106,6 +107,11 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         }
         double t0 = tri_now_s();
         double norm;
+        if (cfg->debug.sleep_rank == mesh->rank && cfg->debug.sleep_ms > 0) { /* test only: a slow rank */
+            tri_dist_progress(&t->dist, step + 1, "data");
+            struct timespec nap = {cfg->debug.sleep_ms / 1000, (long)(cfg->debug.sleep_ms % 1000) * 1000000L};
+            while (nanosleep(&nap, &nap) != 0 && errno == EINTR) {}
+        }
         tri_dist_progress(&t->dist, step + 1, "train");
         loss = train_step(t, step, &norm);
         double dt = tri_now_s() - t0;
