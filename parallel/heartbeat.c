@@ -197,8 +197,8 @@ static void *beat(void *arg) {
     unsigned long seen_main = 0;
     char key[32], text[sizeof h->verdict];
     snprintf(key, sizeof key, "hb/%d", h->rank);
-    while (!__atomic_load_n(&h->quit, __ATOMIC_ACQUIRE)) {
-        sleep_for(h->beat_s);
+    for (int first = 1; !__atomic_load_n(&h->quit, __ATOMIC_ACQUIRE); first = 0) {
+        if (!first) sleep_for(h->beat_s); /* the first record at once */
         double now = tri_wd_clock_tick(&k, tri_now_s());
         tri_hb_record me;
         my_record(h, &me, ++seq);
