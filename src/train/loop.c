@@ -22,6 +22,7 @@
 #include "train/datafiles.h"
 #include "train/plot.h"
 #include "train/preflight.h"
+#include "train/straggler.h"
 
 static char *state_json(const trainer *t, int step, double loss) {
     cJSON *root = cJSON_CreateObject();
@@ -79,6 +80,8 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     trainer tr;
     memset(&tr, 0, sizeof tr);
     trainer *t = &tr;
+    tri_straggler sg; /* train/straggler.h: every log.straggler_every steps, the slow ranks */
+    memset(&sg, 0, sizeof sg);
     int start = 0;
     int rc = trainer_setup(t, cfg, opts, &start);
     if (rc != TRI_EXIT_OK) goto done;
@@ -86,6 +89,10 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
 
     tri_stop_install(0); /* SIGTERM, SIGINT, SIGUSR1 (tridentrun's and Slurm's --signal "save and stop") */
     (void)tri_dist_start_heartbeat(&t->dist, cfg->parallel.progress_timeout_s); /* parallel/heartbeat.h */
+    if (tri_straggler_init(&sg, &t->dist, cfg->log.straggler_every, cfg->log.straggler_factor) != 0) {
+        rc = TRI_EXIT_FAILURE;
+        goto done;
+    }
 
     double flops_tok = tri_gpt_flops_per_token(&cfg->model);
     double tokens_step = (double)t->G * (double)t->T;
@@ -105,7 +112,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             memset(&t->dist.pp.stats, 0, sizeof t->dist.pp.stats);
             if (t->prof) tri_profile_reset(t->prof);
         }
-        double t0 = tri_now_s();
+        double t0 = tri_now_s(), comm0 = tri_straggler_comm_s(&t->dist);
         double norm;
         if (cfg->debug.sleep_rank == mesh->rank && cfg->debug.sleep_ms > 0) { /* test only: a slow rank */
             tri_dist_progress(&t->dist, step + 1, "data");
@@ -137,7 +144,9 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             fprintf(t->metrics, "{\"step\": %d, \"mem\": %s}\n", step + 1, mem);
             fflush(t->metrics);
         }
-        if (step > start) {
+        if (step > start) { /* (the first step warms up: not a straggler's figure) */
+            tri_straggler_step(&sg, dt, tri_straggler_comm_s(&t->dist) - comm0);
+            tri_straggler_check(&sg, &t->dist, t->metrics, step + 1);
             measured += dt;
             t->pipe_total.busy_s += t->pipe.stats.busy_s;
             t->pipe_total.p2p_s += t->pipe.stats.p2p_s;
@@ -248,6 +257,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     if (!opts->synthetic && save(t, step, loss) != 0) rc = TRI_EXIT_FAILURE;
     if (t->is_logger && !opts->quiet && !isnan(loss)) printf("final loss %.6f\n", loss);
 done:
+    tri_straggler_free(&sg);
     fflush(NULL);
     trainer_free(t);
     if (rc != TRI_EXIT_OK && rc < TRI_EXIT_SIGNAL_BASE && t->dist.mesh.world > 1) {

@@ -599,3 +599,64 @@ Test(hang, heartbeat_names_a_rank_stuck_outside_communication, .timeout = 120) {
     tt_rmrf(dir);
     free(dir);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Straggler reports                                                        */
+
+/* A dp=2 run of 121 steps with straggler windows of 40 (steps 2-41, 42-81,
+ * 82-121: the first step is not counted), `extra` added; returns its output
+ * and in *metrics the metrics file (both to free). */
+static char *straggler_run(const char *dir, const char *const *extra, char **metrics) {
+    job j;
+    start_run(&j, dir, "parallel.dp=2", "121", "60", NULL, extra, NULL);
+    int rc = job_wait(&j, 90, "a straggler run");
+    char *out = job_output(&j);
+    JOB_ASSERT(&j, rc == 0, "exit %d:\n%s", rc, out);
+    char path[400];
+    snprintf(path, sizeof path, "%s/log/metrics.jsonl", dir);
+    *metrics = tt_read(path);
+    JOB_ASSERT(&j, *metrics != NULL, "no metrics");
+    job_expect_all_gone(&j);
+    job_kill(&j);
+    return out;
+}
+
+static int count_of(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+    return n;
+}
+
+/* Rank 1 sleeps 8 ms before each of its steps (debug.sleep_ms; a step of the
+ * tiny model computes in ~1 ms): every window names it, and only it. */
+Test(hang, straggler_report_names_the_slowed_rank, .timeout = 120) {
+    char *dir = tt_mkdtemp(), *metrics = NULL;
+    const char *extra[] = {"log.straggler_every=40", "debug.sleep_rank=1", "debug.sleep_ms=8", NULL};
+    char *out = straggler_run(dir, extra, &metrics);
+    cr_expect_eq(count_of(out, "note: rank 1 (host "), 3, "three windows, rank 1 named in each:\n%s", out);
+    cr_expect(strstr(out, ", stage 0, dp 1, tp 0) is slow: compute "), "%s", out);
+    cr_expect(strstr(out, "x the median over the last 40 steps ("), "%s", out);
+    cr_expect_eq(count_of(out, "note: rank 0 ("), 0, "%s", out);
+    cr_expect_eq(count_of(metrics, "\"straggler\": {\"window\": 40,"), 3, "%s", metrics);
+    cr_expect_eq(count_of(metrics, "\"slow\": [1]}"), 3, "%s", metrics);
+    cr_expect(strstr(metrics, "\"compute_ms_median\": ["), "%s", metrics);
+    free(out);
+    free(metrics);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* The same run without the sleep: nobody is named, and the metrics still
+ * hold every window's per-rank figures. */
+Test(hang, straggler_report_names_nobody_in_a_healthy_run, .timeout = 120) {
+    char *dir = tt_mkdtemp(), *metrics = NULL;
+    const char *extra[] = {"log.straggler_every=40", NULL};
+    char *out = straggler_run(dir, extra, &metrics);
+    cr_expect_eq(count_of(out, "is slow: compute"), 0, "%s", out);
+    cr_expect_eq(count_of(metrics, "\"straggler\": {\"window\": 40,"), 3, "%s", metrics);
+    cr_expect_eq(count_of(metrics, "\"slow\": []}"), 3, "%s", metrics);
+    free(out);
+    free(metrics);
+    tt_rmrf(dir);
+    free(dir);
+}
