@@ -71,7 +71,7 @@ int tri_straggler_judge(const double *fig, int world, double factor, double *med
 
 int tri_straggler_init(tri_straggler *s, tri_dist *d, int every, double factor) {
     memset(s, 0, sizeof *s);
-    if (every <= 0) return 0;
+    if (every <= 0 || d->mesh.world < 2) return 0; /* one rank: nobody to compare with */
     s->compute = calloc((size_t)every, sizeof *s->compute);
     s->comm = calloc((size_t)every, sizeof *s->comm);
     s->all = calloc((size_t)d->mesh.world * TRI_SG_N, sizeof *s->all);

@@ -62,8 +62,8 @@ double tri_straggler_median(double *x, int n);
 int tri_straggler_judge(const double *fig, int world, double factor, double *median, int *slow, double *base,
                         int max_slow);
 
-/* Collective over d's world (it gathers the host names). every 0: off, no
- * collective ever. Returns 0 or -1 (out of memory on this rank: message;
+/* Collective over d's world (it gathers the host names). every 0 or a world
+ * of one: off, no collective ever. Returns 0 or -1 (out of memory on this rank: message;
  * the caller ends the job, the other ranks would wait for it). */
 int tri_straggler_init(tri_straggler *s, tri_dist *d, int every, double factor);
 /* The time this rank has spent blocked in communication so far: the sum of
