@@ -627,11 +627,12 @@ static int count_of(const char *s, const char *needle) {
     return n;
 }
 
-/* Rank 1 sleeps 8 ms before each of its steps (debug.sleep_ms; a step of the
- * tiny model computes in ~1 ms): every window names it, and only it. */
+/* Rank 1 sleeps 15 ms before each of its steps (debug.sleep_ms; a step of
+ * the tiny model computes in about 1 ms, up to ~5 ms for a rank starved of
+ * its core while other tests run): every window names it, and only it. */
 Test(hang, straggler_report_names_the_slowed_rank, .timeout = 120) {
     char *dir = tt_mkdtemp(), *metrics = NULL;
-    const char *extra[] = {"log.straggler_every=40", "debug.sleep_rank=1", "debug.sleep_ms=8", NULL};
+    const char *extra[] = {"log.straggler_every=40", "debug.sleep_rank=1", "debug.sleep_ms=15", NULL};
     char *out = straggler_run(dir, extra, &metrics);
     cr_expect_eq(count_of(out, "note: rank 1 (host "), 3, "three windows, rank 1 named in each:\n%s", out);
     cr_expect(strstr(out, ", stage 0, dp 1, tp 0) is slow: compute "), "%s", out);
@@ -646,15 +647,23 @@ Test(hang, straggler_report_names_the_slowed_rank, .timeout = 120) {
     free(dir);
 }
 
-/* The same run without the sleep: nobody is named, and the metrics still
- * hold every window's per-rank figures. */
+/* The same run without the sleep: no rank is named in every window as the
+ * slowed one is. (On an idle host no window names anyone; while other tests
+ * share the two cores, a rank starved of its core for a whole window is
+ * slower, and rightly named for that window: measured, in 2 of 5 runs of
+ * the fault suite (--jobs=2) two of the three windows named a rank, a
+ * different one each time, 3.7-3.8x. A persistent straggler is what must not
+ * appear.) The metrics hold every window's per-rank figures. */
 Test(hang, straggler_report_names_nobody_in_a_healthy_run, .timeout = 120) {
     char *dir = tt_mkdtemp(), *metrics = NULL;
     const char *extra[] = {"log.straggler_every=40", NULL};
     char *out = straggler_run(dir, extra, &metrics);
-    cr_expect_eq(count_of(out, "is slow: compute"), 0, "%s", out);
+    cr_expect_lt(count_of(out, "note: rank 0 ("), 3, "%s", out);
+    cr_expect_lt(count_of(out, "note: rank 1 ("), 3, "%s", out);
     cr_expect_eq(count_of(metrics, "\"straggler\": {\"window\": 40,"), 3, "%s", metrics);
-    cr_expect_eq(count_of(metrics, "\"slow\": []}"), 3, "%s", metrics);
+    cr_expect_eq(count_of(metrics, "\"slow\": [0]}") + count_of(metrics, "\"slow\": [1]}") +
+                     count_of(metrics, "\"slow\": []}"),
+                 3, "%s", metrics);
     free(out);
     free(metrics);
     tt_rmrf(dir);
