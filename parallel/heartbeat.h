@@ -14,10 +14,14 @@
  * beats stopped for TRI_HB_SILENT_S (or progress_timeout_s when shorter) is
  * stopped or gone (SIGSTOP, a dead host); a peer whose beats go on but whose
  * progress count has not moved for progress_timeout_s while it is not waiting
- * itself is stuck outside communication (data loading, I/O). The verdict
- * goes to the waiting (main) thread, which reports it and ends the job as the
- * watchdog does (exit 124). Staleness is counted on the watching thread's own
- * running clock (tri_wd_clock): a suspension of the whole job blames nobody.
+ * itself is stuck outside communication (data loading, I/O); a store that
+ * does not answer for the silent threshold means world rank 0 (its server
+ * under MPI) is stopped or gone. The verdict, confirmed at the next beat,
+ * goes to the waiting (main) thread, which reports it and ends the job as
+ * the watchdog does (exit 124). Staleness is counted on the watching
+ * thread's own running clock (tri_wd_clock), and a stop of this process seen
+ * by either thread (the main thread's polls, tri_hb_poll) restarts the look
+ * from zero: a suspension of the whole job blames nobody.
  *
  * The judging is pure (tri_hb_observe, tri_hb_judge): tested with made-up
  * records and clocks in tests/parallel/test_heartbeat.c.

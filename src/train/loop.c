@@ -89,7 +89,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
 
     tri_stop_install(0); /* SIGTERM, SIGINT, SIGUSR1 (tridentrun's and Slurm's --signal "save and stop") */
     (void)tri_dist_start_heartbeat(&t->dist, cfg->parallel.progress_timeout_s); /* parallel/heartbeat.h */
-    if (tri_straggler_init(&sg, &t->dist, cfg->log.straggler_every, cfg->log.straggler_factor) != 0) {
+    if (tri_straggler_init(&sg, &t->dist, cfg->log.straggler_every, cfg->log.straggler_factor, opts->quiet) != 0) {
         rc = TRI_EXIT_FAILURE;
         goto done;
     }

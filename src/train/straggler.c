@@ -69,7 +69,7 @@ int tri_straggler_judge(const double *fig, int world, double factor, double *med
     return n;
 }
 
-int tri_straggler_init(tri_straggler *s, tri_dist *d, int every, double factor) {
+int tri_straggler_init(tri_straggler *s, tri_dist *d, int every, double factor, int quiet) {
     memset(s, 0, sizeof *s);
     if (every <= 0 || d->mesh.world < 2) return 0; /* one rank: nobody to compare with */
     s->compute = calloc((size_t)every, sizeof *s->compute);
@@ -93,6 +93,7 @@ int tri_straggler_init(tri_straggler *s, tri_dist *d, int every, double factor) 
         free(hosts);
     s->every = every;
     s->factor = factor;
+    s->quiet = quiet;
     return 0;
 }
 
@@ -141,14 +142,14 @@ void tri_straggler_check(tri_straggler *s, tri_dist *d, FILE *metrics, int step)
     int slow[MAX_SLOW];
     double med = 0, base[MAX_SLOW];
     int n_slow = tri_straggler_judge(all, world, s->factor, &med, slow, base, MAX_SLOW);
-    for (int i = 0; i < n_slow && i < MAX_SLOW; i++) {
+    for (int i = 0; i < n_slow && i < MAX_SLOW && !s->quiet; i++) {
         const double *f = all + (size_t)slow[i] * TRI_SG_N;
         tri_log_note("rank %d (host %.63s, stage %d, dp %d, tp %d) is slow: compute %.1fx the median over the last %d "
                      "steps (%.1f ms a step against %.1f ms, the median of the other ranks)",
                      slow[i], s->hosts[slow[i]], (int)f[TRI_SG_PP], (int)f[TRI_SG_DP], (int)f[TRI_SG_TP],
                      base[i] > 0 ? f[TRI_SG_MEDIAN] / base[i] : 0.0, n, 1e3 * f[TRI_SG_MEDIAN], 1e3 * base[i]);
     }
-    if (n_slow > MAX_SLOW) tri_log_note("... and %d more slow ranks", n_slow - MAX_SLOW);
+    if (n_slow > MAX_SLOW && !s->quiet) tri_log_note("... and %d more slow ranks", n_slow - MAX_SLOW);
     if (metrics) {
         fprintf(metrics, "{\"step\": %d, \"straggler\": {\"window\": %d, \"median_compute_ms\": %.3f", step, n,
                 1e3 * med);

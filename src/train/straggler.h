@@ -45,6 +45,7 @@ enum {
 
 typedef struct tri_straggler {
     int every;          /* window; 0: off              */
+    int quiet;          /* 1: no notes (metrics only)  */
     double factor;      /* log.straggler_factor        */
     int n;              /* steps recorded in the window */
     double *compute, *comm; /* every: per step         */
@@ -65,7 +66,7 @@ int tri_straggler_judge(const double *fig, int world, double factor, double *med
 /* Collective over d's world (it gathers the host names). every 0 or a world
  * of one: off, no collective ever. Returns 0 or -1 (out of memory on this rank: message;
  * the caller ends the job, the other ranks would wait for it). */
-int tri_straggler_init(tri_straggler *s, tri_dist *d, int every, double factor);
+int tri_straggler_init(tri_straggler *s, tri_dist *d, int every, double factor, int quiet);
 /* The time this rank has spent blocked in communication so far: the sum of
  * its groups' stats.seconds (the difference over a step is what counts). */
 double tri_straggler_comm_s(const tri_dist *d);
