@@ -225,8 +225,8 @@ static char *job_output(const job *j) {
  * --set train.steps=<steps> and the `extra` --set arguments (NULL-ended, may
  * be NULL), in dir; returns once `ready` (NULL: the ranks run) is in the
  * metrics. */
-static void start_run(job *j, const char *dir, const char *layout, const char *steps, const char *timeout_s,
-                      const char *grace_s, const char *const *extra, const char *ready) {
+static void start_run_of(job *j, int world, const char *dir, const char *layout, const char *steps,
+                         const char *timeout_s, const char *grace_s, const char *const *extra, const char *ready) {
     char data[300], sets[7][320];
     snprintf(data, sizeof data, "%s/train.bin", dir);
     tt_write_llmc_random(data, 20000, 256, 11);
@@ -261,8 +261,14 @@ static void start_run(job *j, const char *dir, const char *layout, const char *s
         argv[a++] = (char *)extra[i];
     }
     argv[a] = NULL;
-    job_start(j, dir, 2, argv);
+    job_start(j, dir, world, argv);
     job_wait_running(j, ready ? "log/metrics.jsonl" : NULL, ready, 60);
+}
+
+/* Two ranks (layout: "parallel.dp=2" or "parallel.pp=2"). */
+static void start_run(job *j, const char *dir, const char *layout, const char *steps, const char *timeout_s,
+                      const char *grace_s, const char *const *extra, const char *ready) {
+    start_run_of(j, 2, dir, layout, steps, timeout_s, grace_s, extra, ready);
 }
 
 /* Practically endless; returns once training has begun (the logger wrote step 3). */
@@ -549,6 +555,35 @@ Test(hang, heartbeat_names_a_stopped_rank_within_seconds, .timeout = 120) {
     JOB_ASSERT(&j, strstr(line, "(train): ") && strstr(line, " over "), "where rank 0 waited: %s", line);
     JOB_ASSERT(&j, strstr(line, ": world rank 1 (host ") && strstr(line, ", last at step "), "the rank: %s", line);
     JOB_ASSERT(&j, strstr(line, "has sent no heartbeat for ") && strstr(line, "it is stopped or gone"), "%s", line);
+    free(out);
+    job_expect_all_gone(&j);
+    job_kill(&j);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* Four ranks, pp=2 x dp=2: the last stage's second replica (world rank 3)
+ * stopped; whichever rank waits for it (a pipeline receive, the dp
+ * all-reduce of its stage, a world all-reduce) names it within seconds. */
+Test(hang, heartbeat_names_a_stopped_rank_of_a_pipeline, .timeout = 120) {
+    char *dir = tt_mkdtemp();
+    job j;
+    const char *extra[] = {"parallel.progress_timeout_s=2", "parallel.dp=2", NULL};
+    start_run_of(&j, 4, dir, "parallel.pp=2", "100000000", "600", NULL, extra, "\"step\": 3,");
+    usleep(500000);
+    JOB_ASSERT(&j, kill(j.cmd[3], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+    double t0 = now_s();
+    int rc = job_wait(&j, 60, "after SIGSTOP of rank 3");
+    double took = j.t_end - t0;
+    kill(j.cmd[3], SIGCONT);
+    char *out = job_output(&j);
+    JOB_ASSERT(&j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
+    JOB_ASSERT(&j, took >= 1.5 && took < 15, "ended %.1f s after the stop:\n%s", took, out);
+    char *line = strstr(out, ": heartbeat: step ");
+    JOB_ASSERT(&j, line != NULL, "no heartbeat report:\n%s", out);
+    char *eol = strchr(line, '\n');
+    if (eol) *eol = '\0';
+    JOB_ASSERT(&j, strstr(line, ": world rank 3 (host ") && strstr(line, "has sent no heartbeat for "), "%s", line);
     free(out);
     job_expect_all_gone(&j);
     job_kill(&j);
