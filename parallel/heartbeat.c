@@ -194,6 +194,8 @@ static void *beat(void *arg) {
     unsigned long prev_wait = 0; /* the wait seen at the previous beat */
     unsigned long pending = 0;   /* the wait of an unconfirmed verdict; 0: none */
     double seen_paused = 0, failing_s = 0; /* how long the store has not answered */
+    int claimed = 0;                       /* this rank claimed the pending verdict */
+    double claim_at = 0;
     unsigned long seen_main = 0;
     char key[32], text[sizeof h->verdict];
     snprintf(key, sizeof key, "hb/%d", h->rank);
@@ -247,12 +249,36 @@ static void *beat(void *arg) {
         }
         if (!named) {
             pending = 0;
-        } else if (pending != id) {
-            pending = id; /* confirmed at the next beat */
-        } else {
-            memcpy(h->verdict, text, sizeof text);
-            __atomic_store_n(&h->verdict_id, id, __ATOMIC_RELEASE);
+            claimed = 0;
+            continue;
         }
+        if (pending != id) {
+            pending = id; /* confirmed at the next beat */
+            claimed = 0;
+            continue;
+        }
+        /* Several watchers reach the same verdict at the same beat, and Open
+         * MPI mangles simultaneous MPI_Aborts (exit 1, not 124): one reports.
+         * Through the store, the last rank to claim it (read back a beat
+         * later); without the store, staggered by rank. A claimant that has
+         * not ended the job within 2 s is taken over. */
+        if (rc != 0) {
+            sleep_for(0.1 * (double)((h->rank - 1) % 8));
+        } else if (!claimed) {
+            int32_t me32 = h->rank;
+            if (tri_store_set(&h->conn, "hb/claim", &me32, sizeof me32) != 0) hb_disconnect(h);
+            claimed = 1;
+            claim_at = now;
+            continue;
+        } else {
+            int32_t owner = -1;
+            size_t got = 0;
+            int g = tri_store_get(&h->conn, "hb/claim", &owner, sizeof owner, &got);
+            if (g < 0) hb_disconnect(h);
+            if (g == 1 && got == sizeof owner && owner != h->rank && now - claim_at < 2.0 + 4 * h->beat_s) continue;
+        }
+        memcpy(h->verdict, text, sizeof text);
+        __atomic_store_n(&h->verdict_id, id, __ATOMIC_RELEASE);
     }
     return NULL;
 }

@@ -682,23 +682,19 @@ Test(hang, straggler_report_names_the_slowed_rank, .timeout = 120) {
     free(dir);
 }
 
-/* The same run without the sleep: no rank is named in every window as the
- * slowed one is. (On an idle host no window names anyone; while other tests
- * share the two cores, a rank starved of its core for a whole window is
- * slower, and rightly named for that window: measured, in 2 of 5 runs of
- * the fault suite (--jobs=2) two of the three windows named a rank, a
- * different one each time, 3.7-3.8x. A persistent straggler is what must not
- * appear.) The metrics hold every window's per-rank figures. */
+/* The same run without the sleep: nobody is named (a step computes in about
+ * 1 ms; a rank preempted while other tests share the two cores computes in
+ * up to ~5 ms, under TRI_STRAGGLER_MIN_EXCESS_S above the other: measured,
+ * 3.3 and 4.9 ms against 0.9 and 1.3 ms in the fault suite's runs, when the
+ * floor was 1 ms and such windows named a healthy rank). The metrics hold
+ * every window's per-rank figures. */
 Test(hang, straggler_report_names_nobody_in_a_healthy_run, .timeout = 120) {
     char *dir = tt_mkdtemp(), *metrics = NULL;
     const char *extra[] = {"log.straggler_every=40", NULL};
     char *out = straggler_run(dir, extra, &metrics);
-    cr_expect_lt(count_of(out, "note: rank 0 ("), 3, "%s", out);
-    cr_expect_lt(count_of(out, "note: rank 1 ("), 3, "%s", out);
+    cr_expect_eq(count_of(out, "is slow: compute"), 0, "%s", out);
     cr_expect_eq(count_of(metrics, "\"straggler\": {\"window\": 40,"), 3, "%s", metrics);
-    cr_expect_eq(count_of(metrics, "\"slow\": [0]}") + count_of(metrics, "\"slow\": [1]}") +
-                     count_of(metrics, "\"slow\": []}"),
-                 3, "%s", metrics);
+    cr_expect_eq(count_of(metrics, "\"slow\": []}"), 3, "%s", metrics);
     free(out);
     free(metrics);
     tt_rmrf(dir);

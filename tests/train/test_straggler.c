@@ -75,19 +75,23 @@ Test(straggler, judge_names_exactly_the_ranks_above_factor_times_the_others_medi
 }
 
 Test(straggler, two_ranks_compare_each_with_the_other) {
-    /* with the median of all (their mean, 6 ms) rank 1 at 8 ms would be 1.33x:
+    /* with the median of all (their mean, 60 ms) rank 1 at 80 ms would be 1.33x:
      * against the other rank it is 2x */
     double fig[2 * TRI_SG_N] = {0};
-    fig[TRI_SG_MEDIAN] = 0.004;
-    fig[TRI_SG_N + TRI_SG_MEDIAN] = 0.008;
+    fig[TRI_SG_MEDIAN] = 0.040;
+    fig[TRI_SG_N + TRI_SG_MEDIAN] = 0.080;
     int slow[2];
     double base[2], median;
     cr_assert_eq(tri_straggler_judge(fig, 2, 1.5, &median, slow, base, 2), 1);
     cr_expect_eq(slow[0], 1);
-    cr_expect_float_eq(base[0], 0.004, 1e-15);
-    cr_expect_float_eq(median, 0.006, 1e-15);
-    /* equal ranks, and a rank 1.4x the other: nobody */
-    fig[TRI_SG_N + TRI_SG_MEDIAN] = 0.0056;
+    cr_expect_float_eq(base[0], 0.040, 1e-15);
+    cr_expect_float_eq(median, 0.060, 1e-15);
+    /* a rank 1.4x the other: nobody */
+    fig[TRI_SG_N + TRI_SG_MEDIAN] = 0.056;
+    cr_expect_eq(tri_straggler_judge(fig, 2, 1.5, &median, slow, base, 2), 0);
+    /* 4.9 ms against 0.9 ms (5.4x), a rank preempted once a step: under the floor */
+    fig[TRI_SG_MEDIAN] = 0.0009;
+    fig[TRI_SG_N + TRI_SG_MEDIAN] = 0.0049;
     cr_expect_eq(tri_straggler_judge(fig, 2, 1.5, &median, slow, base, 2), 0);
 }
 
