@@ -92,6 +92,7 @@ struct tri_hb {
     char host[48];
     pthread_t thread;
     int running;
+    int started; /* connected once: later failures are quiet (the verdict speaks) */
     /* shared with the main thread (__atomic) */
     int quit;
     unsigned long count;   /* progress events            */
@@ -138,6 +139,7 @@ int tri_hb_serve(tri_hb *h, int *port) {
 static int hb_connect(tri_hb *h) {
     if (h->connected) return 0;
     if (tri_store_join(&h->conn, h->addr, h->port, h->rank, h->world, h->silent_s / 2) != 0) return -1;
+    h->conn.quiet = h->started; /* the first connection says why it failed; later ones are the verdict's */
     h->connected = 1;
     return 0;
 }
@@ -287,6 +289,8 @@ int tri_hb_start(tri_hb *h, const char *addr, int port) {
     snprintf(h->addr, sizeof h->addr, "%s", addr);
     h->port = port;
     if (hb_connect(h) != 0) return -1;
+    h->started = 1;
+    h->conn.quiet = 1;
     int rc = pthread_create(&h->thread, NULL, beat, h);
     if (rc != 0) return tri_error_rank(h->rank, "cannot start the heartbeat thread: %s", strerror(rc));
     h->running = 1;

@@ -10,6 +10,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -289,6 +290,18 @@ static void server_stop(struct tri_store_server *sv) {
 /* ------------------------------------------------------------------------ */
 /* The client                                                               */
 
+/* A client's error: said through tri_error, unless the store is quiet.
+ * Returns -1. */
+__attribute__((format(printf, 2, 3))) static int store_error(const tri_store *s, const char *fmt, ...) {
+    if (s->quiet) return -1;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return tri_error("%s", msg);
+}
+
 /* Connects to addr:port, retrying until the deadline. Returns the socket, or
  * -1 after a message. */
 static int connect_until(const tri_store *s, double deadline) {
@@ -297,7 +310,7 @@ static int connect_until(const tri_store *s, double deadline) {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
     int g = getaddrinfo(s->addr, port, &hints, &res);
     if (g != 0)
-        return tri_error("rank %d: the store's address %s:%d (MASTER_ADDR:MASTER_PORT) does not resolve: %s", s->rank,
+        return store_error(s, "rank %d: the store's address %s:%d (MASTER_ADDR:MASTER_PORT) does not resolve: %s", s->rank,
                          s->addr, s->port, gai_strerror(g));
     int last = 0;
     double pause = 0.01;
@@ -322,7 +335,7 @@ static int connect_until(const tri_store *s, double deadline) {
         if (pause < 0.25) pause *= 2;
     }
     freeaddrinfo(res);
-    return tri_error("rank %d: cannot reach the store at %s:%d within %.1f s (rank 0 serves it): %s", s->rank, s->addr,
+    return store_error(s, "rank %d: cannot reach the store at %s:%d within %.1f s (rank 0 serves it): %s", s->rank, s->addr,
                      s->port, s->timeout_s, strerror(last));
 }
 
@@ -336,12 +349,12 @@ static int recv_until(const tri_store *s, void *p, size_t n, double deadline, co
         int rc = poll(&pf, 1, ms);
         if (rc < 0 && errno == EINTR) continue;
         if (rc == 0)
-            return tri_error("rank %d: store at %s:%d: no answer for key '%s' within %.1f s", s->rank, s->addr, s->port,
+            return store_error(s, "rank %d: store at %s:%d: no answer for key '%s' within %.1f s", s->rank, s->addr, s->port,
                              key, s->timeout_s);
         ssize_t r = rc < 0 ? -1 : recv(s->fd, c, n, 0);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0)
-            return tri_error("rank %d: store at %s:%d closed the connection during key '%s' (is rank 0 gone?)", s->rank,
+            return store_error(s, "rank %d: store at %s:%d closed the connection during key '%s' (is rank 0 gone?)", s->rank,
                              s->addr, s->port, key);
         c += r;
         n -= (size_t)r;
@@ -352,7 +365,7 @@ static int recv_until(const tri_store *s, void *p, size_t n, double deadline, co
 static int check_key(const tri_store *s, const char *key) {
     size_t k = key ? strlen(key) : 0;
     if (k == 0 || k > TRI_STORE_MAX_KEY)
-        return tri_error("rank %d: store at %s:%d: key '%s' is empty or longer than %d bytes", s->rank, s->addr,
+        return store_error(s, "rank %d: store at %s:%d: key '%s' is empty or longer than %d bytes", s->rank, s->addr,
                          s->port, key ? key : "", TRI_STORE_MAX_KEY);
     return 0;
 }
@@ -361,7 +374,7 @@ static int check_key(const tri_store *s, const char *key) {
 static int request(tri_store *s, char op, const char *key, const void *val, size_t len, uint32_t *ans_len) {
     if (check_key(s, key) != 0) return -1;
     if (len > TRI_STORE_MAX_VALUE)
-        return tri_error("rank %d: store at %s:%d: value of key '%s' has %zu bytes (at most %u)", s->rank, s->addr,
+        return store_error(s, "rank %d: store at %s:%d: value of key '%s' has %zu bytes (at most %u)", s->rank, s->addr,
                          s->port, key, len, TRI_STORE_MAX_VALUE);
     size_t klen = strlen(key);
     unsigned char h[9];
@@ -369,7 +382,7 @@ static int request(tri_store *s, char op, const char *key, const void *val, size
     put_u32(h + 1, (uint32_t)klen);
     put_u32(h + 5, (uint32_t)len);
     if (send_all(s->fd, h, 9) != 0 || send_all(s->fd, key, klen) != 0 || (len && send_all(s->fd, val, len) != 0))
-        return tri_error("rank %d: store at %s:%d: sending key '%s': %s", s->rank, s->addr, s->port, key,
+        return store_error(s, "rank %d: store at %s:%d: sending key '%s': %s", s->rank, s->addr, s->port, key,
                          strerror(errno));
     unsigned char a[5];
     if (recv_until(s, a, 5, tri_now_s() + (s->timeout_s > 0 ? s->timeout_s : 60), key) != 0) return -1;
@@ -382,7 +395,7 @@ int tri_store_set(tri_store *s, const char *key, const void *val, size_t len) {
     int st = request(s, 'S', key, val, len, &n);
     if (st < 0) return -1;
     if (st != 'K' || n != 0)
-        return tri_error("rank %d: store at %s:%d: unexpected answer to set '%s'", s->rank, s->addr, s->port, key);
+        return store_error(s, "rank %d: store at %s:%d: unexpected answer to set '%s'", s->rank, s->addr, s->port, key);
     return 0;
 }
 
@@ -392,7 +405,7 @@ int tri_store_get(tri_store *s, const char *key, void *buf, size_t cap, size_t *
     if (st < 0) return -1;
     if (st == 'N') return 0;
     if (st != 'V' || n > TRI_STORE_MAX_VALUE)
-        return tri_error("rank %d: store at %s:%d: unexpected answer to get '%s'", s->rank, s->addr, s->port, key);
+        return store_error(s, "rank %d: store at %s:%d: unexpected answer to get '%s'", s->rank, s->addr, s->port, key);
     double deadline = tri_now_s() + (s->timeout_s > 0 ? s->timeout_s : 60);
     size_t take = n < cap ? n : cap;
     if (take && recv_until(s, buf, take, deadline, key) != 0) return -1;
@@ -405,7 +418,7 @@ int tri_store_get(tri_store *s, const char *key, void *buf, size_t cap, size_t *
     }
     if (len) *len = n;
     if (n > cap)
-        return tri_error("rank %d: store at %s:%d: key '%s' holds %u bytes, more than the %zu expected", s->rank,
+        return store_error(s, "rank %d: store at %s:%d: key '%s' holds %u bytes, more than the %zu expected", s->rank,
                          s->addr, s->port, key, n, cap);
     return 1;
 }
@@ -418,7 +431,7 @@ int tri_store_wait(tri_store *s, const char *key, void *buf, size_t cap, size_t 
         if (rc != 0) return rc < 0 ? -1 : 0;
         double waited = tri_now_s() - t0;
         if (timeout_s > 0 && waited >= timeout_s)
-            return tri_error("rank %d: store at %s:%d: key '%s' was not set within %.1f s", s->rank, s->addr, s->port,
+            return store_error(s, "rank %d: store at %s:%d: key '%s' was not set within %.1f s", s->rank, s->addr, s->port,
                              key, timeout_s);
         sleep_s(pause);
         if (pause < 0.05) pause *= 1.5;

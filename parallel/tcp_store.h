@@ -44,6 +44,10 @@ typedef struct tri_store {
     int fd;                          /* this rank's connection to the server */
     unsigned long seq;               /* rendezvous made so far (keys of the next one are fresh) */
     struct tri_store_server *server; /* rank 0: the serving thread; NULL elsewhere */
+    int quiet;                       /* 1: a failed connect, request or wait
+                                        returns -1 without a message (set after
+                                        init: the heartbeat's thread, which
+                                        says what a silent store means) */
 } tri_store;
 
 /* Joins the store at addr:port as `rank` of `world`. Rank 0 first starts the
