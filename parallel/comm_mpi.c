@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/heartbeat.h"
 #include "parallel/watchdog.h"
 #include "base/err.h"
 #include "base/exit.h"
@@ -183,17 +184,52 @@ _Noreturn static void expired(const tri_comm *c, const char *op, size_t bytes, i
     abort(); /* MPI_Abort should not return */
 }
 
+/* A wait: the request, and the heartbeat's verdict on it (parallel/heartbeat.h). */
+typedef struct watched_req {
+    MPI_Request *q;
+    struct tri_hb *hb;
+    unsigned long id;
+    const char *verdict;
+} watched_req;
+
 static int req_done(void *ctx) {
+    watched_req *w = ctx;
     int flag = 0;
-    MPI_CHECK(MPI_Test((MPI_Request *)ctx, &flag, MPI_STATUS_IGNORE));
-    return flag;
+    MPI_CHECK(MPI_Test(w->q, &flag, MPI_STATUS_IGNORE));
+    if (!flag && w->hb) {
+        tri_hb_poll(w->hb);
+        w->verdict = tri_hb_verdict_on(w->hb, w->id);
+    }
+    return flag || w->verdict != NULL;
 }
 
-/* Completes *q by polling under the group's deadline; past it, does not return.
+/* The heartbeat named a peer that makes no progress while this rank waits:
+ * report as the watchdog does and end the job. */
+_Noreturn static void named(const tri_comm *c, const char *op, double waited, const char *verdict) {
+    const tri_progress *p = c->progress;
+    char where[160] = "outside the training loop";
+    if (p != NULL && p->step > 0)
+        snprintf(where, sizeof where, "step %ld (%s)", p->step, p->phase ? p->phase : "?");
+    else if (p != NULL)
+        snprintf(where, sizeof where, "%s", p->phase ? p->phase : "before the first step");
+    tri_error_rank(c->world_rank, "heartbeat: %s: %s over %s has waited %.1f s: %s; aborting the job", where,
+                   op ? op : "operation", c->name[0] ? c->name : "a group", waited, verdict);
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, TRI_EXIT_TIMEOUT);
+    abort(); /* MPI_Abort should not return */
+}
+
+/* Completes *q by polling under the group's deadline; past it, or once the
+ * progress heartbeat names a peer, does not return.
  * peer: the group index of a p2p peer, -1 for a collective. */
 static void wait_watched(const tri_comm *c, MPI_Request *q, const char *op, size_t bytes, int peer, int tag) {
     double waited = 0;
-    if (tri_wd_wait(c->timeout_s, NULL, req_done, q, &waited) != 0) expired(c, op, bytes, peer, tag, waited);
+    watched_req w = {.q = q, .hb = c->progress ? c->progress->hb : NULL};
+    w.id = tri_hb_wait_begin(w.hb);
+    if (tri_wd_wait(c->timeout_s, NULL, req_done, &w, &waited) != 0) expired(c, op, bytes, peer, tag, waited);
+    if (w.verdict != NULL) named(c, op, waited, w.verdict);
+    tri_hb_wait_end(w.hb);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -10,11 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/ctx.h"
+#include "parallel/heartbeat.h"
 #include "parallel/tcp_store.h"
 #include "base/err.h"
 #include "base/exit.h"
+#include "base/log.h"
 
 #ifdef TRI_HAVE_MPI
 #include "parallel/comm_mpi.h"
@@ -245,8 +248,50 @@ static int store_world(tri_dist *d, int tp, int pp, int dp, double timeout_s) {
 void tri_dist_progress(tri_dist *d, long step, const char *phase) {
     /* the groups point into *d: a copied or moved tri_dist would report stale steps */
     TRI_CHECK(d->world.progress == &d->progress && d->dp.progress == &d->progress);
-    d->progress.step = step;
-    d->progress.phase = phase;
+    __atomic_store_n(&d->progress.step, step, __ATOMIC_RELAXED);
+    __atomic_store_n(&d->progress.phase, phase, __ATOMIC_RELAXED);
+    tri_hb_bump(d->progress.hb);
+}
+
+int tri_dist_start_heartbeat(tri_dist *d, double progress_timeout_s) {
+    if (progress_timeout_s <= 0 || d->mesh.world == 1 || d->progress.hb != NULL) return 0;
+    if (d->transport != TRI_TRANSPORT_MPI && d->transport != TRI_TRANSPORT_STORE) return 0;
+    const int rank = d->mesh.rank;
+    tri_hb *h = tri_hb_create(rank, d->mesh.world, progress_timeout_s, &d->progress);
+    /* where the store is: the launch's, or one world rank 0 serves now */
+    struct {
+        char host[TRI_STORE_ADDR_LEN];
+        int32_t port;
+    } at;
+    memset(&at, 0, sizeof at);
+    at.port = -1;
+    if (d->transport == TRI_TRANSPORT_STORE) {
+        snprintf(at.host, sizeof at.host, "%s", d->store->addr);
+        at.port = d->store->port;
+    } else {
+        if (rank == 0) {
+            int port = -1;
+            if (h != NULL && gethostname(at.host, sizeof at.host - 1) == 0 && tri_hb_serve(h, &port) == 0)
+                at.port = port;
+        }
+        tri_comm_broadcast_host(&d->world, &at, sizeof at, TRI_U8, 0);
+    }
+    char mine[TRI_STORE_ADDR_LEN] = "";
+    const char *addr = at.host;
+    if (d->transport == TRI_TRANSPORT_MPI && (rank == 0 || (gethostname(mine, sizeof mine - 1) == 0 &&
+                                                           strcmp(mine, at.host) == 0)))
+        addr = "127.0.0.1"; /* on rank 0's host */
+    int failed = !(h != NULL && at.port > 0 && tri_hb_start(h, addr, at.port) == 0);
+    /* all or none: a rank without a heartbeat would look stopped to the others */
+    tri_comm_allreduce_host(&d->world, &failed, 1, TRI_I32, TRI_MAX);
+    int ok = !failed;
+    if (!ok) {
+        tri_hb_free(h);
+        if (rank == 0) tri_warn("the progress heartbeat could not start on every rank: running without it");
+        return -1;
+    }
+    d->progress.hb = h;
+    return 0;
 }
 
 int tri_dist_init(tri_dist *d, int tp, int pp, int dp) {
@@ -410,10 +455,13 @@ void tri_dist_free(tri_dist *d) {
 #ifdef TRI_HAVE_MPI
     if (d->transport == TRI_TRANSPORT_MPI && d->world.progress == &d->progress) {
         /* MPI_Finalize synchronises the ranks without a deadline: meet here first */
-        d->progress.phase = "shut-down";
+        tri_dist_progress(d, d->progress.step, "shut-down");
         tri_comm_barrier(&d->world);
     }
 #endif
+    /* every rank is past its last wait: the heartbeat's watching is over */
+    tri_hb_free(d->progress.hb);
+    d->progress.hb = NULL;
     tri_comm_free(&d->emb);
     tri_comm_free(&d->pp);
     tri_comm_free(&d->dp);

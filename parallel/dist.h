@@ -94,6 +94,12 @@ void tri_dist_set_timeout(tri_dist *d, double timeout_s);
  * first) and phase (a static string, e.g. "train", "eval", "save"). Cheap: two
  * stores. */
 void tri_dist_progress(tri_dist *d, long step, const char *phase);
+/* Starts the progress heartbeat (parallel/heartbeat.h) on every rank:
+ * collective over the world (under MPI, world rank 0 serves the heartbeat's
+ * store and sends its address). progress_timeout_s <= 0, a world of one or
+ * no transport: nothing. Returns 0, or -1 after a warning when some rank
+ * could not start it (the run goes on without it, on every rank). */
+int tri_dist_start_heartbeat(tri_dist *d, double progress_timeout_s);
 /* NULL-safe; finalises the transport (after a watched barrier, so that no
  * rank waits forever in MPI_Finalize for a peer that never gets there). */
 void tri_dist_free(tri_dist *d);

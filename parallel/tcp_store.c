@@ -10,6 +10,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,6 +264,11 @@ static int server_start(tri_store *s) {
         return tri_error("rank 0: cannot serve the store on port %d (MASTER_PORT; MASTER_ADDR %s): %s", s->port,
                          s->addr, strerror(e));
     }
+    if (s->port == 0) { /* any free port: the one the system chose */
+        struct sockaddr_in got;
+        socklen_t gl = sizeof got;
+        if (getsockname(sv->listen_fd, (struct sockaddr *)&got, &gl) == 0) s->port = ntohs(got.sin_port);
+    }
     int rc = pthread_create(&sv->thread, NULL, serve, sv);
     if (rc != 0) {
         server_free(sv);
@@ -284,6 +290,18 @@ static void server_stop(struct tri_store_server *sv) {
 /* ------------------------------------------------------------------------ */
 /* The client                                                               */
 
+/* A client's error: said through tri_error, unless the store is quiet.
+ * Returns -1. */
+__attribute__((format(printf, 2, 3))) static int store_error(const tri_store *s, const char *fmt, ...) {
+    if (s->quiet) return -1;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return tri_error("%s", msg);
+}
+
 /* Connects to addr:port, retrying until the deadline. Returns the socket, or
  * -1 after a message. */
 static int connect_until(const tri_store *s, double deadline) {
@@ -292,7 +310,7 @@ static int connect_until(const tri_store *s, double deadline) {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
     int g = getaddrinfo(s->addr, port, &hints, &res);
     if (g != 0)
-        return tri_error("rank %d: the store's address %s:%d (MASTER_ADDR:MASTER_PORT) does not resolve: %s", s->rank,
+        return store_error(s, "rank %d: the store's address %s:%d (MASTER_ADDR:MASTER_PORT) does not resolve: %s", s->rank,
                          s->addr, s->port, gai_strerror(g));
     int last = 0;
     double pause = 0.01;
@@ -317,7 +335,7 @@ static int connect_until(const tri_store *s, double deadline) {
         if (pause < 0.25) pause *= 2;
     }
     freeaddrinfo(res);
-    return tri_error("rank %d: cannot reach the store at %s:%d within %.1f s (rank 0 serves it): %s", s->rank, s->addr,
+    return store_error(s, "rank %d: cannot reach the store at %s:%d within %.1f s (rank 0 serves it): %s", s->rank, s->addr,
                      s->port, s->timeout_s, strerror(last));
 }
 
@@ -331,12 +349,12 @@ static int recv_until(const tri_store *s, void *p, size_t n, double deadline, co
         int rc = poll(&pf, 1, ms);
         if (rc < 0 && errno == EINTR) continue;
         if (rc == 0)
-            return tri_error("rank %d: store at %s:%d: no answer for key '%s' within %.1f s", s->rank, s->addr, s->port,
+            return store_error(s, "rank %d: store at %s:%d: no answer for key '%s' within %.1f s", s->rank, s->addr, s->port,
                              key, s->timeout_s);
         ssize_t r = rc < 0 ? -1 : recv(s->fd, c, n, 0);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0)
-            return tri_error("rank %d: store at %s:%d closed the connection during key '%s' (is rank 0 gone?)", s->rank,
+            return store_error(s, "rank %d: store at %s:%d closed the connection during key '%s' (is rank 0 gone?)", s->rank,
                              s->addr, s->port, key);
         c += r;
         n -= (size_t)r;
@@ -347,7 +365,7 @@ static int recv_until(const tri_store *s, void *p, size_t n, double deadline, co
 static int check_key(const tri_store *s, const char *key) {
     size_t k = key ? strlen(key) : 0;
     if (k == 0 || k > TRI_STORE_MAX_KEY)
-        return tri_error("rank %d: store at %s:%d: key '%s' is empty or longer than %d bytes", s->rank, s->addr,
+        return store_error(s, "rank %d: store at %s:%d: key '%s' is empty or longer than %d bytes", s->rank, s->addr,
                          s->port, key ? key : "", TRI_STORE_MAX_KEY);
     return 0;
 }
@@ -356,7 +374,7 @@ static int check_key(const tri_store *s, const char *key) {
 static int request(tri_store *s, char op, const char *key, const void *val, size_t len, uint32_t *ans_len) {
     if (check_key(s, key) != 0) return -1;
     if (len > TRI_STORE_MAX_VALUE)
-        return tri_error("rank %d: store at %s:%d: value of key '%s' has %zu bytes (at most %u)", s->rank, s->addr,
+        return store_error(s, "rank %d: store at %s:%d: value of key '%s' has %zu bytes (at most %u)", s->rank, s->addr,
                          s->port, key, len, TRI_STORE_MAX_VALUE);
     size_t klen = strlen(key);
     unsigned char h[9];
@@ -364,7 +382,7 @@ static int request(tri_store *s, char op, const char *key, const void *val, size
     put_u32(h + 1, (uint32_t)klen);
     put_u32(h + 5, (uint32_t)len);
     if (send_all(s->fd, h, 9) != 0 || send_all(s->fd, key, klen) != 0 || (len && send_all(s->fd, val, len) != 0))
-        return tri_error("rank %d: store at %s:%d: sending key '%s': %s", s->rank, s->addr, s->port, key,
+        return store_error(s, "rank %d: store at %s:%d: sending key '%s': %s", s->rank, s->addr, s->port, key,
                          strerror(errno));
     unsigned char a[5];
     if (recv_until(s, a, 5, tri_now_s() + (s->timeout_s > 0 ? s->timeout_s : 60), key) != 0) return -1;
@@ -377,7 +395,7 @@ int tri_store_set(tri_store *s, const char *key, const void *val, size_t len) {
     int st = request(s, 'S', key, val, len, &n);
     if (st < 0) return -1;
     if (st != 'K' || n != 0)
-        return tri_error("rank %d: store at %s:%d: unexpected answer to set '%s'", s->rank, s->addr, s->port, key);
+        return store_error(s, "rank %d: store at %s:%d: unexpected answer to set '%s'", s->rank, s->addr, s->port, key);
     return 0;
 }
 
@@ -387,7 +405,7 @@ int tri_store_get(tri_store *s, const char *key, void *buf, size_t cap, size_t *
     if (st < 0) return -1;
     if (st == 'N') return 0;
     if (st != 'V' || n > TRI_STORE_MAX_VALUE)
-        return tri_error("rank %d: store at %s:%d: unexpected answer to get '%s'", s->rank, s->addr, s->port, key);
+        return store_error(s, "rank %d: store at %s:%d: unexpected answer to get '%s'", s->rank, s->addr, s->port, key);
     double deadline = tri_now_s() + (s->timeout_s > 0 ? s->timeout_s : 60);
     size_t take = n < cap ? n : cap;
     if (take && recv_until(s, buf, take, deadline, key) != 0) return -1;
@@ -400,7 +418,7 @@ int tri_store_get(tri_store *s, const char *key, void *buf, size_t cap, size_t *
     }
     if (len) *len = n;
     if (n > cap)
-        return tri_error("rank %d: store at %s:%d: key '%s' holds %u bytes, more than the %zu expected", s->rank,
+        return store_error(s, "rank %d: store at %s:%d: key '%s' holds %u bytes, more than the %zu expected", s->rank,
                          s->addr, s->port, key, n, cap);
     return 1;
 }
@@ -413,7 +431,7 @@ int tri_store_wait(tri_store *s, const char *key, void *buf, size_t cap, size_t 
         if (rc != 0) return rc < 0 ? -1 : 0;
         double waited = tri_now_s() - t0;
         if (timeout_s > 0 && waited >= timeout_s)
-            return tri_error("rank %d: store at %s:%d: key '%s' was not set within %.1f s", s->rank, s->addr, s->port,
+            return store_error(s, "rank %d: store at %s:%d: key '%s' was not set within %.1f s", s->rank, s->addr, s->port,
                              key, timeout_s);
         sleep_s(pause);
         if (pause < 0.05) pause *= 1.5;
@@ -481,7 +499,8 @@ int tri_store_allgather(tri_store *s, const char *prefix, const void *mine, size
 
 int tri_store_barrier(tri_store *s, const char *name) { return tri_store_allgather(s, name, NULL, 0, NULL); }
 
-int tri_store_init(tri_store *s, const char *addr, int port, int rank, int world, double timeout_s) {
+/* tri_store_init and tri_store_join: serve (rank 0 of init) or only connect. */
+static int store_open(tri_store *s, const char *addr, int port, int rank, int world, double timeout_s, int serve) {
     memset(s, 0, sizeof *s);
     s->fd = -1;
     s->rank = rank;
@@ -491,11 +510,11 @@ int tri_store_init(tri_store *s, const char *addr, int port, int rank, int world
     snprintf(s->addr, sizeof s->addr, "%s", addr ? addr : "");
     if (addr == NULL || *addr == '\0' || strlen(addr) >= sizeof s->addr)
         return tri_error("rank %d: the store's address (MASTER_ADDR) is empty or too long", rank);
-    if (port < 1 || port > 65535)
+    if ((port < 1 && !(port == 0 && serve)) || port > 65535)
         return tri_error("rank %d: the store's port %d (MASTER_PORT) is outside 1..65535", rank, port);
     if (world < 1 || rank < 0 || rank >= world)
         return tri_error("rank %d is out of range for a store of %d ranks (at %s:%d)", rank, world, addr, port);
-    if (rank == 0 && server_start(s) != 0) return -1;
+    if (serve && server_start(s) != 0) return -1;
     double deadline = tri_now_s() + (timeout_s > 0 ? timeout_s : 1e9);
     s->fd = connect_until(s, deadline);
     if (s->fd < 0) {
@@ -504,6 +523,14 @@ int tri_store_init(tri_store *s, const char *addr, int port, int rank, int world
         return -1;
     }
     return 0;
+}
+
+int tri_store_init(tri_store *s, const char *addr, int port, int rank, int world, double timeout_s) {
+    return store_open(s, addr, port, rank, world, timeout_s, rank == 0);
+}
+
+int tri_store_join(tri_store *s, const char *addr, int port, int rank, int world, double timeout_s) {
+    return store_open(s, addr, port, rank, world, timeout_s, 0);
 }
 
 void tri_store_free(tri_store *s) {

@@ -44,6 +44,10 @@ typedef struct tri_store {
     int fd;                          /* this rank's connection to the server */
     unsigned long seq;               /* rendezvous made so far (keys of the next one are fresh) */
     struct tri_store_server *server; /* rank 0: the serving thread; NULL elsewhere */
+    int quiet;                       /* 1: a failed connect, request or wait
+                                        returns -1 without a message (set after
+                                        init: the heartbeat's thread, which
+                                        says what a silent store means) */
 } tri_store;
 
 /* Joins the store at addr:port as `rank` of `world`. Rank 0 first starts the
@@ -53,6 +57,13 @@ typedef struct tri_store {
  * address: an address that does not resolve, a port rank 0 cannot listen on,
  * a server not reached in time. */
 int tri_store_init(tri_store *s, const char *addr, int port, int rank, int world, double timeout_s);
+/* Port 0 with rank 0: serve on any free port, which s->port then holds (the
+ * progress heartbeat's store under MPI, whose address rank 0 sends to the
+ * others over MPI). */
+
+/* As tri_store_init, but never serves (whatever the rank): another
+ * connection to a store served elsewhere, e.g. a second thread's. */
+int tri_store_join(tri_store *s, const char *addr, int port, int rank, int world, double timeout_s);
 
 /* NULL-safe; leaves the store. Rank 0 keeps serving until every other rank
  * has disconnected (at most timeout_s), so a late rank still gets its answers.

@@ -32,12 +32,30 @@ long tri_wd_pause_ns(const tri_wd_policy *p, double elapsed_s) {
 
 int tri_wd_expired(double timeout_s, double elapsed_s) { return timeout_s > 0 && elapsed_s >= timeout_s; }
 
+void tri_wd_clock_start(tri_wd_clock *k, double now, double max_gap_s) {
+    k->last = now;
+    k->run = 0;
+    k->paused = 0;
+    k->max_gap_s = max_gap_s;
+}
+
+double tri_wd_clock_tick(tri_wd_clock *k, double now) {
+    double gap = now - k->last;
+    if (gap > k->max_gap_s)
+        k->paused += gap;
+    else if (gap > 0)
+        k->run += gap;
+    k->last = now;
+    return k->run;
+}
+
 int tri_wd_wait(double timeout_s, const tri_wd_policy *p, int (*done)(void *ctx), void *ctx, double *waited_s) {
-    const double t0 = tri_now_s();
+    tri_wd_clock k;
+    tri_wd_clock_start(&k, tri_now_s(), TRI_WD_PAUSE_GAP_S);
     int rc = 0;
     for (;;) {
         if (done(ctx)) break;
-        double elapsed = tri_now_s() - t0;
+        double elapsed = tri_wd_clock_tick(&k, tri_now_s());
         if (tri_wd_expired(timeout_s, elapsed)) {
             rc = -1;
             break;
@@ -51,7 +69,7 @@ int tri_wd_wait(double timeout_s, const tri_wd_policy *p, int (*done)(void *ctx)
             (void)nanosleep(&ts, NULL);
         }
     }
-    if (waited_s) *waited_s = tri_now_s() - t0;
+    if (waited_s) *waited_s = tri_wd_clock_tick(&k, tri_now_s());
     return rc;
 }
 

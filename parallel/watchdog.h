@@ -27,14 +27,43 @@
  * never told otherwise (tools such as tests/tools/mpi_probe.c). */
 #define TRI_WD_DEFAULT_TIMEOUT_S 600.0
 
+struct tri_hb;
+
 /* Where the caller is, for the report: set by the trainer at each phase
- * (tri_dist_progress), read by the transport only when a wait expires. */
+ * (tri_dist_progress), read by the transport only when a wait expires and
+ * by the progress heartbeat's thread (parallel/heartbeat.h) at every beat. */
 typedef struct tri_progress {
     long step;         /* the step being run (1-based); 0: before the first */
     const char *phase; /* static text: "set-up", "train", "eval", "save"; may be NULL */
     char action[96];   /* the pipeline action waited for, e.g. "recv-act mb 3 chunk 0
                           from stage 0"; "" outside the pipeline's p2p waits */
+    struct tri_hb *hb; /* the progress heartbeat (parallel/heartbeat.h); NULL: none */
 } tri_progress;
+
+/* A clock that counts only the time its owner ran. Polled often (a waiting
+ * rank polls at least every few milliseconds), it sees a whole-process stop
+ * (SIGSTOP, a Slurm suspend, a paused VM, a debugger) as a gap between two
+ * polls far larger than any poll interval, and does not count the gap: a job
+ * whose ranks were all stopped for an hour resumes with its deadlines where
+ * they were. A rank waiting for a stopped peer keeps polling, so its time
+ * counts and the deadline passes as before. */
+typedef struct tri_wd_clock {
+    double last;      /* the raw time of the last tick                 */
+    double run;       /* the time counted so far                       */
+    double paused;    /* the gaps not counted                          */
+    double max_gap_s; /* a gap longer than this is a stop, not waiting */
+} tri_wd_clock;
+
+/* A gap between two polls longer than this is a stop of the whole process
+ * (a waiting rank polls every millisecond at most; a rank descheduled on a
+ * loaded host still runs several times a second). */
+#define TRI_WD_PAUSE_GAP_S 1.0
+
+/* Starts at raw time `now` (e.g. tri_now_s()) with run = 0. */
+void tri_wd_clock_start(tri_wd_clock *k, double now, double max_gap_s);
+/* Advances to raw time `now`; returns the running time counted since the
+ * start (gaps above max_gap_s, and a clock going backwards, count 0). */
+double tri_wd_clock_tick(tri_wd_clock *k, double now);
 
 /* How to pause between two polls, by the time waited so far. */
 typedef struct tri_wd_policy {
@@ -62,7 +91,8 @@ int tri_wd_expired(double timeout_s, double elapsed_s);
 /* Polls done(ctx) until it returns non-zero, pausing as the policy says
  * (NULL: the default). Returns 0 when done, or -1 once timeout_s (<= 0: no
  * deadline) has passed without it (done is called at least once). *waited_s
- * (may be NULL) gets the time spent. */
+ * (may be NULL) gets the time spent, counted on a tri_wd_clock: a stop of
+ * the whole process during the wait (every rank suspended) is not counted. */
 int tri_wd_wait(double timeout_s, const tri_wd_policy *p, int (*done)(void *ctx), void *ctx, double *waited_s);
 
 /* A wait that expired, as the transport knows it. */

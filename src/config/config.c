@@ -237,6 +237,18 @@ static const field fields[] = {
     NUM(debug, inject_rank, -1, -1, 0, R_LO, "... on this world rank (-1: every rank)"),
     CHOICE(debug, inject_kind, "nan-grad", "nan-grad|inf-grad|nan-loss|spike", inject_values, 15,
            "... the fault: one gradient element NaN or +inf, the loss NaN, or the loss x 1e4"),
+    NUM(parallel, progress_timeout_s, 60, 0, 1e6, R_LO | R_HI,
+        "progress heartbeat: a rank that completes no step, phase or communication for this many seconds "
+        "while a peer waits for it is named and the job aborted (a rank whose heartbeat stops, e.g. "
+        "SIGSTOP, is named after min(this, 5) s); 0: no heartbeat"),
+    NUM(log, straggler_every, 50, 0, 0, R_LO,
+        "steps between straggler checks: each rank's compute and communication time per step gathered on "
+        "world rank 0, which names a slow rank and writes per-rank min/median/max to metrics.jsonl (0: never)"),
+    NUM(log, straggler_factor, 1.5, 1, 0, R_LO | R_LO_OPEN,
+        "a rank whose median compute time per step over the window exceeds this times the median of all "
+        "ranks is reported as slow"),
+    NUM(debug, sleep_ms, 0, 0, 0, R_LO, "test only: milliseconds slept before each step (in phase \"data\") ..."),
+    NUM(debug, sleep_rank, -1, -1, 0, R_LO, "... by this world rank (-1: none)"),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 

@@ -77,6 +77,8 @@ typedef struct tri_parallel_cfg {
     int sequence_parallel; /* 1: LayerNorms, residuals and the embedding output run on
                               sequence shards (needs tp > 1 and seq_len % tp == 0) */
     int zero;              /* 1: distributed optimizer (ZeRO-1) over DP      */
+    double progress_timeout_s; /* a rank without progress while its peers wait is named
+                                  after this; 0: no progress heartbeat       */
 } tri_parallel_cfg;
 
 typedef struct tri_ckpt_cfg {
@@ -95,6 +97,8 @@ typedef struct tri_log_cfg {
     double peak_gflops;     /* for MFU: the machine's peak, GFLOP/s         */
     int plot;               /* 1: world rank 0 runs scripts/plot.py on dir at the end */
     int tensorboard;        /* 1: world rank 0 also writes TensorBoard scalars to dir */
+    int straggler_every;    /* steps between straggler reports; 0: none     */
+    double straggler_factor; /* a rank whose compute is this much above the median is slow */
 } tri_log_cfg;
 
 /* debug.inject_kind: what debug.inject_step plants (src/train/badstep.h) */
@@ -120,6 +124,8 @@ typedef struct tri_config {
         int inject_count;            /* ... and the steps after it: this many windows  */
         int inject_rank;             /* ... on this world rank (-1: every rank)         */
         tri_inject_kind inject_kind; /* ... of this kind                                */
+        int sleep_ms;   /* test-only: this many ms of sleep before each step ... */
+        int sleep_rank; /* ... on this world rank (-1: never)                    */
     } debug;
     char source[TRI_PATH_MAX]; /* the file it was read from, for messages */
 } tri_config;

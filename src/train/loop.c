@@ -23,6 +23,7 @@
 #include "train/datafiles.h"
 #include "train/plot.h"
 #include "train/preflight.h"
+#include "train/straggler.h"
 
 static char *state_json(const trainer *t, int step, double loss) {
     cJSON *root = cJSON_CreateObject();
@@ -79,12 +80,19 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     trainer tr;
     memset(&tr, 0, sizeof tr);
     trainer *t = &tr;
+    tri_straggler sg; /* train/straggler.h: every log.straggler_every steps, the slow ranks */
+    memset(&sg, 0, sizeof sg);
     int start = 0;
     int rc = trainer_setup(t, cfg, opts, &start);
     if (rc != TRI_EXIT_OK) goto done;
     const tri_mesh *mesh = &t->dist.mesh;
 
     tri_stop_install(0); /* SIGTERM, SIGINT, SIGUSR1 (tridentrun's and Slurm's --signal "save and stop") */
+    (void)tri_dist_start_heartbeat(&t->dist, cfg->parallel.progress_timeout_s); /* parallel/heartbeat.h */
+    if (tri_straggler_init(&sg, &t->dist, cfg->log.straggler_every, cfg->log.straggler_factor, opts->quiet) != 0) {
+        rc = TRI_EXIT_FAILURE;
+        goto done;
+    }
 
     double flops_tok = tri_gpt_flops_per_token(&cfg->model);
     double tokens_step = (double)t->G * (double)t->T;
@@ -104,8 +112,13 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             memset(&t->dist.pp.stats, 0, sizeof t->dist.pp.stats);
             if (t->prof) tri_profile_reset(t->prof);
         }
-        double t0 = tri_now_s();
+        double t0 = tri_now_s(), comm0 = tri_straggler_comm_s(&t->dist);
         double norm;
+        if (cfg->debug.sleep_rank == mesh->rank && cfg->debug.sleep_ms > 0) { /* test only: a slow rank */
+            tri_dist_progress(&t->dist, step + 1, "data");
+            struct timespec nap = {cfg->debug.sleep_ms / 1000, (long)(cfg->debug.sleep_ms % 1000) * 1000000L};
+            while (nanosleep(&nap, &nap) != 0 && errno == EINTR) {}
+        }
         tri_dist_progress(&t->dist, step + 1, "train");
         loss = train_step(t, step, &norm);
         double dt = tri_now_s() - t0;
@@ -120,7 +133,9 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             tri_mem_json(&t->ctx.mem, mem, sizeof mem);
             tri_metrics_write(t->metrics, step + 1, &TRI_METRIC_JSON("mem", mem), 1);
         }
-        if (step > start) {
+        if (step > start) { /* (the first step warms up: not a straggler's figure) */
+            tri_straggler_step(&sg, dt, tri_straggler_comm_s(&t->dist) - comm0);
+            tri_straggler_check(&sg, &t->dist, t->metrics, step + 1);
             measured += dt;
             t->pipe_total.busy_s += t->pipe.stats.busy_s;
             t->pipe_total.p2p_s += t->pipe.stats.p2p_s;
@@ -230,6 +245,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     if (!opts->synthetic && save(t, step, loss, 1) != 0) rc = TRI_EXIT_FAILURE;
     if (t->is_logger && !opts->quiet && !isnan(loss)) printf("final loss %.6f\n", loss);
 done:
+    tri_straggler_free(&sg);
     ckpt_abandon(t); /* an error exit: a save in flight is not committed unless its commit began */
     fflush(NULL);
     trainer_free(t);

@@ -27,7 +27,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 
-#define N_CONFIG_FIELDS 70 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 75 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -230,6 +230,13 @@ Test(config, out_of_range_values) {
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": 2e6}}", "parallel.timeout_s",
                  "in [0, 1000000]", "got 2000000");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": 2}}", "parallel.zero", "in [0, 1]", "got 2");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"progress_timeout_s\": -1}}",
+                 "parallel.progress_timeout_s", "in [0, 1000000]", "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"log\": {\"straggler_every\": -1}}", "log.straggler_every",
+                 "got -1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"log\": {\"straggler_factor\": 1}}", "log.straggler_factor",
+                 "got 1");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"debug\": {\"sleep_ms\": -5}}", "debug.sleep_ms", "got -5");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"log\": {\"every\": 0}}", "log.every", "got 0");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"checkpoint\": {\"keep\": -1}}", "checkpoint.keep", "got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"debug\": {\"fail_step\": -2}}", "debug.fail_step", ">= -1",

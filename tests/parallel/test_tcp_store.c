@@ -249,6 +249,29 @@ Test(tcp_store, port_already_in_use_is_named, .timeout = 60) {
     cr_expect(strstr(text, "in use") != NULL, "%s", text);
 }
 
+/* Port 0 on rank 0: the store serves on a free port the system chose, which
+ * s.port then holds; a second connection (tri_store_join, as the progress
+ * heartbeat's thread makes) reaches it, even with rank 0's number, and sees
+ * the values the first one set. */
+Test(tcp_store, port_0_serves_on_a_free_port_and_join_connects_to_it, .timeout = 30) {
+    tri_store s, j;
+    cr_assert_eq(tri_store_init(&s, "127.0.0.1", 0, 0, 2, 5.0), 0);
+    cr_assert(s.port > 0 && s.port <= 65535, "port %d", s.port);
+    cr_assert_not_null(s.server);
+    cr_assert_eq(tri_store_join(&j, "127.0.0.1", s.port, 0, 2, 5.0), 0);
+    cr_expect_null(j.server, "join never serves");
+    cr_assert_eq(tri_store_set(&s, "hb/0", "abc", 3), 0);
+    char buf[8] = "";
+    size_t n = 0;
+    cr_expect_eq(tri_store_get(&j, "hb/0", buf, sizeof buf, &n), 1);
+    cr_expect_eq(n, 3);
+    cr_expect_eq(memcmp(buf, "abc", 3), 0);
+    tri_store_free(&j);
+    tri_store_free(&s);
+    /* port 0 means nothing to a rank that only connects */
+    cr_expect_eq(tri_store_join(&j, "127.0.0.1", 0, 1, 2, 0.2), -1);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The launcher's environment                                               */
 

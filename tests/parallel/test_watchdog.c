@@ -6,7 +6,10 @@
 
 #include <math.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "parallel/watchdog.h"
 
@@ -84,7 +87,7 @@ Test(watchdog, expired_wait_ends_at_the_deadline_using_little_cpu) {
 }
 
 Test(watchdog, report_of_a_collective_names_step_group_op_bytes_and_peers) {
-    tri_progress p = {7, "train", ""};
+    tri_progress p = {7, "train", "", NULL};
     const int members[] = {0, 2};
     tri_wd_site s = {.world_rank = 0,
                      .progress = &p,
@@ -109,7 +112,7 @@ Test(watchdog, report_of_a_collective_names_step_group_op_bytes_and_peers) {
     s.op = "all-gather";
     s.bytes = 1048576;
     s.timeout_s = 0.5;
-    tri_progress before = {0, "set-up", ""};
+    tri_progress before = {0, "set-up", "", NULL};
     s.progress = &before;
     cr_expect_str_eq(tri_wd_describe(buf, sizeof buf, &s),
                      "trident: rank 5: watchdog: set-up: all-gather over tp of 1048576 bytes has waited "
@@ -141,7 +144,7 @@ Test(watchdog, report_of_a_point_to_point_wait_names_the_peer) {
 Test(watchdog, report_cuts_long_member_lists_and_never_overflows) {
     int members[40];
     for (int i = 0; i < 40; i++) members[i] = i;
-    tri_progress p = {12, "eval", ""};
+    tri_progress p = {12, "eval", "", NULL};
     tri_wd_site s = {.world_rank = 0,
                      .progress = &p,
                      .group = "world",
@@ -161,4 +164,57 @@ Test(watchdog, report_cuts_long_member_lists_and_never_overflows) {
     tri_wd_describe(small, 32, &s);
     cr_expect_eq(strlen(small), 31, "cut to the buffer: '%s'", small);
     cr_expect_eq(small[32], 'x', "wrote past the length given");
+}
+
+/* The running clock: polls a few milliseconds apart count, a gap of more
+ * than max_gap_s (the process was stopped) does not, nor a clock going back. */
+Test(watchdog, clock_counts_running_time_and_skips_a_stop) {
+    tri_wd_clock k;
+    tri_wd_clock_start(&k, 100.0, 1.0);
+    double t = 100.0;
+    for (int i = 0; i < 1000; i++) t += 0.002; /* 2 s of polls every 2 ms */
+    double run = 0;
+    for (double x = 100.002; x <= t + 1e-9; x += 0.002) run = tri_wd_clock_tick(&k, x);
+    cr_expect_float_eq(run, 2.0, 1e-6, "%g", run);
+    run = tri_wd_clock_tick(&k, t + 3600.0); /* stopped for an hour */
+    cr_expect_float_eq(run, 2.0, 1e-6, "a stop of an hour counted: %g", run);
+    cr_expect_float_eq(k.paused, 3600.0, 1e-6);
+    run = tri_wd_clock_tick(&k, t + 3600.5); /* a gap under max_gap_s is waiting: it counts */
+    cr_expect_float_eq(run, 2.5, 1e-6, "%g", run);
+    run = tri_wd_clock_tick(&k, t + 3600.0); /* backwards: nothing */
+    cr_expect_float_eq(run, 2.5, 1e-6, "%g", run);
+    run = tri_wd_clock_tick(&k, t + 3601.0 - 1e-3); /* just under max_gap_s after the last tick */
+    cr_expect_float_eq(run, 3.5 - 1e-3, 1e-6, "%g", run);
+}
+
+static int stop_once(void *ctx) {
+    int *polls = ctx;
+    if (++*polls == 3) raise(SIGSTOP); /* a helper process continues us */
+    return 0;
+}
+
+/* A wait whose whole process is stopped for longer than its deadline (a
+ * suspended job) resumes and keeps waiting: the stop is not counted. The
+ * process stops itself at the third poll; a child continues it 1.6 s later;
+ * the 1 s deadline then passes 1 s of running time after the start. */
+Test(watchdog, a_stop_longer_than_the_deadline_is_not_counted) {
+    pid_t me = getpid();
+    pid_t kid = fork();
+    cr_assert_geq(kid, 0);
+    if (kid == 0) {
+        struct timespec ts = {1, 600000000L};
+        nanosleep(&ts, NULL);
+        kill(me, SIGCONT);
+        _exit(0);
+    }
+    int polls = 0;
+    double waited = -1;
+    double t0 = clock_of(CLOCK_MONOTONIC);
+    int rc = tri_wd_wait(1.0, NULL, stop_once, &polls, &waited);
+    double wall = clock_of(CLOCK_MONOTONIC) - t0;
+    int st;
+    waitpid(kid, &st, 0);
+    cr_expect_eq(rc, -1, "the deadline still passes once 1 s of running time is waited");
+    cr_expect(wall >= 2.5, "the stop (1.6 s) was counted: the wait ended after %.2f s of wall time", wall);
+    cr_expect(waited >= 1.0 && waited < 1.3, "waited %.3f s of running time", waited);
 }
