@@ -128,6 +128,7 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             goto done;
         } /* said: a token file shrank under the job */
         if (opts->after_step) opts->after_step(opts->after_step_ctx, step, dt);
+        if (step == start && start > 0) trainer_startup_report(t, step + 1, dt); /* a resumed run */
         if (step == start && t->metrics) { /* every buffer is in use after one step: the peak */
             char mem[512];
             tri_mem_json(&t->ctx.mem, mem, sizeof mem);

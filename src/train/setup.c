@@ -132,6 +132,7 @@ static int device_groups(trainer *t, const tri_run_opts *opts) {
  * caller frees with trainer_free whatever was set up. *start gets the first
  * step to run. */
 int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, int *start) {
+    t->boot_t0 = tri_now_s();
     t->cfg = cfg;
     t->opts = *opts;
     tri_debug_from_env(&t->debug);
@@ -141,6 +142,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                            opts->device == TRI_DEVICE_CUDA) != 0)
         return TRI_EXIT_BAD_INPUT;
     tri_dist_set_timeout(&t->dist, cfg->parallel.timeout_s);
+    t->boot_dist_s = tri_now_s() - t->boot_t0;
     if (t->dist.transport == TRI_TRANSPORT_STORE && opts->device != TRI_DEVICE_CUDA) {
         /* the store bootstraps NCCL only: the CPU ops' transport is MPI */
         tri_error_rank(t->dist.mesh.rank,
@@ -289,6 +291,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         double load_s = tri_now_s();
         if (tri_model_load(ckpt, &t->gpt, &t->opt, &t->dist) != 0) return TRI_EXIT_BAD_INPUT;
         load_s = tri_now_s() - load_s;
+        t->boot_load_s = load_s;
         t->opt.t = *start;
         /* fp16 skips steps: AdamW's count and the loss scale come from state.json */
         double scale = t->loss_scale;
@@ -338,4 +341,24 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         fflush(stdout);
     }
     return 0;
+}
+
+void trainer_startup_report(trainer *t, int step, double first_step_s) {
+    if (!t->is_logger) return;
+    const double total = tri_now_s() - t->boot_t0, find = t->store.find_ms * 1e-3;
+    double rest = total - t->boot_dist_s - find - t->boot_load_s - first_step_s;
+    if (rest < 0) rest = 0;
+    if (!t->opts.quiet) {
+        printf("restart: %.2f s from set-up to the end of step %d: MPI and groups %.2f s, checkpoint found and "
+               "verified %.1f ms, loaded %.1f ms, data, preflight and model %.2f s, the first step %.2f s\n",
+               total, step, t->boot_dist_s, find * 1e3, t->boot_load_s * 1e3, rest, first_step_s);
+        fflush(stdout);
+    }
+    tri_metric f[] = {TRI_METRIC_NUM("perf_startup_s", "%.4f", total),
+                      TRI_METRIC_NUM("perf_startup_dist_s", "%.4f", t->boot_dist_s),
+                      TRI_METRIC_NUM("perf_startup_ckpt_find_ms", "%.3f", find * 1e3),
+                      TRI_METRIC_NUM("perf_startup_ckpt_load_ms", "%.3f", t->boot_load_s * 1e3),
+                      TRI_METRIC_NUM("perf_startup_other_s", "%.4f", rest),
+                      TRI_METRIC_NUM("perf_startup_first_step_s", "%.4f", first_step_s)};
+    tri_metrics_write(t->metrics, step, f, sizeof f / sizeof f[0]);
 }

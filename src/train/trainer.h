@@ -50,6 +50,10 @@ typedef struct trainer {
     tri_sampler train_data, val_data;
     tri_ckpt_store store; /* open (locked) on world rank 0 while training */
     struct tri_ckpt_async *ckpt_async; /* checkpoint.async: the save in flight (src/train/ckpt_async.c) */
+    /* a resumed run's start-up, for the restart line (trainer_startup_report) */
+    double boot_t0;     /* tri_now_s() when trainer_setup began */
+    double boot_dist_s; /* MPI (or the store) and the groups    */
+    double boot_load_s; /* the checkpoint's tensors read        */
     double ckpt_last_s;                /* checkpoint.every_s: rank 0's clock at the last save (0: not yet) */
     int has_train_data, has_val;
     int32_t *inputs, *targets; /* (micro_batch * T) each */
@@ -76,6 +80,12 @@ typedef struct trainer {
 
 /* train_setup.c */
 int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, int *start);
+
+/* After the first step of a resumed run (world rank 0): where the time from
+ * trainer_setup's start to the end of that step went, in the log and in
+ * metrics.jsonl (perf_startup_*): what a restart costs beside the work
+ * redone (docs/reliability.md, "Fast restarts"). first_step_s: that step. */
+void trainer_startup_report(trainer *t, int step, double first_step_s);
 void trainer_free(trainer *t); /* NULL-safe for whatever setup reached */
 
 /* train_step.c */

@@ -64,6 +64,32 @@ Test(train, same_seed_gives_bit_identical_losses, .timeout = 120) {
     free(c);
 }
 
+/* The resumed run's start-up line in metrics.jsonl: its parts (MPI and
+ * groups, checkpoint found, loaded, the rest of set-up, the first step) add
+ * up to its total, up to the rounding of each figure as printed. */
+static void check_startup_line(const char *dir) {
+    char p[4300];
+    snprintf(p, sizeof p, "%s/log/metrics.jsonl", dir);
+    char *m = tt_read(p);
+    cr_assert_not_null(m, "%s", p);
+    const char *l = strstr(m, "{\"step\": 5, \"perf_startup_s\": ");
+    cr_assert_not_null(l, "no start-up line at step 5 in %s", m);
+    const char *keys[] = {"perf_startup_s", "perf_startup_dist_s", "perf_startup_ckpt_find_ms",
+                          "perf_startup_ckpt_load_ms", "perf_startup_other_s", "perf_startup_first_step_s"};
+    double v[6];
+    for (int i = 0; i < 6; i++) {
+        char k[64];
+        snprintf(k, sizeof k, "\"%s\": ", keys[i]);
+        const char *q = strstr(l, k);
+        cr_assert_not_null(q, "%s missing: %s", keys[i], l);
+        v[i] = strtod(q + strlen(k), NULL);
+        cr_expect(v[i] >= 0, "%s = %g", keys[i], v[i]);
+    }
+    const double parts = v[1] + v[2] * 1e-3 + v[3] * 1e-3 + v[4] + v[5];
+    cr_expect(v[0] > 0 && v[5] > 0 && fabs(parts - v[0]) <= 5e-4, "parts %.6f vs total %.6f: %s", parts, v[0], l);
+    free(m);
+}
+
 /* a run of 8 steps against 4 steps + --resume + 4 steps, with `data` the
  * data.train spec relative to the run directory */
 static void check_resume(const char *data) {
@@ -84,7 +110,9 @@ static void check_resume(const char *data) {
     cr_assert_eq(train(b, resume, &out), 0, "%s", out);
     cr_expect(strstr(out, "resumed from") != NULL, "%s", out);
     cr_expect(strstr(out, "(32 samples consumed)") != NULL, "4 steps of 8: %s", out);
+    cr_expect(strstr(out, "restart: ") != NULL, "the restart's breakdown: %s", out);
     free(out);
+    check_startup_line(b);
     double *la, *lb;
     int na = losses_of(a, &la), nb = losses_of(b, &lb);
     cr_assert_eq(na, 8);
