@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/heartbeat.h"
 #include "parallel/nccl_plan.h"
 #include "parallel/watchdog.h"
 #include "base/err.h"
@@ -199,6 +200,9 @@ static void end_collective(tri_comm *c, int slot, int blocking) {
 typedef struct poll_ctx {
     tri_comm *c;
     cudaEvent_t ev;
+    struct tri_hb *hb;   /* the progress heartbeat (parallel/heartbeat.h); NULL: none */
+    unsigned long id;    /* this wait, for the heartbeat                            */
+    const char *verdict; /* the heartbeat named a peer: why                         */
 } poll_ctx;
 
 static int event_done(void *p) {
@@ -210,7 +214,25 @@ static int event_done(void *p) {
     cudaError_t e = cudaEventQuery(x->ev);
     if (e == cudaSuccess) return 1;
     if (e != cudaErrorNotReady) CUDA_CHECK(c, e);
-    return 0;
+    if (x->hb) { /* a peer stopped or stuck outside communication ends the wait */
+        tri_hb_poll(x->hb);
+        x->verdict = tri_hb_verdict_on(x->hb, x->id);
+    }
+    return x->verdict != NULL;
+}
+
+/* The heartbeat named a peer that makes no progress while this rank waits:
+ * report as the watchdog does and end the job (as parallel/comm_mpi.c). */
+_Noreturn static void named(const tri_comm *c, const char *op, double waited, const char *verdict) {
+    const tri_progress *p = c->progress;
+    char where[160] = "outside the training loop";
+    if (p != NULL && p->step > 0)
+        snprintf(where, sizeof where, "step %ld (%s)", p->step, p->phase ? p->phase : "?");
+    else if (p != NULL)
+        snprintf(where, sizeof where, "%s", p->phase ? p->phase : "before the first step");
+    tri_error_rank(c->world_rank, "heartbeat: %s: %s over %s has waited %.1f s: %s; aborting the job", where,
+                   op ? op : "operation", c->name[0] ? c->name : "a group", waited, verdict);
+    die(handle_of(c)->sh, TRI_EXIT_TIMEOUT);
 }
 
 _Noreturn static void expired(const tri_comm *c, const char *op, size_t bytes, int peer, int tag, double waited) {
@@ -234,9 +256,12 @@ _Noreturn static void expired(const tri_comm *c, const char *op, size_t bytes, i
 
 static void wait_slot(tri_comm *c, int slot, const char *op, size_t bytes, int peer, int tag) {
     shared *sh = handle_of(c)->sh;
-    poll_ctx x = {c, sh->ev[slot]};
+    poll_ctx x = {.c = c, .ev = sh->ev[slot], .hb = c->progress ? c->progress->hb : NULL};
     double waited = 0;
+    x.id = tri_hb_wait_begin(x.hb);
     if (tri_wd_wait(c->timeout_s, NULL, event_done, &x, &waited) != 0) expired(c, op, bytes, peer, tag, waited);
+    if (x.verdict != NULL) named(c, op, waited, x.verdict);
+    tri_hb_wait_end(x.hb);
     tri_p2p_done(&sh->batch, slot);
 }
 
@@ -355,7 +380,7 @@ static int nccl_test(tri_comm *c, tri_req *r) {
     close_open_group(c);
     shared *sh = handle_of(c)->sh;
     int slot = req_slot(r);
-    poll_ctx x = {c, sh->ev[slot]};
+    poll_ctx x = {.c = c, .ev = sh->ev[slot]}; /* (a test, not a wait: no heartbeat verdict) */
     if (!event_done(&x)) return 0;
     fence(c, slot);
     tri_p2p_done(&sh->batch, slot);
