@@ -556,8 +556,26 @@ int tri_launch_log_tail(const char *path, int lines, char **out) {
     return TRI_TAIL_OK;
 }
 
-/* Prints the tail of rank's log after the failure line (stderr). */
-static void print_tail(const char *path) {
+/* The rank whose first error line came first, other than `not` (-1: none
+ * wrote one). */
+static int first_error_rank(const tri_launch_plan *p, int not) {
+    int best = -1;
+    double bt = 0;
+    for (int r = 0; r < p->world; r++) {
+        tri_rank_status st;
+        tri_rank_status_read(p->log_dir, r, &st);
+        if (r == not || st.first_error <= 0) continue;
+        if (best < 0 || st.first_error < bt) {
+            best = r;
+            bt = st.first_error;
+        }
+    }
+    return best;
+}
+
+/* Prints the tail of rank's log after the failure line (stderr); returns
+ * what tri_launch_log_tail said. */
+static int print_tail(const char *path) {
     char *tail = NULL;
     int rc = tri_launch_log_tail(path, TAIL_LINES, &tail);
     if (rc == TRI_TAIL_NO_LOG)
@@ -571,6 +589,7 @@ static void print_tail(const char *path) {
         fputs(tail, stderr); /* the rank's own lines, quoted: not a message of ours */
     }
     free(tail);
+    return rc;
 }
 
 /* What failed, in words ("rank 1 failed (exit 3)") into what[n], and the
@@ -754,8 +773,17 @@ int tri_launch_run(const tri_launch_opts *o, const tri_launch_plan *p) {
         tri_error("%s; the job was stopped (mpirun's report: %s)", what, mlog_path);
         if (f.rank >= 0) {
             char *lp = tri_xprintf("%s/rank_%d.log", p->log_dir, f.rank);
-            print_tail(lp);
+            int trc = print_tail(lp);
             free(lp);
+            /* it said nothing (it ended first, silently, as the ranks that
+             * refuse together but do not print do): show the rank that did */
+            int e = trc != TRI_TAIL_OK ? first_error_rank(&q, f.rank) : -1;
+            if (e >= 0) {
+                tri_error("rank %d wrote the first error line:", e);
+                lp = tri_xprintf("%s/rank_%d.log", p->log_dir, e);
+                (void)print_tail(lp);
+                free(lp);
+            }
         }
         if (attempt >= o->max_restarts) {
             run_result_free(&r);
