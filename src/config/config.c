@@ -204,6 +204,8 @@ static const field fields[] = {
 
     NUM(debug, fail_step, -1, -1, 0, R_LO, "test only: at this step ... (-1: never)"),
     NUM(debug, fail_rank, -1, -1, 0, R_LO, "... this rank exits with code 3 (-1: never)"),
+    NUM(debug, fail_start_rank, -1, -1, 0, R_LO,
+        "test only: this world rank exits with code 3 at every start, before step 1 (-1: never; elastic tests)"),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 

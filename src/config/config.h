@@ -90,6 +90,7 @@ typedef struct tri_config {
     struct {
         int fail_step; /* test-only fault injection: at this step ...     */
         int fail_rank; /* ... this rank exits with code 3 (-1: never)     */
+        int fail_start_rank; /* this world rank exits 3 at every start (-1: never) */
     } debug;
     char source[TRI_PATH_MAX]; /* the file it was read from, for messages */
 } tri_config;

@@ -15,6 +15,7 @@
  * directory; the ranks are /bin/sh scripts (fast, no training). */
 #include <criterion/criterion.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +178,81 @@ Test(fast_restart, relaunches_in_a_burst_back_off_doubling, .timeout = 60) {
     }
     cr_assert(took >= 0.75, "the waits add up to 0.75 s, took %.2f s", took);
     free(out);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* --elastic: a rank slot that fails at every start (debug.fail_start_rank)
+ * is dropped after two failures in a row: the run resumes from the dp=2
+ * checkpoint at dp=1 (the global batch kept as 4 micro-batches of 2) and
+ * finishes on the loss curve of a one-rank run of the same config, within the
+ * data-parallel tolerance of tests/system/test_parallel.c (1e-6 relative: the
+ * two replicas' gradients are summed in another order than one rank's
+ * micro-batches). The layout change is a metrics.jsonl line. */
+#define ELASTIC_RTOL 1e-6
+
+Test(elastic, a_rank_slot_that_fails_at_every_start_is_dropped_and_the_run_follows_one_rank, .timeout = 180) {
+    char *dir = tt_mkdtemp();
+    char path[400];
+    snprintf(path, sizeof path, "%s/train.bin", dir);
+    tt_write_llmc_random(path, 20000, 256, 7);
+    snprintf(path, sizeof path, "%s/c.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"model\": {\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32, \"seq_len\": 16, \"vocab_size\": 256},\n"
+          " \"train\": {\"global_batch\": 8, \"micro_batch\": 2, \"steps\": 12, \"lr\": 1e-3, \"min_lr\": 1e-4,"
+          " \"warmup_steps\": 2},\n"
+          " \"data\": {\"train\": \"train.bin\", \"val\": \"\"},\n"
+          " \"parallel\": {\"dp\": 2},\n"
+          " \"checkpoint\": {\"dir\": \"ck\", \"every\": 3}, \"log\": {\"dir\": \"log\", \"every\": 1}}\n",
+          f);
+    cr_assert_eq(fclose(f), 0);
+    const char *cap = "timeout -s KILL 120 prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=120";
+    char cmd[4096];
+    char *out = NULL;
+    /* the reference: one rank, 12 steps */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && %s '%s' train c.json --set parallel.dp=1 --set checkpoint.dir=ck1 --set log.dir=log1 2>&1",
+             dir, cap, tt_bin("trident"));
+    int rc = tt_run(cmd, &out);
+    cr_assert_eq(rc, 0, "the one-rank run: exit %d\n%s", rc, out);
+    free(out);
+    /* dp=2 to step 6 */
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s '%s' --log-dir ranks -- '%s' train c.json --stop-at-step 6 2>&1", dir,
+             cap, tt_bin("tridentrun"), tt_bin("trident"));
+    rc = tt_run(cmd, &out);
+    cr_assert_eq(rc, 0, "the dp=2 run: exit %d\n%s", rc, out);
+    free(out);
+    /* resumed with rank 1 failing at every start */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && %s '%s' --log-dir ranks --max-restarts 3 --elastic --restart-backoff-s 0 -- '%s' train "
+             "c.json --resume --set debug.fail_start_rank=1 2>&1",
+             dir, cap, tt_bin("tridentrun"), tt_bin("trident"));
+    rc = tt_run(cmd, &out);
+    cr_assert_eq(rc, 0, "the elastic run: exit %d\n%s", rc, out);
+    cr_assert(strstr(out, "elastic: rank 1 (host localhost) failed 2 relaunches in a row; dropping it: data parallel "
+                          "2 -> 1"),
+              "%s", out);
+    cr_assert(strstr(out, "tp=1 pp=1 dp=1, 4 micro-batches of 2 per rank"), "the last attempt at dp=1:\n%s", out);
+    cr_assert(strstr(out, "resumed from ck/step_00000006 at step 6"), "%s", out);
+    free(out);
+    snprintf(path, sizeof path, "%s/log/metrics.jsonl", dir);
+    char *m = tt_read(path);
+    cr_assert_not_null(m);
+    cr_assert(strstr(m, "\"event\": \"elastic_shrink\"") && strstr(m, "\"dp_from\": 2, \"dp_to\": 1"), "%s", m);
+    free(m);
+    double *ref = NULL, *got = NULL;
+    snprintf(path, sizeof path, "%s/log1/metrics.jsonl", dir);
+    cr_assert_eq(tt_losses(path, &ref), 12);
+    snprintf(path, sizeof path, "%s/log/metrics.jsonl", dir);
+    cr_assert_eq(tt_losses(path, &got), 12, "6 steps at dp=2, 6 at dp=1");
+    for (int i = 0; i < 12; i++) {
+        double rel = fabs(got[i] - ref[i]) / fabs(ref[i]);
+        cr_assert(rel <= ELASTIC_RTOL, "step %d: loss %.17g, one rank %.17g (relative %.3g)", i + 1, got[i], ref[i],
+                  rel);
+    }
+    free(ref);
+    free(got);
     tt_rmrf(dir);
     free(dir);
 }
