@@ -3,7 +3,8 @@
  * tri_launch_opts and calls in here.
  *
  *   tridentrun [--nproc-per-node N] [--hostfile FILE] [--log-dir DIR] [--tee]
- *              [--dry-run] [--max-restarts K] [--grace-s S] [--mpirun PATH]
+ *              [--dry-run] [--max-restarts K] [--restart-backoff-s S]
+ *              [--elastic] [--elastic-after K] [--grace-s S] [--mpirun PATH]
  *              [--mpirun-arg ARG]... -- COMMAND [ARGS...]
  *
  * What it does, in order:
@@ -38,9 +39,14 @@
  *     MPI_Finalize). tridentrun names the rank that failed first: by the
  *     status files, the earliest of each failed rank's first error line and
  *     exit (mpirun's report when no status file shows a failure), and prints
- *     the last 20 lines of that rank's log. With --max-restarts K it
- *     relaunches up to K times, appending --resume to COMMAND's arguments
- *     (unless present). The exit code is the failing rank's (128+signal for a
+ *     the last 20 lines of that rank's log. A rank that dies (a signal, or
+ *     exit 3 or 124) is seen in the status files within ~10 ms and the local
+ *     ranks are killed at once; mpirun gets odls_base_sigkill_timeout 0 (by
+ *     the environment, unless set). With --max-restarts K it relaunches up to
+ *     K times, appending --resume to COMMAND's arguments (unless present),
+ *     except after a refusal (exit 2); failures in a burst back off
+ *     (restart.c); --elastic drops a data-parallel replica when one rank slot
+ *     keeps failing. The exit code is the failing rank's (128+signal for a
  *     signal; 1 when unknown).
  *  5. (runner.c, sigfwd.c) The first SIGINT/SIGTERM/SIGHUP is passed to
  *     mpirun (which runs in its own process group, so a terminal's Ctrl-C
@@ -58,7 +64,8 @@
  * Errors are printed through base/err.h (the "tridentrun: " prefix is the
  * program's). Functions that can fail return 0 or -1 after printing one line,
  * unless they say otherwise. Calls go one way: dryrun -> runner ->
- * supervisor -> placement, and runner and supervisor -> sigfwd. */
+ * supervisor -> placement, runner -> restart, and runner and supervisor ->
+ * sigfwd. */
 #ifndef TRI_LAUNCH_LAUNCH_H
 #define TRI_LAUNCH_LAUNCH_H
 

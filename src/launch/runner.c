@@ -694,7 +694,7 @@ static int elastic_shrink(tri_launch_plan *q, int bad, int fails, int attempt) {
     q->dp_override = nd;
     long step = latest_step(q);
     tri_error("elastic: rank %d (host %s) failed %d relaunches in a row; dropping it: data parallel %d -> %d "
-              "(%d ranks), global batch %d kept as %d micro-batches of %d per rank; resuming from step %ld",
+              "(%d ranks in all), global batch %d kept as %d micro-batches of %d per rank; resuming from step %ld",
               bad, host, fails, dp, nd, q->world, q->train_cfg->train.global_batch,
               q->train_cfg->train.global_batch / (q->train_cfg->train.micro_batch * nd),
               q->train_cfg->train.micro_batch, step < 0 ? 0 : step);
