@@ -139,7 +139,8 @@ Test(fast_restart, a_rank_stopped_by_the_teardown_after_its_error_reports_the_fi
     /* rank 0 says what is wrong, then is stopped by SIGTERM (as mpirun's
      * teardown does) after rank 1 exited 2 */
     const char *script = "if [ $OMPI_COMM_WORLD_RANK = 0 ]; then echo \"trident: data/x.bin: no such file\" >&2; "
-                         "sleep 0.6; kill -TERM $$; fi; sleep 0.2; exit 2";
+                         "touch said; sleep 0.8; kill -TERM $$; fi; "
+                         "while [ ! -f said ]; do sleep 0.05; done; sleep 0.3; exit 2";
     char *out = NULL;
     int rc = launch(dir, "--mpirun ./fake_mpirun --nproc-per-node 2 --max-restarts 2", script, &out);
     cr_assert_eq(rc, 2, "exit %d (rank 1's 2 expected, not 143):\n%s", rc, out);
