@@ -100,7 +100,21 @@ inject() {
         if [ "$STOP_EVERY" -gt 0 ] && [ $((n % STOP_EVERY)) -eq 0 ]; then
             kill -STOP "$pid" && echo "$(date +%s.%N) stop $r $pid" >> "$log"
         else
+            local before
+            before=$(grep -c '^resumed from' "$OUT/$name/logs/rank_0.log" 2>/dev/null)
             kill -KILL "$pid" && echo "$(date +%s.%N) kill $r $pid" >> "$log"
+            # the first step of the relaunched job (rank 0's log: a step line
+            # after one more "resumed from" line)
+            local k=0
+            while kill -0 "$trpid" 2>/dev/null && [ $k -lt 6000 ]; do
+                if awk -v n="$before" '/^resumed from/ {r++; s = 0} /^step/ && r > n {s = 1} END {exit !s}' \
+                    "$OUT/$name/logs/rank_0.log" 2>/dev/null; then
+                    echo "$(date +%s.%N) first_step" >> "$log"
+                    break
+                fi
+                sleep 0.02
+                k=$((k + 1))
+            done
         fi
     done
 }
@@ -144,7 +158,10 @@ for iv in "${intervals[@]}"; do
 import glob, json, os, re, statistics, sys
 out, iv, every, f0, f1, t0, t1, rc, steps = sys.argv[1:]
 free, faulty = float(f1) - float(f0), float(t1) - float(t0)
-faults = [l.split() for l in open(f"{out}/soak{iv}.faults")]
+events = [l.split() for l in open(f"{out}/soak{iv}.faults")]
+faults = [e for e in events if e[1] in ("kill", "stop")]
+# death to the first step of the relaunched job, per kill followed by one
+to_step = [float(b[0]) - float(a[0]) for a, b in zip(events, events[1:]) if a[1] == "kill" and b[1] == "first_step"]
 err = open(f"{out}/soak{iv}.err").read()
 restarts = re.findall(r"; restart \d+ of \d+", err)
 relaunch = re.findall(r"restart \d+: .* relaunched ([0-9.]+) s after it", err)  # tridentrun's note (issue 22 on)
@@ -156,7 +173,11 @@ resumed = [int(m) if m else 0 for m in
            [(re.search(r"resumed from \S+ at step (\d+)", p) or [None, None])[1] for p in parts]]
 redone = sum(max(0, last[i] - resumed[i + 1]) for i in range(len(parts) - 1))
 ms = [json.loads(l)["ms"] for l in open(f"{out}/free{iv}/metrics.jsonl") if '"ms"' in l]
+ms_faulty = [json.loads(l)["ms"] for l in open(f"{out}/soak{iv}/metrics.jsonl") if '"ms"' in l]
 step_s = statistics.median(ms) / 1e3
+# wall time outside the steps (start-up, saves, restarts): the load of a
+# shared machine changes the step times, this part less
+off_free, off_faulty = free - sum(ms) / 1e3, faulty - sum(ms_faulty) / 1e3
 nf = max(1, len(faults))
 lost = (faulty - free) / nf
 work = redone * step_s / nf
@@ -173,5 +194,10 @@ print(f"{iv + ' s':<10} {every:>6} {len(faults):>8} {len(restarts):>8} {free:8.1
 d = [float(x) for x in relaunch]
 print(f"{'':10} " + (f"death to relaunch: median {statistics.median(d):.3f} s, max {max(d):.3f} s; " if d else "")
       + f"steps redone {redone} ({work:.2f} s/fault); restart and the rest {lost - work:.2f} s/fault")
+print(f"{'':10} death to the first new step: "
+      + (f"median {statistics.median(to_step):.2f} s, max {max(to_step):.2f} s; " if to_step else "not seen; ")
+      + f"time outside the steps: fault-free {off_free:.1f} s, faulty {off_faulty:.1f} s "
+      + f"({(off_faulty - off_free) / nf:.2f} s/fault); median step {step_s * 1e3:.0f} ms fault-free, "
+      + f"{statistics.median(ms_faulty):.0f} ms faulty")
 PY
 done

@@ -671,10 +671,19 @@ static long latest_step(const tri_launch_plan *p) {
  * log.dir/metrics.jsonl. Returns 0 when shrunk (q changed), -1 when it cannot
  * (no trainer layout, dp 1, no dp' that divides the batch). */
 static int elastic_shrink(tri_launch_plan *q, int bad, int fails, int attempt) {
-    if (!q->have_layout || q->train_cfg == NULL) return -1;
+    if (!q->have_layout || q->train_cfg == NULL) {
+        tri_warn("elastic: rank %d failed %d relaunches in a row, but COMMAND is not `trident train CONFIG`: "
+                 "nothing to shrink",
+                 bad, fails);
+        return -1;
+    }
     int dp = q->dp_override > 0 ? q->dp_override : q->dp;
     int nd = tri_restart_shrunk_dp(dp, q->train_cfg->train.global_batch, q->train_cfg->train.micro_batch);
-    if (nd <= 0) return -1;
+    if (nd <= 0) {
+        tri_warn("elastic: rank %d failed %d relaunches in a row, but parallel.dp is %d: no replica to drop", bad,
+                 fails, dp);
+        return -1;
+    }
     int drop = (dp - nd) * q->tp * q->pp;
     const char *host = tri_launch_host_of(q, bad);
     int h0 = 0;
