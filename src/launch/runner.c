@@ -119,9 +119,9 @@ typedef struct run_result {
     int killed; /* the ranks outlasted --grace-s: SIGKILLed */
     /* the fast teardown (watch_ranks): a rank died and the job was killed
      * without waiting for mpirun's own teardown */
-    int dead_rank;               /* -1: none seen                             */
-    double t_died, t_noticed;    /* when it died (its status), when seen      */
-    double t_down;               /* when mpirun had ended (unix time)         */
+    int dead_rank;            /* -1: none seen                             */
+    double t_died, t_noticed; /* when it died (its status), when seen      */
+    double t_down;            /* when mpirun had ended (unix time)         */
 } run_result;
 
 /* SIGKILLs every rank on this host whose command still runs: the wrapper
@@ -166,8 +166,8 @@ typedef struct rank_watch {
 
 static int watch_ranks(const tri_launch_plan *p, rank_watch *w, double now, tri_rank_status *out) {
     struct stat sb;
-    int changed = stat(p->log_dir, &sb) == 0 &&
-                  (sb.st_mtim.tv_sec != w->mtime.tv_sec || sb.st_mtim.tv_nsec != w->mtime.tv_nsec);
+    int changed =
+        stat(p->log_dir, &sb) == 0 && (sb.st_mtim.tv_sec != w->mtime.tv_sec || sb.st_mtim.tv_nsec != w->mtime.tv_nsec);
     int check_pids = now >= w->next_pid_check;
     if (!changed && !check_pids) return -1;
     if (changed) w->mtime = sb.st_mtim;
@@ -196,9 +196,7 @@ static int watch_ranks(const tri_launch_plan *p, rank_watch *w, double now, tri_
 /* Whether every rank runs on this host (no host file): the fast teardown then
  * needs nothing from mpirun; otherwise mpirun is told to end the ranks
  * elsewhere. */
-static int all_ranks_local(const tri_launch_plan *p) {
-    return p->nhosts == 1 && !strcmp(p->hosts[0], "localhost");
-}
+static int all_ranks_local(const tri_launch_plan *p) { return p->nhosts == 1 && !strcmp(p->hosts[0], "localhost"); }
 
 /* Milliseconds from now to t for poll(), at least 0, at most cap. */
 static int ms_until(double t, double now, int cap) {
@@ -410,8 +408,7 @@ int tri_launch_report_parse(const char *report, tri_launch_failure *f) {
     int found = 0;
     const char *s;
     if ((s = strstr(t, "MPI_ABORT was invoked on rank ")) != NULL &&
-        sscanf(s, "MPI_ABORT was invoked on rank %d in communicator %*s with errorcode %d", &f->rank, &f->code) ==
-            2) {
+        sscanf(s, "MPI_ABORT was invoked on rank %d in communicator %*s with errorcode %d", &f->rank, &f->code) == 2) {
         found = 1;
     } else if ((s = strstr(t, "process rank ")) != NULL && strstr(s, "exited on signal") != NULL &&
                sscanf(s, "process rank %d with PID %*d on node %*s exited on signal %d", &f->rank, &f->signo) == 2) {
@@ -558,7 +555,7 @@ int tri_launch_log_tail(const char *path, int lines, char **out) {
 
 /* The rank whose first error line came first, other than `not` (-1: none
  * wrote one). */
-static int first_error_rank(const tri_launch_plan *p, int not) {
+static int first_error_rank(const tri_launch_plan *p, int not ) {
     int best = -1;
     double bt = 0;
     for (int r = 0; r < p->world; r++) {
@@ -799,8 +796,7 @@ int tri_launch_run(const tri_launch_opts *o, const tri_launch_plan *p) {
             break;
         }
         if (tri_restart_is_refusal(final)) {
-            tri_error("%s: a refusal (exit %d: bad input) that a relaunch would repeat; not restarting", what,
-                      final);
+            tri_error("%s: a refusal (exit %d: bad input) that a relaunch would repeat; not restarting", what, final);
             run_result_free(&r);
             break;
         }
@@ -828,8 +824,8 @@ int tri_launch_run(const tri_launch_opts *o, const tri_launch_plan *p) {
         double t_relaunch = tri_wall_s();
         tri_note("restart %d: %s at %.3f; relaunched %.3f s after it (noticed %.3f s, job down %.3f s, "
                  "backoff %.3f s)",
-                 attempt + 1, what, t_fail, t_relaunch - t_fail,
-                 r.dead_rank >= 0 ? r.t_noticed - t_fail : 0.0, r.t_down - t_fail, delay);
+                 attempt + 1, what, t_fail, t_relaunch - t_fail, r.dead_rank >= 0 ? r.t_noticed - t_fail : 0.0,
+                 r.t_down - t_fail, delay);
         run_result_free(&r);
     }
     free(q.ranks);

@@ -63,7 +63,7 @@ static int launch(const char *dir, const char *opts, const char *script, char **
     cmd = malloc(n);
     snprintf(cmd, n,
              "cd '%s' && timeout -s KILL 60 prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=60 '%s' --log-dir ranks "
-             "%s -- /bin/sh -c '%s' 2>&1",
+                                                                                  "%s -- /bin/sh -c '%s' 2>&1",
              dir, tt_bin("tridentrun"), opts, script);
     int rc = tt_run(cmd, out);
     free(cmd);
@@ -110,13 +110,16 @@ Test(fast_restart, a_killed_rank_is_relaunched_at_once_not_after_mpiruns_teardow
      * process is SIGKILLed (rank 0 is then stuck in a collective with it, and
      * takes mpirun's SIGTERM as "save and stop", which it cannot do) */
     char cmd[4096];
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && (timeout -s KILL 120 prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=120 '%s' --log-dir ranks "
-             "--max-restarts 1 -- '%s' train c.json > run.out 2>&1; echo $? > run.rc) & "
-             "cd '%s'; i=0; while ! grep -q '^step' ranks/rank_0.log 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.05; "
-             "i=$((i+1)); done; w=$(awk 'NR == 1 && $2 == \"running\" {print $3}' ranks/rank_1.status); "
-             "c=$(pgrep -P \"$w\"); [ -n \"$c\" ] && kill -KILL $c; wait",
-             dir, tt_bin("tridentrun"), tt_bin("trident"), dir);
+    snprintf(
+        cmd, sizeof cmd,
+        "cd '%s' && (timeout -s KILL 120 prlimit " TT_PRLIMIT_AS(
+            "4000000000") " --cpu=120 '%s' --log-dir ranks "
+                          "--max-restarts 1 -- '%s' train c.json > run.out 2>&1; echo $? > run.rc) & "
+                          "cd '%s'; i=0; while ! grep -q '^step' ranks/rank_0.log 2>/dev/null && [ $i -lt 1200 ]; do "
+                          "sleep 0.05; "
+                          "i=$((i+1)); done; w=$(awk 'NR == 1 && $2 == \"running\" {print $3}' ranks/rank_1.status); "
+                          "c=$(pgrep -P \"$w\"); [ -n \"$c\" ] && kill -KILL $c; wait",
+        dir, tt_bin("tridentrun"), tt_bin("trident"), dir);
     char *ignored = NULL;
     (void)tt_run(cmd, &ignored);
     free(ignored);
@@ -149,9 +152,10 @@ Test(fast_restart, a_killed_rank_is_relaunched_at_once_not_after_mpiruns_teardow
 Test(fast_restart, a_refusal_is_not_relaunched, .timeout = 60) {
     char *dir = tt_mkdtemp();
     write_fake(dir);
-    const char *script = "echo start >> starts; "
-                         "if [ $OMPI_COMM_WORLD_RANK = 0 ]; then echo \"trident: c.json: train.lr: bad value\" >&2; fi; "
-                         "exit 2";
+    const char *script =
+        "echo start >> starts; "
+        "if [ $OMPI_COMM_WORLD_RANK = 0 ]; then echo \"trident: c.json: train.lr: bad value\" >&2; fi; "
+        "exit 2";
     char *out = NULL;
     int rc = launch(dir, "--mpirun ./fake_mpirun --nproc-per-node 2 --max-restarts 3", script, &out);
     cr_assert_eq(rc, 2, "exit %d (2 expected):\n%s", rc, out);
@@ -192,8 +196,8 @@ Test(fast_restart, relaunches_in_a_burst_back_off_doubling, .timeout = 60) {
                          "echo \"trident: rank 1: injected\" >&2; exit 3; fi; sleep 0.1; exit 3";
     char *out = NULL;
     double t0 = now_s();
-    int rc = launch(dir, "--mpirun ./fake_mpirun --nproc-per-node 2 --max-restarts 3 --restart-backoff-s 0.25",
-                    script, &out);
+    int rc = launch(dir, "--mpirun ./fake_mpirun --nproc-per-node 2 --max-restarts 3 --restart-backoff-s 0.25", script,
+                    &out);
     double took = now_s() - t0;
     cr_assert_eq(rc, 3, "exit %d:\n%s", rc, out);
     char path[400];
@@ -240,8 +244,8 @@ Test(elastic, a_rank_slot_that_fails_at_every_start_is_dropped_and_the_run_follo
     cr_assert_eq(rc, 0, "the one-rank run: exit %d\n%s", rc, out);
     free(out);
     /* dp=2 to step 6 */
-    snprintf(cmd, sizeof cmd, "cd '%s' && %s '%s' --log-dir ranks -- '%s' train c.json --stop-at-step 6 2>&1", dir,
-             cap, tt_bin("tridentrun"), tt_bin("trident"));
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s '%s' --log-dir ranks -- '%s' train c.json --stop-at-step 6 2>&1", dir, cap,
+             tt_bin("tridentrun"), tt_bin("trident"));
     rc = tt_run(cmd, &out);
     cr_assert_eq(rc, 0, "the dp=2 run: exit %d\n%s", rc, out);
     free(out);

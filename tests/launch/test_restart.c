@@ -56,15 +56,15 @@ Test(restart, failures_in_a_row_count_per_rank_slot) {
 Test(restart, shrunk_dp_is_the_largest_smaller_dp_that_divides_the_global_batch) {
     /* dp, global batch, micro batch -> dp' (by hand: G % (mb x dp') == 0) */
     const int cases[][4] = {
-        {2, 8, 2, 1},   /* 8 % 2 */
-        {4, 24, 2, 3},  /* 24 % 6 */
-        {4, 16, 2, 2},  /* 16 % 6 != 0, 16 % 4 == 0 */
-        {8, 56, 1, 7},  /* 56 % 7 */
-        {6, 60, 2, 5},  /* 60 % 10 */
-        {5, 40, 4, 2},  /* 40 % 16, % 12 != 0; 40 % 8 == 0 */
-        {3, 18, 3, 2},  /* 18 % 6 */
-        {4, 7, 1, 1},   /* only 1 divides 7 */
-        {1, 8, 2, 0},   /* nothing to drop */
+        {2, 8, 2, 1},  /* 8 % 2 */
+        {4, 24, 2, 3}, /* 24 % 6 */
+        {4, 16, 2, 2}, /* 16 % 6 != 0, 16 % 4 == 0 */
+        {8, 56, 1, 7}, /* 56 % 7 */
+        {6, 60, 2, 5}, /* 60 % 10 */
+        {5, 40, 4, 2}, /* 40 % 16, % 12 != 0; 40 % 8 == 0 */
+        {3, 18, 3, 2}, /* 18 % 6 */
+        {4, 7, 1, 1},  /* only 1 divides 7 */
+        {1, 8, 2, 0},  /* nothing to drop */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int got = tri_restart_shrunk_dp(cases[i][0], cases[i][1], cases[i][2]);
