@@ -82,8 +82,9 @@ static int check_values(tri_launch_opts *o, const char *nproc, const char *grace
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--rank-exec")) return rank_exec(argc - 1, argv + 1);
 
-    tri_launch_opts o = {.log_dir = "logs", .mpirun = "mpirun", .grace_s = 60};
-    const char *nproc = NULL, *grace = NULL;
+    tri_launch_opts o = {.log_dir = "logs", .mpirun = "mpirun", .grace_s = 60, .backoff_s = 1, .elastic = 2};
+    const char *nproc = NULL, *grace = NULL, *backoff = NULL;
+    int elastic = 0;
     tri_opt_list extra = {0}, cmd = {0};
     const tri_opt opts[] = {
         {"--nproc-per-node", TRI_OPT_STR, &nproc, "N",
@@ -101,6 +102,15 @@ int main(int argc, char **argv) {
         {"--dry-run", TRI_OPT_FLAG, &o.dry_run, .help = "print the rank map and the mpirun command, start nothing"},
         {"--max-restarts", TRI_OPT_INT, &o.max_restarts, "K", 0, 1000,
          .help = "after a failure, relaunch up to K times with --resume (default 0)"},
+        {"--restart-backoff-s", TRI_OPT_STR, &backoff, "S",
+         .help = "a relaunch less than 10 s after the previous failure waits S s,\n"
+                 "doubling within a burst, at most 60 s; 0: never wait (default 1)"},
+        {"--elastic", TRI_OPT_FLAG, &elastic,
+         .help = "with --max-restarts: when one rank slot fails --elastic-after\n"
+                 "relaunches in a row, relaunch without it at a smaller parallel.dp\n"
+                 "(the global batch kept by more micro-batches per rank)"},
+        {"--elastic-after", TRI_OPT_INT, &o.elastic, "K", 1, 1000,
+         .help = "failures in a row of one rank slot before --elastic drops it (default 2)"},
         {"--grace-s", TRI_OPT_STR, &grace, "S",
          .help = "after SIGINT/SIGTERM, give the ranks S seconds to save and stop,\n"
                  "then kill them (SIGKILL) (default 60)"},
@@ -126,6 +136,18 @@ int main(int argc, char **argv) {
     };
     int rc = tri_opt_parse(&spec, argc, argv);
     if (rc == TRI_OPT_GO) rc = check_values(&o, nproc, grace);
+    if (rc == TRI_OPT_GO && backoff) {
+        char *end = NULL;
+        errno = 0;
+        double b = strtod(backoff, &end);
+        if (*backoff == '\0' || *end != '\0' || errno != 0 || !(b >= 0 && b <= 3600))
+            rc = tri_error("--restart-backoff-s: expected seconds in [0, 3600], got '%s'", backoff);
+        else
+            o.backoff_s = b;
+    }
+    if (!elastic) o.elastic = 0;
+    if (rc == TRI_OPT_GO && elastic && o.max_restarts == 0)
+        rc = tri_error("--elastic: needs --max-restarts K (a shrink is a relaunch)");
     if (rc == TRI_OPT_GO && cmd.n == 0)
         rc = tri_error("missing COMMAND after the options (e.g. -- trident train CONFIG)");
     if (rc != TRI_OPT_GO) {

@@ -249,6 +249,8 @@ static const field fields[] = {
         "ranks is reported as slow"),
     NUM(debug, sleep_ms, 0, 0, 0, R_LO, "test only: milliseconds slept before each step (in phase \"data\") ..."),
     NUM(debug, sleep_rank, -1, -1, 0, R_LO, "... by this world rank (-1: none)"),
+    NUM(debug, fail_start_rank, -1, -1, 0, R_LO,
+        "test only: this world rank exits with code 3 at every start, before step 1 (-1: never; elastic tests)"),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 

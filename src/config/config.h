@@ -126,6 +126,7 @@ typedef struct tri_config {
         tri_inject_kind inject_kind; /* ... of this kind                                */
         int sleep_ms;   /* test-only: this many ms of sleep before each step ... */
         int sleep_rank; /* ... on this world rank (-1: never)                    */
+        int fail_start_rank; /* this world rank exits 3 at every start (-1: never) */
     } debug;
     char source[TRI_PATH_MAX]; /* the file it was read from, for messages */
 } tri_config;

@@ -3,7 +3,8 @@
  * tri_launch_opts and calls in here.
  *
  *   tridentrun [--nproc-per-node N] [--hostfile FILE] [--log-dir DIR] [--tee]
- *              [--dry-run] [--max-restarts K] [--grace-s S] [--mpirun PATH]
+ *              [--dry-run] [--max-restarts K] [--restart-backoff-s S]
+ *              [--elastic] [--elastic-after K] [--grace-s S] [--mpirun PATH]
  *              [--mpirun-arg ARG]... -- COMMAND [ARGS...]
  *
  * What it does, in order:
@@ -38,9 +39,14 @@
  *     MPI_Finalize). tridentrun names the rank that failed first: by the
  *     status files, the earliest of each failed rank's first error line and
  *     exit (mpirun's report when no status file shows a failure), and prints
- *     the last 20 lines of that rank's log. With --max-restarts K it
- *     relaunches up to K times, appending --resume to COMMAND's arguments
- *     (unless present). The exit code is the failing rank's (128+signal for a
+ *     the last 20 lines of that rank's log. A rank that dies (a signal, or
+ *     exit 3 or 124) is seen in the status files within ~10 ms and the local
+ *     ranks are killed at once; mpirun gets odls_base_sigkill_timeout 0 (by
+ *     the environment, unless set). With --max-restarts K it relaunches up to
+ *     K times, appending --resume to COMMAND's arguments (unless present),
+ *     except after a refusal (exit 2); failures in a burst back off
+ *     (restart.c); --elastic drops a data-parallel replica when one rank slot
+ *     keeps failing. The exit code is the failing rank's (128+signal for a
  *     signal; 1 when unknown).
  *  5. (runner.c, sigfwd.c) The first SIGINT/SIGTERM/SIGHUP is passed to
  *     mpirun (which runs in its own process group, so a terminal's Ctrl-C
@@ -58,7 +64,8 @@
  * Errors are printed through base/err.h (the "tridentrun: " prefix is the
  * program's). Functions that can fail return 0 or -1 after printing one line,
  * unless they say otherwise. Calls go one way: dryrun -> runner ->
- * supervisor -> placement, and runner and supervisor -> sigfwd. */
+ * supervisor -> placement, runner -> restart, and runner and supervisor ->
+ * sigfwd. */
 #ifndef TRI_LAUNCH_LAUNCH_H
 #define TRI_LAUNCH_LAUNCH_H
 
@@ -87,6 +94,9 @@ typedef struct tri_launch_opts {
     int n_extra;
     const char *const *cmd;   /* COMMAND and its arguments (cmd_argc >= 1)      */
     int cmd_argc;
+    double backoff_s;         /* first delay of a relaunch in a burst (restart.c) */
+    int elastic;              /* shrink dp after this many failures in a row of
+                                 one rank slot; 0: never (--elastic)            */
 } tri_launch_opts;
 
 /* ------------------------------------------------------------------------ */
@@ -118,6 +128,7 @@ typedef struct tri_launch_plan {
     char self[PATH_MAX];    /* this executable (the rank wrapper)             */
     char *cmd0;             /* the program to run (COMMAND[0], resolved)      */
     struct tri_config *train_cfg; /* `trident train CONFIG`: the loaded config; else NULL */
+    int dp_override;        /* elastic shrink: COMMAND gets --set parallel.dp=N; 0: none */
 } tri_launch_plan;
 
 /* The whole plan for o: the hosts (o->hostfile, else "localhost"), the
@@ -194,6 +205,8 @@ typedef struct tri_launch_failure {
     int code;     /* its exit code; -1: unknown or it was a signal           */
     int signo;    /* the signal that ended it; -1: none or unknown           */
     int improper; /* it exited 0 without finalising MPI (code is then 0)     */
+    int torn;     /* it wrote the first error line, then the teardown ended
+                     it (code, signo: another rank's end, or unknown)         */
 } tri_launch_failure;
 
 /* The first failing rank as Open MPI 4 or 5 reports it in mpirun's stderr
@@ -223,6 +236,43 @@ int tri_launch_log_tail(const char *path, int lines, char **out);
  * for a signal; 1 when unknown), 128+signal when stopped by a signal, or
  * 127 (TRI_EXIT_EXEC) when mpirun cannot be started. */
 int tri_launch_run(const tri_launch_opts *o, const tri_launch_plan *p);
+
+/* ------------------------------------------------------------------------ */
+/* restart.c: the restart policy (pure functions)                           */
+
+/* Failures closer together than this are a burst (seconds). */
+#define TRI_RESTART_BURST_S 10.0
+/* The longest wait before a relaunch (seconds). */
+#define TRI_RESTART_MAX_BACKOFF_S 60.0
+
+typedef struct tri_restart_state {
+    int n_failures; /* failures so far                                     */
+    double t_last;  /* when the last one happened (unix time)              */
+    int burst;      /* failures in the current burst after its first       */
+    int last_rank;  /* the rank that failed last (-1: unknown)             */
+    int same;       /* failures in a row of that rank                      */
+} tri_restart_state;
+
+/* Whether a failing rank's exit code is a deterministic refusal (exit 2,
+ * TRI_EXIT_BAD_INPUT: bad config, bad data, a damaged checkpoint) that a
+ * relaunch would only repeat. */
+int tri_restart_is_refusal(int code);
+
+/* The delay before relaunching after a failure at t_fail: 0 when it came
+ * TRI_RESTART_BURST_S or more after the previous failure (or is the first);
+ * otherwise base_s, doubling with each further failure of the burst, at most
+ * TRI_RESTART_MAX_BACKOFF_S (base_s <= 0: never wait). Updates *s. */
+double tri_restart_backoff(tri_restart_state *s, double t_fail, double base_s);
+
+/* Records that rank failed (-1: unknown); returns how many failures in a row
+ * that rank slot has had (0 for an unknown rank). Zero *s and set
+ * last_rank = -1 to start. */
+int tri_restart_same_place(tri_restart_state *s, int rank);
+
+/* The data parallel size after dropping one replica: the largest dp' < dp
+ * such that global_batch divides by micro_batch x dp' (the global batch is
+ * kept, each rank runs more micro-batches); 0 when there is none (dp 1). */
+int tri_restart_shrunk_dp(int dp, int global_batch, int micro_batch);
 
 /* ------------------------------------------------------------------------ */
 /* dryrun.c: what --dry-run prints                                          */

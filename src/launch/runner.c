@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "base/exit.h"
 #include "base/log.h"
 #include "base/str.h"
+#include "config/config.h"
 #include "launch/launch.h"
 
 #define TAIL_LINES 20
@@ -100,6 +102,10 @@ void tri_launch_command_build(tri_launch_argv *a, const tri_launch_opts *o, cons
     av_push(a, tri_xstrdup(p->cmd0));
     for (int i = 1; i < o->cmd_argc; i++) av_push(a, tri_xstrdup(o->cmd[i]));
     if (attempt > 0 && !has_resume(o)) av_push(a, tri_xstrdup("--resume"));
+    if (p->dp_override > 0) { /* the last --set wins */
+        av_push(a, tri_xstrdup("--set"));
+        av_push(a, tri_xprintf("parallel.dp=%d", p->dp_override));
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -111,6 +117,11 @@ typedef struct run_result {
     char *report;            /* mpirun's stderr (malloc'd, NUL-ended)    */
     size_t report_len;
     int killed; /* the ranks outlasted --grace-s: SIGKILLed */
+    /* the fast teardown (watch_ranks): a rank died and the job was killed
+     * without waiting for mpirun's own teardown */
+    int dead_rank;            /* -1: none seen                             */
+    double t_died, t_noticed; /* when it died (its status), when seen      */
+    double t_down;            /* when mpirun had ended (unix time)         */
 } run_result;
 
 /* SIGKILLs every rank on this host whose command still runs: the wrapper
@@ -128,6 +139,64 @@ static int kill_local_ranks(const tri_launch_plan *p) {
     }
     return n;
 }
+
+/* Whether st says the rank died in a way that the job cannot survive and
+ * that leaves nothing to wait for: killed by a signal (SIGKILL, a segfault,
+ * the OOM killer), or exited with TRI_EXIT_INJECTED or TRI_EXIT_TIMEOUT,
+ * whose one line was written before the exit. Refusals (exit 2), runtime
+ * failures (exit 1, which ranks often reach together, the one that says what
+ * failed not always first) and graceful stops (128+S after a save) are left
+ * to mpirun's own teardown, which gives the other ranks time to write. */
+static int died_hard(const tri_rank_status *st) {
+    if (st->state == TRI_RANK_SIGNAL) return 1;
+    return st->state == TRI_RANK_EXIT && (st->value == TRI_EXIT_INJECTED || st->value == TRI_EXIT_TIMEOUT);
+}
+
+/* The fast teardown's watch over the status files: Open MPI waits
+ * odls_base_sigkill_timeout (2 s by default) between the SIGTERM and the
+ * SIGKILL of the surviving ranks, who are stuck in a collective with the dead
+ * one and cannot leave it. Each wrapper renames its status file into the log
+ * directory when its command ends, which changes the directory's mtime: the
+ * files are read only then (and the local wrappers' pids checked, for a
+ * wrapper killed itself). Returns the dead rank (*st filled) or -1. */
+typedef struct rank_watch {
+    struct timespec mtime; /* the log directory's, at the last read */
+    double next_pid_check;
+} rank_watch;
+
+static int watch_ranks(const tri_launch_plan *p, rank_watch *w, double now, tri_rank_status *out) {
+    struct stat sb;
+    int changed =
+        stat(p->log_dir, &sb) == 0 && (sb.st_mtim.tv_sec != w->mtime.tv_sec || sb.st_mtim.tv_nsec != w->mtime.tv_nsec);
+    int check_pids = now >= w->next_pid_check;
+    if (!changed && !check_pids) return -1;
+    if (changed) w->mtime = sb.st_mtim;
+    if (check_pids) w->next_pid_check = now + 0.1;
+    char me[256] = "";
+    if (gethostname(me, sizeof me - 1) != 0) me[0] = '\0';
+    for (int r = 0; r < p->world; r++) {
+        tri_rank_status st;
+        tri_rank_status_read(p->log_dir, r, &st);
+        if (died_hard(&st)) {
+            *out = st;
+            return r;
+        }
+        if (check_pids && st.state == TRI_RANK_RUNNING && st.value > 1 && !strcmp(st.host, me) &&
+            kill((pid_t)st.value, 0) != 0 && errno == ESRCH) {
+            *out = st; /* the wrapper itself is gone (killed): say SIGKILL */
+            out->state = TRI_RANK_SIGNAL;
+            out->value = SIGKILL;
+            out->t = tri_wall_s();
+            return r;
+        }
+    }
+    return -1;
+}
+
+/* Whether every rank runs on this host (no host file): the fast teardown then
+ * needs nothing from mpirun; otherwise mpirun is told to end the ranks
+ * elsewhere. */
+static int all_ranks_local(const tri_launch_plan *p) { return p->nhosts == 1 && !strcmp(p->hosts[0], "localhost"); }
 
 /* Milliseconds from now to t for poll(), at least 0, at most cap. */
 static int ms_until(double t, double now, int cap) {
@@ -234,11 +303,24 @@ static int run_mpirun(const tri_launch_argv *cmd, int mpirun_log, const tri_laun
     char buf[65536];
     double stop_deadline = -1, kill_deadline = -1;
     int mpirun_killed = 0;
+    r->dead_rank = -1;
+    rank_watch watch = {{0, 0}, 0};
     while (open_fds > 0) {
         /* wake at least twice a second: a signal that lands just before
-         * poll() is noticed without waiting for output */
-        int timeout_ms = 500;
+         * poll() is noticed without waiting for output; every 10 ms while
+         * the ranks are watched for a death */
+        int watching = tri_launch_stop_requests() == 0 && r->dead_rank < 0;
+        int timeout_ms = watching ? 10 : 500;
         double now = tri_now_s();
+        tri_rank_status dead;
+        if (watching && (r->dead_rank = watch_ranks(p, &watch, tri_wall_s(), &dead)) >= 0) {
+            /* a rank died: end the job now (every local rank's process group
+             * SIGKILLed; mpirun sees them end and stops) */
+            r->t_died = dead.t;
+            r->t_noticed = tri_wall_s();
+            kill_local_ranks(p);
+            if (!all_ranks_local(p)) kill(pid, SIGTERM);
+        }
         if (tri_launch_stop_requests() > 0 && stop_deadline < 0) stop_deadline = now + grace_s;
         if (stop_deadline >= 0 && !r->killed)
             timeout_ms = ms_until(stop_deadline, now, 500);
@@ -291,6 +373,7 @@ static int run_mpirun(const tri_launch_argv *cmd, int mpirun_log, const tri_laun
         }
     }
     tri_launch_signals_child(0);
+    r->t_down = tri_wall_s();
     if (WIFEXITED(st)) {
         r->exited = 1;
         r->code = WEXITSTATUS(st);
@@ -308,6 +391,7 @@ int tri_launch_report_parse(const char *report, tri_launch_failure *f) {
     f->code = -1;
     f->signo = -1;
     f->improper = 0;
+    f->torn = 0;
     if (report == NULL) return 0;
     /* collapse every run of whitespace: mpirun wraps its messages */
     size_t n = strlen(report);
@@ -324,8 +408,7 @@ int tri_launch_report_parse(const char *report, tri_launch_failure *f) {
     int found = 0;
     const char *s;
     if ((s = strstr(t, "MPI_ABORT was invoked on rank ")) != NULL &&
-        sscanf(s, "MPI_ABORT was invoked on rank %d in communicator %*s with errorcode %d", &f->rank, &f->code) ==
-            2) {
+        sscanf(s, "MPI_ABORT was invoked on rank %d in communicator %*s with errorcode %d", &f->rank, &f->code) == 2) {
         found = 1;
     } else if ((s = strstr(t, "process rank ")) != NULL && strstr(s, "exited on signal") != NULL &&
                sscanf(s, "process rank %d with PID %*d on node %*s exited on signal %d", &f->rank, &f->signo) == 2) {
@@ -366,14 +449,22 @@ int tri_launch_report_parse(const char *report, tri_launch_failure *f) {
  * whose log is empty). f->code and f->signo are -1 when unknown. Returns 1
  * when one was found. */
 static int first_failure_from_status(const tri_launch_plan *p, tri_launch_failure *f) {
-    double best = 0;
+    double best = 0, first_end = 0;
     f->rank = -1;
     f->improper = 0;
+    f->torn = 0;
+    int ender = -1, ender_code = -1, ender_sig = -1, best_state = 0;
     for (int r = 0; r < p->world; r++) {
         tri_rank_status st;
         tri_rank_status_read(p->log_dir, r, &st);
         int ended_badly = (st.state == TRI_RANK_EXIT && st.value != 0) || st.state == TRI_RANK_SIGNAL;
         if (!ended_badly && !(st.state == TRI_RANK_RUNNING && st.first_error > 0)) continue;
+        if (ended_badly && (ender < 0 || st.t < first_end)) {
+            first_end = st.t;
+            ender = r;
+            ender_code = st.state == TRI_RANK_EXIT ? (int)st.value : -1;
+            ender_sig = st.state == TRI_RANK_SIGNAL ? (int)st.value : -1;
+        }
         double t = ended_badly ? st.t : st.first_error;
         if (st.first_error > 0 && st.first_error < t) t = st.first_error;
         if (f->rank < 0 || t < best) {
@@ -381,9 +472,23 @@ static int first_failure_from_status(const tri_launch_plan *p, tri_launch_failur
             f->rank = r;
             f->code = st.state == TRI_RANK_EXIT ? (int)st.value : -1;
             f->signo = st.state == TRI_RANK_SIGNAL ? (int)st.value : -1;
+            best_state = st.state;
         }
     }
-    return f->rank >= 0;
+    if (f->rank < 0) return 0;
+    /* The rank that said what failed first was then torn down with the rest:
+     * killed before its end was recorded, or ended by the teardown's SIGTERM
+     * or SIGKILL after another rank's end. Its own end says nothing of what
+     * failed: the code is the first rank's end that was not the teardown's
+     * (else mpirun's report, find_failure), never the SIGTERM it sent. */
+    int teardown_sig = f->signo == SIGTERM || f->signo == SIGKILL;
+    if (best_state == TRI_RANK_RUNNING || (teardown_sig && ender >= 0 && ender != f->rank)) {
+        f->torn = 1;
+        int ender_genuine = ender >= 0 && ender != f->rank && !(ender_sig == SIGTERM || ender_sig == SIGKILL);
+        f->code = ender_genuine ? ender_code : -1;
+        f->signo = ender_genuine ? ender_sig : -1;
+    }
+    return 1;
 }
 
 /* Removes this host's status files of an earlier attempt. */
@@ -448,8 +553,26 @@ int tri_launch_log_tail(const char *path, int lines, char **out) {
     return TRI_TAIL_OK;
 }
 
-/* Prints the tail of rank's log after the failure line (stderr). */
-static void print_tail(const char *path) {
+/* The rank whose first error line came first, other than `not` (-1: none
+ * wrote one). */
+static int first_error_rank(const tri_launch_plan *p, int not ) {
+    int best = -1;
+    double bt = 0;
+    for (int r = 0; r < p->world; r++) {
+        tri_rank_status st;
+        tri_rank_status_read(p->log_dir, r, &st);
+        if (r == not || st.first_error <= 0) continue;
+        if (best < 0 || st.first_error < bt) {
+            best = r;
+            bt = st.first_error;
+        }
+    }
+    return best;
+}
+
+/* Prints the tail of rank's log after the failure line (stderr); returns
+ * what tri_launch_log_tail said. */
+static int print_tail(const char *path) {
     char *tail = NULL;
     int rc = tri_launch_log_tail(path, TAIL_LINES, &tail);
     if (rc == TRI_TAIL_NO_LOG)
@@ -463,6 +586,7 @@ static void print_tail(const char *path) {
         fputs(tail, stderr); /* the rank's own lines, quoted: not a message of ours */
     }
     free(tail);
+    return rc;
 }
 
 /* What failed, in words ("rank 1 failed (exit 3)") into what[n], and the
@@ -498,12 +622,101 @@ static int describe_failure(const tri_launch_failure *f, const run_result *r, ch
 static int find_failure(const tri_launch_plan *p, const run_result *r, tri_launch_failure *f) {
     if (!first_failure_from_status(p, f)) return tri_launch_report_parse(r->report, f);
     tri_launch_failure rep;
-    if (f->code < 0 && f->signo < 0 && tri_launch_report_parse(r->report, &rep) && rep.rank == f->rank) {
-        f->code = rep.code;
-        f->signo = rep.signo;
-        f->improper = rep.improper;
+    /* a rank torn down after its error line: mpirun's report may know how it
+     * ended (MPI_Abort's errorcode: the trainer's refusal aborts with 2) */
+    if (f->code < 0 && f->signo < 0 && tri_launch_report_parse(r->report, &rep)) {
+        if (rep.rank == f->rank) {
+            f->code = rep.code;
+            f->signo = rep.signo;
+            f->improper = rep.improper;
+        } else if (f->torn && rep.code > 0) { /* another rank's own exit code */
+            f->code = rep.code;
+        }
     }
     return 1;
+}
+
+/* Sleeps s seconds (a stop request ends the wait); 0, or -1 when stopped. */
+static int backoff_sleep(double s) {
+    double end = tri_now_s() + s;
+    while (tri_launch_stop_requests() == 0) {
+        double now = tri_now_s();
+        if (now >= end) return 0;
+        (void)poll(NULL, 0, ms_until(end, now, 200));
+    }
+    return -1;
+}
+
+/* The step of checkpoint.dir's newest checkpoint per its `latest` file
+ * (step_<N>), or -1. */
+static long latest_step(const tri_launch_plan *p) {
+    if (p->train_cfg == NULL) return -1;
+    char *path = tri_xprintf("%s/latest", p->train_cfg->checkpoint.dir);
+    FILE *f = fopen(path, "r");
+    free(path);
+    long step = -1;
+    if (f != NULL) {
+        if (fscanf(f, " step_%ld", &step) != 1) step = -1;
+        fclose(f);
+    }
+    return step;
+}
+
+/* Elastic shrink (--elastic K): rank `bad` failed K times in a row; drop one
+ * data-parallel replica (tp x pp ranks) from the host that runs it, keep the
+ * global batch (more micro-batches per rank), say so, and mark it in
+ * log.dir/metrics.jsonl. Returns 0 when shrunk (q changed), -1 when it cannot
+ * (no trainer layout, dp 1, no dp' that divides the batch). */
+static int elastic_shrink(tri_launch_plan *q, int bad, int fails, int attempt) {
+    if (!q->have_layout || q->train_cfg == NULL) {
+        tri_warn("elastic: rank %d failed %d relaunches in a row, but COMMAND is not `trident train CONFIG`: "
+                 "nothing to shrink",
+                 bad, fails);
+        return -1;
+    }
+    int dp = q->dp_override > 0 ? q->dp_override : q->dp;
+    int nd = tri_restart_shrunk_dp(dp, q->train_cfg->train.global_batch, q->train_cfg->train.micro_batch);
+    if (nd <= 0) {
+        tri_warn("elastic: rank %d failed %d relaunches in a row, but parallel.dp is %d: no replica to drop", bad,
+                 fails, dp);
+        return -1;
+    }
+    int drop = (dp - nd) * q->tp * q->pp;
+    const char *host = tri_launch_host_of(q, bad);
+    int h0 = 0;
+    for (int h = 0; h < q->nhosts; h++)
+        if (!strcmp(q->hosts[h], host)) h0 = h;
+    /* from the failing rank's host first, then from the last hosts */
+    for (int k = 0, h = h0; drop > 0 && k <= q->nhosts; k++, h = q->nhosts - k) {
+        if (h < 0 || h >= q->nhosts) continue;
+        int take = q->ranks[h] < drop ? q->ranks[h] : drop;
+        q->ranks[h] -= take;
+        drop -= take;
+    }
+    q->world = nd * q->tp * q->pp;
+    q->nproc = 0;
+    for (int h = 0; h < q->nhosts; h++)
+        if (q->ranks[h] > q->nproc) q->nproc = q->ranks[h];
+    q->dp_override = nd;
+    long step = latest_step(q);
+    tri_error("elastic: rank %d (host %s) failed %d relaunches in a row; dropping it: data parallel %d -> %d "
+              "(%d ranks in all), global batch %d kept as %d micro-batches of %d per rank; resuming from step %ld",
+              bad, host, fails, dp, nd, q->world, q->train_cfg->train.global_batch,
+              q->train_cfg->train.global_batch / (q->train_cfg->train.micro_batch * nd),
+              q->train_cfg->train.micro_batch, step < 0 ? 0 : step);
+    char *mpath = tri_xprintf("%s/metrics.jsonl", q->train_cfg->log.dir);
+    FILE *m = fopen(mpath, "a");
+    if (m != NULL) {
+        fprintf(m,
+                "{\"step\": %ld, \"event\": \"elastic_shrink\", \"attempt\": %d, \"dropped_rank\": %d, "
+                "\"host\": \"%s\", \"failures_in_a_row\": %d, \"dp_from\": %d, \"dp_to\": %d, \"world\": %d}\n",
+                step < 0 ? 0 : step, attempt + 1, bad, host, fails, dp, nd, q->world);
+        fclose(m);
+    } else {
+        tri_warn("cannot append the layout change to %s: %s", mpath, strerror(errno));
+    }
+    free(mpath);
+    return 0;
 }
 
 int tri_launch_run(const tri_launch_opts *o, const tri_launch_plan *p) {
@@ -512,17 +725,31 @@ int tri_launch_run(const tri_launch_opts *o, const tri_launch_plan *p) {
         setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     }
+    /* Open MPI's teardown after a rank's death: SIGTERM to the other ranks,
+     * then odls_base_sigkill_timeout seconds (default 2) before SIGKILL; the
+     * others are stuck in a collective with the dead rank, so those seconds
+     * are lost to every restart. 0 unless the user set it. A graceful stop
+     * loses nothing by it: a save ends with a collective after the commit. */
+    setenv("OMPI_MCA_odls_base_sigkill_timeout", "0", 0);
+    setenv("PRTE_MCA_odls_base_sigkill_timeout", "0", 0);
     tri_launch_signals_install(1);
+    /* q: the plan of the current attempt (an elastic shrink changes its
+     * ranks; the rest is p's) */
+    tri_launch_plan q = *p;
+    q.ranks = tri_xcalloc((size_t)(p->nhosts > 0 ? p->nhosts : 1), sizeof *q.ranks);
+    if (p->nhosts > 0) memcpy(q.ranks, p->ranks, (size_t)p->nhosts * sizeof *q.ranks);
     char *mlog_path = tri_xprintf("%s/mpirun.log", p->log_dir);
     int final = TRI_EXIT_FAILURE;
+    tri_restart_state rs = {0};
+    rs.last_rank = -1;
     for (int attempt = 0; attempt <= o->max_restarts; attempt++) {
         tri_launch_argv cmd;
-        tri_launch_command_build(&cmd, o, p, attempt);
-        clear_status(p);
+        tri_launch_command_build(&cmd, o, &q, attempt);
+        clear_status(p); /* the whole original world: a shrink leaves files behind */
         int mlog = open(mlog_path, O_WRONLY | O_CREAT | O_CLOEXEC | (attempt ? O_APPEND : O_TRUNC), 0644);
         if (mlog < 0) tri_warn("cannot write %s: %s", mlog_path, strerror(errno));
         run_result r;
-        int rc = run_mpirun(&cmd, mlog, p, o->grace_s, &r);
+        int rc = run_mpirun(&cmd, mlog, &q, o->grace_s, &r);
         if (mlog >= 0) close(mlog);
         tri_launch_argv_free(&cmd);
         if (rc != 0) {
@@ -547,20 +774,61 @@ int tri_launch_run(const tri_launch_opts *o, const tri_launch_plan *p) {
         }
         tri_launch_failure f;
         char what[128];
-        if (!find_failure(p, &r, &f)) f.rank = -1;
+        if (!find_failure(&q, &r, &f)) f.rank = -1;
         final = describe_failure(&f, &r, what, sizeof what);
-        run_result_free(&r);
         tri_error("%s; the job was stopped (mpirun's report: %s)", what, mlog_path);
         if (f.rank >= 0) {
             char *lp = tri_xprintf("%s/rank_%d.log", p->log_dir, f.rank);
-            print_tail(lp);
+            int trc = print_tail(lp);
             free(lp);
+            /* it said nothing (it ended first, silently, as the ranks that
+             * refuse together but do not print do): show the rank that did */
+            int e = trc != TRI_TAIL_OK ? first_error_rank(&q, f.rank) : -1;
+            if (e >= 0) {
+                tri_error("rank %d wrote the first error line:", e);
+                lp = tri_xprintf("%s/rank_%d.log", p->log_dir, e);
+                (void)print_tail(lp);
+                free(lp);
+            }
         }
-        if (attempt < o->max_restarts) {
+        if (attempt >= o->max_restarts) {
+            run_result_free(&r);
+            break;
+        }
+        if (tri_restart_is_refusal(final)) {
+            tri_error("%s: a refusal (exit %d: bad input) that a relaunch would repeat; not restarting", what, final);
+            run_result_free(&r);
+            break;
+        }
+        double t_fail = r.dead_rank >= 0 ? r.t_died : r.t_down;
+        double delay = tri_restart_backoff(&rs, t_fail, o->backoff_s);
+        int fails = tri_restart_same_place(&rs, f.rank);
+        if (o->elastic > 0 && fails >= o->elastic && elastic_shrink(&q, f.rank, fails, attempt) == 0) {
+            rs.last_rank = -1; /* a new layout: the ranks count afresh */
+            rs.same = 0;
+        }
+        if (delay > 0)
+            tri_error("%s; restart %d of %d in %.1f s (failure %d of a burst: failures less than %g s apart back "
+                      "off, doubling)",
+                      what, attempt + 1, o->max_restarts, delay, rs.burst + 1, TRI_RESTART_BURST_S);
+        else
             tri_error("%s; restart %d of %d", what, attempt + 1, o->max_restarts);
-            fflush(stderr);
+        fflush(stderr);
+        if (delay > 0 && backoff_sleep(delay) != 0) {
+            int s2 = tri_launch_signal_got();
+            tri_error("stopped by signal %d (%s) while waiting to restart", s2, strsignal(s2));
+            final = tri_exit_signal(s2);
+            run_result_free(&r);
+            break;
         }
+        double t_relaunch = tri_wall_s();
+        tri_note("restart %d: %s at %.3f; relaunched %.3f s after it (noticed %.3f s, job down %.3f s, "
+                 "backoff %.3f s)",
+                 attempt + 1, what, t_fail, t_relaunch - t_fail, r.dead_rank >= 0 ? r.t_noticed - t_fail : 0.0,
+                 r.t_down - t_fail, delay);
+        run_result_free(&r);
     }
+    free(q.ranks);
     free(mlog_path);
     return final;
 }

@@ -87,6 +87,12 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
     if (rc != TRI_EXIT_OK) goto done;
     const tri_mesh *mesh = &t->dist.mesh;
 
+    if (cfg->debug.fail_start_rank == mesh->rank) { /* a rank slot that fails at every start (elastic tests) */
+        tri_error_rank(mesh->rank, "debug.fail_start_rank: exiting with code %d at start-up (fault injection)",
+                       TRI_EXIT_INJECTED);
+        fflush(NULL);
+        _exit(TRI_EXIT_INJECTED);
+    }
     tri_stop_install(0); /* SIGTERM, SIGINT, SIGUSR1 (tridentrun's and Slurm's --signal "save and stop") */
     (void)tri_dist_start_heartbeat(&t->dist, cfg->parallel.progress_timeout_s); /* parallel/heartbeat.h */
     if (tri_straggler_init(&sg, &t->dist, cfg->log.straggler_every, cfg->log.straggler_factor, opts->quiet) != 0) {
