@@ -119,8 +119,9 @@ inject() {
     done
 }
 
-# Calibration: step time and save blocking time (a synchronous save blocks
-# for its whole duration) from a short run.
+# Calibration: step time and save blocking time (checkpoint.async, the
+# default: the snapshot; a synchronous save blocks for its whole duration)
+# from a short run.
 if [ -z "$EVERY" ]; then
     config calib 10 60
     read -r _ _ rc < <(run calib)
@@ -129,7 +130,9 @@ if [ -z "$EVERY" ]; then
 import json, re, statistics, sys
 d = sys.argv[1]
 ms = [json.loads(l)["ms"] for l in open(d + "/metrics.jsonl") if '"ms"' in l][5:]
-saves = [float(m) for m in re.findall(r"saved checkpoint \S+ \(([0-9.]+) s\)", open(d + ".out").read())]
+# every save's blocking time (checkpoint.async: the snapshot only) from its metrics line
+saves = [json.loads(l)["checkpoint_blocking_ms"] / 1e3 for l in open(d + "/metrics.jsonl")
+         if '"checkpoint_blocking_ms"' in l]
 print(statistics.median(ms) / 1e3, statistics.median(saves))
 PY
 )
