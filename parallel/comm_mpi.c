@@ -206,14 +206,7 @@ static int req_done(void *ctx) {
 /* The heartbeat named a peer that makes no progress while this rank waits:
  * report as the watchdog does and end the job. */
 _Noreturn static void named(const tri_comm *c, const char *op, double waited, const char *verdict) {
-    const tri_progress *p = c->progress;
-    char where[160] = "outside the training loop";
-    if (p != NULL && p->step > 0)
-        snprintf(where, sizeof where, "step %ld (%s)", p->step, p->phase ? p->phase : "?");
-    else if (p != NULL)
-        snprintf(where, sizeof where, "%s", p->phase ? p->phase : "before the first step");
-    tri_error_rank(c->world_rank, "heartbeat: %s: %s over %s has waited %.1f s: %s; aborting the job", where,
-                   op ? op : "operation", c->name[0] ? c->name : "a group", waited, verdict);
+    tri_wd_report_named(c->world_rank, c->progress, op, c->name, waited, verdict);
     fflush(stdout);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, TRI_EXIT_TIMEOUT);

@@ -150,3 +150,14 @@ void tri_wd_report(const tri_wd_site *s) {
     describe(line, sizeof line, &at, s);
     tri_error_rank(s->world_rank, "%s", line);
 }
+
+void tri_wd_report_named(int world_rank, const tri_progress *p, const char *op, const char *group, double waited_s,
+                         const char *verdict) {
+    char where[160] = "outside the training loop";
+    if (p != NULL && p->step > 0)
+        snprintf(where, sizeof where, "step %ld (%s)", p->step, p->phase ? p->phase : "?");
+    else if (p != NULL)
+        snprintf(where, sizeof where, "%s", p->phase ? p->phase : "before the first step");
+    tri_error_rank(world_rank, "heartbeat: %s: %s over %s has waited %.1f s: %s; aborting the job", where,
+                   op ? op : "operation", group && group[0] ? group : "a group", waited_s, verdict);
+}

@@ -118,4 +118,13 @@ char *tri_wd_describe(char *buf, size_t len, const tri_wd_site *s);
 /* Prints the same line through base/err.h ("trident: rank R: ..."). */
 void tri_wd_report(const tri_wd_site *s);
 
+/* The progress heartbeat (parallel/heartbeat.h) named a peer while this rank
+ * waited in `op` over `group`: the one line both transports print before
+ * they end the job, e.g.
+ *   trident: rank 0: heartbeat: step 465 (train): all-reduce over dp has
+ *   waited 3.5 s: world rank 1 (...) has sent no heartbeat for 3.3 s: it is
+ *   stopped or gone; aborting the job */
+void tri_wd_report_named(int world_rank, const tri_progress *p, const char *op, const char *group, double waited_s,
+                         const char *verdict);
+
 #endif
