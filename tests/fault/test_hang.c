@@ -280,6 +280,17 @@ static void start_training(job *j, const char *dir, const char *timeout_s, const
     start_training_as(j, dir, "parallel.dp=2", timeout_s, grace_s);
 }
 
+/* The exit code of a job the watchdog or the heartbeat ended: 124, passed on
+ * by tridentrun from the rank that aborted. Known gap (issue 22's notes):
+ * with Open MPI's teardown at once (odls_base_sigkill_timeout 0) the
+ * aborting rank's wrapper can be killed before it records the 124, and when
+ * mpirun's own report is garbled as well (seen once under the sanitizers:
+ * "ORTE_ERROR_LOG: Data unpack would read past end of buffer") tridentrun
+ * can only say the rank "wrote an error, then was stopped" and exits 1. */
+static int ended_by_watchdog(int rc, const char *out) {
+    return rc == 124 || (rc == 1 && strstr(out, "(it wrote an error, then was stopped)") != NULL);
+}
+
 /* Starts a two-rank run with `layout`, stops rank 1 (SIGSTOP) once it
  * trains, and checks that the job ends with the watchdog's exit code within
  * the timeout. Returns the job's output (to free) and in *line rank 0's
@@ -293,7 +304,7 @@ static char *stall_rank_1(job *j, const char *dir, const char *layout, char **li
     kill(j->cmd[1], SIGCONT);
     char *out = job_output(j);
     /* the watchdog's exit code, passed on by tridentrun */
-    JOB_ASSERT(j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
+    JOB_ASSERT(j, ended_by_watchdog(rc, out), "exit %d (124 expected):\n%s", rc, out);
     JOB_ASSERT(j, took >= TIMEOUT_S - 0.5 && took < TIMEOUT_S + 10, "ended %.1f s after the stop:\n%s", took, out);
     /* rank 0 waited, rank 1 is the one it waited for */
     JOB_ASSERT(j, strstr(out, "tridentrun: rank 0 failed (exit 124)"), "%s", out);
@@ -535,7 +546,7 @@ static char *stop_one_rank(job *j, const char *dir, int which, char **line) {
     double took = j->t_end - t0;
     kill(j->cmd[which], SIGCONT);
     char *out = job_output(j);
-    JOB_ASSERT(j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
+    JOB_ASSERT(j, ended_by_watchdog(rc, out), "exit %d (124 expected):\n%s", rc, out);
     /* 2 s of silence, a beat to confirm, the abort: not the 600 s deadline */
     JOB_ASSERT(j, took >= 1.5 && took < 12, "ended %.1f s after the stop:\n%s", took, out);
     char head[64];
@@ -577,7 +588,7 @@ Test(hang, heartbeat_names_a_stopped_rank_of_a_pipeline, .timeout = 120) {
     double took = j.t_end - t0;
     kill(j.cmd[3], SIGCONT);
     char *out = job_output(&j);
-    JOB_ASSERT(&j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
+    JOB_ASSERT(&j, ended_by_watchdog(rc, out), "exit %d (124 expected):\n%s", rc, out);
     JOB_ASSERT(&j, took >= 1.5 && took < 15, "ended %.1f s after the stop:\n%s", took, out);
     char *line = strstr(out, ": heartbeat: step ");
     JOB_ASSERT(&j, line != NULL, "no heartbeat report:\n%s", out);
@@ -618,7 +629,7 @@ Test(hang, heartbeat_names_a_rank_stuck_outside_communication, .timeout = 120) {
     int rc = job_wait(&j, 60, "a rank stuck before its step");
     double took = j.t_end - t0;
     char *out = job_output(&j);
-    JOB_ASSERT(&j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
+    JOB_ASSERT(&j, ended_by_watchdog(rc, out), "exit %d (124 expected):\n%s", rc, out);
     JOB_ASSERT(&j, took < 20, "ended %.1f s after the start:\n%s", took, out);
     char *line = strstr(out, "trident: rank 0: heartbeat: step 1 (train): ");
     JOB_ASSERT(&j, line != NULL, "no heartbeat report:\n%s", out);
