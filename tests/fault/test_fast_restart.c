@@ -153,7 +153,7 @@ Test(fast_restart, a_refusal_is_not_relaunched, .timeout = 60) {
     char *dir = tt_mkdtemp();
     write_fake(dir);
     const char *script =
-        "echo start >> starts; "
+        "echo start$OMPI_COMM_WORLD_RANK >> starts; "
         "if [ $OMPI_COMM_WORLD_RANK = 0 ]; then echo \"trident: c.json: train.lr: bad value\" >&2; fi; "
         "exit 2";
     char *out = NULL;
@@ -161,7 +161,9 @@ Test(fast_restart, a_refusal_is_not_relaunched, .timeout = 60) {
     cr_assert_eq(rc, 2, "exit %d (2 expected):\n%s", rc, out);
     char path[400];
     snprintf(path, sizeof path, "%s/starts", dir);
-    cr_assert_eq(count_lines(path, "start"), 2, "one attempt of 2 ranks:\n%s", out);
+    /* one attempt: rank 0 (the refusing one) started once (rank 1 may be torn
+     * down before its shell's first line) */
+    cr_assert_eq(count_lines(path, "start0"), 1, "one attempt:\n%s", out);
     cr_assert(strstr(out, "a refusal (exit 2: bad input) that a relaunch would repeat; not restarting"), "%s", out);
     cr_assert(strstr(out, "  | trident: c.json: train.lr: bad value"), "the refusal's message:\n%s", out);
     cr_assert(!strstr(out, "restart 1 of"), "%s", out);
@@ -192,7 +194,7 @@ Test(fast_restart, a_rank_stopped_by_the_teardown_after_its_error_reports_the_fi
 Test(fast_restart, relaunches_in_a_burst_back_off_doubling, .timeout = 60) {
     char *dir = tt_mkdtemp();
     write_fake(dir);
-    const char *script = "echo start >> starts; if [ $OMPI_COMM_WORLD_RANK = 1 ]; then "
+    const char *script = "echo start$OMPI_COMM_WORLD_RANK >> starts; if [ $OMPI_COMM_WORLD_RANK = 1 ]; then "
                          "echo \"trident: rank 1: injected\" >&2; exit 3; fi; sleep 0.1; exit 3";
     char *out = NULL;
     double t0 = now_s();
@@ -202,7 +204,9 @@ Test(fast_restart, relaunches_in_a_burst_back_off_doubling, .timeout = 60) {
     cr_assert_eq(rc, 3, "exit %d:\n%s", rc, out);
     char path[400];
     snprintf(path, sizeof path, "%s/starts", dir);
-    cr_assert_eq(count_lines(path, "start"), 8, "4 attempts of 2 ranks:\n%s", out);
+    /* rank 1 starts 4 times; rank 0 may be torn down before its shell's
+     * first line when rank 1 fails at once (seen under the sanitizers) */
+    cr_assert_eq(count_lines(path, "start1"), 4, "4 attempts:\n%s", out);
     /* failures less than 10 s apart: 0, then 0.25, 0.5 */
     const double want[3] = {0, 0.25, 0.5};
     const char *c = out;
