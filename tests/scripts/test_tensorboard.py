@@ -116,7 +116,10 @@ def train(trident, src, work, extra, expect):
            "--set", "log.dir=run", "--set", "checkpoint.dir=run/ck", "--set", "log.tensorboard=true",
            "--set", "train.steps=12", "--set", "train.eval_every=3", "--set", "checkpoint.every=5",
            "--set", "train.precision=fp16", "--set", "train.loss_scale_init=8388608",
-           "--set", "debug.fail_step=8", "--set", "debug.fail_rank=0"] + extra
+           "--set", "debug.fail_step=8", "--set", "debug.fail_rank=0",
+           # a synchronous save: the injected _exit three steps after step 5's save
+           # must find it committed (an asynchronous one may still be writing)
+           "--set", "checkpoint.async=false"] + extra
     p = subprocess.run(["timeout", "300"] + cmd, capture_output=True, text=True, cwd=work)
     if p.returncode != expect:
         raise SystemExit("FAIL: exit %d, expected %d: %s\n%s%s" % (p.returncode, expect, " ".join(cmd), p.stdout,
