@@ -732,6 +732,11 @@ int tri_launch_run(const tri_launch_opts *o, const tri_launch_plan *p) {
      * loses nothing by it: a save ends with a collective after the commit. */
     setenv("OMPI_MCA_odls_base_sigkill_timeout", "0", 0);
     setenv("PRTE_MCA_odls_base_sigkill_timeout", "0", 0);
+    /* Every rank on this host: Open MPI's default UCX layer finds only
+     * shared memory here and costs ~0.2 s of MPI_Init per start (of ~0.3 s
+     * on 4 ranks; each restart pays it); ob1 over shared memory (vader) is the
+     * same path without the probing. Unless the user chose a pml. */
+    if (all_ranks_local(p)) setenv("OMPI_MCA_pml", "ob1", 0);
     tri_launch_signals_install(1);
     /* q: the plan of the current attempt (an elastic shrink changes its
      * ranks; the rest is p's) */

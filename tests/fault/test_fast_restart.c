@@ -286,3 +286,34 @@ Test(elastic, a_rank_slot_that_fails_at_every_start_is_dropped_and_the_run_follo
     tt_rmrf(dir);
     free(dir);
 }
+
+/* Every rank on this host: tridentrun hands Open MPI pml ob1 (its UCX
+ * layer's probing cost ~0.2 s of each start's MPI_Init here), unless the
+ * user chose one. */
+Test(fast_restart, ranks_on_one_host_get_pml_ob1_unless_the_user_chose, .timeout = 60) {
+    char *dir = tt_mkdtemp();
+    write_fake(dir);
+    const char *script = "echo \"pml=$OMPI_MCA_pml\" > pml$OMPI_COMM_WORLD_RANK";
+    const char *want[2] = {"pml=ob1\n", "pml=cm\n"};
+    for (int user = 0; user < 2; user++) {
+        if (user)
+            setenv("OMPI_MCA_pml", "cm", 1);
+        else
+            unsetenv("OMPI_MCA_pml");
+        char *out = NULL;
+        int rc = launch(dir, "--mpirun ./fake_mpirun --nproc-per-node 2", script, &out);
+        cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+        for (int r = 0; r < 2; r++) {
+            char path[400];
+            snprintf(path, sizeof path, "%s/pml%d", dir, r);
+            char *s = tt_read(path);
+            cr_assert(s && !strcmp(s, want[user]), "rank %d: %s (%s expected)\n%s", r, s ? s : "(none)", want[user],
+                      out);
+            free(s);
+        }
+        free(out);
+    }
+    unsetenv("OMPI_MCA_pml");
+    tt_rmrf(dir);
+    free(dir);
+}
