@@ -66,9 +66,14 @@ static void *writer(void *arg) {
 /* The reserve thread: the staging memory, every page touched. */
 static void *reserver(void *arg) {
     tri_ckpt_async *a = arg;
-    float *p = malloc(a->reserve * sizeof(float));
+    size_t bytes = a->reserve * sizeof(float);
+    float *p = malloc(bytes);
     if (p) {
-        memset(p, 0, a->reserve * sizeof(float));
+        /* a write to every page, through volatile: a memset to 0 after malloc
+         * is turned into calloc by the compiler, which leaves fresh mmap pages
+         * untouched (the first snapshot then faulted them in: 90 ms instead
+         * of 20 for 167 MB) */
+        for (size_t i = 0; i < bytes; i += 4096) ((volatile char *)p)[i] = 0;
         free(a->snap.staging);
         a->snap.staging = p;
         a->snap.cap = a->reserve;
