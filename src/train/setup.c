@@ -13,6 +13,7 @@
 #include "model/ckpt/store.h"
 #include "base/file.h"
 #include "base/fs.h"
+#include "train/ckpt_async.h"
 #include "train/ckpt_state.h"
 #include "train/datafiles.h"
 #include "train/preflight.h"
@@ -315,6 +316,10 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             tri_optim_master_from_params(&t->opt, &t->gpt); /* 16-bit parameters: their fp32 masters */
         }
     }
+
+    /* checkpoint.async: the writer's state and its staging memory (in the
+     * background), so that the loop allocates nothing (src/train/ckpt_async.h) */
+    if (ckpt_setup(t) != 0) return TRI_EXIT_FAILURE;
 
     /* bench --profile: the ops timed from the first step on, GEMMs by the weight they read */
     if (opts->profile) {
