@@ -55,23 +55,29 @@ static void write_fake(const char *dir) {
     cr_assert_eq(chmod(path, 0755), 0);
 }
 
-/* Runs tridentrun in dir with the options and a /bin/sh rank script, capped;
+/* The caps of a job of /bin/sh ranks (no training). */
+#define FAKE_CAP "timeout -s KILL 60 prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=60"
+
+/* Runs tridentrun, capped, in a fresh directory (*dir, malloc'd) with two
+ * /bin/sh ranks started by the fake mpirun (script), and the options;
  * returns its exit code, its output in *out. */
-static int launch(const char *dir, const char *opts, const char *script, char **out) {
-    char *cmd = NULL;
-    size_t n = strlen(dir) + strlen(opts) + strlen(script) + 1024;
-    cmd = malloc(n);
+static int launch(char **dir, const char *opts, const char *script, char **out) {
+    *dir = tt_mkdtemp();
+    write_fake(*dir);
+    size_t n = strlen(*dir) + strlen(opts) + strlen(script) + 1024;
+    char *cmd = malloc(n);
     snprintf(cmd, n,
-             "cd '%s' && timeout -s KILL 60 prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=60 '%s' --log-dir ranks "
-                                                                                  "%s -- /bin/sh -c '%s' 2>&1",
-             dir, tt_bin("tridentrun"), opts, script);
+             "cd '%s' && %s '%s' --log-dir ranks --mpirun ./fake_mpirun --nproc-per-node 2 %s -- /bin/sh -c '%s' 2>&1",
+             *dir, FAKE_CAP, tt_bin("tridentrun"), opts, script);
     int rc = tt_run(cmd, out);
     free(cmd);
     return rc;
 }
 
-/* The number of lines of a file that start with prefix. */
-static int count_lines(const char *path, const char *prefix) {
+/* The lines of dir/starts that start with prefix (the scripts' "start<rank>"). */
+static int count_starts(const char *dir, const char *prefix) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/starts", dir);
     char *s = tt_read(path);
     int n = 0;
     for (const char *c = s; c && *c;) {
@@ -81,6 +87,13 @@ static int count_lines(const char *path, const char *prefix) {
     }
     free(s);
     return n;
+}
+
+/* The end of a test: its directory removed, dir and out freed. */
+static void finish(char *dir, char *out) {
+    free(out);
+    tt_rmrf(dir);
+    free(dir);
 }
 
 /* The tiny trainer config of these tests in dir/c.json (dp 2), its data in
@@ -143,70 +156,53 @@ Test(fast_restart, a_killed_rank_is_relaunched_at_once_not_after_mpiruns_teardow
      * 0.02-0.08 s) */
     cr_assert(after >= 0 && after < 1.0, "relaunched %.3f s after the death:\n%s", after, out);
     cr_assert(strstr(out, "step   400/400"), "the relaunch finished the run:\n%s", out);
-    free(out);
     free(rcs);
-    tt_rmrf(dir);
-    free(dir);
+    finish(dir, out);
 }
 
 Test(fast_restart, a_refusal_is_not_relaunched, .timeout = 60) {
-    char *dir = tt_mkdtemp();
-    write_fake(dir);
     const char *script =
         "echo start$OMPI_COMM_WORLD_RANK >> starts; "
         "if [ $OMPI_COMM_WORLD_RANK = 0 ]; then echo \"trident: c.json: train.lr: bad value\" >&2; fi; "
         "exit 2";
-    char *out = NULL;
-    int rc = launch(dir, "--mpirun ./fake_mpirun --nproc-per-node 2 --max-restarts 3", script, &out);
+    char *dir = NULL, *out = NULL;
+    int rc = launch(&dir, "--max-restarts 3", script, &out);
     cr_assert_eq(rc, 2, "exit %d (2 expected):\n%s", rc, out);
-    char path[400];
-    snprintf(path, sizeof path, "%s/starts", dir);
     /* one attempt: rank 0 (the refusing one) started once (rank 1 may be torn
      * down before its shell's first line) */
-    cr_assert_eq(count_lines(path, "start0"), 1, "one attempt:\n%s", out);
+    cr_assert_eq(count_starts(dir, "start0"), 1, "one attempt:\n%s", out);
     cr_assert(strstr(out, "a refusal (exit 2: bad input) that a relaunch would repeat; not restarting"), "%s", out);
     cr_assert(strstr(out, "  | trident: c.json: train.lr: bad value"), "the refusal's message:\n%s", out);
     cr_assert(!strstr(out, "restart 1 of"), "%s", out);
-    free(out);
-    tt_rmrf(dir);
-    free(dir);
+    finish(dir, out);
 }
 
 Test(fast_restart, a_rank_stopped_by_the_teardown_after_its_error_reports_the_first_exit_code, .timeout = 60) {
-    char *dir = tt_mkdtemp();
-    write_fake(dir);
     /* rank 0 says what is wrong, then is stopped by SIGTERM (as mpirun's
      * teardown does) after rank 1 exited 2 */
     const char *script = "if [ $OMPI_COMM_WORLD_RANK = 0 ]; then echo \"trident: data/x.bin: no such file\" >&2; "
                          "touch said; sleep 0.8; kill -TERM $$; fi; "
                          "while [ ! -f said ]; do sleep 0.05; done; sleep 0.3; exit 2";
-    char *out = NULL;
-    int rc = launch(dir, "--mpirun ./fake_mpirun --nproc-per-node 2 --max-restarts 2", script, &out);
+    char *dir = NULL, *out = NULL;
+    int rc = launch(&dir, "--max-restarts 2", script, &out);
     cr_assert_eq(rc, 2, "exit %d (rank 1's 2 expected, not 143):\n%s", rc, out);
     cr_assert(strstr(out, "tridentrun: rank 0 failed (exit 2)"), "%s", out);
     cr_assert(!strstr(out, "signal 15"), "%s", out);
     cr_assert(strstr(out, "not restarting"), "%s", out);
-    free(out);
-    tt_rmrf(dir);
-    free(dir);
+    finish(dir, out);
 }
 
 Test(fast_restart, relaunches_in_a_burst_back_off_doubling, .timeout = 60) {
-    char *dir = tt_mkdtemp();
-    write_fake(dir);
     const char *script = "echo start$OMPI_COMM_WORLD_RANK >> starts; if [ $OMPI_COMM_WORLD_RANK = 1 ]; then "
                          "echo \"trident: rank 1: injected\" >&2; exit 3; fi; sleep 0.1; exit 3";
-    char *out = NULL;
+    char *dir = NULL, *out = NULL;
     double t0 = now_s();
-    int rc = launch(dir, "--mpirun ./fake_mpirun --nproc-per-node 2 --max-restarts 3 --restart-backoff-s 0.25", script,
-                    &out);
+    int rc = launch(&dir, "--max-restarts 3 --restart-backoff-s 0.25", script, &out);
     double took = now_s() - t0;
     cr_assert_eq(rc, 3, "exit %d:\n%s", rc, out);
-    char path[400];
-    snprintf(path, sizeof path, "%s/starts", dir);
     /* rank 1 starts 4 times; rank 0 may be torn down before its shell's
      * first line when rank 1 fails at once (seen under the sanitizers) */
-    cr_assert_eq(count_lines(path, "start1"), 4, "4 attempts:\n%s", out);
+    cr_assert_eq(count_starts(dir, "start1"), 4, "4 attempts:\n%s", out);
     /* failures less than 10 s apart: 0, then 0.25, 0.5 */
     const double want[3] = {0, 0.25, 0.5};
     const char *c = out;
@@ -219,9 +215,7 @@ Test(fast_restart, relaunches_in_a_burst_back_off_doubling, .timeout = 60) {
         c++;
     }
     cr_assert(took >= 0.75, "the waits add up to 0.75 s, took %.2f s", took);
-    free(out);
-    tt_rmrf(dir);
-    free(dir);
+    finish(dir, out);
 }
 
 /* --elastic: a rank slot that fails at every start (debug.fail_start_rank)
@@ -283,6 +277,5 @@ Test(elastic, a_rank_slot_that_fails_at_every_start_is_dropped_and_the_run_follo
     }
     free(ref);
     free(got);
-    tt_rmrf(dir);
-    free(dir);
+    finish(dir, NULL);
 }
