@@ -332,8 +332,12 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             tri_error("log.dir: cannot create %s: %s", cfg->log.dir, strerror(errno));
             return TRI_EXIT_BAD_INPUT;
         }
-        t->metrics = tri_metrics_open(cfg->log.dir, *start > 0, *start, cfg->log.tensorboard);
+        tri_metrics_mode mode = *start > 0 ? TRI_METRICS_RESUME : opts->resume ? TRI_METRICS_RESTART : TRI_METRICS_NEW;
+        t->metrics = tri_metrics_open(cfg->log.dir, mode, *start, cfg->log.tensorboard);
         if (!t->metrics) return TRI_EXIT_BAD_INPUT; /* said */
+        /* what tridentrun hands a relaunch (an elastic shrink), at the step
+         * it resumes from; a new run drops an earlier job's */
+        (void)tri_metrics_take_events(t->metrics, cfg->log.dir, *start, opts->resume);
     }
     if (t->is_logger && !opts->quiet) {
         printf("config %s:\n", cfg->source);
