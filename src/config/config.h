@@ -101,6 +101,11 @@ typedef struct tri_log_cfg {
     double straggler_factor; /* a rank whose compute is this much above the median is slow */
 } tri_log_cfg;
 
+/* A file in log.dir through which tridentrun hands events (an elastic
+ * shrink) to the trainer it relaunches, which writes them into metrics.jsonl
+ * and removes it (src/train/metrics.h, tri_metrics_take_events). */
+#define TRI_LOG_PENDING_EVENTS "pending_events.jsonl"
+
 /* debug.inject_kind: what debug.inject_step plants (src/train/badstep.h) */
 typedef enum tri_inject_kind {
     TRI_INJECT_NAN_GRAD, /* one gradient element NaN             */

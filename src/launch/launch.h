@@ -46,7 +46,8 @@
  *     K times, appending --resume to COMMAND's arguments (unless present),
  *     except after a refusal (exit 2); failures in a burst back off
  *     (restart.c); --elastic drops a data-parallel replica when one rank slot
- *     keeps failing. The exit code is the failing rank's (128+signal for a
+ *     keeps failing (the event handed to the relaunched trainer through
+ *     log.dir/pending_events.jsonl: src/train/metrics.h). The exit code is the failing rank's (128+signal for a
  *     signal; 1 when unknown).
  *  5. (runner.c, sigfwd.c) The first SIGINT/SIGTERM/SIGHUP is passed to
  *     mpirun (which runs in its own process group, so a terminal's Ctrl-C

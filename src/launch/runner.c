@@ -19,6 +19,8 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/file.h"
+#include "base/fs.h"
+#include "base/json.h"
 #include "base/exit.h"
 #include "base/log.h"
 #include "base/str.h"
@@ -662,11 +664,38 @@ static long latest_step(const tri_launch_plan *p) {
     return step;
 }
 
+/* The layout change of an elastic shrink, handed to the relaunched trainer:
+ * a line of log.dir/TRI_LOG_PENDING_EVENTS that its rank 0 writes into
+ * metrics.jsonl (and TensorBoard, elastic/<x>) at the step it resumes from,
+ * then removes (src/train/metrics.h, tri_metrics_take_events). Written
+ * here, it would be lost when the trainer truncates metrics.jsonl (a
+ * restart before the first checkpoint). */
+static void hand_event(const char *log_dir, int attempt, int bad, const char *host, int fails, int dp, int nd,
+                       int world) {
+    char *path = tri_xprintf("%s/%s", log_dir, TRI_LOG_PENDING_EVENTS);
+    FILE *m = tri_mkdir_p(log_dir) == 0 ? fopen(path, "a") : NULL;
+    if (m != NULL) {
+        fprintf(m,
+                "{\"event\": \"elastic_shrink\", \"elastic_attempt\": %d, \"elastic_dropped_rank\": %d, "
+                "\"elastic_host\": ",
+                attempt, bad);
+        tri_json_fputs(m, host);
+        fprintf(m,
+                ", \"elastic_failures_in_a_row\": %d, \"elastic_dp_from\": %d, \"elastic_dp_to\": %d, "
+                "\"elastic_world\": %d}\n",
+                fails, dp, nd, world);
+    }
+    if (m == NULL || fclose(m) != 0)
+        tri_warn("cannot hand the layout change to the trainer through %s: %s; metrics.jsonl will not mark it", path,
+                 strerror(errno));
+    free(path);
+}
+
 /* Elastic shrink (--elastic K): rank `bad` failed K times in a row; drop one
  * data-parallel replica (tp x pp ranks) from the host that runs it, keep the
- * global batch (more micro-batches per rank), say so, and mark it in
- * log.dir/metrics.jsonl. Returns 0 when shrunk (q changed), -1 when it cannot
- * (no trainer layout, dp 1, no dp' that divides the batch). */
+ * global batch (more micro-batches per rank), say so, and hand the event to
+ * the relaunched trainer (hand_event). Returns 0 when shrunk (q changed), -1
+ * when it cannot (no trainer layout, dp 1, no dp' that divides the batch). */
 static int elastic_shrink(tri_launch_plan *q, int bad, int fails, int attempt) {
     if (!q->have_layout || q->train_cfg == NULL) {
         tri_warn("elastic: rank %d failed %d relaunches in a row, but COMMAND is not `trident train CONFIG`: "
@@ -704,18 +733,7 @@ static int elastic_shrink(tri_launch_plan *q, int bad, int fails, int attempt) {
               bad, host, fails, dp, nd, q->world, q->train_cfg->train.global_batch,
               q->train_cfg->train.global_batch / (q->train_cfg->train.micro_batch * nd),
               q->train_cfg->train.micro_batch, step < 0 ? 0 : step);
-    char *mpath = tri_xprintf("%s/metrics.jsonl", q->train_cfg->log.dir);
-    FILE *m = fopen(mpath, "a");
-    if (m != NULL) {
-        fprintf(m,
-                "{\"step\": %ld, \"event\": \"elastic_shrink\", \"attempt\": %d, \"dropped_rank\": %d, "
-                "\"host\": \"%s\", \"failures_in_a_row\": %d, \"dp_from\": %d, \"dp_to\": %d, \"world\": %d}\n",
-                step < 0 ? 0 : step, attempt + 1, bad, host, fails, dp, nd, q->world);
-        fclose(m);
-    } else {
-        tri_warn("cannot append the layout change to %s: %s", mpath, strerror(errno));
-    }
-    free(mpath);
+    hand_event(q->train_cfg->log.dir, attempt + 1, bad, host, fails, dp, nd, q->world);
     return 0;
 }
 

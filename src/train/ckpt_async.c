@@ -44,14 +44,7 @@ int ckpt_save(trainer *t, int step, const char *state, int finish) {
         report(t, &f, 0);
         return 0;
     }
-    int failed = 0;
-    if (!t->ckpt_async) {
-        t->ckpt_async = tri_ckpt_async_new();
-        failed = t->ckpt_async == NULL;
-    }
-    tri_comm_allreduce_host(&t->dist.world, &failed, 1, TRI_I32, TRI_MAX);
-    if (failed) return -1;
-    tri_ckpt_done prev, f;
+    tri_ckpt_done prev, f; /* t->ckpt_async: made by ckpt_setup */
     int rc = tri_ckpt_async_start(t->ckpt_async, &t->store, step, &t->gpt, &t->opt, &t->dist, state, c->keep, c->dtype,
                                   &prev);
     report(t, &prev, 1);
@@ -62,16 +55,21 @@ int ckpt_save(trainer *t, int step, const char *state, int finish) {
     return rc;
 }
 
-int ckpt_word(trainer *t) {
+int ckpt_setup(trainer *t) {
     const tri_ckpt_cfg *c = &t->cfg->checkpoint;
-    if (!t->ckpt_async && c->async && (c->every > 0 || c->every_s > 0) && !t->opts.synthetic) {
-        /* the staging memory allocated and touched in the background while
-         * the first steps run, rather than during the first save */
-        t->ckpt_async = tri_ckpt_async_new();
-        if (t->ckpt_async) tri_ckpt_async_reserve(t->ckpt_async, &t->gpt, &t->opt, &t->dist, c->dtype);
-    }
-    return tri_ckpt_async_word(t->ckpt_async);
+    if (!c->async || t->opts.synthetic) return 0;
+    t->ckpt_async = tri_ckpt_async_new();
+    if (!t->ckpt_async) return -1; /* said */
+    /* a run that saves during training: the staging memory allocated and
+     * touched in the background while the first steps run, rather than
+     * during the first save (a thread that cannot start: the first save
+     * allocates it) */
+    if (c->every > 0 || c->every_s > 0)
+        (void)tri_ckpt_async_reserve(t->ckpt_async, &t->gpt, &t->opt, &t->dist, c->dtype);
+    return 0;
 }
+
+int ckpt_word(trainer *t) { return tri_ckpt_async_word(t->ckpt_async); }
 
 int ckpt_time_due(trainer *t) {
     double every = t->cfg->checkpoint.every_s;

@@ -15,10 +15,17 @@
  * the run). Returns 0 or -1 on every rank. */
 int ckpt_save(trainer *t, int step, const char *state, int finish);
 
+/* Not collective, at the end of trainer_setup (the model and optimizer
+ * built, a resume loaded): with checkpoint.async (and not synthetic) the
+ * background writer's state, and in a run that saves during training
+ * (checkpoint.every or every_s) a thread that allocates and touches the
+ * staging memory while the first steps run, so that neither the loop nor
+ * the first save allocates. Returns 0, or -1 out of memory (said; the
+ * caller ends the run as for any set-up failure). */
+int ckpt_setup(trainer *t);
+
 /* Not collective: this rank's word of the background save's state, for the
- * loop's per-step all-reduce (MAX; model/ckpt/async.h). The first call of a
- * run that saves during training starts allocating the staging memory in the
- * background. */
+ * loop's per-step all-reduce (MAX; model/ckpt/async.h). Allocates nothing. */
 int ckpt_word(trainer *t);
 
 /* Not collective: on world rank 0, 1 when checkpoint.every_s seconds have

@@ -34,15 +34,37 @@ typedef struct tri_metric {
 
 typedef struct tri_metrics tri_metrics;
 
-/* Opens <dir>/metrics.jsonl (appended to when `resume`, else truncated)
- * and, when `tensorboard`, a new event file in dir, which starts with a
+/* What tri_metrics_open does with an existing metrics.jsonl. */
+typedef enum tri_metrics_mode {
+    TRI_METRICS_NEW,    /* a new run: truncated                                  */
+    TRI_METRICS_RESUME, /* a resume from the checkpoint of resume_step: appended  */
+    TRI_METRICS_RESTART /* --resume with no checkpoint yet (the run starts again at
+                           step 0): truncated, but for its "event" lines (the
+                           launcher's, tri_metrics_take_events), which are kept  */
+} tri_metrics_mode;
+
+/* Opens <dir>/metrics.jsonl (see tri_metrics_mode) and, when
+ * `tensorboard`, a new event file in dir, which starts with a
  * session-start record at the run's first step (resume_step + 1 on a
  * resume, else 1): TensorBoard's loaders take every start after a log
  * dir's first as a restart and drop the earlier files' points from that
  * step on (what an interrupted run logged past its checkpoint; on a fresh
- * start, an old run's curve, as metrics.jsonl is truncated). dir must
- * exist. Returns NULL said (the file named). */
-tri_metrics *tri_metrics_open(const char *dir, int resume, int resume_step, int tensorboard);
+ * start, an old run's curve, as metrics.jsonl is truncated; the launcher's
+ * events of a restart are at step 0 and stay). dir must exist. Returns NULL
+ * said (the file named). */
+tri_metrics *tri_metrics_open(const char *dir, tri_metrics_mode mode, int resume_step, int tensorboard);
+
+/* The events a launcher hands to the trainer it relaunches (tridentrun's
+ * elastic shrink: a layout change) come in <dir>/TRI_LOG_PENDING_EVENTS
+ * (config/config.h), one JSON object a line ({"event": "elastic_shrink",
+ * "elastic_dp_from": 2, ...}, no "step"), appended by the launcher. With
+ * `take` (a run that resumes): each line is written through m at `step`
+ * (the step the run resumes from), its fields in order (numbers are
+ * scalars, tagged by tri_metrics_tag; strings and the rest JSON text; a
+ * line that is not an object is warned about and skipped), then the file is
+ * removed, so that each event is written once. Without (a new run): the file,
+ * an earlier job's, is removed unread. Returns the events written. */
+int tri_metrics_take_events(tri_metrics *m, const char *dir, int step, int take);
 
 /* One line at `step`: fields f[0..n) in order. The line is flushed, and so
  * is the event record. A failing event file is warned about once and then
@@ -53,7 +75,8 @@ void tri_metrics_write(tri_metrics *m, int step, const tri_metric *f, size_t n);
  * ("loss" -> "train/loss", "val_loss" -> "val/loss", "tokens_per_s" ->
  * "perf/tokens_per_s", "ms" -> "perf/step_ms", ...); a key with a '/' as it
  * is; else by prefix "val_<x>" -> "val/<x>", "ckpt_<x>" and "checkpoint_<x>"
- * -> "checkpoint/<x>", "perf_<x>" -> "perf/<x>"; the rest "train/<key>".
+ * -> "checkpoint/<x>", "perf_<x>" -> "perf/<x>", "elastic_<x>" ->
+ * "elastic/<x>"; the rest "train/<key>".
  * A new field needs no code here unless its tag should differ. Returns out. */
 const char *tri_metrics_tag(const char *key, char *out, size_t n);
 

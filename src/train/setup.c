@@ -13,6 +13,7 @@
 #include "model/ckpt/store.h"
 #include "base/file.h"
 #include "base/fs.h"
+#include "train/ckpt_async.h"
 #include "train/ckpt_state.h"
 #include "train/datafiles.h"
 #include "train/preflight.h"
@@ -316,6 +317,10 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         }
     }
 
+    /* checkpoint.async: the writer's state and its staging memory (in the
+     * background), so that the loop allocates nothing (src/train/ckpt_async.h) */
+    if (ckpt_setup(t) != 0) return TRI_EXIT_FAILURE;
+
     /* bench --profile: the ops timed from the first step on, GEMMs by the weight they read */
     if (opts->profile) {
         t->prof = tri_profile_start(&t->ctx, 0);
@@ -327,8 +332,12 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             tri_error("log.dir: cannot create %s: %s", cfg->log.dir, strerror(errno));
             return TRI_EXIT_BAD_INPUT;
         }
-        t->metrics = tri_metrics_open(cfg->log.dir, *start > 0, *start, cfg->log.tensorboard);
+        tri_metrics_mode mode = *start > 0 ? TRI_METRICS_RESUME : opts->resume ? TRI_METRICS_RESTART : TRI_METRICS_NEW;
+        t->metrics = tri_metrics_open(cfg->log.dir, mode, *start, cfg->log.tensorboard);
         if (!t->metrics) return TRI_EXIT_BAD_INPUT; /* said */
+        /* what tridentrun hands a relaunch (an elastic shrink), at the step
+         * it resumes from; a new run drops an earlier job's */
+        (void)tri_metrics_take_events(t->metrics, cfg->log.dir, *start, opts->resume);
     }
     if (t->is_logger && !opts->quiet) {
         printf("config %s:\n", cfg->source);

@@ -95,47 +95,14 @@ static int exists(const char *dir, const char *name) {
     return access(p, F_OK) == 0;
 }
 
-/* Whether dir holds an entry whose name starts with prefix (its name into found). */
-static int has_entry(const char *dir, const char *prefix, char *found, size_t n) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *e;
-    int hit = 0;
-    while (!hit && (e = readdir(d)) != NULL)
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
-            snprintf(found, n, "%s", e->d_name);
-            hit = 1;
-        }
-    closedir(d);
-    return hit;
-}
-
-static void expect_same_file(const char *a, const char *b, const char *name) {
-    char pa[4400], pb[4400];
-    snprintf(pa, sizeof pa, "%s/%s", a, name);
-    snprintf(pb, sizeof pb, "%s/%s", b, name);
-    FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
-    cr_assert(fa && fb, "%s or %s missing", pa, pb);
-    long off = 0;
-    int ca, cb;
-    do {
-        ca = fgetc(fa);
-        cb = fgetc(fb);
-        off++;
-    } while (ca == cb && ca != EOF);
-    fclose(fa);
-    fclose(fb);
-    cr_expect(ca == cb, "%s and %s differ at byte %ld", pa, pb, off - 1);
-}
-
 static void expect_same_step(const char *ref, const char *dir, int step, const char *what) {
     char a[4300], b[4300];
     snprintf(a, sizeof a, "%s/ck/step_%08d", ref, step);
     snprintf(b, sizeof b, "%s/ck/step_%08d", dir, step);
     cr_log_info("%s: comparing %s with %s", what, b, a);
-    expect_same_file(a, b, "model.safetensors");
-    expect_same_file(a, b, "optimizer.safetensors");
-    expect_same_file(a, b, "config.json");
+    tt_expect_same_file(a, b, "model.safetensors");
+    tt_expect_same_file(a, b, "optimizer.safetensors");
+    tt_expect_same_file(a, b, "config.json");
 }
 
 /* The steps of the metrics lines {"step": N, "checkpoint_async": ..., ...} of dir's run. */
@@ -238,7 +205,8 @@ Test(async_ckpt, kill_9_during_a_background_write_keeps_the_previous_checkpoint,
      * its writer is asleep halfway */
     int ready = 0;
     for (double t0 = now_s(); !ready && now_s() - t0 < 60; usleep(10000))
-        ready = exists(ck, "step_00000004/manifest.json") && has_entry(ck, ".tmp-step_00000008-", found, sizeof found);
+        ready =
+            exists(ck, "step_00000004/manifest.json") && tt_has_entry(ck, ".tmp-step_00000008-", found, sizeof found);
     cr_assert(ready, "no background save of step 8 in flight after step 4 (see %s)", log);
     cr_expect(!exists(ck, "step_00000008"), "step 8 committed already (the writer did not sleep?)");
     cr_assert_eq(kill(pid, SIGKILL), 0);
@@ -255,7 +223,7 @@ Test(async_ckpt, kill_9_during_a_background_write_keeps_the_previous_checkpoint,
     cr_expect(strstr(out, "the temporary directory of a save that did not finish") != NULL, "%s", out);
     free(out);
     expect_same_step(ref, dir, 12, "resumed after kill -9 vs uninterrupted sync");
-    cr_expect(!has_entry(ck, ".tmp-", found, sizeof found), "%s left", found);
+    cr_expect(!tt_has_entry(ck, ".tmp-", found, sizeof found), "%s left", found);
     tt_rmrf(ref);
     tt_rmrf(dir);
     free(ref);
@@ -273,7 +241,7 @@ Test(async_ckpt, sigterm_with_a_save_in_flight_waits_then_saves_and_stops, .time
     pid_t pid = spawn_train(dir, SLEEP_ENV "=1500", cfg, log);
     int ready = 0;
     for (double t0 = now_s(); !ready && now_s() - t0 < 60; usleep(5000))
-        ready = has_entry(ck, ".tmp-step_00000004-", found, sizeof found);
+        ready = tt_has_entry(ck, ".tmp-step_00000004-", found, sizeof found);
     cr_assert(ready, "no background save of step 4 (see %s)", log);
     cr_assert_eq(kill(pid, SIGTERM), 0);
     int st;
@@ -298,7 +266,7 @@ Test(async_ckpt, sigterm_with_a_save_in_flight_waits_then_saves_and_stops, .time
     latest = tt_read(lp);
     snprintf(name, sizeof name, "step_%08d", stop_step);
     cr_expect(latest && strncmp(latest, name, strlen(name)) == 0, "latest: %s", latest);
-    cr_expect(!has_entry(ck, ".tmp-", found, sizeof found), "%s left", found);
+    cr_expect(!tt_has_entry(ck, ".tmp-", found, sizeof found), "%s left", found);
     free(latest);
     free(text);
     /* and it resumes from the stop's checkpoint */
@@ -389,7 +357,7 @@ Test(async_ckpt, a_failed_background_save_fails_on_every_rank, .timeout = 240) {
     pid_t pid = spawn_sh(full, log);
     int ready = 0;
     for (double t0 = now_s(); !ready && now_s() - t0 < 60; usleep(5000))
-        ready = has_entry(ck, ".tmp-step_00000004-", found, sizeof found);
+        ready = tt_has_entry(ck, ".tmp-step_00000004-", found, sizeof found);
     cr_assert(ready, "no background save of step 4 (see %s)", log);
     snprintf(victim, sizeof victim, "%s/%s", ck, found);
     tt_rmrf(victim);
@@ -398,8 +366,8 @@ Test(async_ckpt, a_failed_background_save_fails_on_every_rank, .timeout = 240) {
     char *text = tt_read(log);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 124, "status %d: %s", st, text);
     cr_expect(text && strstr(text, "checkpoint of step 4 not saved"), "%s", text);
-    cr_expect(!has_entry(ck, "step_", found, sizeof found), "%s left", found);
-    cr_expect(!has_entry(ck, ".tmp-", found, sizeof found), "%s left", found);
+    cr_expect(!tt_has_entry(ck, "step_", found, sizeof found), "%s left", found);
+    cr_expect(!tt_has_entry(ck, ".tmp-", found, sizeof found), "%s left", found);
     free(text);
     tt_rmrf(dir);
     free(dir);

@@ -14,9 +14,10 @@
  * directory; the ranks are /bin/sh scripts (fast, no training) except in the
  * first test and in the elastic one (a tiny trainer, 2 ranks).
  *
- * --elastic: see the last test. */
+ * --elastic: see the last two tests. */
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include <time.h>
 
 #include "helpers/testutil.h"
+#include "helpers/tfevents_read.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -55,23 +57,29 @@ static void write_fake(const char *dir) {
     cr_assert_eq(chmod(path, 0755), 0);
 }
 
-/* Runs tridentrun in dir with the options and a /bin/sh rank script, capped;
+/* The caps of a job of /bin/sh ranks (no training). */
+#define FAKE_CAP "timeout -s KILL 60 prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=60"
+
+/* Runs tridentrun, capped, in a fresh directory (*dir, malloc'd) with two
+ * /bin/sh ranks started by the fake mpirun (script), and the options;
  * returns its exit code, its output in *out. */
-static int launch(const char *dir, const char *opts, const char *script, char **out) {
-    char *cmd = NULL;
-    size_t n = strlen(dir) + strlen(opts) + strlen(script) + 1024;
-    cmd = malloc(n);
+static int launch(char **dir, const char *opts, const char *script, char **out) {
+    *dir = tt_mkdtemp();
+    write_fake(*dir);
+    size_t n = strlen(*dir) + strlen(opts) + strlen(script) + 1024;
+    char *cmd = malloc(n);
     snprintf(cmd, n,
-             "cd '%s' && timeout -s KILL 60 prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=60 '%s' --log-dir ranks "
-                                                                                  "%s -- /bin/sh -c '%s' 2>&1",
-             dir, tt_bin("tridentrun"), opts, script);
+             "cd '%s' && %s '%s' --log-dir ranks --mpirun ./fake_mpirun --nproc-per-node 2 %s -- /bin/sh -c '%s' 2>&1",
+             *dir, FAKE_CAP, tt_bin("tridentrun"), opts, script);
     int rc = tt_run(cmd, out);
     free(cmd);
     return rc;
 }
 
-/* The number of lines of a file that start with prefix. */
-static int count_lines(const char *path, const char *prefix) {
+/* The lines of dir/starts that start with prefix (the scripts' "start<rank>"). */
+static int count_starts(const char *dir, const char *prefix) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/starts", dir);
     char *s = tt_read(path);
     int n = 0;
     for (const char *c = s; c && *c;) {
@@ -81,6 +89,13 @@ static int count_lines(const char *path, const char *prefix) {
     }
     free(s);
     return n;
+}
+
+/* The end of a test: its directory removed, dir and out freed. */
+static void finish(char *dir, char *out) {
+    free(out);
+    tt_rmrf(dir);
+    free(dir);
 }
 
 /* The tiny trainer config of these tests in dir/c.json (dp 2), its data in
@@ -143,70 +158,53 @@ Test(fast_restart, a_killed_rank_is_relaunched_at_once_not_after_mpiruns_teardow
      * 0.02-0.08 s) */
     cr_assert(after >= 0 && after < 1.0, "relaunched %.3f s after the death:\n%s", after, out);
     cr_assert(strstr(out, "step   400/400"), "the relaunch finished the run:\n%s", out);
-    free(out);
     free(rcs);
-    tt_rmrf(dir);
-    free(dir);
+    finish(dir, out);
 }
 
 Test(fast_restart, a_refusal_is_not_relaunched, .timeout = 60) {
-    char *dir = tt_mkdtemp();
-    write_fake(dir);
     const char *script =
         "echo start$OMPI_COMM_WORLD_RANK >> starts; "
         "if [ $OMPI_COMM_WORLD_RANK = 0 ]; then echo \"trident: c.json: train.lr: bad value\" >&2; fi; "
         "exit 2";
-    char *out = NULL;
-    int rc = launch(dir, "--mpirun ./fake_mpirun --nproc-per-node 2 --max-restarts 3", script, &out);
+    char *dir = NULL, *out = NULL;
+    int rc = launch(&dir, "--max-restarts 3", script, &out);
     cr_assert_eq(rc, 2, "exit %d (2 expected):\n%s", rc, out);
-    char path[400];
-    snprintf(path, sizeof path, "%s/starts", dir);
     /* one attempt: rank 0 (the refusing one) started once (rank 1 may be torn
      * down before its shell's first line) */
-    cr_assert_eq(count_lines(path, "start0"), 1, "one attempt:\n%s", out);
+    cr_assert_eq(count_starts(dir, "start0"), 1, "one attempt:\n%s", out);
     cr_assert(strstr(out, "a refusal (exit 2: bad input) that a relaunch would repeat; not restarting"), "%s", out);
     cr_assert(strstr(out, "  | trident: c.json: train.lr: bad value"), "the refusal's message:\n%s", out);
     cr_assert(!strstr(out, "restart 1 of"), "%s", out);
-    free(out);
-    tt_rmrf(dir);
-    free(dir);
+    finish(dir, out);
 }
 
 Test(fast_restart, a_rank_stopped_by_the_teardown_after_its_error_reports_the_first_exit_code, .timeout = 60) {
-    char *dir = tt_mkdtemp();
-    write_fake(dir);
     /* rank 0 says what is wrong, then is stopped by SIGTERM (as mpirun's
      * teardown does) after rank 1 exited 2 */
     const char *script = "if [ $OMPI_COMM_WORLD_RANK = 0 ]; then echo \"trident: data/x.bin: no such file\" >&2; "
                          "touch said; sleep 0.8; kill -TERM $$; fi; "
                          "while [ ! -f said ]; do sleep 0.05; done; sleep 0.3; exit 2";
-    char *out = NULL;
-    int rc = launch(dir, "--mpirun ./fake_mpirun --nproc-per-node 2 --max-restarts 2", script, &out);
+    char *dir = NULL, *out = NULL;
+    int rc = launch(&dir, "--max-restarts 2", script, &out);
     cr_assert_eq(rc, 2, "exit %d (rank 1's 2 expected, not 143):\n%s", rc, out);
     cr_assert(strstr(out, "tridentrun: rank 0 failed (exit 2)"), "%s", out);
     cr_assert(!strstr(out, "signal 15"), "%s", out);
     cr_assert(strstr(out, "not restarting"), "%s", out);
-    free(out);
-    tt_rmrf(dir);
-    free(dir);
+    finish(dir, out);
 }
 
 Test(fast_restart, relaunches_in_a_burst_back_off_doubling, .timeout = 60) {
-    char *dir = tt_mkdtemp();
-    write_fake(dir);
     const char *script = "echo start$OMPI_COMM_WORLD_RANK >> starts; if [ $OMPI_COMM_WORLD_RANK = 1 ]; then "
                          "echo \"trident: rank 1: injected\" >&2; exit 3; fi; sleep 0.1; exit 3";
-    char *out = NULL;
+    char *dir = NULL, *out = NULL;
     double t0 = now_s();
-    int rc = launch(dir, "--mpirun ./fake_mpirun --nproc-per-node 2 --max-restarts 3 --restart-backoff-s 0.25", script,
-                    &out);
+    int rc = launch(&dir, "--max-restarts 3 --restart-backoff-s 0.25", script, &out);
     double took = now_s() - t0;
     cr_assert_eq(rc, 3, "exit %d:\n%s", rc, out);
-    char path[400];
-    snprintf(path, sizeof path, "%s/starts", dir);
     /* rank 1 starts 4 times; rank 0 may be torn down before its shell's
      * first line when rank 1 fails at once (seen under the sanitizers) */
-    cr_assert_eq(count_lines(path, "start1"), 4, "4 attempts:\n%s", out);
+    cr_assert_eq(count_starts(dir, "start1"), 4, "4 attempts:\n%s", out);
     /* failures less than 10 s apart: 0, then 0.25, 0.5 */
     const double want[3] = {0, 0.25, 0.5};
     const char *c = out;
@@ -219,9 +217,7 @@ Test(fast_restart, relaunches_in_a_burst_back_off_doubling, .timeout = 60) {
         c++;
     }
     cr_assert(took >= 0.75, "the waits add up to 0.75 s, took %.2f s", took);
-    free(out);
-    tt_rmrf(dir);
-    free(dir);
+    finish(dir, out);
 }
 
 /* --elastic: a rank slot that fails at every start (debug.fail_start_rank)
@@ -230,35 +226,84 @@ Test(fast_restart, relaunches_in_a_burst_back_off_doubling, .timeout = 60) {
  * finishes on the loss curve of a one-rank run of the same config, within the
  * data-parallel tolerance of tests/system/test_parallel.c (1e-6 relative: the
  * two replicas' gradients are summed in another order than one rank's
- * micro-batches). The layout change is a metrics.jsonl line. */
+ * micro-batches). The layout change is a metrics.jsonl line, written once by
+ * the relaunched trainer at the step it resumes from. */
 #define ELASTIC_RTOL 1e-6
 
-Test(elastic, a_rank_slot_that_fails_at_every_start_is_dropped_and_the_run_follows_one_rank, .timeout = 180) {
+/* Caps of each trident or tridentrun of the elastic tests (two 2-rank
+ * attempts that fail at start, then a few steps of the tiny model): time for
+ * the sanitized build, ~10x slower. */
+#define ELASTIC_CAP "timeout -s KILL 240 prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=240"
+
+/* tridentrun --elastic in dir: rank 1 fails at every start; sets: more
+ * COMMAND arguments. Returns the exit code, the output in *out. */
+static int run_elastic(const char *dir, const char *sets, char **out) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && %s '%s' --log-dir ranks --max-restarts 3 --elastic --restart-backoff-s 0 -- '%s' train "
+             "c.json --resume --set debug.fail_start_rank=1 %s 2>&1",
+             dir, ELASTIC_CAP, tt_bin("tridentrun"), tt_bin("trident"), sets);
+    return tt_run(cmd, out);
+}
+
+/* The one line of dir/log/metrics.jsonl with the elastic_shrink event
+ * (malloc'd, without its newline): asserts there is exactly one. */
+static char *shrink_line(const char *dir) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/log/metrics.jsonl", dir);
+    char *m = tt_read(path);
+    cr_assert_not_null(m, "%s", path);
+    char *line = NULL;
+    int n = 0;
+    for (char *c = m; *c;) {
+        char *nl = strchr(c, '\n');
+        size_t len = nl ? (size_t)(nl - c) : strlen(c);
+        if (strstr(c, "\"event\": \"elastic_shrink\"") && strstr(c, "\"event\": \"elastic_shrink\"") < c + len) {
+            n++;
+            free(line);
+            line = strndup(c, len);
+        }
+        c += len + (nl != NULL);
+    }
+    cr_assert_eq(n, 1, "one elastic_shrink line, not %d:\n%s", n, m);
+    free(m);
+    return line;
+}
+
+/* The line the trainer writes for the shrink of these tests (rank 1 dropped
+ * after failing attempts 0 and 1; attempt 2 runs at dp 1) when it resumes
+ * from `step`: the fields the launcher handed over, in its order. */
+static void expect_shrink_line(const char *line, int step) {
+    char want[512];
+    snprintf(want, sizeof want,
+             "{\"step\": %d, \"event\": \"elastic_shrink\", \"elastic_attempt\": 2, \"elastic_dropped_rank\": 1, "
+             "\"elastic_host\": \"localhost\", \"elastic_failures_in_a_row\": 2, \"elastic_dp_from\": 2, "
+             "\"elastic_dp_to\": 1, \"elastic_world\": 1}",
+             step);
+    cr_assert_str_eq(line, want);
+}
+
+Test(elastic, a_rank_slot_that_fails_at_every_start_is_dropped_and_the_run_follows_one_rank, .timeout = 600) {
     char *dir = tt_mkdtemp();
     write_config(dir, 12);
     char path[400];
-    const char *cap = "timeout -s KILL 120 prlimit " TT_PRLIMIT_AS("4000000000") " --cpu=120";
     char cmd[4096];
     char *out = NULL;
     /* the reference: one rank, 12 steps */
     snprintf(cmd, sizeof cmd,
              "cd '%s' && %s '%s' train c.json --set parallel.dp=1 --set checkpoint.dir=ck1 --set log.dir=log1 2>&1",
-             dir, cap, tt_bin("trident"));
+             dir, ELASTIC_CAP, tt_bin("trident"));
     int rc = tt_run(cmd, &out);
     cr_assert_eq(rc, 0, "the one-rank run: exit %d\n%s", rc, out);
     free(out);
     /* dp=2 to step 6 */
-    snprintf(cmd, sizeof cmd, "cd '%s' && %s '%s' --log-dir ranks -- '%s' train c.json --stop-at-step 6 2>&1", dir, cap,
-             tt_bin("tridentrun"), tt_bin("trident"));
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s '%s' --log-dir ranks -- '%s' train c.json --stop-at-step 6 2>&1", dir,
+             ELASTIC_CAP, tt_bin("tridentrun"), tt_bin("trident"));
     rc = tt_run(cmd, &out);
     cr_assert_eq(rc, 0, "the dp=2 run: exit %d\n%s", rc, out);
     free(out);
     /* resumed with rank 1 failing at every start */
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && %s '%s' --log-dir ranks --max-restarts 3 --elastic --restart-backoff-s 0 -- '%s' train "
-             "c.json --resume --set debug.fail_start_rank=1 2>&1",
-             dir, cap, tt_bin("tridentrun"), tt_bin("trident"));
-    rc = tt_run(cmd, &out);
+    rc = run_elastic(dir, "", &out);
     cr_assert_eq(rc, 0, "the elastic run: exit %d\n%s", rc, out);
     cr_assert(strstr(out, "elastic: rank 1 (host localhost) failed 2 relaunches in a row; dropping it: data parallel "
                           "2 -> 1"),
@@ -266,11 +311,9 @@ Test(elastic, a_rank_slot_that_fails_at_every_start_is_dropped_and_the_run_follo
     cr_assert(strstr(out, "tp=1 pp=1 dp=1, 4 micro-batches of 2 per rank"), "the last attempt at dp=1:\n%s", out);
     cr_assert(strstr(out, "resumed from ck/step_00000006 at step 6"), "%s", out);
     free(out);
-    snprintf(path, sizeof path, "%s/log/metrics.jsonl", dir);
-    char *m = tt_read(path);
-    cr_assert_not_null(m);
-    cr_assert(strstr(m, "\"event\": \"elastic_shrink\"") && strstr(m, "\"dp_from\": 2, \"dp_to\": 1"), "%s", m);
-    free(m);
+    char *line = shrink_line(dir);
+    expect_shrink_line(line, 6);
+    free(line);
     double *ref = NULL, *got = NULL;
     snprintf(path, sizeof path, "%s/log1/metrics.jsonl", dir);
     cr_assert_eq(tt_losses(path, &ref), 12);
@@ -283,8 +326,75 @@ Test(elastic, a_rank_slot_that_fails_at_every_start_is_dropped_and_the_run_follo
     }
     free(ref);
     free(got);
-    tt_rmrf(dir);
-    free(dir);
+    finish(dir, NULL);
+}
+
+/* The TensorBoard scalars tagged `tag` in every event file of dir: how
+ * many; the last one's step and value into *step, *value. */
+static int tb_scalars(const char *dir, const char *tag, long *step, float *value) {
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "%s", dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "events.out.tfevents.", 20) != 0) continue;
+        char path[700];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        tt_tb_file f;
+        cr_assert_eq(tt_tb_read(path, &f), 0, "%s: %s", path, f.why);
+        for (int i = 0; i < f.n_scalars; i++)
+            if (strcmp(f.scalars[i].tag, tag) == 0) {
+                n++;
+                *step = (long)f.scalars[i].step;
+                *value = f.scalars[i].value;
+            }
+        tt_tb_free(&f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* The shrink before any checkpoint: the relaunched trainer starts again at
+ * step 0, truncating metrics.jsonl (before, tridentrun appended the line
+ * itself and it was lost there); now it writes the event the launcher handed
+ * it, once, at step 0, in metrics.jsonl and as TensorBoard scalars
+ * (elastic/<x>, read back by the tests' own reader), and the hand-over file
+ * is gone. */
+Test(elastic, a_shrink_before_the_first_checkpoint_is_in_metrics_and_tensorboard_once, .timeout = 300) {
+    char *dir = tt_mkdtemp();
+    write_config(dir, 4);
+    char *out = NULL;
+    int rc = run_elastic(dir, "--set log.tensorboard=true", &out);
+    cr_assert_eq(rc, 0, "the elastic run: exit %d\n%s", rc, out);
+    cr_assert(strstr(out, "dropping it: data parallel 2 -> 1 (1 ranks in all), global batch 8 kept as 4 "
+                          "micro-batches of 2 per rank; resuming from step 0"),
+              "%s", out);
+    cr_assert(strstr(out, "resume: no checkpoint in ck yet, starting from step 0"), "%s", out);
+    free(out);
+    char *line = shrink_line(dir);
+    expect_shrink_line(line, 0);
+    free(line);
+    char path[400];
+    snprintf(path, sizeof path, "%s/log/metrics.jsonl", dir);
+    double *got = NULL;
+    cr_assert_eq(tt_losses(path, &got), 4, "4 steps at dp=1");
+    free(got);
+    snprintf(path, sizeof path, "%s/log/pending_events.jsonl", dir);
+    cr_assert_null(tt_read(path), "the hand-over file is removed once written");
+    snprintf(path, sizeof path, "%s/log", dir);
+    const struct {
+        const char *tag;
+        float value;
+    } want[] = {{"elastic/attempt", 2}, {"elastic/dropped_rank", 1}, {"elastic/failures_in_a_row", 2},
+                {"elastic/dp_from", 2}, {"elastic/dp_to", 1},        {"elastic/world", 1}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        long step = -1;
+        float v = -1;
+        cr_assert_eq(tb_scalars(path, want[i].tag, &step, &v), 1, "%s: one scalar", want[i].tag);
+        cr_assert_eq(step, 0, "%s", want[i].tag);
+        cr_assert_eq(v, want[i].value, "%s: %g", want[i].tag, v);
+    }
+    finish(dir, NULL);
 }
 
 /* Every rank on this host: tridentrun hands Open MPI pml ob1 (its UCX

@@ -88,36 +88,6 @@ static int path_exists(const char *dir, const char *name) {
     return lstat(p, &st) == 0;
 }
 
-/* Whether dir holds an entry whose name starts with prefix (its name into found). */
-static int has_entry(const char *dir, const char *prefix, char *found, size_t n) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int hit = 0;
-    struct dirent *de;
-    while (!hit && (de = readdir(d)))
-        if (strncmp(de->d_name, prefix, strlen(prefix)) == 0) {
-            hit = 1;
-            if (found) snprintf(found, n, "%s", de->d_name);
-        }
-    closedir(d);
-    return hit;
-}
-
-/* The whole content of dir/name compared with other/name, byte for byte. */
-static void expect_same_file(const char *a, const char *b, const char *name) {
-    char pa[4200], pb[4200];
-    snprintf(pa, sizeof pa, "%s/%s", a, name);
-    snprintf(pb, sizeof pb, "%s/%s", b, name);
-    struct stat sa, sb;
-    cr_assert_eq(stat(pa, &sa), 0, "%s", pa);
-    cr_assert_eq(stat(pb, &sb), 0, "%s", pb);
-    cr_assert_eq(sa.st_size, sb.st_size, "%s: %lld vs %lld bytes", name, (long long)sa.st_size, (long long)sb.st_size);
-    char *x = tt_read(pa), *y = tt_read(pb);
-    cr_expect(memcmp(x, y, (size_t)sa.st_size) == 0, "%s differs between %s and %s", name, a, b);
-    free(x);
-    free(y);
-}
-
 /* The one line of out that starts with "trident: " (the error), for messages. */
 static void expect_one_error_line(const char *out, const char *must1, const char *must2, const char *must3) {
     const char *e = strstr(out, "trident: ");
@@ -274,8 +244,8 @@ Test(store_faults, efbig_under_rlimit_fsize_leaves_no_temp_dir, .timeout = 60) {
     cr_expect_not_null(strstr(out, "File too large"), "%s", out);
     cr_expect_not_null(strstr(out, "not saved"), "%s", out);
     char found[512] = "";
-    cr_expect(!has_entry(ckpt, ".tmp-", found, sizeof found), "temp dir %s left in %s", found, ckpt);
-    cr_expect(!has_entry(ckpt, "step_", found, sizeof found), "%s", found);
+    cr_expect(!tt_has_entry(ckpt, ".tmp-", found, sizeof found), "temp dir %s left in %s", found, ckpt);
+    cr_expect(!tt_has_entry(ckpt, "step_", found, sizeof found), "%s", found);
     free(out);
     tt_rmrf(dir);
     free(dir);
@@ -394,8 +364,8 @@ Test(store_faults, kill_9_loop_resumes_bit_for_bit, .timeout = 120) {
     char a[4300], b[4300];
     snprintf(a, sizeof a, "%s/ckpt/step_00000020", ref);
     snprintf(b, sizeof b, "%s/ckpt/step_00000020", dir);
-    expect_same_file(a, b, "model.safetensors");
-    expect_same_file(a, b, "optimizer.safetensors");
+    tt_expect_same_file(a, b, "model.safetensors");
+    tt_expect_same_file(a, b, "optimizer.safetensors");
     double *la, *lb;
     int na = losses_of(ref, &la), nb = losses_of(dir, &lb);
     cr_assert(na == 20 && nb >= 1);
@@ -404,7 +374,7 @@ Test(store_faults, kill_9_loop_resumes_bit_for_bit, .timeout = 120) {
     free(lb);
     char ckpt[4300], found[512] = "";
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
-    cr_expect(!has_entry(ckpt, ".tmp-", found, sizeof found), "seed %u: %s left", seed, found);
+    cr_expect(!tt_has_entry(ckpt, ".tmp-", found, sizeof found), "seed %u: %s left", seed, found);
     tt_rmrf(ref);
     tt_rmrf(dir);
     free(ref);

@@ -85,3 +85,39 @@ double tt_equiv_expect_params(const char *dir, const char *ck_a, const char *ck_
     tri_st_close(&fb);
     return worst;
 }
+
+void tt_tensors_load(tt_tensors *t, const char *dir, const char *file) {
+    char p[8600];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    cr_assert_eq(tri_st_open(&t->f, p), 0, "%s", p);
+    t->v = calloc(t->f.layout.n, sizeof *t->v);
+    for (size_t e = 0; e < t->f.layout.n; e++) {
+        const tri_st_entry *en = &t->f.layout.entries[e];
+        t->v[e] = malloc((tri_st_numel(en) + 1) * sizeof(float));
+        tri_st_piece pc = {0, 0, en->rows, en->cols, t->v[e], en->cols, 0};
+        cr_assert_eq(tri_st_read_piece(t->f.fd, &t->f.layout, (int)e, &pc), 0);
+    }
+}
+
+void tt_tensors_free(tt_tensors *t) {
+    for (size_t e = 0; e < t->f.layout.n; e++) free(t->v[e]);
+    free(t->v);
+    tri_st_close(&t->f);
+}
+
+void tt_expect_same_tensors(const char *dir_a, const char *dir_b, const char *file, const char *what) {
+    tt_tensors ta, tb;
+    tt_tensors_load(&ta, dir_a, file);
+    tt_tensors_load(&tb, dir_b, file);
+    cr_assert_eq(ta.f.layout.n, tb.f.layout.n, "%s: %s", what, file);
+    int differ = 0;
+    for (size_t e = 0; e < ta.f.layout.n; e++) {
+        size_t n = tri_st_numel(&ta.f.layout.entries[e]);
+        cr_assert_eq(n, tri_st_numel(&tb.f.layout.entries[e]));
+        if (memcmp(ta.v[e], tb.v[e], n * sizeof(float)) != 0 && differ++ < 3)
+            cr_expect(0, "%s: %s differs between %s and %s", what, ta.f.layout.entries[e].name, dir_a, dir_b);
+    }
+    cr_expect_eq(differ, 0, "%s: %d tensors of %s differ", what, differ, file);
+    tt_tensors_free(&ta);
+    tt_tensors_free(&tb);
+}

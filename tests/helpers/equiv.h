@@ -7,6 +7,8 @@
 #ifndef TT_EQUIV_H
 #define TT_EQUIV_H
 
+#include "model/ckpt/safetensors.h"
+
 /* A fresh directory with train.bin (20,000 tokens) and val.bin (4,000), ids
  * below 256 (malloc'd path; tt_rmrf it). */
 char *tt_equiv_dir(void);
@@ -30,5 +32,19 @@ char *tt_equiv_latest_model(const char *dir, const char *ck);
  * same names and shapes, every value within atol. Returns the largest
  * difference seen. */
 double tt_equiv_expect_params(const char *dir, const char *ck_a, const char *ck_b, double atol, const char *what);
+
+/* Every tensor of the safetensors file dir/file as fp32 (16-bit ones
+ * widened), in header order (asserts it reads). */
+typedef struct tt_tensors {
+    tri_st_file f;
+    float **v; /* [f.layout.n] */
+} tt_tensors;
+void tt_tensors_load(tt_tensors *t, const char *dir, const char *file);
+void tt_tensors_free(tt_tensors *t);
+
+/* dir_a/file and dir_b/file hold the same tensors, in the same order, bit
+ * for bit (their metadata, e.g. the optimizer file's step, aside); a failure
+ * names `what` and the first tensors that differ. */
+void tt_expect_same_tensors(const char *dir_a, const char *dir_b, const char *file, const char *what);
 
 #endif

@@ -1,9 +1,12 @@
 #include "testutil.h"
 
+#include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -135,6 +138,42 @@ char *tt_read(const char *path) {
     b[got] = 0;
     fclose(f);
     return b;
+}
+
+void tt_expect_same_file(const char *dir_a, const char *dir_b, const char *name) {
+    char pa[4400], pb[4400];
+    snprintf(pa, sizeof pa, "%s/%s", dir_a, name);
+    snprintf(pb, sizeof pb, "%s/%s", dir_b, name);
+    FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
+    if (!fa || !fb) {
+        if (fa) fclose(fa);
+        if (fb) fclose(fb);
+        cr_assert_fail("%s or %s cannot be read", pa, pb);
+    }
+    struct stat sa, sb;
+    int stat_ok = fstat(fileno(fa), &sa) == 0 && fstat(fileno(fb), &sb) == 0;
+    long off = 0;
+    int ca, cb;
+    while ((ca = fgetc(fa)) == (cb = fgetc(fb)) && ca != EOF) off++;
+    fclose(fa);
+    fclose(fb);
+    cr_assert(stat_ok, "%s, %s: fstat failed", pa, pb);
+    cr_expect(ca == cb, "%s (%lld bytes) and %s (%lld bytes) differ at byte %ld", pa, (long long)sa.st_size, pb,
+              (long long)sb.st_size, off);
+}
+
+int tt_has_entry(const char *dir, const char *prefix, char *found, size_t n) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int hit = 0;
+    struct dirent *e;
+    while (!hit && (e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+            hit = 1;
+            if (found) snprintf(found, n, "%s", e->d_name);
+        }
+    closedir(d);
+    return hit;
 }
 
 int tt_losses(const char *metrics_path, double **out) {

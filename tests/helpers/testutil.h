@@ -49,6 +49,15 @@ void tt_write_llmc_random(const char *path, size_t n, int vocab, uint64_t seed);
 /* Reads a whole file (malloc'd, NUL-terminated), or NULL. */
 char *tt_read(const char *path);
 
+/* Criterion checks that dir_a/name and dir_b/name are equal byte for byte:
+ * asserts both can be read, expects the same content (a failure names both
+ * paths, their sizes and the first byte that differs). */
+void tt_expect_same_file(const char *dir_a, const char *dir_b, const char *name);
+
+/* Whether dir holds an entry whose name starts with prefix (its name into
+ * found[n] when found is not NULL). */
+int tt_has_entry(const char *dir, const char *prefix, char *found, size_t n);
+
 /* Every "loss" value of a metrics.jsonl (lines with "loss":), as parsed doubles, in order.
  * Returns the count; *out malloc'd. Also gives the exact text of each value in *texts if non-NULL. */
 int tt_losses(const char *metrics_path, double **out);

@@ -79,52 +79,11 @@ static void read_metrics(const char *logdir, metrics *m) {
     free(text);
 }
 
-/* Every tensor of a safetensors file as fp32, in header order. */
-typedef struct tensors {
-    tri_st_file f;
-    float **v;
-} tensors;
-
-static void load_tensors(tensors *t, const char *path) {
-    cr_assert_eq(tri_st_open(&t->f, path), 0, "%s", path);
-    t->v = calloc(t->f.layout.n, sizeof *t->v);
-    for (size_t e = 0; e < t->f.layout.n; e++) {
-        const tri_st_entry *en = &t->f.layout.entries[e];
-        t->v[e] = malloc((tri_st_numel(en) + 1) * sizeof(float));
-        tri_st_piece pc = {0, 0, en->rows, en->cols, t->v[e], en->cols, 0};
-        cr_assert_eq(tri_st_read_piece(t->f.fd, &t->f.layout, (int)e, &pc), 0);
-    }
-}
-
-static void free_tensors(tensors *t) {
-    for (size_t e = 0; e < t->f.layout.n; e++) free(t->v[e]);
-    free(t->v);
-    tri_st_close(&t->f);
-}
-
 /* The model and optimizer tensors of checkpoint dirs a and b are bit for bit
  * equal (the optimizer file's metadata names its step: tensors compared). */
 static void expect_same_state(const char *a, const char *b, const char *what) {
-    const char *files[2] = {"model.safetensors", "optimizer.safetensors"};
-    for (int f = 0; f < 2; f++) {
-        char pa[4400], pb[4400];
-        snprintf(pa, sizeof pa, "%s/%s", a, files[f]);
-        snprintf(pb, sizeof pb, "%s/%s", b, files[f]);
-        tensors ta, tb;
-        load_tensors(&ta, pa);
-        load_tensors(&tb, pb);
-        cr_assert_eq(ta.f.layout.n, tb.f.layout.n, "%s: %s", what, files[f]);
-        int differ = 0;
-        for (size_t e = 0; e < ta.f.layout.n; e++) {
-            size_t n = tri_st_numel(&ta.f.layout.entries[e]);
-            cr_assert_eq(n, tri_st_numel(&tb.f.layout.entries[e]));
-            if (memcmp(ta.v[e], tb.v[e], n * sizeof(float)) != 0 && differ++ < 3)
-                cr_expect(0, "%s: %s differs between %s and %s", what, ta.f.layout.entries[e].name, a, b);
-        }
-        cr_expect_eq(differ, 0, "%s: %d tensors of %s differ", what, differ, files[f]);
-        free_tensors(&ta);
-        free_tensors(&tb);
-    }
+    tt_expect_same_tensors(a, b, "model.safetensors", what);
+    tt_expect_same_tensors(a, b, "optimizer.safetensors", what);
 }
 
 /* The number after `key` in dir/state.json (NaN when absent). */

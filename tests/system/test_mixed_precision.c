@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "helpers/equiv.h"
 #include "helpers/testutil.h"
 #include "kernels/half.h"
 #include "model/ckpt/safetensors.h"
@@ -89,33 +90,8 @@ static char *latest(const char *dir, const char *name) {
     return p;
 }
 
-/* Every tensor of a safetensors file as fp32 (widened), in header order. */
-typedef struct tensors {
-    tri_st_file f;
-    float **v;
-} tensors;
-
-static void load_tensors(tensors *t, const char *ckdir, const char *file) {
-    char p[8600];
-    snprintf(p, sizeof p, "%s/%s", ckdir, file);
-    cr_assert_eq(tri_st_open(&t->f, p), 0, "%s", p);
-    t->v = calloc(t->f.layout.n, sizeof *t->v);
-    for (size_t e = 0; e < t->f.layout.n; e++) {
-        const tri_st_entry *en = &t->f.layout.entries[e];
-        t->v[e] = malloc((tri_st_numel(en) + 1) * sizeof(float));
-        tri_st_piece pc = {0, 0, en->rows, en->cols, t->v[e], en->cols, 0};
-        cr_assert_eq(tri_st_read_piece(t->f.fd, &t->f.layout, (int)e, &pc), 0);
-    }
-}
-
-static void free_tensors(tensors *t) {
-    for (size_t e = 0; e < t->f.layout.n; e++) free(t->v[e]);
-    free(t->v);
-    tri_st_close(&t->f);
-}
-
 /* Tensor `name` of t (asserts it is there). */
-static const float *tensor(const tensors *t, const char *name, size_t *n, tri_dtype *dt) {
+static const float *tensor(const tt_tensors *t, const char *name, size_t *n, tri_dtype *dt) {
     int e = tri_st_layout_find(&t->f.layout, name);
     cr_assert(e >= 0, "%s: no tensor %s", t->f.path, name);
     *n = tri_st_numel(&t->f.layout.entries[e]);
@@ -180,9 +156,9 @@ Test(mixed, bf16_and_fp16_track_the_fp32_loss_curve_over_200_steps, .timeout = 2
      * bf16 parameters (exactly representable), and fp32 master.* tensors in
      * the optimizer file from which those parameters round */
     char *ck = latest(dir, "bf16");
-    tensors mod, opt;
-    load_tensors(&mod, ck, "model.safetensors");
-    load_tensors(&opt, ck, "optimizer.safetensors");
+    tt_tensors mod, opt;
+    tt_tensors_load(&mod, ck, "model.safetensors");
+    tt_tensors_load(&opt, ck, "optimizer.safetensors");
     size_t checked = 0, differ = 0;
     for (size_t e = 0; e < mod.f.layout.n; e++) {
         const tri_st_entry *en = &mod.f.layout.entries[e];
@@ -202,14 +178,14 @@ Test(mixed, bf16_and_fp16_track_the_fp32_loss_curve_over_200_steps, .timeout = 2
         checked += n;
     }
     cr_expect(differ > checked / 2, "the masters should carry more bits than bf16: %zu of %zu differ", differ, checked);
-    free_tensors(&mod);
-    free_tensors(&opt);
+    tt_tensors_free(&mod);
+    tt_tensors_free(&opt);
     free(ck);
     /* fp32 keeps its checkpoint format: no master.* tensors */
     ck = latest(dir, "fp32");
-    load_tensors(&opt, ck, "optimizer.safetensors");
+    tt_tensors_load(&opt, ck, "optimizer.safetensors");
     cr_expect_eq(tri_st_layout_find(&opt.f.layout, "master.transformer.wte.weight"), -1);
-    free_tensors(&opt);
+    tt_tensors_free(&opt);
     free(ck);
     tt_rmrf(dir);
     free(dir);
@@ -250,16 +226,7 @@ Test(mixed, fp16_forced_overflow_skips_exactly_that_step_and_halves_the_scale, .
     cr_expect_eq(tt_run(cmd, &out), 0, "the skipped step changed the parameters: %s", out);
     free(out);
     /* the optimizer files differ only in their step metadata: compare tensors */
-    tensors ta, tb;
-    load_tensors(&ta, a, "optimizer.safetensors");
-    load_tensors(&tb, b, "optimizer.safetensors");
-    cr_assert_eq(ta.f.layout.n, tb.f.layout.n);
-    for (size_t e = 0; e < ta.f.layout.n; e++) {
-        size_t n = tri_st_numel(&ta.f.layout.entries[e]);
-        cr_expect(memcmp(ta.v[e], tb.v[e], n * sizeof(float)) == 0, "%s changed", ta.f.layout.entries[e].name);
-    }
-    free_tensors(&ta);
-    free_tensors(&tb);
+    tt_expect_same_tensors(a, b, "optimizer.safetensors", "the skipped step's optimizer");
     snprintf(cmd, sizeof cmd, "cat %s/state.json", a);
     cr_assert_eq(tt_run(cmd, &out), 0);
     cr_expect(strstr(out, "\"optimizer_updates\":\t3") != NULL, "%s", out);
@@ -359,14 +326,14 @@ Test(mixed, checkpoints_cross_between_fp32_and_bf16, .timeout = 120) {
     free(out);
     char *c_b16 = latest(dir, "b16"), *c_f32 = latest(dir, "f32"), *c_bf = latest(dir, "b16_to_f32"),
          *c_fb = latest(dir, "f32_to_b16");
-    tensors b16m, b16o, f32m, bfm, bfo, fbm, fbo;
-    load_tensors(&b16m, c_b16, "model.safetensors");
-    load_tensors(&b16o, c_b16, "optimizer.safetensors");
-    load_tensors(&f32m, c_f32, "model.safetensors");
-    load_tensors(&bfm, c_bf, "model.safetensors");
-    load_tensors(&bfo, c_bf, "optimizer.safetensors");
-    load_tensors(&fbm, c_fb, "model.safetensors");
-    load_tensors(&fbo, c_fb, "optimizer.safetensors");
+    tt_tensors b16m, b16o, f32m, bfm, bfo, fbm, fbo;
+    tt_tensors_load(&b16m, c_b16, "model.safetensors");
+    tt_tensors_load(&b16o, c_b16, "optimizer.safetensors");
+    tt_tensors_load(&f32m, c_f32, "model.safetensors");
+    tt_tensors_load(&bfm, c_bf, "model.safetensors");
+    tt_tensors_load(&bfo, c_bf, "optimizer.safetensors");
+    tt_tensors_load(&fbm, c_fb, "model.safetensors");
+    tt_tensors_load(&fbo, c_fb, "optimizer.safetensors");
     for (size_t e = 0; e < b16m.f.layout.n; e++) {
         const char *name = b16m.f.layout.entries[e].name;
         char mname[300];
@@ -394,13 +361,13 @@ Test(mixed, checkpoints_cross_between_fp32_and_bf16, .timeout = 120) {
     }
     cr_expect_eq(tri_st_layout_find(&bfo.f.layout, "master.transformer.wte.weight"), -1,
                  "an fp32 run saving fp32 writes no master.* (model.safetensors is the masters)");
-    free_tensors(&b16m);
-    free_tensors(&b16o);
-    free_tensors(&f32m);
-    free_tensors(&bfm);
-    free_tensors(&bfo);
-    free_tensors(&fbm);
-    free_tensors(&fbo);
+    tt_tensors_free(&b16m);
+    tt_tensors_free(&b16o);
+    tt_tensors_free(&f32m);
+    tt_tensors_free(&bfm);
+    tt_tensors_free(&bfo);
+    tt_tensors_free(&fbm);
+    tt_tensors_free(&fbo);
     free(c_b16);
     free(c_f32);
     free(c_bf);

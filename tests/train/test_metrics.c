@@ -2,7 +2,8 @@
  * trainer wrote them with before the sink (copied here as the reference:
  * scripts/plot.py, the sweep summary and the tests parse them), the same
  * numbers as TensorBoard scalars read back by an independent reader
- * (tests/helpers/tfevents_read.c), the tags, a resume, a bad directory. */
+ * (tests/helpers/tfevents_read.c), the tags, a resume, a bad directory, and
+ * the events a launcher hands to the trainer (tri_metrics_take_events). */
 #include <criterion/criterion.h>
 
 #include <float.h>
@@ -12,9 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "helpers/testutil.h"
 #include "helpers/tfevents_read.h"
+#include "config/config.h"
 #include "train/metrics.h"
 
 typedef struct line_vals {
@@ -277,6 +280,140 @@ Test(metrics, a_failing_event_file_is_warned_about_once_and_jsonl_goes_on) {
     cr_assert_lt(f.n_scalars, 10);
     for (int i = 0; i < f.n_scalars; i++) cr_assert_eq(f.scalars[i].value, 0.25f * (float)(i + 1));
     tt_tb_free(&f);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The launcher's events (tridentrun's elastic shrink)                       */
+
+static void write_text(const char *dir, const char *name, const char *text) {
+    char *p = join(dir, name);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f, "%s", p);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0);
+    free(p);
+}
+
+static int file_exists(const char *dir, const char *name) {
+    char *p = join(dir, name);
+    int yes = access(p, F_OK) == 0;
+    free(p);
+    return yes;
+}
+
+static char *read_in(const char *dir, const char *name) {
+    char *p = join(dir, name);
+    char *s = tt_read(p);
+    cr_assert_not_null(s, "%s", p);
+    free(p);
+    return s;
+}
+
+/* Each line is written once, at the step given, its fields in order (the
+ * expected text written out by hand from the launcher's lines); numbers are
+ * TensorBoard scalars under the prefix rule; a line that is no object is
+ * named and skipped; the file is gone after. */
+Test(metrics, launcher_events_are_written_once_at_the_resume_step) {
+    char *dir = tt_mkdtemp();
+    write_text(dir, TRI_LOG_PENDING_EVENTS,
+               "{\"event\": \"elastic_shrink\", \"elastic_attempt\": 2, \"elastic_dropped_rank\": 1, "
+               "\"elastic_host\": \"node\\\"7\", \"elastic_dp_from\": 2, \"elastic_dp_to\": 1}\n"
+               "not json\n"
+               "{\"event\": \"other\", \"step\": 99, \"flag\": true, \"elastic_world\": 3}\n");
+    tri_metrics *m = tri_metrics_open(dir, TRI_METRICS_RESUME, 4, 1);
+    cr_assert_not_null(m);
+    char tb[1400];
+    snprintf(tb, sizeof tb, "%s", tri_metrics_tb_path(m));
+    char err[2048];
+    tt_err_capture(err, sizeof err);
+    int n = tri_metrics_take_events(m, dir, 4, 1);
+    tt_err_capture(NULL, 0);
+    cr_assert_eq(n, 2);
+    cr_assert(strstr(err, TRI_LOG_PENDING_EVENTS ": line 2 is not a JSON object; skipped: not json"), "%s", err);
+    cr_assert(!file_exists(dir, TRI_LOG_PENDING_EVENTS), "the events are taken once");
+    cr_assert_eq(tri_metrics_take_events(m, dir, 4, 1), 0, "nothing left to take");
+    tri_metrics_close(m);
+
+    char *got = read_in(dir, "metrics.jsonl");
+    cr_assert_str_eq(got, "{\"step\": 4, \"event\": \"elastic_shrink\", \"elastic_attempt\": 2, "
+                          "\"elastic_dropped_rank\": 1, \"elastic_host\": \"node\\\"7\", \"elastic_dp_from\": 2, "
+                          "\"elastic_dp_to\": 1}\n"
+                          "{\"step\": 4, \"event\": \"other\", \"flag\": true, \"elastic_world\": 3}\n");
+    free(got);
+    tt_tb_file f;
+    cr_assert_eq(tt_tb_read(tb, &f), 0, "%s", f.why);
+    const struct {
+        const char *tag;
+        float value;
+    } want[] = {{"elastic/attempt", 2}, {"elastic/dropped_rank", 1}, {"elastic/dp_from", 2},
+                {"elastic/dp_to", 1},   {"train/flag", 1},           {"elastic/world", 3}};
+    cr_assert_eq(f.n_scalars, 6);
+    for (int i = 0; i < 6; i++) {
+        cr_assert_str_eq(f.scalars[i].tag, want[i].tag);
+        cr_assert_eq(f.scalars[i].step, 4);
+        cr_assert_eq(f.scalars[i].value, want[i].value, "%s", want[i].tag);
+    }
+    tt_tb_free(&f);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* A run that does not resume is a new job: an earlier job's events are
+ * removed, not written. */
+Test(metrics, a_new_run_removes_an_earlier_jobs_events_unread) {
+    char *dir = tt_mkdtemp();
+    write_text(dir, TRI_LOG_PENDING_EVENTS, "{\"event\": \"elastic_shrink\", \"elastic_dp_to\": 1}\n");
+    tri_metrics *m = tri_metrics_open(dir, TRI_METRICS_NEW, 0, 0);
+    cr_assert_not_null(m);
+    cr_assert_eq(tri_metrics_take_events(m, dir, 0, 0), 0);
+    tri_metrics_close(m);
+    cr_assert(!file_exists(dir, TRI_LOG_PENDING_EVENTS));
+    char *got = read_in(dir, "metrics.jsonl");
+    cr_assert_str_eq(got, "");
+    free(got);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* --resume with no checkpoint yet starts again at step 0: the earlier
+ * attempt's losses go, the launcher's event lines stay (a second failure
+ * before the first checkpoint must not lose the first shrink); a resume from
+ * a checkpoint appends as before. */
+Test(metrics, a_restart_from_step_0_keeps_the_launchers_event_lines) {
+    char *dir = tt_mkdtemp();
+    tri_metrics *m = tri_metrics_open(dir, TRI_METRICS_RESTART, 0, 0); /* no metrics.jsonl yet */
+    cr_assert_not_null(m);
+    write_text(dir, TRI_LOG_PENDING_EVENTS, "{\"event\": \"elastic_shrink\", \"elastic_dp_to\": 1}\n");
+    cr_assert_eq(tri_metrics_take_events(m, dir, 0, 1), 1);
+    tri_metrics_write(m, 1, &TRI_METRIC_NUM("loss", "%.17g", 3.0), 1);
+    tri_metrics_write(m, 2, &TRI_METRIC_NUM("loss", "%.17g", 2.5), 1);
+    tri_metrics_close(m);
+    const char *event = "{\"step\": 0, \"event\": \"elastic_shrink\", \"elastic_dp_to\": 1}\n";
+
+    m = tri_metrics_open(dir, TRI_METRICS_RESTART, 0, 1);
+    cr_assert_not_null(m);
+    char *got = read_in(dir, "metrics.jsonl");
+    cr_assert_str_eq(got, event, "only the event line is kept");
+    free(got);
+    tri_metrics_write(m, 1, &TRI_METRIC_NUM("loss", "%.17g", 2.75), 1);
+    tri_metrics_close(m);
+    m = tri_metrics_open(dir, TRI_METRICS_RESUME, 1, 0);
+    cr_assert_not_null(m);
+    tri_metrics_write(m, 2, &TRI_METRIC_NUM("loss", "%.17g", 2.0), 1);
+    tri_metrics_close(m);
+    got = read_in(dir, "metrics.jsonl");
+    char want[512];
+    snprintf(want, sizeof want, "%s{\"step\": 1, \"loss\": 2.75}\n{\"step\": 2, \"loss\": 2}\n", event);
+    cr_assert_str_eq(got, want);
+    free(got);
+    m = tri_metrics_open(dir, TRI_METRICS_NEW, 0, 0); /* a new job: nothing kept */
+    cr_assert_not_null(m);
+    tri_metrics_close(m);
+    got = read_in(dir, "metrics.jsonl");
+    cr_assert_str_eq(got, "");
+    free(got);
     tt_rmrf(dir);
     free(dir);
 }
