@@ -199,9 +199,12 @@ static const field fields[] = {
     NUM(parallel, timeout_s, 600, 0, 1e6, R_LO | R_HI,
         "seconds a rank waits for its peers in one collective or transfer before it names them and "
         "aborts the job (0: wait forever, e.g. under a debugger)"),
-    NUM(parallel, zero, 0, 0, 1, R_LO | R_HI,
-        "1: distributed optimizer (ZeRO-1): gradients reduce-scattered over DP, each DP rank keeps and updates "
-        "1/dp of the optimizer state, parameters all-gathered"),
+    NUM(parallel, zero, 0, 0, 3, R_LO | R_HI,
+        "ZeRO stage over DP (0: off). 1: distributed optimizer: gradients reduce-scattered over DP, each DP "
+        "rank keeps and updates 1/dp of the optimizer state, parameters all-gathered. 2: the gradients "
+        "sharded too (each rank keeps its 1/dp reduced shard; the full gradient buffer lives only within a "
+        "step). 3: the parameters too (each chunk all-gathered before its forward and its backward, released "
+        "after). docs/parallelism.md"),
 
     STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),

@@ -16,6 +16,7 @@
 #include "train/ckpt_state.h"
 #include "train/datafiles.h"
 #include "train/preflight.h"
+#include "train/zero.h"
 #include "plan/stage_plan.h"
 #include "base/clock.h"
 #include "base/err.h"
@@ -93,6 +94,7 @@ void trainer_free(trainer *t) {
     free(t->targets);
     tri_metrics_close(t->metrics);
     t->metrics = NULL;
+    zero_free(t); /* ZeRO-2's shard buffers, before their buckets */
     for (int k = 0; k < t->gpt.n_chunks; k++) {
         if (t->sync) tri_grad_sync_free(&t->sync[k]);
         if (t->pools) tri_slot_pool_free(&t->pools[k], &t->gpt);
@@ -235,6 +237,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         return TRI_EXIT_BAD_INPUT;
     const tri_schedule *scheds[2] = {&t->sched, &t->eval_sched};
     tri_pipe_stage view = tri_stage_bind(&t->stage, &t->gpt, t->pools, &t->ws);
+    if (zero_wrap_stage(t, &view) != 0) return rc; /* ZeRO-3: chunks gathered around their compute */
     if (tri_pipe_init(&t->pipe, &view, &t->dist.pp, &t->dist.progress, scheds, 2) != 0) return rc;
     tri_adamw_cfg oc = {.lr = cfg->train.lr,
                         .min_lr = cfg->train.min_lr,
@@ -275,6 +278,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             t->opt.shard_done_ctx = t->sync;
         }
     }
+    if (zero_setup(t) != 0) return rc; /* ZeRO-2/3: gradient shards (src/train/zero.h) */
     t->inputs = malloc(t->mb * t->T * sizeof(int32_t));
     t->targets = malloc(t->mb * t->T * sizeof(int32_t));
     if (!t->inputs || !t->targets) return rc;
@@ -316,6 +320,8 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         }
     }
 
+    if (zero_params_shard(t) != 0) return TRI_EXIT_FAILURE; /* ZeRO-3: each rank keeps its shards only */
+
     /* bench --profile: the ops timed from the first step on, GEMMs by the weight they read */
     if (opts->profile) {
         t->prof = tri_profile_start(&t->ctx, 0);
@@ -340,6 +346,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         printf("trident: memory per rank (recompute %s): %s\n", tri_recompute_name(cfg->train.recompute), mem);
         fflush(stdout);
     }
+    zero_report(t);
     return 0;
 }
 

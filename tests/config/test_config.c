@@ -229,7 +229,7 @@ Test(config, out_of_range_values) {
                  "in [0, 1000000]", "got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": 2e6}}", "parallel.timeout_s",
                  "in [0, 1000000]", "got 2000000");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": 2}}", "parallel.zero", "in [0, 1]", "got 2");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": 4}}", "parallel.zero", "in [0, 3]", "got 4");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"progress_timeout_s\": -1}}",
                  "parallel.progress_timeout_s", "in [0, 1000000]", "got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"log\": {\"straggler_every\": -1}}", "log.straggler_every",
