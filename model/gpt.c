@@ -859,6 +859,7 @@ int tri_gpt_profile_roles(const tri_gpt *g, tri_profile *p) {
     for (int k = 0; k < g->n_chunks; k++) {
         const tri_chunk *ch = &g->chunks[k];
         const size_t esz = tri_dtype_size(ch->param_dtype);
+        if (!ch->param_mem) continue; /* ZeRO-3: gathered into a new buffer each time; not attributed */
         for (int i = 0; i < ch->n_params; i++) {
             const tri_param *q = &ch->params[i];
             int role = -1;

@@ -205,6 +205,10 @@ static const field fields[] = {
         "sharded too (each rank keeps its 1/dp reduced shard; the full gradient buffer lives only within a "
         "step). 3: the parameters too (each chunk all-gathered before its forward and its backward, released "
         "after). docs/parallelism.md"),
+    NUM(parallel, zero_keep_params, 0, 0, 1, R_LO | R_HI,
+        "ZeRO-3 (true/false or 1/0): keep a chunk's gathered parameters from its forward until its next "
+        "backward instead of gathering them again (one all-gather per micro-batch instead of two, the full "
+        "chunk held meanwhile; PyTorch FSDP's reshard_after_forward=False); needs parallel.zero = 3"),
 
     STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),

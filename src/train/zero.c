@@ -83,7 +83,9 @@ static double z_forward(void *st, int c, void *slot, const void *x, tri_pipe_mod
     need(z, c);
     if (c + 1 < z->inner.n_chunks) gather_start(z, c + 1);
     double loss = z->inner.ops->forward(z->inner.stage, c, slot, x, mode, dscale);
-    drop(z, c);
+    /* parallel.zero_keep_params: kept for the backward (training only: a
+     * validation forward has none) */
+    if (!(z->t->cfg->parallel.zero_keep_params && mode == TRI_PIPE_TRAIN)) drop(z, c);
     return loss;
 }
 

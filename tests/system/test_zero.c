@@ -262,7 +262,8 @@ Test(zero3, every_layout_follows_the_single_rank_run, .timeout = 600) {
                               {1, 4, "--set parallel.bucket_mb=0.01"},
                               {2, 2, ""},
                               {2, 2, "--set parallel.bucket_mb=0.01 --device cpu-guard"},
-                              {1, 2, "--set train.recompute=full"}};
+                              {1, 2, "--set train.recompute=full"},
+                              {1, 2, "--set parallel.zero_keep_params=true"}};
     expect_layouts_follow(dir, ref, "ref", "z3", "--set train.steps=10 " ZERO3, layouts,
                           sizeof layouts / sizeof layouts[0]);
     free(ref);
@@ -282,6 +283,7 @@ Test(zero3, pipelines_follow_the_single_rank_run, .timeout = 600) {
         {1, 2, "--set parallel.pp=2 --set parallel.vpp=2 --set parallel.bucket_mb=0.01"},
         {1, 2, "--set parallel.pp=2 --set parallel.schedule=zb-h1"},
         {1, 2, "--set parallel.pp=2 --set train.eval_every=5 --set checkpoint.every=5"},
+        {1, 2, "--set parallel.pp=2 --set parallel.vpp=2 --set parallel.zero_keep_params=true"},
     };
     expect_layouts_follow(dir, ref, "pipe_ref", "z3pipe", PIPE_MODEL " " ZERO3, layouts,
                           sizeof layouts / sizeof layouts[0]);
@@ -360,6 +362,47 @@ Test(zero3, a_rollback_equals_the_rerun, .timeout = 300) {
         char *o = NULL;
         cr_expect_eq(tt_run(cmd, &o), 0, "rollback vs rerun: %s differs: %s", files[i], o);
         free(o);
+    }
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* What crosses the DP group per step, from `trident bench`'s comm dp line
+ * (a reduce-scatter booked at its whole input, an all-gather at this rank's
+ * part, comm.h), against the closed forms of docs/parallelism.md for the
+ * tiny model (Ψ parameters, one bucket, m = 2 micro-batches per rank at dp
+ * 2, fp32): stage 1 reduce-scatters 4Ψ and gathers 4Ψ/2 once; stage 3
+ * gathers before each forward and each backward, 2m times; keeping the
+ * parameters from forward to backward gathers m times. The calls add the
+ * loss and the norm (two host all-reduces of 8 bytes). */
+Test(zero3, gathers_per_step_are_the_closed_form, .timeout = 300) {
+    char *dir = tt_equiv_dir();
+    const double psi =
+        34176; /* the tiny model with 4 heads: 2 layers of 12 C^2 + 13 C, V C, T C, 2 C (C 32, V 256, T 16) */
+    const struct {
+        const char *sets;
+        int calls;
+        double bytes;
+    } cases[] = {{"--set parallel.zero=1", 1 + 1 + 2, 4 * psi + 4 * psi / 2},
+                 {ZERO3, 1 + 2 * 2 + 2, 4 * psi + 2 * 2 * 4 * psi / 2},
+                 {ZERO3 " --set parallel.zero_keep_params=true", 1 + 2 + 2, 4 * psi + 2 * 4 * psi / 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[8192], *out = NULL;
+        snprintf(cmd, sizeof cmd,
+                 "cd %s && timeout 120 %s --log-dir %s/ranks_bench%zu -- %s bench %s/configs/tiny-test.json --steps 2 "
+                 "--set model.n_head=4 --set parallel.dp=2 %s",
+                 dir, tt_bin("tridentrun"), dir, i, tt_bin("trident"), TRI_SOURCE_DIR, cases[i].sets);
+        cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
+        const char *at = strstr(out, "comm dp");
+        cr_assert(at != NULL, "%s: no comm dp line: %s", cases[i].sets, out);
+        double mb = 0, calls = 0;
+        cr_assert_eq(sscanf(at, "comm dp %lf MB/step in %lf calls", &mb, &calls), 2, "%s", at);
+        cr_expect_eq((int)calls, cases[i].calls, "%s: %g calls a step, closed form %d", cases[i].sets, calls,
+                     cases[i].calls);
+        /* (printed to 10 kB; the two host values add 16 bytes) */
+        cr_expect(fabs(mb * 1e6 - cases[i].bytes - 16) <= 5001, "%s: %.2f MB a step, closed form %.0f bytes",
+                  cases[i].sets, mb, cases[i].bytes);
+        free(out);
     }
     tt_rmrf(dir);
     free(dir);
