@@ -407,3 +407,24 @@ Test(zero3, gathers_per_step_are_the_closed_form, .timeout = 300) {
     tt_rmrf(dir);
     free(dir);
 }
+
+/* A Llama (RMSNorm, RoPE, SwiGLU, grouped KV heads replicated over TP, an
+ * untied LM head: no embedding group) under zero 2 and 3, with sequence
+ * parallelism and a pipeline: the same tolerances. */
+#define LLAMA                                                                                        \
+    "--set model.arch=llama --set model.n_kv_head=2 --set model.ffn_hidden=64 --set train.steps=10 " \
+    "--set model.n_layer=4"
+
+Test(zero3, a_llama_follows_the_single_rank_run, .timeout = 600) {
+    char *dir = tt_equiv_dir();
+    double *ref = reference(dir, "llama_ref", LLAMA);
+    const layout layouts[] = {
+        {2, 2, ZERO3 " --set parallel.sequence_parallel=true"},
+        {1, 2, ZERO3 " --set parallel.pp=2 --set parallel.bucket_mb=0.01"},
+        {2, 2, ZERO2 " --set parallel.pp=2"},
+    };
+    expect_layouts_follow(dir, ref, "llama_ref", "zllama", LLAMA, layouts, sizeof layouts / sizeof layouts[0]);
+    free(ref);
+    tt_rmrf(dir);
+    free(dir);
+}
