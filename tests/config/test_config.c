@@ -230,6 +230,17 @@ Test(config, out_of_range_values) {
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": 2e6}}", "parallel.timeout_s",
                  "in [0, 1000000]", "got 2000000");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": 4}}", "parallel.zero", "in [0, 3]", "got 4");
+    {
+        /* parallel.zero was a switch before stages 2 and 3: true/false still read as 1/0 */
+        tri_config z;
+        cr_expect_eq(tri_config_load_string(&z, "{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": true}}", NULL),
+                     0);
+        cr_expect_eq(z.parallel.zero, 1);
+        cr_expect_eq(tri_config_load(&z, NULL, OVS("data.train=x", "parallel.zero=true")), 0);
+        cr_expect_eq(z.parallel.zero, 1);
+        cr_expect_eq(tri_config_load(&z, NULL, OVS("data.train=x", "parallel.zero=3")), 0);
+        cr_expect_eq(z.parallel.zero, 3);
+    }
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": 2, \"zero_keep_params\": true}}",
                  "parallel.zero_keep_params", "parallel.zero = 3", "got parallel.zero = 2");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"progress_timeout_s\": -1}}",
