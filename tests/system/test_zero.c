@@ -296,20 +296,27 @@ Test(zero3, pipelines_follow_the_single_rank_run, .timeout = 600) {
  * gathered in 16 bits give the same bits as ZeRO-1's in-place shards (the
  * same roundings of the same values), so zero 3 follows zero 1 at the same
  * layout within the fp32 tolerance. */
-Test(zero3, bf16_follows_zero1, .timeout = 300) {
+/* 16-bit parameters (bf16; fp16 with its loss scale): the 16-bit shards
+ * rounded from the fp32 masters and gathered in 16 bits give the same bits
+ * as ZeRO-1's in-place shards (the same roundings of the same values), so
+ * zero 3 follows zero 1 at the same layout within the fp32 tolerance. */
+Test(zero3, sixteen_bit_parameters_follow_zero1, .timeout = 300) {
     char *dir = tt_equiv_dir();
-    double *ref = NULL;
-    char *out = NULL;
-    const char *m = "--set train.steps=10 --set train.precision=bf16";
-    char extra[512];
-    snprintf(extra, sizeof extra, "%s --set parallel.zero=1", m);
-    cr_assert_eq(run(dir, 1, 2, "bf_z1", extra, &out), 0, "%s", out);
-    free(out);
-    cr_assert_eq(tt_equiv_losses(dir, "bf_z1", &ref), 10);
-    const layout layouts[] = {{1, 2, ""}, {1, 2, "--set parallel.bucket_mb=0.01"}};
-    expect_layouts_follow(dir, ref, "bf_z1", "bf_z3", "--set train.steps=10 --set train.precision=bf16 " ZERO3, layouts,
-                          sizeof layouts / sizeof layouts[0]);
-    free(ref);
+    const char *precs[2] = {"bf16", "fp16"};
+    for (int p = 0; p < 2; p++) {
+        double *ref = NULL;
+        char *out = NULL, extra[512], ck[32], prefix[32];
+        snprintf(ck, sizeof ck, "%s_z1", precs[p]);
+        snprintf(prefix, sizeof prefix, "%s_z3", precs[p]);
+        snprintf(extra, sizeof extra, "--set train.steps=10 --set train.precision=%s --set parallel.zero=1", precs[p]);
+        cr_assert_eq(run(dir, 1, 2, ck, extra, &out), 0, "%s", out);
+        free(out);
+        cr_assert_eq(tt_equiv_losses(dir, ck, &ref), 10);
+        snprintf(extra, sizeof extra, "--set train.steps=10 --set train.precision=%s " ZERO3, precs[p]);
+        const layout layouts[] = {{1, 2, ""}, {1, 2, "--set parallel.bucket_mb=0.01"}};
+        expect_layouts_follow(dir, ref, ck, prefix, extra, layouts, sizeof layouts / sizeof layouts[0]);
+        free(ref);
+    }
     tt_rmrf(dir);
     free(dir);
 }
