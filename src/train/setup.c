@@ -94,7 +94,7 @@ void trainer_free(trainer *t) {
     free(t->targets);
     tri_metrics_close(t->metrics);
     t->metrics = NULL;
-    zero_free(t); /* ZeRO-2's shard buffers, before their buckets */
+    zero_free(t); /* ZeRO-2/3: the shard buffers, before their buckets */
     for (int k = 0; k < t->gpt.n_chunks; k++) {
         if (t->sync) tri_grad_sync_free(&t->sync[k]);
         if (t->pools) tri_slot_pool_free(&t->pools[k], &t->gpt);

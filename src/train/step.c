@@ -96,7 +96,7 @@ double train_step(trainer *t, int step, double *norm) {
     if (t->fp16) dscale = (float)(S / ((double)t->G * (double)t->T));
     t->skipped = TRI_SKIP_NONE;
     badstep_begin_step(t); /* past skipped samples; a test fault armed */
-    /* ZeRO-2: this step's full gradient buffers (src/train/zero.h) */
+    /* ZeRO-2/3: this step's full gradient buffers (src/train/zero.h) */
     if (zero_step_begin(t) != 0) TRI_FAIL("rank %d: no memory for the step's gradients", t->dist.mesh.rank);
     for (int k = 0; k < g->n_chunks; k++) {
         t->ctx.ops->zero(&t->ctx, g->chunks[k].grad_mem, g->chunks[k].n_alloc * sizeof(float));
