@@ -767,6 +767,46 @@ int tri_gpt_pad(tri_gpt *g, size_t multiple) {
     return 0;
 }
 
+void tri_gpt_grads_release(tri_gpt *g, int k) {
+    tri_chunk *ch = &g->chunks[k];
+    tri_ctx_release(g->ctx, ch->grad_mem, ch->n_alloc * tri_dtype_size(ch->grad_dtype), TRI_MEM_GRADS);
+    ch->grad_mem = NULL;
+    tri_layer_w *layers = ch->g.layers; /* the views point nowhere until acquired */
+    memset(layers, 0, (size_t)ch->n_layers * sizeof *layers);
+    ch->g = (tri_weights){.layers = layers};
+}
+
+int tri_gpt_grads_acquire(tri_gpt *g, int k) {
+    tri_chunk *ch = &g->chunks[k];
+    if (ch->grad_mem) return 0;
+    size_t gsz = tri_dtype_size(ch->grad_dtype);
+    ch->grad_mem = tri_ctx_alloc(g->ctx, ch->n_alloc * gsz, TRI_MEM_GRADS, "gradients (ZeRO-2: one step's)");
+    if (!ch->grad_mem) return -1;
+    g->ctx->ops->zero(g->ctx, ch->grad_mem, ch->n_alloc * gsz);
+    bind(ch, (char *)ch->grad_mem, gsz, &ch->g);
+    return 0;
+}
+
+void tri_gpt_params_release(tri_gpt *g, int k) {
+    tri_chunk *ch = &g->chunks[k];
+    tri_ctx_release(g->ctx, ch->param_mem, ch->n_alloc * tri_dtype_size(ch->param_dtype), TRI_MEM_PARAMS);
+    ch->param_mem = NULL;
+    tri_layer_w *layers = ch->w.layers;
+    memset(layers, 0, (size_t)ch->n_layers * sizeof *layers);
+    ch->w = (tri_weights){.layers = layers};
+}
+
+int tri_gpt_params_acquire(tri_gpt *g, int k) {
+    tri_chunk *ch = &g->chunks[k];
+    if (ch->param_mem) return 0;
+    size_t psz = tri_dtype_size(ch->param_dtype);
+    ch->param_mem =
+        tri_ctx_alloc(g->ctx, ch->n_alloc * psz, TRI_MEM_PARAMS, "parameters (ZeRO-3: one chunk's, gathered)");
+    if (!ch->param_mem) return -1;
+    bind(ch, ch->param_mem, psz, &ch->w);
+    return 0;
+}
+
 int tri_gpt_init_single(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *tp_comm, int tp, int tp_rank) {
     tri_chunk_spec sp;
     int *layers;
@@ -819,6 +859,7 @@ int tri_gpt_profile_roles(const tri_gpt *g, tri_profile *p) {
     for (int k = 0; k < g->n_chunks; k++) {
         const tri_chunk *ch = &g->chunks[k];
         const size_t esz = tri_dtype_size(ch->param_dtype);
+        if (!ch->param_mem) continue; /* ZeRO-3: gathered into a new buffer each time; not attributed */
         for (int i = 0; i < ch->n_params; i++) {
             const tri_param *q = &ch->params[i];
             int role = -1;

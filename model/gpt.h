@@ -207,6 +207,15 @@ int tri_gpt_init(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *t
  * the buffers into equal shards. Call before the parameters are set.
  * Returns 0 or -1 (printed; the model is then freed). */
 int tri_gpt_pad(tri_gpt *g, size_t multiple);
+/* ZeRO-2: chunk k's gradient buffer released (grad_mem NULL, the views of
+ * g with it) between steps, and allocated again (zeroed, views rebound)
+ * before the next step's backward: 0, or -1 (printed) when memory is short. */
+void tri_gpt_grads_release(tri_gpt *g, int k);
+int tri_gpt_grads_acquire(tri_gpt *g, int k);
+/* ZeRO-3: the same for chunk k's parameter buffer (acquired uninitialised:
+ * the caller all-gathers the parameters into it). */
+void tri_gpt_params_release(tri_gpt *g, int k);
+int tri_gpt_params_acquire(tri_gpt *g, int k);
 int tri_gpt_init_single(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *tp_comm, int tp, int tp_rank);
 /* Checks that cfg splits over tp and the pipeline: n_embd by n_head, heads
  * by tp, and the layers over pp stages of vpp chunks by layout (the rules of

@@ -183,12 +183,17 @@ typedef struct run_ctx {
     const tri_gpt *g;
     const tri_chunk *ch;
     const tri_param *p;
+    const float *shard; /* ZeRO-2: the chunk's reduced shards; NULL: in grad_mem */
     span_list spans;
 } run_ctx;
 
 static void sumsq_run(void *ctx, size_t a, size_t e, size_t s0) {
-    (void)s0;
     run_ctx *r = ctx;
+    /* ZeRO-2: the reduced shards lie in their own buffer, at the state index */
+    if (r->shard) {
+        span_add(&r->spans, r->shard + s0, e - a);
+        return;
+    }
     span_add(&r->spans, r->ch->grad_mem + r->p->offset + a, e - a);
 }
 
@@ -196,6 +201,7 @@ double tri_grad_sumsq_shards(const tri_optim *o, const tri_gpt *g) {
     run_ctx r = {.g = g};
     for (int k = 0; k < g->n_chunks; k++) {
         r.ch = &g->chunks[k];
+        r.shard = o->sync ? o->sync[k].shard : NULL;
         for (int i = 0; i < r.ch->n_params; i++) {
             r.p = &r.ch->params[i];
             if (counted(g, r.ch, r.p)) tri_optim_runs(o, g, k, i, sumsq_run, &r);
@@ -212,28 +218,35 @@ static void step_zero(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
         const tri_grad_sync *s = &o->sync[k];
         float *pm = ch->param_mem, *mw = o->master[k]; /* fp32 parameters are their own master weights */
         const size_t esz = tri_dtype_size(ch->param_dtype);
+        /* ZeRO-2: the reduced gradient shards in their own buffer, laid out
+         * like the moments (element a of the chunk at state index st) */
+        float *gs = s->shard;
+        /* ZeRO-3: the parameters' shards in their own buffer, laid out the same */
+        char *ps = s->pshard;
         size_t s0 = 0;
         for (int b = 0; b < s->n_buckets; b++) {
             size_t lo, hi;
             tri_grad_sync_shard(s, b, &lo, &hi);
-            if (clip_scale != 1.0f) c->ops->scale(c, ch->grad_mem + lo, clip_scale, hi - lo);
+            if (clip_scale != 1.0f) c->ops->scale(c, gs ? gs + s0 : ch->grad_mem + lo, clip_scale, hi - lo);
             int n = 0;
             for (int i = 0; i < ch->n_params; i++) {
                 const tri_param *p = &ch->params[i];
                 size_t a = lo > p->offset ? lo : p->offset, e = hi < p->offset + p->numel ? hi : p->offset + p->numel;
                 if (a >= e) continue;
                 size_t st = s0 + (a - lo);
-                o->spans[n++] = (tri_adamw_span){.param = mw ? mw + st : pm + a,
+                float *own = ps ? (float *)ps + st : pm + a; /* fp32: the parameters are the masters */
+                o->spans[n++] = (tri_adamw_span){.param = mw ? mw + st : own,
                                                  .m = o->m[k] + st,
                                                  .v = o->v[k] + st,
-                                                 .grad = ch->grad_mem + a,
+                                                 .grad = gs ? gs + st : ch->grad_mem + a,
                                                  .n = e - a,
                                                  .wd = p->decay ? (float)o->cfg.weight_decay : 0.0f};
             }
             tri_ctx_adamw_multi(c, o->spans, n, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps,
                                 o->t);
             /* 16-bit parameters: the shard rounded from its masters, then all-gathered in 16 bits */
-            if (mw) c->ops->cast(c, (char *)ch->param_mem + lo * esz, ch->param_dtype, mw + s0, TRI_F32, hi - lo);
+            char *pdst = ps ? ps + s0 * esz : (char *)ch->param_mem + lo * esz;
+            if (mw) c->ops->cast(c, pdst, ch->param_dtype, mw + s0, TRI_F32, hi - lo);
             s0 += hi - lo;
             if (o->shard_done) o->shard_done(o->shard_done_ctx, k, b);
         }
@@ -266,4 +279,11 @@ void tri_optim_step(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
                             (float)o->cfg.eps, o->t);
         if (o->master[k]) c->ops->cast(c, ch->param_mem, ch->param_dtype, o->master[k], TRI_F32, ch->n_elems);
     }
+}
+
+float *tri_optim_grad0(const tri_optim *o, tri_gpt *g) {
+    if (!o->sync || !o->sync[0].shard) return g->chunks[0].grad_mem;
+    size_t lo, hi;
+    tri_grad_sync_shard(&o->sync[0], 0, &lo, &hi);
+    return lo == 0 ? o->sync[0].shard : NULL;
 }

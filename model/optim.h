@@ -34,7 +34,9 @@ typedef struct tri_optim {
      * buckets and this DP rank's shard of each; m[k], v[k] hold the state of
      * those shards only, one after the other in bucket order. fp32
      * parameters are their own master weights: the rank updates its shards
-     * of param_mem in place. NULL: every element, laid out like the chunk. */
+     * of param_mem in place. NULL: every element, laid out like the chunk.
+     * ZeRO-2: sync[k].shard holds the reduced gradient shards, laid out like
+     * m[k] (the full gradient buffer is gone after the reduction). */
     const tri_grad_sync *sync; /* [n_chunks], not owned */
     /* ZeRO: called after each bucket's shard is updated (may be NULL) */
     void (*shard_done)(void *ctx, int chunk, int bucket);
@@ -83,5 +85,11 @@ double tri_grad_sumsq_shards(const tri_optim *o, const tri_gpt *g);
  * shards (gradients and parameters), each element decayed as the parameter
  * it belongs to; the caller all-gathers the parameters after. */
 void tri_optim_step(tri_optim *o, tri_gpt *g, double lr, float clip_scale);
+
+/* Where element 0 of chunk 0's reduced gradient lies on this rank once the
+ * step's reduction is over (test faults write a non-finite value there):
+ * grad_mem, or under ZeRO-2 the start of the shard buffer on the DP rank
+ * whose shard holds it, NULL on the others (which never read it). */
+float *tri_optim_grad0(const tri_optim *o, tri_gpt *g);
 
 #endif

@@ -1,5 +1,7 @@
 #include "parallel/grad_sync.h"
 #include "base/err.h"
+#include "kernels/ctx.h"
+#include "kernels/ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +18,14 @@ static void start_bucket(tri_grad_sync *s, int b) {
         return;
     }
     size_t n = len / (size_t)s->dp->size;
-    tri_comm_ireduce_scatter(s->dp, s->grads + lo + (size_t)s->dp->rank * n, s->grads + lo, n, TRI_F32, &s->reqs[b]);
+    /* ZeRO-2: into the shard buffer (this bucket's shard at lo / dp) */
+    float *recv = s->shard ? s->shard + lo / (size_t)s->dp->size : s->grads + lo + (size_t)s->dp->rank * n;
+    if (s->dp->size == 1 && s->shard && s->dp->ctx) { /* a copy, by the backend (device memory on a GPU) */
+        tri_ctx *c = s->dp->ctx;
+        c->ops->copy(c, recv, s->grads + lo, n * sizeof(float));
+        return;
+    }
+    tri_comm_ireduce_scatter(s->dp, recv, s->grads + lo, n, TRI_F32, &s->reqs[b]);
 }
 
 static void start_upto(tri_grad_sync *s, size_t n_final) {
@@ -28,8 +37,11 @@ static void start_upto(tri_grad_sync *s, size_t n_final) {
     }
 }
 
+/* Whether the buckets move anything: ZeRO-2's shards are a copy even at dp = 1. */
+static int active(const tri_grad_sync *s) { return s->dp->size > 1 || s->shard != NULL; }
+
 void tri_grad_sync_ready(tri_grad_sync *s, size_t n_final) {
-    if (s->armed && s->dp->size > 1) start_upto(s, n_final);
+    if (s->armed && active(s)) start_upto(s, n_final);
 }
 
 int tri_grad_sync_init(tri_grad_sync *s, float *grads, size_t n_floats, tri_comm *dp, double bucket_mb) {
@@ -97,6 +109,16 @@ void tri_grad_sync_shard(const tri_grad_sync *s, int b, size_t *lo, size_t *hi) 
     *hi = *lo + n;
 }
 
+void tri_grad_sync_set_shard(tri_grad_sync *s, float *shard) { s->shard = shard; }
+
+size_t tri_grad_sync_shard_floats(const tri_grad_sync *s) { return s->n_floats / (size_t)s->dp->size; }
+
+void tri_grad_sync_set_grads(tri_grad_sync *s, float *grads) { s->grads = grads; }
+
+void tri_grad_sync_set_pshard(tri_grad_sync *s, void *pshard) { s->pshard = pshard; }
+
+void tri_grad_sync_set_params(tri_grad_sync *s, void *params) { s->params = params; }
+
 void tri_grad_sync_free(tri_grad_sync *s) {
     if (!s) return;
     free(s->bounds);
@@ -113,27 +135,33 @@ void tri_grad_sync_begin(tri_grad_sync *s) {
 void tri_grad_sync_set_last(tri_grad_sync *s, int last) { s->armed = last != 0; }
 
 void tri_grad_sync_finish(tri_grad_sync *s) {
-    if (s->dp->size == 1) return;
+    if (!active(s)) return;
     start_upto(s, s->n_floats);
     for (int b = 0; b < s->n_buckets; b++) tri_comm_wait(s->dp, &s->reqs[b]);
     s->armed = 0;
 }
 
 void tri_grad_sync_finish_deferred(tri_grad_sync *s) {
-    if (s->dp->size == 1 || !s->zero) return;
+    if (!active(s) || !s->zero) return;
     for (int b = 0; b < s->n_buckets; b++)
         if (deferred(s, b)) start_bucket(s, b);
     for (int b = 0; b < s->n_buckets; b++) tri_comm_wait(s->dp, &s->reqs[b]);
 }
 
 void tri_grad_sync_gather_start(tri_grad_sync *s, int b) {
-    if (s->dp->size == 1) return;
+    if (s->dp->size == 1 && !s->pshard) return;
     size_t lo, hi;
     tri_grad_sync_shard(s, b, &lo, &hi);
     /* the parameters in their own dtype: 16-bit ones move 2 bytes an element */
     const size_t esz = tri_dtype_size(s->param_dtype);
     char *p = s->params;
-    tri_comm_iallgather(s->dp, p + s->bounds[b] * esz, p + lo * esz, hi - lo, s->param_dtype, &s->gathers[b]);
+    /* ZeRO-3: from the shard buffer (this bucket's shard at bounds[b] / dp) */
+    const char *send = s->pshard ? (const char *)s->pshard + s->bounds[b] / (size_t)s->dp->size * esz : p + lo * esz;
+    if (s->dp->size == 1 && s->dp->ctx) { /* a copy, by the backend */
+        s->dp->ctx->ops->copy(s->dp->ctx, p + s->bounds[b] * esz, send, (hi - lo) * esz);
+        return;
+    }
+    tri_comm_iallgather(s->dp, p + s->bounds[b] * esz, send, hi - lo, s->param_dtype, &s->gathers[b]);
 }
 
 void tri_grad_sync_gather_wait(tri_grad_sync *s) {

@@ -22,7 +22,17 @@
  * parameters, tri_grad_sync_gather_start/wait all-gather them bucket by
  * bucket. Buckets that overlap a deferred range (the tied embedding, which
  * is first summed over the embedding group) start only in
- * tri_grad_sync_finish_deferred. */
+ * tri_grad_sync_finish_deferred.
+ *
+ * ZeRO-3 (tri_grad_sync_set_pshard): the parameters' shards live in their
+ * own buffer too, and the all-gather fills a full buffer from them.
+ *
+ * ZeRO-2 (tri_grad_sync_set_shard): the reduce-scatter's destination is a
+ * separate buffer of this rank's shards only (shard b at offset
+ * bounds[b] / dp, the layout of the optimizer's moments), so the caller can
+ * release the full gradient buffer once the reduction is over and point the
+ * next step's at a new one (tri_grad_sync_set_grads). With dp = 1 the
+ * "reduce-scatter" is a copy into that buffer. */
 #ifndef TRI_GRAD_SYNC_H
 #define TRI_GRAD_SYNC_H
 
@@ -46,6 +56,9 @@ typedef struct tri_grad_sync {
     tri_dtype param_dtype;     /* fp32, or bf16 / fp16 (mixed precision) */
     tri_req *gathers;          /* (n_buckets)                            */
     size_t defer_lo, defer_hi; /* buckets overlapping start late; empty: none */
+    float *shard;              /* ZeRO-2: (n_floats / dp) reduced shards, not owned; NULL: in place */
+    void *pshard;              /* ZeRO-3: (n_floats / dp) parameter shards of param_dtype, laid out
+                                  like shard, not owned: the all-gather's source; NULL: in place */
 } tri_grad_sync;
 
 /* Floats each ZeRO shard is a multiple of (64 bytes). */
@@ -66,6 +79,18 @@ int tri_grad_sync_init_zero(tri_grad_sync *s, float *grads, void *params, tri_dt
 void tri_grad_sync_defer(tri_grad_sync *s, size_t lo, size_t hi);
 /* ZeRO: this rank's shard of bucket b is [*lo, *hi) of the buffers. */
 void tri_grad_sync_shard(const tri_grad_sync *s, int b, size_t *lo, size_t *hi);
+/* ZeRO-2: the reduced shards go to shard (tri_grad_sync_shard_floats floats
+ * of fp32 backend memory; bucket b's at bounds[b] / dp) instead of in place. */
+void tri_grad_sync_set_shard(tri_grad_sync *s, float *shard);
+size_t tri_grad_sync_shard_floats(const tri_grad_sync *s);
+/* ZeRO-2: the gradient buffer of the coming step (same length), after the
+ * caller released the last one. */
+void tri_grad_sync_set_grads(tri_grad_sync *s, float *grads);
+/* ZeRO-3: the parameters' home is pshard (this rank's shards, param_dtype,
+ * laid out like the gradient shards); the all-gathers go from there into
+ * the full buffer params (set before each gather: it comes and goes). */
+void tri_grad_sync_set_pshard(tri_grad_sync *s, void *pshard);
+void tri_grad_sync_set_params(tri_grad_sync *s, void *params);
 
 /* At the start of a step. */
 void tri_grad_sync_begin(tri_grad_sync *s);

@@ -123,6 +123,18 @@ static int check_sequence_parallel(const tri_config *cfg, const char *file) {
     return 0;
 }
 
+/* Keeping gathered parameters is a choice of ZeRO-3 only. */
+static int check_zero(const tri_config *cfg, const char *file) {
+    if (cfg->parallel.zero_keep_params && cfg->parallel.zero != 3) {
+        report(file,
+               "parallel.zero_keep_params keeps ZeRO-3's gathered parameters between forward and backward: it "
+               "needs parallel.zero = 3, got parallel.zero = %d",
+               cfg->parallel.zero);
+        return -1;
+    }
+    return 0;
+}
+
 int tri_config_check_keys(const tri_config *cfg, const char *file) {
     if (check_arch(cfg, file) != 0) return -1;
     if (cfg->checkpoint.every > 0 && cfg->checkpoint.every_s > 0) {
@@ -134,5 +146,6 @@ int tri_config_check_keys(const tri_config *cfg, const char *file) {
     }
     if (check_parallel_sizes(cfg, file) != 0) return -1;
     if (check_sequence_parallel(cfg, file) != 0) return -1;
+    if (check_zero(cfg, file) != 0) return -1;
     return 0;
 }

@@ -42,6 +42,8 @@ enum {
     R_LO_OPEN = 1u << 2,
     R_HI_OPEN = 1u << 3,
     R_REQUIRED = 1u << 4, /* string fields: must not be empty              */
+    R_BOOL = 1u << 5,     /* an int that also takes true/false (1/0) beyond the switches
+                             of range [0, 1]: parallel.zero, a switch before stage 2 */
 };
 
 typedef struct field {
@@ -199,9 +201,16 @@ static const field fields[] = {
     NUM(parallel, timeout_s, 600, 0, 1e6, R_LO | R_HI,
         "seconds a rank waits for its peers in one collective or transfer before it names them and "
         "aborts the job (0: wait forever, e.g. under a debugger)"),
-    NUM(parallel, zero, 0, 0, 1, R_LO | R_HI,
-        "1: distributed optimizer (ZeRO-1): gradients reduce-scattered over DP, each DP rank keeps and updates "
-        "1/dp of the optimizer state, parameters all-gathered"),
+    NUM(parallel, zero, 0, 0, 3, R_LO | R_HI | R_BOOL,
+        "ZeRO stage over DP (0: off; true/false as 1/0). 1: distributed optimizer: gradients reduce-scattered over DP, each DP "
+        "rank keeps and updates 1/dp of the optimizer state, parameters all-gathered. 2: the gradients "
+        "sharded too (each rank keeps its 1/dp reduced shard; the full gradient buffer lives only within a "
+        "step). 3: the parameters too (each chunk all-gathered before its forward and its backward, released "
+        "after). docs/parallelism.md"),
+    NUM(parallel, zero_keep_params, 0, 0, 1, R_LO | R_HI,
+        "ZeRO-3 (true/false or 1/0): keep a chunk's gathered parameters from its forward until its next "
+        "backward instead of gathering them again (one all-gather per micro-batch instead of two, the full "
+        "chunk held meanwhile; PyTorch FSDP's reshard_after_forward=False); needs parallel.zero = 3"),
 
     STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),
@@ -515,6 +524,7 @@ static int parse_u64(const char *s, uint64_t *out) {
 
 /* An int field with the range [0, 1] is a switch: it also takes true/false. */
 static int is_flag(const field *f) {
+    if (f->type == FT_INT && (f->flags & R_BOOL)) return 1;
     /* (or [-1, 1]: a switch whose -1 means "the default", model.tie_embeddings) */
     return f->type == FT_INT && (f->flags & (R_LO | R_HI | R_LO_OPEN | R_HI_OPEN)) == (R_LO | R_HI) &&
            (f->lo == 0 || f->lo == -1) && f->hi == 1;

@@ -76,7 +76,9 @@ typedef struct tri_parallel_cfg {
     double timeout_s;      /* deadline of every communication wait; 0: none  */
     int sequence_parallel; /* 1: LayerNorms, residuals and the embedding output run on
                               sequence shards (needs tp > 1 and seq_len % tp == 0) */
-    int zero;              /* 1: distributed optimizer (ZeRO-1) over DP      */
+    int zero;              /* ZeRO stage over DP: 1 optimizer, 2 + gradients, 3 + parameters */
+    int zero_keep_params;  /* ZeRO-3: a chunk's gathered parameters kept from its forward
+                              until its backward (one gather per micro-batch, not two) */
     double progress_timeout_s; /* a rank without progress while its peers wait is named
                                   after this; 0: no progress heartbeat       */
 } tri_parallel_cfg;

@@ -17,6 +17,7 @@
 #include "train/ckpt_async.h"
 #include "train/ckpt_state.h"
 #include "train/preflight.h"
+#include "train/zero.h"
 
 int badstep_setup(trainer *t) {
     tri_badstep_init(&t->bad);
@@ -71,8 +72,8 @@ void badstep_inject_grad(trainer *t) {
     if (k != TRI_INJECT_NAN_GRAD && k != TRI_INJECT_INF_GRAD) return;
     /* element 0 of the first chunk's gradients (under ZeRO it lies in DP
      * rank 0's shard: on another DP rank the fault is never read) */
-    tri_chunk *ch = &t->gpt.chunks[0];
-    t->ctx.ops->scale(&t->ctx, ch->grad_mem, k == TRI_INJECT_NAN_GRAD ? NAN : INFINITY, 1);
+    float *g0 = tri_optim_grad0(&t->opt, &t->gpt); /* (ZeRO-2: NULL off the shard that holds it) */
+    if (g0) t->ctx.ops->scale(&t->ctx, g0, k == TRI_INJECT_NAN_GRAD ? NAN : INFINITY, 1);
 }
 
 /* The smallest loss scale (src/train/step.c halves down to it). */
@@ -169,7 +170,10 @@ int badstep_reload(trainer *t, const char *dir, int *step) {
     int ck_step;
     uint64_t consumed;
     if (tri_ckpt_state_read(dir, &ck_step, &consumed, &saved) != 0) return -1;
-    if (tri_model_load(dir, &t->gpt, &t->opt, &t->dist) != 0) return -1;
+    /* ZeRO-3: loaded into the full buffers, then sharded again (src/train/zero.h) */
+    if (zero_params_gather_all(t) != 0 || tri_model_load(dir, &t->gpt, &t->opt, &t->dist) != 0 ||
+        zero_params_shard(t) != 0)
+        return -1;
     t->opt.t = ck_step;
     double scale = t->fp16 ? t->cfg->train.loss_scale_init : 1.0;
     t->scale_clean = 0;

@@ -5,6 +5,7 @@
 
 #include "model/ckpt/async.h"
 #include "base/clock.h"
+#include "train/zero.h"
 
 /* The log line and the metrics.jsonl line of a finished save (world rank 0). */
 static void report(trainer *t, const tri_ckpt_done *f, int async) {
@@ -27,7 +28,18 @@ static void report(trainer *t, const tri_ckpt_done *f, int async) {
     tri_metrics_write(t->metrics, (int)f->step, m, sizeof m / sizeof m[0]);
 }
 
+static int save(trainer *t, int step, const char *state, int finish);
+
 int ckpt_save(trainer *t, int step, const char *state, int finish) {
+    /* ZeRO-3: the whole model gathered for the save (an asynchronous one
+     * copies it into its staging memory before this returns), then released */
+    if (zero_params_gather_all(t) != 0) return -1;
+    int rc = save(t, step, state, finish);
+    zero_params_release_all(t);
+    return rc;
+}
+
+static int save(trainer *t, int step, const char *state, int finish) {
     const tri_ckpt_cfg *c = &t->cfg->checkpoint;
     if (t->is_logger) t->ckpt_last_s = tri_now_s();
     if (!c->async) {

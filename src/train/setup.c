@@ -17,6 +17,7 @@
 #include "train/ckpt_state.h"
 #include "train/datafiles.h"
 #include "train/preflight.h"
+#include "train/zero.h"
 #include "plan/stage_plan.h"
 #include "base/clock.h"
 #include "base/err.h"
@@ -94,6 +95,7 @@ void trainer_free(trainer *t) {
     free(t->targets);
     tri_metrics_close(t->metrics);
     t->metrics = NULL;
+    zero_free(t); /* ZeRO-2/3: the shard buffers, before their buckets */
     for (int k = 0; k < t->gpt.n_chunks; k++) {
         if (t->sync) tri_grad_sync_free(&t->sync[k]);
         if (t->pools) tri_slot_pool_free(&t->pools[k], &t->gpt);
@@ -236,6 +238,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         return TRI_EXIT_BAD_INPUT;
     const tri_schedule *scheds[2] = {&t->sched, &t->eval_sched};
     tri_pipe_stage view = tri_stage_bind(&t->stage, &t->gpt, t->pools, &t->ws);
+    if (zero_wrap_stage(t, &view) != 0) return rc; /* ZeRO-3: chunks gathered around their compute */
     if (tri_pipe_init(&t->pipe, &view, &t->dist.pp, &t->dist.progress, scheds, 2) != 0) return rc;
     tri_adamw_cfg oc = {.lr = cfg->train.lr,
                         .min_lr = cfg->train.min_lr,
@@ -276,6 +279,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             t->opt.shard_done_ctx = t->sync;
         }
     }
+    if (zero_setup(t) != 0) return rc; /* ZeRO-2/3: gradient shards (src/train/zero.h) */
     t->inputs = malloc(t->mb * t->T * sizeof(int32_t));
     t->targets = malloc(t->mb * t->T * sizeof(int32_t));
     if (!t->inputs || !t->targets) return rc;
@@ -317,6 +321,8 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         }
     }
 
+    if (zero_params_shard(t) != 0) return TRI_EXIT_FAILURE; /* ZeRO-3: each rank keeps its shards only */
+
     /* checkpoint.async: the writer's state and its staging memory (in the
      * background), so that the loop allocates nothing (src/train/ckpt_async.h) */
     if (ckpt_setup(t) != 0) return TRI_EXIT_FAILURE;
@@ -349,6 +355,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
         printf("trident: memory per rank (recompute %s): %s\n", tri_recompute_name(cfg->train.recompute), mem);
         fflush(stdout);
     }
+    zero_report(t);
     return 0;
 }
 

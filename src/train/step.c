@@ -10,6 +10,7 @@
 #include "base/err.h"
 #include "base/exit.h"
 #include "base/stop.h"
+#include "train/zero.h"
 
 static void fill_synthetic(int32_t *x, size_t n, uint64_t seed, int vocab) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
@@ -95,6 +96,8 @@ double train_step(trainer *t, int step, double *norm) {
     if (t->fp16) dscale = (float)(S / ((double)t->G * (double)t->T));
     t->skipped = TRI_SKIP_NONE;
     badstep_begin_step(t); /* past skipped samples; a test fault armed */
+    /* ZeRO-2/3: this step's full gradient buffers (src/train/zero.h) */
+    if (zero_step_begin(t) != 0) TRI_FAIL("rank %d: no memory for the step's gradients", t->dist.mesh.rank);
     for (int k = 0; k < g->n_chunks; k++) {
         t->ctx.ops->zero(&t->ctx, g->chunks[k].grad_mem, g->chunks[k].n_alloc * sizeof(float));
         tri_grad_sync_begin(&t->sync[k]);
@@ -111,11 +114,13 @@ double train_step(trainer *t, int step, double *norm) {
     int zero = t->cfg->parallel.zero;
     /* ZeRO: the tied embedding's buckets, now summed over the embedding group */
     for (int k = 0; zero && k < g->n_chunks; k++) tri_grad_sync_finish_deferred(&t->sync[k]);
+    zero_step_reduced(t); /* ZeRO-2: the shards hold the step's gradient; the full buffers go */
     /* (element 0 lies in DP rank 0's first shard under ZeRO: counted once) */
     /* test-only fault (model/debug.h): one non-finite element, as an fp16
      * overflow would make (tests/system/test_mixed_precision.c: the step is
      * skipped, the scale halves) */
-    if (t->debug.fp16_overflow_step == step + 1) t->ctx.ops->scale(&t->ctx, g->chunks[0].grad_mem, INFINITY, 1);
+    float *g0 = tri_optim_grad0(&t->opt, g);
+    if (t->debug.fp16_overflow_step == step + 1 && g0) t->ctx.ops->scale(&t->ctx, g0, INFINITY, 1);
     badstep_inject_grad(t); /* test-only: debug.inject_kind nan-grad | inf-grad */
     /* the loss lives on the head stage; identical on every TP rank */
     tri_comm_allreduce_host(&t->dist.dp, &loss_sum, 1, TRI_F64, TRI_SUM);

@@ -47,6 +47,7 @@ typedef struct trainer {
     tri_workspace ws;
     tri_optim opt;
     tri_grad_sync *sync; /* [gpt.n_chunks]: DP buckets per chunk       */
+    struct zero3 *zero3; /* parallel.zero = 3: the gathered chunks (src/train/zero.c); else NULL */
     tri_sampler train_data, val_data;
     tri_ckpt_store store; /* open (locked) on world rank 0 while training */
     struct tri_ckpt_async *ckpt_async; /* checkpoint.async: the save in flight (src/train/ckpt_async.c) */

@@ -27,7 +27,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 
-#define N_CONFIG_FIELDS 76 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 77 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -229,7 +229,20 @@ Test(config, out_of_range_values) {
                  "in [0, 1000000]", "got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": 2e6}}", "parallel.timeout_s",
                  "in [0, 1000000]", "got 2000000");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": 2}}", "parallel.zero", "in [0, 1]", "got 2");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": 4}}", "parallel.zero", "in [0, 3]", "got 4");
+    {
+        /* parallel.zero was a switch before stages 2 and 3: true/false still read as 1/0 */
+        tri_config z;
+        cr_expect_eq(tri_config_load_string(&z, "{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": true}}", NULL),
+                     0);
+        cr_expect_eq(z.parallel.zero, 1);
+        cr_expect_eq(tri_config_load(&z, NULL, OVS("data.train=x", "parallel.zero=true")), 0);
+        cr_expect_eq(z.parallel.zero, 1);
+        cr_expect_eq(tri_config_load(&z, NULL, OVS("data.train=x", "parallel.zero=3")), 0);
+        cr_expect_eq(z.parallel.zero, 3);
+    }
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": 2, \"zero_keep_params\": true}}",
+                 "parallel.zero_keep_params", "parallel.zero = 3", "got parallel.zero = 2");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"progress_timeout_s\": -1}}",
                  "parallel.progress_timeout_s", "in [0, 1000000]", "got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"log\": {\"straggler_every\": -1}}", "log.straggler_every",
@@ -568,6 +581,7 @@ static void check_defaults_except_data(const tri_config *c) {
     cr_expect(c->parallel.bucket_mb == 25.0);
     cr_expect(c->parallel.timeout_s == 600.0);
     cr_expect_eq(c->parallel.zero, 0);
+    cr_expect_eq(c->parallel.zero_keep_params, 0);
     cr_expect_str_eq(c->checkpoint.dir, "checkpoints");
     cr_expect_eq(c->checkpoint.every, 0);
     cr_expect_eq(c->checkpoint.keep, 0);
@@ -722,6 +736,7 @@ static void expect_same(const tri_config *a, const tri_config *b) {
     SAME_D(parallel.timeout_s);
     SAME_I(parallel.sequence_parallel);
     SAME_I(parallel.zero);
+    SAME_I(parallel.zero_keep_params);
     SAME_S(checkpoint.dir);
     SAME_I(checkpoint.every);
     SAME_I(checkpoint.keep);
@@ -770,7 +785,8 @@ static void unusual_config(tri_config *c, uint64_t seed) {
     c->parallel.bucket_mb = 0.0625;
     c->parallel.timeout_s = 0.0; /* no deadline */
     c->parallel.sequence_parallel = 1;
-    c->parallel.zero = 1;
+    c->parallel.zero = 3;
+    c->parallel.zero_keep_params = 1;
     snprintf(c->checkpoint.dir, sizeof c->checkpoint.dir, "%s", "");
     c->checkpoint.every = 1000000;
     c->checkpoint.keep = 9;

@@ -112,3 +112,161 @@ static void run(int n_micro, double bucket_mb) {
 Test(grad_sync, buckets_start_during_backward_once_final) { run(1, 0.004); }
 
 Test(grad_sync, with_accumulation_only_the_last_micro_batch_starts_buckets) { run(3, 0.004); }
+
+/* ---- ZeRO-2: the reduce-scatter writes this rank's shards into their own
+ * buffer (tri_grad_sync_set_shard), bucket b's at bounds[b] / dp ---- */
+
+typedef struct rs_call {
+    const float *send;
+    float *recv;
+    size_t n;
+} rs_call;
+
+static struct {
+    int n;
+    rs_call calls[MAX_CALLS];
+} g_rs; /* test-only state, as g_rec */
+
+/* rank 1 of 2 whose peer contributes zeros: the sum is this rank's own part */
+static void rs_ireduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r) {
+    (void)t;
+    cr_assert(g_rs.n < MAX_CALLS);
+    g_rs.calls[g_rs.n++] = (rs_call){send, recv, n};
+    memcpy(recv, (const float *)send + (size_t)c->rank * n, n * sizeof(float));
+    r->active = 1;
+}
+
+static const tri_comm_impl RS = {.name = "rs-recorder", .ireduce_scatter = rs_ireduce_scatter, .wait = rec_wait};
+
+/* n_floats floats of which n_real are the model's (the rest padding), in
+ * buckets of about bucket_mb MiB, over dp: the shard buffer afterwards holds
+ * this rank's slice of every bucket, in bucket order, and every bucket went
+ * straight from the gradient buffer into its place there. */
+static void zero2_case(tri_comm *dp, size_t n_real, size_t n_floats, double bucket_mb) {
+    memset(&g_rs, 0, sizeof g_rs);
+    float *grads = malloc(n_floats * sizeof(float)), *params = calloc(n_floats, sizeof(float));
+    size_t n_shard = n_floats / (size_t)dp->size;
+    float *shard = malloc(n_shard * sizeof(float));
+    for (size_t i = 0; i < n_floats; i++) grads[i] = i < n_real ? (float)i * 0.5f + 1.0f : 0.0f;
+    for (size_t i = 0; i < n_shard; i++) shard[i] = -1.0f;
+    tri_grad_sync s;
+    cr_assert_eq(tri_grad_sync_init_zero(&s, grads, params, TRI_F32, n_real, n_floats, dp, bucket_mb), 0);
+    tri_grad_sync_set_shard(&s, shard);
+    cr_assert_eq(tri_grad_sync_shard_floats(&s), n_shard);
+    tri_grad_sync_begin(&s);
+    tri_grad_sync_set_last(&s, 1);
+    tri_grad_sync_ready(&s, n_real / 2); /* a prefix first, as backward reports */
+    tri_grad_sync_ready(&s, n_real);
+    tri_grad_sync_finish(&s);
+    if (dp->size > 1) {
+        cr_expect(s.n_buckets > 2, "the test needs several buckets, got %d", s.n_buckets);
+        cr_expect_eq(g_rs.n, s.n_buckets);
+        for (int k = 0; k < g_rs.n; k++) {
+            cr_expect_eq(g_rs.calls[k].send, grads + s.bounds[k], "bucket %d's input", k);
+            cr_expect_eq(g_rs.calls[k].recv, shard + s.bounds[k] / (size_t)dp->size, "bucket %d's output", k);
+        }
+    }
+    /* the shard buffer against the slices computed here */
+    size_t at = 0;
+    for (int b = 0; b < s.n_buckets; b++) {
+        size_t lo, hi;
+        tri_grad_sync_shard(&s, b, &lo, &hi);
+        for (size_t i = lo; i < hi; i++, at++)
+            if (shard[at] != grads[i]) {
+                cr_expect(0, "shard element %zu (bucket %d, element %zu) is %g, not %g", at, b, i, shard[at], grads[i]);
+                b = s.n_buckets;
+                break;
+            }
+    }
+    cr_expect_eq(at, n_shard);
+    tri_grad_sync_free(&s);
+    free(grads);
+    free(params);
+    free(shard);
+}
+
+Test(grad_sync, zero2_reduce_scatters_into_the_shard_buffer) {
+    tri_comm dp = {.size = 2, .rank = 1, .impl = &RS};
+    /* 10,000 floats padded to 10,016 (2 x 16 x 313), buckets of ~1,024 floats */
+    zero2_case(&dp, 10000, 10016, 0.004);
+}
+
+Test(grad_sync, zero2_at_one_rank_copies_the_whole_buffer) {
+    tri_comm self;
+    tri_comm_init_self(&self, 0);
+    zero2_case(&self, 1000, 1008, 0.001);
+}
+
+/* ---- ZeRO-3: the all-gather fills the full parameter buffer from the
+ * shard buffer (tri_grad_sync_set_pshard), bucket b's shard at bounds[b] / dp ---- */
+
+static struct {
+    int n;
+    rs_call calls[MAX_CALLS];
+} g_ag; /* test-only state, as g_rec */
+
+/* rank r of a group whose peers' shards are all 7: recv gets them, and this rank's own */
+static void ag_iallgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r) {
+    (void)t;
+    cr_assert(g_ag.n < MAX_CALLS);
+    g_ag.calls[g_ag.n++] = (rs_call){send, recv, n};
+    float *out = recv;
+    for (int q = 0; q < c->size; q++)
+        for (size_t i = 0; i < n; i++) out[(size_t)q * n + i] = q == c->rank ? ((const float *)send)[i] : 7.0f;
+    r->active = 1;
+}
+
+static const tri_comm_impl AG = {.name = "ag-recorder", .iallgather = ag_iallgather, .wait = rec_wait};
+
+static void zero3_case(tri_comm *dp, size_t n_floats, double bucket_mb) {
+    memset(&g_ag, 0, sizeof g_ag);
+    size_t n_shard = n_floats / (size_t)dp->size;
+    float *grads = calloc(n_floats, sizeof(float)), *params = malloc(n_floats * sizeof(float));
+    float *pshard = malloc(n_shard * sizeof(float));
+    for (size_t i = 0; i < n_shard; i++) pshard[i] = (float)i + 0.25f;
+    for (size_t i = 0; i < n_floats; i++) params[i] = -1.0f;
+    tri_grad_sync s;
+    cr_assert_eq(tri_grad_sync_init_zero(&s, grads, NULL, TRI_F32, n_floats, n_floats, dp, bucket_mb), 0);
+    tri_grad_sync_set_pshard(&s, pshard);
+    tri_grad_sync_set_params(&s, params);
+    for (int b = 0; b < s.n_buckets; b++) tri_grad_sync_gather_start(&s, b);
+    tri_grad_sync_gather_wait(&s);
+    if (dp->size > 1) {
+        cr_expect(s.n_buckets > 2, "the test needs several buckets, got %d", s.n_buckets);
+        cr_expect_eq(g_ag.n, s.n_buckets);
+        for (int k = 0; k < g_ag.n; k++) {
+            cr_expect_eq(g_ag.calls[k].recv, params + s.bounds[k], "bucket %d's output", k);
+            cr_expect_eq(g_ag.calls[k].send, pshard + s.bounds[k] / (size_t)dp->size, "bucket %d's input", k);
+        }
+    }
+    /* this rank's slices of the full buffer hold its shards in order; the rest the peers' */
+    size_t at = 0;
+    for (int b = 0; b < s.n_buckets; b++) {
+        size_t lo, hi;
+        tri_grad_sync_shard(&s, b, &lo, &hi);
+        for (size_t i = s.bounds[b]; i < s.bounds[b + 1]; i++) {
+            float want = i >= lo && i < hi ? pshard[at + (i - lo)] : 7.0f;
+            if (params[i] != want) {
+                cr_expect(0, "element %zu (bucket %d) is %g, not %g", i, b, params[i], want);
+                b = s.n_buckets;
+                break;
+            }
+        }
+        at += hi - lo;
+    }
+    tri_grad_sync_free(&s);
+    free(grads);
+    free(params);
+    free(pshard);
+}
+
+Test(grad_sync, zero3_gathers_the_parameters_from_the_shard_buffer) {
+    tri_comm dp = {.size = 4, .rank = 2, .impl = &AG};
+    zero3_case(&dp, 10240, 0.004); /* 4 x 16 x 160 floats, buckets of ~1,088 */
+}
+
+Test(grad_sync, zero3_at_one_rank_copies_the_shards) {
+    tri_comm self;
+    tri_comm_init_self(&self, 0);
+    zero3_case(&self, 1008, 0.001);
+}
