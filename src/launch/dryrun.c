@@ -78,7 +78,8 @@ static int print_stages(FILE *f, const tri_launch_plan *p) {
         for (int r = 0; r < p->world; r++) {
             tri_mesh m;
             char err[256];
-            if (tri_mesh_init_cp(&m, p->world, r, p->tp, p->cp, p->pp, p->dp, err, sizeof err) != 0) break;
+            if (tri_mesh_init_cp(&m, p->world, r, p->tp, p->cp > 1 ? p->cp : 1, p->pp, p->dp, err, sizeof err) != 0)
+                break;
             const tri_stage_plan *sp = &sps[m.pp_rank];
             tri_gpt g;
             if (tri_gpt_describe(&g, &cfg->model, cfg->parallel.tp, m.tp_rank, sp->specs, sp->n_chunks) != 0) break;
@@ -132,7 +133,8 @@ static void print_rank_map(FILE *f, const tri_launch_plan *p) {
         fprintf(f, "%6d  %-24s ", r, tri_launch_host_of(p, r));
         tri_mesh m;
         char err[256];
-        int ok = p->have_layout && tri_mesh_init_cp(&m, p->world, r, p->tp, p->cp, p->pp, p->dp, err, sizeof err) == 0;
+        int ok = p->have_layout &&
+                 tri_mesh_init_cp(&m, p->world, r, p->tp, p->cp > 1 ? p->cp : 1, p->pp, p->dp, err, sizeof err) == 0;
         if (ok && cp)
             fprintf(f, "%4d %4d %4d %4d", m.tp_rank, m.cp_rank, m.dp_rank, m.pp_rank);
         else if (ok)

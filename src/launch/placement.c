@@ -146,6 +146,7 @@ static char *resolve_trident(const char *cmd0, const char *self) {
 
 int tri_launch_place_ranks(tri_launch_plan *p, const tri_launch_opts *o) {
     const char *hf = o->hostfile ? o->hostfile : "";
+    if (p->cp < 1) p->cp = 1; /* a plan made without the cp axis (0): none */
     long long need = p->have_layout ? (long long)p->tp * p->cp * p->pp * p->dp : 0;
     /* the layout's sizes as the messages below name them */
     char lay[160];
@@ -204,7 +205,11 @@ int tri_launch_place_ranks(tri_launch_plan *p, const tri_launch_opts *o) {
     for (int h = 0; h < p->nhosts; h++) { /* a host's slots=N say what it can run; else the cap */
         if (p->slots[h] > 0 || p->ranks[h] <= cap) continue;
         char why[200] = "";
-        if (p->have_layout) snprintf(why, sizeof why, " (%s = %lld ranks)", lay, need);
+        if (p->have_layout && p->cp > 1)
+            snprintf(why, sizeof why, " (parallel.tp %d x cp %d x pp %d x dp %d = %lld ranks)", p->tp, p->cp, p->pp,
+                     p->dp, need);
+        else if (p->have_layout)
+            snprintf(why, sizeof why, " (parallel.tp %d x pp %d x dp %d = %lld ranks)", p->tp, p->pp, p->dp, need);
         return tri_error("%d ranks on host %s%s: more than %d on a host without slots=N; give the hosts and their "
                          "slots in a --hostfile, or raise --max-ranks-per-host",
                          p->ranks[h], p->hosts[h], why, cap);
