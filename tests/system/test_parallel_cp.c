@@ -102,6 +102,45 @@ Test(cp, llama_layouts_follow_the_single_rank_run, .timeout = 900) {
     expect_layouts_follow("llama", LLAMA, L, sizeof L / sizeof L[0]);
 }
 
+/* Checkpoints stay global: saved after 5 of 10 steps at one cp (with ZeRO-1
+ * at dp 2: the optimizer's shards over dp x cp), resumed at another, steps
+ * 6..10 follow the uninterrupted single-rank run, both ways. */
+Test(cp, checkpoints_cross_between_cp_sizes, .timeout = 300) {
+    char *dir = tt_equiv_dir(), *out = NULL;
+    cr_assert_eq(run(dir, 1, 1, "re_ref", "", &out), 0, "%s", out);
+    free(out);
+    double *ref;
+    cr_assert_eq(tt_equiv_losses(dir, "re_ref", &ref), 10);
+    static const struct {
+        int dp;
+        const char *save, *resume;
+    } pairs[] = {{1, "--set parallel.cp=2", "--set parallel.cp=1"},
+                 {1, "--set parallel.cp=1", "--set parallel.cp=4"},
+                 {2, "--set parallel.cp=2 --set parallel.zero=1", "--set parallel.cp=1 --set parallel.zero=1"}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        char ck[32], sets[256], cmd[8400], what[256];
+        snprintf(ck, sizeof ck, "re_%zu", i);
+        snprintf(what, sizeof what, "saved at dp %d %s, resumed at %s", pairs[i].dp, pairs[i].save, pairs[i].resume);
+        snprintf(sets, sizeof sets, "%s --stop-at-step 5", pairs[i].save);
+        cr_assert_eq(run(dir, 1, pairs[i].dp, ck, sets, &out), 0, "%s: %s", what, out);
+        free(out);
+        /* the resumed run must not see the first run's log lines */
+        snprintf(cmd, sizeof cmd, "mv %s/log_%s/metrics.jsonl %s/log_%s/first.jsonl", dir, ck, dir, ck);
+        cr_assert_eq(tt_run(cmd, NULL), 0);
+        snprintf(sets, sizeof sets, "%s --resume", pairs[i].resume);
+        cr_assert_eq(run(dir, 1, pairs[i].dp, ck, sets, &out), 0, "%s: %s", what, out);
+        cr_expect(strstr(out, "resumed from") != NULL, "%s: %s", what, out);
+        free(out);
+        double *l;
+        cr_assert_eq(tt_equiv_losses(dir, ck, &l), 5, "%s", what);
+        tt_equiv_expect_losses(ref + 5, l, 5, LOSS_RTOL, what);
+        free(l);
+    }
+    free(ref);
+    tt_rmrf(dir);
+    free(dir);
+}
+
 /* Without the sum of the CP ranks' shares the loss would be one rank's
  * part of the tokens; without the global positions GPT-2's position
  * embedding would be read at the wrong rows: a bf16 run at cp 2 must still
