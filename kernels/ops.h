@@ -160,6 +160,37 @@ typedef struct tri_ops {
     size_t (*attention_saved_floats)(size_t B, size_t T, int NH, int NKV, int HS);
     size_t (*attention_scratch_floats)(size_t B, size_t T, int NH, int NKV, int HS);
 
+    /* ---- ring attention, one block at a time (context parallelism) ----
+     * All three may be NULL in a table: the model then refuses
+     * parallel.cp > 1 on that backend (model/cp.c).
+     * The queries are rows [q0, T) of each sequence of qkv (B, T, NH + 2 NKV,
+     * HS) as attention_fwd reads it; the keys and values one block kv (B, Tk,
+     * 2 NKV, HS): per position the NKV key heads, then the NKV value heads.
+     * causal 1: query row i sees keys j <= i (then q0 = 0 and Tk = T); 0:
+     * every key of the block. Scale 1/sqrt(HS); query head h reads key/value
+     * head h / (NH / NKV).
+     * attention_block_fwd: the block's softmax-normalised output and its
+     *   log-sum-exp into o (B, T, NH, HS) and lse (B, NH, T), both fp32, rows
+     *   [q0, T): merge 0 [overwrite]; merge 1 [merge]: merged with the
+     *   running (o, lse) of the blocks so far (lse' = log(e^lse + e^lse_b),
+     *   o' = o e^(lse - lse') + o_b e^(lse_b - lse')).
+     * attention_block_bwd: the block's share of the gradients, with P =
+     *   exp(S - lse) from the final (merged) lse and D_i = dout_i . out_i of
+     *   the final out (B, T, NH, HS) as stored: dqkv (B, T, NH + 2 NKV, HS)
+     *   fp32, the q heads of rows [q0, T) [accumulate; the k and v heads
+     *   untouched]; dkv (B, Tk, 2 NKV, HS) fp32 [accumulate]. Deterministic.
+     * attention_kv_copy: the k and v heads of every position between the
+     *   two layouts, elements of dtype t: to_qkv 0: kv (B, T, 2 NKV, HS) =
+     *   those of qkv [overwrite]; 1: those of qkv = kv [overwrite; the q
+     *   heads untouched]. */
+    void (*attention_block_fwd)(tri_ctx *c, float *o, float *lse, const void *qkv, const void *kv, size_t B, size_t T,
+                                size_t Tk, size_t q0, int causal, int merge, int NH, int NKV, int HS);
+    void (*attention_block_bwd)(tri_ctx *c, float *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv,
+                                const void *out, const float *lse, size_t B, size_t T, size_t Tk, size_t q0, int causal,
+                                int NH, int NKV, int HS);
+    void (*attention_kv_copy)(tri_ctx *c, void *dst, const void *src, tri_dtype t, size_t B, size_t T, int NH, int NKV,
+                              int HS, int to_qkv);
+
     /* ---- RMSNorm over the last dim (Llama) ----
      * out (N, C) = inp * rstd * w, rstd (N) = 1 / sqrt(mean(inp^2) + eps),
      * saved for the backward.                       [overwrite out and rstd] */

@@ -55,6 +55,11 @@ typedef struct tri_workspace {
     float *tp_dw;                         /* (6C) fp32 sequence parallel: row-wise grads to reduce */
     tri_layer_acts re;                    /* recompute target: selective: att; full: every buffer */
     void *re_out;                         /* (BT, C) full recompute: the layer output (discarded) */
+    /* context parallelism only (model/cp.c), else NULL; KVW = 2 NKVl HS */
+    void *cp_kv[2];   /* (BT, KVW) two key/value blocks of the ring: the one in use, the next */
+    float *cp_dkv[3]; /* (BT, KVW) fp32: this rank's own block's gradient and two travelling */
+    float *cp_o;      /* (BT, Cl) fp32: the merged attention output */
+    float *cp_dqkv;   /* (BT, QKVl) fp32: the gradient of qkv being summed */
 } tri_workspace;
 
 #endif

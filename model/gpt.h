@@ -156,6 +156,10 @@ typedef struct tri_gpt {
     tri_comm *tp_comm; /* not owned                      */
     int tp, tp_rank;
     int sp; /* sequence parallel: set by tri_gpt_set_sequence_parallel */
+    /* context parallelism (model/cp.h, tri_cp_set): the CP group (not
+     * owned), its size (0 or 1: none) and this rank's index in it */
+    tri_comm *cp_comm;
+    int cp, cp_rank;
     /* sizes */
     tri_arch arch;
     size_t C, Cl;          /* channels; channels per TP rank (heads/tp * HS) */

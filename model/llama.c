@@ -2,6 +2,7 @@
 #include "model/llama.h"
 
 #include "base/err.h"
+#include "model/cp.h"
 #include "parallel/tensor.h"
 
 static size_t act_size(const tri_gpt *g) { return tri_dtype_size(g->ctx->act_dtype); }
@@ -79,8 +80,8 @@ void tri_llama_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void
     ops->rmsnorm_fwd(c, a->ln1, a->ln1_rstd, x, w->ln1w, R, C, g->norm_eps);
     const void *ln = tp_gather(g, ws->seq, a->ln1, BT);
     ops->matmul_fwd(c, a->qkv, ln, w->qkvw, NULL, BT, C, g->QKVl);
-    ops->rope_fwd(c, a->qkv, g->inv_freq, B, T, g->NHl, g->NKVl, g->HS, 0);
-    ops->attention_fwd(c, a->atty, att, a->qkv, B, T, g->NHl, g->NKVl, g->HS);
+    tri_cp_rope(g, a->qkv, B, T, 0);
+    tri_cp_attention_fwd(g, ws, a->atty, att, a->qkv, B, T);
     ops->matmul_fwd(c, ws->dproj, a->atty, w->attprojw, NULL, BT, Cl, C);
     const void *proj = tp_reduce(g, ws->dproj, ws->dln, BT);
     ops->residual_fwd(c, a->res2, x, proj, NULL, R, C);
@@ -97,7 +98,7 @@ void tri_llama_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void
  * saved qkv into the workspace, with its output. */
 static const float *att_state(tri_gpt *g, const tri_layer_acts *a, tri_workspace *ws, size_t B, size_t T) {
     if (a->att) return a->att;
-    g->ctx->ops->attention_fwd(g->ctx, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->NKVl, g->HS);
+    tri_cp_attention_fwd(g, ws, ws->re.atty, ws->re.att, a->qkv, B, T);
     return ws->re.att;
 }
 
@@ -122,8 +123,8 @@ void tri_llama_block_bwd(tri_gpt *g, int k, int l, const tri_layer_acts *a, cons
     const float *att = att_state(g, a, ws, B, T);
     const void *dres2 = tp_gather(g, ws->dproj, ws->dres, BT);
     ops->matmul_bwd(c, ws->datty, dw->attprojw, NULL, dres2, a->atty, w->attprojw, BT, Cl, C);
-    ops->attention_bwd(c, ws->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->NKVl, g->HS);
-    ops->rope_bwd(c, ws->dqkv, g->inv_freq, B, T, g->NHl, g->NKVl, g->HS, 0);
+    tri_cp_attention_bwd(g, ws, ws->dqkv, ws->datty, a->qkv, a->atty, att, B, T);
+    tri_cp_rope(g, ws->dqkv, B, T, 1);
     ln = tp_gather(g, ws->seq, a->ln1, BT);
     ops->matmul_bwd(c, ws->dln, NULL, NULL, ws->dqkv, ln, w->qkvw, BT, C, g->QKVl);
     qkv_weight_grad(g, dw->qkvw, ws->dqkv, ln, w->qkvw, ws, BT);
@@ -160,8 +161,8 @@ void tri_llama_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a
     else
         ops->copy(c, d->dattproj, ws->dres, BT * C * A);
     ops->matmul_bwd(c, ws->datty, NULL, NULL, d->dattproj, a->atty, w->attprojw, BT, Cl, C);
-    ops->attention_bwd(c, d->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->NKVl, g->HS);
-    ops->rope_bwd(c, d->dqkv, g->inv_freq, B, T, g->NHl, g->NKVl, g->HS, 0);
+    tri_cp_attention_bwd(g, ws, d->dqkv, ws->datty, a->qkv, a->atty, att, B, T);
+    tri_cp_rope(g, d->dqkv, B, T, 1);
     ln = g->sp ? tp_gather(g, d->ln1g, a->ln1, BT) : a->ln1;
     ops->matmul_bwd(c, ws->dln, NULL, NULL, d->dqkv, ln, w->qkvw, BT, C, g->QKVl);
     dln = tp_reduce(g, ws->dln, ws->dproj, BT);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "model/cp.h"
 #include "base/size.h"
 #include "model/llama.h"
 #include "parallel/tensor.h"
@@ -160,6 +161,13 @@ static size_t workspace_layout(const tri_gpt *g, size_t B, size_t T, tri_recompu
     w->kv_dw = g->kv_rep > 1 ? take(&cv, (size_t)(g->NKV + 1) * 2 * (size_t)g->HS, F4 * g->C) : NULL;
     w->att_scratch = take(&cv, ops_of(g)->attention_scratch_floats(B, T, g->NHl, g->NKVl, g->HS), F4);
     w->seq = g->sp ? take(&cv, BT, A * g->C) : NULL;
+    /* context parallelism: the ring's blocks and sums (model/cp.c) */
+    const size_t KVW = 2 * (size_t)g->NKVl * (size_t)g->HS;
+    const int cp = g->cp > 1;
+    for (int i = 0; i < 2; i++) w->cp_kv[i] = cp ? take(&cv, BT, A * KVW) : NULL;
+    for (int i = 0; i < 3; i++) w->cp_dkv[i] = cp ? take(&cv, BT, F4 * KVW) : NULL;
+    w->cp_o = cp ? take(&cv, BT, F4 * g->Cl) : NULL;
+    w->cp_dqkv = cp ? take(&cv, BT, F4 * g->QKVl) : NULL;
     w->tp_dw = g->sp ? take(&cv, 6 * g->C, F4) : NULL;
     memset(&w->re, 0, sizeof w->re);
     w->re_out = NULL;
@@ -381,7 +389,7 @@ void tri_block_fwd(tri_gpt *g, int k, int l, tri_layer_acts *a, const void *x, v
     ops->layernorm_fwd(c, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, R, C);
     const void *ln = tp_gather(g, ws->seq, a->ln1, BT);
     ops->matmul_fwd(c, a->qkv, ln, w->qkvw, w->qkvb, BT, C, 3 * Cl);
-    ops->attention_fwd(c, a->atty, att, a->qkv, B, T, g->NHl, g->NKVl, g->HS);
+    tri_cp_attention_fwd(g, ws, a->atty, att, a->qkv, B, T);
     ops->matmul_fwd(c, ws->dproj, a->atty, w->attprojw, NULL, BT, Cl, C);
     const void *proj = tp_reduce(g, ws->dproj, ws->dln, BT);
     ops->residual_fwd(c, a->res2, x, proj, w->attprojb, R, C);
@@ -437,13 +445,13 @@ void tri_block_bwd(tri_gpt *g, int k, int l, const tri_layer_acts *a, const void
     /* attention: res2 = x + attproj(attn(qkv(ln1(x)))) + b; ws->dres holds dres2 */
     const float *att = a->att;
     if (!att) { /* selective recompute: rebuild the state from the saved qkv */
-        ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->NKVl, g->HS);
+        tri_cp_attention_fwd(g, ws, ws->re.atty, ws->re.att, a->qkv, B, T);
         att = ws->re.att;
     }
     ops->bias_bwd(c, rg.attprojb, ws->dres, R, C);
     const void *dres2 = tp_gather(g, ws->dproj, ws->dres, BT);
     ops->matmul_bwd(c, ws->datty, dw->attprojw, NULL, dres2, a->atty, w->attprojw, BT, Cl, C);
-    ops->attention_bwd(c, ws->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->NKVl, g->HS);
+    tri_cp_attention_bwd(g, ws, ws->dqkv, ws->datty, a->qkv, a->atty, att, B, T);
     ln = tp_gather(g, ws->seq, a->ln1, BT);
     ops->matmul_bwd(c, ws->dln, dw->qkvw, dw->qkvb, ws->dqkv, ln, w->qkvw, BT, C, 3 * Cl);
     dln = tp_reduce(g, ws->dln, ws->dproj, BT);
@@ -491,7 +499,7 @@ void tri_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a, cons
     /* attention; ws->dres holds dres2, the output gradient of attproj */
     const float *att = a->att;
     if (!att) {
-        ops->attention_fwd(c, ws->re.atty, ws->re.att, a->qkv, B, T, g->NHl, g->NKVl, g->HS);
+        tri_cp_attention_fwd(g, ws, ws->re.atty, ws->re.att, a->qkv, B, T);
         att = ws->re.att;
     }
     if (g->sp)
@@ -500,7 +508,7 @@ void tri_block_bwd_input(tri_gpt *g, int k, int l, const tri_layer_acts *a, cons
         ops->copy(c, d->dattproj, ws->dres, BT * C * A);
     ops->bias_bwd(c, rg.attprojb, ws->dres, R, C);
     ops->matmul_bwd(c, ws->datty, NULL, NULL, d->dattproj, a->atty, w->attprojw, BT, Cl, C);
-    ops->attention_bwd(c, d->dqkv, ws->att_scratch, ws->datty, a->qkv, a->atty, att, B, T, g->NHl, g->NKVl, g->HS);
+    tri_cp_attention_bwd(g, ws, d->dqkv, ws->datty, a->qkv, a->atty, att, B, T);
     ln = g->sp ? tp_gather(g, d->ln1g, a->ln1, BT) : a->ln1;
     ops->matmul_bwd(c, ws->dln, NULL, dw->qkvb, d->dqkv, ln, w->qkvw, BT, C, 3 * Cl);
     dln = tp_reduce(g, ws->dln, ws->dproj, BT);
@@ -531,8 +539,7 @@ void tri_embed_fwd(tri_gpt *g, int k, const int32_t *ids, void *x, tri_workspace
      * that the reduction holds it once (g: all-reduce forward, or under
      * sequence parallelism reduce-scatter of the full lookup into x's rows) */
     void *full = g->sp ? ws->dproj : x;
-    g->ctx->ops->embedding_fwd(g->ctx, full, ids, ch->w.wte, g->tp_rank == 0 ? ch->w.wpe : NULL, B, T, g->C, g->vstart,
-                               g->Vl);
+    tri_cp_embedding_fwd(g, full, ids, ch->w.wte, g->tp_rank == 0 ? ch->w.wpe : NULL, B, T); /* global positions */
     tp_reduce(g, full, x, B * T); /* leaves the result in x either way */
 }
 
@@ -542,7 +549,7 @@ void tri_embed_bwd(tri_gpt *g, int k, const int32_t *ids, const void *dx, tri_wo
      * the whole (gathered, under sequence parallelism) gradient, so the
      * copies stay identical without a reduction */
     const void *full = tp_gather(g, ws->dproj, dx, B * T);
-    g->ctx->ops->embedding_bwd(g->ctx, ch->g.wte, ch->g.wpe, full, ids, B, T, g->C, g->vstart, g->Vl);
+    tri_cp_embedding_bwd(g, ch->g.wte, ch->g.wpe, full, ids, B, T);
 }
 
 double tri_head_fwd(tri_gpt *g, int k, tri_slot *s, tri_workspace *ws, size_t B, size_t T, tri_fwd_mode mode,

@@ -111,15 +111,19 @@ static void init_self_groups(tri_dist *d, int world_rank) {
     tri_comm_init_self(&d->dp, world_rank);
     tri_comm_init_self(&d->pp, world_rank);
     tri_comm_init_self(&d->emb, world_rank);
+    tri_comm_init_self(&d->cp, world_rank);
+    tri_comm_init_self(&d->dpcp, world_rank);
 }
 
 /* The groups in a fixed order, with their names for the watchdog's report. */
-#define N_GROUPS 5
-static const char *const group_names[N_GROUPS] = {"world", "tp", "dp", "pp", "emb"};
+#define N_GROUPS 7
+static const char *const group_names[N_GROUPS] = {"world", "tp", "dp", "pp", "emb", "cp", "dpcp"};
 static tri_comm *group_at(tri_dist *d, int i) {
-    tri_comm *g[N_GROUPS] = {&d->world, &d->tp, &d->dp, &d->pp, &d->emb};
+    tri_comm *g[N_GROUPS] = {&d->world, &d->tp, &d->dp, &d->pp, &d->emb, &d->cp, &d->dpcp};
     return g[i];
 }
+
+tri_comm *tri_dist_grad_group(tri_dist *d) { return d->mesh.cp > 1 ? &d->dpcp : &d->dp; }
 
 /* Names every group and points it at d->progress, with the default deadline. */
 static void watch_groups(tri_dist *d) {
@@ -299,6 +303,10 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp) {
 }
 
 int tri_dist_init_with(tri_dist *d, int tp, int pp, int dp, double timeout_s, int store_ok) {
+    return tri_dist_init_cp(d, tp, 1, pp, dp, timeout_s, store_ok);
+}
+
+int tri_dist_init_cp(tri_dist *d, int tp, int cp, int pp, int dp, double timeout_s, int store_ok) {
     memset(d, 0, sizeof *d);
     int world = 1, rank = 0;
     int launched = env_launcher(&world, &rank);
@@ -312,16 +320,21 @@ int tri_dist_init_with(tri_dist *d, int tp, int pp, int dp, double timeout_s, in
     }
 
     /* The layout is checked against the launcher's world before anything starts. */
-    if (tri_mesh_init(&d->mesh, world, rank, tp, pp, dp, why, sizeof why) != 0) {
+    if (tri_mesh_init_cp(&d->mesh, world, rank, tp, cp, pp, dp, why, sizeof why) != 0) {
         if (world == 1 && !launched) /* the usual cause: started without the launcher */
             return tri_error("%s (start %lld ranks with tridentrun, e.g. `tridentrun -- trident train ...`)", why,
-                             (long long)tp * pp * dp);
+                             (long long)tp * cp * pp * dp);
         return tri_error("%s", why);
     }
 
     watch_groups(d);
     if (world == 1 && launched != LAUNCH_MPI) return 0; /* a world of one: no transport */
     if (launched == LAUNCH_STORE) {
+        if (cp > 1)
+            return tri_error_rank(rank,
+                                  "parallel.cp (%d) > 1 needs the MPI transport (launch with tridentrun/mpirun): "
+                                  "context-parallel groups are not made over NCCL yet",
+                                  cp);
         if (!store_ok) /* said before waiting for any peer at the store */
             return tri_error_rank(rank,
                                   "ranks launched without MPI (RANK/WORLD_SIZE or srun) communicate through NCCL, "
@@ -350,11 +363,15 @@ int tri_dist_init_with(tri_dist *d, int tp, int pp, int dp, double timeout_s, in
     tri_mpi_world(&d->world);
     /* Every rank takes part in every split, in the same order. key = index in
      * the group, so MPI's group rank equals the mesh's group index. */
-    static const tri_group_kind kinds[4] = {TRI_GROUP_TP, TRI_GROUP_DP, TRI_GROUP_PP, TRI_GROUP_EMB};
-    tri_comm *outs[4] = {&d->tp, &d->dp, &d->pp, &d->emb};
+    static const tri_group_kind kinds[6] = {TRI_GROUP_TP,  TRI_GROUP_DP, TRI_GROUP_PP,
+                                            TRI_GROUP_EMB, TRI_GROUP_CP, TRI_GROUP_DPCP};
+    tri_comm *outs[6] = {&d->tp, &d->dp, &d->pp, &d->emb, &d->cp, &d->dpcp};
     int *members = malloc((size_t)world * sizeof *members);
     if (members == NULL) return tri_error_rank(rank, "out of memory building the groups");
-    for (int k = 0; k < 4; k++) {
+    /* the cp and dp x cp groups only with context parallelism: without it
+     * the splits (and the communicators) are those of the three-axis mesh */
+    const int n_kinds = cp > 1 ? 6 : 4;
+    for (int k = 0; k < n_kinds; k++) {
         int idx = -1;
         tri_mesh_group(&d->mesh, kinds[k], members, &idx);
         tri_mpi_split(outs[k], tri_mesh_color(&d->mesh, kinds[k]), idx < 0 ? 0 : idx);
@@ -390,6 +407,11 @@ static int bcast_id(void *ctx, void *buf, size_t len) {
 
 int tri_dist_use_nccl(tri_dist *d) {
     if (d->mesh.world == 1 || d->nccl) return 0;
+    if (d->mesh.cp > 1)
+        return tri_error_rank(d->mesh.rank,
+                              "parallel.cp (%d) > 1: the context-parallel groups are not made over NCCL yet "
+                              "(train with --device cpu)",
+                              d->mesh.cp);
 #ifdef TRI_HAVE_NCCL
     /* NCCL lives in the CUDA module (kernels/cuda_module.h), loaded here;
      * the transport's entry is its own symbol there (comm_nccl.h) */
@@ -410,6 +432,7 @@ int tri_dist_use_nccl(tri_dist *d) {
         return tri_error_rank(d->mesh.rank, "the NCCL transport could not start");
     }
     tri_comm fresh[N_GROUPS];
+    for (int i = 5; i < N_GROUPS; i++) fresh[i] = *group_at(d, i); /* cp == 1: groups of one, kept */
     /* the CUDA context's device: local rank % devices, device 0 when the
      * launcher gives no local rank (as kernels/cuda/cuda_ops.c chooses) */
     int local = d->local_rank >= 0 ? d->local_rank : 0;
@@ -446,8 +469,7 @@ int tri_dist_check_device_memory(tri_dist *d) {
 }
 
 void tri_dist_bind_ctx(tri_dist *d, tri_ctx *ctx) {
-    tri_comm *groups[] = {&d->world, &d->tp, &d->dp, &d->pp, &d->emb};
-    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) groups[i]->ctx = ctx;
+    for (int i = 0; i < N_GROUPS; i++) group_at(d, i)->ctx = ctx;
 }
 
 void tri_dist_free(tri_dist *d) {
@@ -462,6 +484,8 @@ void tri_dist_free(tri_dist *d) {
     /* every rank is past its last wait: the heartbeat's watching is over */
     tri_hb_free(d->progress.hb);
     d->progress.hb = NULL;
+    tri_comm_free(&d->dpcp);
+    tri_comm_free(&d->cp);
     tri_comm_free(&d->emb);
     tri_comm_free(&d->pp);
     tri_comm_free(&d->dp);

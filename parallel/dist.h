@@ -48,6 +48,11 @@ typedef enum tri_transport {
 typedef struct tri_dist {
     tri_mesh mesh;
     tri_comm world, tp, dp, pp, emb;
+    /* context parallelism (parallel.cp > 1): the CP group (the ring of
+     * attention) and the dp x cp group that reduces the gradients of
+     * replicated parameters; groups of one when cp == 1 (then the gradient
+     * group is dp: tri_dist_grad_group) */
+    tri_comm cp, dpcp;
     tri_transport transport;
     int nccl;                /* the groups are NCCL communicators (tri_dist_use_nccl) */
     int local_rank;          /* this rank's index on its node from the launcher; -1: unknown */
@@ -71,6 +76,16 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp);
  * transport is MPI) such a launch is refused at once, before waiting for any
  * peer. The groups' own deadlines are tri_dist_set_timeout's. */
 int tri_dist_init_with(tri_dist *d, int tp, int pp, int dp, double timeout_s, int store_ok);
+/* tri_dist_init_with with a context-parallel axis of cp ranks (the mesh's
+ * rank order tp-cp-dp-pp, parallel/mesh.h). cp > 1 needs the MPI transport
+ * (the CPU backend): NCCL groups for cp are not made yet, and
+ * tri_dist_use_nccl refuses such a world naming parallel.cp. */
+int tri_dist_init_cp(tri_dist *d, int tp, int cp, int pp, int dp, double timeout_s, int store_ok);
+/* The group over which the gradients of replicated parameters are summed
+ * (and ZeRO shards them): dp, or dp x cp under context parallelism, where
+ * the CP ranks of a replica each hold part of every sequence (Megatron's
+ * combined data-and-context-parallel group). */
+tri_comm *tri_dist_grad_group(tri_dist *d);
 /* Moves every group onto NCCL (CUDA device local_rank % devices): rank 0's
  * ncclUniqueId goes to the others through MPI or the store, then
  * tri_nccl_init makes the communicators (collective over the world). Call

@@ -186,6 +186,34 @@ static void cpu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch, const void
     store(dqkv, A, dq, nqkv);
 }
 
+/* Ring attention's blocks (attention_ring.c): 16-bit qkv, kv, dout and out
+ * widened as every input; o, lse, dqkv and dkv are fp32 already. */
+static void cpu_attention_block_fwd(tri_ctx *c, float *o, float *lse, const void *qkv, const void *kv, size_t B,
+                                    size_t T, size_t Tk, size_t q0, int causal, int merge, int NH, int NKV, int HS) {
+    const tri_dtype A = c->act_dtype;
+    const size_t nqkv = B * T * (size_t)(NH + 2 * NKV) * (size_t)HS, nkv = B * Tk * (size_t)(2 * NKV) * (size_t)HS;
+    float *cur = is16(A) ? tri_cpu_scratch(c, pad(nqkv) + pad(nkv)) : NULL;
+    const float *q = in_f(&cur, qkv, A, nqkv), *k = in_f(&cur, kv, A, nkv);
+    tri_cpu_attention_block_fwd(o, lse, q, k, B, T, Tk, q0, causal, merge, NH, NKV, HS);
+}
+
+static void cpu_attention_block_bwd(tri_ctx *c, float *dqkv, float *dkv, const void *dout, const void *qkv,
+                                    const void *kv, const void *out, const float *lse, size_t B, size_t T, size_t Tk,
+                                    size_t q0, int causal, int NH, int NKV, int HS) {
+    const tri_dtype A = c->act_dtype;
+    const size_t n = B * T * (size_t)NH * (size_t)HS, nqkv = B * T * (size_t)(NH + 2 * NKV) * (size_t)HS;
+    const size_t nkv = B * Tk * (size_t)(2 * NKV) * (size_t)HS;
+    float *cur = is16(A) ? tri_cpu_scratch(c, 2 * pad(n) + pad(nqkv) + pad(nkv)) : NULL;
+    const float *d = in_f(&cur, dout, A, n), *q = in_f(&cur, qkv, A, nqkv), *k = in_f(&cur, kv, A, nkv);
+    const float *o = in_f(&cur, out, A, n);
+    tri_cpu_attention_block_bwd(dqkv, dkv, d, q, k, o, lse, B, T, Tk, q0, causal, NH, NKV, HS);
+}
+
+static void cpu_attention_kv_copy(tri_ctx *c, void *dst, const void *src, tri_dtype t, size_t B, size_t T, int NH,
+                                  int NKV, int HS, int to_qkv) {
+    tri_cpu_attention_kv_copy(dst, src, tri_dtype_size(t), B, T, NH, NKV, HS, to_qkv);
+}
+
 static void cpu_rmsnorm_fwd(tri_ctx *c, void *out, float *rstd, const void *inp, const void *w, size_t N, size_t C,
                             float eps) {
     if (all_f32(c)) {
@@ -451,6 +479,9 @@ static const tri_ops CPU_OPS = {
     .attention_bwd = cpu_attention_bwd,
     .attention_saved_floats = cpu_attention_saved_floats,
     .attention_scratch_floats = tri_cpu_attention_scratch_floats,
+    .attention_block_fwd = cpu_attention_block_fwd,
+    .attention_block_bwd = cpu_attention_block_bwd,
+    .attention_kv_copy = cpu_attention_kv_copy,
     .rmsnorm_fwd = cpu_rmsnorm_fwd,
     .rmsnorm_bwd = cpu_rmsnorm_bwd,
     .rope_fwd = cpu_rope_fwd,

@@ -164,6 +164,18 @@ GUARD_VOID(attention_bwd,
            (tri_ctx * c, void *dqkv, float *scratch, const void *dout, const void *qkv, const void *out,
             const float *state, size_t B, size_t T, int NH, int NKV, int HS),
            (c, dqkv, scratch, dout, qkv, out, state, B, T, NH, NKV, HS))
+GUARD_VOID(attention_block_fwd,
+           (tri_ctx * c, float *o, float *lse, const void *qkv, const void *kv, size_t B, size_t T, size_t Tk,
+            size_t q0, int causal, int merge, int NH, int NKV, int HS),
+           (c, o, lse, qkv, kv, B, T, Tk, q0, causal, merge, NH, NKV, HS))
+GUARD_VOID(attention_block_bwd,
+           (tri_ctx * c, float *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv, const void *out,
+            const float *lse, size_t B, size_t T, size_t Tk, size_t q0, int causal, int NH, int NKV, int HS),
+           (c, dqkv, dkv, dout, qkv, kv, out, lse, B, T, Tk, q0, causal, NH, NKV, HS))
+GUARD_VOID(attention_kv_copy,
+           (tri_ctx * c, void *dst, const void *src, tri_dtype t, size_t B, size_t T, int NH, int NKV, int HS,
+            int to_qkv),
+           (c, dst, src, t, B, T, NH, NKV, HS, to_qkv))
 GUARD_VOID(rmsnorm_fwd,
            (tri_ctx * c, void *out, float *rstd, const void *inp, const void *w, size_t N, size_t C, float eps),
            (c, out, rstd, inp, w, N, C, eps))
@@ -246,6 +258,9 @@ static const tri_ops GUARD_OPS = {
     .attention_bwd = guard_attention_bwd,
     .attention_saved_floats = guard_attention_saved_floats,
     .attention_scratch_floats = guard_attention_scratch_floats,
+    .attention_block_fwd = guard_attention_block_fwd,
+    .attention_block_bwd = guard_attention_block_bwd,
+    .attention_kv_copy = guard_attention_kv_copy,
     .rmsnorm_fwd = guard_rmsnorm_fwd,
     .rmsnorm_bwd = guard_rmsnorm_bwd,
     .rope_fwd = guard_rope_fwd,

@@ -399,6 +399,26 @@ static void cu_attention_bwd(tri_ctx *c, void *dqkv, float *scratch_buf, const v
     OP_DONE(c, "attention_bwd");
 }
 
+static void cu_attention_block_fwd(tri_ctx *c, float *o, float *lse, const void *qkv, const void *kv, size_t B,
+                                   size_t T, size_t Tk, size_t q0, int causal, int merge, int NH, int NKV, int HS) {
+    TRI_CU(attention_block_fwd)(st(c)->stream, c->act_dtype, o, lse, qkv, kv, B, T, Tk, q0, causal, merge, NH, NKV, HS);
+    OP_DONE(c, "attention_block_fwd");
+}
+
+static void cu_attention_block_bwd(tri_ctx *c, float *dqkv, float *dkv, const void *dout, const void *qkv,
+                                   const void *kv, const void *out, const float *lse, size_t B, size_t T, size_t Tk,
+                                   size_t q0, int causal, int NH, int NKV, int HS) {
+    TRI_CU(attention_block_bwd)
+    (st(c)->stream, c->act_dtype, dqkv, dkv, dout, qkv, kv, out, lse, B, T, Tk, q0, causal, NH, NKV, HS);
+    OP_DONE(c, "attention_block_bwd");
+}
+
+static void cu_attention_kv_copy(tri_ctx *c, void *dst, const void *src, tri_dtype t, size_t B, size_t T, int NH,
+                                 int NKV, int HS, int to_qkv) {
+    TRI_CU(attention_kv_copy)(st(c)->stream, dst, src, tri_dtype_size(t), B, T, NH, NKV, HS, to_qkv);
+    OP_DONE(c, "attention_kv_copy");
+}
+
 static void cu_rmsnorm_fwd(tri_ctx *c, void *out, float *rstd, const void *inp, const void *w, size_t N, size_t C,
                            float eps) {
     TRI_CU(rmsnorm_fwd)(st(c)->stream, c->act_dtype, out, rstd, inp, w, N, C, eps);
@@ -655,6 +675,9 @@ static const tri_ops CUDA_OPS = {
     .attention_bwd = cu_attention_bwd,
     .attention_saved_floats = TRI_CU(attention_saved_floats),
     .attention_scratch_floats = TRI_CU(attention_scratch_floats),
+    .attention_block_fwd = cu_attention_block_fwd,
+    .attention_block_bwd = cu_attention_block_bwd,
+    .attention_kv_copy = cu_attention_kv_copy,
     .rmsnorm_fwd = cu_rmsnorm_fwd,
     .rmsnorm_bwd = cu_rmsnorm_bwd,
     .rope_fwd = cu_rope_fwd,

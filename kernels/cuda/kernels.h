@@ -105,6 +105,19 @@ void TRI_CU(attention_bwd)(void *stream, tri_dtype dt, void *dqkv, float *scratc
 size_t TRI_CU(attention_saved_floats)(size_t B, size_t T, int NH, int NKV, int HS);
 size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int NKV, int HS);
 
+/* ---- attention_ring.cu: one block of ring attention (context parallelism),
+ * the contracts of attention_block_fwd / _bwd / attention_kv_copy in
+ * kernels/ops.h; HS <= 256. attention_kv_copy moves elements of esz (2 or
+ * 4) bytes, whatever their dtype. ---- */
+void TRI_CU(attention_block_fwd)(void *stream, tri_dtype dt, float *o, float *lse, const void *qkv, const void *kv,
+                                 size_t B, size_t T, size_t Tk, size_t q0, int causal, int merge, int NH, int NKV,
+                                 int HS);
+void TRI_CU(attention_block_bwd)(void *stream, tri_dtype dt, float *dqkv, float *dkv, const void *dout, const void *qkv,
+                                 const void *kv, const void *out, const float *lse, size_t B, size_t T, size_t Tk,
+                                 size_t q0, int causal, int NH, int NKV, int HS);
+void TRI_CU(attention_kv_copy)(void *stream, void *dst, const void *src, size_t esz, size_t B, size_t T, int NH,
+                               int NKV, int HS, int to_qkv);
+
 /* The same attention on strided views, for a query slice and a head slice.
  * A view holds, for batch b < B, row t and head h, the HS elements of dtype dt
  *   p + b * batch + t * row + h * HS + [0, HS)        (strides counted in elements),

@@ -112,7 +112,8 @@ static int pieces_of(const tri_gpt *g, const tri_param *p, float *base, tri_st_p
  * exactly once). all_dp: every DP rank writes (its ZeRO shards of the
  * optimizer state), else DP rank 0 only. */
 static int owns(const tri_gpt *g, const tri_chunk *ch, const tri_dist *d, const tri_param *p, int all_dp) {
-    if (d->mesh.dp_rank != 0 && !all_dp) return 0;
+    /* (context parallelism: the CP ranks of a replica hold the same tensors) */
+    if ((d->mesh.dp_rank != 0 || d->mesh.cp_rank != 0) && !all_dp) return 0;
     if (p->split == TRI_SPLIT_NONE && g->tp_rank != 0) return 0;
     if (g->tp_rank % p->tp_replicas != 0) return 0; /* a replicated KV head: its first rank writes */
     if (p->kind == TRI_P_WTE && !ch->has_embedding) return 0; /* the head stage's copy */

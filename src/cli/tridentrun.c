@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
     const tri_opt opts[] = {
         {"--nproc-per-node", TRI_OPT_STR, &nproc, "N",
          .help = "ranks on every host (default: the hostfile's slots, else\n"
-                 "tp*pp*dp / hosts for `trident train`, else 1)"},
+                 "tp*cp*pp*dp / hosts for `trident train`, else 1)"},
         {"--hostfile", TRI_OPT_STR, &o.hostfile, "FILE",
          .help = "one host per line, optionally \"slots=N\" ('#' comments); without\n"
                  "--nproc-per-node the ranks fill the slots in order; default: this machine"},

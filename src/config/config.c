@@ -184,6 +184,10 @@ static const field fields[] = {
     NUM(parallel, tp, 1, 1, 0, POS, "tensor-parallel ranks"),
     NUM(parallel, pp, 1, 1, 0, POS, "pipeline-parallel stages"),
     NUM(parallel, dp, 1, 1, 0, POS, "data-parallel replicas"),
+    NUM(parallel, cp, 1, 1, 0, POS,
+        "context-parallel ranks: each micro-batch's sequence split into 2 x cp chunks, rank r of the CP group "
+        "holding chunks r and 2cp-1-r (Megatron's causal load balance); attention runs as a ring over the CP "
+        "group (seq_len divisible by 2 x cp; CPU backend)"),
     NUM(parallel, vpp, 1, 1, 0, POS, "virtual pipeline chunks per stage (> 1: the interleaved schedule)"),
     CHOICE(parallel, schedule, "1f1b", "1f1b|interleaved|gpipe|zb-h1", schedule_values, 15,
            "pipeline schedule: 1f1b (interleaved when vpp > 1), interleaved, gpipe (all forwards, then all "
@@ -941,7 +945,8 @@ void tri_config_help(FILE *f) {
     }
     fprintf(f, "\nAlso checked: n_embd %% n_head == 0, global_batch %% micro_batch == 0, "
                "min_lr <= lr, sequence_parallel only with tp > 1 and seq_len %% tp == 0,\n"
-               "tp x pp x dp <= 1048576 (2^20) ranks, vpp <= 16, pp x vpp <= n_layer (a layer per chunk),\n"
+               "tp x cp x pp x dp <= 1048576 (2^20) ranks, vpp <= 16, pp x vpp <= n_layer (a layer per chunk),\n"
+               "seq_len %% (2 x cp) == 0 (and (seq_len / cp) %% tp == 0 with sequence_parallel),\n"
                "global_batch / (micro_batch x dp) <= 65536 micro-batches per step, pp x vpp x those <= 2^22.\n"
                "llama: n_head %% n_kv_head == 0, an even head size n_embd / n_head (RoPE), n_kv_head and tp\n"
                "one dividing the other (tp > n_kv_head replicates each KV head over tp / n_kv_head ranks),\n"

@@ -68,6 +68,7 @@ typedef struct tri_data_cfg {
 
 typedef struct tri_parallel_cfg {
     int tp, pp, dp;
+    int cp;                /* context-parallel ranks (ring attention); world = tp*cp*pp*dp */
     int vpp;               /* virtual pipeline chunks per stage              */
     tri_sched_kind schedule; /* 1F1B | INTERLEAVED | GPIPE | ZBH1; 1F1B with vpp > 1
                                 runs interleaved (src/plan/stage_plan.h resolves it) */

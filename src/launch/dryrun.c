@@ -69,7 +69,8 @@ static int print_stages(FILE *f, const tri_launch_plan *p) {
         fprintf(f, "pipeline: the trainer would refuse this config (the reason is the trident: line on stderr)\n");
     } else {
         tri_recompute pol = cfg->train.recompute;
-        size_t B = (size_t)cfg->train.micro_batch, T = (size_t)cfg->model.seq_len;
+        /* a CP rank holds seq_len / cp positions of each sequence */
+        size_t B = (size_t)cfg->train.micro_batch, T = (size_t)cfg->model.seq_len / (size_t)cfg->parallel.cp;
         fprintf(f,
                 "pipeline: schedule %s, parallel.pp %d x vpp %d, m = %d micro-batches per step per dp rank, bubble "
                 "%.3f (simulated, unit costs)\n",
@@ -77,7 +78,8 @@ static int print_stages(FILE *f, const tri_launch_plan *p) {
         for (int r = 0; r < p->world; r++) {
             tri_mesh m;
             char err[256];
-            if (tri_mesh_init(&m, p->world, r, p->tp, p->pp, p->dp, err, sizeof err) != 0) break;
+            if (tri_mesh_init_cp(&m, p->world, r, p->tp, p->cp > 1 ? p->cp : 1, p->pp, p->dp, err, sizeof err) != 0)
+                break;
             const tri_stage_plan *sp = &sps[m.pp_rank];
             tri_gpt g;
             if (tri_gpt_describe(&g, &cfg->model, cfg->parallel.tp, m.tp_rank, sp->specs, sp->n_chunks) != 0) break;
@@ -116,16 +118,29 @@ static void print_rank_map(FILE *f, const tri_launch_plan *p) {
         fprintf(f, "tridentrun: %d rank%s = %d per host x %d host%s", p->world, p->world == 1 ? "" : "s", p->nproc,
                 p->nhosts, p->nhosts == 1 ? "" : "s");
     }
-    if (p->have_layout) fprintf(f, "; parallel.tp %d x pp %d x dp %d", p->tp, p->pp, p->dp);
+    const int cp = p->have_layout && p->cp > 1; /* the cp column only with context parallelism */
+    if (p->have_layout && cp)
+        fprintf(f, "; parallel.tp %d x cp %d x pp %d x dp %d (rank order tp-cp-dp-pp)", p->tp, p->cp, p->pp, p->dp);
+    else if (p->have_layout)
+        fprintf(f, "; parallel.tp %d x pp %d x dp %d", p->tp, p->pp, p->dp);
     fprintf(f, "; %d core%s here, OMP_NUM_THREADS=%d%s\n", p->cores, p->cores == 1 ? "" : "s", p->threads,
             p->user_threads ? " (yours)" : "");
-    fprintf(f, "%6s  %-24s %4s %4s %4s  %s\n", "rank", "host", "tp", "dp", "pp", "log");
+    if (cp)
+        fprintf(f, "%6s  %-24s %4s %4s %4s %4s  %s\n", "rank", "host", "tp", "cp", "dp", "pp", "log");
+    else
+        fprintf(f, "%6s  %-24s %4s %4s %4s  %s\n", "rank", "host", "tp", "dp", "pp", "log");
     for (int r = 0; r < p->world; r++) {
         fprintf(f, "%6d  %-24s ", r, tri_launch_host_of(p, r));
         tri_mesh m;
         char err[256];
-        if (p->have_layout && tri_mesh_init(&m, p->world, r, p->tp, p->pp, p->dp, err, sizeof err) == 0)
+        int ok = p->have_layout &&
+                 tri_mesh_init_cp(&m, p->world, r, p->tp, p->cp > 1 ? p->cp : 1, p->pp, p->dp, err, sizeof err) == 0;
+        if (ok && cp)
+            fprintf(f, "%4d %4d %4d %4d", m.tp_rank, m.cp_rank, m.dp_rank, m.pp_rank);
+        else if (ok)
             fprintf(f, "%4d %4d %4d", m.tp_rank, m.dp_rank, m.pp_rank);
+        else if (cp)
+            fprintf(f, "%4s %4s %4s %4s", "-", "-", "-", "-");
         else
             fprintf(f, "%4s %4s %4s", "-", "-", "-");
         fprintf(f, "  %s/rank_%d.log\n", p->log_dir, r);

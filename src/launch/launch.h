@@ -10,7 +10,7 @@
  * What it does, in order:
  *  1. (placement.c) When COMMAND is `trident train CONFIG [--set k=v]...`, it
  *     loads CONFIG with the overrides (src/config/config.h) and checks
- *     tp*pp*dp against the number of ranks before anything starts. Ranks per
+ *     tp*cp*pp*dp against the number of ranks before anything starts. Ranks per
  *     host: --nproc-per-node N on every host (a host file's slots=N below N is
  *     an error); else the host file's slots=N, filled in file order (tp*pp*dp
  *     ranks for the trainer, every slot for another COMMAND); else tp*pp*dp /
@@ -119,6 +119,7 @@ typedef struct tri_launch_plan {
     int nproc, world; /* most ranks on one host, ranks in all                 */
     int have_layout;  /* tp/pp/dp known (COMMAND is `trident train|bench`)    */
     int tp, pp, dp;
+    int cp;               /* context-parallel ranks (1 without)               */
     int cores;            /* usable cores on this machine                     */
     int threads;          /* OMP_NUM_THREADS per rank                         */
     int user_threads;     /* 1 when the user set OMP_NUM_THREADS              */

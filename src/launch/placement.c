@@ -146,7 +146,15 @@ static char *resolve_trident(const char *cmd0, const char *self) {
 
 int tri_launch_place_ranks(tri_launch_plan *p, const tri_launch_opts *o) {
     const char *hf = o->hostfile ? o->hostfile : "";
-    long long need = p->have_layout ? (long long)p->tp * p->pp * p->dp : 0;
+    if (p->cp < 1) p->cp = 1; /* a plan made without the cp axis (0): none */
+    long long need = p->have_layout ? (long long)p->tp * p->cp * p->pp * p->dp : 0;
+    /* the layout's sizes as the messages below name them */
+    char lay[160];
+    if (p->cp > 1)
+        snprintf(lay, sizeof lay, "parallel.tp (%d) x parallel.cp (%d) x parallel.pp (%d) x parallel.dp (%d)", p->tp,
+                 p->cp, p->pp, p->dp);
+    else
+        snprintf(lay, sizeof lay, "parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d)", p->tp, p->pp, p->dp);
     int with_slots = 0;
     long long total_slots = 0;
     for (int h = 0; h < p->nhosts; h++) {
@@ -168,18 +176,18 @@ int tri_launch_place_ranks(tri_launch_plan *p, const tri_launch_opts *o) {
                                  hf, p->lines[h], p->hosts[h]);
         long long want = p->have_layout ? need : total_slots;
         if (want > total_slots)
-            return tri_error("parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld ranks, but "
+            return tri_error("%s = %lld ranks, but "
                              "hostfile %s has %lld slots",
-                             p->tp, p->pp, p->dp, need, hf, total_slots);
+                             lay, need, hf, total_slots);
         for (int h = 0; h < p->nhosts; h++) {
             p->ranks[h] = (int)(want < p->slots[h] ? want : p->slots[h]);
             want -= p->ranks[h];
         }
     } else if (p->have_layout) {
         if (need % p->nhosts != 0)
-            return tri_error("parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld ranks "
+            return tri_error("%s = %lld ranks "
                              "do not divide over %d hosts; give --nproc-per-node or slots=N in the hostfile",
-                             p->tp, p->pp, p->dp, need, p->nhosts);
+                             lay, need, p->nhosts);
         for (int h = 0; h < p->nhosts; h++) p->ranks[h] = (int)(need / p->nhosts);
     } else {
         for (int h = 0; h < p->nhosts; h++) p->ranks[h] = 1;
@@ -196,8 +204,11 @@ int tri_launch_place_ranks(tri_launch_plan *p, const tri_launch_opts *o) {
     int cap = o->max_per_host > 0 ? o->max_per_host : TRI_LAUNCH_MAX_PER_HOST;
     for (int h = 0; h < p->nhosts; h++) { /* a host's slots=N say what it can run; else the cap */
         if (p->slots[h] > 0 || p->ranks[h] <= cap) continue;
-        char why[96] = "";
-        if (p->have_layout)
+        char why[200] = "";
+        if (p->have_layout && p->cp > 1)
+            snprintf(why, sizeof why, " (parallel.tp %d x cp %d x pp %d x dp %d = %lld ranks)", p->tp, p->cp, p->pp,
+                     p->dp, need);
+        else if (p->have_layout)
             snprintf(why, sizeof why, " (parallel.tp %d x pp %d x dp %d = %lld ranks)", p->tp, p->pp, p->dp, need);
         return tri_error("%d ranks on host %s%s: more than %d on a host without slots=N; give the hosts and their "
                          "slots in a --hostfile, or raise --max-ranks-per-host",
@@ -205,9 +216,9 @@ int tri_launch_place_ranks(tri_launch_plan *p, const tri_launch_opts *o) {
     }
     p->world = (int)world;
     if (p->have_layout && need != world)
-        return tri_error("parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld, but "
+        return tri_error("%s = %lld, but "
                          "--nproc-per-node %d x %d host%s = %d ranks",
-                         p->tp, p->pp, p->dp, need, p->nproc, p->nhosts, p->nhosts == 1 ? "" : "s", p->world);
+                         lay, need, p->nproc, p->nhosts, p->nhosts == 1 ? "" : "s", p->world);
     return 0;
 }
 
@@ -236,6 +247,7 @@ static int read_layout(tri_launch_plan *p, const tri_launch_opts *o) {
             p->tp = cfg.parallel.tp;
             p->pp = cfg.parallel.pp;
             p->dp = cfg.parallel.dp;
+            p->cp = cfg.parallel.cp;
             if (!strcmp(o->cmd[1], "train")) {
                 p->train_cfg = tri_xcalloc(1, sizeof *p->train_cfg);
                 *p->train_cfg = cfg;

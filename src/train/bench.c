@@ -61,7 +61,8 @@ int tri_bench_run(const tri_config *cfg, const tri_bench_opts *o, tri_bench_resu
     tri_mesh mesh;
     char err[256];
     tri_dist_env_world(&world, &rank);
-    if (tri_mesh_init(&mesh, world, rank, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, err, sizeof err) == 0 &&
+    if (tri_mesh_init_cp(&mesh, world, rank, cfg->parallel.tp, cfg->parallel.cp, cfg->parallel.pp, cfg->parallel.dp,
+                         err, sizeof err) == 0 &&
         tri_preflight_model(cfg, (size_t)cfg->train.micro_batch, mesh.tp_rank, mesh.pp_rank, probe_bytes, 1,
                             !o->skip_memory_check, NULL) != 0)
         return TRI_EXIT_BAD_INPUT; /* (a layout that does not fit the world is tri_train's to report) */

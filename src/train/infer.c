@@ -55,7 +55,7 @@ int tri_infer_open(tri_infer *m, const char *ckpt, size_t B) {
     /* a checkpoint's config.json may hold any shape: every size checked
      * before anything is allocated (src/train/preflight.h) */
     tri_config one = m->cfg; /* inference runs the whole model on this rank */
-    one.parallel.tp = one.parallel.pp = one.parallel.dp = one.parallel.vpp = 1;
+    one.parallel.tp = one.parallel.pp = one.parallel.dp = one.parallel.vpp = one.parallel.cp = 1;
     one.parallel.pp_layout[0] = '\0'; /* the training run's pipeline split does not apply */
     if (tri_preflight_model(&one, B, 0, 0, 0, 0, 0, NULL) != 0) goto fail;
     if (tri_gpt_init_single(&m->gpt, &m->cfg.model, &m->ctx, &m->self, 1, 0) != 0) goto fail;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -142,6 +143,27 @@ size_t tri_preflight_checkpoint_bytes(const tri_model_cfg *m) {
     return c.ok ? bytes : SIZE_MAX;
 }
 
+/* Context parallelism: a CP rank's saved activations and workspace are
+ * those of one rank at seq_len / cp (every tensor of a layer has a row per
+ * local position; the attention state one float per local query row), plus
+ * the ring's blocks and sums (model/acts.h: two key/value blocks in the
+ * activation dtype, three fp32 key/value gradients, the fp32 output and qkv
+ * gradient). Replaces pm's saved_act_alloc and workspace. */
+static int cp_activations(const tri_config *cfg, int pp_rank, tri_plan_mem *pm) {
+    tri_config lc = *cfg;
+    lc.parallel.cp = 1;
+    lc.model.seq_len = cfg->model.seq_len / cfg->parallel.cp;
+    tri_plan_mem lm;
+    if (tri_plan_stage_mem(NULL, &lc, NULL, pp_rank, &lm) != 0) return -1;
+    tri_gpt g;
+    tri_gpt_sizes(&g, &cfg->model, cfg->parallel.tp, 0);
+    const size_t BT = (size_t)cfg->train.micro_batch * (size_t)lc.model.seq_len;
+    const size_t A = tri_dtype_size(cfg->train.precision), KVW = 2 * (size_t)g.NKVl * (size_t)g.HS;
+    pm->saved_act_alloc = lm.saved_act_alloc;
+    pm->workspace = lm.workspace + BT * (2 * A * KVW + 4 * (3 * KVW + g.Cl + g.QKVl));
+    return 0;
+}
+
 /* This rank's estimate when training, from the planner's memory of its
  * pipeline stage (tri_plan_stage_mem: what the allocator counts, in
  * train.precision's dtypes, under parallel.zero, with the mailbox) for
@@ -159,6 +181,7 @@ static int planned_bytes(const tri_config *cfg, size_t micro_batch, int pp_rank,
     tri_plan_mem pm;
     int rc = tri_plan_stage_mem(NULL, &c, NULL, pp_rank, &pm);
     if (rc != 0) return -1;
+    if (par->cp > 1 && cp_activations(&c, pp_rank, &pm) != 0) return -1;
     checked k = {1, NULL};
     e->params = pm.params;
     e->grads = pm.grads;
@@ -195,7 +218,7 @@ int tri_preflight_model(const tri_config *cfg, size_t micro_batch, int tp_rank, 
                         2 * sizeof(int32_t), "the batch buffers");
     if (!c.ok) return overflow_error(m, micro_batch, &c);
 
-    tri_mem_avail avail = {SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
+    tri_mem_avail avail = {SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, 0};
     int ranks = local_ranks();
     if (check_memory) {
         /* the table is allocated by tri_gpt_describe below: refuse before
@@ -234,8 +257,9 @@ int tri_preflight_model(const tri_config *cfg, size_t micro_batch, int tp_rank, 
         tri_stage_plan_free(&sp);
         return -1;
     }
-    size_t acts = preflight_activation_bytes(&c, &g, sp.slots, sp.split, micro_batch, (size_t)m->seq_len,
-                                             cfg->train.recompute);
+    /* a CP rank holds seq_len / cp positions of each sequence */
+    size_t acts = preflight_activation_bytes(&c, &g, sp.slots, sp.split, micro_batch,
+                                             (size_t)m->seq_len / (size_t)par->cp, cfg->train.recompute);
     tri_stage_plan_free(&sp);
     size_t n_floats = tri_gpt_local_elems(&g);
     tri_gpt_free(&g);
@@ -345,12 +369,22 @@ void tri_preflight_available(tri_mem_avail *a) {
         a->cg_free = usage < limit ? limit - usage : 0;
     }
     a->available = a->meminfo < a->cg_free ? a->meminfo : a->cg_free;
+    struct rlimit rl;
+    a->as_limit = getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (size_t)rl.rlim_cur : 0;
 }
 
 int tri_preflight_check_memory(const tri_mem_estimate *e, int local_ranks, const tri_mem_avail *a) {
     size_t need;
     if (local_ranks < 1) local_ranks = 1;
     int over = !tri_size_mul(&need, e->total, (size_t)local_ranks);
+    if (a->as_limit > 0 && e->total > a->as_limit) { /* one rank's own cap, whatever the machine has */
+        char tot[32], lim[32];
+        return tri_error("not enough memory: each rank needs about %s, more than its address-space limit of %s "
+                         "(ulimit -v / prlimit --as). Make the model, train.micro_batch or model.seq_len smaller, "
+                         "split the sequence over more ranks (parallel.cp) or the model (parallel.tp), or pass "
+                         "--skip-memory-check to try anyway",
+                         tri_size_human(tot, 32, (double)e->total), tri_size_human(lim, 32, (double)a->as_limit));
+    }
     if (!over && (a->available == SIZE_MAX || need <= a->available)) return 0;
     char tot[32], par[32], gra[32], opt[32], act[32], oth[32], nd[32], av[32], mi[32], lim[32], fr[32];
     char cg[96], ranks[96] = "";
@@ -497,7 +531,7 @@ int tri_preflight_run(tri_preflight *p) {
     const tri_mesh *mesh = &p->dist->mesh;
     int synthetic = p->synthetic, logger = mesh->rank == 0;
     size_t ck_need = 0, ck_free = SIZE_MAX;
-    tri_mem_avail avail = {SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
+    tri_mem_avail avail = {SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, 0};
     p->eval_batches = cfg->train.eval_batches;
     int rc = check_betas(&cfg->train);
     if (rc == 0)

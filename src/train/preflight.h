@@ -60,6 +60,9 @@ typedef struct tri_mem_avail {
     size_t cg_limit;  /* the cgroup's limit                              */
     size_t cg_free;   /* that limit minus the cgroup's current usage     */
     size_t available; /* min(meminfo, cg_free)                           */
+    size_t as_limit;  /* this process's address-space limit (ulimit -v,
+                         prlimit --as): what one rank may map, whatever the
+                         machine has; 0: none                             */
 } tri_mem_avail;
 
 typedef struct tri_preflight {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "model/ckpt/checkpoint.h"
+#include "model/cp.h"
 #include "model/ckpt/store.h"
 #include "base/file.h"
 #include "base/fs.h"
@@ -141,8 +142,14 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     tri_debug_from_env(&t->debug);
     if (check_layout(cfg) != 0 || badstep_setup(t) != 0) return TRI_EXIT_BAD_INPUT;
     /* the store's rendezvous waits parallel.timeout_s, and only for the CUDA backend (NCCL) */
-    if (tri_dist_init_with(&t->dist, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.dp, cfg->parallel.timeout_s,
-                           opts->device == TRI_DEVICE_CUDA) != 0)
+    if (cfg->parallel.cp > 1 && opts->device == TRI_DEVICE_CUDA) {
+        tri_error("parallel.cp = %d with --device cuda: the context-parallel groups are not made over NCCL yet; "
+                  "train with --device cpu, or parallel.cp = 1",
+                  cfg->parallel.cp);
+        return TRI_EXIT_BAD_INPUT;
+    }
+    if (tri_dist_init_cp(&t->dist, cfg->parallel.tp, cfg->parallel.cp, cfg->parallel.pp, cfg->parallel.dp,
+                         cfg->parallel.timeout_s, opts->device == TRI_DEVICE_CUDA) != 0)
         return TRI_EXIT_BAD_INPUT;
     tri_dist_set_timeout(&t->dist, cfg->parallel.timeout_s);
     t->boot_dist_s = tri_now_s() - t->boot_t0;
@@ -177,6 +184,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     t->policy = cfg->train.recompute;
     t->G = (size_t)cfg->train.global_batch;
     t->T = (size_t)cfg->model.seq_len;
+    t->Tl = t->T / (size_t)mesh->cp; /* this CP rank's positions of each sequence (model/cp.h) */
     t->mb = (size_t)cfg->train.micro_batch;
     t->local_batch = t->G / (size_t)mesh->dp;
     t->first_seq = (size_t)mesh->dp_rank * t->local_batch;
@@ -223,16 +231,20 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                      "(as Megatron does); their k/v weight gradients are summed over the copies",
                      t->gpt.NKV, mesh->tp, t->gpt.kv_rep);
     if (tri_gpt_set_sequence_parallel(&t->gpt, cfg->parallel.sequence_parallel) != 0) return rc;
+    if (tri_cp_set(&t->gpt, &t->dist.cp) != 0) return rc;
+    /* the gradients of replicated parameters are summed (and ZeRO-sharded)
+     * over dp, or dp x cp under context parallelism: one group, chosen here */
+    tri_comm *grad_group = tri_dist_grad_group(&t->dist);
     rc = TRI_EXIT_FAILURE;
     /* ZeRO: every bucket (the last one padded) cuts into dp aligned shards */
-    if (cfg->parallel.zero && tri_gpt_pad(&t->gpt, (size_t)mesh->dp * TRI_ZERO_ALIGN) != 0) return rc;
+    if (cfg->parallel.zero && tri_gpt_pad(&t->gpt, (size_t)grad_group->size * TRI_ZERO_ALIGN) != 0) return rc;
     t->pools = calloc((size_t)t->gpt.n_chunks, sizeof *t->pools);
     t->sync = calloc((size_t)t->gpt.n_chunks, sizeof *t->sync);
     if (!t->pools || !t->sync) return rc;
     for (int k = 0; k < t->gpt.n_chunks; k++)
-        if (tri_slot_pool_init(&t->pools[k], &t->gpt, k, t->mb, t->T, t->policy, t->plan.slots[k], t->plan.split) != 0)
+        if (tri_slot_pool_init(&t->pools[k], &t->gpt, k, t->mb, t->Tl, t->policy, t->plan.slots[k], t->plan.split) != 0)
             return rc;
-    if (tri_workspace_init(&t->ws, &t->gpt, t->mb, t->T, t->policy) != 0) return rc;
+    if (tri_workspace_init(&t->ws, &t->gpt, t->mb, t->Tl, t->policy) != 0) return rc;
     if (tri_schedule_build(&t->sched, t->plan.kind, mesh->pp, t->plan.vpp, t->n_micro) != 0 ||
         tri_schedule_build(&t->eval_sched, TRI_SCHED_FORWARD, mesh->pp, t->plan.vpp, 1) != 0)
         return TRI_EXIT_BAD_INPUT;
@@ -252,11 +264,11 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     for (int k = 0; k < t->gpt.n_chunks; k++) {
         tri_chunk *ch = &t->gpt.chunks[k];
         if (!cfg->parallel.zero) {
-            if (tri_grad_sync_init(&t->sync[k], ch->grad_mem, ch->n_elems, &t->dist.dp, cfg->parallel.bucket_mb) != 0)
+            if (tri_grad_sync_init(&t->sync[k], ch->grad_mem, ch->n_elems, grad_group, cfg->parallel.bucket_mb) != 0)
                 return rc;
         } else {
             if (tri_grad_sync_init_zero(&t->sync[k], ch->grad_mem, ch->param_mem, ch->param_dtype, ch->n_elems,
-                                        ch->n_alloc, &t->dist.dp, cfg->parallel.bucket_mb) != 0)
+                                        ch->n_alloc, grad_group, cfg->parallel.bucket_mb) != 0)
                 return rc;
             /* the tied embedding's gradient is summed over the embedding
              * group (train_step) before its buckets are reduce-scattered */
@@ -265,7 +277,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                 if (p->kind == TRI_P_WTE) tri_grad_sync_defer(&t->sync[k], p->offset, p->offset + p->numel);
             }
         }
-        if (mesh->dp > 1) {
+        if (grad_group->size > 1) {
             ch->grads_ready = grads_ready;
             ch->grads_ready_ctx = &t->sync[k];
         }
@@ -348,8 +360,11 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     if (t->is_logger && !opts->quiet) {
         printf("config %s:\n", cfg->source);
         tri_config_print(cfg, stdout);
-        printf("trident: %zu parameters, tp=%d pp=%d dp=%d, %d micro-batches of %zu per rank, %d threads\n",
-               tri_gpt_num_params(&cfg->model), mesh->tp, mesh->pp, mesh->dp, t->n_micro, t->mb, omp_get_max_threads());
+        char cp[48] = ""; /* said only with context parallelism */
+        if (mesh->cp > 1) snprintf(cp, sizeof cp, " cp=%d (%zu positions per rank)", mesh->cp, t->Tl);
+        printf("trident: %zu parameters, tp=%d%s pp=%d dp=%d, %d micro-batches of %zu per rank, %d threads\n",
+               tri_gpt_num_params(&cfg->model), mesh->tp, cp, mesh->pp, mesh->dp, t->n_micro, t->mb,
+               omp_get_max_threads());
         char mem[256];
         tri_mem_line(&t->ctx.mem, mem, sizeof mem);
         printf("trident: memory per rank (recompute %s): %s\n", tri_recompute_name(cfg->train.recompute), mem);

@@ -11,6 +11,7 @@
 #include "base/exit.h"
 #include "base/stop.h"
 #include "train/zero.h"
+#include "model/cp.h"
 
 static void fill_synthetic(int32_t *x, size_t n, uint64_t seed, int vocab) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
@@ -20,15 +21,25 @@ static void fill_synthetic(int32_t *x, size_t n, uint64_t seed, int vocab) {
     }
 }
 
+/* Context parallelism: this CP rank's two chunks of each sequence, inputs
+ * and targets alike (model/cp.h); nothing without it. */
+static int local_share(trainer *t, int rc) {
+    const tri_mesh *m = &t->dist.mesh;
+    tri_cp_local_tokens(t->inputs, t->mb, t->T, m->cp, m->cp_rank);
+    tri_cp_local_tokens(t->targets, t->mb, t->T, m->cp, m->cp_rank);
+    return rc;
+}
+
 /* 0, or -1 when a token file could not be read (printed) */
 static int load_batch(trainer *t, int step, int micro) {
     size_t first = t->first_seq + (size_t)micro * t->mb;
     if (t->opts.synthetic) {
         fill_synthetic(t->inputs, t->mb * t->T, ((uint64_t)step << 20) + first, t->cfg->model.vocab_size);
         fill_synthetic(t->targets, t->mb * t->T, ((uint64_t)step << 20) + first + 0x5555, t->cfg->model.vocab_size);
-        return 0;
+        return local_share(t, 0);
     }
-    return tri_sampler_fill_samples(&t->train_data, t->consumed + first, t->mb, t->inputs, t->targets);
+    int rc = tri_sampler_fill_samples(&t->train_data, t->consumed + first, t->mb, t->inputs, t->targets);
+    return rc == 0 ? local_share(t, 0) : rc;
 }
 
 /* The executor's loaders: micro-batch mb of this step, or of validation. */
@@ -49,7 +60,7 @@ static int load_eval(void *ctx, int mb) {
     loader *l = ctx;
     (void)mb; /* one micro-batch per run */
     if (tri_sampler_fill_eval(&l->t->val_data, (size_t)l->eval_index, l->t->mb, l->t->inputs, l->t->targets) == 0)
-        return 0;
+        return local_share(l->t, 0);
     l->failed = 1;
     return -1;
 }
@@ -125,10 +136,12 @@ double train_step(trainer *t, int step, double *norm) {
     /* the loss lives on the head stage; identical on every TP rank */
     tri_comm_allreduce_host(&t->dist.dp, &loss_sum, 1, TRI_F64, TRI_SUM);
     tri_comm_allreduce_host(&t->dist.pp, &loss_sum, 1, TRI_F64, TRI_SUM);
+    /* context parallelism: each CP rank's sum covers its share of the tokens */
+    tri_comm_allreduce_host(&t->dist.cp, &loss_sum, 1, TRI_F64, TRI_SUM);
     /* ZeRO: each DP rank holds its shards of the reduced gradient: every
      * element is counted on exactly one of them */
     double sumsq = zero ? tri_grad_sumsq_shards(&t->opt, g) : tri_grad_sumsq_local(g);
-    if (zero) tri_comm_allreduce_host(&t->dist.dp, &sumsq, 1, TRI_F64, TRI_SUM);
+    if (zero) tri_comm_allreduce_host(tri_dist_grad_group(&t->dist), &sumsq, 1, TRI_F64, TRI_SUM);
     tri_comm_allreduce_host(&t->dist.tp, &sumsq, 1, TRI_F64, TRI_SUM);
     tri_comm_allreduce_host(&t->dist.pp, &sumsq, 1, TRI_F64, TRI_SUM);
     *norm = sqrt(sumsq);
@@ -187,9 +200,10 @@ double evaluate(trainer *t) {
             data_failed(t);
             return NAN;
         }
-        count += t->mb * t->T;
+        count += t->mb * t->Tl;
     }
     double buf[2] = {sum, (double)count};
+    tri_comm_allreduce_host(&t->dist.cp, buf, 2, TRI_F64, TRI_SUM);
     tri_comm_allreduce_host(&t->dist.dp, buf, 2, TRI_F64, TRI_SUM);
     tri_comm_allreduce_host(&t->dist.pp, buf, 2, TRI_F64, TRI_SUM);
     /* count is added on every PP stage: the loss only on the last one */

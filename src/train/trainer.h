@@ -59,6 +59,7 @@ typedef struct trainer {
     int has_train_data, has_val;
     int32_t *inputs, *targets; /* (micro_batch * T) each */
     size_t G, T, mb;           /* global batch, sequence length, micro-batch */
+    size_t Tl;                 /* positions per sequence on this rank: T / cp */
     size_t local_batch;        /* G / dp                                     */
     size_t first_seq;          /* this DP rank's first sequence of a step    */
     int n_micro;               /* local_batch / mb                           */

@@ -27,7 +27,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 
-#define N_CONFIG_FIELDS 77 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 78 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */

@@ -1,7 +1,7 @@
 /* The mesh (parallel/mesh.c) against an independent construction: coordinates
- * come from enumerating every (tp, dp, pp) triple in nested loops (tp
- * innermost) and groups from filtering all ranks by shared coordinates, with
- * no division or modulo. Plus the REFERENCE.md example for tp=pp=dp=2 spelled
+ * come from enumerating every (tp, cp, dp, pp) tuple in nested loops (tp
+ * innermost, then cp: Megatron's tp-cp-dp-pp) and groups from filtering all
+ * ranks by shared coordinates, with no division or modulo. Plus the REFERENCE.md example for tp=pp=dp=2 spelled
  * out literally, and the error messages. */
 #include <criterion/criterion.h>
 
@@ -11,29 +11,33 @@
 #include "parallel/mesh.h"
 
 typedef struct coord {
-    int t, d, p;
+    int t, d, p, k; /* k: the context-parallel coordinate */
 } coord;
 
-/* coords[r] for every rank r: the r-th triple when pp is the outer loop, dp
- * the middle and tp the inner one (Megatron order). (world) */
-static coord *enumerate(int tp, int pp, int dp) {
-    coord *c = malloc((size_t)tp * pp * dp * sizeof *c);
+/* coords[r] for every rank r: the r-th tuple when pp is the outer loop, then
+ * dp, then cp, and tp the inner one (Megatron order). (world) */
+static coord *enumerate(int tp, int cp, int pp, int dp) {
+    coord *c = malloc((size_t)tp * cp * pp * dp * sizeof *c);
     cr_assert_not_null(c);
     int r = 0;
     for (int p = 0; p < pp; p++)
         for (int d = 0; d < dp; d++)
-            for (int t = 0; t < tp; t++) c[r++] = (coord){t, d, p};
+            for (int k = 0; k < cp; k++)
+                for (int t = 0; t < tp; t++) c[r++] = (coord){t, d, p, k};
     return c;
 }
 
 /* Does rank b belong to rank a's group of this kind? (by coordinates only) */
 static int same_group(const coord *c, int pp, tri_group_kind kind, int a, int b) {
     switch (kind) {
-    case TRI_GROUP_TP: return c[a].d == c[b].d && c[a].p == c[b].p;
-    case TRI_GROUP_DP: return c[a].t == c[b].t && c[a].p == c[b].p;
-    case TRI_GROUP_PP: return c[a].t == c[b].t && c[a].d == c[b].d;
-    case TRI_GROUP_MP: return c[a].d == c[b].d;
-    case TRI_GROUP_EMB: return c[a].t == c[b].t && c[a].d == c[b].d && (c[b].p == 0 || c[b].p == pp - 1);
+    case TRI_GROUP_TP: return c[a].k == c[b].k && c[a].d == c[b].d && c[a].p == c[b].p;
+    case TRI_GROUP_DP: return c[a].t == c[b].t && c[a].k == c[b].k && c[a].p == c[b].p;
+    case TRI_GROUP_PP: return c[a].t == c[b].t && c[a].k == c[b].k && c[a].d == c[b].d;
+    case TRI_GROUP_MP: return c[a].k == c[b].k && c[a].d == c[b].d;
+    case TRI_GROUP_EMB:
+        return c[a].t == c[b].t && c[a].k == c[b].k && c[a].d == c[b].d && (c[b].p == 0 || c[b].p == pp - 1);
+    case TRI_GROUP_CP: return c[a].t == c[b].t && c[a].d == c[b].d && c[a].p == c[b].p;
+    case TRI_GROUP_DPCP: return c[a].t == c[b].t && c[a].p == c[b].p;
     default: return 0;
     }
 }
@@ -41,13 +45,13 @@ static int same_group(const coord *c, int pp, tri_group_kind kind, int a, int b)
 static int is_emb_member(const coord *c, int pp, int r) { return c[r].p == 0 || c[r].p == pp - 1; }
 
 static const char *kind_name(tri_group_kind k) {
-    static const char *const names[] = {"TP", "DP", "PP", "EMB", "MP"};
+    static const char *const names[] = {"TP", "DP", "PP", "EMB", "MP", "CP", "DPCP"};
     return (int)k >= 0 && k < TRI_GROUP_COUNT ? names[k] : "?";
 }
 
-static void check_layout(int tp, int pp, int dp) {
-    int world = tp * pp * dp;
-    coord *c = enumerate(tp, pp, dp);
+static void check_layout_cp(int tp, int cp, int pp, int dp) {
+    int world = tp * cp * pp * dp;
+    coord *c = enumerate(tp, cp, pp, dp);
     int *ranks = malloc((size_t)world * sizeof *ranks);
     int *expect = malloc((size_t)world * sizeof *expect);
     int *seen = malloc((size_t)world * sizeof *seen);
@@ -57,11 +61,14 @@ static void check_layout(int tp, int pp, int dp) {
     for (int r = 0; r < world; r++) {
         tri_mesh m;
         err[0] = '\0';
-        int rc = tri_mesh_init(&m, world, r, tp, pp, dp, err, sizeof err);
-        cr_assert_eq(rc, 0, "tp=%d pp=%d dp=%d rank %d: %s", tp, pp, dp, r, err);
+        int rc = tri_mesh_init_cp(&m, world, r, tp, cp, pp, dp, err, sizeof err);
+        cr_assert_eq(rc, 0, "tp=%d cp=%d pp=%d dp=%d rank %d: %s", tp, cp, pp, dp, r, err);
         cr_assert_eq(m.world, world);
         cr_assert_eq(m.rank, r);
-        cr_assert(m.tp == tp && m.pp == pp && m.dp == dp);
+        cr_assert(m.tp == tp && m.cp == cp && m.pp == pp && m.dp == dp);
+        cr_assert_eq(m.cp_rank, c[r].k, "tp=%d cp=%d pp=%d dp=%d rank %d: cp_rank %d, expected %d", tp, cp, pp, dp, r,
+                     m.cp_rank, c[r].k);
+        cr_assert_eq(tri_mesh_rank_of_cp(&m, c[r].t, c[r].k, c[r].d, c[r].p), r);
         cr_assert(m.tp_rank == c[r].t && m.dp_rank == c[r].d && m.pp_rank == c[r].p,
                   "tp=%d pp=%d dp=%d rank %d: got (%d,%d,%d), expected (%d,%d,%d)", tp, pp, dp, r, m.tp_rank, m.dp_rank,
                   m.pp_rank, c[r].t, c[r].d, c[r].p);
@@ -99,7 +106,7 @@ static void check_layout(int tp, int pp, int dp) {
         cr_assert_not_null(color);
         for (int r = 0; r < world; r++) {
             tri_mesh m;
-            cr_assert_eq(tri_mesh_init(&m, world, r, tp, pp, dp, err, sizeof err), 0);
+            cr_assert_eq(tri_mesh_init_cp(&m, world, r, tp, cp, pp, dp, err, sizeof err), 0);
             color[r] = tri_mesh_color(&m, (tri_group_kind)k);
             int member = k != TRI_GROUP_EMB || is_emb_member(c, pp, r);
             if (member)
@@ -119,7 +126,7 @@ static void check_layout(int tp, int pp, int dp) {
         memset(seen, 0, (size_t)world * sizeof *seen);
         for (int r = 0; r < world; r++) {
             tri_mesh m;
-            cr_assert_eq(tri_mesh_init(&m, world, r, tp, pp, dp, err, sizeof err), 0);
+            cr_assert_eq(tri_mesh_init_cp(&m, world, r, tp, cp, pp, dp, err, sizeof err), 0);
             int my;
             int n = tri_mesh_group(&m, (tri_group_kind)k, ranks, &my);
             if (my < 0) continue;
@@ -139,6 +146,8 @@ static void check_layout(int tp, int pp, int dp) {
     free(c);
 }
 
+static void check_layout(int tp, int pp, int dp) { check_layout_cp(tp, 1, pp, dp); }
+
 /* {tp, pp, dp} */
 static const int layouts[][3] = {
     {1, 1, 1}, {2, 1, 1}, {1, 1, 2}, {1, 2, 1}, {2, 2, 2}, {4, 2, 1}, {1, 2, 4}, {2, 1, 4}, {8, 1, 1},
@@ -148,6 +157,16 @@ static const int layouts[][3] = {
 Test(mesh, layouts_match_enumeration) {
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
         check_layout(layouts[i][0], layouts[i][1], layouts[i][2]);
+}
+
+/* With a context-parallel axis: {tp, cp, pp, dp} */
+static const int cp_layouts[][4] = {
+    {1, 2, 1, 1}, {1, 4, 1, 1}, {2, 2, 1, 1}, {1, 2, 2, 1}, {1, 2, 1, 2}, {2, 2, 2, 2}, {3, 2, 1, 2}, {1, 3, 2, 2},
+};
+
+Test(mesh, cp_layouts_match_enumeration) {
+    for (size_t i = 0; i < sizeof cp_layouts / sizeof cp_layouts[0]; i++)
+        check_layout_cp(cp_layouts[i][0], cp_layouts[i][1], cp_layouts[i][2], cp_layouts[i][3]);
 }
 
 /* REFERENCE.md: tp=pp=dp=2 on 8 ranks, spelled out. */
@@ -190,6 +209,30 @@ Test(mesh, reference_example_2x2x2) {
     cr_assert_eq(tri_mesh_init(&m, 8, 6, 2, 2, 2, err, sizeof err), 0);
     cr_assert(m.tp_rank == 0 && m.dp_rank == 1 && m.pp_rank == 1);
     cr_assert_eq(tri_mesh_rank_of(&m, 1, 0, 1), 5);
+}
+
+/* tp=2, cp=2, dp=2 on 8 ranks (Megatron's tp-cp-dp order), spelled out: the
+ * CP ring joins the ranks a tp apart, the gradient group dp x cp. */
+Test(mesh, cp_example_2x2x2) {
+    static const int cp_groups[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+    static const int dp_groups[4][2] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+    static const int tp_groups[4][2] = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
+    static const int dpcp[2][4] = {{0, 2, 4, 6}, {1, 3, 5, 7}};
+    char err[256];
+    for (int r = 0; r < 8; r++) {
+        tri_mesh m;
+        cr_assert_eq(tri_mesh_init_cp(&m, 8, r, 2, 2, 1, 2, err, sizeof err), 0, "%s", err);
+        expect_in_listed(r, &m, TRI_GROUP_CP, &cp_groups[0][0], 4, 2);
+        expect_in_listed(r, &m, TRI_GROUP_DP, &dp_groups[0][0], 4, 2);
+        expect_in_listed(r, &m, TRI_GROUP_TP, &tp_groups[0][0], 4, 2);
+        expect_in_listed(r, &m, TRI_GROUP_DPCP, &dpcp[0][0], 2, 4);
+    }
+    tri_mesh m;
+    cr_assert_eq(tri_mesh_init_cp(&m, 8, 6, 2, 2, 1, 2, err, sizeof err), 0);
+    cr_assert(m.tp_rank == 0 && m.cp_rank == 1 && m.dp_rank == 1 && m.pp_rank == 0);
+    /* the world check names all four sizes */
+    cr_assert_eq(tri_mesh_init_cp(&m, 6, 0, 2, 2, 1, 2, err, sizeof err), -1);
+    cr_assert(strstr(err, "parallel.cp (2)") && strstr(err, "= 8") && strstr(err, "6 ranks"), "%s", err);
 }
 
 Test(mesh, embedding_group_first_and_last_stage) {

@@ -195,7 +195,7 @@ Test(preflight, estimate_follows_precision_and_zero) {
     cr_expect_lt(z1.total, f32.total);
 
     /* the refusal names the figures of the estimate in use: the bf16 one */
-    tri_mem_avail a = {b16.total - 1, SIZE_MAX, SIZE_MAX, b16.total - 1};
+    tri_mem_avail a = {b16.total - 1, SIZE_MAX, SIZE_MAX, b16.total - 1, 0};
     char want[32];
     tri_size_human(want, 32, (double)b16.params);
     tt_capture cap;
@@ -206,6 +206,37 @@ Test(preflight, estimate_follows_precision_and_zero) {
     char part[64];
     snprintf(part, sizeof part, "parameters %s", want);
     cr_expect(strstr(err, part) && strstr(err, "--skip-memory-check"), "%s", err);
+    free(err);
+}
+
+/* Context parallelism: a CP rank holds its parameters whole (the position
+ * embedding has all seq_len rows) and the activations of seq_len / cp
+ * positions, plus the ring's buffers, in closed form: b s (2 A KVW + 4 (3 KVW
+ * + C + QKV)) bytes with KVW = 2 C (two key/value blocks in the activation
+ * dtype; three fp32 key/value gradients, the fp32 output and qkv gradient).
+ * A rank's own address-space limit refuses it, naming the limit and cp. */
+Test(preflight, context_parallel_holds_seq_len_over_cp_and_a_rank_limit_refuses) {
+    tri_config c = tiny(2, 4, 64, 64, 256, 1), h = tiny(2, 4, 64, 32, 256, 1);
+    tri_mem_estimate one, cp2, half;
+    cr_assert_eq(tri_preflight_model(&c, 2, 0, 0, 0, 1, 0, &one), 0);
+    cr_assert_eq(tri_preflight_model(&h, 2, 0, 0, 0, 1, 0, &half), 0);
+    c.parallel.cp = 2;
+    cr_assert_eq(tri_preflight_model(&c, 2, 0, 0, 0, 1, 0, &cp2), 0);
+    cr_expect_eq(cp2.params, one.params);
+    cr_expect_eq(cp2.optim, one.optim);
+    const size_t bs = 2 * 32, KVW = 2 * 64, ring = bs * (2 * 4 * KVW + 4 * (3 * KVW + 64 + 3 * 64));
+    cr_expect_eq(cp2.acts, half.acts + ring, "cp2 %zu, seq_len/2 %zu + ring %zu", cp2.acts, half.acts, ring);
+    cr_expect_lt(cp2.acts, one.acts);
+    tri_mem_avail a = {SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, cp2.total};
+    cr_expect_eq(tri_preflight_check_memory(&cp2, 4, &a), 0, "at the limit: fits");
+    a.as_limit = cp2.total - 1;
+    tt_capture cap;
+    tt_capture_begin(&cap, "/tmp/tri_preflight_err_as.txt");
+    int rc = tri_preflight_check_memory(&cp2, 4, &a);
+    char *err = tt_capture_end(&cap);
+    cr_expect_eq(rc, -1);
+    cr_expect(strstr(err, "address-space limit") && strstr(err, "parallel.cp") && strstr(err, "--skip-memory-check"),
+              "%s", err);
     free(err);
 }
 
