@@ -16,6 +16,7 @@
 #include "parallel/watchdog.h"
 #include "base/err.h"
 #include "base/exit.h"
+#include "base/exitrec.h"
 
 static tri_store *store_of(const tri_comm *c) { return c->handle; }
 
@@ -23,6 +24,10 @@ static tri_store *store_of(const tri_comm *c) { return c->handle; }
  * TRI_EXIT_FAILURE for a misuse. */
 _Noreturn static void store_fail_code(const tri_comm *c, const char *op, const char *why, int code) {
     tri_error_rank(c->world_rank, "%s over %s through the TCP store: %s", op, c->name, why);
+    char rec[512];
+    snprintf(rec, sizeof rec, "trident: rank %d: %s over %s through the TCP store: %s", c->world_rank, op, c->name,
+             why);
+    (void)tri_exit_record(code, rec); /* for the launcher (base/exitrec.h) */
     fflush(NULL);
     exit(code);
 }

@@ -17,6 +17,7 @@
 #include "parallel/tcp_store.h"
 #include "base/err.h"
 #include "base/exit.h"
+#include "base/exitrec.h"
 #include "base/log.h"
 
 #ifdef TRI_HAVE_MPI
@@ -504,6 +505,9 @@ void tri_dist_free(tri_dist *d) {
 void tri_dist_abort(tri_dist *d, int code) {
     fflush(stdout);
     fflush(stderr);
+    /* the code this rank ends the job with, where tridentrun reads it: the
+     * teardown may kill the rank's wrapper before it records the exit */
+    (void)tri_exit_record(code, NULL);
 #ifdef TRI_HAVE_MPI
     if (d != NULL && d->transport == TRI_TRANSPORT_MPI) tri_mpi_abort(code);
 #endif

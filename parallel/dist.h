@@ -118,7 +118,9 @@ int tri_dist_start_heartbeat(tri_dist *d, double progress_timeout_s);
 /* NULL-safe; finalises the transport (after a watched barrier, so that no
  * rank waits forever in MPI_Finalize for a peer that never gets there). */
 void tri_dist_free(tri_dist *d);
-/* Ends the whole job from any rank after an error (MPI_Abort under MPI, exit otherwise). */
+/* Ends the whole job from any rank after an error (MPI_Abort under MPI, exit
+ * otherwise), first recording `code` as this rank's end for tridentrun
+ * (base/exitrec.h). */
 void tri_dist_abort(tri_dist *d, int code);
 
 /* World size and rank from the launcher's environment, before any transport

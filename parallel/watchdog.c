@@ -10,6 +10,7 @@
 
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/exitrec.h"
 
 const tri_wd_policy tri_wd_default_policy = {
     .spin_s = 50e-6,
@@ -149,15 +150,40 @@ void tri_wd_report(const tri_wd_site *s) {
     size_t at = 0;
     describe(line, sizeof line, &at, s);
     tri_error_rank(s->world_rank, "%s", line);
+    char rec[1100];
+    snprintf(rec, sizeof rec, "trident: rank %d: %s", s->world_rank, line);
+    (void)tri_exit_record(TRI_EXIT_TIMEOUT, rec);
 }
 
-void tri_wd_report_named(int world_rank, const tri_progress *p, const char *op, const char *group, double waited_s,
-                         const char *verdict) {
+/* The heartbeat's report after "trident: rank R: ", appended at *at. */
+static void describe_named(char *buf, size_t len, size_t *at, const tri_progress *p, const char *op, const char *group,
+                           double waited_s, const char *verdict) {
     char where[160] = "outside the training loop";
     if (p != NULL && p->step > 0)
         snprintf(where, sizeof where, "step %ld (%s)", p->step, p->phase ? p->phase : "?");
     else if (p != NULL)
         snprintf(where, sizeof where, "%s", p->phase ? p->phase : "before the first step");
-    tri_error_rank(world_rank, "heartbeat: %s: %s over %s has waited %.1f s: %s; aborting the job", where,
-                   op ? op : "operation", group && group[0] ? group : "a group", waited_s, verdict);
+    add(buf, len, at, "heartbeat: %s: %s over %s has waited %.1f s: %s; aborting the job", where,
+        op ? op : "operation", group && group[0] ? group : "a group", waited_s, verdict);
+}
+
+char *tri_wd_describe_named(char *buf, size_t len, int world_rank, const tri_progress *p, const char *op,
+                            const char *group, double waited_s, const char *verdict) {
+    if (len == 0) return buf;
+    buf[0] = '\0';
+    size_t at = 0;
+    add(buf, len, &at, "trident: rank %d: ", world_rank);
+    describe_named(buf, len, &at, p, op, group, waited_s, verdict);
+    return buf;
+}
+
+void tri_wd_report_named(int world_rank, const tri_progress *p, const char *op, const char *group, double waited_s,
+                         const char *verdict) {
+    char line[1024] = "";
+    size_t at = 0;
+    describe_named(line, sizeof line, &at, p, op, group, waited_s, verdict);
+    tri_error_rank(world_rank, "%s", line);
+    char rec[1100];
+    snprintf(rec, sizeof rec, "trident: rank %d: %s", world_rank, line);
+    (void)tri_exit_record(TRI_EXIT_TIMEOUT, rec);
 }

@@ -6,7 +6,10 @@
  * transport's "is it done?" until the group's timeout. Past the deadline the
  * transport prints the report (tri_wd_report: rank, step, group, operation,
  * bytes, the peers it waits for) and aborts the job: a rank whose peer is
- * stopped, wedged or partitioned away must not wait forever.
+ * stopped, wedged or partitioned away must not wait forever. The report also
+ * records exit code 124 and its line where tridentrun reads them
+ * (base/exitrec.h), before the abort: the code survives a teardown that
+ * kills the rank's wrapper first.
  *
  * Polling backs off as the wait grows (tri_wd_pause_ns): back-to-back polls
  * for the first microseconds (latency of a normal collective is untouched),
@@ -115,7 +118,10 @@ typedef struct tri_wd_site {
  *   ranks 0,2); aborting the job
  * Long member lists are cut after 16 ranks. Returns buf. */
 char *tri_wd_describe(char *buf, size_t len, const tri_wd_site *s);
-/* Prints the same line through base/err.h ("trident: rank R: ..."). */
+/* Prints the same line through base/err.h ("trident: rank R: ..."), then
+ * records it with exit code TRI_EXIT_TIMEOUT as this process's end for its
+ * launcher (base/exitrec.h; nothing outside tridentrun): the caller ends the
+ * job next. */
 void tri_wd_report(const tri_wd_site *s);
 
 /* The progress heartbeat (parallel/heartbeat.h) named a peer while this rank
@@ -123,8 +129,13 @@ void tri_wd_report(const tri_wd_site *s);
  * they end the job, e.g.
  *   trident: rank 0: heartbeat: step 465 (train): all-reduce over dp has
  *   waited 3.5 s: world rank 1 (...) has sent no heartbeat for 3.3 s: it is
- *   stopped or gone; aborting the job */
+ *   stopped or gone; aborting the job
+ * and records, as tri_wd_report does (exit code TRI_EXIT_TIMEOUT). */
 void tri_wd_report_named(int world_rank, const tri_progress *p, const char *op, const char *group, double waited_s,
                          const char *verdict);
+/* That line, as tri_wd_report_named prints and records it, into buf[len]
+ * (cut to fit); returns buf. */
+char *tri_wd_describe_named(char *buf, size_t len, int world_rank, const tri_progress *p, const char *op,
+                            const char *group, double waited_s, const char *verdict);
 
 #endif

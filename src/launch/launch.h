@@ -31,8 +31,12 @@
  *     output is also shown on the console; with --tee every rank's is, each
  *     line prefixed "[rank r] ". The wrapper also writes DIR/rank_<r>.status
  *     (its pid and host while COMMAND runs, then "<time> exit <code>" or
- *     "<time> signal <n>", plus the time of COMMAND's first error line).
- *     mpirun's own messages go to stderr and to DIR/mpirun.log. A bare
+ *     "<time> signal <n>", plus the time of COMMAND's first error line), and
+ *     names DIR/rank_<r>.exit to COMMAND in TRIDENT_EXIT_RECORD: a trainer
+ *     rank that ends the job itself (the watchdog, the heartbeat, an abort
+ *     after an error) records its exit code and its one-line reason there
+ *     before MPI_Abort (base/exitrec.h), which survives a teardown that kills
+ *     the wrapper before it records the exit. mpirun's own messages go to stderr and to DIR/mpirun.log. A bare
  *     `trident` not on $PATH is taken from the directory of this tridentrun.
  *  4. (runner.c) When a rank fails, mpirun stops the others (Open MPI's
  *     default for a non-zero exit, a signal, MPI_Abort or an exit without
@@ -47,8 +51,9 @@
  *     except after a refusal (exit 2); failures in a burst back off
  *     (restart.c); --elastic drops a data-parallel replica when one rank slot
  *     keeps failing (the event handed to the relaunched trainer through
- *     log.dir/pending_events.jsonl: src/train/metrics.h). The exit code is the failing rank's (128+signal for a
- *     signal; 1 when unknown).
+ *     log.dir/pending_events.jsonl: src/train/metrics.h). The exit code is
+ *     the failing rank's: the code it recorded for itself, else its exit
+ *     (128+signal for a signal), else mpirun's report (1 when unknown).
  *  5. (runner.c, sigfwd.c) The first SIGINT/SIGTERM/SIGHUP is passed to
  *     mpirun (which runs in its own process group, so a terminal's Ctrl-C
  *     reaches it only through us) as SIGUSR1, which mpirun forwards to every
@@ -74,6 +79,8 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <sys/types.h>
+
+#include "base/exitrec.h"
 
 struct tri_config;
 
@@ -209,6 +216,9 @@ typedef struct tri_launch_failure {
     int improper; /* it exited 0 without finalising MPI (code is then 0)     */
     int torn;     /* it wrote the first error line, then the teardown ended
                      it (code, signo: another rank's end, or unknown)         */
+    int recorded; /* code is what the rank recorded for itself before it
+                     ended (base/exitrec.h), not its exit as seen            */
+    char reason[sizeof(((tri_exit_rec *)0)->reason)]; /* the record's line; "" */
 } tri_launch_failure;
 
 /* The first failing rank as Open MPI 4 or 5 reports it in mpirun's stderr
@@ -322,7 +332,9 @@ int tri_launch_rank_exec(const tri_rank_exec_opts *o);
  *   "<unix time> error"   (second line) when COMMAND wrote its first error
  *                          line (tri_launch_err_scan).
  * The launcher blames the rank whose failure came first (the earlier of its
- * first error line and its end), and kills the ranks on its own host by the
+ * first error line and its end; the time of its exit record when neither is
+ * known, the wrapper killed first), reports the code the rank recorded for
+ * itself before its exit as seen, and kills the ranks on its own host by the
  * wrapper's pid (each wrapper leads its rank's process group) when they
  * outlast --grace-s. Written to a temporary name and renamed, so a reader
  * never sees half a line. */
@@ -332,7 +344,14 @@ typedef struct tri_rank_status {
     long value;         /* running: the wrapper's pid; exit: code; signal: n */
     char host[256];     /* running: the wrapper's host                       */
     double first_error; /* when the rank wrote its first error line; 0: never */
+    tri_exit_rec rec;   /* DIR/rank_<r>.exit, the end COMMAND recorded for
+                           itself (base/exitrec.h); rec.code -1: none        */
 } tri_rank_status;
+
+/* DIR/rank_<r>.exit (malloc'd): where the wrapper tells COMMAND to record
+ * its own end (TRIDENT_EXIT_RECORD, base/exitrec.h). The wrapper removes a
+ * record left by an earlier attempt before it starts COMMAND. */
+char *tri_rank_exit_record_path(const char *dir, int rank);
 
 /* Writes rank's status file in dir: state RUNNING (this process's pid and
  * host, at time `started`), EXIT or SIGNAL (value, at the time of the call),
@@ -341,7 +360,8 @@ typedef struct tri_rank_status {
 void tri_rank_status_write(const char *dir, int rank, int state, double started, int value, double first_error);
 
 /* Reads rank's status file in dir into *st; st->state is TRI_RANK_NONE when
- * it is missing or unreadable. */
+ * it is missing or unreadable. Also reads the rank's exit record into
+ * st->rec (rec.code -1 when there is none), whatever the status says. */
 void tri_rank_status_read(const char *dir, int rank, tri_rank_status *st);
 
 /* Finds the start of each line of COMMAND's stderr, across reads, to tell an

@@ -394,6 +394,8 @@ int tri_launch_report_parse(const char *report, tri_launch_failure *f) {
     f->signo = -1;
     f->improper = 0;
     f->torn = 0;
+    f->recorded = -1;
+    f->reason[0] = '\0';
     if (report == NULL) return 0;
     /* collapse every run of whitespace: mpirun wraps its messages */
     size_t n = strlen(report);
@@ -440,10 +442,13 @@ int tri_launch_report_parse(const char *report, tri_launch_failure *f) {
 }
 
 /* The first failing rank from the wrappers' DIR/rank_<r>.status files (those
- * of ranks on this host, or all with a shared file system). A rank failed
- * when its command ended with a non-zero exit or a signal, or when it wrote an
- * error line and was killed before its end was recorded. Its failure time is
- * the earlier of its first error line and its end, and the earliest wins:
+ * of ranks on this host, or all with a shared file system) and the ranks' own
+ * exit records (DIR/rank_<r>.exit, base/exitrec.h). A rank failed when its
+ * command ended with a non-zero exit or a signal, when it wrote an error line
+ * and was killed before its end was recorded, or when it recorded a non-zero
+ * exit code for itself. Its failure time is the earlier of its first error
+ * line and its end (the time of its record when neither is known: the
+ * teardown killed its wrapper first), and the earliest wins:
  * ranks that fail because another did (mpirun's teardown, a collective that
  * cannot finish, a watchdog) fail later, and when several ranks abort together
  * after agreeing that something failed, the one that said what failed wrote
@@ -455,19 +460,29 @@ static int first_failure_from_status(const tri_launch_plan *p, tri_launch_failur
     f->rank = -1;
     f->improper = 0;
     f->torn = 0;
+    f->recorded = -1;
+    f->reason[0] = '\0';
     int ender = -1, ender_code = -1, ender_sig = -1, best_state = 0;
+    int recorder = -1;                /* the rank whose record came first */
+    tri_exit_rec first_rec, best_rec; /* its record; the blamed rank's     */
+    first_rec.code = best_rec.code = -1;
     for (int r = 0; r < p->world; r++) {
         tri_rank_status st;
         tri_rank_status_read(p->log_dir, r, &st);
+        int recorded = st.rec.code > 0;
+        if (recorded && (recorder < 0 || st.rec.t < first_rec.t)) {
+            recorder = r;
+            first_rec = st.rec;
+        }
         int ended_badly = (st.state == TRI_RANK_EXIT && st.value != 0) || st.state == TRI_RANK_SIGNAL;
-        if (!ended_badly && !(st.state == TRI_RANK_RUNNING && st.first_error > 0)) continue;
+        if (!ended_badly && !(st.state == TRI_RANK_RUNNING && st.first_error > 0) && !recorded) continue;
         if (ended_badly && (ender < 0 || st.t < first_end)) {
             first_end = st.t;
             ender = r;
             ender_code = st.state == TRI_RANK_EXIT ? (int)st.value : -1;
             ender_sig = st.state == TRI_RANK_SIGNAL ? (int)st.value : -1;
         }
-        double t = ended_badly ? st.t : st.first_error;
+        double t = ended_badly ? st.t : st.first_error > 0 ? st.first_error : st.rec.t;
         if (st.first_error > 0 && st.first_error < t) t = st.first_error;
         if (f->rank < 0 || t < best) {
             best = t;
@@ -475,9 +490,19 @@ static int first_failure_from_status(const tri_launch_plan *p, tri_launch_failur
             f->code = st.state == TRI_RANK_EXIT ? (int)st.value : -1;
             f->signo = st.state == TRI_RANK_SIGNAL ? (int)st.value : -1;
             best_state = st.state;
+            best_rec = st.rec;
         }
     }
     if (f->rank < 0) return 0;
+    /* The code the rank recorded for itself before it ended is how it ended,
+     * whatever the teardown did to it (and its wrapper) afterwards. */
+    if (best_rec.code > 0) {
+        f->code = best_rec.code;
+        f->signo = -1;
+        f->recorded = f->rank;
+        snprintf(f->reason, sizeof f->reason, "%s", best_rec.reason);
+        return 1;
+    }
     /* The rank that said what failed first was then torn down with the rest:
      * killed before its end was recorded, or ended by the teardown's SIGTERM
      * or SIGKILL after another rank's end. Its own end says nothing of what
@@ -489,14 +514,22 @@ static int first_failure_from_status(const tri_launch_plan *p, tri_launch_failur
         int ender_genuine = ender >= 0 && ender != f->rank && !(ender_sig == SIGTERM || ender_sig == SIGKILL);
         f->code = ender_genuine ? ender_code : -1;
         f->signo = ender_genuine ? ender_sig : -1;
+        if (!ender_genuine && recorder >= 0) { /* the first code a rank recorded for itself */
+            f->code = first_rec.code;
+            f->recorded = recorder;
+            snprintf(f->reason, sizeof f->reason, "%s", first_rec.reason);
+        }
     }
     return 1;
 }
 
-/* Removes this host's status files of an earlier attempt. */
+/* Removes this host's status files and exit records of an earlier attempt. */
 static void clear_status(const tri_launch_plan *p) {
     for (int r = 0; r < p->world; r++) {
         char *path = tri_xprintf("%s/rank_%d.status", p->log_dir, r);
+        (void)unlink(path);
+        free(path);
+        path = tri_rank_exit_record_path(p->log_dir, r);
         (void)unlink(path);
         free(path);
     }
@@ -573,8 +606,9 @@ static int first_error_rank(const tri_launch_plan *p, int not ) {
 }
 
 /* Prints the tail of rank's log after the failure line (stderr); returns
- * what tri_launch_log_tail said. */
-static int print_tail(const char *path) {
+ * what tri_launch_log_tail said. With seen, tells whether the tail holds
+ * the line `seen` (*has: 1 or 0). */
+static int print_tail(const char *path, const char *seen, int *has) {
     char *tail = NULL;
     int rc = tri_launch_log_tail(path, TAIL_LINES, &tail);
     if (rc == TRI_TAIL_NO_LOG)
@@ -587,6 +621,7 @@ static int print_tail(const char *path) {
         tri_error("last lines of %s:", path);
         fputs(tail, stderr); /* the rank's own lines, quoted: not a message of ours */
     }
+    if (has != NULL) *has = tail != NULL && seen != NULL && strstr(tail, seen) != NULL;
     free(tail);
     return rc;
 }
@@ -802,15 +837,20 @@ int tri_launch_run(const tri_launch_opts *o, const tri_launch_plan *p) {
         tri_error("%s; the job was stopped (mpirun's report: %s)", what, mlog_path);
         if (f.rank >= 0) {
             char *lp = tri_xprintf("%s/rank_%d.log", p->log_dir, f.rank);
-            int trc = print_tail(lp);
+            int shown = 0;
+            int trc = print_tail(lp, f.reason, &shown);
             free(lp);
+            /* the line it recorded with its code, when its log lacks it (its
+             * wrapper killed before it could copy the line) */
+            if (f.recorded >= 0 && f.reason[0] && !shown)
+                tri_error("rank %d recorded before it ended (exit %d): %s", f.recorded, f.code, f.reason);
             /* it said nothing (it ended first, silently, as the ranks that
              * refuse together but do not print do): show the rank that did */
             int e = trc != TRI_TAIL_OK ? first_error_rank(&q, f.rank) : -1;
             if (e >= 0) {
                 tri_error("rank %d wrote the first error line:", e);
                 lp = tri_xprintf("%s/rank_%d.log", p->log_dir, e);
-                (void)print_tail(lp);
+                (void)print_tail(lp, NULL, NULL);
                 free(lp);
             }
         }

@@ -17,6 +17,7 @@
 #include "base/err.h"
 #include "base/file.h"
 #include "base/exit.h"
+#include "base/exitrec.h"
 #include "base/str.h"
 #include "launch/launch.h"
 
@@ -82,9 +83,14 @@ void tri_rank_status_write(const char *dir, int rank, int state, double started,
     free(path);
 }
 
+char *tri_rank_exit_record_path(const char *dir, int rank) { return tri_xprintf("%s/rank_%d.exit", dir, rank); }
+
 void tri_rank_status_read(const char *dir, int rank, tri_rank_status *st) {
     memset(st, 0, sizeof *st);
-    char *path = tri_xprintf("%s/rank_%d.status", dir, rank);
+    char *path = tri_rank_exit_record_path(dir, rank);
+    (void)tri_exit_record_read(path, &st->rec); /* rec.code -1: none */
+    free(path);
+    path = tri_xprintf("%s/rank_%d.status", dir, rank);
     FILE *f = fopen(path, "r");
     free(path);
     if (f == NULL) return;
@@ -273,6 +279,12 @@ int tri_launch_rank_exec(const tri_rank_exec_opts *o) {
         free(r);
         return TRI_EXIT_BAD_INPUT;
     }
+    /* where the command records its own end (base/exitrec.h); a record of an
+     * earlier attempt is no news */
+    char *rec = tri_rank_exit_record_path(o->log_dir, rank);
+    (void)unlink(rec);
+    setenv(TRI_EXIT_RECORD_ENV, rec, 1);
+    free(rec);
     tri_launch_signals_install(0);
     pid_t pid = start_command(r, po, pe);
     if (pid < 0) {

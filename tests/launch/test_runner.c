@@ -186,21 +186,23 @@ Test(runner, the_failing_rank_from_each_kind_of_report) {
         const char *report;
         tri_launch_failure want;
     } cases[] = {
-        {ompi4_abort, {1, 5, -1, 0, 0}},
-        {ompi4_exit, {1, 3, -1, 0, 0}},
-        {ompi4_signal, {0, -1, 11, 0, 0}},
-        {ompi4_improper, {0, 0, -1, 1, 0}},
-        {ompi5_exit, {12, 137, -1, 0, 0}},
+        {ompi4_abort, {1, 5, -1, 0, 0, -1, ""}},
+        {ompi4_exit, {1, 3, -1, 0, 0, -1, ""}},
+        {ompi4_signal, {0, -1, 11, 0, 0, -1, ""}},
+        {ompi4_improper, {0, 0, -1, 1, 0, -1, ""}},
+        {ompi5_exit, {12, 137, -1, 0, 0, -1, ""}},
         /* wrapped differently: any run of blanks and line breaks is one space */
-        {"MPI_ABORT   was invoked\non rank 3 in communicator MPI_COMM_WORLD with\r\n errorcode 7.", {3, 7, -1, 0, 0}},
+        {"MPI_ABORT   was invoked\non rank 3 in communicator MPI_COMM_WORLD with\r\n errorcode 7.", {3, 7, -1, 0, 0, -1, ""}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        tri_launch_failure f = {-9, -9, -9, -9, 0};
+        tri_launch_failure f = {-9, -9, -9, -9, 0, -9, "stale"};
         cr_expect_eq(tri_launch_report_parse(cases[i].report, &f), 1, "case %zu", i);
         cr_expect_eq(f.rank, cases[i].want.rank, "case %zu", i);
         cr_expect_eq(f.code, cases[i].want.code, "case %zu", i);
         cr_expect_eq(f.signo, cases[i].want.signo, "case %zu", i);
         cr_expect_eq(f.improper, cases[i].want.improper, "case %zu", i);
+        cr_expect_eq(f.recorded, -1, "case %zu: a report is no rank's own record", i);
+        cr_expect_str_eq(f.reason, "", "case %zu", i);
     }
 }
 
@@ -212,12 +214,13 @@ Test(runner, a_report_that_names_no_rank_is_no_failure) {
                           /* a process name without its exit code */
                           "  Process name: [[8046,1],1]\n"};
     for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
-        tri_launch_failure f = {7, 7, 7, 7, 0};
+        tri_launch_failure f = {7, 7, 7, 7, 0, 7, "stale"};
         cr_expect_eq(tri_launch_report_parse(none[i], &f), 0, "case %zu", i);
         cr_expect_eq(f.rank, -1, "case %zu", i);
         cr_expect_eq(f.code, -1, "case %zu", i);
         cr_expect_eq(f.signo, -1, "case %zu", i);
         cr_expect_eq(f.improper, 0, "case %zu", i);
+        cr_expect_eq(f.recorded, -1, "case %zu", i);
     }
 }
 

@@ -223,3 +223,43 @@ Test(supervisor, without_a_rank_or_a_log_it_refuses_in_one_line) {
     tt_err_capture(NULL, 0);
     cr_expect_str_eq(why, "rank 5: cannot open /nonexistent/rank_5.log: No such file or directory");
 }
+
+/* The wrapper names DIR/rank_<r>.exit to its command (TRIDENT_EXIT_RECORD),
+ * where a rank that ends the job records its own exit code (base/exitrec.h),
+ * after removing a record of an earlier attempt; the status reader returns
+ * the record beside the status, and no record as code -1. */
+Test(supervisor, the_command_is_told_where_to_record_its_end_and_an_old_record_is_gone) {
+    char *dir = tt_mkdtemp();
+    char *rec = tri_rank_exit_record_path(dir, 2);
+    char want[4200];
+    snprintf(want, sizeof want, "%s/rank_2.exit", dir);
+    cr_expect_str_eq(rec, want);
+    cr_assert_eq(tri_exit_record_to(rec, 124, "an earlier attempt's"), 0);
+    unsetenv(TRI_EXIT_RECORD_ENV);
+    int rc = wrap(dir, 2, 0, 0, "echo \"record at $TRIDENT_EXIT_RECORD\"; test -e \"$TRIDENT_EXIT_RECORD\" && echo stale; "
+                                "exit 0");
+    cr_expect_eq(rc, 0);
+    char *log = read_in(dir, "rank_2.log");
+    char line[4300];
+    snprintf(line, sizeof line, "record at %s\n", want);
+    cr_expect_str_eq(log, line, "the path, and no stale record: %s", log);
+    free(log);
+    tri_rank_status st;
+    tri_rank_status_read(dir, 2, &st);
+    cr_expect_eq(st.state, TRI_RANK_EXIT);
+    cr_expect_eq(st.rec.code, -1, "no record of this attempt");
+
+    /* a command that records its end: read back with the status */
+    rc = wrap(dir, 2, 0, 1,
+              "printf '1700000000.5 124 trident: rank 2: watchdog: x\\n' > \"$TRIDENT_EXIT_RECORD\"; exit 124");
+    cr_expect_eq(rc, 124);
+    tri_rank_status_read(dir, 2, &st);
+    cr_expect_eq(st.state, TRI_RANK_EXIT);
+    cr_expect_eq(st.value, 124);
+    cr_expect_eq(st.rec.code, 124);
+    cr_expect_eq(st.rec.t, 1700000000.5);
+    cr_expect_str_eq(st.rec.reason, "trident: rank 2: watchdog: x");
+    free(rec);
+    tt_rmrf(dir);
+    free(dir);
+}

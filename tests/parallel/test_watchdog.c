@@ -5,6 +5,8 @@
 #include <criterion/criterion.h>
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,6 +14,8 @@
 #include <unistd.h>
 
 #include "parallel/watchdog.h"
+#include "base/exitrec.h"
+#include "helpers/testutil.h"
 
 static double clock_of(clockid_t id) {
     struct timespec ts;
@@ -164,6 +168,66 @@ Test(watchdog, report_cuts_long_member_lists_and_never_overflows) {
     tri_wd_describe(small, 32, &s);
     cr_expect_eq(strlen(small), 31, "cut to the buffer: '%s'", small);
     cr_expect_eq(small[32], 'x', "wrote past the length given");
+}
+
+/* Both reports print their line and record it with exit code 124 where
+ * tridentrun reads a rank's own end (base/exitrec.h), before the transport
+ * aborts: the code survives a teardown that kills the rank's wrapper. The
+ * record's line is the printed one, and the describe functions' text. */
+Test(watchdog, the_reports_record_exit_124_with_their_line_before_the_abort) {
+    char *dir = tt_mkdtemp(), path[4200], got[1200];
+    snprintf(path, sizeof path, "%s/rank_1.exit", dir);
+    setenv(TRI_EXIT_RECORD_ENV, path, 1);
+    unsetenv(TRI_EXIT_RECORD_DEBUG_ENV);
+    tri_progress p = {7, "train", "", NULL};
+    tri_wd_site s = {.world_rank = 1,
+                     .progress = &p,
+                     .group = "pp",
+                     .op = "receive",
+                     .bytes = 64,
+                     .peer = 0,
+                     .tag = 2,
+                     .waited_s = 2.0,
+                     .timeout_s = 2};
+    tt_err_capture(got, sizeof got);
+    tri_wd_report(&s);
+    tt_err_capture(NULL, 0);
+    char want[1024];
+    tri_wd_describe(want, sizeof want, &s);
+    const char *head = "trident: rank 1: watchdog: step 7 (train): receive over pp";
+    cr_expect_eq(strncmp(want, head, strlen(head)), 0, "%s", want);
+    cr_expect_str_eq(got, want + strlen("trident: "), "the printed line");
+    tri_exit_rec r;
+    cr_assert_eq(tri_exit_record_read(path, &r), 0, "no record at %s", path);
+    cr_expect_eq(r.code, TRI_EXIT_TIMEOUT);
+    cr_expect_str_eq(r.reason, want);
+
+    tt_err_capture(got, sizeof got);
+    tri_wd_report_named(1, &p, "all-reduce", "dp", 3.5, "world rank 0 (host h, last at step 7, train) has sent no "
+                                                         "heartbeat for 3.3 s: it is stopped or gone");
+    tt_err_capture(NULL, 0);
+    tri_wd_describe_named(want, sizeof want, 1, &p, "all-reduce", "dp", 3.5,
+                          "world rank 0 (host h, last at step 7, train) has sent no heartbeat for 3.3 s: it is "
+                          "stopped or gone");
+    cr_expect_str_eq(want,
+                     "trident: rank 1: heartbeat: step 7 (train): all-reduce over dp has waited 3.5 s: world rank 0 "
+                     "(host h, last at step 7, train) has sent no heartbeat for 3.3 s: it is stopped or gone; "
+                     "aborting the job");
+    cr_expect_str_eq(got, want + strlen("trident: "), "the printed line");
+    cr_assert_eq(tri_exit_record_read(path, &r), 0);
+    cr_expect_eq(r.code, TRI_EXIT_TIMEOUT);
+    cr_expect_str_eq(r.reason, want);
+
+    /* outside tridentrun (no variable): printed, nothing recorded */
+    unsetenv(TRI_EXIT_RECORD_ENV);
+    unlink(path);
+    tt_err_capture(got, sizeof got);
+    tri_wd_report(&s);
+    tt_err_capture(NULL, 0);
+    cr_expect(strstr(got, "watchdog: step 7"), "%s", got);
+    cr_expect_neq(access(path, F_OK), 0);
+    tt_rmrf(dir);
+    free(dir);
 }
 
 /* The running clock: polls a few milliseconds apart count, a gap of more
