@@ -16,7 +16,7 @@ static uint64_t rng(uint64_t *s) {
     return *s >> 33;
 }
 
-void tt_tiny_steps(tri_ctx *ctx, tri_dtype precision, int steps, int profile, tt_tiny_run *out) {
+static void run(tri_ctx *ctx, tri_dtype precision, int steps, int profile, int offload, tt_tiny_run *out) {
     tri_model_cfg cfg = {.n_layer = TT_TINY_LAYERS, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab_size = 100};
     enum { B = 2, T = 16, BT = B * T };
     tri_comm self;
@@ -40,7 +40,8 @@ void tt_tiny_steps(tri_ctx *ctx, tri_dtype precision, int steps, int profile, tt
                         .beta2 = 0.95,
                         .eps = 1e-8,
                         .weight_decay = 0.1,
-                        .grad_clip = 1.0};
+                        .grad_clip = 1.0,
+                        .offload = offload ? TRI_OFFLOAD_OPTIMIZER : TRI_OFFLOAD_NONE};
     tri_optim o;
     cr_assert_eq(tri_optim_init(&o, &g, &oc), 0);
     tri_optim_master_from_params(&o, &g);
@@ -78,9 +79,18 @@ void tt_tiny_steps(tri_ctx *ctx, tri_dtype precision, int steps, int profile, tt
     out->n = ch->n_elems;
     out->params = malloc(out->n * sizeof(float));
     cr_assert_not_null(out->params);
-    tri_ctx_to_host(ctx, out->params, o.master[0] ? o.master[0] : ch->param_mem, out->n * sizeof(float));
+    tri_optim_copy_to_host(&o, &g, out->params, o.master[0] ? o.master[0] : ch->param_mem, out->n * sizeof(float));
+    out->mem = ctx->mem;
     tri_optim_free(&o, &g);
     tri_slot_pool_free(&pool, &g);
     tri_workspace_free(&ws, &g);
     tri_gpt_free(&g);
+}
+
+void tt_tiny_steps(tri_ctx *ctx, tri_dtype precision, int steps, int profile, tt_tiny_run *out) {
+    run(ctx, precision, steps, profile, 0, out);
+}
+
+void tt_tiny_steps_offload(tri_ctx *ctx, tri_dtype precision, int steps, int offload, tt_tiny_run *out) {
+    run(ctx, precision, steps, -1, offload, out);
 }
