@@ -68,12 +68,12 @@ static int check_arch(const tri_config *cfg, const char *file) {
  * by them: 2^31 micro-batches hung `trident plan`). */
 static int check_parallel_sizes(const tri_config *cfg, const char *file) {
     const tri_parallel_cfg *p = &cfg->parallel;
-    long long world = (long long)p->tp * p->pp * p->dp, chunks = (long long)p->pp * p->vpp;
+    long long world = (long long)p->tp * p->pp * p->dp * p->cp, chunks = (long long)p->pp * p->vpp;
     if (world > TRI_CONFIG_MAX_WORLD) {
         report(file,
-               "parallel.tp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld ranks: at most %d (2^20) ranks are "
-               "supported",
-               p->tp, p->pp, p->dp, world, TRI_CONFIG_MAX_WORLD);
+               "parallel.tp (%d) x parallel.cp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld ranks: at most %d "
+               "(2^20) ranks are supported",
+               p->tp, p->cp, p->pp, p->dp, world, TRI_CONFIG_MAX_WORLD);
         return -1;
     }
     if (p->vpp > TRI_CONFIG_MAX_VPP) {

@@ -92,9 +92,11 @@ static const int recompute_values[] = {TRI_RECOMPUTE_NONE, TRI_RECOMPUTE_SELECTI
 static const int schedule_values[] = {TRI_SCHED_1F1B, TRI_SCHED_INTERLEAVED, TRI_SCHED_GPIPE, TRI_SCHED_ZBH1};
 static const int arch_values[] = {TRI_ARCH_GPT2, TRI_ARCH_LLAMA};
 static const int inject_values[] = {TRI_INJECT_NAN_GRAD, TRI_INJECT_INF_GRAD, TRI_INJECT_NAN_LOSS, TRI_INJECT_SPIKE};
-_Static_assert(sizeof(tri_dtype) == sizeof(int) && sizeof(tri_device) == sizeof(int) && sizeof(tri_arch) == sizeof(int) &&
-                   sizeof(tri_recompute) == sizeof(int) && sizeof(tri_sched_kind) == sizeof(int) &&
-                   sizeof(tri_inject_kind) == sizeof(int),
+static const int offload_values[] = {TRI_OFFLOAD_NONE, TRI_OFFLOAD_OPTIMIZER};
+_Static_assert(sizeof(tri_dtype) == sizeof(int) && sizeof(tri_device) == sizeof(int) &&
+                   sizeof(tri_arch) == sizeof(int) && sizeof(tri_recompute) == sizeof(int) &&
+                   sizeof(tri_sched_kind) == sizeof(int) && sizeof(tri_inject_kind) == sizeof(int) &&
+                   sizeof(tri_offload) == sizeof(int),
                "enum fields are stored as int");
 
 #define POS  (R_LO)                    /* with lo = 1: a positive integer    */
@@ -199,9 +201,10 @@ static const field fields[] = {
     NUM(parallel, timeout_s, 600, 0, 1e6, R_LO | R_HI,
         "seconds a rank waits for its peers in one collective or transfer before it names them and "
         "aborts the job (0: wait forever, e.g. under a debugger)"),
-    NUM(parallel, zero, 0, 0, 1, R_LO | R_HI,
-        "1: distributed optimizer (ZeRO-1): gradients reduce-scattered over DP, each DP rank keeps and updates "
-        "1/dp of the optimizer state, parameters all-gathered"),
+    NUM(parallel, zero, 0, 0, 3, R_LO | R_HI,
+        "ZeRO stage over DP: 1, distributed optimizer (gradients reduce-scattered, each DP rank keeps and updates "
+        "1/dp of the optimizer state, parameters all-gathered); 2, the gradients sharded too; 3, the parameters "
+        "too (all-gathered before each chunk's forward and backward); 0: off (docs/parallelism.md)"),
 
     STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),
@@ -251,6 +254,15 @@ static const field fields[] = {
     NUM(debug, sleep_rank, -1, -1, 0, R_LO, "... by this world rank (-1: none)"),
     NUM(debug, fail_start_rank, -1, -1, 0, R_LO,
         "test only: this world rank exits with code 3 at every start, before step 1 (-1: never; elastic tests)"),
+    CHOICE(parallel, offload, "none", "none|optimizer", offload_values, 15,
+           "optimizer: the fp32 master weights and AdamW moments (this rank's ZeRO shard of them) live in host "
+           "memory (pinned on CUDA) and the AdamW step runs on the CPU, gradients copied to the host and "
+           "parameters back, overlapped shard by shard (ZeRO-Offload); the device then holds 8 fewer bytes per "
+           "parameter of the optimizer's state in fp32, 12 in bf16/fp16. On the CPU backend only the accounting "
+           "changes (docs/parallelism.md)"),
+    NUM(parallel, cp, 1, 1, 0, POS,
+        "context-parallel ranks: each micro-batch's sequence split over cp ranks (2 x cp chunks, rank r holding "
+        "chunks r and 2cp-1-r), attention as a ring of K/V blocks (model.seq_len divisible by 2 x cp)"),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
@@ -931,7 +943,7 @@ void tri_config_help(FILE *f) {
     }
     fprintf(f, "\nAlso checked: n_embd %% n_head == 0, global_batch %% micro_batch == 0, "
                "min_lr <= lr, sequence_parallel only with tp > 1 and seq_len %% tp == 0,\n"
-               "tp x pp x dp <= 1048576 (2^20) ranks, vpp <= 16, pp x vpp <= n_layer (a layer per chunk),\n"
+               "tp x cp x pp x dp <= 1048576 (2^20) ranks, vpp <= 16, pp x vpp <= n_layer (a layer per chunk),\n"
                "global_batch / (micro_batch x dp) <= 65536 micro-batches per step, pp x vpp x those <= 2^22.\n"
                "llama: n_head %% n_kv_head == 0, an even head size n_embd / n_head (RoPE), n_kv_head and tp\n"
                "one dividing the other (tp > n_kv_head replicates each KV head over tp / n_kv_head ranks),\n"

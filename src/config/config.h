@@ -21,6 +21,7 @@
 
 #include "kernels/ctx.h"       /* tri_device, tri_dtype */
 #include "model/config.h"
+#include "model/optim.h"       /* tri_offload */
 #include "model/runtime.h"     /* tri_recompute */
 #include "parallel/schedule.h" /* tri_sched_kind */
 
@@ -76,9 +77,12 @@ typedef struct tri_parallel_cfg {
     double timeout_s;      /* deadline of every communication wait; 0: none  */
     int sequence_parallel; /* 1: LayerNorms, residuals and the embedding output run on
                               sequence shards (needs tp > 1 and seq_len % tp == 0) */
-    int zero;              /* 1: distributed optimizer (ZeRO-1) over DP      */
+    int zero;              /* ZeRO stage over DP: 1 optimizer state, 2 + gradients,
+                              3 + parameters sharded; 0 off                   */
     double progress_timeout_s; /* a rank without progress while its peers wait is named
                                   after this; 0: no progress heartbeat       */
+    tri_offload offload;   /* OPTIMIZER: master weights and moments in host memory */
+    int cp;                /* context-parallel ranks (the sequence split over them) */
 } tri_parallel_cfg;
 
 typedef struct tri_ckpt_cfg {

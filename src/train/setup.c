@@ -45,6 +45,12 @@ static int check_layout(const tri_config *cfg) {
     if (p->vpp > TRI_MAX_VPP)
         return tri_error("parallel.vpp = %d: at most %d virtual chunks per stage", p->vpp, TRI_MAX_VPP);
     if (tri_gpt_check_layout(&cfg->model, p->tp, p->pp, p->vpp, p->pp_layout) != 0) return -1;
+    /* planned (`trident plan` models them), not yet trained (issue 21) */
+    if (p->cp > 1 || p->zero > 1)
+        return tri_error("parallel.%s = %d: the trainer does not run %s yet (`trident plan` models it); use %s",
+                         p->cp > 1 ? "cp" : "zero", p->cp > 1 ? p->cp : p->zero,
+                         p->cp > 1 ? "context parallelism" : "ZeRO stages 2 and 3",
+                         p->cp > 1 ? "parallel.cp = 1" : "parallel.zero = 0 or 1");
     long per = (long)cfg->train.micro_batch * p->dp;
     if (cfg->train.global_batch % per) {
         tri_error("train.global_batch (%d) is not divisible by train.micro_batch (%d) x parallel.dp (%d) = %ld",
@@ -244,7 +250,8 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                         .beta2 = cfg->train.beta2,
                         .eps = cfg->train.eps,
                         .weight_decay = cfg->train.weight_decay,
-                        .grad_clip = cfg->train.grad_clip};
+                        .grad_clip = cfg->train.grad_clip,
+                        .offload = cfg->parallel.offload};
     for (int k = 0; k < t->gpt.n_chunks; k++) {
         tri_chunk *ch = &t->gpt.chunks[k];
         if (!cfg->parallel.zero) {

@@ -27,7 +27,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 
-#define N_CONFIG_FIELDS 76 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 78 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -229,7 +229,8 @@ Test(config, out_of_range_values) {
                  "in [0, 1000000]", "got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"timeout_s\": 2e6}}", "parallel.timeout_s",
                  "in [0, 1000000]", "got 2000000");
-    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": 2}}", "parallel.zero", "in [0, 1]", "got 2");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": 4}}", "parallel.zero", "in [0, 3]", "got 4");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"cp\": 0}}", "parallel.cp", ">= 1", "got 0");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"progress_timeout_s\": -1}}",
                  "parallel.progress_timeout_s", "in [0, 1000000]", "got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"log\": {\"straggler_every\": -1}}", "log.straggler_every",
@@ -260,6 +261,8 @@ Test(config, parallel_sizes_and_bucket_mb_have_sane_ranges) {
                       "at most 1048576");
     EXPECT_SETS_ERROR(OVS("parallel.tp=1024", "parallel.pp=1024", "parallel.dp=2"), "= 2097152 ranks",
                       "at most 1048576");
+    EXPECT_SETS_ERROR(OVS("parallel.cp=1024", "parallel.tp=1024", "parallel.dp=2"), "parallel.cp (1024)",
+                      "= 2097152 ranks", "at most 1048576");
     EXPECT_SETS_ERROR(OVS("parallel.pp=2", "parallel.vpp=17"), "parallel.vpp", "at most 16", "got 17");
     /* the default model has 4 layers: 2 x 4 chunks cannot each hold one */
     EXPECT_SETS_ERROR(OVS("parallel.pp=2", "parallel.vpp=4"), "parallel.pp (2) x parallel.vpp (4) = 8",
@@ -521,6 +524,7 @@ Test(config, override_errors) {
     EXPECT_SET_ERROR("train.spike_factor=1", "train.spike_factor");
     EXPECT_SET_ERROR("train.max_bad_steps=-1", "train.max_bad_steps");
     EXPECT_SET_ERROR("debug.inject_kind=boom", "debug.inject_kind", "nan-grad|inf-grad|nan-loss|spike");
+    EXPECT_SET_ERROR("parallel.offload=cpu", "parallel.offload", "none|optimizer");
     /* the error stops at the first bad override */
     expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}", OVS("train.lr=0.01", "model.n_layerz=3", "train.lr=oops"),
                     NEEDLES("model.n_layerz", "unknown key"));
@@ -568,6 +572,8 @@ static void check_defaults_except_data(const tri_config *c) {
     cr_expect(c->parallel.bucket_mb == 25.0);
     cr_expect(c->parallel.timeout_s == 600.0);
     cr_expect_eq(c->parallel.zero, 0);
+    cr_expect_eq(c->parallel.offload, TRI_OFFLOAD_NONE);
+    cr_expect_eq(c->parallel.cp, 1);
     cr_expect_str_eq(c->checkpoint.dir, "checkpoints");
     cr_expect_eq(c->checkpoint.every, 0);
     cr_expect_eq(c->checkpoint.keep, 0);
@@ -722,6 +728,8 @@ static void expect_same(const tri_config *a, const tri_config *b) {
     SAME_D(parallel.timeout_s);
     SAME_I(parallel.sequence_parallel);
     SAME_I(parallel.zero);
+    SAME_I(parallel.offload);
+    SAME_I(parallel.cp);
     SAME_S(checkpoint.dir);
     SAME_I(checkpoint.every);
     SAME_I(checkpoint.keep);
@@ -771,6 +779,8 @@ static void unusual_config(tri_config *c, uint64_t seed) {
     c->parallel.timeout_s = 0.0; /* no deadline */
     c->parallel.sequence_parallel = 1;
     c->parallel.zero = 1;
+    c->parallel.offload = TRI_OFFLOAD_OPTIMIZER;
+    c->parallel.cp = 3; /* 33 is no multiple of 2 x 3: the planner and the trainer refuse it, the loader keeps it */
     snprintf(c->checkpoint.dir, sizeof c->checkpoint.dir, "%s", "");
     c->checkpoint.every = 1000000;
     c->checkpoint.keep = 9;
