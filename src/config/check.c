@@ -68,7 +68,7 @@ static int check_arch(const tri_config *cfg, const char *file) {
  * by them: 2^31 micro-batches hung `trident plan`). */
 static int check_parallel_sizes(const tri_config *cfg, const char *file) {
     const tri_parallel_cfg *p = &cfg->parallel;
-    long long world = (long long)p->tp * p->pp * p->dp * p->cp, chunks = (long long)p->pp * p->vpp;
+    long long world = (long long)p->tp * p->cp * p->pp * p->dp, chunks = (long long)p->pp * p->vpp;
     if (world > TRI_CONFIG_MAX_WORLD) {
         report(file,
                "parallel.tp (%d) x parallel.cp (%d) x parallel.pp (%d) x parallel.dp (%d) = %lld ranks: at most %d "
@@ -123,6 +123,29 @@ static int check_sequence_parallel(const tri_config *cfg, const char *file) {
     return 0;
 }
 
+/* Context parallelism splits each sequence into 2 x cp chunks (each CP rank
+ * holds two, the causal load balance); under sequence parallelism too, a CP
+ * rank's seq_len / cp positions are sharded over the TP ranks. */
+static int check_context_parallel(const tri_config *cfg, const char *file) {
+    const int cp = cfg->parallel.cp, T = cfg->model.seq_len;
+    if (cp == 1) return 0;
+    if (T % (2 * cp) != 0) {
+        report(file,
+               "parallel.cp (%d): model.seq_len (%d) is not divisible by 2 x parallel.cp = %d (each sequence is "
+               "split into 2 x cp chunks, two per CP rank)",
+               cp, T, 2 * cp);
+        return -1;
+    }
+    if (cfg->parallel.sequence_parallel && (T / cp) % cfg->parallel.tp != 0) {
+        report(file,
+               "parallel.sequence_parallel with parallel.cp (%d): model.seq_len / cp = %d positions per CP rank are "
+               "not divisible by parallel.tp (%d)",
+               cp, T / cp, cfg->parallel.tp);
+        return -1;
+    }
+    return 0;
+}
+
 int tri_config_check_keys(const tri_config *cfg, const char *file) {
     if (check_arch(cfg, file) != 0) return -1;
     if (cfg->checkpoint.every > 0 && cfg->checkpoint.every_s > 0) {
@@ -134,5 +157,6 @@ int tri_config_check_keys(const tri_config *cfg, const char *file) {
     }
     if (check_parallel_sizes(cfg, file) != 0) return -1;
     if (check_sequence_parallel(cfg, file) != 0) return -1;
+    if (check_context_parallel(cfg, file) != 0) return -1;
     return 0;
 }

@@ -184,6 +184,10 @@ static const field fields[] = {
     NUM(parallel, tp, 1, 1, 0, POS, "tensor-parallel ranks"),
     NUM(parallel, pp, 1, 1, 0, POS, "pipeline-parallel stages"),
     NUM(parallel, dp, 1, 1, 0, POS, "data-parallel replicas"),
+    NUM(parallel, cp, 1, 1, 0, POS,
+        "context-parallel ranks: each micro-batch's sequence split into 2 x cp chunks, rank r of the CP group "
+        "holding chunks r and 2cp-1-r (Megatron's causal load balance); attention runs as a ring over the CP "
+        "group (seq_len divisible by 2 x cp; CPU backend)"),
     NUM(parallel, vpp, 1, 1, 0, POS, "virtual pipeline chunks per stage (> 1: the interleaved schedule)"),
     CHOICE(parallel, schedule, "1f1b", "1f1b|interleaved|gpipe|zb-h1", schedule_values, 15,
            "pipeline schedule: 1f1b (interleaved when vpp > 1), interleaved, gpipe (all forwards, then all "
@@ -202,9 +206,11 @@ static const field fields[] = {
         "seconds a rank waits for its peers in one collective or transfer before it names them and "
         "aborts the job (0: wait forever, e.g. under a debugger)"),
     NUM(parallel, zero, 0, 0, 3, R_LO | R_HI,
-        "ZeRO stage over DP: 1, distributed optimizer (gradients reduce-scattered, each DP rank keeps and updates "
-        "1/dp of the optimizer state, parameters all-gathered); 2, the gradients sharded too; 3, the parameters "
-        "too (all-gathered before each chunk's forward and backward); 0: off (docs/parallelism.md)"),
+        "ZeRO stage over DP (0: off). 1: distributed optimizer: gradients reduce-scattered over DP, each DP "
+        "rank keeps and updates 1/dp of the optimizer state, parameters all-gathered. 2: the gradients "
+        "sharded too (each rank keeps its 1/dp reduced shard; the full gradient buffer lives only within a "
+        "step). 3: the parameters too (each chunk all-gathered before its forward and its backward, released "
+        "after). docs/parallelism.md"),
 
     STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),
@@ -260,9 +266,6 @@ static const field fields[] = {
            "parameters back, overlapped shard by shard (ZeRO-Offload); the device then holds 8 fewer bytes per "
            "parameter of the optimizer's state in fp32, 12 in bf16/fp16. On the CPU backend only the accounting "
            "changes (docs/parallelism.md)"),
-    NUM(parallel, cp, 1, 1, 0, POS,
-        "context-parallel ranks: each micro-batch's sequence split over cp ranks (2 x cp chunks, rank r holding "
-        "chunks r and 2cp-1-r), attention as a ring of K/V blocks (model.seq_len divisible by 2 x cp)"),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 

@@ -69,6 +69,7 @@ typedef struct tri_data_cfg {
 
 typedef struct tri_parallel_cfg {
     int tp, pp, dp;
+    int cp;                /* context-parallel ranks (ring attention); world = tp*cp*pp*dp */
     int vpp;               /* virtual pipeline chunks per stage              */
     tri_sched_kind schedule; /* 1F1B | INTERLEAVED | GPIPE | ZBH1; 1F1B with vpp > 1
                                 runs interleaved (src/plan/stage_plan.h resolves it) */
@@ -77,12 +78,10 @@ typedef struct tri_parallel_cfg {
     double timeout_s;      /* deadline of every communication wait; 0: none  */
     int sequence_parallel; /* 1: LayerNorms, residuals and the embedding output run on
                               sequence shards (needs tp > 1 and seq_len % tp == 0) */
-    int zero;              /* ZeRO stage over DP: 1 optimizer state, 2 + gradients,
-                              3 + parameters sharded; 0 off                   */
+    int zero;              /* ZeRO stage over DP: 1 optimizer, 2 + gradients, 3 + parameters */
     double progress_timeout_s; /* a rank without progress while its peers wait is named
                                   after this; 0: no progress heartbeat       */
     tri_offload offload;   /* OPTIMIZER: master weights and moments in host memory */
-    int cp;                /* context-parallel ranks (the sequence split over them) */
 } tri_parallel_cfg;
 
 typedef struct tri_ckpt_cfg {

@@ -385,24 +385,20 @@ static int stage_mem(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind 
         /* parameters: padded under ZeRO as tri_gpt_pad pads them, over the
          * dp x cp ranks that share the state */
         size_t dz = (size_t)par->dp * (size_t)cp_of(par);
-        size_t unit_pad = par->zero ? dz * TRI_ZERO_ALIGN : 1, elems = 0, alloc = 0, unit = 0;
+        size_t unit_pad = par->zero ? dz * TRI_ZERO_ALIGN : 1, elems = 0, alloc = 0, most = 0;
         for (int k = 0; k < d.g.n_chunks; k++) {
-            size_t n = d.g.chunks[k].n_elems;
+            size_t n = d.g.chunks[k].n_elems, a = (n + unit_pad - 1) / unit_pad * unit_pad;
             elems += n;
-            alloc += (n + unit_pad - 1) / unit_pad * unit_pad;
-            /* ZeRO-3's gather unit: a layer, or an end's embedding or head */
-            size_t u[3] = {chunk_elems(&cfg->model, par->tp, 1, 0, 0),
-                           d.specs[k].has_embedding ? chunk_elems(&cfg->model, par->tp, 0, 1, 0) : 0,
-                           d.specs[k].has_head ? chunk_elems(&cfg->model, par->tp, 0, 0, 1) : 0};
-            for (int j = 0; j < 3; j++) unit = u[j] > unit ? u[j] : unit;
+            alloc += a;
+            most = a > most ? a : most; /* ZeRO-3 gathers a chunk at a time */
         }
         tri_shard_in si = {.elems = elems,
                            .alloc = alloc,
                            .P = P,
                            .zero = par->zero,
                            .d = (int)dz,
-                           .unit_elems = unit,
-                           .bucket_elems = (size_t)(par->bucket_mb * 1048576.0 / 4.0),
+                           .chunk_elems = most,
+                           .n_chunks = d.g.n_chunks,
                            .offload = par->offload == TRI_OFFLOAD_OPTIMIZER,
                            .staging = gpu != NULL};
         tri_shard_mem sm;
@@ -542,11 +538,12 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
     L.tp_b = 2 * ar;
     L.fl_f = 2.0 * M * (QKV * C + C * Cl + FC * C + C * Fl) + att_fl;
     /* the ring's K/V blocks, overlapped with the attention blocks: what
-     * exceeds the local attention is exposed (forward; backward twice the
-     * bytes against the backward's attention) */
+     * exceeds the local attention is exposed (forward; backward, the blocks
+     * and their gradients, against the backward's attention) */
     if (cp > 1) {
-        double kv = tri_shard_cp_ring_bytes((int)cp, B, T, kv_width(m, c->tp), A);
-        double fr = kv / c->cp_bw + (cp - 1) * c->lat, br = 2.0 * kv / c->cp_bw + (cp - 1) * c->lat;
+        double w = kv_width(m, c->tp);
+        double fr = tri_shard_cp_ring_bytes((int)cp, B, T, w, A, 0) / c->cp_bw + (cp - 1) * c->lat;
+        double br = tri_shard_cp_ring_bytes((int)cp, B, T, w, A, 1) / c->cp_bw + (cp - 1) * c->lat;
         L.cp_f = fr > att_f ? fr - att_f : 0.0;
         L.cp_b = br > att_b ? br - att_b : 0.0;
         if (policy == TRI_RECOMPUTE_FULL) L.cp_b += L.cp_f;
@@ -702,26 +699,26 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
     int over = gpu->share > 0 && gpu->share < 1, d = par->dp * cp_of(par);
     if (d > 1) {
         /* the gradients' reduction and the parameters' gathering over the
-         * dp x cp ranks (src/plan/shard.h): zero 0 and 1 reduce under the
-         * last micro-batch's backward and gather after the step; zero 2
-         * reduces each micro-batch's under its backward; zero 3 also
-         * gathers before each forward (prefetched under it) and backward */
+         * dp x cp ranks (src/plan/shard.h): every stage reduces under the
+         * last micro-batch's backward; zero 1 and 2 gather after the step,
+         * zero 3 before each chunk's forward and backward instead */
         double bw = bw_for(gpu, par->tp * d) * gpu->link_eff;
         /* oversubscribed CPU ranks: the copies of shared-memory MPI are work
          * on the shared cores, and no core is idle to overlap them */
         if (over) bw *= gpu->share;
         double rs, ag, lat = (par->zero ? 1.0 : 2.0) * (d - 1) * c.lat;
-        tri_shard_dp_bytes(par->zero, d, par->zero >= 2 ? m : 1, P, opt_elems, &rs, &ag);
-        double fw = over ? 0.0 : F, bw_win = over ? 0.0 : Bk;
-        if (par->zero <= 1) {
-            double red = rs / bw + lat;
-            out->dp_s = (red > bw_win ? red - bw_win : 0.0) + (ag > 0 ? ag / bw + lat : 0.0);
-        } else if (par->zero == 2) {
-            double red = rs / m / bw + lat;
-            out->dp_s = m * (red > bw_win ? red - bw_win : 0.0) + ag / bw + lat;
-        } else {
-            double g1 = ag / (2.0 * m) / bw + lat, red = rs / m / bw + lat;
-            out->dp_s = m * ((g1 > fw ? g1 - fw : 0.0) + (g1 + red > bw_win ? g1 + red - bw_win : 0.0));
+        tri_shard_dp_bytes(par->zero, d, m, P, opt_elems, &rs, &ag);
+        double red = rs / bw + lat, bw_win = over ? 0.0 : Bk;
+        out->dp_s = red > bw_win ? red - bw_win : 0.0;
+        if (par->zero == 3) {
+            /* a chunk's gather before each forward and backward: with more
+             * chunks than one the next chunk's is started under this one's
+             * compute (F / vpp, Bk / vpp), with one it is waited for */
+            double g1 = ag / (2.0 * m * par->vpp) / bw + lat;
+            double fw = over || par->vpp < 2 ? 0.0 : F / par->vpp, bwk = over || par->vpp < 2 ? 0.0 : Bk / par->vpp;
+            out->dp_s += m * par->vpp * ((g1 > fw ? g1 - fw : 0.0) + (g1 > bwk ? g1 - bwk : 0.0));
+        } else if (ag > 0) {
+            out->dp_s += ag / bw + lat;
         }
     }
     if (over && gpu->sync_s > 0) {
@@ -733,7 +730,7 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
         double per_layer = policy == TRI_RECOMPUTE_FULL ? 6.0 : 4.0;
         double n_tp = par->tp > 1 ? m * (busy_layers * per_layer + 2.0) + 1.0 : 0.0;
         double n_pp = par->pp > 1 ? 2.0 * m * par->vpp + 2.0 : 0.0;
-        double n_dp = d > 1 ? 2.0 + 2.0 * (par->zero > 1 ? 1 : par->zero) * (par->zero > 1 ? m : 1) : 0.0;
+        double n_dp = d > 1 ? 2.0 + (par->zero ? 2.0 : 0.0) + (par->zero == 3 ? 2.0 * m * par->vpp : 0.0) : 0.0;
         out->tp_s += n_tp * gpu->sync_s;
         out->pp_s += n_pp * gpu->sync_s;
         out->dp_s += (n_dp + (world > 1 ? 1.0 : 0.0)) * gpu->sync_s;

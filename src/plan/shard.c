@@ -9,11 +9,10 @@ void tri_shard_mem_of(const tri_shard_in *in, tri_shard_mem *out) {
     const size_t S = in->zero ? in->alloc / d : in->elems, all = in->zero ? in->alloc : in->elems;
     out->params = all * P;
     out->grads = all * 4;
-    if (in->zero == 2) out->grads = 4 * (S + min_size(2 * in->bucket_elems, all));
+    if (in->zero >= 2) out->grads = 4 * (S + all);
     if (in->zero == 3) {
-        size_t w = min_size(2 * in->unit_elems, all);
+        size_t w = min_size((size_t)(in->n_chunks > 1 ? 2 : 1) * in->chunk_elems, all);
         out->params = P * (S + w);
-        out->grads = 4 * (S + w);
     }
     out->optim = K * S;
     out->host = 0;
@@ -29,15 +28,9 @@ double tri_shard_dp_bytes(int zero, int d, int m, int P, double N, double *rs, d
         const double f = (double)(d - 1) / d, G = 4.0 * N, W = (double)P * N;
         if (zero == 0) {
             r = 2 * f * G;
-        } else if (zero == 1) {
-            r = f * G;
-            a = f * W;
-        } else if (zero == 2) {
-            r = m * f * G;
-            a = f * W;
         } else {
-            r = m * f * G;
-            a = 2.0 * m * f * W;
+            r = f * G;
+            a = (zero == 3 ? 2.0 * m : 1.0) * f * W;
         }
     }
     if (rs) *rs = r;
@@ -45,9 +38,9 @@ double tri_shard_dp_bytes(int zero, int d, int m, int P, double N, double *rs, d
     return r + a;
 }
 
-double tri_shard_cp_ring_bytes(int cp, double B, double T, double kv_width, double A) {
+double tri_shard_cp_ring_bytes(int cp, double B, double T, double kv_width, double A, int backward) {
     if (cp <= 1) return 0;
-    return (cp - 1) * 2.0 * B * (T / cp) * kv_width * A;
+    return (cp - 1) * 2.0 * B * (T / cp) * kv_width * (backward ? A + 4.0 : A);
 }
 
 double tri_shard_pcie_bytes(double S, int P) { return S * (4.0 + P + (P == 4 ? 4.0 : 0.0)); }

@@ -263,6 +263,7 @@ Test(config, parallel_sizes_and_bucket_mb_have_sane_ranges) {
                       "at most 1048576");
     EXPECT_SETS_ERROR(OVS("parallel.cp=1024", "parallel.tp=1024", "parallel.dp=2"), "parallel.cp (1024)",
                       "= 2097152 ranks", "at most 1048576");
+    EXPECT_SETS_ERROR(OVS("parallel.cp=3"), "parallel.cp (3)", "model.seq_len (128)", "2 x parallel.cp = 6");
     EXPECT_SETS_ERROR(OVS("parallel.pp=2", "parallel.vpp=17"), "parallel.vpp", "at most 16", "got 17");
     /* the default model has 4 layers: 2 x 4 chunks cannot each hold one */
     EXPECT_SETS_ERROR(OVS("parallel.pp=2", "parallel.vpp=4"), "parallel.pp (2) x parallel.vpp (4) = 8",
@@ -780,7 +781,7 @@ static void unusual_config(tri_config *c, uint64_t seed) {
     c->parallel.sequence_parallel = 1;
     c->parallel.zero = 1;
     c->parallel.offload = TRI_OFFLOAD_OPTIMIZER;
-    c->parallel.cp = 3; /* 33 is no multiple of 2 x 3: the planner and the trainer refuse it, the loader keeps it */
+    /* parallel.cp stays 1: seq_len 33 is a multiple of no 2 x cp > 1 */
     snprintf(c->checkpoint.dir, sizeof c->checkpoint.dir, "%s", "");
     c->checkpoint.every = 1000000;
     c->checkpoint.keep = 9;
