@@ -71,6 +71,13 @@ static void print_row(const tri_plan_row *r, double limit, int world, const tri_
            t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s, t->bubble, t->m);
     printf("  speed     %.0f tokens/s, %.1f TFLOP/s per device (model FLOPs), MFU %.1f%%\n", t->tokens_per_s,
            t->tflops_per_gpu, 100.0 * row_mfu(r, meter));
+    if (t->dp_bytes > 0 || t->cp_bytes > 0 || t->pcie_bytes > 0) {
+        human(a, t->dp_bytes);
+        human(b, t->cp_bytes);
+        human(d, t->pcie_bytes);
+        printf("  wire      per rank and step: DP %s (gradients, ZeRO's gathers), CP ring %s, PCIe %s (offload)\n", a,
+               b, d);
+    }
 }
 
 static void print_json(const tri_plan_row *r, const tri_sgemm_meter *meter) {
@@ -84,7 +91,8 @@ static void print_json(const tri_plan_row *r, const tri_sgemm_meter *meter) {
            "%zu, \"workspace\": %zu, \"host\": %zu}, \"mem_total\": %zu, \"mem_stage\": %d, \"step_s\": %.6g, "
            "\"compute_s\": %.6g, "
            "\"tp_s\": %.6g, \"dp_s\": %.6g, \"pp_s\": %.6g, \"bubble_s\": %.6g, \"bubble\": %.6g, \"tokens_per_s\": "
-           "%.6g, \"tflops_per_gpu\": %.6g, \"hw_tflops_per_gpu\": %.6g, \"mfu\": %.6g}\n",
+           "%.6g, \"tflops_per_gpu\": %.6g, \"hw_tflops_per_gpu\": %.6g, \"mfu\": %.6g, \"dp_bytes\": %.6g, "
+           "\"cp_bytes\": %.6g, \"pcie_bytes\": %.6g}\n",
            c->parallel.tp, c->parallel.cp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
            tri_recompute_name(c->train.recompute), c->parallel.zero, offload_name(c->parallel.offload),
            c->parallel.sequence_parallel, tri_sched_name(c->parallel.schedule), tri_precision_name(c->train.precision),
@@ -92,7 +100,7 @@ static void print_json(const tri_plan_row *r, const tri_sgemm_meter *meter) {
            m->workspace, m->host, m->total, m->stage, t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s,
            t->bubble, t->tokens_per_s, t->tflops_per_gpu,
            t->hw_flops / t->step_s / ((double)c->parallel.tp * c->parallel.cp * c->parallel.pp * c->parallel.dp) / 1e12,
-           row_mfu(r, meter));
+           row_mfu(r, meter), t->dp_bytes, t->cp_bytes, t->pcie_bytes);
 }
 
 /* ------------------------------------------------------------------------ */

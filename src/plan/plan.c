@@ -643,9 +643,17 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
         double host = state * (2.0 * 4.0 + 4.0 + 16.0 + master + (P == 2 ? 4.0 + P : 0.0)) / gpu->host_bw;
         double slow = down > host ? down : host;
         opt_s = (slow > up ? slow : up) + opt_elems * 4.0 / gpu->mem_bw;
+        out->pcie_bytes = tri_shard_pcie_bytes(state, P);
     }
 
     out->m = m;
+    if (cp_of(par) > 1) {
+        /* the ring of the busiest stage's layers: forward, backward, and
+         * under full recompute the forward again */
+        double w = kv_width(md, par->tp), cpn = cp_of(par);
+        double fwd = tri_shard_cp_ring_bytes((int)cpn, B, T, w, P, 0), bwd = tri_shard_cp_ring_bytes((int)cpn, B, T, w, P, 1);
+        out->cp_bytes = (double)m * busy_layers * (fwd + bwd + (policy == TRI_RECOMPUTE_FULL ? fwd : 0.0));
+    }
     out->compute_s = m * (F + Bk) + opt_s;
     out->tp_s = m * TPs;
     if (md->arch == TRI_ARCH_LLAMA && par->tp > tri_model_n_kv_head(md)) {
@@ -707,7 +715,7 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
          * on the shared cores, and no core is idle to overlap them */
         if (over) bw *= gpu->share;
         double rs, ag, lat = (par->zero ? 1.0 : 2.0) * (d - 1) * c.lat;
-        tri_shard_dp_bytes(par->zero, d, m, P, opt_elems, &rs, &ag);
+        out->dp_bytes = tri_shard_dp_bytes(par->zero, d, m, P, opt_elems, &rs, &ag);
         double red = rs / bw + lat, bw_win = over ? 0.0 : Bk;
         out->dp_s = red > bw_win ? red - bw_win : 0.0;
         if (par->zero == 3) {

@@ -81,6 +81,10 @@ typedef struct tri_plan_time {
     double model_flops; /* per step: tri_gpt_flops_per_token x tokens (no recompute) */
     double hw_flops;    /* per step, with what recompute adds                  */
     double tflops_per_gpu, mfu;
+    /* bytes one rank sends per step (src/plan/shard.h): the DP (x CP)
+     * gradient reduction and ZeRO's parameter gathers, the CP ring of the
+     * busiest stage, and an offloaded optimizer's PCIe copies (a GPU) */
+    double dp_bytes, cp_bytes, pcie_bytes;
 } tri_plan_time;
 
 /* Elements of the parameters of the given stage's chunks on one TP rank,

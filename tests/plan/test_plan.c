@@ -697,6 +697,15 @@ Test(plan, zero_stages_bytes_per_parameter_follow_the_closed_forms) {
             cr_expect(fabs(got - want[z]) <= 1e-3 * want[z], "dp %d zero %d: %.5f bytes/param, want %.5f", ds[i], z,
                       got, want[z]);
             cr_expect_eq(m.host, 0);
+            /* the wire: ring passes of (d-1)/d, an all-reduce two; zero 3
+             * gathers before each of the m = 512/d micro-batches' forward and
+             * backward */
+            tri_plan_time t;
+            cr_assert(tri_plan_time_step(&pl, &c, k, &t) == 0);
+            double f = (d - 1) / d, mb = 512 / d;
+            double wire[4] = {2 * f * 4 * n, f * (4 + 2) * n, f * (4 + 2) * n, f * (4 + 2 * mb * 2) * n};
+            cr_expect(fabs(t.dp_bytes - wire[z]) <= 1e-9 * wire[z], "dp %d zero %d: %.6g bytes sent, want %.6g", ds[i],
+                      z, t.dp_bytes, wire[z]);
         }
     tri_planner_free(&pl);
 }
@@ -733,6 +742,10 @@ Test(plan, offload_moves_the_optimizers_bytes_to_the_host) {
                     c.parallel.offload = TRI_OFFLOAD_OPTIMIZER;
                     cr_assert(tri_plan_time_step(&pl, &c, k, &tb) == 0);
                     cr_expect_gt(tb.step_s, ta.step_s);
+                    /* PCIe: 4 bytes of gradient down, the parameter up, fp32 ones down too */
+                    double pcie = (double)S * (4 + (double)P + (P == 4 ? 4 : 0));
+                    cr_expect(ta.pcie_bytes == 0 && fabs(tb.pcie_bytes - pcie) <= 1e-9 * pcie, "PCIe %.6g, want %.6g",
+                              tb.pcie_bytes, pcie);
                 }
             }
     tri_planner_free(&pl);
@@ -765,6 +778,12 @@ Test(plan, cp_divides_saved_activations_and_hides_its_ring_under_long_attention)
                      m.saved_act_alloc, cp, one.saved_act_alloc);
         cr_expect(t.compute_s < t1.compute_s / cp * 1.05, "cp %d: compute %g vs %g", cp, t.compute_s, t1.compute_s);
         cr_expect_eq(t.tp_s, 0.0, "cp %d: the ring is not hidden at T = 32768: %g s", cp, t.tp_s);
+        /* the ring's bytes: 4 layers x 8 micro-batches x (cp - 1) passes of
+         * K and V blocks of 32768/cp tokens x 1024 values, bf16 forward, bf16
+         * and their fp32 gradients backward */
+        double blk = 32768.0 / cp * 1024, ring = 4.0 * 8 * (cp - 1) * 2 * blk * (2 + (2 + 4));
+        cr_expect(fabs(t.cp_bytes - ring) <= 1e-9 * ring, "cp %d: ring %.6g bytes, want %.6g", cp, t.cp_bytes, ring);
+        cr_expect_eq(t1.cp_bytes, 0.0);
     }
     c.model.seq_len = 256; /* attention too short to hide the ring */
     c.parallel.cp = 4;
