@@ -651,7 +651,8 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
         /* the ring of the busiest stage's layers: forward, backward, and
          * under full recompute the forward again */
         double w = kv_width(md, par->tp), cpn = cp_of(par);
-        double fwd = tri_shard_cp_ring_bytes((int)cpn, B, T, w, P, 0), bwd = tri_shard_cp_ring_bytes((int)cpn, B, T, w, P, 1);
+        double fwd = tri_shard_cp_ring_bytes((int)cpn, B, T, w, P, 0),
+               bwd = tri_shard_cp_ring_bytes((int)cpn, B, T, w, P, 1);
         out->cp_bytes = (double)m * busy_layers * (fwd + bwd + (policy == TRI_RECOMPUTE_FULL ? fwd : 0.0));
     }
     out->compute_s = m * (F + Bk) + opt_s;

@@ -102,3 +102,24 @@ Test(optim, offload_moves_the_state_to_host_memory) {
         free(on.params);
     }
 }
+
+/* Through the distributed optimizer (ZeRO-1 over a group of one, a dozen
+ * buckets): offloaded or not, the same bits as the plain optimizer, and the
+ * shard hook once per bucket and step either way. */
+Test(optim, offload_under_zero_keeps_the_numbers_and_the_shard_hooks) {
+    tri_ctx c;
+    tt_tiny_run on, off, plain;
+    cr_assert_eq(tri_ctx_init(&c, "cpu", 0), 0);
+    tt_tiny_steps_zero(&c, TRI_BF16, 4, 1, 0.01, &on);
+    tri_ctx_free(&c);
+    cr_assert_eq(tri_ctx_init(&c, "cpu", 0), 0);
+    tt_tiny_steps_zero(&c, TRI_BF16, 4, 0, 0.01, &off);
+    tri_ctx_free(&c);
+    tiny("cpu", TRI_BF16, 0, 4, &plain);
+    expect_same_bits(&on, &off, 4, "ZeRO offloaded vs not");
+    expect_same_bits(&on, &plain, 4, "ZeRO offloaded vs the plain optimizer");
+    cr_expect(on.shards_done == off.shards_done && on.shards_done >= 4 * 3, "shard hooks %d vs %d", on.shards_done,
+              off.shards_done);
+    cr_expect(on.mem.peak[TRI_MEM_OPTIM] == 0 && on.mem.host_peak[TRI_MEM_OPTIM] == off.mem.peak[TRI_MEM_OPTIM]);
+    free(on.params), free(off.params), free(plain.params);
+}
