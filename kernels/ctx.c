@@ -97,6 +97,51 @@ void tri_ctx_release(tri_ctx *c, void *p, size_t bytes, tri_mem_kind kind) {
     c->ops->free(c, p, bytes);
 }
 
+void *tri_ctx_host_alloc(tri_ctx *c, size_t bytes, tri_mem_kind kind, const char *what) {
+    TRI_CHECK(kind >= 0 && kind < TRI_MEM_KINDS);
+    void *p = c->ops->host_alloc ? c->ops->host_alloc(c, bytes) : c->ops->alloc(c, bytes);
+    if (!p) {
+        char h[32];
+        tri_error("out of memory: %s needs %s (%zu bytes) of host memory (%s)", what,
+                  tri_size_human(h, sizeof h, (double)bytes), bytes, c->ops->host_alloc ? "page-locked" : c->ops->name);
+        return NULL;
+    }
+    c->mem.host_bytes[kind] += bytes;
+    if (c->mem.host_bytes[kind] > c->mem.host_peak[kind]) c->mem.host_peak[kind] = c->mem.host_bytes[kind];
+    return p;
+}
+
+void tri_ctx_host_release(tri_ctx *c, void *p, size_t bytes, tri_mem_kind kind) {
+    if (!p) return;
+    TRI_CHECK(kind >= 0 && kind < TRI_MEM_KINDS && c->mem.host_bytes[kind] >= bytes);
+    c->mem.host_bytes[kind] -= bytes;
+    if (c->ops->host_free)
+        c->ops->host_free(c, p, bytes);
+    else
+        c->ops->free(c, p, bytes);
+}
+
+int tri_ctx_host_apart(const tri_ctx *c) { return c->ops->host_alloc != NULL; }
+
+void tri_ctx_copy_start(tri_ctx *c, int slot, void *dst, const void *src, size_t bytes, int to_host) {
+    TRI_CHECK(slot >= 0);
+    if (c->ops->copy_start) {
+        c->ops->copy_start(c, slot, dst, src, bytes, to_host);
+    } else if (to_host) {
+        c->ops->to_host(c, dst, src, bytes);
+    } else {
+        c->ops->to_device(c, dst, src, bytes);
+    }
+}
+
+void tri_ctx_copy_wait(tri_ctx *c, int slot) {
+    if (c->ops->copy_wait) c->ops->copy_wait(c, slot);
+}
+
+void tri_ctx_copy_join(tri_ctx *c) {
+    if (c->ops->copy_join) c->ops->copy_join(c);
+}
+
 void tri_ctx_saved_use(tri_ctx *c, size_t bytes, int acquire) {
     if (acquire) {
         c->mem.saved_in_use += bytes;
@@ -144,12 +189,25 @@ double tri_ctx_sumsq_multi(tri_ctx *c, const float *const *xs, const size_t *ns,
     return sum;
 }
 
+/* Host-side bytes at their peaks other than the optimizer's (staging). */
+static size_t host_other(const tri_mem_stats *m) {
+    size_t s = 0;
+    for (int k = 0; k < TRI_MEM_KINDS; k++)
+        if (k != TRI_MEM_OPTIM) s += m->host_peak[k];
+    return s;
+}
+
 void tri_mem_json(const tri_mem_stats *m, char *buf, size_t n) {
-    snprintf(buf, n,
-             "{\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"saved_act_peak\": %zu, \"saved_act_alloc\": %zu, "
-             "\"workspace\": %zu}",
-             m->peak[TRI_MEM_PARAMS], m->peak[TRI_MEM_GRADS], m->peak[TRI_MEM_OPTIM], m->saved_in_use_peak,
-             m->peak[TRI_MEM_SAVED], m->peak[TRI_MEM_WORKSPACE]);
+    int len = snprintf(buf, n,
+                       "{\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"saved_act_peak\": %zu, "
+                       "\"saved_act_alloc\": %zu, \"workspace\": %zu",
+                       m->peak[TRI_MEM_PARAMS], m->peak[TRI_MEM_GRADS], m->peak[TRI_MEM_OPTIM], m->saved_in_use_peak,
+                       m->peak[TRI_MEM_SAVED], m->peak[TRI_MEM_WORKSPACE]);
+    if (len < 0 || (size_t)len >= n) return;
+    if (m->host_peak[TRI_MEM_OPTIM] || host_other(m))
+        len += snprintf(buf + len, n - (size_t)len, ", \"host_optim\": %zu, \"host_other\": %zu",
+                        m->host_peak[TRI_MEM_OPTIM], host_other(m));
+    if (len >= 0 && (size_t)len < n) snprintf(buf + len, n - (size_t)len, "}");
 }
 
 void tri_mem_line(const tri_mem_stats *m, char *buf, size_t n) {
@@ -160,4 +218,9 @@ void tri_mem_line(const tri_mem_stats *m, char *buf, size_t n) {
              tri_size_human(c, sizeof c, (double)m->peak[TRI_MEM_OPTIM]),
              tri_size_human(d, sizeof d, (double)m->peak[TRI_MEM_SAVED]),
              tri_size_human(e, sizeof e, (double)m->peak[TRI_MEM_WORKSPACE]));
+    size_t len = strlen(buf);
+    if ((m->host_peak[TRI_MEM_OPTIM] || host_other(m)) && len < n)
+        snprintf(buf + len, n - len, "; host: optimizer %s, staging %s",
+                 tri_size_human(a, sizeof a, (double)m->host_peak[TRI_MEM_OPTIM]),
+                 tri_size_human(b, sizeof b, (double)host_other(m)));
 }

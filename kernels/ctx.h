@@ -42,6 +42,9 @@ typedef struct tri_mem_stats {
     /* Saved-activation slots in use (acquired from a slot pool), now and at
      * most: the pools are allocated up front, this is what the schedule used. */
     size_t saved_in_use, saved_in_use_peak;
+    /* Host-side memory (tri_ctx_host_alloc) by kind, now and at most: the
+     * offloaded optimizer's state and its staging buffers. Not in bytes[]. */
+    size_t host_bytes[TRI_MEM_KINDS], host_peak[TRI_MEM_KINDS];
 } tri_mem_stats;
 
 typedef struct tri_ctx {
@@ -101,6 +104,36 @@ void *tri_ctx_alloc(tri_ctx *c, size_t bytes, tri_mem_kind kind, const char *wha
 /* NULL-safe; bytes and kind as given to tri_ctx_alloc. */
 void tri_ctx_release(tri_ctx *c, void *p, size_t bytes, tri_mem_kind kind);
 
+/* Host-side memory of `bytes` (zero-filled), counted under `kind` in
+ * mem.host_bytes, apart from backend memory: what a run keeps in host memory
+ * on purpose (parallel.offload = optimizer). On a backend with host_alloc (a
+ * GPU) it is page-locked host memory, which host code reads and writes and
+ * tri_ctx_copy_start moves; on one without (the CPU backends, whose memory
+ * is the host's) it is backend memory from alloc, which the ops take as any
+ * other and host code must not touch, only counted as host memory. NULL
+ * after a message naming `what`. */
+void *tri_ctx_host_alloc(tri_ctx *c, size_t bytes, tri_mem_kind kind, const char *what);
+/* NULL-safe; bytes and kind as given to tri_ctx_host_alloc. */
+void tri_ctx_host_release(tri_ctx *c, void *p, size_t bytes, tri_mem_kind kind);
+/* 1 when tri_ctx_host_alloc's memory is host memory apart from the
+ * backend's (the backend has host_alloc): the host computes on it, and it
+ * crosses to backend memory only by copies; 0 on the CPU backends. */
+int tri_ctx_host_apart(const tri_ctx *c);
+
+/* Copies between backend memory and host_alloc'd host memory beside the
+ * compute (the offloaded optimizer's schedule). tri_ctx_copy_start queues
+ * one (to_host: src backend, dst host; else the reverse) behind every op
+ * queued so far, on the backend's copy stream, and names it `slot` (>= 0;
+ * a slot is reused once waited for); the host memory must stay untouched
+ * until tri_ctx_copy_wait(slot) returns (the host waits for that copy).
+ * tri_ctx_copy_join makes the ops queued after it wait (the host does not)
+ * for every copy started so far. On a backend without a copy stream (the
+ * CPU) the copy is made at once, synchronously, and wait and join do
+ * nothing. */
+void tri_ctx_copy_start(tri_ctx *c, int slot, void *dst, const void *src, size_t bytes, int to_host);
+void tri_ctx_copy_wait(tri_ctx *c, int slot);
+void tri_ctx_copy_join(tri_ctx *c);
+
 /* Saved-slot bookkeeping (see model/runtime.h): `bytes` of saved activations
  * start (+) or stop (-) being in use. */
 void tri_ctx_saved_use(tri_ctx *c, size_t bytes, int acquire);
@@ -128,9 +161,12 @@ double tri_ctx_sumsq_multi(tri_ctx *c, const float *const *xs, const size_t *ns,
 
 /* The accounting as JSON: {"params": B, "grads": B, "optim": B,
  * "saved_act_peak": B (slots in use at most), "saved_act_alloc": B (slots
- * allocated), "workspace": B}, bytes of this rank. */
+ * allocated), "workspace": B}, bytes of this rank; with host-side memory
+ * (tri_ctx_host_alloc) also "host_optim": B and "host_other": B (the rest of
+ * it: staging buffers), which the keys before do not count. */
 void tri_mem_json(const tri_mem_stats *m, char *buf, size_t n);
-/* The same for people: "params 1.2 MiB, grads ..., workspace ...". */
+/* The same for people: "params 1.2 MiB, grads ..., workspace ..."; then
+ * "; host: optimizer ..., staging ..." when there is host-side memory. */
 void tri_mem_line(const tri_mem_stats *m, char *buf, size_t n);
 
 #endif

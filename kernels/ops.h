@@ -80,6 +80,22 @@ typedef struct tri_ops {
      * cannot tell (only "cpu-guard" can: the check of device-only groups,
      * parallel/comm.h) */
     int (*owns)(tri_ctx *c, const void *p, size_t bytes);
+    /* Host memory beside the backend's and copies beside the compute, for
+     * the offloaded optimizer (kernels/ctx.h, tri_ctx_host_alloc and
+     * tri_ctx_copy_*). All five NULL on a backend whose memory is host
+     * memory (the CPU backends).
+     * host_alloc: page-locked host memory, zero-filled; NULL on failure.
+     * host_free: NULL-safe.
+     * copy_start: a copy between backend memory and host_alloc'd memory
+     *   (to_host: src is the backend's) on the backend's copy stream, after
+     *   every op queued so far on the compute stream; slot (>= 0) names it.
+     * copy_wait: the host waits for the copy named slot.
+     * copy_join: ops queued after it wait for every copy started so far. */
+    void *(*host_alloc)(tri_ctx *c, size_t bytes);
+    void (*host_free)(tri_ctx *c, void *p, size_t bytes);
+    void (*copy_start)(tri_ctx *c, int slot, void *dst, const void *src, size_t bytes, int to_host);
+    void (*copy_wait)(tri_ctx *c, int slot);
+    void (*copy_join)(tri_ctx *c);
 
     /* dst (n) of dst_t = src (n) of src_t, each of F32, BF16 or F16:
      * exact when widening or keeping the type, round to nearest even when

@@ -7,10 +7,69 @@
 
 #include "base/err.h"
 
+/* One stretch of chunk k the host step moves and updates as a whole:
+ * elements [lo, hi) of the chunk, at state index s0 of m[k] (a ZeRO
+ * bucket's shard b, or the whole chunk with b -1). */
+typedef struct tri_optim_unit {
+    int k, b;
+    size_t lo, hi, s0;
+} unit;
+
+/* The state's memory: backend memory, or host-side under offload. */
+static void *state_alloc(tri_optim *o, const tri_gpt *g, size_t bytes, const char *what) {
+    return o->offload ? tri_ctx_host_alloc(g->ctx, bytes, TRI_MEM_OPTIM, what)
+                      : tri_ctx_alloc(g->ctx, bytes, TRI_MEM_OPTIM, what);
+}
+static void state_release(tri_optim *o, const tri_gpt *g, void *p, size_t bytes) {
+    if (o->offload)
+        tri_ctx_host_release(g->ctx, p, bytes, TRI_MEM_OPTIM);
+    else
+        tri_ctx_release(g->ctx, p, bytes, TRI_MEM_OPTIM);
+}
+
+/* The host step's units, staging buffers and host context. */
+static int host_step_init(tri_optim *o, const tri_gpt *g) {
+    int n = 0;
+    for (int k = 0; k < g->n_chunks; k++) n += o->sync ? o->sync[k].n_buckets : 1;
+    o->units = calloc((size_t)n + 1, sizeof *o->units);
+    o->hgrad = calloc((size_t)g->n_chunks + 1, sizeof *o->hgrad);
+    o->hparam = calloc((size_t)g->n_chunks + 1, sizeof *o->hparam);
+    o->host = calloc(1, sizeof *o->host);
+    if (!o->units || !o->hgrad || !o->hparam || !o->host) return tri_error("out of memory (optimizer tables)");
+    if (tri_ctx_init_ops(o->host, tri_ops_cpu(), 0) != 0) {
+        free(o->host);
+        o->host = NULL;
+        return -1;
+    }
+    for (int k = 0; k < g->n_chunks; k++) {
+        const tri_chunk *ch = &g->chunks[k];
+        if (!o->sync) {
+            o->units[o->n_units++] = (unit){k, -1, 0, ch->n_elems, 0};
+        } else {
+            size_t s0 = 0;
+            for (int b = 0; b < o->sync[k].n_buckets; b++) {
+                size_t lo, hi;
+                tri_grad_sync_shard(&o->sync[k], b, &lo, &hi);
+                o->units[o->n_units++] = (unit){k, b, lo, hi, s0};
+                s0 += hi - lo;
+            }
+        }
+        size_t n_st = o->n_state[k];
+        o->hgrad[k] = tri_ctx_host_alloc(g->ctx, n_st * sizeof(float), TRI_MEM_GRADS, "offload staging (gradients)");
+        o->hparam[k] = o->hgrad[k] ? tri_ctx_host_alloc(g->ctx, n_st * tri_dtype_size(ch->param_dtype), TRI_MEM_PARAMS,
+                                                        "offload staging (parameters)")
+                                   : NULL;
+        if (!o->hparam[k]) return -1;
+    }
+    return 0;
+}
+
 static int init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg, const tri_grad_sync *sync) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
     o->sync = sync;
+    o->offload = cfg->offload == TRI_OFFLOAD_OPTIMIZER;
+    o->host_step = o->offload && tri_ctx_host_apart(g->ctx);
     o->m = calloc((size_t)g->n_chunks + 1, sizeof *o->m);
     o->v = calloc((size_t)g->n_chunks + 1, sizeof *o->v);
     o->n_state = calloc((size_t)g->n_chunks + 1, sizeof *o->n_state);
@@ -39,26 +98,50 @@ static int init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg, const 
         }
         o->n_state[k] = n;
         size_t bytes = n * sizeof(float);
-        o->m[k] = tri_ctx_alloc(g->ctx, bytes, TRI_MEM_OPTIM, "optimizer state (exp_avg)");
-        o->v[k] = o->m[k] ? tri_ctx_alloc(g->ctx, bytes, TRI_MEM_OPTIM, "optimizer state (exp_avg_sq)") : NULL;
+        o->m[k] = state_alloc(o, g, bytes, "optimizer state (exp_avg)");
+        o->v[k] = o->m[k] ? state_alloc(o, g, bytes, "optimizer state (exp_avg_sq)") : NULL;
         if (!o->v[k]) {
             tri_optim_free(o, g);
             return -1;
         }
         /* 16-bit parameters: the fp32 master weights of the same elements */
         if (g->chunks[k].param_dtype != TRI_F32) {
-            o->master[k] = tri_ctx_alloc(g->ctx, bytes, TRI_MEM_OPTIM, "optimizer state (fp32 master weights)");
+            o->master[k] = state_alloc(o, g, bytes, "optimizer state (fp32 master weights)");
             if (!o->master[k]) {
                 tri_optim_free(o, g);
                 return -1;
             }
         }
     }
+    if (o->host_step && host_step_init(o, g) != 0) {
+        tri_optim_free(o, g);
+        return -1;
+    }
     return 0;
+}
+
+/* Under host_step: each unit's 16-bit parameters to the host, widened into
+ * the masters there. */
+static void master_from_params_host(tri_optim *o, const tri_gpt *g) {
+    tri_ctx *c = g->ctx;
+    for (int i = 0; i < o->n_units; i++) {
+        const unit *u = &o->units[i];
+        const tri_chunk *ch = &g->chunks[u->k];
+        if (!o->master[u->k]) continue;
+        const size_t esz = tri_dtype_size(ch->param_dtype), n = u->hi - u->lo;
+        char *hp = (char *)o->hparam[u->k] + u->s0 * esz;
+        tri_ctx_copy_start(c, 0, hp, (const char *)ch->param_mem + u->lo * esz, n * esz, 1);
+        tri_ctx_copy_wait(c, 0);
+        o->host->ops->cast(o->host, o->master[u->k] + u->s0, TRI_F32, hp, ch->param_dtype, n);
+    }
 }
 
 void tri_optim_master_from_params(tri_optim *o, const tri_gpt *g) {
     tri_ctx *c = g->ctx;
+    if (o->host_step) {
+        master_from_params_host(o, g);
+        return;
+    }
     for (int k = 0; k < g->n_chunks; k++) {
         const tri_chunk *ch = &g->chunks[k];
         if (!o->master[k]) continue;
@@ -88,10 +171,19 @@ void tri_optim_free(tri_optim *o, const tri_gpt *g) {
     if (!o) return;
     for (int k = 0; k < o->n_chunks && g && g->ctx && o->n_state; k++) {
         size_t bytes = o->n_state[k] * sizeof(float);
-        if (o->m) tri_ctx_release(g->ctx, o->m[k], bytes, TRI_MEM_OPTIM);
-        if (o->v) tri_ctx_release(g->ctx, o->v[k], bytes, TRI_MEM_OPTIM);
-        if (o->master) tri_ctx_release(g->ctx, o->master[k], bytes, TRI_MEM_OPTIM);
+        if (o->m) state_release(o, g, o->m[k], bytes);
+        if (o->v) state_release(o, g, o->v[k], bytes);
+        if (o->master) state_release(o, g, o->master[k], bytes);
+        if (o->hgrad) tri_ctx_host_release(g->ctx, o->hgrad[k], bytes, TRI_MEM_GRADS);
+        if (o->hparam)
+            tri_ctx_host_release(g->ctx, o->hparam[k], o->n_state[k] * tri_dtype_size(g->chunks[k].param_dtype),
+                                 TRI_MEM_PARAMS);
     }
+    if (o->host) tri_ctx_free(o->host);
+    free(o->host);
+    free(o->hgrad);
+    free(o->hparam);
+    free(o->units);
     free(o->master);
     free(o->spans);
     free(o->m);
@@ -253,9 +345,90 @@ static void step_zero(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
     }
 }
 
+/* The step on the host (host_step): see tri_optim_step in optim.h. Copy
+ * slots: 2i for unit i's gradients (then its parameters back), 2i + 1 for
+ * its fp32 parameters. */
+static void step_host(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
+    tri_ctx *c = g->ctx, *h = o->host;
+    for (int i = 0; i < o->n_units; i++) {
+        const unit *u = &o->units[i];
+        tri_chunk *ch = &g->chunks[u->k];
+        const size_t n = u->hi - u->lo;
+        tri_ctx_copy_start(c, 2 * i, o->hgrad[u->k] + u->s0, ch->grad_mem + u->lo, n * sizeof(float), 1);
+        if (!o->master[u->k])
+            tri_ctx_copy_start(c, 2 * i + 1, (float *)o->hparam[u->k] + u->s0, (const float *)ch->param_mem + u->lo,
+                               n * sizeof(float), 1);
+    }
+    for (int i = 0; i < o->n_units; i++) {
+        const unit *u = &o->units[i];
+        tri_chunk *ch = &g->chunks[u->k];
+        const size_t n = u->hi - u->lo, esz = tri_dtype_size(ch->param_dtype);
+        float *mw = o->master[u->k], *gr = o->hgrad[u->k];
+        char *hp = (char *)o->hparam[u->k];
+        tri_ctx_copy_wait(c, 2 * i);
+        if (!mw) tri_ctx_copy_wait(c, 2 * i + 1);
+        if (clip_scale != 1.0f) h->ops->scale(h, gr + u->s0, clip_scale, n);
+        float *pm = mw ? mw : (float *)hp; /* indexed by state index */
+        int cnt = 0;
+        for (int j = 0; j < ch->n_params; j++) {
+            const tri_param *p = &ch->params[j];
+            size_t a = u->lo > p->offset ? u->lo : p->offset;
+            size_t e = u->hi < p->offset + p->numel ? u->hi : p->offset + p->numel;
+            if (a >= e) continue;
+            size_t st = u->s0 + (a - u->lo);
+            o->spans[cnt++] = (tri_adamw_span){.param = pm + st,
+                                               .m = o->m[u->k] + st,
+                                               .v = o->v[u->k] + st,
+                                               .grad = gr + st,
+                                               .n = e - a,
+                                               .wd = p->decay ? (float)o->cfg.weight_decay : 0.0f};
+        }
+        tri_ctx_adamw_multi(h, o->spans, cnt, (float)lr, (float)o->cfg.beta1, (float)o->cfg.beta2, (float)o->cfg.eps,
+                            o->t);
+        /* 16-bit parameters: rounded from the masters on the host, half the bytes back */
+        if (mw) h->ops->cast(h, hp + u->s0 * esz, ch->param_dtype, mw + u->s0, TRI_F32, n);
+        tri_ctx_copy_start(c, 2 * i, (char *)ch->param_mem + u->lo * esz, hp + u->s0 * esz, n * esz, 0);
+        if (o->shard_done) {
+            tri_ctx_copy_join(c); /* the all-gather of the shard reads what the copy wrote */
+            o->shard_done(o->shard_done_ctx, u->k, u->b);
+        }
+    }
+    tri_ctx_copy_join(c);
+}
+
+/* Whether p lies in the state the optimizer keeps in host memory. */
+static int host_state(const tri_optim *o, const void *p) {
+    if (!o || !o->host_step) return 0;
+    const char *q = p;
+    for (int k = 0; k < o->n_chunks; k++) {
+        const float *bufs[3] = {o->m[k], o->v[k], o->master[k]};
+        for (int j = 0; j < 3; j++)
+            if (bufs[j] && q >= (const char *)bufs[j] && q < (const char *)(bufs[j] + o->n_state[k])) return 1;
+    }
+    return 0;
+}
+
+void tri_optim_copy_to_host(const tri_optim *o, const tri_gpt *g, void *host, const float *src, size_t bytes) {
+    if (host_state(o, src))
+        memcpy(host, src, bytes);
+    else
+        tri_ctx_to_host(g->ctx, host, src, bytes);
+}
+
+void tri_optim_copy_from_host(const tri_optim *o, const tri_gpt *g, float *dst, const void *host, size_t bytes) {
+    if (host_state(o, dst))
+        memcpy(dst, host, bytes);
+    else
+        tri_ctx_to_device(g->ctx, dst, host, bytes);
+}
+
 void tri_optim_step(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
     tri_ctx *c = g->ctx;
     o->t++;
+    if (o->host_step) {
+        step_host(o, g, lr, clip_scale);
+        return;
+    }
     if (o->sync) {
         step_zero(o, g, lr, clip_scale);
         return;

@@ -7,6 +7,12 @@
 #include "model/gpt.h"
 #include "parallel/grad_sync.h"
 
+/* Where the optimizer's state lives (parallel.offload): with the parameters
+ * in backend memory, or (TRI_OFFLOAD_OPTIMIZER) in host memory, the fp32
+ * master weights and both AdamW moments, with the step run by the host on
+ * it (ZeRO-Offload; docs/parallelism.md, "Optimizer offload"). */
+typedef enum tri_offload { TRI_OFFLOAD_NONE = 0, TRI_OFFLOAD_OPTIMIZER = 1 } tri_offload;
+
 /* The optimizer's settings (train.* of the config). Fill it with designated
  * initialisers: `(tri_adamw_cfg){.lr = ..., .beta2 = ...}`. */
 typedef struct tri_adamw_cfg {
@@ -17,6 +23,7 @@ typedef struct tri_adamw_cfg {
     double eps;          /* AdamW's denominator term                          */
     double weight_decay; /* decoupled; only parameters with decay set         */
     double grad_clip;    /* global gradient-norm clip, 0: off (the caller scales: tri_optim_step) */
+    tri_offload offload; /* OPTIMIZER: the state in host memory (parallel.offload) */
 } tri_adamw_cfg;
 
 typedef struct tri_optim {
@@ -44,6 +51,20 @@ typedef struct tri_optim {
     /* host table of one multi-tensor AdamW call (tri_ctx_adamw_multi): the
      * parameters of one chunk, or of one ZeRO bucket's shard */
     tri_adamw_span *spans;
+    /* parallel.offload = optimizer: m, v and master are host-side memory
+     * (tri_ctx_host_alloc, counted as host memory). On a backend whose memory
+     * is apart from the host's (a GPU; host_step 1) the step runs on the
+     * host, in the host context below (the CPU backend's ops), on staging
+     * copies of each unit's gradients (hgrad[k], laid out like m[k]) and
+     * parameters (hparam[k]: the fp32 parameters, or the 16-bit ones rounded
+     * from the masters), ZeRO-Offload's schedule (tri_optim_step). On the
+     * CPU backends (host_step 0) only the accounting changes. */
+    int offload, host_step;
+    tri_ctx *host;                /* the host's context (host_step), owned */
+    float **hgrad;                /* [n_chunks] (n_state[k]) fp32, host_step only */
+    void **hparam;                /* [n_chunks] (n_state[k]) of the parameters' dtype */
+    struct tri_optim_unit *units; /* [n_units]: the stretches the host step moves */
+    int n_units;
 } tri_optim;
 
 int tri_optim_init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg);
@@ -55,6 +76,13 @@ void tri_optim_free(tri_optim *o, const tri_gpt *g); /* NULL-safe */
  * fresh start (tri_gpt_init_params); a no-op for fp32 chunks. A checkpoint
  * load sets them itself (tri_model_load). */
 void tri_optim_master_from_params(tri_optim *o, const tri_gpt *g);
+
+/* Copies between host memory and a buffer of the optimizer's state or of
+ * the model (the checkpoint reader and writer): a plain memcpy where the
+ * buffer is the state kept in host memory (host_step), else the staging
+ * copies of kernels/ctx.h on g's context. */
+void tri_optim_copy_to_host(const tri_optim *o, const tri_gpt *g, void *host, const float *src, size_t bytes);
+void tri_optim_copy_from_host(const tri_optim *o, const tri_gpt *g, float *dst, const void *host, size_t bytes);
 
 /* Calls fn for every run of elements of parameter i of chunk k whose state
  * this rank keeps: local elements [a, e) of the parameter (row-major over its
@@ -83,7 +111,17 @@ double tri_grad_sumsq_shards(const tri_optim *o, const tri_gpt *g);
  * 16-bit parameters are then rounded from them (the cast op). Biases, LayerNorm
  * weights and embeddings take no weight decay. With ZeRO only this rank's
  * shards (gradients and parameters), each element decayed as the parameter
- * it belongs to; the caller all-gathers the parameters after. */
+ * it belongs to; the caller all-gathers the parameters after.
+ * Offloaded on a GPU (host_step), by ZeRO-Offload's schedule within the
+ * step: every unit's gradients (a chunk, or a ZeRO bucket's shard) start to
+ * the host on the copy stream at once, behind the backward; the host waits
+ * for one unit's, scales them, runs AdamW on it with the CPU backend's op
+ * (the same bits as the CPU backend), rounds the parameters, and starts
+ * them back, while the next units' gradients are still arriving and the
+ * earlier units' parameters are on their way back (shard_done after each
+ * unit's copy is ordered before what the device runs next); the device's
+ * next ops wait for the last copy. The numbers are those of the CPU
+ * backend's AdamW on the same gradients. */
 void tri_optim_step(tri_optim *o, tri_gpt *g, double lr, float clip_scale);
 
 /* Where element 0 of chunk 0's reduced gradient lies on this rank once the

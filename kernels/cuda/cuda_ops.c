@@ -63,6 +63,13 @@ typedef struct cuda_state {
     /* the profile's timing marks (marks_init), NULL until asked for */
     cudaEvent_t *marks;
     int n_marks;
+    /* the copies beside the compute (copy_start), made at the first: their
+     * stream, the events that order it after the compute stream and back,
+     * and one event per slot */
+    cudaStream_t copy_stream;
+    cudaEvent_t after_compute, after_copies;
+    cudaEvent_t *slots;
+    int n_slots;
 } cuda_state;
 
 static cuda_state *st(tri_ctx *c) { return (cuda_state *)c->backend; }
@@ -111,6 +118,7 @@ static int local_rank(void) {
 
 static void cu_shutdown(tri_ctx *c);
 static void cu_marks_free(tri_ctx *c);
+static void copies_free(cuda_state *s);
 
 static int cu_init(tri_ctx *c, int threads) {
     cuda_state *s = calloc(1, sizeof *s);
@@ -148,6 +156,7 @@ static void cu_shutdown(tri_ctx *c) {
     if (s == NULL) return;
     if (s->stream) TRI_CUDA_CHECK(cudaStreamSynchronize(s->stream));
     cu_marks_free(c);
+    copies_free(s);
     TRI_CU(gemm_free)(&s->gemm);
     if (s->gemm_ws) TRI_CUDA_CHECK(cudaFreeAsync(s->gemm_ws, s->stream));
     if (s->scratch) TRI_CUDA_CHECK(cudaFreeAsync(s->scratch, s->stream));
@@ -220,6 +229,87 @@ static void cu_sync(tri_ctx *c) { TRI_CUDA_CHECK(cudaStreamSynchronize(st(c)->st
  * another stream) may do so once this stream's work is done. */
 static void cu_host_window(tri_ctx *c, int open) {
     if (open) cu_sync(c);
+}
+
+/* ---- host memory and copies beside the compute (the offloaded optimizer) ----
+ * Page-locked host memory (cudaHostAlloc), and copies on a second stream of
+ * this context's own, made at the first copy: each waits for the compute
+ * stream's work queued so far (an event recorded there) and records the
+ * event of its slot, which copy_wait waits for; copy_join makes the compute
+ * stream wait for the copy stream's last event. A slot's event is created
+ * when the slot is first used and kept to the end. */
+
+static void *cu_host_alloc(tri_ctx *c, size_t bytes) {
+    (void)c;
+    void *p = NULL;
+    const cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); /* the caller reports it */
+        return NULL;
+    }
+    TRI_CUDA_CHECK(e);
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cu_host_free(tri_ctx *c, void *p, size_t bytes) {
+    (void)c, (void)bytes;
+    if (p != NULL) TRI_CUDA_CHECK(cudaFreeHost(p));
+}
+
+static cudaEvent_t slot_event(cuda_state *s, int slot) {
+    if (slot >= s->n_slots) {
+        int n = s->n_slots ? s->n_slots : 16;
+        while (n <= slot) n *= 2;
+        cudaEvent_t *ev = realloc(s->slots, (size_t)n * sizeof *ev);
+        if (ev == NULL) TRI_FAIL("--device %s: out of host memory for %d copy events", BACKEND_NAME, n);
+        for (int i = s->n_slots; i < n; i++) TRI_CUDA_CHECK(cudaEventCreate(&ev[i]));
+        s->slots = ev;
+        s->n_slots = n;
+    }
+    return s->slots[slot];
+}
+
+static void cu_copy_start(tri_ctx *c, int slot, void *dst, const void *src, size_t bytes, int to_host) {
+    cuda_state *s = st(c);
+    if (s->copy_stream == NULL) {
+        TRI_CUDA_CHECK(cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamNonBlocking));
+        TRI_CUDA_CHECK(cudaEventCreate(&s->after_compute));
+        TRI_CUDA_CHECK(cudaEventCreate(&s->after_copies));
+    }
+    cudaEvent_t done = slot_event(s, slot);
+    TRI_CUDA_CHECK(cudaEventRecord(s->after_compute, s->stream));
+    TRI_CUDA_CHECK(cudaStreamWaitEvent(s->copy_stream, s->after_compute, 0));
+    TRI_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, s->copy_stream));
+    TRI_CUDA_CHECK(cudaEventRecord(done, s->copy_stream));
+}
+
+static void cu_copy_wait(tri_ctx *c, int slot) {
+    cuda_state *s = st(c);
+    if (slot < 0 || slot >= s->n_slots)
+        TRI_FAIL("--device %s: wait for copy slot %d, never started", BACKEND_NAME, slot);
+    TRI_CUDA_CHECK(cudaEventSynchronize(s->slots[slot]));
+}
+
+static void cu_copy_join(tri_ctx *c) {
+    cuda_state *s = st(c);
+    if (s->copy_stream == NULL) return;
+    TRI_CUDA_CHECK(cudaEventRecord(s->after_copies, s->copy_stream));
+    TRI_CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->after_copies, 0));
+}
+
+static void copies_free(cuda_state *s) {
+    if (s->copy_stream == NULL) return;
+    TRI_CUDA_CHECK(cudaStreamSynchronize(s->copy_stream));
+    for (int i = 0; i < s->n_slots; i++) TRI_CUDA_CHECK(cudaEventDestroy(s->slots[i]));
+    free(s->slots);
+    TRI_CUDA_CHECK(cudaEventDestroy(s->after_compute));
+    TRI_CUDA_CHECK(cudaEventDestroy(s->after_copies));
+    TRI_CUDA_CHECK(cudaStreamDestroy(s->copy_stream));
+    s->slots = NULL;
+    s->n_slots = 0;
+    s->copy_stream = NULL;
 }
 
 /* ---- cast ---- */
@@ -664,6 +754,11 @@ static const tri_ops CUDA_OPS = {
     .zero = cu_zero,
     .sync = cu_sync,
     .host_window = cu_host_window,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .copy_start = cu_copy_start,
+    .copy_wait = cu_copy_wait,
+    .copy_join = cu_copy_join,
     .cast = cu_cast,
     .matmul_fwd = cu_matmul_fwd,
     .matmul_bwd = cu_matmul_bwd,

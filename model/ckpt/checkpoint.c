@@ -223,6 +223,7 @@ static int write_range(sink *k, const tri_st_layout *L, int entry, const float *
  * written from, or read into, the rank's state buffer. */
 typedef struct run_io {
     const tri_gpt *g;
+    const tri_optim *o;
     float *mem, *host; /* the state buffer; the parameter's local matrix */
     int write, entry;
     sink *k; /* writing */
@@ -237,10 +238,10 @@ static void run_io_fn(void *ctx, size_t a, size_t e, size_t s0) {
     if (r->rc != 0) return;
     size_t bytes = (e - a) * sizeof(float);
     if (r->write) {
-        tri_ctx_to_host(r->g->ctx, r->host + a, r->mem + s0, bytes);
+        tri_optim_copy_to_host(r->o, r->g, r->host + a, r->mem + s0, bytes);
         r->rc = write_range(r->k, r->L, r->entry, r->host, r->p->lcols, r->pc, r->np, a, e);
     } else {
-        tri_ctx_to_device(r->g->ctx, r->mem + s0, r->host + a, bytes);
+        tri_optim_copy_from_host(r->o, r->g, r->mem + s0, r->host + a, bytes);
     }
 }
 
@@ -275,6 +276,7 @@ static int put_params(sink *out, const tri_st_layout *L, const char *prefix, con
             }
             if (sharded) {
                 run_io r = {.g = g,
+                            .o = o,
                             .mem = (float *)mem,
                             .host = host,
                             .write = 1,
@@ -292,7 +294,7 @@ static int put_params(sink *out, const tri_st_layout *L, const char *prefix, con
                 rc = tri_gpt_params_to_host(g, k, p->offset, host, p->numel);
                 if (rc != 0) break;
             } else {
-                tri_ctx_to_host(g->ctx, host, mem + p->offset, p->numel * sizeof(float));
+                tri_optim_copy_to_host(o, g, host, mem + p->offset, p->numel * sizeof(float));
             }
             int np = pieces_of(g, p, host, pc);
             for (int q = 0; q < np && rc == 0; q++) rc = sink_write(out, L, e, &pc[q]);
@@ -613,10 +615,10 @@ static int read_params_set(const tri_st_set *s, const char *prefix, tri_gpt *g, 
             int optim_layout = which == BUF_PARAMS ? dst != NULL : in_optim_layout(o, k, which);
             if (dst && optim_layout && o->sync != NULL) {
                 /* ZeRO: this rank keeps the state of its shards only */
-                run_io r = {.g = g, .mem = dst, .host = host, .write = 0, .k = NULL, .entry = e, .p = p};
+                run_io r = {.g = g, .o = o, .mem = dst, .host = host, .write = 0, .k = NULL, .entry = e, .p = p};
                 tri_optim_runs(o, g, k, i, run_io_fn, &r);
             } else if (dst && (which != BUF_PARAMS || optim_layout)) {
-                tri_ctx_to_device(g->ctx, dst + p->offset, host, p->numel * sizeof(float));
+                tri_optim_copy_from_host(o, g, dst + p->offset, host, p->numel * sizeof(float));
             }
         }
     }

@@ -34,20 +34,23 @@ static void human(char *buf, double bytes) { tri_size_human(buf, 32, bytes); }
 static double row_mfu(const tri_plan_row *r, const tri_sgemm_meter *meter) {
     const tri_config *c = &r->cfg;
     if (!meter || meter->best <= 0) return r->time.mfu;
-    double world = (double)c->parallel.tp * c->parallel.pp * c->parallel.dp;
+    double world = (double)c->parallel.tp * c->parallel.cp * c->parallel.pp * c->parallel.dp;
     return r->time.model_flops / r->time.step_s / (world * meter->best);
 }
+
+static const char *offload_name(tri_offload o) { return o == TRI_OFFLOAD_OPTIMIZER ? "optimizer" : "none"; }
 
 static void print_row(const tri_plan_row *r, double limit, int world, const tri_sgemm_meter *meter) {
     const tri_config *c = &r->cfg;
     const tri_plan_mem *m = &r->mem;
     const tri_plan_time *t = &r->time;
     char a[32], b[32], d[32], e[32], f[32], g[32], h[32], l[32];
-    printf("layout tp=%d pp=%d dp=%d vpp=%d micro_batch=%d recompute=%s zero=%d sequence_parallel=%d schedule=%s "
-           "precision=%s (%d ranks)\n",
-           c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
-           tri_recompute_name(c->train.recompute), c->parallel.zero, c->parallel.sequence_parallel,
-           tri_sched_name(c->parallel.schedule), tri_precision_name(c->train.precision), world);
+    printf("layout tp=%d cp=%d pp=%d dp=%d vpp=%d micro_batch=%d recompute=%s zero=%d offload=%s "
+           "sequence_parallel=%d schedule=%s precision=%s (%d ranks)\n",
+           c->parallel.tp, c->parallel.cp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
+           tri_recompute_name(c->train.recompute), c->parallel.zero, offload_name(c->parallel.offload),
+           c->parallel.sequence_parallel, tri_sched_name(c->parallel.schedule), tri_precision_name(c->train.precision),
+           world);
     human(a, (double)m->params);
     human(b, (double)m->grads);
     human(d, (double)m->optim);
@@ -59,30 +62,45 @@ static void print_row(const tri_plan_row *r, double limit, int world, const tri_
     printf("  memory    stage %d (the largest): params %s, grads %s, optimizer %s, saved activations %s at the peak "
            "(%s allocated), workspace %s; total %s of %s%s\n",
            m->stage, a, b, d, e, f, g, h, l, r->fits ? "" : "  OUT OF MEMORY");
+    if (m->host) {
+        human(a, (double)m->host);
+        printf("  host      %s per rank: the optimizer's state offloaded (and its staging copies on a GPU)\n", a);
+    }
     printf("  step      %.4g s: compute %.4g, exposed TP %.4g, DP %.4g, PP %.4g, bubble %.4g (%.3f of busy, %d "
            "micro-batches)\n",
            t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s, t->bubble, t->m);
     printf("  speed     %.0f tokens/s, %.1f TFLOP/s per device (model FLOPs), MFU %.1f%%\n", t->tokens_per_s,
            t->tflops_per_gpu, 100.0 * row_mfu(r, meter));
+    if (t->dp_bytes > 0 || t->cp_bytes > 0 || t->pcie_bytes > 0) {
+        human(a, t->dp_bytes);
+        human(b, t->cp_bytes);
+        human(d, t->pcie_bytes);
+        printf("  wire      per rank and step: DP %s (gradients, ZeRO's gathers), CP ring %s, PCIe %s (offload)\n", a,
+               b, d);
+    }
 }
 
 static void print_json(const tri_plan_row *r, const tri_sgemm_meter *meter) {
     const tri_config *c = &r->cfg;
     const tri_plan_mem *m = &r->mem;
     const tri_plan_time *t = &r->time;
-    printf(
-        "{\"tp\": %d, \"pp\": %d, \"dp\": %d, \"vpp\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", \"zero\": %d, "
-        "\"sequence_parallel\": %d, \"schedule\": \"%s\", \"precision\": \"%s\", \"fits\": %s, "
-        "\"mem\": {\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"saved_act_peak\": %zu, \"saved_act_alloc\": "
-        "%zu, \"workspace\": %zu}, \"mem_total\": %zu, \"mem_stage\": %d, \"step_s\": %.6g, \"compute_s\": %.6g, "
-        "\"tp_s\": %.6g, \"dp_s\": %.6g, \"pp_s\": %.6g, \"bubble_s\": %.6g, \"bubble\": %.6g, \"tokens_per_s\": "
-        "%.6g, \"tflops_per_gpu\": %.6g, \"hw_tflops_per_gpu\": %.6g, \"mfu\": %.6g}\n",
-        c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
-        tri_recompute_name(c->train.recompute), c->parallel.zero, c->parallel.sequence_parallel,
-        tri_sched_name(c->parallel.schedule), tri_precision_name(c->train.precision), r->fits ? "true" : "false",
-        m->params, m->grads, m->optim, m->saved_act_peak, m->saved_act_alloc, m->workspace, m->total, m->stage,
-        t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s, t->bubble, t->tokens_per_s, t->tflops_per_gpu,
-        t->hw_flops / t->step_s / ((double)c->parallel.tp * c->parallel.pp * c->parallel.dp) / 1e12, row_mfu(r, meter));
+    printf("{\"tp\": %d, \"cp\": %d, \"pp\": %d, \"dp\": %d, \"vpp\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", "
+           "\"zero\": %d, \"offload\": \"%s\", "
+           "\"sequence_parallel\": %d, \"schedule\": \"%s\", \"precision\": \"%s\", \"fits\": %s, "
+           "\"mem\": {\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"saved_act_peak\": %zu, \"saved_act_alloc\": "
+           "%zu, \"workspace\": %zu, \"host\": %zu}, \"mem_total\": %zu, \"mem_stage\": %d, \"step_s\": %.6g, "
+           "\"compute_s\": %.6g, "
+           "\"tp_s\": %.6g, \"dp_s\": %.6g, \"pp_s\": %.6g, \"bubble_s\": %.6g, \"bubble\": %.6g, \"tokens_per_s\": "
+           "%.6g, \"tflops_per_gpu\": %.6g, \"hw_tflops_per_gpu\": %.6g, \"mfu\": %.6g, \"dp_bytes\": %.6g, "
+           "\"cp_bytes\": %.6g, \"pcie_bytes\": %.6g}\n",
+           c->parallel.tp, c->parallel.cp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
+           tri_recompute_name(c->train.recompute), c->parallel.zero, offload_name(c->parallel.offload),
+           c->parallel.sequence_parallel, tri_sched_name(c->parallel.schedule), tri_precision_name(c->train.precision),
+           r->fits ? "true" : "false", m->params, m->grads, m->optim, m->saved_act_peak, m->saved_act_alloc,
+           m->workspace, m->host, m->total, m->stage, t->step_s, t->compute_s, t->tp_s, t->dp_s, t->pp_s, t->bubble_s,
+           t->bubble, t->tokens_per_s, t->tflops_per_gpu,
+           t->hw_flops / t->step_s / ((double)c->parallel.tp * c->parallel.cp * c->parallel.pp * c->parallel.dp) / 1e12,
+           row_mfu(r, meter), t->dp_bytes, t->cp_bytes, t->pcie_bytes);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -107,10 +125,11 @@ static void print_search(const tri_search_result *r, int gpus, double limit, int
         if (r->oom) {
             human(ov, r->closest_over);
             const tri_config *c = &r->closest.cfg;
-            printf("  %d out of memory; the closest, tp=%d pp=%d dp=%d vpp=%d micro_batch=%d recompute=%s zero=%d, "
-                   "needs %s more than %s\n",
-                   r->oom, c->parallel.tp, c->parallel.pp, c->parallel.dp, c->parallel.vpp, c->train.micro_batch,
-                   tri_recompute_name(c->train.recompute), c->parallel.zero, ov, lim);
+            printf("  %d out of memory; the closest, tp=%d cp=%d pp=%d dp=%d vpp=%d micro_batch=%d recompute=%s "
+                   "zero=%d offload=%s, needs %s more than %s\n",
+                   r->oom, c->parallel.tp, c->parallel.cp, c->parallel.pp, c->parallel.dp, c->parallel.vpp,
+                   c->train.micro_batch, tri_recompute_name(c->train.recompute), c->parallel.zero,
+                   offload_name(c->parallel.offload), ov, lim);
         }
         for (int i = 0; i < rej->n; i++) printf("  %d: %s\n", rej->count[i], rej->text[i]);
         if (rej->other) printf("  %d for other reasons\n", rej->other);
@@ -171,6 +190,8 @@ static int split_sets(const tri_opt_list *set, const char **sets, char *precisio
         fx->mb |= !strncmp(v, "train.micro_batch=", 18);
         fx->recompute |= !strncmp(v, "train.recompute=", 16);
         fx->zero |= !strncmp(v, "parallel.zero=", 14);
+        fx->cp |= !strncmp(v, "parallel.cp=", 12);
+        fx->offload |= !strncmp(v, "parallel.offload=", 17);
         fx->sp |= !strncmp(v, "parallel.sequence_parallel=", 27);
         sets[n_sets++] = v;
     }
@@ -206,12 +227,14 @@ int tri_cmd_plan(int argc, char **argv) {
         .about = "  predicts, without allocating the model, each rank's memory (parameters, gradients, optimizer,\n"
                  "  saved activations at the schedule's peak, workspace) and the step time (compute, exposed TP, DP\n"
                  "  and PP communication, pipeline bubble), tokens/s, TFLOP/s per device and MFU (docs/plan.md).\n"
-                 "  With a layout (parallel.tp/pp/dp/vpp, train.micro_batch, train.recompute, parallel.zero,\n"
-                 "  train.precision, parallel.sequence_parallel from the config and --set): that layout.\n"
+                 "  With a layout (parallel.tp/cp/pp/dp/vpp, train.micro_batch, train.recompute, parallel.zero,\n"
+                 "  parallel.offload, train.precision, parallel.sequence_parallel from the config and --set):\n"
+                 "  that layout.\n"
                  "  With --search, or --gpus N and no --set parallel.tp/pp/dp when the config's layout is not N\n"
                  "  devices: every valid layout of N devices, the best K (--top, default 5) that fit, and why the\n"
-                 "  others were rejected; parallel.tp/pp/dp/vpp, train.micro_batch/recompute and parallel.zero given\n"
-                 "  with --set stay fixed in the search.\n",
+                 "  others were rejected; a layout over the memory limit is tried again at ZeRO 2, 3 and with the\n"
+                 "  optimizer offloaded. parallel.tp/cp/pp/dp/vpp, train.micro_batch/recompute, parallel.zero and\n"
+                 "  parallel.offload given with --set stay fixed in the search.\n",
         .footer = "  train.precision bf16 or fp16 may be set here before the trainer accepts it.\n",
         .opts = opts,
         .n_opts = TRI_OPT_N(opts),
@@ -258,7 +281,7 @@ int tri_cmd_plan(int argc, char **argv) {
         goto out;
     }
     int n_sets = split_sets(&set, sets, precision, sizeof precision, &fx);
-    int layout_set = fx.tp || fx.pp || fx.dp;
+    int layout_set = fx.tp || fx.pp || fx.dp || fx.cp;
     tri_config cfg;
     if (tri_config_load(&cfg, path, n_sets, sets) != 0) goto out;
     if (precision[0]) {
@@ -269,12 +292,12 @@ int tri_cmd_plan(int argc, char **argv) {
         }
         cfg.train.precision = (tri_dtype)dt;
     }
-    int world = cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.dp; /* <= 2^20: the config check */
+    int world = cfg.parallel.tp * cfg.parallel.cp * cfg.parallel.pp * cfg.parallel.dp; /* <= 2^20: the config check */
     if (!gpus) gpus = world;
     if (!do_search && !layout_set && gpus != world) do_search = 1;
     if (!do_search && gpus != world) {
-        tri_error("plan: --gpus %ld but the layout parallel.tp %d x pp %d x dp %d is %d devices", gpus, cfg.parallel.tp,
-                  cfg.parallel.pp, cfg.parallel.dp, world);
+        tri_error("plan: --gpus %ld but the layout parallel.tp %d x cp %d x pp %d x dp %d is %d devices", gpus,
+                  cfg.parallel.tp, cfg.parallel.cp, cfg.parallel.pp, cfg.parallel.dp, world);
         goto out;
     }
 

@@ -94,9 +94,11 @@ static const int recompute_values[] = {TRI_RECOMPUTE_NONE, TRI_RECOMPUTE_SELECTI
 static const int schedule_values[] = {TRI_SCHED_1F1B, TRI_SCHED_INTERLEAVED, TRI_SCHED_GPIPE, TRI_SCHED_ZBH1};
 static const int arch_values[] = {TRI_ARCH_GPT2, TRI_ARCH_LLAMA};
 static const int inject_values[] = {TRI_INJECT_NAN_GRAD, TRI_INJECT_INF_GRAD, TRI_INJECT_NAN_LOSS, TRI_INJECT_SPIKE};
-_Static_assert(sizeof(tri_dtype) == sizeof(int) && sizeof(tri_device) == sizeof(int) && sizeof(tri_arch) == sizeof(int) &&
-                   sizeof(tri_recompute) == sizeof(int) && sizeof(tri_sched_kind) == sizeof(int) &&
-                   sizeof(tri_inject_kind) == sizeof(int),
+static const int offload_values[] = {TRI_OFFLOAD_NONE, TRI_OFFLOAD_OPTIMIZER};
+_Static_assert(sizeof(tri_dtype) == sizeof(int) && sizeof(tri_device) == sizeof(int) &&
+                   sizeof(tri_arch) == sizeof(int) && sizeof(tri_recompute) == sizeof(int) &&
+                   sizeof(tri_sched_kind) == sizeof(int) && sizeof(tri_inject_kind) == sizeof(int) &&
+                   sizeof(tri_offload) == sizeof(int),
                "enum fields are stored as int");
 
 #define POS  (R_LO)                    /* with lo = 1: a positive integer    */
@@ -264,6 +266,12 @@ static const field fields[] = {
     NUM(debug, sleep_rank, -1, -1, 0, R_LO, "... by this world rank (-1: none)"),
     NUM(debug, fail_start_rank, -1, -1, 0, R_LO,
         "test only: this world rank exits with code 3 at every start, before step 1 (-1: never; elastic tests)"),
+    CHOICE(parallel, offload, "none", "none|optimizer", offload_values, 15,
+           "optimizer: the fp32 master weights and AdamW moments (this rank's ZeRO shard of them) live in host "
+           "memory (pinned on CUDA) and the AdamW step runs on the CPU, gradients copied to the host and "
+           "parameters back, overlapped shard by shard (ZeRO-Offload); the device then holds 8 fewer bytes per "
+           "parameter of the optimizer's state in fp32, 12 in bf16/fp16. On the CPU backend only the accounting "
+           "changes (docs/parallelism.md)"),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 

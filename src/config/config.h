@@ -21,6 +21,7 @@
 
 #include "kernels/ctx.h"       /* tri_device, tri_dtype */
 #include "model/config.h"
+#include "model/optim.h"       /* tri_offload */
 #include "model/runtime.h"     /* tri_recompute */
 #include "parallel/schedule.h" /* tri_sched_kind */
 
@@ -82,6 +83,7 @@ typedef struct tri_parallel_cfg {
                               until its backward (one gather per micro-batch, not two) */
     double progress_timeout_s; /* a rank without progress while its peers wait is named
                                   after this; 0: no progress heartbeat       */
+    tri_offload offload;   /* OPTIMIZER: master weights and moments in host memory */
 } tri_parallel_cfg;
 
 typedef struct tri_ckpt_cfg {

@@ -13,7 +13,10 @@ static const tri_gpu_kind gpu_table[] = {
     /* NVIDIA H100 SXM5 80GB datasheet: 989 TFLOP/s dense BF16 (1,979 with
      * sparsity), 494 TF32 dense, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s
      * (both directions: 450 each way); DGX H100: 8 GPUs, one 400 Gb/s NDR
-     * ConnectX-7 port per GPU (50 GB/s each way). */
+     * ConnectX-7 port per GPU (50 GB/s each way); each GPU on PCIe Gen5 x16
+     * (64 GB/s each way) to two Xeon 8480C of 8 DDR5-4800 channels each
+     * (614 GB/s for the 8 GPUs, 77 each; about half of it reached by the
+     * CPU AdamW of optimizer offload: 40 GB/s). */
     {.name = "h100",
      .desc = "NVIDIA H100 SXM5 80GB",
      .peak_16 = 989 * TB,
@@ -28,10 +31,14 @@ static const tri_gpu_kind gpu_table[] = {
      .attn_eff = 0.45,
      .link_eff = 0.80,
      .latency_s = 10e-6,
-     .flash = 1},
+     .flash = 1,
+     .pcie_bw = 64 * GB,
+     .host_bw = 40 * GB},
     /* NVIDIA A100 SXM4 80GB datasheet: 312 TFLOP/s dense BF16, 156 TF32,
      * 80 GB HBM2e at 2.039 TB/s, NVLink 600 GB/s (300 each way); DGX A100:
-     * 8 GPUs, eight 200 Gb/s HDR ports (25 GB/s each way per GPU). */
+     * 8 GPUs, eight 200 Gb/s HDR ports (25 GB/s each way per GPU); PCIe Gen4
+     * x16 (32 GB/s each way) to two EPYC 7742 of 8 DDR4-3200 channels each
+     * (410 GB/s for 8 GPUs, 51 each; half of it for the CPU AdamW: 25 GB/s). */
     {.name = "a100",
      .desc = "NVIDIA A100 SXM4 80GB",
      .peak_16 = 312 * TB,
@@ -46,7 +53,9 @@ static const tri_gpu_kind gpu_table[] = {
      .attn_eff = 0.50,
      .link_eff = 0.80,
      .latency_s = 10e-6,
-     .flash = 1},
+     .flash = 1,
+     .pcie_bw = 32 * GB,
+     .host_bw = 25 * GB},
 };
 
 /* ------------------------------------------------------------------------ */
@@ -88,6 +97,8 @@ void tri_gpu_kind_cpu(tri_gpu_kind *kind, tri_sgemm_meter *meter, const tri_cpu_
         .share = share,
         .gemm_flops = tri_sgemm_meter_flops,
         .gemm_ctx = meter,
+        .pcie_bw = 0, /* the backend's memory is the host's: offload moves nothing */
+        .host_bw = mem_bw,
         .sync_s = s->sync_s >= 0 ? s->sync_s : CPU_SYNC_S,
     };
 }

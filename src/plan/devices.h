@@ -35,7 +35,10 @@ typedef struct tri_gpu_kind {
                          of its own. A rank that waits gives its cores away. */
     double (*gemm_flops)(void *ctx, size_t M, size_t N, size_t K); /* measured FLOP/s of a GEMM shape, or NULL */
     void *gemm_ctx;
-    double sync_s; /* CPU ranks oversubscribing the cores (share < 1): what each blocking
+    double pcie_bw; /* host <-> device per device and direction (PCIe), bytes/s; 0: the
+                       device's memory is the host's (cpu): offload moves nothing */
+    double host_bw; /* host memory bandwidth one rank's share of the CPU step gets, bytes/s */
+    double sync_s;  /* CPU ranks oversubscribing the cores (share < 1): what each blocking
                       collective or pipeline receive adds, a peer being descheduled
                       (docs/plan.md, tests/tools/sched_probe.c); 0 otherwise */
 } tri_gpu_kind;

@@ -16,6 +16,7 @@
 #include "parallel/schedule.h"
 #include "base/err.h"
 #include "parallel/pipeline.h"
+#include "plan/shard.h"
 #include "plan/stage_plan.h"
 
 int tri_plan_precision_bytes(tri_dtype precision) {
@@ -31,6 +32,9 @@ static int print_why(int rc, const char *why) {
     if (rc != 0 && why[0]) tri_error("%s", why);
     return rc;
 }
+
+/* parallel.cp, 1 in a config made without the defaults (a test's). */
+static int cp_of(const tri_parallel_cfg *p) { return p->cp > 1 ? p->cp : 1; }
 
 /* Room for any of the planner's reasons. */
 #define WHY_MAX 1024
@@ -93,6 +97,14 @@ static size_t chunk_elems(const tri_model_cfg *m, int tp, int n_layers, int emb,
     if (emb) n += r16(T * C);
     if (emb || head) n += r16(tri_padded_vocab(m->vocab_size, tp) / t * C);
     return n;
+}
+
+/* Values of K (or V) per token on one TP rank: the KV heads it holds (a
+ * replicated KV head whole) x the head size; GPT-2 has n_head of them. */
+static double kv_width(const tri_model_cfg *m, int tp) {
+    double HS = (double)m->n_embd / m->n_head, t = tp;
+    double NKV = m->arch == TRI_ARCH_LLAMA ? tri_model_n_kv_head(m) : m->n_head;
+    return (NKV >= t ? NKV / t : 1.0) * HS;
 }
 
 static void stage_free(stage_desc *d) {
@@ -334,7 +346,8 @@ static int stage_mem(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind 
         stage_free(&d);
         return -1;
     }
-    size_t B = (size_t)cfg->train.micro_batch, T = (size_t)cfg->model.seq_len;
+    /* context parallelism: each rank holds T / cp tokens of a sequence */
+    size_t B = (size_t)cfg->train.micro_batch, T = (size_t)cfg->model.seq_len / (size_t)cp_of(par);
     int split = kind == TRI_SCHED_ZBH1, rc = 0;
     size_t slot[TRI_MAX_VPP] = {0};
     for (int c = 0; rc == 0 && c < par->vpp; c++) {
@@ -366,17 +379,34 @@ static int stage_mem(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind 
         if (eb > boxes) boxes = eb;
         size_t A = (size_t)P;
         out->workspace = ws + (size_t)boxes * tri_chunk_boundary_elems(&d.g, B, T) * A;
-        /* parameters: padded under ZeRO as tri_gpt_pad pads them */
-        size_t unit_pad = par->zero ? (size_t)par->dp * TRI_ZERO_ALIGN : 1, elems = 0, alloc = 0;
+        /* context parallelism's ring: the K and V blocks in flight, double
+         * buffered, and in the backward their gradients too (docs/parallelism.md) */
+        if (cp_of(par) > 1) out->workspace += 8 * B * T * (size_t)kv_width(&cfg->model, par->tp) * A;
+        /* parameters: padded under ZeRO as tri_gpt_pad pads them, over the
+         * dp x cp ranks that share the state */
+        size_t dz = (size_t)par->dp * (size_t)cp_of(par);
+        size_t unit_pad = par->zero ? dz * TRI_ZERO_ALIGN : 1, elems = 0, alloc = 0, most = 0;
         for (int k = 0; k < d.g.n_chunks; k++) {
-            size_t n = d.g.chunks[k].n_elems;
+            size_t n = d.g.chunks[k].n_elems, a = (n + unit_pad - 1) / unit_pad * unit_pad;
             elems += n;
-            alloc += (n + unit_pad - 1) / unit_pad * unit_pad;
+            alloc += a;
+            most = a > most ? a : most; /* ZeRO-3 gathers a chunk at a time */
         }
-        size_t master = P == 2 ? 4 : 0;
-        out->params = alloc * A;
-        out->grads = alloc * 4;
-        out->optim = par->zero ? alloc / (size_t)par->dp * (8 + master) : elems * (8 + master);
+        tri_shard_in si = {.elems = elems,
+                           .alloc = alloc,
+                           .P = P,
+                           .zero = par->zero,
+                           .d = (int)dz,
+                           .chunk_elems = most,
+                           .n_chunks = d.g.n_chunks,
+                           .offload = par->offload == TRI_OFFLOAD_OPTIMIZER,
+                           .staging = gpu != NULL};
+        tri_shard_mem sm;
+        tri_shard_mem_of(&si, &sm);
+        out->params = sm.params;
+        out->grads = sm.grads;
+        out->optim = sm.optim;
+        out->host = sm.host;
         out->total = out->params + out->grads + out->optim + out->saved_act_alloc + out->workspace;
     }
     stage_free(&d);
@@ -423,6 +453,7 @@ typedef struct costs {
     double tp_bw; /* bytes/s a TP collective moves per rank */
     double lat;
     int tp;
+    double cp_bw; /* bytes/s of the CP ring's sends per rank */
 } costs;
 
 /* A GEMM of M x N x K (2 M N K FLOPs). */
@@ -440,28 +471,30 @@ static double gemm_s(const costs *c, double M, double N, double K) {
 static double gemm_fwd(const costs *c, double M, double N, double K) { return gemm_s(c, M, N, K); }
 static double gemm_bwd(const costs *c, double M, double N, double K) { return gemm_s(c, M, K, N) + gemm_s(c, N, K, M); }
 
-/* Ring all-reduce of `bytes` over n ranks; all-gather + reduce-scatter move
- * the same. */
+/* Ring all-reduce of `bytes` over n ranks (the DP collectives' bytes come
+ * from src/plan/shard.h). */
 static double allreduce_s(double bytes, int n, double bw, double lat) {
     if (n <= 1) return 0;
     return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
 }
-static double half_ring_s(double bytes, int n, double bw, double lat) {
-    if (n <= 1) return 0;
-    return (double)(n - 1) / n * bytes / bw + (n - 1) * lat;
-}
 
-/* One layer, one micro-batch of M = B T tokens. */
+static double bw_for(const tri_gpu_kind *g, int span);
+
+/* One layer, one micro-batch of M = B T / cp tokens. */
 typedef struct layer_t {
     double f, b;       /* compute, forward and backward (with recompute) */
     double tp_f, tp_b; /* TP collectives */
     double fl_f;       /* forward FLOPs (for what recompute adds) */
     double re_fl;      /* FLOPs recompute adds */
+    double cp_f, cp_b; /* exposed context-parallel ring transfers */
 } layer_t;
 
 static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
     const tri_model_cfg *m = &cfg->model;
-    double B = cfg->train.micro_batch, T = m->seq_len, M = B * T, C = m->n_embd, t = c->tp;
+    /* context parallelism: a rank computes T / cp tokens of each sequence,
+     * and 1 / cp of the causal attention (the load-balanced chunks) */
+    double cp = cp_of(&cfg->parallel), B = cfg->train.micro_batch, T = m->seq_len, M = B * T / cp, C = m->n_embd;
+    double t = c->tp;
     double NHl = (double)m->n_head / t, HS = C / m->n_head, A = c->A, Cl = C / t;
     int sp = cfg->parallel.sequence_parallel, llama = m->arch == TRI_ARCH_LLAMA;
     const tri_gpu_kind *g = c->gpu;
@@ -476,13 +509,13 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
     double gf = gemm_fwd(c, M, QKV, C) + gemm_fwd(c, M, C, Cl) + gemm_fwd(c, M, FC, C) + gemm_fwd(c, M, C, Fl);
     double gb = gemm_bwd(c, M, QKV, C) + gemm_bwd(c, M, C, Cl) + gemm_bwd(c, M, FC, C) + gemm_bwd(c, M, C, Fl);
     /* attention: QK^T and PV over the full T x T square (Megatron's count) */
-    double att_fl = 4.0 * B * T * T * C / t, att_f, att_b;
+    double att_fl = 4.0 * B * T * T * C / t / cp, att_f, att_b;
     if (g->gemm_flops) {
         /* the CPU: the flash kernel's (batch, head) pairs run side by side
          * on the threads, timed as one GEMM of (B heads T) x T x HS; its
          * backward (five products, the probabilities recomputed) measures
          * about 2x its forward (docs/performance.md) */
-        att_f = att_fl / g->gemm_flops(g->gemm_ctx, (size_t)(B * NHl * T), (size_t)T, (size_t)HS);
+        att_f = att_fl / g->gemm_flops(g->gemm_ctx, (size_t)(B * NHl * T / cp), (size_t)T, (size_t)HS);
         att_b = 2.0 * att_f;
     } else {
         att_f = att_fl / (c->peak * g->attn_eff);
@@ -504,6 +537,17 @@ static layer_t layer_time(const costs *c, const tri_config *cfg, int policy) {
     L.tp_f = 2 * ar;
     L.tp_b = 2 * ar;
     L.fl_f = 2.0 * M * (QKV * C + C * Cl + FC * C + C * Fl) + att_fl;
+    /* the ring's K/V blocks, overlapped with the attention blocks: what
+     * exceeds the local attention is exposed (forward; backward, the blocks
+     * and their gradients, against the backward's attention) */
+    if (cp > 1) {
+        double w = kv_width(m, c->tp);
+        double fr = tri_shard_cp_ring_bytes((int)cp, B, T, w, A, 0) / c->cp_bw + (cp - 1) * c->lat;
+        double br = tri_shard_cp_ring_bytes((int)cp, B, T, w, A, 1) / c->cp_bw + (cp - 1) * c->lat;
+        L.cp_f = fr > att_f ? fr - att_f : 0.0;
+        L.cp_b = br > att_b ? br - att_b : 0.0;
+        if (policy == TRI_RECOMPUTE_FULL) L.cp_b += L.cp_f;
+    }
     if (policy == TRI_RECOMPUTE_FULL) {
         L.b += f;
         L.tp_b += 2 * ar;
@@ -526,11 +570,13 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
     int P = tri_plan_precision_bytes(cfg->train.precision);
     int kind = sched_kind(cfg), m = micro_batches(cfg), policy = (int)cfg->train.recompute, rc;
     if (P < 0 || m < 1) return tri_why(why, n, "plan: the layout's train.precision or batch is not valid");
-    costs c = {gpu, P == 2 ? gpu->peak_16 : gpu->peak_32, P, 0, gpu->latency_s, par->tp};
+    costs c = {gpu, P == 2 ? gpu->peak_16 : gpu->peak_32, P, 0, gpu->latency_s, par->tp, 0};
     c.tp_bw = gpu->intra_bw * gpu->link_eff;
-    int world = par->tp * par->pp * par->dp;
+    /* the CP group spans tp x cp ranks of the mesh (Megatron's tp-cp-dp-pp order) */
+    c.cp_bw = bw_for(gpu, par->tp * cp_of(par)) * gpu->link_eff;
+    int world = par->tp * cp_of(par) * par->pp * par->dp;
     layer_t L = layer_time(&c, cfg, policy);
-    double B = cfg->train.micro_batch, T = md->seq_len, M = B * T, C = md->n_embd, t = par->tp;
+    double B = cfg->train.micro_batch, T = md->seq_len, M = B * T / cp_of(par), C = md->n_embd, t = par->tp;
     double Vl = (double)tri_padded_vocab(md->vocab_size, par->tp) / t;
     /* the ends: LM head GEMM and cross-entropy (last stage), embedding (first) */
     double head_f = gemm_fwd(&c, M, Vl, C) + 4.0 * M * Vl * c.A / gpu->mem_bw;
@@ -566,7 +612,7 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
         }
         f += nl * L.f;
         b += nl * L.b;
-        tp += nl * (L.tp_f + L.tp_b);
+        tp += nl * (L.tp_f + L.tp_b + L.cp_f + L.cp_b);
         if (f + b + tp > busiest) {
             busiest = f + b + tp;
             busy_layers = nl;
@@ -581,13 +627,34 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
         double e = (double)tri_plan_param_elems(cfg, s);
         if (e > opt_elems) opt_elems = e;
     }
-    /* AdamW: reads parameter, gradient, moments (and master), writes them */
-    double master = P == 2 ? 8.0 : 0.0;
-    double opt_bytes = (par->zero ? opt_elems / par->dp : opt_elems) * (2.0 * P + 4.0 + 16.0 + master) +
-                       opt_elems * 4.0 /* the gradient norm */;
+    /* AdamW: reads parameter, gradient, moments (and master), writes them;
+     * ZeRO: over the rank's shard of the dp x cp ranks */
+    double master = P == 2 ? 8.0 : 0.0, dz = (double)par->dp * cp_of(par);
+    double state = par->zero ? opt_elems / dz : opt_elems;
+    double opt_bytes = state * (2.0 * P + 4.0 + 16.0 + master) + opt_elems * 4.0 /* the gradient norm */;
     double opt_s = opt_bytes / gpu->mem_bw;
+    if (par->offload == TRI_OFFLOAD_OPTIMIZER && gpu->pcie_bw > 0) {
+        /* offloaded on a GPU: the gradients down, AdamW on the host (the
+         * same bytes at host bandwidth, and the 16-bit parameters rounded
+         * there), the parameters up, pipelined shard by shard: the slowest
+         * of the three, the device only taking the gradient norm */
+        double pcie = gpu->pcie_bw * gpu->link_eff;
+        double down = state * (P == 4 ? 8.0 : 4.0) / pcie, up = state * P / pcie;
+        double host = state * (2.0 * 4.0 + 4.0 + 16.0 + master + (P == 2 ? 4.0 + P : 0.0)) / gpu->host_bw;
+        double slow = down > host ? down : host;
+        opt_s = (slow > up ? slow : up) + opt_elems * 4.0 / gpu->mem_bw;
+        out->pcie_bytes = tri_shard_pcie_bytes(state, P);
+    }
 
     out->m = m;
+    if (cp_of(par) > 1) {
+        /* the ring of the busiest stage's layers: forward, backward, and
+         * under full recompute the forward again */
+        double w = kv_width(md, par->tp), cpn = cp_of(par);
+        double fwd = tri_shard_cp_ring_bytes((int)cpn, B, T, w, P, 0),
+               bwd = tri_shard_cp_ring_bytes((int)cpn, B, T, w, P, 1);
+        out->cp_bytes = (double)m * busy_layers * (fwd + bwd + (policy == TRI_RECOMPUTE_FULL ? fwd : 0.0));
+    }
     out->compute_s = m * (F + Bk) + opt_s;
     out->tp_s = m * TPs;
     if (md->arch == TRI_ARCH_LLAMA && par->tp > tri_model_n_kv_head(md)) {
@@ -631,24 +698,37 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
     /* pipeline sends: the activation forward and its gradient back, per
      * micro-batch and chunk, on the critical path */
     if (par->pp > 1) {
-        double msg = M * C * c.A / (par->sequence_parallel ? t : 1.0);
+        double msg = M * C * c.A / (par->sequence_parallel ? t : 1.0); /* M: this rank's tokens */
         double bw = bw_for(gpu, world) * gpu->link_eff;
         out->pp_s = 2.0 * m * par->vpp * (msg / bw + c.lat);
     }
     /* data parallel: fp32 gradients reduced (ZeRO: reduce-scattered, then the
      * parameters all-gathered), overlapped with the last micro-batch's
      * backward */
-    int over = gpu->share > 0 && gpu->share < 1;
-    if (par->dp > 1) {
-        double bw = bw_for(gpu, par->tp * par->dp) * gpu->link_eff;
+    int over = gpu->share > 0 && gpu->share < 1, d = par->dp * cp_of(par);
+    if (d > 1) {
+        /* the gradients' reduction and the parameters' gathering over the
+         * dp x cp ranks (src/plan/shard.h): every stage reduces under the
+         * last micro-batch's backward; zero 1 and 2 gather after the step,
+         * zero 3 before each chunk's forward and backward instead */
+        double bw = bw_for(gpu, par->tp * d) * gpu->link_eff;
         /* oversubscribed CPU ranks: the copies of shared-memory MPI are work
          * on the shared cores, and no core is idle to overlap them */
         if (over) bw *= gpu->share;
-        double gbytes = opt_elems * 4.0;
-        double red = par->zero ? half_ring_s(gbytes, par->dp, bw, c.lat) : allreduce_s(gbytes, par->dp, bw, c.lat);
-        double gather = par->zero ? half_ring_s(opt_elems * P, par->dp, bw, c.lat) : 0.0;
-        double window = over ? 0.0 : Bk;
-        out->dp_s = (red > window ? red - window : 0.0) + gather;
+        double rs, ag, lat = (par->zero ? 1.0 : 2.0) * (d - 1) * c.lat;
+        out->dp_bytes = tri_shard_dp_bytes(par->zero, d, m, P, opt_elems, &rs, &ag);
+        double red = rs / bw + lat, bw_win = over ? 0.0 : Bk;
+        out->dp_s = red > bw_win ? red - bw_win : 0.0;
+        if (par->zero == 3) {
+            /* a chunk's gather before each forward and backward: with more
+             * chunks than one the next chunk's is started under this one's
+             * compute (F / vpp, Bk / vpp), with one it is waited for */
+            double g1 = ag / (2.0 * m * par->vpp) / bw + lat;
+            double fw = over || par->vpp < 2 ? 0.0 : F / par->vpp, bwk = over || par->vpp < 2 ? 0.0 : Bk / par->vpp;
+            out->dp_s += m * par->vpp * ((g1 > fw ? g1 - fw : 0.0) + (g1 > bwk ? g1 - bwk : 0.0));
+        } else if (ag > 0) {
+            out->dp_s += ag / bw + lat;
+        }
     }
     if (over && gpu->sync_s > 0) {
         /* each blocking wait finds a peer descheduled: sync_s per TP
@@ -659,7 +739,7 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
         double per_layer = policy == TRI_RECOMPUTE_FULL ? 6.0 : 4.0;
         double n_tp = par->tp > 1 ? m * (busy_layers * per_layer + 2.0) + 1.0 : 0.0;
         double n_pp = par->pp > 1 ? 2.0 * m * par->vpp + 2.0 : 0.0;
-        double n_dp = par->dp > 1 ? 2.0 + 2.0 * par->zero : 0.0;
+        double n_dp = d > 1 ? 2.0 + (par->zero ? 2.0 : 0.0) + (par->zero == 3 ? 2.0 * m * par->vpp : 0.0) : 0.0;
         out->tp_s += n_tp * gpu->sync_s;
         out->pp_s += n_pp * gpu->sync_s;
         out->dp_s += (n_dp + (world > 1 ? 1.0 : 0.0)) * gpu->sync_s;
@@ -686,8 +766,13 @@ int tri_plan_check(const tri_config *cfg, const tri_gpu_kind *gpu, char *why, si
     const tri_model_cfg *m = &cfg->model;
     const tri_parallel_cfg *par = &cfg->parallel;
     why[0] = '\0';
-    if (par->tp < 1 || par->pp < 1 || par->dp < 1 || par->vpp < 1) {
-        snprintf(why, n, "tp, pp, dp and vpp must be >= 1");
+    if (par->tp < 1 || par->pp < 1 || par->dp < 1 || par->vpp < 1 || par->cp < 1) {
+        snprintf(why, n, "tp, cp, pp, dp and vpp must be >= 1");
+        return -1;
+    }
+    if (par->cp > 1 && m->seq_len % (2 * par->cp) != 0) {
+        snprintf(why, n, "seq_len %d is not divisible by 2 x cp %d (context parallelism's 2 x cp chunks)", m->seq_len,
+                 par->cp);
         return -1;
     }
     if (gpu && par->tp > gpu->per_node) {
@@ -704,6 +789,11 @@ int tri_plan_check(const tri_config *cfg, const tri_gpu_kind *gpu, char *why, si
     }
     if (par->sequence_parallel && (par->tp < 2 || m->seq_len % par->tp != 0)) {
         snprintf(why, n, "sequence parallelism needs tp > 1 and seq_len %d divisible by tp %d", m->seq_len, par->tp);
+        return -1;
+    }
+    if (par->sequence_parallel && par->cp > 1 && (m->seq_len / par->cp) % par->tp != 0) {
+        snprintf(why, n, "sequence parallelism with cp %d needs seq_len / cp = %d divisible by tp %d", par->cp,
+                 m->seq_len / par->cp, par->tp);
         return -1;
     }
     long per = (long)cfg->train.micro_batch * par->dp;

@@ -7,7 +7,9 @@
  *     their dtypes (16-bit or fp32 parameters, fp32 gradients, fp32 AdamW
  *     moments plus fp32 master weights when the parameters are 16-bit); under
  *     ZeRO-1 the buffers are padded as tri_gpt_pad pads them and the
- *     optimizer keeps a 1/dp shard. On the CPU backend the elements come from
+ *     optimizer keeps a 1/dp shard; offloaded (parallel.offload), the
+ *     optimizer's bytes move to host memory (host, with a GPU's staging
+ *     buffers), out of the device's total. On the CPU backend the elements come from
  *     tri_gpt_describe, as preflight and the allocator get them; for GPUs
  *     from the closed form of the same tables (tri_plan_param_elems), checked
  *     equal in tests/plan/test_plan.c.
@@ -58,7 +60,11 @@ void tri_planner_free(tri_planner *pl);
 typedef struct tri_plan_mem {
     size_t params, grads, optim, saved_act_peak, saved_act_alloc, workspace;
     size_t total; /* params + grads + optim + saved_act_alloc + workspace */
-    int stage;    /* the pipeline rank it describes                     */
+    /* parallel.offload = optimizer: the optimizer's state in host memory
+     * (optim is then 0), with on a GPU the staging copies of the gradients
+     * (fp32) and parameters (their dtype) of the rank's shard; not in total */
+    size_t host;
+    int stage; /* the pipeline rank it describes                     */
 } tri_plan_mem;
 
 /* The step of one layout. Times in seconds. */
@@ -75,6 +81,10 @@ typedef struct tri_plan_time {
     double model_flops; /* per step: tri_gpt_flops_per_token x tokens (no recompute) */
     double hw_flops;    /* per step, with what recompute adds                  */
     double tflops_per_gpu, mfu;
+    /* bytes one rank sends per step (src/plan/shard.h): the DP (x CP)
+     * gradient reduction and ZeRO's parameter gathers, the CP ring of the
+     * busiest stage, and an offloaded optimizer's PCIe copies (a GPU) */
+    double dp_bytes, cp_bytes, pcie_bytes;
 } tri_plan_time;
 
 /* Elements of the parameters of the given stage's chunks on one TP rank,

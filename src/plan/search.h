@@ -15,7 +15,7 @@
 
 /* Dimensions the user fixed (--set): the search keeps the base config's. */
 typedef struct tri_search_fixed {
-    int tp, pp, dp, vpp, mb, recompute, zero, sp;
+    int tp, pp, dp, vpp, mb, recompute, zero, sp, cp, offload;
 } tri_search_fixed;
 
 /* What to search. */
@@ -52,10 +52,13 @@ typedef struct tri_search_reasons {
 void tri_search_reason_add(tri_search_reasons *r, const char *why);
 
 /* Calls visit(ctx, layout) for every candidate layout of o, in the search's
- * order: tp (dividing N, at most a node's devices), pp (dividing N / tp), dp
- * = N / tp / pp, vpp 1..16 (> 1 only with pp > 1 and the layers dividing
+ * order: tp (dividing N, at most a node's devices), cp (dividing N / tp,
+ * with seq_len divisible by 2 cp), pp (dividing N / tp / cp), dp = N / tp /
+ * cp / pp, vpp 1..16 (> 1 only with pp > 1 and the layers dividing
  * evenly into pp x vpp chunks), micro_batch 1..16, recompute none,
- * selective, full, ZeRO 0 and (dp > 1) 1; the fixed dimensions only at the
+ * selective, full, ZeRO 0 and (dp x cp > 1) 1, offload none (ZeRO 2 and 3
+ * and offload are not candidates of their own: tri_search_run tries them on
+ * a layout that does not fit, see there); the fixed dimensions only at the
  * base config's values; no vpp > 1 under zb-h1; interleaved at vpp 1 runs
  * as 1f1b; sequence parallelism on wherever it applies (tp > 1 dividing
  * seq_len), or as configured with cpu or when fixed. A dp that does not
@@ -85,8 +88,16 @@ typedef struct tri_search_result {
 } tri_search_result;
 
 /* Runs the search of o with planner pl (NULL: nothing kept between layouts,
- * several times slower). Returns 0 (r filled, possibly with no layout that
- * fits), or -1 after a printed failure (out of memory); free r either way. */
+ * several times slower). A candidate over the memory limit is tried again,
+ * in turn, at ZeRO 2 and 3 (from ZeRO 1, where dp x cp > 1 and parallel.zero
+ * is not fixed), then with the optimizer offloaded at the highest of those
+ * (where parallel.offload is not fixed): the first that fits is kept, as a
+ * layout of its own, and each try counts in tried. The planner never makes
+ * these faster (more communication, PCIe traffic), so a layout that fits
+ * without them is never shadowed by one that needs them; the search proposes
+ * them exactly when they are what fits.
+ * Returns 0 (r filled, possibly with no layout that fits), or -1 after a
+ * printed failure (out of memory); free r either way. */
 int tri_search_run(tri_planner *pl, const tri_search_opts *o, tri_search_result *r);
 /* NULL-safe; zeroes *r. */
 void tri_search_result_free(tri_search_result *r);

@@ -186,8 +186,10 @@ static int planned_bytes(const tri_config *cfg, size_t micro_batch, int pp_rank,
     e->params = pm.params;
     e->grads = pm.grads;
     e->optim = pm.optim;
+    e->host = pm.host;
     e->acts = pm.saved_act_alloc + pm.workspace;
     size_t t = cadd(&k, cadd(&k, pm.params, pm.grads, "the total"), pm.optim, "the total");
+    t = cadd(&k, t, pm.host, "the total");
     t = cadd(&k, t, e->acts, "the total");
     e->total = cadd(&k, t, other, "the total");
     if (!k.ok) return overflow_error(&cfg->model, micro_batch, &k);
@@ -401,7 +403,7 @@ int tri_preflight_check_memory(const tri_mem_estimate *e, int local_ranks, const
                      "train.micro_batch smaller or use more ranks (parallel.tp), or pass --skip-memory-check to "
                      "try anyway",
                      tri_size_human(tot, 32, (double)e->total), tri_size_human(par, 32, (double)e->params),
-                     tri_size_human(gra, 32, (double)e->grads), tri_size_human(opt, 32, (double)e->optim),
+                     tri_size_human(gra, 32, (double)e->grads), tri_size_human(opt, 32, (double)(e->optim + e->host)),
                      tri_size_human(act, 32, (double)e->acts), tri_size_human(oth, 32, (double)e->other), ranks,
                      tri_size_human(av, 32, (double)a->available),
                      a->meminfo == SIZE_MAX ? "unknown" : tri_size_human(mi, 32, (double)a->meminfo), cg);
@@ -552,6 +554,8 @@ int tri_preflight_run(tri_preflight *p) {
         char a[32], b[32], c[32], d[32];
         printf("preflight: about %s of memory per rank (%s available)", tri_size_human(a, 32, (double)p->mem.total),
                avail.available == SIZE_MAX ? "unknown" : tri_size_human(b, 32, (double)avail.available));
+        if (p->mem.host) /* parallel.offload = optimizer */
+            printf(", of it %s of optimizer state in host memory", tri_size_human(a, 32, (double)p->mem.host));
         if (!synthetic)
             printf(", %s per checkpoint (%s free)", tri_size_human(c, 32, (double)ck_need),
                    ck_free == SIZE_MAX ? "unknown" : tri_size_human(d, 32, (double)ck_free));

@@ -50,6 +50,9 @@ typedef struct tri_mem_estimate {
     size_t acts;   /* saved activations (slots x slot bytes) and workspace
                       (with the pipeline's mailbox when training)           */
     size_t other;  /* parameter table, batch buffers, caller's extras       */
+    size_t host;   /* parallel.offload = optimizer: the optimizer's state, kept
+                      in host memory (optim is then 0); counted in total,
+                      which is all host memory on the CPU backend          */
     size_t total;  /* the sum; SIZE_MAX if it overflowed                    */
 } tri_mem_estimate;
 

@@ -260,7 +260,8 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
                         .beta2 = cfg->train.beta2,
                         .eps = cfg->train.eps,
                         .weight_decay = cfg->train.weight_decay,
-                        .grad_clip = cfg->train.grad_clip};
+                        .grad_clip = cfg->train.grad_clip,
+                        .offload = cfg->parallel.offload};
     for (int k = 0; k < t->gpt.n_chunks; k++) {
         tri_chunk *ch = &t->gpt.chunks[k];
         if (!cfg->parallel.zero) {

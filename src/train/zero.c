@@ -7,10 +7,10 @@
 #include "base/err.h"
 #include "base/size.h"
 
-/* The group gradients are reduced over and states sharded across: the one
- * place to name it (a combined data x context group would go here; the
- * buckets, tri_grad_sync_init_zero in setup.c, are made with the same). */
-static const tri_comm *zero_group(const trainer *t) { return &t->dist.dp; }
+/* The group gradients are reduced over and states sharded across: the
+ * data-parallel group, or data x context with parallel.cp > 1 (the buckets,
+ * tri_grad_sync_init_zero in setup.c, are made with the same). */
+static const tri_comm *zero_group(const trainer *t) { return tri_dist_grad_group((tri_dist *)&t->dist); }
 
 double zero_bytes_per_param(int zero, int d, int param_bytes) {
     double p = param_bytes, g = 4.0, o = param_bytes == 4 ? 8.0 : 12.0; /* fp32 parameters are their own masters */

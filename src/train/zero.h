@@ -24,7 +24,8 @@
  * compute. A checkpoint save or load gathers every chunk around itself.
  *
  * Every collective here takes the gradient-reduction group of zero_group()
- * in zero.c (the data-parallel group today), through the buckets made with it. */
+ * in zero.c (tri_dist_grad_group: dp, or dp x cp), through the buckets made
+ * with it. */
 #ifndef TRI_TRAIN_ZERO_H
 #define TRI_TRAIN_ZERO_H
 

@@ -27,7 +27,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 
-#define N_CONFIG_FIELDS 78 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 79 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -243,6 +243,7 @@ Test(config, out_of_range_values) {
     }
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"zero\": 2, \"zero_keep_params\": true}}",
                  "parallel.zero_keep_params", "parallel.zero = 3", "got parallel.zero = 2");
+    EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"cp\": 0}}", "parallel.cp", ">= 1", "got 0");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"parallel\": {\"progress_timeout_s\": -1}}",
                  "parallel.progress_timeout_s", "in [0, 1000000]", "got -1");
     EXPECT_ERROR("{\"data\": {\"train\": \"x\"}, \"log\": {\"straggler_every\": -1}}", "log.straggler_every",
@@ -273,6 +274,9 @@ Test(config, parallel_sizes_and_bucket_mb_have_sane_ranges) {
                       "at most 1048576");
     EXPECT_SETS_ERROR(OVS("parallel.tp=1024", "parallel.pp=1024", "parallel.dp=2"), "= 2097152 ranks",
                       "at most 1048576");
+    EXPECT_SETS_ERROR(OVS("parallel.cp=1024", "parallel.tp=1024", "parallel.dp=2"), "parallel.cp (1024)",
+                      "= 2097152 ranks", "at most 1048576");
+    EXPECT_SETS_ERROR(OVS("parallel.cp=3"), "parallel.cp (3)", "model.seq_len (128)", "2 x parallel.cp = 6");
     EXPECT_SETS_ERROR(OVS("parallel.pp=2", "parallel.vpp=17"), "parallel.vpp", "at most 16", "got 17");
     /* the default model has 4 layers: 2 x 4 chunks cannot each hold one */
     EXPECT_SETS_ERROR(OVS("parallel.pp=2", "parallel.vpp=4"), "parallel.pp (2) x parallel.vpp (4) = 8",
@@ -534,6 +538,7 @@ Test(config, override_errors) {
     EXPECT_SET_ERROR("train.spike_factor=1", "train.spike_factor");
     EXPECT_SET_ERROR("train.max_bad_steps=-1", "train.max_bad_steps");
     EXPECT_SET_ERROR("debug.inject_kind=boom", "debug.inject_kind", "nan-grad|inf-grad|nan-loss|spike");
+    EXPECT_SET_ERROR("parallel.offload=cpu", "parallel.offload", "none|optimizer");
     /* the error stops at the first bad override */
     expect_error_ov("{\"data\": {\"train\": \"t.bin\"}}", OVS("train.lr=0.01", "model.n_layerz=3", "train.lr=oops"),
                     NEEDLES("model.n_layerz", "unknown key"));
@@ -582,6 +587,8 @@ static void check_defaults_except_data(const tri_config *c) {
     cr_expect(c->parallel.timeout_s == 600.0);
     cr_expect_eq(c->parallel.zero, 0);
     cr_expect_eq(c->parallel.zero_keep_params, 0);
+    cr_expect_eq(c->parallel.offload, TRI_OFFLOAD_NONE);
+    cr_expect_eq(c->parallel.cp, 1);
     cr_expect_str_eq(c->checkpoint.dir, "checkpoints");
     cr_expect_eq(c->checkpoint.every, 0);
     cr_expect_eq(c->checkpoint.keep, 0);
@@ -737,6 +744,8 @@ static void expect_same(const tri_config *a, const tri_config *b) {
     SAME_I(parallel.sequence_parallel);
     SAME_I(parallel.zero);
     SAME_I(parallel.zero_keep_params);
+    SAME_I(parallel.offload);
+    SAME_I(parallel.cp);
     SAME_S(checkpoint.dir);
     SAME_I(checkpoint.every);
     SAME_I(checkpoint.keep);
@@ -787,6 +796,8 @@ static void unusual_config(tri_config *c, uint64_t seed) {
     c->parallel.sequence_parallel = 1;
     c->parallel.zero = 3;
     c->parallel.zero_keep_params = 1;
+    c->parallel.offload = TRI_OFFLOAD_OPTIMIZER;
+    /* parallel.cp stays 1: seq_len 33 is a multiple of no 2 x cp > 1 */
     snprintf(c->checkpoint.dir, sizeof c->checkpoint.dir, "%s", "");
     c->checkpoint.every = 1000000;
     c->checkpoint.keep = 9;

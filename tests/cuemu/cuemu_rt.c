@@ -290,3 +290,61 @@ cudaError_t tri_cuemu_rt_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t
     *ms = (float)(1e3 * (end->t - start->t));
     return cudaSuccess;
 }
+
+cudaError_t tri_cuemu_rt_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    if (flags != 0) return fail(cudaErrorInvalidValue);
+    if (!stream_ok(s) || e == NULL || e->live != 1 || !e->recorded) return fail(cudaErrorInvalidResourceHandle);
+    pthread_mutex_lock(&mu);
+    stats.stream_waits++;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+/* ---- page-locked host memory: a table of its own ---- */
+
+static alloc_rec *hrecs;
+static size_t n_hrecs, cap_hrecs;
+
+cudaError_t tri_cuemu_rt_host_alloc(void **p, size_t bytes, unsigned flags) {
+    if (p == NULL || flags != 0) return fail(cudaErrorInvalidValue);
+    const size_t sz = bytes ? bytes : 1;
+    void *q = malloc(sz);
+    pthread_mutex_lock(&mu);
+    if (q != NULL && n_hrecs == cap_hrecs) {
+        size_t cap = cap_hrecs ? 2 * cap_hrecs : 16;
+        alloc_rec *r = realloc(hrecs, cap * sizeof *r);
+        if (r == NULL) {
+            free(q);
+            q = NULL;
+        } else {
+            hrecs = r;
+            cap_hrecs = cap;
+        }
+    }
+    if (q != NULL) {
+        memset(q, 0xff, sz); /* memory the op table forgets to zero shows */
+        hrecs[n_hrecs++] = (alloc_rec){(uintptr_t)q, bytes};
+        stats.live_host_bytes += bytes;
+        stats.live_host_allocs++;
+    }
+    pthread_mutex_unlock(&mu);
+    *p = q;
+    return q != NULL ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t tri_cuemu_rt_free_host(void *p) {
+    if (p == NULL) return cudaSuccess;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < n_hrecs; i++) {
+        if (hrecs[i].base == (uintptr_t)p) {
+            stats.live_host_bytes -= hrecs[i].bytes;
+            stats.live_host_allocs--;
+            hrecs[i] = hrecs[--n_hrecs];
+            pthread_mutex_unlock(&mu);
+            free(p);
+            return cudaSuccess;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return fail(cudaErrorInvalidValue);
+}

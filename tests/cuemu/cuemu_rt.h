@@ -15,6 +15,8 @@
  * allocations (tri_cuemu_rt_pointer_kind, cuemu_api.h): a test hands kernels device
  * memory from cudaMallocAsync (host memory here, which the test may read
  * and write directly), never plain host memory.
+ * cudaHostAlloc gives host memory from a table of its own, and
+ * cudaStreamWaitEvent checks its handles (the copies are synchronous anyway).
  * Events (the profile's timing marks) take the host clock when recorded:
  * every launch before them has finished by then. Recording on a stream that
  * is not live, reading an event never recorded, or using one destroyed is
@@ -51,6 +53,7 @@ typedef enum tri_cuemu_memcpy_kind {
 typedef struct tri_cuemu_stream *cudaStream_t;
 typedef struct tri_cuemu_event *cudaEvent_t;
 #define cudaStreamNonBlocking     0x01
+#define cudaHostAllocDefault      0x00
 
 #define cudaMallocAsync           tri_cuemu_rt_malloc_async
 #define cudaFreeAsync             tri_cuemu_rt_free_async
@@ -67,6 +70,9 @@ typedef struct tri_cuemu_event *cudaEvent_t;
 #define cudaEventRecord           tri_cuemu_rt_event_record
 #define cudaEventSynchronize      tri_cuemu_rt_event_sync
 #define cudaEventElapsedTime      tri_cuemu_rt_event_elapsed
+#define cudaStreamWaitEvent       tri_cuemu_rt_stream_wait_event
+#define cudaHostAlloc             tri_cuemu_rt_host_alloc
+#define cudaFreeHost              tri_cuemu_rt_free_host
 
 cudaError_t tri_cuemu_rt_malloc_async(void **p, size_t bytes, cudaStream_t s);
 cudaError_t tri_cuemu_rt_free_async(void *p, cudaStream_t s);
@@ -83,6 +89,13 @@ cudaError_t tri_cuemu_rt_event_destroy(cudaEvent_t e);
 cudaError_t tri_cuemu_rt_event_record(cudaEvent_t e, cudaStream_t s);
 cudaError_t tri_cuemu_rt_event_sync(cudaEvent_t e);
 cudaError_t tri_cuemu_rt_event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end);
+/* The stream waits for the event (which must be live and recorded). */
+cudaError_t tri_cuemu_rt_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags);
+/* Page-locked host memory: plain host memory filled with 0xff bytes, kept in
+ * a table of its own (never device memory: a copy's kind must say so);
+ * cudaFreeHost of anything else is cudaErrorInvalidValue. */
+cudaError_t tri_cuemu_rt_host_alloc(void **p, size_t bytes, unsigned flags);
+cudaError_t tri_cuemu_rt_free_host(void *p);
 
 /* For tests: device bytes live now, allocations live now, stream syncs so
  * far; events live now, event records and event waits so far. */
@@ -91,6 +104,8 @@ typedef struct tri_cuemu_rt_stats {
     uint64_t syncs, copies;
     size_t live_events;
     uint64_t event_records, event_syncs;
+    size_t live_host_bytes, live_host_allocs; /* cudaHostAlloc's */
+    uint64_t stream_waits;                    /* cudaStreamWaitEvent calls */
 } tri_cuemu_rt_stats;
 void tri_cuemu_rt_stats_get(tri_cuemu_rt_stats *s);
 /* For tests: the next `n` cudaMallocAsync calls fail with

@@ -32,6 +32,7 @@
 #include "model/gpt.h"
 #include "model/optim.h"
 #include "model/runtime.h"
+#include "tests/helpers/tiny_steps.h"
 #ifdef TRI_GPU_TEST
 /* Built a second time as tests/gpu's tri_gpu_tests: the same comparisons
  * against the real backend "cuda" (DEV_NAME and the dev_* hooks:
@@ -1629,4 +1630,133 @@ Test(cuda_ops, six_llama_steps_with_selective_and_full_recompute_follow_the_cpu)
     }
     free(p.params);
     free(n.params);
+}
+
+/* The optimizer's state offloaded (parallel.offload = optimizer, model/optim.h)
+ * on the CUDA backend: the fp32 master weights and moments in page-locked
+ * host memory, each step's gradients copied to the host on the copy stream,
+ * AdamW run there by the CPU backend's op, the parameters (rounded to bf16
+ * on the host in bf16) copied back. Six steps follow the same six steps on
+ * the CPU within the bounds of the six-step tests above (fp32: losses 1e-5
+ * relative, parameters 1e-4 of their norm; bf16: losses 2e-3, the masters
+ * within twice what bf16 moves them), and the same steps without offload on
+ * this backend within the same bounds (the gradients are the same kernels';
+ * only the update's rounding differs, the kernel's AdamW against the CPU's;
+ * under the emulator the two give the same bits, and so must the runs).
+ * The accounting: no optimizer bytes on the device; on the host 8 bytes a
+ * parameter (fp32: the moments) or 12 (bf16: and the masters), plus the
+ * staging copies, 4 bytes of gradient and the parameter's own 4 or 2. Under
+ * the emulator: the copies ran on a stream that waited for the compute
+ * stream, and every host allocation was freed. */
+static void offloaded_steps_follow(tri_dtype dt) {
+    const char *name = tri_precision_name(dt);
+    tri_ctx c;
+    cr_assert_eq(ctx_on(&c, DEV_NAME), 0);
+#ifndef TRI_GPU_TEST
+    tri_cuemu_rt_stats r0, r1;
+    tri_cuemu_rt_stats_get(&r0);
+#endif
+    tt_tiny_run on, off, cpu, cpu32;
+    tt_tiny_steps_offload(&c, dt, 6, 1, &on);
+#ifndef TRI_GPU_TEST
+    tri_cuemu_rt_stats_get(&r1);
+    cr_expect(r1.stream_waits > r0.stream_waits, "%s: no copy waited for the compute stream", name);
+    cr_expect(r1.live_host_allocs == r0.live_host_allocs && r1.live_host_bytes == r0.live_host_bytes,
+              "%s: %zu page-locked bytes left", name, r1.live_host_bytes - r0.live_host_bytes);
+#endif
+    tri_ctx_free(&c);
+    cr_assert_eq(ctx_on(&c, DEV_NAME), 0);
+    tt_tiny_steps_offload(&c, dt, 6, 0, &off);
+    tri_ctx_free(&c);
+    cr_assert_eq(tri_ctx_init(&c, "cpu", 0), 0);
+    tt_tiny_steps_offload(&c, dt, 6, 0, &cpu);
+    tri_ctx_free(&c);
+    cr_assert_eq(tri_ctx_init(&c, "cpu", 0), 0);
+    tt_tiny_steps_offload(&c, TRI_F32, 6, 0, &cpu32);
+    tri_ctx_free(&c);
+    cr_assert(on.n == off.n && on.n == cpu.n);
+    const double ltol = dt == TRI_F32 ? 1e-5 : 2e-3;
+    for (int i = 0; i < 6; i++) {
+        const double rc = fabs(on.loss[i] - cpu.loss[i]) / cpu.loss[i],
+                     ro = fabs(on.loss[i] - off.loss[i]) / off.loss[i];
+        cr_expect(isfinite(on.loss[i]) && rc <= ltol && ro <= ltol,
+                  "%s step %d: loss %.9g offloaded, %.9g without, %.9g on the CPU", name, i, on.loss[i], off.loss[i],
+                  cpu.loss[i]);
+    }
+    double dc = 0, dd = 0, pn = 0, bf = 0;
+    for (size_t i = 0; i < on.n; i++) {
+        dc += ((double)on.params[i] - cpu.params[i]) * ((double)on.params[i] - cpu.params[i]);
+        dd += ((double)on.params[i] - off.params[i]) * ((double)on.params[i] - off.params[i]);
+        bf += ((double)cpu32.params[i] - cpu.params[i]) * ((double)cpu32.params[i] - cpu.params[i]);
+        pn += (double)cpu.params[i] * cpu.params[i];
+    }
+#ifndef TRI_GPU_TEST
+    /* the emulated kernel's AdamW and the CPU's give the same bits: so does the offloaded step */
+    cr_expect(dd == 0 && memcmp(on.loss, off.loss, sizeof on.loss) == 0,
+              "%s: the offloaded run differs from the device step's by %.3g of the norm", name, sqrt(dd / pn));
+#endif
+    const double bound = dt == TRI_F32 ? 1e-4 * sqrt(pn) : 2 * sqrt(bf);
+    cr_expect(sqrt(dc) <= bound && sqrt(dd) <= bound,
+              "%s: offloaded parameters differ by %.3g of their norm from the CPU's, %.3g from the run without "
+              "offload (bound %.3g)",
+              name, sqrt(dc / pn), sqrt(dd / pn), bound / sqrt(pn));
+    const size_t n = on.n, per = dt == TRI_F32 ? 8 : 12, esz = tri_dtype_size(dt);
+    cr_expect_eq(on.mem.peak[TRI_MEM_OPTIM], 0, "%s: %zu optimizer bytes on the device", name,
+                 on.mem.peak[TRI_MEM_OPTIM]);
+    cr_expect_eq(on.mem.host_peak[TRI_MEM_OPTIM], per * n, "%s: host optimizer %zu for %zu parameters", name,
+                 on.mem.host_peak[TRI_MEM_OPTIM], n);
+    cr_expect_eq(on.mem.host_peak[TRI_MEM_GRADS] + on.mem.host_peak[TRI_MEM_PARAMS], (4 + esz) * n,
+                 "%s: staging %zu + %zu for %zu parameters", name, on.mem.host_peak[TRI_MEM_GRADS],
+                 on.mem.host_peak[TRI_MEM_PARAMS], n);
+    cr_expect_eq(off.mem.peak[TRI_MEM_OPTIM], per * n);
+    cr_expect(on.mem.peak[TRI_MEM_PARAMS] == off.mem.peak[TRI_MEM_PARAMS] &&
+              on.mem.peak[TRI_MEM_GRADS] == off.mem.peak[TRI_MEM_GRADS]);
+    cr_log_info("%s offloaded: losses within %.3g of the CPU's; parameters within %.3g of the CPU's norm, %.3g of the "
+                "run without offload",
+                name, fabs(on.loss[5] - cpu.loss[5]) / cpu.loss[5], sqrt(dc / pn), sqrt(dd / pn));
+    free(on.params), free(off.params), free(cpu.params), free(cpu32.params);
+}
+
+Test(cuda_ops, offloaded_optimizer_steps_follow_the_cpu_and_the_device_step) {
+    offloaded_steps_follow(TRI_F32);
+    offloaded_steps_follow(TRI_BF16);
+}
+
+/* The same through the distributed optimizer (ZeRO-1 over a group of one,
+ * buckets of 0.01 MiB: a dozen shards that start and end inside tensors), the
+ * host step going shard by shard (each shard's parameters copied back, then
+ * its all-gather hook): six steps the same bits as the device's own ZeRO step
+ * under the emulator (within the six-step bounds of the plain run on a GPU),
+ * as many hook calls (one per shard and step), and the plain run's numbers. */
+Test(cuda_ops, offloaded_zero_steps_go_shard_by_shard) {
+    tri_ctx c;
+    tt_tiny_run on, off, plain;
+    cr_assert_eq(ctx_on(&c, DEV_NAME), 0);
+    tt_tiny_steps_zero(&c, TRI_F32, 6, 1, 0.01, &on);
+    tri_ctx_free(&c);
+    cr_assert_eq(ctx_on(&c, DEV_NAME), 0);
+    tt_tiny_steps_zero(&c, TRI_F32, 6, 0, 0.01, &off);
+    tri_ctx_free(&c);
+    cr_assert_eq(ctx_on(&c, DEV_NAME), 0);
+    tt_tiny_steps_offload(&c, TRI_F32, 6, 0, &plain);
+    tri_ctx_free(&c);
+    cr_assert(on.n == off.n && on.n == plain.n);
+    cr_expect(on.shards_done == off.shards_done && on.shards_done >= 6 * 3 && on.shards_done % 6 == 0,
+              "shard hooks: %d offloaded, %d on the device", on.shards_done, off.shards_done);
+    double dd = 0, dp = 0, pn = 0;
+    for (size_t i = 0; i < on.n; i++) {
+        dd += ((double)on.params[i] - off.params[i]) * ((double)on.params[i] - off.params[i]);
+        dp += ((double)on.params[i] - plain.params[i]) * ((double)on.params[i] - plain.params[i]);
+        pn += (double)plain.params[i] * plain.params[i];
+    }
+#ifndef TRI_GPU_TEST
+    cr_expect(dd == 0 && dp == 0 && memcmp(on.loss, off.loss, sizeof on.loss) == 0 &&
+                  memcmp(on.loss, plain.loss, sizeof on.loss) == 0,
+              "offloaded ZeRO vs the device's ZeRO: %.3g of the norm; vs the plain run: %.3g", sqrt(dd / pn),
+              sqrt(dp / pn));
+#endif
+    cr_expect(sqrt(dd) <= 1e-4 * sqrt(pn) && sqrt(dp) <= 1e-4 * sqrt(pn));
+    cr_expect_eq(on.mem.peak[TRI_MEM_OPTIM], 0);
+    cr_expect_eq(on.mem.host_peak[TRI_MEM_OPTIM], off.mem.peak[TRI_MEM_OPTIM]);
+    free(on.params), free(off.params), free(plain.params);
 }

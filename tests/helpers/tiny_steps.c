@@ -16,7 +16,16 @@ static uint64_t rng(uint64_t *s) {
     return *s >> 33;
 }
 
-void tt_tiny_steps(tri_ctx *ctx, tri_dtype precision, int steps, int profile, tt_tiny_run *out) {
+/* ZeRO's hook: counts the shards updated. */
+static void count_shard(void *ctx, int chunk, int bucket) {
+    (void)chunk, (void)bucket;
+    ++*(int *)ctx;
+}
+
+/* zero_mb > 0: the distributed optimizer over a group of one, buckets of
+ * zero_mb MiB (several, with shards that start and end inside tensors). */
+static void run(tri_ctx *ctx, tri_dtype precision, int steps, int profile, int offload, double zero_mb,
+                tt_tiny_run *out) {
     tri_model_cfg cfg = {.n_layer = TT_TINY_LAYERS, .n_head = 2, .n_embd = 32, .seq_len = 16, .vocab_size = 100};
     enum { B = 2, T = 16, BT = B * T };
     tri_comm self;
@@ -29,6 +38,7 @@ void tt_tiny_steps(tri_ctx *ctx, tri_dtype precision, int steps, int profile, tt
     tri_comm_init_self(&self, 0);
     self.ctx = ctx;
     cr_assert_eq(tri_gpt_init_single(&g, &cfg, ctx, &self, 1, 0), 0);
+    if (zero_mb > 0) cr_assert_eq(tri_gpt_pad(&g, TRI_ZERO_ALIGN), 0);
     cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, B, T, TRI_RECOMPUTE_NONE, 1, 0), 0);
     cr_assert_eq(tri_workspace_init(&ws, &g, B, T, TRI_RECOMPUTE_NONE), 0);
     cr_assert_eq(tri_gpt_init_params(&g, 17), 0);
@@ -40,9 +50,22 @@ void tt_tiny_steps(tri_ctx *ctx, tri_dtype precision, int steps, int profile, tt
                         .beta2 = 0.95,
                         .eps = 1e-8,
                         .weight_decay = 0.1,
-                        .grad_clip = 1.0};
+                        .grad_clip = 1.0,
+                        .offload = offload ? TRI_OFFLOAD_OPTIMIZER : TRI_OFFLOAD_NONE};
     tri_optim o;
-    cr_assert_eq(tri_optim_init(&o, &g, &oc), 0);
+    tri_grad_sync sync;
+    if (zero_mb > 0) {
+        tri_chunk *c0 = &g.chunks[0];
+        cr_assert_eq(tri_grad_sync_init_zero(&sync, c0->grad_mem, c0->param_mem, c0->param_dtype, c0->n_elems,
+                                             c0->n_alloc, &self, zero_mb),
+                     0);
+        cr_assert_gt(sync.n_buckets, 2, "the test wants several buckets");
+        cr_assert_eq(tri_optim_init_zero(&o, &g, &oc, &sync), 0);
+        o.shard_done = count_shard;
+        o.shard_done_ctx = &out->shards_done;
+    } else {
+        cr_assert_eq(tri_optim_init(&o, &g, &oc), 0);
+    }
     tri_optim_master_from_params(&o, &g);
     tri_profile *prof = NULL;
     if (profile >= 0) {
@@ -78,9 +101,23 @@ void tt_tiny_steps(tri_ctx *ctx, tri_dtype precision, int steps, int profile, tt
     out->n = ch->n_elems;
     out->params = malloc(out->n * sizeof(float));
     cr_assert_not_null(out->params);
-    tri_ctx_to_host(ctx, out->params, o.master[0] ? o.master[0] : ch->param_mem, out->n * sizeof(float));
+    tri_optim_copy_to_host(&o, &g, out->params, o.master[0] ? o.master[0] : ch->param_mem, out->n * sizeof(float));
+    out->mem = ctx->mem;
     tri_optim_free(&o, &g);
+    if (zero_mb > 0) tri_grad_sync_free(&sync);
     tri_slot_pool_free(&pool, &g);
     tri_workspace_free(&ws, &g);
     tri_gpt_free(&g);
+}
+
+void tt_tiny_steps(tri_ctx *ctx, tri_dtype precision, int steps, int profile, tt_tiny_run *out) {
+    run(ctx, precision, steps, profile, 0, 0, out);
+}
+
+void tt_tiny_steps_offload(tri_ctx *ctx, tri_dtype precision, int steps, int offload, tt_tiny_run *out) {
+    run(ctx, precision, steps, -1, offload, 0, out);
+}
+
+void tt_tiny_steps_zero(tri_ctx *ctx, tri_dtype precision, int steps, int offload, double bucket_mb, tt_tiny_run *out) {
+    run(ctx, precision, steps, -1, offload, bucket_mb, out);
 }

@@ -20,6 +20,8 @@ typedef struct tt_tiny_run {
     size_t n;
     double wall_ms;      /* the steps' wall time, profile reads included */
     tri_prof_totals tot; /* with a profile: its totals after the steps   */
+    tri_mem_stats mem;   /* the context's accounting after the steps, model and optimizer still allocated */
+    int shards_done;     /* ZeRO: the optimizer's shard_done calls */
 } tt_tiny_run;
 
 /* `steps` (<= TT_TINY_MAX_STEPS) AdamW steps (clipping, weight decay) of the
@@ -29,5 +31,10 @@ typedef struct tt_tiny_run {
  * of marks, 0 for the default), read with tri_profile_step after every step
  * and stopped at the end. Criterion asserts on any failure. */
 void tt_tiny_steps(tri_ctx *ctx, tri_dtype precision, int steps, int profile, tt_tiny_run *out);
+/* The same with the optimizer's state offloaded (parallel.offload) or not. */
+void tt_tiny_steps_offload(tri_ctx *ctx, tri_dtype precision, int steps, int offload, tt_tiny_run *out);
+/* The same through the distributed optimizer (ZeRO-1) over a group of one,
+ * the buffers padded and cut into buckets of bucket_mb MiB (at least 3). */
+void tt_tiny_steps_zero(tri_ctx *ctx, tri_dtype precision, int steps, int offload, double bucket_mb, tt_tiny_run *out);
 
 #endif

@@ -18,6 +18,7 @@
 #include "parallel/schedule.h"
 #include "config/config.h"
 #include "plan/plan.h"
+#include "plan/search.h"
 #include "train/preflight.h"
 
 /* The planner the tests share, as `trident plan` shares one between its
@@ -285,12 +286,16 @@ Test(plan, memory_matches_bench_through_tridentrun, .timeout = 600) {
         const char *rec;
         int zero;
         const char *sched;
+        int off; /* parallel.offload = optimizer: the optimizer's bytes under "host_optim" */
     } grid[] = {
-        {1, 1, 1, 1, "none", 0, "1f1b"},        {1, 1, 1, 1, "full", 0, "1f1b"},  {2, 1, 1, 1, "selective", 0, "1f1b"},
-        {1, 2, 1, 1, "none", 0, "1f1b"},        {1, 1, 2, 1, "full", 1, "1f1b"},  {1, 1, 2, 1, "selective", 0, "1f1b"},
-        {2, 2, 1, 1, "full", 0, "1f1b"},        {2, 1, 2, 1, "none", 1, "1f1b"},  {1, 2, 2, 1, "selective", 1, "1f1b"},
-        {1, 4, 1, 1, "selective", 0, "1f1b"},   {1, 1, 4, 1, "none", 1, "1f1b"},  {4, 1, 1, 1, "full", 0, "1f1b"},
-        {1, 2, 1, 2, "none", 0, "interleaved"}, {1, 2, 1, 1, "full", 0, "zb-h1"},
+        {1, 1, 1, 1, "none", 0, "1f1b", 0},        {1, 1, 1, 1, "full", 0, "1f1b", 0},
+        {2, 1, 1, 1, "selective", 0, "1f1b", 0},   {1, 2, 1, 1, "none", 0, "1f1b", 0},
+        {1, 1, 2, 1, "full", 1, "1f1b", 0},        {1, 1, 2, 1, "selective", 0, "1f1b", 0},
+        {2, 2, 1, 1, "full", 0, "1f1b", 0},        {2, 1, 2, 1, "none", 1, "1f1b", 0},
+        {1, 2, 2, 1, "selective", 1, "1f1b", 0},   {1, 4, 1, 1, "selective", 0, "1f1b", 0},
+        {1, 1, 4, 1, "none", 1, "1f1b", 0},        {4, 1, 1, 1, "full", 0, "1f1b", 0},
+        {1, 2, 1, 2, "none", 0, "interleaved", 0}, {1, 2, 1, 1, "full", 0, "zb-h1", 0},
+        {1, 1, 1, 1, "none", 0, "1f1b", 1},        {1, 1, 2, 1, "full", 1, "1f1b", 1},
     };
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     char *dir = tt_mkdtemp();
@@ -301,8 +306,10 @@ Test(plan, memory_matches_bench_through_tridentrun, .timeout = 600) {
                  "--set model.n_layer=4 --set model.n_head=4 --set model.n_embd=64 --set model.seq_len=32 "
                  "--set model.vocab_size=300 --set train.global_batch=8 --set train.micro_batch=2 "
                  "--set parallel.tp=%d --set parallel.pp=%d --set parallel.dp=%d --set parallel.vpp=%d "
-                 "--set train.recompute=%s --set parallel.zero=%d --set parallel.schedule=%s",
-                 grid[i].tp, grid[i].pp, grid[i].dp, grid[i].vpp, grid[i].rec, grid[i].zero, grid[i].sched);
+                 "--set train.recompute=%s --set parallel.zero=%d --set parallel.schedule=%s "
+                 "--set parallel.offload=%s",
+                 grid[i].tp, grid[i].pp, grid[i].dp, grid[i].vpp, grid[i].rec, grid[i].zero, grid[i].sched,
+                 grid[i].off ? "optimizer" : "none");
         snprintf(
             cmd, sizeof cmd,
             "cd %s && timeout 120 %s --nproc-per-node %d --log-dir %s/logs_%zu -- %s bench %s/configs/tiny-test.json "
@@ -320,7 +327,7 @@ Test(plan, memory_matches_bench_through_tridentrun, .timeout = 600) {
         /* the plan sized as the rank ran: tridentrun's threads per rank */
         omp_set_num_threads((int)(cores / n > 0 ? cores / n : 1));
         tri_config c;
-        const char *argv_sets[16];
+        const char *argv_sets[20];
         int ns = 0;
         char *copy = strdup(sets), *save = NULL;
         for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
@@ -353,6 +360,15 @@ Test(plan, memory_matches_bench_through_tridentrun, .timeout = 600) {
                   p.workspace, sends, box);
         cr_expect(got_total >= want_total * 0.95 && got_total <= want_total * 1.05,
                   "%s: total measured %.0f, planned %.0f", sets, got_total, want_total);
+        /* offloaded: the optimizer's bytes in host memory, to the byte (the
+         * CPU stages nothing); none of them on the backend */
+        cJSON *host = cJSON_GetObjectItemCaseSensitive(mem, "host_optim");
+        if (grid[i].off) {
+            cr_expect(host && (size_t)host->valuedouble == p.host && p.host > 0 && p.optim == 0,
+                      "%s: host_optim measured %.0f, planned %zu", sets, host ? host->valuedouble : -1.0, p.host);
+        } else {
+            cr_expect(!host && p.host == 0, "%s: host memory without offload", sets);
+        }
         free(copy);
         cJSON_Delete(j);
         free(out);
@@ -413,8 +429,13 @@ Test(plan, search_proposes_only_valid_layouts_that_fit, .timeout = 300) {
             set_layout(&c, tp, pp, dp, vpp, cJSON_GetObjectItemCaseSensitive(j, "recompute")->valuestring,
                        (int)json_size(j, "zero"));
             c.parallel.sequence_parallel = (int)json_size(j, "sequence_parallel");
+            c.parallel.cp = (int)json_size(j, "cp");
+            c.parallel.offload = strcmp(cJSON_GetObjectItemCaseSensitive(j, "offload")->valuestring, "optimizer")
+                                     ? TRI_OFFLOAD_NONE
+                                     : TRI_OFFLOAD_OPTIMIZER;
             c.train.precision = (tri_dtype)tri_precision_parse("bf16");
-            cr_expect_eq(tp * pp * dp, N, "%s", line);
+            cr_expect_eq(tp * c.parallel.cp * pp * dp, N, "%s", line);
+            cr_expect(c.parallel.cp == 1 || T % (2 * c.parallel.cp) == 0, "%s", line);
             cr_expect(tp <= 8 && NH % tp == 0, "%s", line);
             cr_expect_eq(gb % (c.train.micro_batch * dp), 0, "%s", line);
             cr_expect_eq(tri_gpt_check_layout(&c.model, tp, pp, vpp, ""), 0, "%s", line);
@@ -647,4 +668,192 @@ Test(plan, llama_presets_give_the_published_totals) {
         char why[1024];
         cr_expect(tri_plan_check(&c, tri_gpu_lookup("h100"), why, sizeof why) == 0, "%s: %s", names[i], why);
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* ZeRO 2 and 3, optimizer offload, context parallelism (issue 21)          */
+
+/* Bytes per parameter per rank at the step's peak (parameters, gradients,
+ * optimizer) against the closed forms of docs/parallelism.md with bf16
+ * parameters and fp32 gradients: 18; 6 + 12/d; 6 + 16/d (the whole fp32
+ * gradient of the step beside its 1/d shard); and, one chunk per rank, 6 +
+ * 18/d (the chunk gathered whole beside the shards). Within the padding to
+ * d x 128 elements (1e-3). */
+Test(plan, zero_stages_bytes_per_parameter_follow_the_closed_forms) {
+    const tri_gpu_kind *k = tri_gpu_lookup("h100");
+    const double C = 2048;
+    const int ds[3] = {2, 8, 64};
+    for (int i = 0; i < 3; i++)
+        for (int z = 0; z <= 3; z++) {
+            tri_config c;
+            base_cfg(&c, 8, 16, (int)C, 1024, 1000, 512, 1);
+            set_layout(&c, 1, 1, ds[i], 1, "full", z);
+            c.train.precision = (tri_dtype)tri_precision_parse("bf16");
+            tri_plan_mem m;
+            cr_assert(tri_plan_stage_mem(&pl, &c, k, 0, &m) == 0);
+            double n = (double)tri_plan_param_elems(&c, 0), d = ds[i];
+            double want[4] = {18, 6 + 12 / d, 6 + 16 / d, 6 + 18 / d};
+            double got = (double)(m.params + m.grads + m.optim) / n;
+            cr_expect(fabs(got - want[z]) <= 1e-3 * want[z], "dp %d zero %d: %.5f bytes/param, want %.5f", ds[i], z,
+                      got, want[z]);
+            cr_expect_eq(m.host, 0);
+            /* the wire: ring passes of (d-1)/d, an all-reduce two; zero 3
+             * gathers before each of the m = 512/d micro-batches' forward and
+             * backward */
+            tri_plan_time t;
+            cr_assert(tri_plan_time_step(&pl, &c, k, &t) == 0);
+            double f = (d - 1) / d, mb = 512 / d;
+            double wire[4] = {2 * f * 4 * n, f * (4 + 2) * n, f * (4 + 2) * n, f * (4 + 2 * mb * 2) * n};
+            cr_expect(fabs(t.dp_bytes - wire[z]) <= 1e-9 * wire[z], "dp %d zero %d: %.6g bytes sent, want %.6g", ds[i],
+                      z, t.dp_bytes, wire[z]);
+        }
+    tri_planner_free(&pl);
+}
+
+/* Offload takes the optimizer's bytes off the device, all of them, to the
+ * host, where a GPU also stages the shard's fp32 gradients and parameters
+ * (S (4 + P)); the CPU backend (no kind) stages nothing. A GPU's step pays
+ * the PCIe copies and the host's AdamW. */
+Test(plan, offload_moves_the_optimizers_bytes_to_the_host) {
+    const tri_gpu_kind *h100 = tri_gpu_lookup("h100");
+    for (int g = 0; g < 2; g++)
+        for (int z = 0; z <= 1; z++)
+            for (int bf = 0; bf <= 1; bf++) {
+                const tri_gpu_kind *k = g ? h100 : NULL;
+                tri_config c;
+                base_cfg(&c, 4, 8, 256, 128, 1000, 16, 2);
+                set_layout(&c, 1, 1, 4, 1, "none", z);
+                c.train.precision = (tri_dtype)tri_precision_parse(bf ? "bf16" : "fp32");
+                tri_plan_mem a, b;
+                cr_assert(tri_plan_stage_mem(&pl, &c, k, 0, &a) == 0);
+                c.parallel.offload = TRI_OFFLOAD_OPTIMIZER;
+                cr_assert(tri_plan_stage_mem(&pl, &c, k, 0, &b) == 0);
+                size_t K = bf ? 12 : 8, P = bf ? 2 : 4, S = a.optim / K;
+                cr_expect_eq(a.optim % K, 0);
+                cr_expect(b.params == a.params && b.grads == a.grads && b.optim == 0 &&
+                          b.saved_act_alloc == a.saved_act_alloc && b.workspace == a.workspace);
+                cr_expect_eq(b.total, a.total - a.optim, "the device's total drops by the optimizer's bytes");
+                cr_expect_eq(b.host, a.optim + (k ? S * (4 + P) : 0), "%s zero %d %s", k ? "h100" : "cpu", z,
+                             bf ? "bf16" : "fp32");
+                if (k) {
+                    tri_plan_time ta, tb;
+                    c.parallel.offload = TRI_OFFLOAD_NONE;
+                    cr_assert(tri_plan_time_step(&pl, &c, k, &ta) == 0);
+                    c.parallel.offload = TRI_OFFLOAD_OPTIMIZER;
+                    cr_assert(tri_plan_time_step(&pl, &c, k, &tb) == 0);
+                    cr_expect_gt(tb.step_s, ta.step_s);
+                    /* PCIe: 4 bytes of gradient down, the parameter up, fp32 ones down too */
+                    double pcie = (double)S * (4 + (double)P + (P == 4 ? 4 : 0));
+                    cr_expect(ta.pcie_bytes == 0 && fabs(tb.pcie_bytes - pcie) <= 1e-9 * pcie, "PCIe %.6g, want %.6g",
+                              tb.pcie_bytes, pcie);
+                }
+            }
+    tri_planner_free(&pl);
+}
+
+/* Context parallelism: each rank's saved activations are 1/cp of one
+ * rank's, to the byte (every saved buffer is B x T/cp x something), and its
+ * compute about 1/cp; the K/V ring is hidden under a long sequence's
+ * attention (no exposed time at tp 1, where only the ring adds to tp_s)
+ * and exposed under a short one's. */
+Test(plan, cp_divides_saved_activations_and_hides_its_ring_under_long_attention) {
+    const tri_gpu_kind *k = tri_gpu_lookup("h100");
+    tri_config c;
+    base_cfg(&c, 4, 16, 1024, 32768, 1000, 8, 1);
+    c.train.precision = (tri_dtype)tri_precision_parse("bf16");
+    set_layout(&c, 1, 1, 1, 1, "none", 0);
+    tri_plan_mem one;
+    tri_plan_time t1;
+    cr_assert(tri_plan_stage_mem(&pl, &c, k, 0, &one) == 0);
+    cr_assert(tri_plan_time_step(&pl, &c, k, &t1) == 0);
+    for (int cp = 2; cp <= 8; cp *= 2) {
+        c.parallel.cp = cp;
+        char why[256];
+        cr_assert_eq(tri_plan_check(&c, k, why, sizeof why), 0, "%s", why);
+        tri_plan_mem m;
+        tri_plan_time t;
+        cr_assert(tri_plan_stage_mem(&pl, &c, k, 0, &m) == 0);
+        cr_assert(tri_plan_time_step(&pl, &c, k, &t) == 0);
+        cr_expect_eq(m.saved_act_alloc * (size_t)cp, one.saved_act_alloc, "cp %d: %zu x %d vs %zu", cp,
+                     m.saved_act_alloc, cp, one.saved_act_alloc);
+        cr_expect(t.compute_s < t1.compute_s / cp * 1.05, "cp %d: compute %g vs %g", cp, t.compute_s, t1.compute_s);
+        cr_expect_eq(t.tp_s, 0.0, "cp %d: the ring is not hidden at T = 32768: %g s", cp, t.tp_s);
+        /* the ring's bytes: 4 layers x 8 micro-batches x (cp - 1) passes of
+         * K and V blocks of 32768/cp tokens x 1024 values, bf16 forward, bf16
+         * and their fp32 gradients backward */
+        double blk = 32768.0 / cp * 1024, ring = 4.0 * 8 * (cp - 1) * 2 * blk * (2 + (2 + 4));
+        cr_expect(fabs(t.cp_bytes - ring) <= 1e-9 * ring, "cp %d: ring %.6g bytes, want %.6g", cp, t.cp_bytes, ring);
+        cr_expect_eq(t1.cp_bytes, 0.0);
+    }
+    c.model.seq_len = 256; /* attention too short to hide the ring */
+    c.parallel.cp = 4;
+    tri_plan_time t;
+    cr_assert(tri_plan_time_step(&pl, &c, k, &t) == 0);
+    cr_expect_gt(t.tp_s, 0.0);
+    c.parallel.cp = 3; /* 256 is no multiple of 2 x 3 */
+    char why[256];
+    cr_expect_neq(tri_plan_check(&c, k, why, sizeof why), 0);
+    cr_expect(strstr(why, "2 x cp 3"), "%s", why);
+    tri_planner_free(&pl);
+}
+
+/* The search, with tp and pp fixed at the base's (dp, cp, vpp left to it),
+ * over n H100s; every proposal fits and follows `want`; returns how many fit. */
+static size_t search_fixed(tri_config *c, int n, int (*want)(const tri_config *), const char *what) {
+    tri_search_opts o = {.base = c, .gpu = tri_gpu_lookup("h100"), .gpus = n};
+    o.limit = o.gpu->mem_bytes;
+    o.fixed.tp = o.fixed.pp = 1;
+    tri_search_result r;
+    cr_assert_eq(tri_search_run(&pl, &o, &r), 0);
+    for (size_t i = 0; i < r.n; i++) {
+        const tri_config *x = &r.rows[i].cfg;
+        cr_expect(r.rows[i].fits && want(x), "%s: proposed cp %d dp %d zero %d offload %d", what, x->parallel.cp,
+                  x->parallel.dp, x->parallel.zero, (int)x->parallel.offload);
+    }
+    size_t fit = r.n;
+    tri_search_result_free(&r);
+    tri_planner_free(&pl);
+    return fit;
+}
+
+static int cp_above_1(const tri_config *c) { return c->parallel.cp > 1; }
+static int zero3_chunked(const tri_config *c) { return c->parallel.zero == 3 && c->parallel.vpp > 1; }
+static int offloaded(const tri_config *c) { return c->parallel.offload == TRI_OFFLOAD_OPTIMIZER; }
+
+/* A 1.3B GPT with 256K-token sequences on 8 H100s, tp and pp fixed at 1:
+ * one rank cannot hold a sequence's activations (recompute full keeps each
+ * layer's input, B T C, and the recompute's workspace), so every layout
+ * that fits splits the sequence (cp > 1), and some do. */
+Test(plan, search_proposes_cp_for_a_sequence_that_fits_only_split, .timeout = 120) {
+    tri_config c;
+    base_cfg(&c, 24, 16, 2048, 262144, 50257, 8, 1);
+    c.train.precision = (tri_dtype)tri_precision_parse("bf16");
+    set_layout(&c, 1, 1, 8, 1, "full", 1);
+    tri_plan_mem m;
+    cr_assert(tri_plan_stage_mem(&pl, &c, tri_gpu_lookup("h100"), 0, &m) == 0);
+    cr_assert_gt((double)m.total, tri_gpu_lookup("h100")->mem_bytes, "the case must not fit at cp 1");
+    cr_expect_gt(search_fixed(&c, 8, cp_above_1, "long sequence"), 0);
+}
+
+/* A 26B GPT (32 layers of C 8192) on 64 H100s, tp 1 and pp 2 fixed: a
+ * stage's bf16 parameters (25.6 GiB) and its whole fp32 gradient (51.2 GiB)
+ * do not fit beside anything at ZeRO 0 to 2, whatever dp and cp; ZeRO-3 with
+ * the stage cut into two or more chunks (vpp), one gathered at a time beside
+ * the next, does, and the search proposes only that. */
+Test(plan, search_proposes_zero3_where_replicated_parameters_do_not_fit, .timeout = 120) {
+    tri_config c;
+    base_cfg(&c, 32, 64, 8192, 2048, 51200, 64, 1);
+    c.train.precision = (tri_dtype)tri_precision_parse("bf16");
+    c.parallel.pp = 2;
+    cr_expect_gt(search_fixed(&c, 64, zero3_chunked, "26B"), 0);
+}
+
+/* A 7B GPT on one H100 (tp, pp 1, nothing to shard over): bf16 parameters,
+ * fp32 gradients and the 12-byte optimizer state (18 bytes a parameter,
+ * 126 GB) do not fit, the device's 6 bytes a parameter do: only offload fits. */
+Test(plan, search_proposes_offload_where_only_it_fits, .timeout = 120) {
+    tri_config c;
+    base_cfg(&c, 32, 32, 4096, 1024, 32000, 8, 1);
+    c.train.precision = (tri_dtype)tri_precision_parse("bf16");
+    cr_expect_gt(search_fixed(&c, 1, offloaded, "7B on one device"), 0);
 }

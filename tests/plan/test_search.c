@@ -17,15 +17,15 @@
 #include "plan/search.h"
 
 /* The hand-worked case: 6 H100s, a model of 4 layers and 3 heads (C 96, T
- * 16), global batch 8, with micro_batch 1, recompute none and ZeRO 0 fixed
- * by --set, as the command loads it. */
+ * 16), global batch 8, with micro_batch 1, recompute none, ZeRO 0 and cp 1
+ * fixed by --set, as the command loads it. */
 #define CASE_SETS                                                                                       \
     "model.n_layer=4", "model.n_head=3", "model.n_embd=96", "model.seq_len=16", "model.vocab_size=256", \
-        "train.global_batch=8", "train.micro_batch=1", "train.recompute=none", "parallel.zero=0"
+        "train.global_batch=8", "train.micro_batch=1", "train.recompute=none", "parallel.zero=0", "parallel.cp=1"
 #define CASE_ARGS                                                                                                 \
     "--set model.n_layer=4 --set model.n_head=3 --set model.n_embd=96 --set model.seq_len=16 "                    \
     "--set model.vocab_size=256 --set train.global_batch=8 --set train.micro_batch=1 --set train.recompute=none " \
-    "--set parallel.zero=0"
+    "--set parallel.zero=0 --set parallel.cp=1"
 
 static void load_case(tri_config *c) {
     const char *sets[] = {CASE_SETS};
@@ -37,7 +37,7 @@ static void load_case(tri_config *c) {
 static tri_search_opts case_opts(const tri_config *base) {
     tri_search_opts o = {.base = base, .gpu = tri_gpu_lookup("h100"), .cpu = 0, .gpus = 6};
     o.limit = o.gpu->mem_bytes;
-    o.fixed.mb = o.fixed.recompute = o.fixed.zero = 1;
+    o.fixed.mb = o.fixed.recompute = o.fixed.zero = o.fixed.cp = 1;
     return o;
 }
 
@@ -127,9 +127,12 @@ Test(search, a_visitor_stops_the_enumeration) {
 }
 
 /* Unfixed, the search tries every micro-batch dividing the local batch,
- * every recompute policy and ZeRO where dp > 1; zb-h1 takes no vpp > 1; an
- * interleaved base runs vpp 1 as 1f1b. Counted by hand for tp 1, pp 1, dp 2
- * (fixed): micro-batches 1, 2, 4 x 3 policies x ZeRO 0, 1 = 18. */
+ * every recompute policy, ZeRO where dp x cp > 1 and every cp dividing the
+ * devices (with T divisible by 2 cp); zb-h1 takes no vpp > 1; an
+ * interleaved base runs vpp 1 as 1f1b. Counted by hand for tp 1, pp 1 fixed
+ * on 2 devices: cp 1, dp 2: micro-batches 1, 2, 4 x 3 policies x ZeRO 0, 1
+ * = 18; cp 2 (T 16 = 4 x 4), dp 1: micro-batches 1, 2, 4, 8 x 3 x ZeRO 0, 1
+ * (over the dp x cp = 2 ranks) = 24; 42 in all. */
 Test(search, unfixed_dimensions_are_all_tried) {
     tri_config base;
     load_case(&base);
@@ -143,14 +146,18 @@ Test(search, unfixed_dimensions_are_all_tried) {
     seen s = {0};
     tri_search_reasons rej = {0};
     cr_assert_eq(tri_search_candidates(&o, &rej, collect, &s), 0);
-    cr_expect_eq(s.n, 18, "%d candidates", s.n);
-    int zero1 = 0, full = 0, mb4 = 0;
+    cr_expect_eq(s.n, 42, "%d candidates", s.n);
+    int zero1 = 0, full = 0, mb4 = 0, cp2 = 0;
     for (int i = 0; i < s.n; i++) {
         zero1 += s.c[i].parallel.zero;
         full += s.c[i].train.recompute == TRI_RECOMPUTE_FULL;
         mb4 += s.c[i].train.micro_batch == 4;
+        cp2 += s.c[i].parallel.cp == 2;
+        cr_expect(s.c[i].parallel.zero <= 1 && s.c[i].parallel.offload == TRI_OFFLOAD_NONE,
+                  "ZeRO 2, 3 and offload are tries of tri_search_run, not candidates");
     }
-    cr_expect(zero1 == 9 && full == 6 && mb4 == 6, "zero %d full %d mb4 %d", zero1, full, mb4);
+    cr_expect(zero1 == 21 && full == 14 && mb4 == 12 && cp2 == 24, "zero %d full %d mb4 %d cp2 %d", zero1, full, mb4,
+              cp2);
 
     /* 2 stages of 2 layers: vpp 1 and 2 under 1f1b, vpp 1 only under zb-h1 */
     o.fixed = (tri_search_fixed){.tp = 1, .pp = 1, .mb = 1, .recompute = 1, .zero = 1};
@@ -242,6 +249,7 @@ Test(search, the_planners_own_refusals_are_counted_silently) {
     cr_assert_eq(tri_config_load(&base, path, 2, sets), 0);
     tri_search_opts o = {.base = &base, .gpu = tri_gpu_lookup("h100"), .gpus = 8};
     o.limit = o.gpu->mem_bytes;
+    o.fixed.cp = 1; /* the counts below were worked out at cp 1 */
     tri_planner pl = {0};
     tri_search_result r;
     tt_capture cap;
@@ -265,7 +273,9 @@ Test(search, the_planners_own_refusals_are_counted_silently) {
             }
         }
     cr_expect_eq(found, 2);
-    cr_expect(r.tried == 132 && r.n == 0 && r.oom == 20, "tried %d fit %zu oom %d", r.tried, r.n, r.oom);
+    /* 132 candidates, 20 over the limit: 10 pairs at ZeRO 0 and 1 with dp > 1,
+     * each ZeRO 1 one tried again at ZeRO 2, 3 and offloaded, over the limit too */
+    cr_expect(r.tried == 132 + 30 && r.n == 0 && r.oom == 20 + 30, "tried %d fit %zu oom %d", r.tried, r.n, r.oom);
     tri_search_result_free(&r);
     tri_planner_free(&pl);
 }
@@ -324,8 +334,10 @@ Test(search, the_planner_only_saves_time) {
         for (; j < b.n; j++) {
             const tri_config *y = &b.rows[j].cfg;
             if (x->parallel.tp == y->parallel.tp && x->parallel.pp == y->parallel.pp &&
+                x->parallel.cp == y->parallel.cp && x->parallel.dp == y->parallel.dp &&
                 x->parallel.vpp == y->parallel.vpp && x->train.micro_batch == y->train.micro_batch &&
-                x->train.recompute == y->train.recompute && x->parallel.zero == y->parallel.zero)
+                x->train.recompute == y->train.recompute && x->parallel.zero == y->parallel.zero &&
+                x->parallel.offload == y->parallel.offload)
                 break;
         }
         cr_assert_lt(j, b.n, "row %zu not found without a planner", i);

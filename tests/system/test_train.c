@@ -444,3 +444,43 @@ Test(train, recompute_policies_and_the_guarded_backend_give_identical_runs, .tim
               saved[3]);
     free(ref);
 }
+
+/* parallel.offload = optimizer on the CPU backend moves only the accounting:
+ * the same losses, bit for bit, as without, also across a checkpoint taken
+ * with offload and resumed without, and the other way; the start-up says
+ * where the state is (the memory line's host part, preflight's share). */
+Test(train, offload_gives_the_same_run_and_its_checkpoints_resume_both_ways, .timeout = 180) {
+    const char *common = "--set train.steps=6 --set train.eval_every=3 --set checkpoint.every=3";
+    char *ref_dir = make_run_dir(), *out = NULL, extra[1024];
+    snprintf(extra, sizeof extra, "%s", common);
+    cr_assert_eq(train(ref_dir, extra, &out), 0, "%s", out);
+    cr_expect(strstr(out, "host: optimizer") == NULL, "%s", out);
+    free(out);
+    double *ref;
+    cr_assert_eq(losses_of(ref_dir, &ref), 6);
+    const char *first[2] = {"optimizer", "none"}, *then[2] = {"none", "optimizer"};
+    for (int w = 0; w < 2; w++) {
+        char *dir = make_run_dir();
+        snprintf(extra, sizeof extra, "%s --set parallel.offload=%s --stop-at-step 3", common, first[w]);
+        cr_assert_eq(train(dir, extra, &out), 0, "%s", out);
+        if (w == 0) {
+            cr_expect(strstr(out, "; host: optimizer ") != NULL, "the memory line: %s", out);
+            cr_expect(strstr(out, "of optimizer state in host memory") != NULL, "preflight: %s", out);
+        }
+        free(out);
+        snprintf(extra, sizeof extra, "%s --set parallel.offload=%s --resume", common, then[w]);
+        cr_assert_eq(train(dir, extra, &out), 0, "%s", out);
+        free(out);
+        double *l;
+        cr_assert_eq(losses_of(dir, &l), 6);
+        for (int i = 0; i < 6; i++)
+            cr_expect(l[i] == ref[i], "offload %s then %s: step %d loss %.17g vs %.17g", first[w], then[w], i + 1,
+                      l[i], ref[i]);
+        free(l);
+        tt_rmrf(dir);
+        free(dir);
+    }
+    free(ref);
+    tt_rmrf(ref_dir);
+    free(ref_dir);
+}
