@@ -55,7 +55,7 @@ typedef struct layout {
 static void expect_layouts_follow(const char *dir, const double *ref, const char *ref_ck, const char *prefix,
                                   const char *base, const layout *L, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        char ck[64], what[512], extra[1024], *out = NULL;
+        char ck[64], what[1200], extra[1024], *out = NULL;
         snprintf(ck, sizeof ck, "%s_%zu", prefix, i);
         snprintf(what, sizeof what, "%s tp=%d dp=%d %s %s", prefix, L[i].tp, L[i].dp, base, L[i].more);
         snprintf(extra, sizeof extra, "%s %s", base, L[i].more);

@@ -293,7 +293,7 @@ Test(preflight, meminfo_and_cgroup_texts) {
 Test(preflight, memory_refusal_gives_both_figures_and_the_override) {
     tri_mem_estimate e;
     tri_preflight_rank_bytes((size_t)1 << 28, (size_t)1 << 30, 0, 1, &e); /* 4 GiB + 1 GiB */
-    tri_mem_avail a = {(size_t)3 << 30, SIZE_MAX, SIZE_MAX, (size_t)3 << 30};
+    tri_mem_avail a = {(size_t)3 << 30, SIZE_MAX, SIZE_MAX, (size_t)3 << 30, 0};
     tt_capture cap;
     tt_capture_begin(&cap, "/tmp/tri_preflight_err3.txt");
     int rc = tri_preflight_check_memory(&e, 1, &a);
