@@ -202,5 +202,13 @@ print(f"{'':10} death to the first new step: "
       + f"time outside the steps: fault-free {off_free:.1f} s, faulty {off_faulty:.1f} s "
       + f"({(off_faulty - off_free) / nf:.2f} s/fault); median step {step_s * 1e3:.0f} ms fault-free, "
       + f"{statistics.median(ms_faulty):.0f} ms faulty")
+# The faults' own cost, without the machine's speed between the two runs (a
+# shared VM's step time moves by 10% from one minute to the next, which the
+# wall-time goodput above takes for the faults'): the time outside the steps
+# that the faulty run added, plus the steps it redid at the fault-free median.
+added = max(0.0, off_faulty - off_free) + work * nf
+print(f"{'':10} goodput from the faults' cost: {free / (free + added):.4f} "
+      f"({added / nf:.2f} s per fault: {max(0.0, off_faulty - off_free) / nf:.2f} s outside the steps, "
+      f"{work:.2f} s redone)")
 PY
 done

@@ -87,6 +87,9 @@ Test(cp, gpt2_layouts_follow_the_single_rank_run, .timeout = 900) {
         {1, 1, "--set parallel.cp=2 --set train.recompute=full --device cpu-guard"},
         {2, 1, "--set parallel.cp=2 --set parallel.sequence_parallel=true"},
         {1, 2, "--set parallel.cp=2 --set parallel.zero=1"},
+        /* ZeRO-2/3 shard gradients and parameters over dp x cp too */
+        {1, 2, "--set parallel.cp=2 --set parallel.zero=2"},
+        {1, 2, "--set parallel.cp=2 --set parallel.zero=3"},
     };
     expect_layouts_follow("gpt2", "", L, sizeof L / sizeof L[0]);
 }
