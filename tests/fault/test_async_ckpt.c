@@ -359,6 +359,11 @@ Test(async_ckpt, a_failed_background_save_fails_on_every_rank, .timeout = 240) {
     for (double t0 = now_s(); !ready && now_s() - t0 < 60; usleep(5000))
         ready = tt_has_entry(ck, ".tmp-step_00000004-", found, sizeof found);
     cr_assert(ready, "no background save of step 4 (see %s)", log);
+    /* into the writers' sleep: rank 0 makes the directory before the
+     * snapshot; a removal before a writer has opened its files fails that
+     * writer instead (seen under ASan: rank 1 "cannot open for writing",
+     * its exit tearing the job down before rank 0 said "not saved") */
+    usleep(300 * 1000);
     snprintf(victim, sizeof victim, "%s/%s", ck, found);
     tt_rmrf(victim);
     int st;
