@@ -255,12 +255,13 @@ void zero_report(const trainer *t) {
     int d = zero_group(t)->size, pb = (int)tri_dtype_size(t->gpt.chunks[0].param_dtype);
     char a[32], b[32], c[32];
     printf("trident: ZeRO-%d held per rank between steps: params %s, grads %s, optimizer %s = %.3f bytes per "
-           "parameter (closed form %.3f over dp=%d, the rest is padding); bytes params=%zu grads=%zu optim=%zu "
+           "parameter (closed form %.3f over %s=%d, the rest is padding); bytes params=%zu grads=%zu optim=%zu "
            "n_params=%zu\n",
            zero, tri_size_human(a, sizeof a, (double)m->bytes[TRI_MEM_PARAMS]),
            tri_size_human(b, sizeof b, (double)m->bytes[TRI_MEM_GRADS]),
            tri_size_human(c, sizeof c, (double)m->bytes[TRI_MEM_OPTIM]), n ? (double)held / (double)n : 0.0,
-           zero_bytes_per_param(zero, d, pb), d, m->bytes[TRI_MEM_PARAMS], m->bytes[TRI_MEM_GRADS],
+           zero_bytes_per_param(zero, d, pb), t->dist.mesh.cp > 1 ? "dp x cp" : "dp", d, m->bytes[TRI_MEM_PARAMS],
+           m->bytes[TRI_MEM_GRADS],
            m->bytes[TRI_MEM_OPTIM], n);
     fflush(stdout);
 }
