@@ -185,6 +185,17 @@ static int watch_ranks(const tri_launch_plan *p, rank_watch *w, double now, tri_
         }
         if (check_pids && st.state == TRI_RANK_RUNNING && st.value > 1 && !strcmp(st.host, me) &&
             kill((pid_t)st.value, 0) != 0 && errno == ESRCH) {
+            /* the wrapper may have recorded its end and exited between the
+             * read above and the check (a clean end read as a killed
+             * wrapper tore a finished job down): read the status again */
+            tri_rank_status_read(p->log_dir, r, &st);
+            if (st.state != TRI_RANK_RUNNING) {
+                if (died_hard(&st)) {
+                    *out = st;
+                    return r;
+                }
+                continue;
+            }
             *out = st; /* the wrapper itself is gone (killed): say SIGKILL */
             out->state = TRI_RANK_SIGNAL;
             out->value = SIGKILL;
