@@ -121,3 +121,16 @@ void tt_expect_same_tensors(const char *dir_a, const char *dir_b, const char *fi
     tt_tensors_free(&ta);
     tt_tensors_free(&tb);
 }
+
+void tt_equiv_expect_follows(const char *dir, const double *ref, const char *ref_ck, int n, const char *ck, int tp,
+                             int dp, const char *sets, const char *banner, double rtol, double atol, const char *what) {
+    char *out = NULL;
+    cr_assert_eq(tt_equiv_run(dir, tp, dp, ck, sets, &out), 0, "%s: %s", what, out);
+    cr_expect(strstr(out, banner) != NULL, "%s: no \"%s\" in the output: %s", what, banner, out);
+    free(out);
+    double *l;
+    cr_assert_eq(tt_equiv_losses(dir, ck, &l), n, "%s", what);
+    tt_equiv_expect_losses(ref, l, n, rtol, what);
+    tt_equiv_expect_params(dir, ref_ck, ck, atol, what);
+    free(l);
+}

@@ -33,6 +33,12 @@ char *tt_equiv_latest_model(const char *dir, const char *ck);
  * difference seen. */
 double tt_equiv_expect_params(const char *dir, const char *ck_a, const char *ck_b, double atol, const char *what);
 
+/* Runs ck at tp x dp with sets (tt_equiv_run; asserts it succeeds and its
+ * output holds `banner`), then expects its n losses within rtol of ref's and
+ * its final parameters within atol of run ref_ck's. */
+void tt_equiv_expect_follows(const char *dir, const double *ref, const char *ref_ck, int n, const char *ck, int tp,
+                             int dp, const char *sets, const char *banner, double rtol, double atol, const char *what);
+
 /* Every tensor of the safetensors file dir/file as fp32 (16-bit ones
  * widened), in header order (asserts it reads). */
 typedef struct tt_tensors {
