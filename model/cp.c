@@ -116,12 +116,16 @@ static void visible(const tri_gpt *g, int s, size_t T, size_t *q0, size_t *tk) {
 }
 
 /* Starts the transfers of one step: buf to the next rank, into nbuf from the
- * previous one (n elements of t each; either may be NULL). */
+ * previous one (n elements of t each; either may be NULL). The test that
+ * follows makes them start now, before the block's compute is queued: NCCL
+ * launches a batch of p2p calls only at its first wait or test
+ * (parallel/nccl_plan.h), and MPI moves a message along inside its calls. */
 static void ring_post(tri_gpt *g, const void *buf, void *nbuf, size_t n, tri_dtype t, int tag, tri_req *send,
                       tri_req *recv) {
     const int next = (g->cp_rank + 1) % g->cp, prev = (g->cp_rank - 1 + g->cp) % g->cp;
     if (nbuf) tri_comm_irecv(g->cp_comm, nbuf, n, t, prev, tag, recv);
     if (buf) tri_comm_isend(g->cp_comm, buf, n, t, next, tag, send);
+    (void)tri_comm_test(g->cp_comm, nbuf ? recv : send);
 }
 
 void tri_cp_attention_fwd(tri_gpt *g, tri_workspace *ws, void *out, float *state, const void *qkv, size_t B, size_t T) {

@@ -42,7 +42,7 @@ _Static_assert(TRI_NCCL_FLOAT64 == (int)ncclFloat64 && TRI_NCCL_BFLOAT16 == (int
 _Static_assert(TRI_NCCL_SUM == (int)ncclSum && TRI_NCCL_MAX == (int)ncclMax, "NCCL reduction numbering");
 _Static_assert(TRI_NCCL_NOCOLOR == NCCL_SPLIT_NOCOLOR, "NCCL split color");
 
-#define MAX_GROUPS 5 /* world, tp, dp, pp, emb */
+#define MAX_GROUPS TRI_NCCL_GROUPS /* world, tp, dp, pp, emb, cp, dpcp */
 
 struct shared;
 
@@ -480,8 +480,8 @@ static void adopt(tri_comm *out, shared *sh, int id, const char *name, ncclComm_
     CUDA_CHECK(out, cudaMalloc((void **)&h->scratch, sizeof *h->scratch));
 }
 
-int tri_nccl_init(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, void *bctx, tri_comm *world, tri_comm *tp,
-                  tri_comm *dp, tri_comm *pp, tri_comm *emb) {
+int tri_nccl_init(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, void *bctx,
+                  tri_comm groups[TRI_NCCL_GROUPS]) {
     int wr = m->rank, ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev < 1)
@@ -510,20 +510,23 @@ int tri_nccl_init(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, vo
      * rank takes part in the world's and in every split, in the same order */
     ncclComm_t wcomm = NULL;
     NCCL_CHECK0(sh, wr, ncclCommInitRank(&wcomm, m->world, id, wr));
-    static const tri_group_kind kinds[4] = {TRI_GROUP_TP, TRI_GROUP_DP, TRI_GROUP_PP, TRI_GROUP_EMB};
-    static const char *const names[4] = {"tp", "dp", "pp", "emb"};
-    tri_comm *outs[4] = {tp, dp, pp, emb};
-    ncclComm_t split[4] = {NULL, NULL, NULL, NULL};
-    for (int k = 0; k < 4; k++) {
+    static const tri_group_kind kinds[6] = {TRI_GROUP_TP,  TRI_GROUP_DP, TRI_GROUP_PP,
+                                            TRI_GROUP_EMB, TRI_GROUP_CP, TRI_GROUP_DPCP};
+    static const char *const names[6] = {"tp", "dp", "pp", "emb", "cp", "dpcp"};
+    ncclComm_t split[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    /* the cp and dp x cp groups only with context parallelism (as the MPI
+     * transport splits them, parallel/dist.c) */
+    const int n_kinds = m->cp > 1 ? 6 : 4;
+    for (int k = 0; k < n_kinds; k++) {
         int color = 0, key = 0;
         tri_nccl_split_args(m, kinds[k], &color, &key);
         NCCL_CHECK0(sh, wr, ncclCommSplit(wcomm, color, key, &split[k], NULL));
     }
     for (int i = 0; i < m->world; i++) members[i] = i;
-    adopt(world, sh, 0, "world", wcomm, members, m->world, wr, wr);
-    for (int k = 0; k < 4; k++) {
+    adopt(&groups[0], sh, 0, "world", wcomm, members, m->world, wr, wr);
+    for (int k = 0; k < n_kinds; k++) {
         int idx = -1, n = tri_mesh_group(m, kinds[k], members, &idx);
-        adopt(outs[k], sh, k + 1, names[k], split[k], members, idx < 0 ? 1 : n, idx < 0 ? 0 : idx, wr);
+        adopt(&groups[k + 1], sh, k + 1, names[k], split[k], members, idx < 0 ? 1 : n, idx < 0 ? 0 : idx, wr);
     }
     free(members);
     int any = 0;
@@ -541,6 +544,7 @@ int tri_nccl_init(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, vo
 static const tri_nccl_transport transport = {
     .comm_size = sizeof(tri_comm),
     .mesh_size = sizeof(tri_mesh),
+    .n_groups = TRI_NCCL_GROUPS,
     .init = tri_nccl_init,
 };
 

@@ -9,7 +9,8 @@
  *  - one world communicator from one ncclUniqueId (made by rank 0, handed to
  *    the others by the caller's `bcast`: MPI under mpirun/tridentrun, the TCP
  *    store otherwise), then one ncclCommSplit per group (TP, DP, PP,
- *    embedding) in which every rank takes part;
+ *    embedding, and with context parallelism CP and DP x CP) in which every
+ *    rank takes part;
  *  - each group runs on its own communication stream; a call first makes that
  *    stream wait for an event recorded on the compute stream (c->ctx->stream),
  *    so it sees every kernel queued before it; its completion is an event on
@@ -41,14 +42,20 @@
 /* Hands rank 0's len bytes at buf to every rank (collective). 0 or -1. */
 typedef int (*tri_nccl_bcast_fn)(void *ctx, void *buf, size_t len);
 
+/* The groups tri_nccl_init makes, in the order of its `groups` array: world,
+ * tp, dp, pp, emb, cp, dpcp (parallel/dist.c's order). */
+#define TRI_NCCL_GROUPS 7
+
 /* Collective over the mesh's whole world. Selects the CUDA device
  * local_rank % (devices on this node) (local_rank < 0: the world rank's), makes
- * the world communicator and the groups of m, and overwrites *world, *tp, *dp,
- * *pp, *emb (a group of one where the rank is alone or in none, as tri_mpi_split
- * does). Returns 0, or -1 after a message naming the rank (no device, the id
+ * the world communicator and the groups of m, and overwrites groups[0..4]
+ * (world, tp, dp, pp, emb) and, when m->cp > 1, groups[5..6] (cp, dp x cp;
+ * with cp == 1 they are left as they are: groups of one, and dp x cp is dp):
+ * a group of one where the rank is alone or in none, as tri_mpi_split does.
+ * Returns 0, or -1 after a message naming the rank (no device, the id
  * exchange failed); NCCL failures themselves are fatal as above. */
-int tri_nccl_init(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, void *bctx, tri_comm *world, tri_comm *tp,
-                  tri_comm *dp, tri_comm *pp, tri_comm *emb);
+int tri_nccl_init(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, void *bctx,
+                  tri_comm groups[TRI_NCCL_GROUPS]);
 
 /* The transport as the CUDA module hands it out. comm_nccl.c is compiled into
  * the module libtri_cuda.so (kernels/cuda_module.h), not into the programs,
@@ -60,8 +67,9 @@ int tri_nccl_init(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, vo
 #define TRI_NCCL_ENTRY "tri_nccl_entry"
 typedef struct tri_nccl_transport {
     size_t comm_size, mesh_size; /* sizeof tri_comm and tri_mesh where the module was built */
-    int (*init)(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, void *bctx, tri_comm *world, tri_comm *tp,
-                tri_comm *dp, tri_comm *pp, tri_comm *emb); /* tri_nccl_init */
+    size_t n_groups;             /* TRI_NCCL_GROUPS where the module was built                */
+    int (*init)(const tri_mesh *m, int local_rank, tri_nccl_bcast_fn bcast, void *bctx,
+                tri_comm groups[TRI_NCCL_GROUPS]); /* tri_nccl_init */
 } tri_nccl_transport;
 
 #endif

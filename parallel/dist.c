@@ -194,14 +194,16 @@ static const tri_comm_impl pending_impl = {
 
 /* The groups of the mesh with their sizes and indices, no transport yet. */
 static void pending_groups(tri_dist *d) {
-    static const tri_group_kind kinds[4] = {TRI_GROUP_TP, TRI_GROUP_DP, TRI_GROUP_PP, TRI_GROUP_EMB};
-    tri_comm *outs[4] = {&d->tp, &d->dp, &d->pp, &d->emb};
+    static const tri_group_kind kinds[6] = {TRI_GROUP_TP,  TRI_GROUP_DP, TRI_GROUP_PP,
+                                            TRI_GROUP_EMB, TRI_GROUP_CP, TRI_GROUP_DPCP};
+    tri_comm *outs[6] = {&d->tp, &d->dp, &d->pp, &d->emb, &d->cp, &d->dpcp};
     int *members = malloc((size_t)d->mesh.world * sizeof *members);
     TRI_CHECK(members != NULL);
     d->world.size = d->mesh.world;
     d->world.rank = d->mesh.rank;
     d->world.impl = &pending_impl;
-    for (int k = 0; k < 4; k++) {
+    const int n_kinds = d->mesh.cp > 1 ? 6 : 4; /* the cp groups only with context parallelism */
+    for (int k = 0; k < n_kinds; k++) {
         int idx = -1, n = tri_mesh_group(&d->mesh, kinds[k], members, &idx);
         if (idx < 0 || n < 2) continue; /* a group of one */
         outs[k]->size = n;
@@ -213,7 +215,7 @@ static void pending_groups(tri_dist *d) {
 
 /* Forms a world of several ranks through the TCP store: every rank checks in
  * with its layout, which must agree. Returns 0, or -1 after a message. */
-static int store_world(tri_dist *d, int tp, int pp, int dp, double timeout_s) {
+static int store_world(tri_dist *d, int tp, int cp, int pp, int dp, double timeout_s) {
     tri_launch_env e;
     const int use_slurm = !slurm_by_mpi();
     char why[512];
@@ -228,7 +230,7 @@ static int store_world(tri_dist *d, int tp, int pp, int dp, double timeout_s) {
     }
     d->transport = TRI_TRANSPORT_STORE;
     if (e.local_rank >= 0) d->local_rank = e.local_rank;
-    int mine[3] = {tp, pp, dp};
+    int mine[4] = {tp, cp, pp, dp};
     int *all = malloc((size_t)e.world * sizeof mine);
     if (all == NULL || tri_store_allgather(d->store, "layout", mine, sizeof mine, all) != 0) {
         free(all);
@@ -236,9 +238,9 @@ static int store_world(tri_dist *d, int tp, int pp, int dp, double timeout_s) {
                          e.master_port);
     }
     for (int r = 0; r < e.world; r++)
-        if (memcmp(all + 3 * r, mine, sizeof mine) != 0) {
-            tri_error("rank %d has tp=%d pp=%d dp=%d but rank %d has tp=%d pp=%d dp=%d", e.rank, tp, pp, dp, r,
-                      all[3 * r], all[3 * r + 1], all[3 * r + 2]);
+        if (memcmp(all + 4 * r, mine, sizeof mine) != 0) {
+            tri_error("rank %d has tp=%d cp=%d pp=%d dp=%d but rank %d has tp=%d cp=%d pp=%d dp=%d", e.rank, tp, cp, pp,
+                      dp, r, all[4 * r], all[4 * r + 1], all[4 * r + 2], all[4 * r + 3]);
             free(all);
             return -1;
         }
@@ -331,17 +333,12 @@ int tri_dist_init_cp(tri_dist *d, int tp, int cp, int pp, int dp, double timeout
     watch_groups(d);
     if (world == 1 && launched != LAUNCH_MPI) return 0; /* a world of one: no transport */
     if (launched == LAUNCH_STORE) {
-        if (cp > 1)
-            return tri_error_rank(rank,
-                                  "parallel.cp (%d) > 1 needs the MPI transport (launch with tridentrun/mpirun): "
-                                  "context-parallel groups are not made over NCCL yet",
-                                  cp);
         if (!store_ok) /* said before waiting for any peer at the store */
             return tri_error_rank(rank,
                                   "ranks launched without MPI (RANK/WORLD_SIZE or srun) communicate through NCCL, "
                                   "which needs --device cuda; on the CPU launch with tridentrun/mpirun");
 #ifdef TRI_HAVE_NCCL
-        if (store_world(d, tp, pp, dp, timeout_s) != 0) return -1;
+        if (store_world(d, tp, cp, pp, dp, timeout_s) != 0) return -1;
         watch_groups(d);
         return 0;
 #else
@@ -408,11 +405,6 @@ static int bcast_id(void *ctx, void *buf, size_t len) {
 
 int tri_dist_use_nccl(tri_dist *d) {
     if (d->mesh.world == 1 || d->nccl) return 0;
-    if (d->mesh.cp > 1)
-        return tri_error_rank(d->mesh.rank,
-                              "parallel.cp (%d) > 1: the context-parallel groups are not made over NCCL yet "
-                              "(train with --device cpu)",
-                              d->mesh.cp);
 #ifdef TRI_HAVE_NCCL
     /* NCCL lives in the CUDA module (kernels/cuda_module.h), loaded here;
      * the transport's entry is its own symbol there (comm_nccl.h) */
@@ -422,7 +414,8 @@ int tri_dist_use_nccl(tri_dist *d) {
         const tri_nccl_transport *(*entry)(void) = NULL;
         *(void **)&entry = tri_cuda_module_symbol(TRI_NCCL_ENTRY);
         nccl = entry != NULL ? entry() : NULL;
-        if (nccl == NULL || nccl->comm_size != sizeof(tri_comm) || nccl->mesh_size != sizeof(tri_mesh)) {
+        if (nccl == NULL || nccl->comm_size != sizeof(tri_comm) || nccl->mesh_size != sizeof(tri_mesh) ||
+            nccl->n_groups != TRI_NCCL_GROUPS) {
             snprintf(why, sizeof why, "the CUDA backend module %s",
                      nccl == NULL ? "was built without NCCL" : "was built from another version of Trident");
             nccl = NULL;
@@ -434,10 +427,11 @@ int tri_dist_use_nccl(tri_dist *d) {
     }
     tri_comm fresh[N_GROUPS];
     for (int i = 5; i < N_GROUPS; i++) fresh[i] = *group_at(d, i); /* cp == 1: groups of one, kept */
+    _Static_assert(N_GROUPS == TRI_NCCL_GROUPS, "the NCCL transport makes every group of the mesh");
     /* the CUDA context's device: local rank % devices, device 0 when the
      * launcher gives no local rank (as kernels/cuda/cuda_ops.c chooses) */
     int local = d->local_rank >= 0 ? d->local_rank : 0;
-    if (nccl->init(&d->mesh, local, bcast_id, d, &fresh[0], &fresh[1], &fresh[2], &fresh[3], &fresh[4]) != 0)
+    if (nccl->init(&d->mesh, local, bcast_id, d, fresh) != 0)
         return tri_error_rank(d->mesh.rank, "the NCCL transport could not start");
     double timeout = d->world.timeout_s;
     tri_ctx *ctx = d->world.ctx;

@@ -77,9 +77,9 @@ int tri_dist_init(tri_dist *d, int tp, int pp, int dp);
  * peer. The groups' own deadlines are tri_dist_set_timeout's. */
 int tri_dist_init_with(tri_dist *d, int tp, int pp, int dp, double timeout_s, int store_ok);
 /* tri_dist_init_with with a context-parallel axis of cp ranks (the mesh's
- * rank order tp-cp-dp-pp, parallel/mesh.h). cp > 1 needs the MPI transport
- * (the CPU backend): NCCL groups for cp are not made yet, and
- * tri_dist_use_nccl refuses such a world naming parallel.cp. */
+ * rank order tp-cp-dp-pp, parallel/mesh.h): with cp > 1 the cp and dp x cp
+ * groups are made too (MPI splits; through the store, pending until
+ * tri_dist_use_nccl makes them NCCL communicators). */
 int tri_dist_init_cp(tri_dist *d, int tp, int cp, int pp, int dp, double timeout_s, int store_ok);
 /* The group over which the gradients of replicated parameters are summed
  * (and ZeRO shards them): dp, or dp x cp under context parallelism, where

@@ -49,6 +49,8 @@ void tri_nccl_split_args(const tri_mesh *m, tri_group_kind kind, int *color, int
     case TRI_GROUP_PP: idx = m->pp_rank; break;
     case TRI_GROUP_EMB: idx = m->pp_rank == 0 ? 0 : m->pp_rank == m->pp - 1 ? 1 : -1; break;
     case TRI_GROUP_MP: idx = m->tp_rank + m->tp * m->pp_rank; break;
+    case TRI_GROUP_CP: idx = m->cp_rank; break;
+    case TRI_GROUP_DPCP: idx = m->cp_rank + m->cp * m->dp_rank; break;
     default: break;
     }
     int c = tri_mesh_color(m, kind);

@@ -142,12 +142,6 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
     tri_debug_from_env(&t->debug);
     if (check_layout(cfg) != 0 || badstep_setup(t) != 0) return TRI_EXIT_BAD_INPUT;
     /* the store's rendezvous waits parallel.timeout_s, and only for the CUDA backend (NCCL) */
-    if (cfg->parallel.cp > 1 && opts->device == TRI_DEVICE_CUDA) {
-        tri_error("parallel.cp = %d with --device cuda: the context-parallel groups are not made over NCCL yet; "
-                  "train with --device cpu, or parallel.cp = 1",
-                  cfg->parallel.cp);
-        return TRI_EXIT_BAD_INPUT;
-    }
     if (tri_dist_init_cp(&t->dist, cfg->parallel.tp, cfg->parallel.cp, cfg->parallel.pp, cfg->parallel.dp,
                          cfg->parallel.timeout_s, opts->device == TRI_DEVICE_CUDA) != 0)
         return TRI_EXIT_BAD_INPUT;

@@ -37,46 +37,58 @@ Test(nccl_plan, reductions_map_to_sum_and_max) {
 }
 
 /* For every rank of a mesh: ranks with equal split color, ordered by key, are
- * exactly the group of that kind, in Megatron's order, written here in closed
- * form from the rank formula. */
-static void check_splits(int tp, int pp, int dp) {
-    int world = tp * pp * dp;
+ * exactly the group of that kind, in Megatron's order (tp-cp-dp-pp), written
+ * here in closed form from the rank formula; the cp and dp x cp groups only
+ * where context parallelism makes them (cp > 1). */
+static void check_splits(int tp, int cp, int pp, int dp) {
+    int world = tp * cp * pp * dp;
     char err[256];
     tri_mesh *m = calloc((size_t)world, sizeof *m);
     int *color = calloc((size_t)world, sizeof *color), *key = calloc((size_t)world, sizeof *key);
     int *got = calloc((size_t)world, sizeof *got), *want = calloc((size_t)world, sizeof *want);
     cr_assert(m && color && key && got && want);
-    for (int r = 0; r < world; r++) cr_assert_eq(tri_mesh_init(&m[r], world, r, tp, pp, dp, err, sizeof err), 0);
-    tri_group_kind kinds[] = {TRI_GROUP_TP, TRI_GROUP_DP, TRI_GROUP_PP, TRI_GROUP_EMB};
-    for (size_t k = 0; k < 4; k++) {
+    for (int r = 0; r < world; r++)
+        cr_assert_eq(tri_mesh_init_cp(&m[r], world, r, tp, cp, pp, dp, err, sizeof err), 0, "%s", err);
+    tri_group_kind kinds[] = {TRI_GROUP_TP, TRI_GROUP_DP, TRI_GROUP_PP, TRI_GROUP_EMB, TRI_GROUP_CP, TRI_GROUP_DPCP};
+    const size_t n_kinds = cp > 1 ? 6 : 4;
+    for (size_t k = 0; k < n_kinds; k++) {
         for (int r = 0; r < world; r++) tri_nccl_split_args(&m[r], kinds[k], &color[r], &key[r]);
         for (int r = 0; r < world; r++) {
-            int t = r % tp, d = (r / tp) % dp, p = r / (tp * dp), nw = 0;
-            /* the group by the formula rank = t + tp*(d + dp*p) */
+            int t = r % tp, c = (r / tp) % cp, d = (r / (tp * cp)) % dp, p = r / (tp * cp * dp), nw = 0;
+            /* the group by the formula rank = t + tp*(c + cp*(d + dp*p)) */
+#define RANK(t_, c_, d_, p_) ((t_) + tp * ((c_) + cp * ((d_) + dp * (p_))))
             if (kinds[k] == TRI_GROUP_TP)
-                for (int i = 0; i < tp; i++) want[nw++] = i + tp * (d + dp * p);
+                for (int i = 0; i < tp; i++) want[nw++] = RANK(i, c, d, p);
             if (kinds[k] == TRI_GROUP_DP)
-                for (int i = 0; i < dp; i++) want[nw++] = t + tp * (i + dp * p);
+                for (int i = 0; i < dp; i++) want[nw++] = RANK(t, c, i, p);
             if (kinds[k] == TRI_GROUP_PP)
-                for (int i = 0; i < pp; i++) want[nw++] = t + tp * (d + dp * i);
+                for (int i = 0; i < pp; i++) want[nw++] = RANK(t, c, d, i);
+            if (kinds[k] == TRI_GROUP_CP)
+                for (int i = 0; i < cp; i++) want[nw++] = RANK(t, i, d, p);
+            if (kinds[k] == TRI_GROUP_DPCP) /* Megatron's combined group: consecutive cp, then dp */
+                for (int i = 0; i < dp; i++)
+                    for (int j = 0; j < cp; j++) want[nw++] = RANK(t, j, i, p);
             if (kinds[k] == TRI_GROUP_EMB) {
                 if (p != 0 && p != pp - 1) {
-                    cr_expect_eq(color[r], TRI_NCCL_NOCOLOR, "tp%d pp%d dp%d: middle stage rank %d joins no EMB", tp,
-                                 pp, dp, r);
+                    cr_expect_eq(color[r], TRI_NCCL_NOCOLOR, "tp%d cp%d pp%d dp%d: middle stage rank %d joins no EMB",
+                                 tp, cp, pp, dp, r);
                     continue;
                 }
-                want[nw++] = t + tp * d;
-                if (pp > 1) want[nw++] = t + tp * (d + dp * (pp - 1));
+                want[nw++] = RANK(t, c, d, 0);
+                if (pp > 1) want[nw++] = RANK(t, c, d, pp - 1);
             }
+#undef RANK
             /* what the split forms: same color, ordered by key */
             cr_assert_neq(color[r], TRI_NCCL_NOCOLOR, "rank %d kind %zu", r, k);
             int ng = 0;
             for (int key_i = 0; key_i < world; key_i++)
                 for (int q = 0; q < world; q++)
                     if (color[q] == color[r] && key[q] == key_i) got[ng++] = q;
-            cr_expect_eq(ng, nw, "tp%d pp%d dp%d kind %zu rank %d: %d members, want %d", tp, pp, dp, k, r, ng, nw);
+            cr_expect_eq(ng, nw, "tp%d cp%d pp%d dp%d kind %zu rank %d: %d members, want %d", tp, cp, pp, dp, k, r, ng,
+                         nw);
             for (int i = 0; i < nw && i < ng; i++)
-                cr_expect_eq(got[i], want[i], "tp%d pp%d dp%d kind %zu rank %d: member %d", tp, pp, dp, k, r, i);
+                cr_expect_eq(got[i], want[i], "tp%d cp%d pp%d dp%d kind %zu rank %d: member %d", tp, cp, pp, dp, k, r,
+                             i);
             /* the NCCL rank (key) is the index the mesh gives */
             int idx = -1;
             tri_mesh_group(&m[r], kinds[k], got, &idx);
@@ -93,7 +105,14 @@ static void check_splits(int tp, int pp, int dp) {
 Test(nccl_plan, split_colors_and_keys_form_the_mesh_groups) {
     int layouts[][3] = {{1, 1, 1}, {2, 1, 1}, {1, 1, 2}, {2, 2, 1}, {2, 1, 2}, {1, 4, 1}, {2, 3, 2}, {4, 2, 3}};
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
-        check_splits(layouts[i][0], layouts[i][1], layouts[i][2]);
+        check_splits(layouts[i][0], 1, layouts[i][1], layouts[i][2]);
+}
+
+Test(nccl_plan, split_colors_and_keys_form_the_context_parallel_groups) {
+    /* tp, cp, pp, dp */
+    int layouts[][4] = {{1, 2, 1, 1}, {1, 4, 1, 1}, {2, 2, 1, 1}, {1, 2, 1, 2}, {1, 2, 2, 1}, {2, 2, 2, 2}, {1, 3, 3, 2}};
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        check_splits(layouts[i][0], layouts[i][1], layouts[i][2], layouts[i][3]);
 }
 
 /* parallel/pipeline.c's pattern: a batch's sends and receives back to back, then
