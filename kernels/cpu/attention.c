@@ -197,36 +197,47 @@ static float dot(const float *x, const float *y, size_t n) {
     return d;
 }
 
-/* How many keys of the block starting at key j0 (w keys) query i sees. */
-static size_t keys_seen(size_t i, size_t j0, size_t w) {
-    if (i < j0) return 0;
-    return i - j0 + 1 < w ? i - j0 + 1 : w;
+/* How many keys of the block starting at key j0 (w keys) query i sees:
+ * those before i + 1 (causal) or all Tk. */
+static size_t keys_seen(const tri_cpu_fa *a, size_t i, size_t j0, size_t w) {
+    const size_t lim = a->causal ? i + 1 : a->Tk;
+    if (lim <= j0) return 0;
+    return lim - j0 < w ? lim - j0 : w;
 }
 
 /* S (rows, wp) = A Bt for the queries [i0, i0 + rows) (A's rows ars apart)
  * against a packed, transposed key block bt (hs, wp) starting at key j0. Only
  * the columns each FA_MR-row group needs (rounded up to the vector width) are
  * computed; callers overwrite everything past each row's last key. */
-static void scores(float *s, size_t wp, const float *a, size_t ars, const float *bt, size_t i0, size_t rows, size_t j0,
-                   size_t w, size_t hs) {
+static void scores(float *s, size_t wp, const float *a, size_t ars, const float *bt, const tri_cpu_fa *v, size_t i0,
+                   size_t rows, size_t j0, size_t w, size_t hs) {
     for (size_t r0 = 0; r0 < rows; r0 += FA_MR) {
         const size_t R = rows - r0 < FA_MR ? rows - r0 : FA_MR;
-        const size_t need = keys_seen(i0 + r0 + R - 1, j0, w);
+        const size_t need = keys_seen(v, i0 + r0 + R - 1, j0, w);
         if (need == 0) continue;
         const size_t N = round_up(need, FA_VN) < wp ? round_up(need, FA_VN) : wp;
         mm(s + r0 * wp, wp, a + r0 * ars, ars, 1, bt, wp, R, N, hs, 0);
     }
 }
 
+static void fa_check(const tri_cpu_fa *a) {
+    TRI_CHECK(a->NH > 0 && a->NKV > 0 && a->NH % a->NKV == 0 && a->HS > 0 && a->q0 <= a->T && a->Tk > 0 &&
+              (!a->causal || (a->q0 == 0 && a->Tk == a->T)));
+}
+
 /* out (B, T, NH, HS) = softmax(causal(Q K^T / sqrt(HS))) V          [overwrite]
  * lse (B, NH, T) = log of each row's softmax denominator, with the max
- * folded in (lse_i = m_i + log l_i), saved for the backward     [overwrite] */
-void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int NKV, int HS) {
-    TRI_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0 && HS > 0);
-    const size_t hs = (size_t)HS, C = (size_t)NH * hs, C3 = (size_t)(NH + 2 * NKV) * hs;
-    const size_t G = (size_t)(NH / NKV), KV = (size_t)NKV * hs;
-    const size_t pairs = B * (size_t)NH, bc = key_block(hs), kt_floats = hs * round_up(bc, FA_VN);
-    const float scale = 1.0f / sqrtf((float)HS);
+ * folded in (lse_i = m_i + log l_i), saved for the backward     [overwrite]
+ * (the core, tri_cpu_fa_fwd: any key rows, a slice of query rows, no mask,
+ * and a merge that starts the online softmax from the running output: m =
+ * lse, l = 1, the row = out) */
+void tri_cpu_fa_fwd(const tri_cpu_fa *a, float *out, float *lse, int merge) {
+    fa_check(a);
+    const int NH = a->NH, NKV = a->NKV;
+    const size_t hs = (size_t)a->HS, C = (size_t)NH * hs, C3 = (size_t)(NH + 2 * NKV) * hs;
+    const size_t G = (size_t)(NH / NKV), KV = (size_t)NKV * hs, ks = a->ks, T = a->T, Tk = a->Tk;
+    const size_t pairs = a->B * (size_t)NH, bc = key_block(hs), kt_floats = hs * round_up(bc, FA_VN);
+    const float scale = 1.0f / sqrtf((float)a->HS);
 #pragma omp parallel if (pairs > 1)
     {
         /* this thread's packed key block (hs, wp): on the heap, whatever hs */
@@ -237,25 +248,31 @@ void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, s
 #pragma omp for schedule(static)
         for (size_t bh = 0; bh < pairs; bh++) {
             const size_t b = bh / (size_t)NH, h = bh % (size_t)NH;
-            const float *q = qkv + b * T * C3 + h * hs; /* (T, hs), rows C3 apart */
-            const float *k = qkv + b * T * C3 + C + h / G * hs, *v = k + KV;
+            const float *q = a->qkv + b * T * C3 + h * hs;          /* (T, hs), rows C3 apart */
+            const float *k = a->kv + b * Tk * ks + h / G * hs, *v = k + KV; /* (Tk, hs), rows ks apart */
             float *o = out + b * T * C + h * hs; /* (T, hs), rows C apart */
             float *ls = lse + bh * T;            /* (T) */
-            for (size_t i0 = 0; i0 < T; i0 += FA_BR) {
+            for (size_t i0 = a->q0; i0 < T; i0 += FA_BR) {
                 const size_t rows = T - i0 < FA_BR ? T - i0 : FA_BR;
                 for (size_t r = 0; r < rows; r++) {
+                    if (merge) { /* the running softmax of the keys before: sum 1 at max lse */
+                        m[r] = ls[i0 + r];
+                        l[r] = 1.0f;
+                        continue;
+                    }
                     m[r] = -INFINITY;
                     l[r] = 0.0f;
                     memset(o + (i0 + r) * C, 0, hs * sizeof(float));
                 }
-                for (size_t j0 = 0; j0 < i0 + rows; j0 += bc) {
-                    const size_t w = i0 + rows - j0 < bc ? i0 + rows - j0 : bc;
+                const size_t jend = a->causal ? i0 + rows : Tk;
+                for (size_t j0 = 0; j0 < jend; j0 += bc) {
+                    const size_t w = jend - j0 < bc ? jend - j0 : bc;
                     const size_t wp = round_up(w, FA_VN);
-                    pack_transposed(kt, k + j0 * C3, C3, w, wp, hs, scale);
-                    scores(p, wp, q + i0 * C3, C3, kt, i0, rows, j0, w, hs);
+                    pack_transposed(kt, k + j0 * ks, ks, w, wp, hs, scale);
+                    scores(p, wp, q + i0 * C3, C3, kt, a, i0, rows, j0, w, hs);
                     for (size_t r = 0; r < rows; r++) {
                         float *pr = p + r * wp;
-                        const size_t n = keys_seen(i0 + r, j0, w);
+                        const size_t n = keys_seen(a, i0 + r, j0, w);
                         if (n == 0) {
                             memset(pr, 0, wp * sizeof(float));
                             continue;
@@ -277,8 +294,8 @@ void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, s
                     /* O[rows] += P V[j0, j0 + w), each row group over the keys it sees */
                     for (size_t r0 = 0; r0 < rows; r0 += FA_MR) {
                         const size_t R = rows - r0 < FA_MR ? rows - r0 : FA_MR;
-                        const size_t K = keys_seen(i0 + r0 + R - 1, j0, w);
-                        if (K > 0) mm(o + (i0 + r0) * C, C, p + r0 * wp, wp, 1, v + j0 * C3, C3, R, hs, K, 1);
+                        const size_t K = keys_seen(a, i0 + r0 + R - 1, j0, w);
+                        if (K > 0) mm(o + (i0 + r0) * C, C, p + r0 * wp, wp, 1, v + j0 * ks, ks, R, hs, K, 1);
                     }
                 }
                 for (size_t r = 0; r < rows; r++) {
@@ -291,6 +308,13 @@ void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, s
         }
         tri_cpu_free(kt);
     }
+}
+
+void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int NKV, int HS) {
+    const size_t C = (size_t)NH * (size_t)HS;
+    const tri_cpu_fa a = {.qkv = qkv, .kv = qkv + C, .ks = C + (size_t)(2 * NKV) * (size_t)HS, .B = B, .T = T,
+                          .Tk = T, .q0 = 0, .causal = 1, .NH = NH, .NKV = NKV, .HS = HS};
+    if (T > 0) tri_cpu_fa_fwd(&a, out, lse, 0);
 }
 
 /* Per thread: packed keys and values (hs, wp) each, P and dS tiles
@@ -313,16 +337,18 @@ size_t tri_cpu_attention_scratch_floats(size_t B, size_t T, int NH, int NKV, int
  *   dQ = dS K;  dK = dS^T Q;  dV = P^T dO   (dK, dV of the head's group).
  * Per (b, key/value head): key blocks go in the outer loop (packed once for
  * the group), the group's query heads in order inside it, and query blocks
- * (those with a query >= the block's first key) inside those, so dK and dV of
- * a block are finished before the next, summed over the group's heads in
- * order, and each dQ sums the key blocks in increasing order. */
-void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
-                           const float *lse, size_t B, size_t T, int NH, int NKV, int HS) {
-    TRI_CHECK(NH > 0 && NKV > 0 && NH % NKV == 0 && HS > 0);
-    const size_t hs = (size_t)HS, C = (size_t)NH * hs, C3 = (size_t)(NH + 2 * NKV) * hs;
-    const size_t G = (size_t)(NH / NKV), KV = (size_t)NKV * hs;
-    const size_t pairs = B * (size_t)NKV, bc = key_block(hs), per = scratch_per_thread(T, hs, G);
-    const float scale = 1.0f / sqrtf((float)HS);
+ * (those with a query >= the block's first key; every one from q0 without
+ * the mask) inside those, so dK and dV of a block are finished before the
+ * next, summed over the group's heads in order, and each dQ sums the key
+ * blocks in increasing order. */
+void tri_cpu_fa_bwd(const tri_cpu_fa *a, float *dqkv, float *dkv, int accumulate, float *scratch, const float *dout,
+                    const float *out, const float *lse) {
+    fa_check(a);
+    const int NH = a->NH, NKV = a->NKV;
+    const size_t hs = (size_t)a->HS, C = (size_t)NH * hs, C3 = (size_t)(NH + 2 * NKV) * hs;
+    const size_t G = (size_t)(NH / NKV), KV = (size_t)NKV * hs, ks = a->ks, T = a->T, Tk = a->Tk, q0 = a->q0;
+    const size_t pairs = a->B * (size_t)NKV, bc = key_block(hs), per = scratch_per_thread(T, hs, G);
+    const float scale = 1.0f / sqrtf((float)a->HS);
     const int nslots = omp_get_max_threads();
 #pragma omp parallel num_threads(nslots) if (pairs > 1)
     {
@@ -335,69 +361,77 @@ void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const
 #pragma omp for schedule(static)
         for (size_t bk = 0; bk < pairs; bk++) {
             const size_t b = bk / (size_t)NKV, kh = bk % (size_t)NKV;
-            const size_t base = b * T * C3, koff = base + C + kh * hs;
-            const float *k = qkv + koff, *v = k + KV; /* (T, hs), rows C3 apart */
-            float *dk = dqkv + koff, *dv = dk + KV;
+            const size_t base = b * T * C3, koff = b * Tk * ks + kh * hs;
+            const float *k = a->kv + koff, *v = k + KV; /* (Tk, hs), rows ks apart */
+            float *dk = dkv + koff, *dv = dk + KV;
             for (size_t g = 0; g < G; g++) {
                 const size_t h = kh * G + g;
                 const float *o = out + b * T * C + h * hs, *dO = dout + b * T * C + h * hs;
                 float *dq = dqkv + base + h * hs;
-                for (size_t i = 0; i < T; i++) {
+                for (size_t i = q0; i < T; i++) {
                     D[g * T + i] = dot(dO + i * C, o + i * C, hs);
-                    memset(dq + i * C3, 0, hs * sizeof(float));
+                    if (!accumulate) memset(dq + i * C3, 0, hs * sizeof(float));
                 }
             }
-            for (size_t i = 0; i < T; i++) {
-                memset(dk + i * C3, 0, hs * sizeof(float));
-                memset(dv + i * C3, 0, hs * sizeof(float));
+            for (size_t i = 0; i < Tk && !accumulate; i++) {
+                memset(dk + i * ks, 0, hs * sizeof(float));
+                memset(dv + i * ks, 0, hs * sizeof(float));
             }
-            for (size_t j0 = 0; j0 < T; j0 += bc) {
-                const size_t w = T - j0 < bc ? T - j0 : bc, wp = round_up(w, FA_VN);
-                pack_transposed(kt, k + j0 * C3, C3, w, wp, hs, scale);
-                pack_transposed(vt, v + j0 * C3, C3, w, wp, hs, 1.0f);
+            for (size_t j0 = 0; j0 < Tk; j0 += bc) {
+                const size_t w = Tk - j0 < bc ? Tk - j0 : bc, wp = round_up(w, FA_VN);
+                pack_transposed(kt, k + j0 * ks, ks, w, wp, hs, scale);
+                pack_transposed(vt, v + j0 * ks, ks, w, wp, hs, 1.0f);
                 for (size_t g = 0; g < G; g++) {
                     const size_t h = kh * G + g;
-                    const float *q = qkv + base + h * hs;
+                    const float *q = a->qkv + base + h * hs;
                     float *dq = dqkv + base + h * hs;
                     const float *dO = dout + b * T * C + h * hs;
                     const float *L = lse + (b * (size_t)NH + h) * T, *Dg = D + g * T;
-                    for (size_t i0 = j0 / FA_BR * FA_BR; i0 < T; i0 += FA_BR) {
+                    for (size_t i0 = a->causal ? j0 / FA_BR * FA_BR : q0; i0 < T; i0 += FA_BR) {
                         const size_t rows = T - i0 < FA_BR ? T - i0 : FA_BR;
-                        scores(p, wp, q + i0 * C3, C3, kt, i0, rows, j0, w, hs);
-                        scores(ds, wp, dO + i0 * C, C, vt, i0, rows, j0, w, hs);
+                        scores(p, wp, q + i0 * C3, C3, kt, a, i0, rows, j0, w, hs);
+                        scores(ds, wp, dO + i0 * C, C, vt, a, i0, rows, j0, w, hs);
                         for (size_t r = 0; r < rows; r++) {
                             float *pr = p + r * wp, *dr = ds + r * wp;
-                            const size_t n = keys_seen(i0 + r, j0, w);
+                            const size_t n = keys_seen(a, i0 + r, j0, w);
                             const float li = L[i0 + r], di = Dg[i0 + r];
                             for (size_t c = n; c < wp; c++) pr[c] = -INFINITY; /* exp gives 0 */
                             row_exp_scale(pr, pr, wp, li, 1.0f);
                             for (size_t c = 0; c < n; c++) dr[c] = pr[c] * (dr[c] - di) * scale;
                             memset(dr + n, 0, (wp - n) * sizeof(float));
                         }
-                        /* key c of the block is seen by queries from j0 + c on:
-                         * each group of FA_MR keys skips the rows before its
-                         * first query */
+                        /* key c of the block is seen by queries from j0 + c on
+                         * (causal): each group of FA_MR keys skips the rows
+                         * before its first query */
                         for (size_t c0 = 0; c0 < w; c0 += FA_MR) {
                             const size_t R = w - c0 < FA_MR ? w - c0 : FA_MR;
-                            const size_t first = j0 + c0 > i0 ? j0 + c0 - i0 : 0;
+                            const size_t first = a->causal && j0 + c0 > i0 ? j0 + c0 - i0 : 0;
                             if (first >= rows) continue;
                             const size_t K = rows - first;
                             /* dV[c0, c0 + R) += P[first:, c0:]^T dO[i0 + first:] */
-                            mm(dv + (j0 + c0) * C3, C3, p + first * wp + c0, 1, wp, dO + (i0 + first) * C, C, R, hs, K,
+                            mm(dv + (j0 + c0) * ks, ks, p + first * wp + c0, 1, wp, dO + (i0 + first) * C, C, R, hs, K,
                                1);
                             /* dK[c0, c0 + R) += dS[first:, c0:]^T Q[i0 + first:] */
-                            mm(dk + (j0 + c0) * C3, C3, ds + first * wp + c0, 1, wp, q + (i0 + first) * C3, C3, R, hs,
+                            mm(dk + (j0 + c0) * ks, ks, ds + first * wp + c0, 1, wp, q + (i0 + first) * C3, C3, R, hs,
                                K, 1);
                         }
                         /* dQ[i0 + r0, + R) += dS[r0:, :K] K[j0, j0 + K) */
                         for (size_t r0 = 0; r0 < rows; r0 += FA_MR) {
                             const size_t R = rows - r0 < FA_MR ? rows - r0 : FA_MR;
-                            const size_t K = keys_seen(i0 + r0 + R - 1, j0, w);
-                            if (K > 0) mm(dq + (i0 + r0) * C3, C3, ds + r0 * wp, wp, 1, k + j0 * C3, C3, R, hs, K, 1);
+                            const size_t K = keys_seen(a, i0 + r0 + R - 1, j0, w);
+                            if (K > 0) mm(dq + (i0 + r0) * C3, C3, ds + r0 * wp, wp, 1, k + j0 * ks, ks, R, hs, K, 1);
                         }
                     }
                 }
             }
         }
     }
+}
+
+void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
+                           const float *lse, size_t B, size_t T, int NH, int NKV, int HS) {
+    const size_t C = (size_t)NH * (size_t)HS;
+    const tri_cpu_fa a = {.qkv = qkv, .kv = qkv + C, .ks = C + (size_t)(2 * NKV) * (size_t)HS, .B = B, .T = T,
+                          .Tk = T, .q0 = 0, .causal = 1, .NH = NH, .NKV = NKV, .HS = HS};
+    if (T > 0) tri_cpu_fa_bwd(&a, dqkv, dqkv + C, 0, scratch, dout, out, lse);
 }

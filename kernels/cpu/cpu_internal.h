@@ -75,7 +75,29 @@ void tri_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout,
                            const float *mean, const float *rstd, size_t N, size_t C);
 
 /* attention.c: flash-style attention, saving only the row
- * log-sum-exp (B, NH, T); the backward recomputes the probabilities. */
+ * log-sum-exp (B, NH, T); the backward recomputes the probabilities. The
+ * core takes the keys and values from their own rows, so that one kernel
+ * serves the whole causal sequence (attention_fwd/bwd: keys inside qkv) and
+ * ring attention's blocks (attention_ring.c: a (B, Tk, 2 NKV, HS) block). */
+typedef struct tri_cpu_fa {
+    const float *qkv; /* (B, T, NH + 2 NKV, HS): the queries of rows [q0, T)         */
+    const float *kv;  /* key head kh of key j of sequence b at kv + (b Tk + j) ks + kh HS,
+                       * its value NKV HS further                                     */
+    size_t ks;        /* floats from one key row to the next                          */
+    size_t B, T, Tk, q0;
+    int causal; /* query i sees keys j <= i (then q0 == 0, Tk == T); 0: all Tk keys */
+    int NH, NKV, HS;
+} tri_cpu_fa;
+/* out (B, T, NH, HS) and lse (B, NH, T), rows [q0, T): merge 0 [overwrite];
+ * 1 [merged with the running (out, lse) of the keys before, as if one
+ * softmax had seen them all]. */
+void tri_cpu_fa_fwd(const tri_cpu_fa *a, float *out, float *lse, int merge);
+/* dqkv's q heads of rows [q0, T) and dkv (laid out as a->kv, rows ks apart,
+ * from key head 0): accumulate 0 [overwrite: dqkv's q heads and every key's
+ * dk, dv]; 1 [accumulate]. out and lse are the final ones; scratch holds
+ * tri_cpu_attention_scratch_floats(B, T, NH, NKV, HS) floats. */
+void tri_cpu_fa_bwd(const tri_cpu_fa *a, float *dqkv, float *dkv, int accumulate, float *scratch, const float *dout,
+                    const float *out, const float *lse);
 void tri_cpu_attention_fwd(float *out, float *lse, const float *qkv, size_t B, size_t T, int NH, int NKV, int HS);
 void tri_cpu_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *out,
                            const float *lse, size_t B, size_t T, int NH, int NKV, int HS);
