@@ -40,6 +40,30 @@ void tt_equiv_expect_losses(const double *a, const double *b, int n, double rtol
         cr_expect(fabs(a[i] - b[i]) <= rtol * fabs(a[i]), "%s: step %d loss %.17g vs %.17g", what, i + 1, a[i], b[i]);
 }
 
+int tt_equiv_steps(const char *dir, const char *ck, tt_step *rows, int max) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/log_%s/metrics.jsonl", dir, ck);
+    char *text = tt_read(p);
+    cr_assert(text != NULL, "no %s", p);
+    for (int i = 0; i < max; i++) rows[i] = (tt_step){NAN, 0, 0};
+    int last = 0;
+    for (char *line = text; line && *line;) {
+        char *nl = strchr(line, '\n'), *at;
+        if (nl) *nl = '\0';
+        at = strstr(line, "\"step\": ");
+        int s = at ? atoi(at + strlen("\"step\": ")) : 0;
+        cr_assert(s >= 1 && s <= max, "%s: step out of range in %s", p, line);
+        if ((at = strstr(line, "\"loss\": ")) != NULL) rows[s - 1].loss = strtod(at + strlen("\"loss\": "), NULL);
+        if (strstr(line, "\"skipped\": true")) rows[s - 1].skipped = 1;
+        if ((at = strstr(line, "\"loss_scale\": ")) != NULL)
+            rows[s - 1].scale = strtod(at + strlen("\"loss_scale\": "), NULL);
+        if (s > last && !strstr(line, "\"val_loss\"")) last = s;
+        line = nl ? nl + 1 : NULL;
+    }
+    free(text);
+    return last;
+}
+
 char *tt_equiv_latest_model(const char *dir, const char *ck) {
     char cmd[4400], *l = NULL;
     snprintf(cmd, sizeof cmd, "cat %s/%s/latest", dir, ck);

@@ -25,6 +25,19 @@ int tt_equiv_losses(const char *dir, const char *ck, double **out);
 /* Each b[i] within rtol of a[i] (relative), i < n; a failure names the step. */
 void tt_equiv_expect_losses(const double *a, const double *b, int n, double rtol, const char *what);
 
+/* One step of a run as metrics.jsonl logged it: its loss (NaN when the step
+ * was skipped or logged none), whether it was skipped, and the loss scale
+ * after it (fp16; 0 when not logged). */
+typedef struct tt_step {
+    double loss, scale;
+    int skipped;
+} tt_step;
+
+/* The steps of run ck (dir/log_ck/metrics.jsonl) into rows[s - 1], s <= max
+ * (asserts the file reads and every step line's number is in range).
+ * Returns the last step seen. */
+int tt_equiv_steps(const char *dir, const char *ck, tt_step *rows, int max);
+
 /* model.safetensors of the latest checkpoint under dir/ck (malloc'd path). */
 char *tt_equiv_latest_model(const char *dir, const char *ck);
 

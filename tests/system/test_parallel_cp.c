@@ -2,8 +2,9 @@
  * by equivalence with one rank as tests/system/test_parallel.c does for TP
  * and DP: GPT-2 and Llama at cp 2 and 4, cp 2 with tp 2 (and sequence
  * parallelism), with pp 2, with dp 2 (and ZeRO-1, sharded over dp x cp),
- * with both recompute policies and on the guarded backend; bf16 at cp 2
- * against one rank in bf16; the saved activations per rank against the
+ * with both recompute policies and on the guarded backend; bf16 and fp16
+ * at cp 2 against one rank in the same precision (fp16's overflow skipped on
+ * every cp rank alike); the saved activations per rank against the
  * closed form at seq_len / cp, to the byte; a long sequence that preflight
  * refuses at cp 1 under a per-rank memory cap trains at cp 4; and the
  * layouts refused with the keys named.
@@ -159,6 +160,95 @@ Test(cp, bf16_cp2_tracks_the_single_rank_bf16_run, .timeout = 300) {
         cr_expect(fabs(a[s] - b[s]) <= 0.002 * a[s], "bf16 cp2 step %d: %.17g vs %.17g", s + 1, b[s], a[s]);
     free(a);
     free(b);
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* fp16 keeps 11 significant bits where bf16 keeps 8, and scales the loss
+ * (train.loss_scale_init, 65536) before the backward: the ring carries the
+ * fp16 K/V blocks and the scaled fp32 dK/dV, merges in fp32 and rounds each
+ * output once, as one rank does. The cp run rounds the same values after
+ * other associations of its fp32 sums, so now and then an element rounds to
+ * the neighbouring fp16 value (2^-11 relative); those flips average out in
+ * the loss (measured at most 2.3e-6 relative for cp 2, 2.9e-6 for cp 4 and
+ * cp 2 x dp 2 over 10 steps; one rank's fp16 against its fp32: 3.2e-6).
+ * The bound, 2e-5 relative, is 7x that and below what a missing sum over cp
+ * or a position read at the local index moves a loss (1e-3 at a loss of
+ * 5.5: 1.8e-4 relative). */
+#define FP16_RTOL 2e-5
+
+/* Run ck's steps (n of them) against ref's: the same steps skipped, the same
+ * loss scale after each, the other losses within FP16_RTOL. */
+static void expect_fp16_follows(const char *dir, const char *ref, const char *ck, int n, const char *what) {
+    tt_step a[16], b[16];
+    cr_assert_eq(tt_equiv_steps(dir, ref, a, 16), n, "%s: the reference", what);
+    cr_assert_eq(tt_equiv_steps(dir, ck, b, 16), n, "%s", what);
+    for (int s = 0; s < n; s++) {
+        cr_expect_eq(b[s].skipped, a[s].skipped, "%s step %d: skipped %d, one rank %d", what, s + 1, b[s].skipped,
+                     a[s].skipped);
+        cr_expect_eq(b[s].scale, a[s].scale, "%s step %d: loss scale %g, one rank %g", what, s + 1, b[s].scale,
+                     a[s].scale);
+        if (!a[s].skipped)
+            cr_expect(fabs(a[s].loss - b[s].loss) <= FP16_RTOL * a[s].loss, "%s step %d: loss %.17g, one rank %.17g",
+                      what, s + 1, b[s].loss, a[s].loss);
+    }
+}
+
+/* fp16 at cp 2 follows one rank's fp16 run; an overflow (the test fault
+ * TRIDENT_DEBUG_FP16_OVERFLOW_STEP=4: one gradient element made infinite
+ * after the reductions) is skipped as one rank skips it: that step alone,
+ * the scale halved, the run going on. Without ZeRO every cp rank holds the
+ * element and sees it; with ZeRO-1 over dp x cp only the rank whose shard
+ * holds element 0 does, and the other's norm is finite: it must skip too
+ * (badstep_judge's maximum over the world). Had it updated its shard, the
+ * step 4 checkpoint would differ from step 3's of the same layout run
+ * without the fault: both files are compared bit for bit. */
+Test(cp, fp16_cp2_tracks_the_single_rank_fp16_run_and_skips_an_overflow_on_every_rank, .timeout = 300) {
+    char *dir = tt_equiv_dir(), *out = NULL;
+    const char *fp16 = "--set train.precision=fp16";
+    const struct {
+        const char *ck, *sets;
+    } plain[] = {{"h_ref", ""}, {"h_cp2", "--set parallel.cp=2"}};
+    for (int i = 0; i < 2; i++) {
+        char sets[256];
+        snprintf(sets, sizeof sets, "%s %s", fp16, plain[i].sets);
+        cr_assert_eq(run(dir, 1, 1, plain[i].ck, sets, &out), 0, "%s: %s", plain[i].ck, out);
+        free(out);
+    }
+    expect_fp16_follows(dir, "h_ref", "h_cp2", 10, "fp16 cp2");
+    tt_step r[16];
+    tt_equiv_steps(dir, "h_ref", r, 16);
+    for (int s = 0; s < 10; s++) /* (so that the overflow below is the only skip) */
+        cr_expect(!r[s].skipped && r[s].scale == 65536, "one rank fp16 step %d: skipped %d, scale %g", s + 1,
+                  r[s].skipped, r[s].scale);
+    const struct {
+        const char *ck, *sets;
+    } ov[] = {{"ov_ref", ""}, {"ov_cp2", "--set parallel.cp=2"}, {"ov_cp2z", "--set parallel.cp=2 --set parallel.zero=1"}};
+    cr_assert_eq(setenv("TRIDENT_DEBUG_FP16_OVERFLOW_STEP", "4", 1), 0);
+    for (int i = 0; i < 3; i++) {
+        char sets[512];
+        snprintf(sets, sizeof sets, "%s --set train.steps=8 --set checkpoint.every=4 %s", fp16, ov[i].sets);
+        cr_assert_eq(run(dir, 1, 1, ov[i].ck, sets, &out), 0, "%s: %s", ov[i].ck, out);
+        cr_expect(strstr(out, "step     4/8 | skipped: fp16 gradient overflow") != NULL, "%s: %s", ov[i].ck, out);
+        free(out);
+    }
+    unsetenv("TRIDENT_DEBUG_FP16_OVERFLOW_STEP");
+    tt_step o[16];
+    cr_assert_eq(tt_equiv_steps(dir, "ov_ref", o, 16), 8);
+    for (int s = 0; s < 8; s++)
+        cr_expect(o[s].skipped == (s == 3) && o[s].scale == (s < 3 ? 65536 : 32768),
+                  "one rank, overflow at 4: step %d skipped %d, scale %g", s + 1, o[s].skipped, o[s].scale);
+    expect_fp16_follows(dir, "ov_ref", "ov_cp2", 8, "fp16 cp2, overflow at step 4");
+    expect_fp16_follows(dir, "ov_ref", "ov_cp2z", 8, "fp16 cp2 zero 1, overflow at step 4 in one rank's shard");
+    /* no rank updated at step 4: its checkpoint is step 3's of the run without the fault */
+    char sets[256], a[4200], b[4200];
+    snprintf(sets, sizeof sets, "%s --set train.steps=3 --set parallel.cp=2 --set parallel.zero=1", fp16);
+    cr_assert_eq(run(dir, 1, 1, "ov_cp2z_3", sets, &out), 0, "%s", out);
+    free(out);
+    snprintf(a, sizeof a, "%s/ov_cp2z/step_00000004", dir);
+    snprintf(b, sizeof b, "%s/ov_cp2z_3/step_00000003", dir);
+    tt_expect_same_file(a, b, "model.safetensors");
+    tt_expect_same_tensors(a, b, "optimizer.safetensors", "fp16 cp2 zero 1: the skipped step's optimizer");
     tt_rmrf(dir);
     free(dir);
 }
