@@ -206,9 +206,7 @@ static void expect_fp16_follows(const char *dir, const char *ref, const char *ck
 Test(cp, fp16_cp2_tracks_the_single_rank_fp16_run_and_skips_an_overflow_on_every_rank, .timeout = 300) {
     char *dir = tt_equiv_dir(), *out = NULL;
     const char *fp16 = "--set train.precision=fp16";
-    const struct {
-        const char *ck, *sets;
-    } plain[] = {{"h_ref", ""}, {"h_cp2", "--set parallel.cp=2"}};
+    const struct { const char *ck, *sets; } plain[] = {{"h_ref", ""}, {"h_cp2", "--set parallel.cp=2"}};
     for (int i = 0; i < 2; i++) {
         char sets[256];
         snprintf(sets, sizeof sets, "%s %s", fp16, plain[i].sets);
@@ -223,7 +221,8 @@ Test(cp, fp16_cp2_tracks_the_single_rank_fp16_run_and_skips_an_overflow_on_every
                   r[s].skipped, r[s].scale);
     const struct {
         const char *ck, *sets;
-    } ov[] = {{"ov_ref", ""}, {"ov_cp2", "--set parallel.cp=2"}, {"ov_cp2z", "--set parallel.cp=2 --set parallel.zero=1"}};
+    } ov[] = {
+        {"ov_ref", ""}, {"ov_cp2", "--set parallel.cp=2"}, {"ov_cp2z", "--set parallel.cp=2 --set parallel.zero=1"}};
     cr_assert_eq(setenv("TRIDENT_DEBUG_FP16_OVERFLOW_STEP", "4", 1), 0);
     for (int i = 0; i < 3; i++) {
         char sets[512];
@@ -328,6 +327,79 @@ Test(cp, long_sequence_refused_at_cp1_trains_at_cp4, .timeout = 600) {
             cr_expect_eq(rc, 0, "cp 4 under the cap: %s", out);
             cr_expect(strstr(out, "cp=4 (2048 positions per rank)") != NULL, "%s", out);
         }
+        free(out);
+    }
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* `trident bench`'s exact figures per step for group g ("cp", "dpcp") from
+ * its JSON line's "comm_per_step" (asserting they are there). */
+static void comm_per_step(const char *out, const char *g, double *bytes, double *calls) {
+    const char *at = strstr(out, "\"comm_per_step\": {");
+    cr_assert(at != NULL, "no comm_per_step: %s", out);
+    char key[32];
+    snprintf(key, sizeof key, "\"%s\": {", g);
+    at = strstr(at, key);
+    cr_assert(at != NULL, "no %s in comm_per_step: %s", g, out);
+    cr_assert_eq(sscanf(at + strlen(key), "\"bytes\": %lf, \"calls\": %lf", bytes, calls), 2, "%s", at);
+}
+
+/* What the K/V ring sends per step, as `trident bench` reports it (the cp
+ * group's sends, comm.h books a send at its buffer), against
+ * docs/parallelism.md's closed form, per layer and micro-batch per rank with
+ * b sequences, s = T / cp positions, w the K/V width on the TP rank and A
+ * bytes an activation element:
+ *   forward  (cp - 1) sends of 2 b s w A (the K and V blocks),
+ *   backward (cp - 1) of the blocks again and (cp - 1) of their fp32
+ *            gradients, 2 b s w (A + 4) bytes,
+ *   full recompute: one forward more,
+ * times L = 2 layers and m = global_batch / (b dp) micro-batches, plus the
+ * step's loss summed over cp (one host all-reduce of 8 bytes). The tiny
+ * model: b 2, T 16, C 32, 4 heads (w = 32 / tp), global batch 8. The
+ * gradients of the Ψ parameters a TP rank holds (fp32, one bucket) are
+ * all-reduced once a step over dp x cp: 4Ψ bytes in one call, in dp's
+ * place. */
+Test(cp, bench_reports_the_ring_and_the_dp_x_cp_reduction_in_closed_form, .timeout = 300) {
+    char *dir = tt_equiv_dir();
+    const struct {
+        int cp, tp, dp, A, full;
+        const char *sets;
+    } cases[] = {{2, 1, 1, 4, 0, ""},
+                 {4, 1, 1, 4, 0, ""},
+                 {2, 1, 2, 4, 0, ""},
+                 {2, 1, 1, 4, 1, "--set train.recompute=full"},
+                 {2, 1, 1, 2, 0, "--set train.precision=bf16"},
+                 {2, 2, 1, 4, 0, ""}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int cp = cases[i].cp, tp = cases[i].tp, dp = cases[i].dp, A = cases[i].A;
+        char cmd[8192], *out = NULL, what[256];
+        snprintf(what, sizeof what, "cp %d tp %d dp %d %s", cp, tp, dp, cases[i].sets);
+        snprintf(cmd, sizeof cmd,
+                 "cd %s && timeout 120 %s --log-dir %s/ranks_bench%zu -- %s bench %s/configs/tiny-test.json --steps 2 "
+                 "--set model.n_head=4 --set parallel.cp=%d --set parallel.tp=%d --set parallel.dp=%d %s",
+                 dir, tt_bin("tridentrun"), dir, i, tt_bin("trident"), TRI_SOURCE_DIR, cp, tp, dp, cases[i].sets);
+        cr_assert_eq(tt_run(cmd, &out), 0, "%s: %s", what, out);
+        const double b = 2, s = 16.0 / cp, w = 32.0 / tp, L = 2, m = 8 / (b * dp);
+        const double fwd = (cp - 1) * 2 * b * s * w * A, bwd = (cp - 1) * 2 * b * s * w * (A + 4);
+        const double ring = L * m * (fwd * (1 + cases[i].full) + bwd) + 8;
+        const double ring_calls = L * m * (cp - 1) * (1 + cases[i].full + 2) + 1;
+        double bytes, calls;
+        comm_per_step(out, "cp", &bytes, &calls);
+        cr_expect_eq(bytes, ring, "%s: the ring sent %.0f bytes a step, closed form %.0f", what, bytes, ring);
+        cr_expect_eq(calls, ring_calls, "%s: %.0f ring calls a step, closed form %.0f", what, calls, ring_calls);
+        cr_expect(strstr(out, "  comm cp     ") != NULL && strstr(out, "the K/V ring's sends") != NULL, "%s: %s", what,
+                  out);
+        /* the parameters on a TP rank (C 32, V 256): per layer the split
+         * qkv, attention projection, fc and its projection (12 C^2 / tp and
+         * their column biases 7 C / tp), the row-parallel biases and the two
+         * LayerNorms whole (6 C); the vocabulary-parallel wte, wpe and ln_f
+         * (34176 at tp 1) */
+        const double C = 32, psi = L * (12 * C * C / tp + 7 * C / tp + 6 * C) + 256 * C / tp + 16 * C + 2 * C;
+        comm_per_step(out, "dpcp", &bytes, &calls);
+        cr_expect(bytes == 4 * psi && calls == 1, "%s: dp x cp reduced %.0f bytes in %.0f calls, closed form %.0f in 1",
+                  what, bytes, calls, 4 * psi);
+        cr_expect(strstr(out, "  comm dp x cp ") != NULL, "%s: %s", what, out);
         free(out);
     }
     tt_rmrf(dir);
