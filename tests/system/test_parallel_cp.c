@@ -38,33 +38,25 @@
 #define LLAMA         "--set model.arch=llama --set model.n_kv_head=2 --set model.ffn_hidden=64"
 
 /* A layout: tp, dp and more settings (parallel.cp among them). */
-typedef struct layout {
-    int tp, dp;
-    const char *more;
-} layout;
+typedef tt_layout layout;
+
+/* Every run's settings first: 4 heads, 10 steps. */
+#define BASE "--set model.n_head=4 --set train.steps=10"
 
 static int run(const char *dir, int tp, int dp, const char *ck, const char *sets, char **out) {
     char all[4096];
-    snprintf(all, sizeof all, "--set model.n_head=4 --set train.steps=10 %s", sets);
+    snprintf(all, sizeof all, BASE " %s", sets);
     return tt_equiv_run(dir, tp, dp, ck, all, out);
 }
 
 /* Runs the reference (one rank, settings base) and every layout, each
  * following it: its 10 losses and its final parameters. */
 static void expect_layouts_follow(const char *prefix, const char *base, const layout *L, size_t n) {
-    char *dir = tt_equiv_dir(), *out = NULL, ref_ck[64];
+    char *dir = tt_equiv_dir(), ref_ck[64], sets[4096];
     snprintf(ref_ck, sizeof ref_ck, "%s_ref", prefix);
-    cr_assert_eq(run(dir, 1, 1, ref_ck, base, &out), 0, "%s", out);
-    free(out);
-    double *ref;
-    cr_assert_eq(tt_equiv_losses(dir, ref_ck, &ref), 10);
-    for (size_t i = 0; i < n; i++) {
-        char ck[64], what[1200], sets[1200];
-        snprintf(ck, sizeof ck, "%s_%zu", prefix, i);
-        snprintf(what, sizeof what, "%s tp=%d dp=%d %s", prefix, L[i].tp, L[i].dp, L[i].more);
-        snprintf(sets, sizeof sets, "--set model.n_head=4 --set train.steps=10 %s %s", base, L[i].more); /* as run() */
-        tt_equiv_expect_follows(dir, ref, ref_ck, 10, ck, L[i].tp, L[i].dp, sets, " cp=", LOSS_RTOL, PARAM_ATOL, what);
-    }
+    snprintf(sets, sizeof sets, BASE " %s", base); /* as run() */
+    double *ref = tt_equiv_reference(dir, ref_ck, sets, 10);
+    tt_equiv_expect_layouts_follow(dir, ref, ref_ck, 10, prefix, sets, "", L, n, " cp=", LOSS_RTOL, PARAM_ATOL);
     free(ref);
     tt_rmrf(dir);
     free(dir);
@@ -103,11 +95,8 @@ Test(cp, llama_layouts_follow_the_single_rank_run, .timeout = 900) {
  * at dp 2: the optimizer's shards over dp x cp), resumed at another, steps
  * 6..10 follow the uninterrupted single-rank run, both ways. */
 Test(cp, checkpoints_cross_between_cp_sizes, .timeout = 300) {
-    char *dir = tt_equiv_dir(), *out = NULL;
-    cr_assert_eq(run(dir, 1, 1, "re_ref", "", &out), 0, "%s", out);
-    free(out);
-    double *ref;
-    cr_assert_eq(tt_equiv_losses(dir, "re_ref", &ref), 10);
+    char *dir = tt_equiv_dir();
+    double *ref = tt_equiv_reference(dir, "re_ref", BASE, 10);
     static const struct {
         int dp;
         const char *save, *resume;
@@ -115,23 +104,14 @@ Test(cp, checkpoints_cross_between_cp_sizes, .timeout = 300) {
                  {1, "--set parallel.cp=1", "--set parallel.cp=4"},
                  {2, "--set parallel.cp=2 --set parallel.zero=1", "--set parallel.cp=1 --set parallel.zero=1"}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        char ck[32], sets[256], cmd[8400], what[256];
+        char ck[32], sets[256], what[256];
         snprintf(ck, sizeof ck, "re_%zu", i);
         snprintf(what, sizeof what, "saved at dp %d %s, resumed at %s", pairs[i].dp, pairs[i].save, pairs[i].resume);
-        snprintf(sets, sizeof sets, "%s --stop-at-step 5", pairs[i].save);
-        cr_assert_eq(run(dir, 1, pairs[i].dp, ck, sets, &out), 0, "%s: %s", what, out);
-        free(out);
-        /* the resumed run must not see the first run's log lines */
-        snprintf(cmd, sizeof cmd, "mv %s/log_%s/metrics.jsonl %s/log_%s/first.jsonl", dir, ck, dir, ck);
-        cr_assert_eq(tt_run(cmd, NULL), 0);
-        snprintf(sets, sizeof sets, "%s --resume", pairs[i].resume);
-        cr_assert_eq(run(dir, 1, pairs[i].dp, ck, sets, &out), 0, "%s: %s", what, out);
-        cr_expect(strstr(out, "resumed from") != NULL, "%s: %s", what, out);
-        free(out);
-        double *l;
-        cr_assert_eq(tt_equiv_losses(dir, ck, &l), 5, "%s", what);
-        tt_equiv_expect_losses(ref + 5, l, 5, LOSS_RTOL, what);
-        free(l);
+        /* (the resumed run must not see the first run's log lines: moved away) */
+        snprintf(sets, sizeof sets, BASE " %s", pairs[i].save);
+        tt_equiv_save_at(dir, ck, 1, pairs[i].dp, sets, 5);
+        snprintf(sets, sizeof sets, BASE " %s", pairs[i].resume);
+        tt_equiv_expect_resumed(dir, ref, 5, 10, ck, 1, pairs[i].dp, sets, LOSS_RTOL, what);
     }
     free(ref);
     tt_rmrf(dir);
@@ -252,19 +232,6 @@ Test(cp, fp16_cp2_tracks_the_single_rank_fp16_run_and_skips_an_overflow_on_every
     free(dir);
 }
 
-/* The allocator's peak of saved activations (bytes) that run ck logged. */
-static double saved_peak(const char *dir, const char *ck) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/log_%s/metrics.jsonl", dir, ck);
-    char *text = tt_read(p);
-    cr_assert_not_null(text, "%s", p);
-    const char *at = strstr(text, "\"saved_act_peak\": ");
-    cr_assert(at != NULL, "%s: no saved_act_peak", p);
-    double v = strtod(at + strlen("\"saved_act_peak\": "), NULL);
-    free(text);
-    return v;
-}
-
 /* Saved activations per rank at cp 1, 2 and 4 against docs/performance.md's
  * closed form for one rank (tiny: L 2, h 32, a 4 heads, b 4, fp32; no
  * recompute) at s = 16 / cp positions:
@@ -283,7 +250,7 @@ Test(cp, saved_activation_bytes_divide_by_cp, .timeout = 300) {
         free(out);
         double s = 16.0 / cp, sb = s * b;
         double want = L * (4 * sb * (16 * h + 4) + 4 * a * s * b) + 8 * sb + 8 * sb * h + 8 * sb;
-        double got = saved_peak(dir, ck);
+        double got = tt_equiv_metric(dir, ck, "saved_act_peak");
         cr_expect(got == want, "cp %d: saved_act_peak %.0f, closed form %.0f", cp, got, want);
         if (cp == 1) one = got;
         cr_expect(got * cp == one, "cp %d: %.0f bytes x %d != %.0f at cp 1", cp, got, cp, one);
@@ -373,13 +340,13 @@ Test(cp, bench_reports_the_ring_and_the_dp_x_cp_reduction_in_closed_form, .timeo
                  {2, 2, 1, 4, 0, ""}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int cp = cases[i].cp, tp = cases[i].tp, dp = cases[i].dp, A = cases[i].A;
-        char cmd[8192], *out = NULL, what[256];
+        char tag[32], sets[512], *out = NULL, what[256];
         snprintf(what, sizeof what, "cp %d tp %d dp %d %s", cp, tp, dp, cases[i].sets);
-        snprintf(cmd, sizeof cmd,
-                 "cd %s && timeout 120 %s --log-dir %s/ranks_bench%zu -- %s bench %s/configs/tiny-test.json --steps 2 "
-                 "--set model.n_head=4 --set parallel.cp=%d --set parallel.tp=%d --set parallel.dp=%d %s",
-                 dir, tt_bin("tridentrun"), dir, i, tt_bin("trident"), TRI_SOURCE_DIR, cp, tp, dp, cases[i].sets);
-        cr_assert_eq(tt_run(cmd, &out), 0, "%s: %s", what, out);
+        snprintf(tag, sizeof tag, "bench%zu", i);
+        snprintf(sets, sizeof sets,
+                 "--set model.n_head=4 --set parallel.cp=%d --set parallel.tp=%d --set parallel.dp=%d %s", cp, tp, dp,
+                 cases[i].sets);
+        cr_assert_eq(tt_equiv_bench(dir, tag, sets, &out), 0, "%s: %s", what, out);
         const double b = 2, s = 16.0 / cp, w = 32.0 / tp, L = 2, m = 8 / (b * dp);
         const double fwd = (cp - 1) * 2 * b * s * w * A, bwd = (cp - 1) * 2 * b * s * w * (A + 4);
         const double ring = L * m * (fwd * (1 + cases[i].full) + bwd) + 8;
