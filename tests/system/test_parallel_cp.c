@@ -2,12 +2,14 @@
  * by equivalence with one rank as tests/system/test_parallel.c does for TP
  * and DP: GPT-2 and Llama at cp 2 and 4, cp 2 with tp 2 (and sequence
  * parallelism), with pp 2, with dp 2 (and ZeRO-1, sharded over dp x cp),
- * with both recompute policies and on the guarded backend; bf16 and fp16
- * at cp 2 against one rank in the same precision (fp16's overflow skipped on
- * every cp rank alike); the saved activations per rank against the
- * closed form at seq_len / cp, to the byte; a long sequence that preflight
- * refuses at cp 1 under a per-rank memory cap trains at cp 4; and the
- * layouts refused with the keys named.
+ * with both recompute policies and on the guarded backend; bf16 at cp 2
+ * and fp16 at cp 2 and 4 against one rank in the same precision (fp16's
+ * overflow skipped on every cp rank alike); the saved activations per rank
+ * against the closed form at seq_len / cp, to the byte; the K/V ring's bytes
+ * and the dp x cp reduction that `trident bench` reports against their
+ * closed forms; a long sequence that preflight refuses at cp 1 under a
+ * per-rank memory cap trains at cp 4; and the layouts refused with the keys
+ * named.
  *
  * Tolerances (float reduction order is the only allowed difference), those
  * of test_parallel.c: losses 1e-6 relative, parameters after 10 AdamW steps
@@ -174,7 +176,7 @@ static void expect_fp16_follows(const char *dir, const char *ref, const char *ck
     }
 }
 
-/* fp16 at cp 2 follows one rank's fp16 run; an overflow (the test fault
+/* fp16 at cp 2 and 4 follows one rank's fp16 run; an overflow (the test fault
  * TRIDENT_DEBUG_FP16_OVERFLOW_STEP=4: one gradient element made infinite
  * after the reductions) is skipped as one rank skips it: that step alone,
  * the scale halved, the run going on. Without ZeRO every cp rank holds the
@@ -186,14 +188,17 @@ static void expect_fp16_follows(const char *dir, const char *ref, const char *ck
 Test(cp, fp16_cp2_tracks_the_single_rank_fp16_run_and_skips_an_overflow_on_every_rank, .timeout = 300) {
     char *dir = tt_equiv_dir(), *out = NULL;
     const char *fp16 = "--set train.precision=fp16";
-    const struct { const char *ck, *sets; } plain[] = {{"h_ref", ""}, {"h_cp2", "--set parallel.cp=2"}};
-    for (int i = 0; i < 2; i++) {
+    const struct {
+        const char *ck, *sets;
+    } plain[] = {{"h_ref", ""}, {"h_cp2", "--set parallel.cp=2"}, {"h_cp4", "--set parallel.cp=4"}};
+    for (int i = 0; i < 3; i++) {
         char sets[256];
         snprintf(sets, sizeof sets, "%s %s", fp16, plain[i].sets);
         cr_assert_eq(run(dir, 1, 1, plain[i].ck, sets, &out), 0, "%s: %s", plain[i].ck, out);
         free(out);
     }
     expect_fp16_follows(dir, "h_ref", "h_cp2", 10, "fp16 cp2");
+    expect_fp16_follows(dir, "h_ref", "h_cp4", 10, "fp16 cp4");
     tt_step r[16];
     tt_equiv_steps(dir, "h_ref", r, 16);
     for (int s = 0; s < 10; s++) /* (so that the overflow below is the only skip) */
