@@ -186,7 +186,7 @@ int tt_job_stop_rank(tt_job *j, int rank, double limit, const char *what, double
 
 int tt_job_signal(tt_job *j, int sig, double limit, const char *what, double *took) {
     double t0 = tt_now_s();
-    TT_JOB_ASSERT(j, kill(j->launcher, sig) == 0, "%s: %s", strsignal(sig), strerror(errno));
+    TT_JOB_ASSERT(j, kill(j->launcher, sig) == 0, "signal %d: %s", sig, strerror(errno));
     int rc = tt_job_wait(j, limit, what);
     *took = j->t_end - t0;
     return rc;
