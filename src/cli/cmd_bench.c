@@ -51,9 +51,13 @@ static void profile_report(const tri_run_report *rep, char *json, size_t n) {
     const tri_prof_totals *p = &rep->profile;
     const double steps = rep->steps > 0 ? rep->steps : 1, step_ms = 1e3 * rep->seconds / steps;
     const double share = step_ms > 0 ? 100.0 / step_ms : 0.0;
-    const char *comm[3] = {"tp", "dp", "pp"};
-    const double comm_ms[3] = {1e3 * rep->tp.seconds / steps, 1e3 * rep->dp.seconds / steps,
-                               1e3 * rep->pp.seconds / steps};
+    /* (cp and dp x cp: context parallelism's ring and gradient groups, rows
+     * only under it, keys always) */
+    const char *comm[5] = {"tp", "dp", "pp", "cp", "dpcp"}, *label[5] = {"tp", "dp", "pp", "cp", "dp x cp"};
+    const double comm_ms[5] = {1e3 * rep->tp.seconds / steps, 1e3 * rep->dp.seconds / steps,
+                               1e3 * rep->pp.seconds / steps, 1e3 * rep->cp.seconds / steps,
+                               1e3 * rep->dpcp.seconds / steps};
+    const int comm_used[5] = {1, 1, 1, rep->cp.calls > 0, rep->dpcp.calls > 0};
     double other = step_ms;
     size_t len = (size_t)snprintf(json, n, ", \"profile\": {\"step_ms\": %.3f", step_ms);
     printf("  profile     per step, the mean of %d steps (%.1f ms), rank 0; ops timed %s\n", rep->steps, step_ms,
@@ -67,9 +71,9 @@ static void profile_report(const tri_run_report *rep, char *json, size_t n) {
         len += (size_t)snprintf(json + len, len < n ? n - len : 0, ", \"%s_ms\": %.3f",
                                 tri_prof_kind_key((tri_prof_kind)k), ms);
     }
-    for (int g = 0; g < 3; g++) {
+    for (int g = 0; g < 5; g++) {
         other -= comm_ms[g];
-        printf("    comm %-17s %9.2f %6.1f%%\n", comm[g], comm_ms[g], comm_ms[g] * share);
+        if (comm_used[g]) printf("    comm %-17s %9.2f %6.1f%%\n", label[g], comm_ms[g], comm_ms[g] * share);
         len += (size_t)snprintf(json + len, len < n ? n - len : 0, ", \"comm_%s_ms\": %.3f", comm[g], comm_ms[g]);
     }
     printf("    %-22s %9.2f %6.1f%%            (host work and waits outside the ops)\n", "other", other, other * share);
@@ -180,9 +184,10 @@ int tri_cmd_bench(int argc, char **argv) {
     if (rc != TRI_EXIT_OK || r.rep.rank != 0) goto out;
     const tri_run_report rep = r.rep;
 
-    printf("bench %s: %zu params, B=%d T=%d, %d rank(s) (tp=%d pp=%d dp=%d) x %d threads, device %s, %s\n", path,
+    printf("bench %s: %zu params, B=%d T=%d, %d rank(s) (tp=%d cp=%d pp=%d dp=%d) x %d threads, device %s, %s\n", path,
            tri_gpt_num_params(&cfg.model), cfg.train.global_batch, cfg.model.seq_len, rep.world, cfg.parallel.tp,
-           cfg.parallel.pp, cfg.parallel.dp, r.threads, device, tri_precision_name(cfg.train.precision));
+           cfg.parallel.cp, cfg.parallel.pp, cfg.parallel.dp, r.threads, device,
+           tri_precision_name(cfg.train.precision));
     printf("  step time   %.1f ms (median of %ld; min %.1f, max %.1f)\n", r.step_s * 1e3, steps, r.min_s * 1e3,
            r.max_s * 1e3);
     printf("  throughput  %.0f tokens/s, %.1f GFLOP/s of model FLOPs (%.1f MFLOP/token)\n", r.tokens_per_s, r.gflops,
@@ -200,16 +205,27 @@ int tri_cmd_bench(int argc, char **argv) {
     } else {
         printf("  MFU         not computed: give the device's peak with --peak-tflops\n");
     }
-    /* rank 0's view of communication: per step, and its share of step time */
-    const char *names[3] = {"tp", "dp", "pp"};
-    const tri_comm_stats *st[3] = {&rep.tp, &rep.dp, &rep.pp};
-    double share[3] = {0, 0, 0};
-    for (int g = 0; g < 3; g++) {
+    /* rank 0's view of communication: per step, and its share of step time;
+     * under context parallelism also the ring (cp: its sends, K/V blocks
+     * and fp32 dK/dV, docs/parallelism.md) and the gradients' dp x cp group */
+    const char *names[5] = {"tp    ", "dp    ", "pp    ", "cp    ", "dp x cp"},
+               *keys[5] = {"tp", "dp", "pp", "cp", "dpcp"};
+    const char *what[5] = {"", "", "", ", the K/V ring's sends", ", the gradients' reduction"};
+    const tri_comm_stats *st[5] = {&rep.tp, &rep.dp, &rep.pp, &rep.cp, &rep.dpcp};
+    double share[5] = {0, 0, 0, 0, 0};
+    char comm_json[640];
+    size_t cj = 0;
+    for (int g = 0; g < 5; g++) {
+        const double steps_d = rep.steps > 0 ? rep.steps : 1;
+        /* exact per-step figures for scripts (every measured step moves the same bytes) */
+        cj += (size_t)snprintf(comm_json + cj, cj < sizeof comm_json ? sizeof comm_json - cj : 0,
+                               "%s\"%s\": {\"bytes\": %.1f, \"calls\": %.1f}", g ? ", " : "", keys[g],
+                               (double)st[g]->bytes / steps_d, (double)st[g]->calls / steps_d);
         if (st[g]->calls == 0 || rep.steps == 0) continue;
         share[g] = st[g]->seconds / rep.seconds;
-        printf("  comm %s     %.2f MB/step in %.0f calls, %.1f ms/step blocked (%.1f%% of step time)\n", names[g],
+        printf("  comm %s %.2f MB/step in %.0f calls, %.1f ms/step blocked (%.1f%% of step time)%s\n", names[g],
                (double)st[g]->bytes / rep.steps / 1e6, (double)st[g]->calls / rep.steps,
-               1e3 * st[g]->seconds / rep.steps, 100.0 * share[g]);
+               1e3 * st[g]->seconds / rep.steps, 100.0 * share[g], what[g]);
     }
     if (pipeline_report(&cfg, &r) != 0) {
         rc = TRI_EXIT_FAILURE;
@@ -227,11 +243,13 @@ int tri_cmd_bench(int argc, char **argv) {
            "\"threads\": %d, \"blas\": \"%s\", \"recompute\": \"%s\", "
            "\"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_gflops\": %.2f, \"mfu\": %.4f, "
            "\"mfu_paired\": %.4f, \"tp_comm_share\": %.4f, \"dp_comm_share\": %.4f, \"pp\": %d, \"vpp\": %d, "
-           "\"schedule\": \"%s\", \"bubble\": %.4f, \"bubble_sim\": %.4f, \"mem\": %s%s}\n",
+           "\"schedule\": \"%s\", \"bubble\": %.4f, \"bubble_sim\": %.4f, \"mem\": %s, \"cp\": %d, "
+           "\"cp_comm_share\": %.4f, \"dpcp_comm_share\": %.4f, \"comm_per_step\": {%s}%s}\n",
            path, device, tri_precision_name(cfg.train.precision), rep.world, cfg.parallel.tp, cfg.parallel.dp,
            r.threads, tri_blas_kernels(), tri_recompute_name(cfg.train.recompute), r.step_s * 1e3, r.tokens_per_s, r.gflops,
            r.job_peak_gflops, r.mfu, r.mfu_paired, share[0], share[1], cfg.parallel.pp, cfg.parallel.vpp,
-           tri_sched_name(cfg.parallel.schedule), r.bubble, r.bubble_sim, memjson, profjson);
+           tri_sched_name(cfg.parallel.schedule), r.bubble, r.bubble_sim, memjson, cfg.parallel.cp, share[3], share[4],
+           comm_json, profjson);
 out:
     free(sets);
     tri_opt_list_free(&pos);

@@ -116,6 +116,8 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
             memset(&t->dist.tp.stats, 0, sizeof t->dist.tp.stats);
             memset(&t->dist.dp.stats, 0, sizeof t->dist.dp.stats);
             memset(&t->dist.pp.stats, 0, sizeof t->dist.pp.stats);
+            memset(&t->dist.cp.stats, 0, sizeof t->dist.cp.stats);
+            memset(&t->dist.dpcp.stats, 0, sizeof t->dist.dpcp.stats);
             if (t->prof) tri_profile_reset(t->prof);
         }
         double t0 = tri_now_s(), comm0 = tri_straggler_comm_s(&t->dist);
@@ -229,6 +231,8 @@ int tri_train(const tri_config *cfg, const tri_run_opts *opts) {
         r->tp = t->dist.tp.stats;
         r->dp = t->dist.dp.stats;
         r->pp = t->dist.pp.stats;
+        r->cp = t->dist.cp.stats;
+        r->dpcp = t->dist.dpcp.stats;
         r->mem = t->ctx.mem;
         if (t->prof) r->profile = *tri_profile_totals(t->prof);
         /* every stage's pipeline figures, on every rank of the pipeline */

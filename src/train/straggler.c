@@ -101,7 +101,7 @@ int tri_straggler_init(tri_straggler *s, tri_dist *d, int every, double factor, 
 
 double tri_straggler_comm_s(const tri_dist *d) {
     return d->world.stats.seconds + d->tp.stats.seconds + d->dp.stats.seconds + d->pp.stats.seconds +
-           d->emb.stats.seconds;
+           d->emb.stats.seconds + d->cp.stats.seconds + d->dpcp.stats.seconds;
 }
 
 void tri_straggler_step(tri_straggler *s, double step_s, double blocked) {

@@ -15,6 +15,8 @@ typedef struct tri_run_report {
     int steps;                 /* steps run (not counting the first, see below) */
     double seconds;            /* their wall time                                */
     tri_comm_stats tp, dp, pp; /* communication in those steps, per group        */
+    tri_comm_stats cp, dpcp;   /* context parallelism's: the K/V ring, the dp x cp
+                                  gradient group (no calls when parallel.cp is 1) */
     tri_mem_stats mem;         /* this rank's memory accounting (kernels/ctx.h)  */
     /* The pipeline phase of those steps, per stage (stage s of this rank's
      * pipeline at [s]; TRI_REPORT_MAX_STAGES at most): compute time, time

@@ -18,204 +18,18 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "helpers/job.h"
 #include "helpers/testutil.h"
 
 #define TIMEOUT_S 2 /* parallel.timeout_s of the stalled runs */
 #define GRACE_S   2 /* --grace-s of the SIGTERM runs          */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* ------------------------------------------------------------------------ */
-/* A job: tridentrun and everything under it                                */
-
-#define MAX_RANKS 4
-
-typedef struct job {
-    char dir[256]; /* the test's directory (logs under dir/ranks) */
-    int world;
-    pid_t launcher;                           /* tridentrun, leader of its process group     */
-    pid_t mpirun;                             /* 0 until known                               */
-    pid_t wrapper[MAX_RANKS], cmd[MAX_RANKS]; /* 0 until known              */
-    double t_end;                             /* when the launcher ended                     */
-} job;
-
-/* The first child of pid (from /proc, whose files have no size: read as a
- * stream), or 0. */
-static pid_t child_of(pid_t pid) {
-    char path[64], buf[64] = "";
-    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return 0;
-    if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
-    fclose(f);
-    return (pid_t)atoi(buf);
-}
-
-/* Notes every pid of the job that can be found now. */
-static void job_scan(job *j) {
-    if (!j->mpirun) j->mpirun = child_of(j->launcher);
-    for (int r = 0; r < j->world; r++) {
-        char path[400];
-        snprintf(path, sizeof path, "%s/ranks/rank_%d.status", j->dir, r);
-        char *s = tt_read(path);
-        double t;
-        char what[16];
-        int pid;
-        if (s && !j->wrapper[r] && sscanf(s, "%lf %15s %d", &t, what, &pid) == 3 && !strcmp(what, "running"))
-            j->wrapper[r] = pid;
-        free(s);
-        if (j->wrapper[r] && !j->cmd[r]) j->cmd[r] = child_of(j->wrapper[r]);
-    }
-}
-
-/* Is pid gone (or a zombie)? */
-static int gone(pid_t pid) {
-    if (pid <= 0 || kill(pid, 0) != 0) return 1;
-    char path[64], buf[512] = "";
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return 1;
-    if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
-    fclose(f);
-    char *rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
-}
-
-/* Continues and kills every process of the job (best effort, by pid and
- * process group: ranks lead their own groups under mpirun). */
-static void job_kill(job *j) {
-    pid_t all[2 + 2 * MAX_RANKS];
-    int n = 0;
-    all[n++] = j->launcher;
-    all[n++] = j->mpirun;
-    for (int r = 0; r < j->world; r++) {
-        all[n++] = j->wrapper[r];
-        all[n++] = j->cmd[r];
-    }
-    for (int i = 0; i < n; i++)
-        if (all[i] > 1 && !gone(all[i])) {
-            kill(all[i], SIGCONT);
-            kill(-all[i], SIGKILL);
-            kill(all[i], SIGKILL);
-        }
-    int st;
-    waitpid(j->launcher, &st, WNOHANG);
-}
-
-/* Fails the test after killing the job. */
-#define JOB_ASSERT(j, cond, ...)         \
-    do {                                 \
-        if (!(cond)) {                   \
-            job_kill(j);                 \
-            cr_assert_fail(__VA_ARGS__); \
-        }                                \
-    } while (0)
-
-/* Starts argv (tridentrun ...) in dir, in its own process group, output to
- * dir/out.txt, each process capped at 4 GiB of address space and 60 s of CPU. */
-static void job_start(job *j, const char *dir, int world, char *const argv[]) {
-    memset(j, 0, sizeof *j);
-    snprintf(j->dir, sizeof j->dir, "%s", dir);
-    j->world = world;
-    char out[400];
-    snprintf(out, sizeof out, "%s/out.txt", dir);
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        setpgid(0, 0);
-        struct rlimit cpu = {60, 60};
-        tt_limit_as((rlim_t)4 << 30);
-        setrlimit(RLIMIT_CPU, &cpu);
-        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int in = open("/dev/null", O_RDONLY);
-        if (fd < 0 || in < 0 || chdir(dir) != 0) _exit(126);
-        dup2(in, 0);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        unsetenv("OMP_NUM_THREADS");
-        unsetenv("OMP_WAIT_POLICY");
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    setpgid(pid, pid);
-    j->launcher = pid;
-}
-
-/* Waits until every rank's command runs and `ready` (a file under dir, may
- * be NULL) contains `needle`; at most `limit` seconds. */
-static void job_wait_running(job *j, const char *ready, const char *needle, double limit) {
-    double t0 = now_s();
-    for (;;) {
-        job_scan(j);
-        int all = j->mpirun != 0;
-        for (int r = 0; r < j->world; r++) all &= j->cmd[r] != 0;
-        if (all && ready) {
-            char path[400];
-            snprintf(path, sizeof path, "%s/%s", j->dir, ready);
-            char *s = tt_read(path);
-            all = s && strstr(s, needle);
-            free(s);
-        }
-        if (all) return;
-        int st;
-        JOB_ASSERT(j, waitpid(j->launcher, &st, WNOHANG) == 0, "the job ended before it was ready");
-        JOB_ASSERT(j, now_s() - t0 < limit, "the job was not ready within %.0f s", limit);
-        usleep(20000);
-    }
-}
-
-/* Waits at most `limit` seconds for tridentrun to end; returns its exit code
- * (128 + signal). On overrun the job is killed and the test fails. */
-static int job_wait(job *j, double limit, const char *what) {
-    double t0 = now_s();
-    int st = 0;
-    for (;;) {
-        job_scan(j);
-        pid_t w = waitpid(j->launcher, &st, WNOHANG);
-        if (w == j->launcher) break;
-        JOB_ASSERT(j, now_s() - t0 < limit, "%s: tridentrun still runs after %.0f s", what, limit);
-        usleep(20000);
-    }
-    j->t_end = now_s();
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* After the job ended: every process of it must be gone within a few
- * seconds (then everything is killed anyway). */
-static void job_expect_all_gone(job *j) {
-    double t0 = now_s();
-    for (;;) {
-        int alive = !gone(j->mpirun);
-        for (int r = 0; r < j->world; r++) alive |= !gone(j->wrapper[r]) || !gone(j->cmd[r]);
-        if (!alive) return;
-        JOB_ASSERT(j, now_s() - t0 < 5.0, "processes of the job outlived it (mpirun %d, rank 1 %d/%d)", (int)j->mpirun,
-                   (int)j->wrapper[1], (int)j->cmd[1]);
-        usleep(50000);
-    }
-}
-
-static char *job_output(const job *j) {
-    char path[400];
-    snprintf(path, sizeof path, "%s/out.txt", j->dir);
-    char *s = tt_read(path);
-    return s ? s : strdup("");
-}
 
 /* ------------------------------------------------------------------------ */
 /* A dp=2 training run of the tiny config                                   */
@@ -225,7 +39,7 @@ static char *job_output(const job *j) {
  * --set train.steps=<steps> and the `extra` --set arguments (NULL-ended, may
  * be NULL), in dir; returns once `ready` (NULL: the ranks run) is in the
  * metrics. */
-static void start_run_of(job *j, int world, const char *dir, const char *layout, const char *steps,
+static void start_run_of(tt_job *j, int world, const char *dir, const char *layout, const char *steps,
                          const char *timeout_s, const char *grace_s, const char *const *extra, const char *ready) {
     char data[300], sets[7][320];
     snprintf(data, sizeof data, "%s/train.bin", dir);
@@ -261,22 +75,23 @@ static void start_run_of(job *j, int world, const char *dir, const char *layout,
         argv[a++] = (char *)extra[i];
     }
     argv[a] = NULL;
-    job_start(j, dir, world, argv);
-    job_wait_running(j, ready ? "log/metrics.jsonl" : NULL, ready, 60);
+    tt_job_start(j, dir, world, argv);
+    tt_job_wait_running(j, ready ? "log/metrics.jsonl" : NULL, ready, 60);
 }
 
 /* Two ranks (layout: "parallel.dp=2" or "parallel.pp=2"). */
-static void start_run(job *j, const char *dir, const char *layout, const char *steps, const char *timeout_s,
+static void start_run(tt_job *j, const char *dir, const char *layout, const char *steps, const char *timeout_s,
                       const char *grace_s, const char *const *extra, const char *ready) {
     start_run_of(j, 2, dir, layout, steps, timeout_s, grace_s, extra, ready);
 }
 
 /* Practically endless; returns once training has begun (the logger wrote step 3). */
-static void start_training_as(job *j, const char *dir, const char *layout, const char *timeout_s, const char *grace_s) {
+static void start_training_as(tt_job *j, const char *dir, const char *layout, const char *timeout_s,
+                              const char *grace_s) {
     start_run(j, dir, layout, "100000000", timeout_s, grace_s, NULL, "\"step\": 3,");
 }
 
-static void start_training(job *j, const char *dir, const char *timeout_s, const char *grace_s) {
+static void start_training(tt_job *j, const char *dir, const char *timeout_s, const char *grace_s) {
     start_training_as(j, dir, "parallel.dp=2", timeout_s, grace_s);
 }
 
@@ -284,43 +99,34 @@ static void start_training(job *j, const char *dir, const char *timeout_s, const
  * trains, and checks that the job ends with the watchdog's exit code within
  * the timeout. Returns the job's output (to free) and in *line rank 0's
  * watchdog report, cut at its end of line. */
-static char *stall_rank_1(job *j, const char *dir, const char *layout, char **line) {
+static char *stall_rank_1(tt_job *j, const char *dir, const char *layout, char **line) {
     start_training_as(j, dir, layout, "2", NULL);
-    JOB_ASSERT(j, kill(j->cmd[1], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
-    double t0 = now_s();
-    int rc = job_wait(j, TIMEOUT_S + 20, "after SIGSTOP of rank 1");
-    double took = j->t_end - t0;
-    kill(j->cmd[1], SIGCONT);
-    char *out = job_output(j);
+    double took;
+    int rc = tt_job_stop_rank(j, 1, TIMEOUT_S + 20, "after SIGSTOP of rank 1", &took);
+    char *out = tt_job_output(j);
     /* the watchdog's exit code, passed on by tridentrun (recorded by the
      * rank before its MPI_Abort: it survives Open MPI's teardown) */
-    JOB_ASSERT(j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
-    JOB_ASSERT(j, took >= TIMEOUT_S - 0.5 && took < TIMEOUT_S + 10, "ended %.1f s after the stop:\n%s", took, out);
+    TT_JOB_ASSERT(j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
+    TT_JOB_ASSERT(j, took >= TIMEOUT_S - 0.5 && took < TIMEOUT_S + 10, "ended %.1f s after the stop:\n%s", took, out);
     /* rank 0 waited, rank 1 is the one it waited for */
-    JOB_ASSERT(j, strstr(out, "tridentrun: rank 0 failed (exit 124)"), "%s", out);
+    TT_JOB_ASSERT(j, strstr(out, "tridentrun: rank 0 failed (exit 124)"), "%s", out);
     /* its line, as it printed it, or as tridentrun shows it from its record
      * when the teardown killed its wrapper before the line was copied */
-    *line = strstr(out, "trident: rank 0: watchdog: step ");
-    JOB_ASSERT(j, *line != NULL, "no watchdog report:\n%s", out);
-    char *eol = strchr(*line, '\n');
-    if (eol) *eol = '\0';
+    *line = tt_job_line(j, out, "trident: rank 0: watchdog: step ", "watchdog report");
     return out;
 }
 
 Test(hang, stalled_rank_ends_the_job_within_timeout_naming_the_waiting_rank, .timeout = 120) {
     char *dir = tt_mkdtemp(), *line;
-    job j;
+    tt_job j;
     char *out = stall_rank_1(&j, dir, "parallel.dp=2", &line);
-    JOB_ASSERT(&j,
-               strstr(line, "(train): all-reduce over dp of ") || strstr(line, "(train): all-reduce over world of "),
-               "the group and the operation: %s", line);
-    JOB_ASSERT(&j, strstr(line, "(parallel.timeout_s = 2): waiting for world rank 1 ("), "the peer: %s", line);
-    JOB_ASSERT(&j, strstr(line, "; aborting the job"), "%s", line);
+    TT_JOB_ASSERT(&j,
+                  strstr(line, "(train): all-reduce over dp of ") || strstr(line, "(train): all-reduce over world of "),
+                  "the group and the operation: %s", line);
+    TT_JOB_ASSERT(&j, strstr(line, "(parallel.timeout_s = 2): waiting for world rank 1 ("), "the peer: %s", line);
+    TT_JOB_ASSERT(&j, strstr(line, "; aborting the job"), "%s", line);
     free(out);
-    job_expect_all_gone(&j);
-    job_kill(&j);
-    tt_rmrf(dir);
-    free(dir);
+    tt_job_end(&j, dir, 1);
 }
 
 /* The same in a pipeline (pp = 2): the first stage waits for the second
@@ -328,23 +134,20 @@ Test(hang, stalled_rank_ends_the_job_within_timeout_naming_the_waiting_rank, .ti
  * report names the pipeline action, the peer stage and its world rank. */
 Test(hang, stalled_pipeline_stage_is_named_with_the_action_it_owes, .timeout = 120) {
     char *dir = tt_mkdtemp(), *line;
-    job j;
+    tt_job j;
     char *out = stall_rank_1(&j, dir, "parallel.pp=2", &line);
     /* stopped inside the pipeline phase (most of a step): the action and the
      * peer stage; at the step's end: the tied embedding's all-reduce over
      * emb, the loss and norm all-reduces over pp, the stop flag's over world */
     if (strstr(line, "pipeline action") != NULL)
-        JOB_ASSERT(&j, strstr(line, "from stage 1") && strstr(line, "over pp") && strstr(line, "world rank 1"),
-                   "the action, group and peer: %s", line);
+        TT_JOB_ASSERT(&j, strstr(line, "from stage 1") && strstr(line, "over pp") && strstr(line, "world rank 1"),
+                      "the action, group and peer: %s", line);
     else
-        JOB_ASSERT(&j, strstr(line, "over pp") || strstr(line, "over emb") || strstr(line, "over world"),
-                   "the group: %s", line);
-    JOB_ASSERT(&j, strstr(line, "; aborting the job"), "%s", line);
+        TT_JOB_ASSERT(&j, strstr(line, "over pp") || strstr(line, "over emb") || strstr(line, "over world"),
+                      "the group: %s", line);
+    TT_JOB_ASSERT(&j, strstr(line, "; aborting the job"), "%s", line);
     free(out);
-    job_expect_all_gone(&j);
-    job_kill(&j);
-    tt_rmrf(dir);
-    free(dir);
+    tt_job_end(&j, dir, 1);
 }
 
 /* Open MPI's teardown at once (odls_base_sigkill_timeout 0) can kill the
@@ -359,31 +162,42 @@ Test(hang, stalled_pipeline_stage_is_named_with_the_action_it_owes, .timeout = 1
 Test(hang, the_watchdogs_exit_code_survives_a_teardown_that_kills_the_aborting_ranks_wrapper, .timeout = 120) {
     setenv("TRIDENT_DEBUG_KILL_AFTER_EXIT_RECORD", "1", 1);
     char *dir = tt_mkdtemp(), *line;
-    job j;
+    tt_job j;
     char *out = stall_rank_1(&j, dir, "parallel.dp=2", &line);
-    JOB_ASSERT(&j, strstr(line, "(parallel.timeout_s = 2): waiting for world rank 1 ("), "the peer: %s", line);
-    JOB_ASSERT(&j, strstr(line, "; aborting the job"), "%s", line);
+    TT_JOB_ASSERT(&j, strstr(line, "(parallel.timeout_s = 2): waiting for world rank 1 ("), "the peer: %s", line);
+    TT_JOB_ASSERT(&j, strstr(line, "; aborting the job"), "%s", line);
     /* the race happened: rank 0's wrapper was killed while its rank ran, so
      * its status never got the end; the rank's own record has it */
     char path[400];
     snprintf(path, sizeof path, "%s/ranks/rank_0.status", dir);
     char *st = tt_read(path);
-    JOB_ASSERT(&j, st && strstr(st, " running ") && !strstr(st, " exit ") && !strstr(st, " signal "),
-               "rank 0's status: %s", st ? st : "(none)");
+    TT_JOB_ASSERT(&j, st && strstr(st, " running ") && !strstr(st, " exit ") && !strstr(st, " signal "),
+                  "rank 0's status: %s", st ? st : "(none)");
     free(st);
     snprintf(path, sizeof path, "%s/ranks/rank_0.exit", dir);
     char *rec = tt_read(path);
     double t;
     int code = 0, used = 0;
-    JOB_ASSERT(&j, rec && sscanf(rec, "%lf %d %n", &t, &code, &used) == 2 && code == 124, "rank 0's record: %s",
-               rec ? rec : "(none)");
-    JOB_ASSERT(&j, !strncmp(rec + used, "trident: rank 0: watchdog: step ", 32), "rank 0's record: %s", rec);
+    TT_JOB_ASSERT(&j, rec && sscanf(rec, "%lf %d %n", &t, &code, &used) == 2 && code == 124, "rank 0's record: %s",
+                  rec ? rec : "(none)");
+    TT_JOB_ASSERT(&j, !strncmp(rec + used, "trident: rank 0: watchdog: step ", 32), "rank 0's record: %s", rec);
     free(rec);
     free(out);
-    job_expect_all_gone(&j);
-    job_kill(&j);
-    tt_rmrf(dir);
-    free(dir);
+    tt_job_end(&j, dir, 1);
+}
+
+/* SIGTERM to tridentrun (started with --grace-s GRACE_S) whose ranks cannot
+ * stop: the job ends with 143 about GRACE_S later, the ranks killed. The
+ * rank `stopped` (-1: none) is continued after. Returns the output. */
+static char *sigterm_ends_after_grace(tt_job *j, int stopped, const char *what) {
+    double took;
+    int rc = tt_job_signal(j, SIGTERM, GRACE_S + 20, what, &took);
+    if (stopped >= 0) kill(j->cmd[stopped], SIGCONT);
+    char *out = tt_job_output(j);
+    TT_JOB_ASSERT(j, rc == 128 + SIGTERM, "%s: exit %d (143 expected):\n%s", what, rc, out);
+    TT_JOB_ASSERT(j, took >= GRACE_S - 0.5 && took < GRACE_S + 8, "%s: ended %.1f s after SIGTERM:\n%s", what, took,
+                  out);
+    return out;
 }
 
 /* The issue's case: SIGTERM to tridentrun with a stopped rank. Rank 0 is told
@@ -391,30 +205,20 @@ Test(hang, the_watchdogs_exit_code_survives_a_teardown_that_kills_the_aborting_r
  * 600 only the grace period can end the job. */
 Test(hang, sigterm_with_a_stopped_rank_kills_the_job_after_the_grace_period, .timeout = 120) {
     char *dir = tt_mkdtemp();
-    job j;
+    tt_job j;
     char grace[16];
     snprintf(grace, sizeof grace, "%d", GRACE_S);
     start_training(&j, dir, "600", grace);
-    JOB_ASSERT(&j, kill(j.cmd[1], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
-    double t0 = now_s();
-    JOB_ASSERT(&j, kill(j.launcher, SIGTERM) == 0, "SIGTERM: %s", strerror(errno));
-    int rc = job_wait(&j, GRACE_S + 20, "after SIGTERM with rank 1 stopped");
-    double took = j.t_end - t0;
-    kill(j.cmd[1], SIGCONT);
-    char *out = job_output(&j);
-    JOB_ASSERT(&j, rc == 128 + SIGTERM, "exit %d (143 expected):\n%s", rc, out);
-    JOB_ASSERT(&j, took >= GRACE_S - 0.5 && took < GRACE_S + 8, "ended %.1f s after SIGTERM:\n%s", took, out);
-    JOB_ASSERT(&j,
-               strstr(out, "tridentrun: the ranks did not stop within --grace-s 2 s of the stop request; "
-                           "killing them (SIGKILL)"),
-               "%s", out);
-    JOB_ASSERT(&j, strstr(out, "tridentrun: stopped by signal 15 (Terminated); the ranks outlasted --grace-s"), "%s",
-               out);
+    TT_JOB_ASSERT(&j, kill(j.cmd[1], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+    char *out = sigterm_ends_after_grace(&j, 1, "after SIGTERM with rank 1 stopped");
+    TT_JOB_ASSERT(&j,
+                  strstr(out, "tridentrun: the ranks did not stop within --grace-s 2 s of the stop request; "
+                              "killing them (SIGKILL)"),
+                  "%s", out);
+    TT_JOB_ASSERT(&j, strstr(out, "tridentrun: stopped by signal 15 (Terminated); the ranks outlasted --grace-s"), "%s",
+                  out);
     free(out);
-    job_expect_all_gone(&j);
-    job_kill(&j);
-    tt_rmrf(dir);
-    free(dir);
+    tt_job_end(&j, dir, 1);
 }
 
 /* Ranks that ignore every stop signal (not only trident): the same. */
@@ -434,38 +238,15 @@ Test(hang, sigterm_to_ranks_that_ignore_it_kills_them_after_the_grace_period, .t
                     "-c",
                     "trap '' TERM INT HUP USR1; exec sleep 60",
                     NULL};
-    job j;
-    job_start(&j, dir, 2, argv);
-    job_wait_running(&j, NULL, NULL, 30);
+    tt_job j;
+    tt_job_start(&j, dir, 2, argv);
+    tt_job_wait_running(&j, NULL, NULL, 30);
     usleep(200000); /* the traps are set once `sleep` runs: give sh its moment */
-    double t0 = now_s();
-    JOB_ASSERT(&j, kill(j.launcher, SIGTERM) == 0, "SIGTERM: %s", strerror(errno));
-    int rc = job_wait(&j, GRACE_S + 20, "after SIGTERM to ranks ignoring it");
-    double took = j.t_end - t0;
-    char *out = job_output(&j);
-    JOB_ASSERT(&j, rc == 128 + SIGTERM, "exit %d:\n%s", rc, out);
-    JOB_ASSERT(&j, took >= GRACE_S - 0.5 && took < GRACE_S + 8, "ended %.1f s after SIGTERM:\n%s", took, out);
-    JOB_ASSERT(&j, strstr(out, "did not stop within --grace-s 2 s"), "%s", out);
+    char *out = sigterm_ends_after_grace(&j, -1, "after SIGTERM to ranks ignoring it");
+    TT_JOB_ASSERT(&j, strstr(out, "did not stop within --grace-s 2 s"), "%s", out);
     free(out);
-    job_expect_all_gone(&j);
-    job_kill(&j);
-    tt_rmrf(dir);
-    free(dir);
+    tt_job_end(&j, dir, 1);
 }
-
-/* A stand-in for mpirun (tridentrun --mpirun) that starts the N rank wrappers
- * itself and then prints the report given in $FAKE_REPORT, exit $FAKE_EXIT:
- * the report of a real mpirun names whichever aborting rank it heard from
- * first, which a test cannot choose. */
-static const char fake_mpirun[] = "#!/bin/sh\n"
-                                  "np=$2\n"
-                                  "shift 2\n"
-                                  "while [ \"$#\" -gt 1 ] && [ \"$2\" != \"--rank-exec\" ]; do shift; done\n"
-                                  "r=0\n"
-                                  "while [ $r -lt $np ]; do OMPI_COMM_WORLD_RANK=$r \"$@\" & r=$((r+1)); done\n"
-                                  "wait\n"
-                                  "printf '%b' \"$FAKE_REPORT\" >&2\n"
-                                  "exit $FAKE_EXIT\n";
 
 /* Ranks that abort together after agreeing that something failed (as a
  * failed checkpoint save does): rank 1 says what failed and exits last; rank
@@ -474,43 +255,24 @@ static const char fake_mpirun[] = "#!/bin/sh\n"
  * the report, or as the earliest exit). */
 Test(hang, summary_names_the_rank_whose_error_came_first_not_a_follower, .timeout = 60) {
     char *dir = tt_mkdtemp();
-    char fake[300];
-    snprintf(fake, sizeof fake, "%s/fake_mpirun", dir);
-    FILE *f = fopen(fake, "w");
-    cr_assert_not_null(f);
-    fputs(fake_mpirun, f);
-    cr_assert_eq(fclose(f), 0);
-    cr_assert_eq(chmod(fake, 0755), 0);
-    setenv("FAKE_REPORT", "MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD\\nwith errorcode 1.\\n", 1);
-    setenv("FAKE_EXIT", "1", 1);
     const char *script = "case $OMPI_COMM_WORLD_RANK in "
                          "1) echo 'saving step 600'; echo 'trident: rank 1: ck/step_600: write: disk full' >&2; "
                          "sleep 1.2; exit 4;; "
                          "2) sleep 0.6; exit 1;; esac; sleep 1.6; exit 1";
-    char *argv[] = {(char *)tt_bin("tridentrun"),
-                    "--mpirun",
-                    fake,
-                    "--log-dir",
-                    "ranks",
-                    "--nproc-per-node",
-                    "3",
-                    "--",
-                    "/bin/sh",
-                    "-c",
-                    (char *)script,
-                    NULL};
-    job j;
-    job_start(&j, dir, 3, argv);
-    int rc = job_wait(&j, 30, "three failing ranks");
-    char *out = job_output(&j);
-    JOB_ASSERT(&j, rc == 4, "exit %d (rank 1's 4 expected):\n%s", rc, out);
-    JOB_ASSERT(&j, strstr(out, "tridentrun: rank 1 failed (exit 4)"), "%s", out);
-    JOB_ASSERT(&j, strstr(out, "  | trident: rank 1: ck/step_600: write: disk full\n"), "rank 1's log tail:\n%s", out);
-    JOB_ASSERT(&j, !strstr(out, "rank 2 failed"), "%s", out);
+    tt_job j;
+    /* (mpirun's report names rank 2) */
+    tt_job_start_fake(&j, dir, 3,
+                      "MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD\\nwith errorcode 1.\\n", "1",
+                      script);
+    int rc = tt_job_wait(&j, 30, "three failing ranks");
+    char *out = tt_job_output(&j);
+    TT_JOB_ASSERT(&j, rc == 4, "exit %d (rank 1's 4 expected):\n%s", rc, out);
+    TT_JOB_ASSERT(&j, strstr(out, "tridentrun: rank 1 failed (exit 4)"), "%s", out);
+    TT_JOB_ASSERT(&j, strstr(out, "  | trident: rank 1: ck/step_600: write: disk full\n"), "rank 1's log tail:\n%s",
+                  out);
+    TT_JOB_ASSERT(&j, !strstr(out, "rank 2 failed"), "%s", out);
     free(out);
-    job_kill(&j);
-    tt_rmrf(dir);
-    free(dir);
+    tt_job_end(&j, dir, 0);
 }
 
 /* The teardown race with mpirun's report garbled, as it was once under the
@@ -523,20 +285,8 @@ Test(hang, summary_names_the_rank_whose_error_came_first_not_a_follower, .timeou
  * was stopped)" or "mpirun failed (exit 1)". */
 Test(hang, a_recorded_exit_code_wins_over_a_garbled_report_and_a_killed_wrapper, .timeout = 60) {
     char *dir = tt_mkdtemp();
-    char fake[300];
-    snprintf(fake, sizeof fake, "%s/fake_mpirun", dir);
-    FILE *f = fopen(fake, "w");
-    cr_assert_not_null(f);
-    fputs(fake_mpirun, f);
-    cr_assert_eq(fclose(f), 0);
-    cr_assert_eq(chmod(fake, 0755), 0);
-    setenv("FAKE_REPORT",
-           "[vm:04242] [[4242,0],0] ORTE_ERROR_LOG: Data unpack would read past end of buffer in file "
-           "util/show_help.c at line 501\n",
-           1);
-    setenv("FAKE_EXIT", "1", 1);
-#define WD_LINE                                                                                                 \
-    "trident: rank 0: watchdog: step 7 (train): all-reduce over dp of 8 bytes has waited 2.0 s "               \
+#define WD_LINE                                                                                  \
+    "trident: rank 0: watchdog: step 7 (train): all-reduce over dp of 8 bytes has waited 2.0 s " \
     "(parallel.timeout_s = 2): waiting for world rank 1 (dp = world ranks 0,1); aborting the job"
     const char *script = "case $OMPI_COMM_WORLD_RANK in "
                          "0) sleep 0.3; echo '" WD_LINE "' >&2; "
@@ -544,40 +294,29 @@ Test(hang, a_recorded_exit_code_wins_over_a_garbled_report_and_a_killed_wrapper,
                          "mv \"$TRIDENT_EXIT_RECORD.tmp\" \"$TRIDENT_EXIT_RECORD\"; "
                          "kill -9 $PPID; kill -9 $$;; "
                          "*) exec sleep 30;; esac";
-    char *argv[] = {(char *)tt_bin("tridentrun"),
-                    "--mpirun",
-                    fake,
-                    "--log-dir",
-                    "ranks",
-                    "--nproc-per-node",
-                    "2",
-                    "--",
-                    "/bin/sh",
-                    "-c",
-                    (char *)script,
-                    NULL};
-    job j;
-    job_start(&j, dir, 2, argv);
-    int rc = job_wait(&j, 30, "a rank killed with its wrapper after its record");
-    char *out = job_output(&j);
-    JOB_ASSERT(&j, rc == 124, "exit %d (rank 0's recorded 124 expected):\n%s", rc, out);
-    JOB_ASSERT(&j, strstr(out, "tridentrun: rank 0 failed (exit 124)"), "%s", out);
+    tt_job j;
+    tt_job_start_fake(&j, dir, 2,
+                      "[vm:04242] [[4242,0],0] ORTE_ERROR_LOG: Data unpack would read past end of buffer in file "
+                      "util/show_help.c at line 501\n",
+                      "1", script);
+    int rc = tt_job_wait(&j, 30, "a rank killed with its wrapper after its record");
+    char *out = tt_job_output(&j);
+    TT_JOB_ASSERT(&j, rc == 124, "exit %d (rank 0's recorded 124 expected):\n%s", rc, out);
+    TT_JOB_ASSERT(&j, strstr(out, "tridentrun: rank 0 failed (exit 124)"), "%s", out);
     /* the line: in rank 0's log tail if its wrapper copied it, else from the record */
-    JOB_ASSERT(&j, strstr(out, "  | " WD_LINE "\n") || strstr(out, "recorded before it ended (exit 124): " WD_LINE "\n"),
-               "%s", out);
+    TT_JOB_ASSERT(&j,
+                  strstr(out, "  | " WD_LINE "\n") || strstr(out, "recorded before it ended (exit 124): " WD_LINE "\n"),
+                  "%s", out);
 #undef WD_LINE
     free(out);
-    job_expect_all_gone(&j);
-    job_kill(&j);
-    tt_rmrf(dir);
-    free(dir);
+    tt_job_end(&j, dir, 1);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Suspension and the progress heartbeat (issue 22)                         */
 
 /* Both ranks' pids (the trainers, not the wrappers). */
-static void both_ranks(job *j, pid_t *out) {
+static void both_ranks(tt_job *j, pid_t *out) {
     out[0] = j->cmd[0];
     out[1] = j->cmd[1];
 }
@@ -589,37 +328,35 @@ static void both_ranks(job *j, pid_t *out) {
  * detection of tri_wd_wait disabled, this test fails with exit 124). */
 Test(hang, a_job_suspended_longer_than_its_timeouts_resumes_and_finishes, .timeout = 120) {
     char *dir = tt_mkdtemp();
-    job j;
+    tt_job j;
     const char *extra[] = {"parallel.progress_timeout_s=2", NULL};
     start_run(&j, dir, "parallel.dp=2", "1500", "2", NULL, extra, "\"step\": 3,");
     pid_t r[2];
     both_ranks(&j, r);
     /* one after the other, as a suspend reaches the tasks: rank 0 stops (and
      * later resumes) while it waits for rank 1 in a collective */
-    JOB_ASSERT(&j, kill(r[1], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+    TT_JOB_ASSERT(&j, kill(r[1], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
     usleep(300000);
-    JOB_ASSERT(&j, kill(r[0], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
-    double t_stop = now_s();
+    TT_JOB_ASSERT(&j, kill(r[0], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+    double t_stop = tt_now_s();
     char final[400];
     snprintf(final, sizeof final, "%s/ck/step_00001500", dir);
     struct stat st;
-    JOB_ASSERT(&j, stat(final, &st) != 0, "the run had ended before the stop: the test proves nothing");
+    TT_JOB_ASSERT(&j, stat(final, &st) != 0, "the run had ended before the stop: the test proves nothing");
     const double hold = TIMEOUT_S + 3; /* past both deadlines */
     usleep((useconds_t)(hold * 1e6));
     kill(r[0], SIGCONT);
     usleep(300000);
     kill(r[1], SIGCONT);
-    int rc = job_wait(&j, 90, "after the suspension");
-    char *out = job_output(&j);
-    JOB_ASSERT(&j, rc == 0, "exit %d after a suspension of %.0f s (timeout_s 2):\n%s", rc, hold, out);
-    JOB_ASSERT(&j, j.t_end - t_stop >= hold, "the job did not span the suspension");
-    JOB_ASSERT(&j, strstr(out, "final loss") && !strstr(out, ": watchdog: ") && !strstr(out, ": heartbeat: "), "%s", out);
-    JOB_ASSERT(&j, stat(final, &st) == 0, "no final checkpoint:\n%s", out);
+    int rc = tt_job_wait(&j, 90, "after the suspension");
+    char *out = tt_job_output(&j);
+    TT_JOB_ASSERT(&j, rc == 0, "exit %d after a suspension of %.0f s (timeout_s 2):\n%s", rc, hold, out);
+    TT_JOB_ASSERT(&j, j.t_end - t_stop >= hold, "the job did not span the suspension");
+    TT_JOB_ASSERT(&j, strstr(out, "final loss") && !strstr(out, ": watchdog: ") && !strstr(out, ": heartbeat: "), "%s",
+                  out);
+    TT_JOB_ASSERT(&j, stat(final, &st) == 0, "no final checkpoint:\n%s", out);
     free(out);
-    job_expect_all_gone(&j);
-    job_kill(&j);
-    tt_rmrf(dir);
-    free(dir);
+    tt_job_end(&j, dir, 1);
 }
 
 /* One rank stopped with a collective deadline of 600 s: the progress
@@ -627,41 +364,32 @@ Test(hang, a_job_suspended_longer_than_its_timeouts_resumes_and_finishes, .timeo
  * as the watchdog ends it. `which`: the rank stopped (1: a plain peer; 0:
  * also the one serving the heartbeat's store). Returns the output; *line the
  * report of the other rank, cut at its end. */
-static char *stop_one_rank(job *j, const char *dir, int which, char **line) {
+static char *stop_one_rank(tt_job *j, const char *dir, int which, char **line) {
     const char *extra[] = {"parallel.progress_timeout_s=2", NULL};
     start_run(j, dir, "parallel.dp=2", "100000000", "600", NULL, extra, "\"step\": 3,");
     usleep(500000); /* a few beats published: stopped in the middle of training */
-    JOB_ASSERT(j, kill(j->cmd[which], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
-    double t0 = now_s();
-    int rc = job_wait(j, 60, "after SIGSTOP of one rank");
-    double took = j->t_end - t0;
-    kill(j->cmd[which], SIGCONT);
-    char *out = job_output(j);
-    JOB_ASSERT(j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
+    double took;
+    int rc = tt_job_stop_rank(j, which, 60, "after SIGSTOP of one rank", &took);
+    char *out = tt_job_output(j);
+    TT_JOB_ASSERT(j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
     /* 2 s of silence, a beat to confirm, the abort: not the 600 s deadline */
-    JOB_ASSERT(j, took >= 1.5 && took < 12, "ended %.1f s after the stop:\n%s", took, out);
+    TT_JOB_ASSERT(j, took >= 1.5 && took < 12, "ended %.1f s after the stop:\n%s", took, out);
     char head[64];
     snprintf(head, sizeof head, "trident: rank %d: heartbeat: step ", 1 - which);
-    *line = strstr(out, head);
-    JOB_ASSERT(j, *line != NULL, "no heartbeat report:\n%s", out);
-    char *eol = strchr(*line, '\n');
-    if (eol) *eol = '\0';
-    JOB_ASSERT(j, strstr(*line, "; aborting the job"), "%s", *line);
+    *line = tt_job_line(j, out, head, "heartbeat report");
+    TT_JOB_ASSERT(j, strstr(*line, "; aborting the job"), "%s", *line);
     return out;
 }
 
 Test(hang, heartbeat_names_a_stopped_rank_within_seconds, .timeout = 120) {
     char *dir = tt_mkdtemp(), *line;
-    job j;
+    tt_job j;
     char *out = stop_one_rank(&j, dir, 1, &line);
-    JOB_ASSERT(&j, strstr(line, "(train): ") && strstr(line, " over "), "where rank 0 waited: %s", line);
-    JOB_ASSERT(&j, strstr(line, ": world rank 1 (host ") && strstr(line, ", last at step "), "the rank: %s", line);
-    JOB_ASSERT(&j, strstr(line, "has sent no heartbeat for ") && strstr(line, "it is stopped or gone"), "%s", line);
+    TT_JOB_ASSERT(&j, strstr(line, "(train): ") && strstr(line, " over "), "where rank 0 waited: %s", line);
+    TT_JOB_ASSERT(&j, strstr(line, ": world rank 1 (host ") && strstr(line, ", last at step "), "the rank: %s", line);
+    TT_JOB_ASSERT(&j, strstr(line, "has sent no heartbeat for ") && strstr(line, "it is stopped or gone"), "%s", line);
     free(out);
-    job_expect_all_gone(&j);
-    job_kill(&j);
-    tt_rmrf(dir);
-    free(dir);
+    tt_job_end(&j, dir, 1);
 }
 
 /* Four ranks, pp=2 x dp=2: the last stage's second replica (world rank 3)
@@ -669,42 +397,30 @@ Test(hang, heartbeat_names_a_stopped_rank_within_seconds, .timeout = 120) {
  * all-reduce of its stage, a world all-reduce) names it within seconds. */
 Test(hang, heartbeat_names_a_stopped_rank_of_a_pipeline, .timeout = 120) {
     char *dir = tt_mkdtemp();
-    job j;
+    tt_job j;
     const char *extra[] = {"parallel.progress_timeout_s=2", "parallel.dp=2", NULL};
     start_run_of(&j, 4, dir, "parallel.pp=2", "100000000", "600", NULL, extra, "\"step\": 3,");
     usleep(500000);
-    JOB_ASSERT(&j, kill(j.cmd[3], SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
-    double t0 = now_s();
-    int rc = job_wait(&j, 60, "after SIGSTOP of rank 3");
-    double took = j.t_end - t0;
-    kill(j.cmd[3], SIGCONT);
-    char *out = job_output(&j);
-    JOB_ASSERT(&j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
-    JOB_ASSERT(&j, took >= 1.5 && took < 15, "ended %.1f s after the stop:\n%s", took, out);
-    char *line = strstr(out, ": heartbeat: step ");
-    JOB_ASSERT(&j, line != NULL, "no heartbeat report:\n%s", out);
-    char *eol = strchr(line, '\n');
-    if (eol) *eol = '\0';
-    JOB_ASSERT(&j, strstr(line, ": world rank 3 (host ") && strstr(line, "has sent no heartbeat for "), "%s", line);
+    double took;
+    int rc = tt_job_stop_rank(&j, 3, 60, "after SIGSTOP of rank 3", &took);
+    char *out = tt_job_output(&j);
+    TT_JOB_ASSERT(&j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
+    TT_JOB_ASSERT(&j, took >= 1.5 && took < 15, "ended %.1f s after the stop:\n%s", took, out);
+    char *line = tt_job_line(&j, out, ": heartbeat: step ", "heartbeat report");
+    TT_JOB_ASSERT(&j, strstr(line, ": world rank 3 (host ") && strstr(line, "has sent no heartbeat for "), "%s", line);
     free(out);
-    job_expect_all_gone(&j);
-    job_kill(&j);
-    tt_rmrf(dir);
-    free(dir);
+    tt_job_end(&j, dir, 1);
 }
 
 /* World rank 0 stopped: it serves the heartbeat's store too, so rank 1 names
  * it by the store's silence. */
 Test(hang, heartbeat_names_a_stopped_rank_0_by_its_silent_store, .timeout = 120) {
     char *dir = tt_mkdtemp(), *line;
-    job j;
+    tt_job j;
     char *out = stop_one_rank(&j, dir, 0, &line);
-    JOB_ASSERT(&j, strstr(line, "world rank 0 (which serves the heartbeat store) has not answered"), "%s", line);
+    TT_JOB_ASSERT(&j, strstr(line, "world rank 0 (which serves the heartbeat store) has not answered"), "%s", line);
     free(out);
-    job_expect_all_gone(&j);
-    job_kill(&j);
-    tt_rmrf(dir);
-    free(dir);
+    tt_job_end(&j, dir, 1);
 }
 
 /* A rank that runs but makes no progress outside any communication (here a
@@ -713,28 +429,23 @@ Test(hang, heartbeat_names_a_stopped_rank_0_by_its_silent_store, .timeout = 120)
  * progress_timeout_s (2 s), not after timeout_s (600 s). */
 Test(hang, heartbeat_names_a_rank_stuck_outside_communication, .timeout = 120) {
     char *dir = tt_mkdtemp();
-    job j;
+    tt_job j;
     const char *extra[] = {"parallel.progress_timeout_s=2", "debug.sleep_rank=1", "debug.sleep_ms=600000", NULL};
     start_run(&j, dir, "parallel.dp=2", "10", "600", NULL, extra, NULL);
-    double t0 = now_s();
-    int rc = job_wait(&j, 60, "a rank stuck before its step");
+    double t0 = tt_now_s();
+    int rc = tt_job_wait(&j, 60, "a rank stuck before its step");
     double took = j.t_end - t0;
-    char *out = job_output(&j);
-    JOB_ASSERT(&j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
-    JOB_ASSERT(&j, took < 20, "ended %.1f s after the start:\n%s", took, out);
-    char *line = strstr(out, "trident: rank 0: heartbeat: step 1 (train): ");
-    JOB_ASSERT(&j, line != NULL, "no heartbeat report:\n%s", out);
-    char *eol = strchr(line, '\n');
-    if (eol) *eol = '\0';
-    JOB_ASSERT(&j,
-               strstr(line, "world rank 1 (host ") && strstr(line, "last at step 1, data) has made no progress for ") &&
-                   strstr(line, "outside any communication (parallel.progress_timeout_s = 2)"),
-               "%s", line);
+    char *out = tt_job_output(&j);
+    TT_JOB_ASSERT(&j, rc == 124, "exit %d (124 expected):\n%s", rc, out);
+    TT_JOB_ASSERT(&j, took < 20, "ended %.1f s after the start:\n%s", took, out);
+    char *line = tt_job_line(&j, out, "trident: rank 0: heartbeat: step 1 (train): ", "heartbeat report");
+    TT_JOB_ASSERT(&j,
+                  strstr(line, "world rank 1 (host ") &&
+                      strstr(line, "last at step 1, data) has made no progress for ") &&
+                      strstr(line, "outside any communication (parallel.progress_timeout_s = 2)"),
+                  "%s", line);
     free(out);
-    job_expect_all_gone(&j);
-    job_kill(&j);
-    tt_rmrf(dir);
-    free(dir);
+    tt_job_end(&j, dir, 1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -744,17 +455,17 @@ Test(hang, heartbeat_names_a_rank_stuck_outside_communication, .timeout = 120) {
  * 82-121: the first step is not counted), `extra` added; returns its output
  * and in *metrics the metrics file (both to free). */
 static char *straggler_run(const char *dir, const char *const *extra, char **metrics) {
-    job j;
+    tt_job j;
     start_run(&j, dir, "parallel.dp=2", "121", "60", NULL, extra, NULL);
-    int rc = job_wait(&j, 90, "a straggler run");
-    char *out = job_output(&j);
-    JOB_ASSERT(&j, rc == 0, "exit %d:\n%s", rc, out);
+    int rc = tt_job_wait(&j, 90, "a straggler run");
+    char *out = tt_job_output(&j);
+    TT_JOB_ASSERT(&j, rc == 0, "exit %d:\n%s", rc, out);
     char path[400];
     snprintf(path, sizeof path, "%s/log/metrics.jsonl", dir);
     *metrics = tt_read(path);
-    JOB_ASSERT(&j, *metrics != NULL, "no metrics");
-    job_expect_all_gone(&j);
-    job_kill(&j);
+    TT_JOB_ASSERT(&j, *metrics != NULL, "no metrics");
+    tt_job_expect_all_gone(&j);
+    tt_job_kill(&j);
     return out;
 }
 

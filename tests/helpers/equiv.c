@@ -40,6 +40,30 @@ void tt_equiv_expect_losses(const double *a, const double *b, int n, double rtol
         cr_expect(fabs(a[i] - b[i]) <= rtol * fabs(a[i]), "%s: step %d loss %.17g vs %.17g", what, i + 1, a[i], b[i]);
 }
 
+int tt_equiv_steps(const char *dir, const char *ck, tt_step *rows, int max) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/log_%s/metrics.jsonl", dir, ck);
+    char *text = tt_read(p);
+    cr_assert(text != NULL, "no %s", p);
+    for (int i = 0; i < max; i++) rows[i] = (tt_step){NAN, 0, 0};
+    int last = 0;
+    for (char *line = text; line && *line;) {
+        char *nl = strchr(line, '\n'), *at;
+        if (nl) *nl = '\0';
+        at = strstr(line, "\"step\": ");
+        int s = at ? atoi(at + strlen("\"step\": ")) : 0;
+        cr_assert(s >= 1 && s <= max, "%s: step out of range in %s", p, line);
+        if ((at = strstr(line, "\"loss\": ")) != NULL) rows[s - 1].loss = strtod(at + strlen("\"loss\": "), NULL);
+        if (strstr(line, "\"skipped\": true")) rows[s - 1].skipped = 1;
+        if ((at = strstr(line, "\"loss_scale\": ")) != NULL)
+            rows[s - 1].scale = strtod(at + strlen("\"loss_scale\": "), NULL);
+        if (s > last && !strstr(line, "\"val_loss\"")) last = s;
+        line = nl ? nl + 1 : NULL;
+    }
+    free(text);
+    return last;
+}
+
 char *tt_equiv_latest_model(const char *dir, const char *ck) {
     char cmd[4400], *l = NULL;
     snprintf(cmd, sizeof cmd, "cat %s/%s/latest", dir, ck);
@@ -133,4 +157,110 @@ void tt_equiv_expect_follows(const char *dir, const double *ref, const char *ref
     tt_equiv_expect_losses(ref, l, n, rtol, what);
     tt_equiv_expect_params(dir, ref_ck, ck, atol, what);
     free(l);
+}
+
+void tt_equiv_expect_layouts_follow(const char *dir, const double *ref, const char *ref_ck, int n, const char *prefix,
+                                    const char *sets, const char *label, const tt_layout *L, size_t n_layouts,
+                                    const char *banner, double rtol, double atol) {
+    for (size_t i = 0; i < n_layouts; i++) {
+        char ck[64], what[1400], all[4096];
+        snprintf(ck, sizeof ck, "%s_%zu", prefix, i);
+        snprintf(what, sizeof what, "%s tp=%d dp=%d %s%s%s", prefix, L[i].tp, L[i].dp, label, *label ? " " : "",
+                 L[i].more);
+        snprintf(all, sizeof all, "%s %s", sets, L[i].more);
+        tt_equiv_expect_follows(dir, ref, ref_ck, n, ck, L[i].tp, L[i].dp, all, banner, rtol, atol, what);
+    }
+}
+
+void tt_equiv_save_at(const char *dir, const char *ck, int tp, int dp, const char *sets, int at) {
+    char all[4096], cmd[8400], *out = NULL;
+    snprintf(all, sizeof all, "%s --stop-at-step %d", sets, at);
+    cr_assert_eq(tt_equiv_run(dir, tp, dp, ck, all, &out), 0, "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "mv %s/log_%s/metrics.jsonl %s/log_%s/first.jsonl", dir, ck, dir, ck);
+    cr_assert_eq(tt_run(cmd, NULL), 0, "%s", cmd);
+}
+
+void tt_equiv_copy_run(const char *dir, const char *from, const char *to) {
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "cp -r %s/%s %s/%s && mkdir -p %s/log_%s", dir, from, dir, to, dir, to);
+    cr_assert_eq(tt_run(cmd, NULL), 0, "%s", cmd);
+}
+
+void tt_equiv_expect_resumed(const char *dir, const double *ref, int at, int n, const char *ck, int tp, int dp,
+                             const char *sets, double rtol, const char *what) {
+    char all[4096], *out = NULL;
+    snprintf(all, sizeof all, "%s --resume", sets);
+    cr_assert_eq(tt_equiv_run(dir, tp, dp, ck, all, &out), 0, "%s: %s", what, out);
+    cr_expect(strstr(out, "resumed from") != NULL, "%s: %s", what, out);
+    free(out);
+    double *l;
+    cr_assert_eq(tt_equiv_losses(dir, ck, &l), n - at, "%s", what);
+    tt_equiv_expect_losses(ref + at, l, n - at, rtol, what);
+    free(l);
+}
+
+void tt_equiv_expect_reshard(const char *dir, const double *ref, const char *sets, int tp, int dp, int zero,
+                             const char *save_more, const int (*resume)[3], int n_resume, const char *resume_more,
+                             double rtol) {
+    char base[64], all[4096];
+    snprintf(base, sizeof base, "zs_%d_%d_%d", tp, dp, zero);
+    snprintf(all, sizeof all, "%s --set parallel.zero=%d %s", sets, zero, save_more);
+    tt_equiv_save_at(dir, base, tp, dp, all, 5);
+    for (int i = 0; i < n_resume; i++) {
+        int rtp = resume[i][0], rdp = resume[i][1], rz = resume[i][2];
+        char ck[96], what[4400];
+        snprintf(ck, sizeof ck, "%s_to_%d_%d_%d", base, rtp, rdp, rz);
+        tt_equiv_copy_run(dir, base, ck);
+        snprintf(all, sizeof all, "%s --set parallel.zero=%d %s", sets, rz, resume_more);
+        snprintf(what, sizeof what, "saved at tp=%d dp=%d zero=%d %s, resumed at tp=%d dp=%d zero=%d %s", tp, dp, zero,
+                 save_more, rtp, rdp, rz, resume_more);
+        tt_equiv_expect_resumed(dir, ref, 5, 10, ck, rtp, rdp, all, rtol, what);
+    }
+}
+
+int tt_equiv_bench(const char *dir, const char *tag, const char *sets, char **out) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && timeout 120 %s --log-dir %s/ranks_%s -- %s bench %s/configs/tiny-test.json --steps 2 %s", dir,
+             tt_bin("tridentrun"), dir, tag, tt_bin("trident"), TRI_SOURCE_DIR, sets);
+    return tt_run(cmd, out);
+}
+
+double tt_equiv_metric(const char *dir, const char *ck, const char *key) {
+    char p[4200], k[256];
+    snprintf(p, sizeof p, "%s/log_%s/metrics.jsonl", dir, ck);
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    char *text = tt_read(p);
+    cr_assert_not_null(text, "%s", p);
+    const char *at = strstr(text, k);
+    cr_assert(at != NULL, "%s: no %s", p, key);
+    double v = strtod(at + strlen(k), NULL);
+    free(text);
+    return v;
+}
+
+void tt_equiv_expect_diverges(const char *dir, const double *ref, int n, const char *fault, const char *ck, int tp,
+                              int dp, const char *sets, double min_rel, const char *what) {
+    char *out = NULL;
+    cr_assert_eq(setenv(fault, "1", 1), 0);
+    int rc = tt_equiv_run(dir, tp, dp, ck, sets, &out);
+    unsetenv(fault);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    double *l;
+    cr_assert_eq(tt_equiv_losses(dir, ck, &l), n);
+    double worst = 0;
+    for (int i = 0; i < n; i++) worst = fmax(worst, fabs(l[i] - ref[i]) / fabs(ref[i]));
+    cr_expect(worst > min_rel, "the losses followed the reference (worst %.3g): %s is not tested", worst, what);
+    free(l);
+}
+
+double *tt_equiv_reference(const char *dir, const char *ck, const char *sets, int n) {
+    char *out = NULL;
+    cr_assert_eq(tt_equiv_run(dir, 1, 1, ck, sets, &out), 0, "%s", out);
+    free(out);
+    double *ref;
+    cr_assert_eq(tt_equiv_losses(dir, ck, &ref), n, "%s", ck);
+    return ref;
 }

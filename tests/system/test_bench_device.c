@@ -97,10 +97,10 @@ static cJSON *json_line(const char *out) {
  * timed one after the other inside it). The GEMMs by layer part add up to
  * the three GEMM kinds. Without --profile the JSON line has no profile. */
 Test(bench_device, profile_prints_the_table_and_the_documented_kinds, .timeout = 600) {
-    static const char *const kinds[] = {"step_ms",          "gemm_fwd_ms",      "gemm_dinp_ms",   "gemm_dweight_ms",
-                                        "attention_fwd_ms", "attention_bwd_ms", "layernorm_ms",   "gelu_ms",
-                                        "crossentropy_ms",  "embedding_ms",     "elementwise_ms", "optimizer_ms",
-                                        "comm_tp_ms",       "comm_dp_ms",       "comm_pp_ms",     "other_ms"};
+    static const char *const kinds[] = {
+        "step_ms",      "gemm_fwd_ms", "gemm_dinp_ms",    "gemm_dweight_ms", "attention_fwd_ms", "attention_bwd_ms",
+        "layernorm_ms", "gelu_ms",     "crossentropy_ms", "embedding_ms",    "elementwise_ms",   "optimizer_ms",
+        "comm_tp_ms",   "comm_dp_ms",  "comm_pp_ms",      "comm_cp_ms",      "comm_dpcp_ms",     "other_ms"};
     static const char *const roles[] = {"qkv", "attproj", "fc", "fcproj", "head", "unknown"};
     const int n_kinds = (int)(sizeof kinds / sizeof kinds[0]);
     char *dir = tt_mkdtemp(), *out = NULL, cmd[8192];

@@ -3,10 +3,13 @@
  * and DP: GPT-2 and Llama at cp 2 and 4, cp 2 with tp 2 (and sequence
  * parallelism), with pp 2, with dp 2 (and ZeRO-1, sharded over dp x cp),
  * with both recompute policies and on the guarded backend; bf16 at cp 2
- * against one rank in bf16; the saved activations per rank against the
- * closed form at seq_len / cp, to the byte; a long sequence that preflight
- * refuses at cp 1 under a per-rank memory cap trains at cp 4; and the
- * layouts refused with the keys named.
+ * and fp16 at cp 2 and 4 against one rank in the same precision (fp16's
+ * overflow skipped on every cp rank alike); the saved activations per rank
+ * against the closed form at seq_len / cp, to the byte; the K/V ring's bytes
+ * and the dp x cp reduction that `trident bench` reports against their
+ * closed forms; a long sequence that preflight refuses at cp 1 under a
+ * per-rank memory cap trains at cp 4; and the layouts refused with the keys
+ * named.
  *
  * Tolerances (float reduction order is the only allowed difference), those
  * of test_parallel.c: losses 1e-6 relative, parameters after 10 AdamW steps
@@ -37,33 +40,25 @@
 #define LLAMA         "--set model.arch=llama --set model.n_kv_head=2 --set model.ffn_hidden=64"
 
 /* A layout: tp, dp and more settings (parallel.cp among them). */
-typedef struct layout {
-    int tp, dp;
-    const char *more;
-} layout;
+typedef tt_layout layout;
+
+/* Every run's settings first: 4 heads, 10 steps. */
+#define BASE "--set model.n_head=4 --set train.steps=10"
 
 static int run(const char *dir, int tp, int dp, const char *ck, const char *sets, char **out) {
     char all[4096];
-    snprintf(all, sizeof all, "--set model.n_head=4 --set train.steps=10 %s", sets);
+    snprintf(all, sizeof all, BASE " %s", sets);
     return tt_equiv_run(dir, tp, dp, ck, all, out);
 }
 
 /* Runs the reference (one rank, settings base) and every layout, each
  * following it: its 10 losses and its final parameters. */
 static void expect_layouts_follow(const char *prefix, const char *base, const layout *L, size_t n) {
-    char *dir = tt_equiv_dir(), *out = NULL, ref_ck[64];
+    char *dir = tt_equiv_dir(), ref_ck[64], sets[4096];
     snprintf(ref_ck, sizeof ref_ck, "%s_ref", prefix);
-    cr_assert_eq(run(dir, 1, 1, ref_ck, base, &out), 0, "%s", out);
-    free(out);
-    double *ref;
-    cr_assert_eq(tt_equiv_losses(dir, ref_ck, &ref), 10);
-    for (size_t i = 0; i < n; i++) {
-        char ck[64], what[1200], sets[1200];
-        snprintf(ck, sizeof ck, "%s_%zu", prefix, i);
-        snprintf(what, sizeof what, "%s tp=%d dp=%d %s", prefix, L[i].tp, L[i].dp, L[i].more);
-        snprintf(sets, sizeof sets, "--set model.n_head=4 --set train.steps=10 %s %s", base, L[i].more); /* as run() */
-        tt_equiv_expect_follows(dir, ref, ref_ck, 10, ck, L[i].tp, L[i].dp, sets, " cp=", LOSS_RTOL, PARAM_ATOL, what);
-    }
+    snprintf(sets, sizeof sets, BASE " %s", base); /* as run() */
+    double *ref = tt_equiv_reference(dir, ref_ck, sets, 10);
+    tt_equiv_expect_layouts_follow(dir, ref, ref_ck, 10, prefix, sets, "", L, n, " cp=", LOSS_RTOL, PARAM_ATOL);
     free(ref);
     tt_rmrf(dir);
     free(dir);
@@ -102,11 +97,8 @@ Test(cp, llama_layouts_follow_the_single_rank_run, .timeout = 900) {
  * at dp 2: the optimizer's shards over dp x cp), resumed at another, steps
  * 6..10 follow the uninterrupted single-rank run, both ways. */
 Test(cp, checkpoints_cross_between_cp_sizes, .timeout = 300) {
-    char *dir = tt_equiv_dir(), *out = NULL;
-    cr_assert_eq(run(dir, 1, 1, "re_ref", "", &out), 0, "%s", out);
-    free(out);
-    double *ref;
-    cr_assert_eq(tt_equiv_losses(dir, "re_ref", &ref), 10);
+    char *dir = tt_equiv_dir();
+    double *ref = tt_equiv_reference(dir, "re_ref", BASE, 10);
     static const struct {
         int dp;
         const char *save, *resume;
@@ -114,23 +106,14 @@ Test(cp, checkpoints_cross_between_cp_sizes, .timeout = 300) {
                  {1, "--set parallel.cp=1", "--set parallel.cp=4"},
                  {2, "--set parallel.cp=2 --set parallel.zero=1", "--set parallel.cp=1 --set parallel.zero=1"}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        char ck[32], sets[256], cmd[8400], what[256];
+        char ck[32], sets[256], what[256];
         snprintf(ck, sizeof ck, "re_%zu", i);
         snprintf(what, sizeof what, "saved at dp %d %s, resumed at %s", pairs[i].dp, pairs[i].save, pairs[i].resume);
-        snprintf(sets, sizeof sets, "%s --stop-at-step 5", pairs[i].save);
-        cr_assert_eq(run(dir, 1, pairs[i].dp, ck, sets, &out), 0, "%s: %s", what, out);
-        free(out);
-        /* the resumed run must not see the first run's log lines */
-        snprintf(cmd, sizeof cmd, "mv %s/log_%s/metrics.jsonl %s/log_%s/first.jsonl", dir, ck, dir, ck);
-        cr_assert_eq(tt_run(cmd, NULL), 0);
-        snprintf(sets, sizeof sets, "%s --resume", pairs[i].resume);
-        cr_assert_eq(run(dir, 1, pairs[i].dp, ck, sets, &out), 0, "%s: %s", what, out);
-        cr_expect(strstr(out, "resumed from") != NULL, "%s: %s", what, out);
-        free(out);
-        double *l;
-        cr_assert_eq(tt_equiv_losses(dir, ck, &l), 5, "%s", what);
-        tt_equiv_expect_losses(ref + 5, l, 5, LOSS_RTOL, what);
-        free(l);
+        /* (the resumed run must not see the first run's log lines: moved away) */
+        snprintf(sets, sizeof sets, BASE " %s", pairs[i].save);
+        tt_equiv_save_at(dir, ck, 1, pairs[i].dp, sets, 5);
+        snprintf(sets, sizeof sets, BASE " %s", pairs[i].resume);
+        tt_equiv_expect_resumed(dir, ref, 5, 10, ck, 1, pairs[i].dp, sets, LOSS_RTOL, what);
     }
     free(ref);
     tt_rmrf(dir);
@@ -163,17 +146,95 @@ Test(cp, bf16_cp2_tracks_the_single_rank_bf16_run, .timeout = 300) {
     free(dir);
 }
 
-/* The allocator's peak of saved activations (bytes) that run ck logged. */
-static double saved_peak(const char *dir, const char *ck) {
-    char p[4200];
-    snprintf(p, sizeof p, "%s/log_%s/metrics.jsonl", dir, ck);
-    char *text = tt_read(p);
-    cr_assert_not_null(text, "%s", p);
-    const char *at = strstr(text, "\"saved_act_peak\": ");
-    cr_assert(at != NULL, "%s: no saved_act_peak", p);
-    double v = strtod(at + strlen("\"saved_act_peak\": "), NULL);
-    free(text);
-    return v;
+/* fp16 keeps 11 significant bits where bf16 keeps 8, and scales the loss
+ * (train.loss_scale_init, 65536) before the backward: the ring carries the
+ * fp16 K/V blocks and the scaled fp32 dK/dV, merges in fp32 and rounds each
+ * output once, as one rank does. The cp run rounds the same values after
+ * other associations of its fp32 sums, so now and then an element rounds to
+ * the neighbouring fp16 value (2^-11 relative); those flips average out in
+ * the loss (measured at most 2.3e-6 relative for cp 2, 2.9e-6 for cp 4 and
+ * cp 2 x dp 2 over 10 steps; one rank's fp16 against its fp32: 3.2e-6).
+ * The bound, 2e-5 relative, is 7x that and below what a missing sum over cp
+ * or a position read at the local index moves a loss (1e-3 at a loss of
+ * 5.5: 1.8e-4 relative). */
+#define FP16_RTOL 2e-5
+
+/* Run ck's steps (n of them) against ref's: the same steps skipped, the same
+ * loss scale after each, the other losses within FP16_RTOL. */
+static void expect_fp16_follows(const char *dir, const char *ref, const char *ck, int n, const char *what) {
+    tt_step a[16], b[16];
+    cr_assert_eq(tt_equiv_steps(dir, ref, a, 16), n, "%s: the reference", what);
+    cr_assert_eq(tt_equiv_steps(dir, ck, b, 16), n, "%s", what);
+    for (int s = 0; s < n; s++) {
+        cr_expect_eq(b[s].skipped, a[s].skipped, "%s step %d: skipped %d, one rank %d", what, s + 1, b[s].skipped,
+                     a[s].skipped);
+        cr_expect_eq(b[s].scale, a[s].scale, "%s step %d: loss scale %g, one rank %g", what, s + 1, b[s].scale,
+                     a[s].scale);
+        if (!a[s].skipped)
+            cr_expect(fabs(a[s].loss - b[s].loss) <= FP16_RTOL * a[s].loss, "%s step %d: loss %.17g, one rank %.17g",
+                      what, s + 1, b[s].loss, a[s].loss);
+    }
+}
+
+/* fp16 at cp 2 and 4 follows one rank's fp16 run; an overflow (the test fault
+ * TRIDENT_DEBUG_FP16_OVERFLOW_STEP=4: one gradient element made infinite
+ * after the reductions) is skipped as one rank skips it: that step alone,
+ * the scale halved, the run going on. Without ZeRO every cp rank holds the
+ * element and sees it; with ZeRO-1 over dp x cp only the rank whose shard
+ * holds element 0 does, and the other's norm is finite: it must skip too
+ * (badstep_judge's maximum over the world). Had it updated its shard, the
+ * step 4 checkpoint would differ from step 3's of the same layout run
+ * without the fault: both files are compared bit for bit. */
+Test(cp, fp16_cp2_tracks_the_single_rank_fp16_run_and_skips_an_overflow_on_every_rank, .timeout = 300) {
+    char *dir = tt_equiv_dir(), *out = NULL;
+    const char *fp16 = "--set train.precision=fp16";
+    const struct {
+        const char *ck, *sets;
+    } plain[] = {{"h_ref", ""}, {"h_cp2", "--set parallel.cp=2"}, {"h_cp4", "--set parallel.cp=4"}};
+    for (int i = 0; i < 3; i++) {
+        char sets[256];
+        snprintf(sets, sizeof sets, "%s %s", fp16, plain[i].sets);
+        cr_assert_eq(run(dir, 1, 1, plain[i].ck, sets, &out), 0, "%s: %s", plain[i].ck, out);
+        free(out);
+    }
+    expect_fp16_follows(dir, "h_ref", "h_cp2", 10, "fp16 cp2");
+    expect_fp16_follows(dir, "h_ref", "h_cp4", 10, "fp16 cp4");
+    tt_step r[16];
+    tt_equiv_steps(dir, "h_ref", r, 16);
+    for (int s = 0; s < 10; s++) /* (so that the overflow below is the only skip) */
+        cr_expect(!r[s].skipped && r[s].scale == 65536, "one rank fp16 step %d: skipped %d, scale %g", s + 1,
+                  r[s].skipped, r[s].scale);
+    const struct {
+        const char *ck, *sets;
+    } ov[] = {
+        {"ov_ref", ""}, {"ov_cp2", "--set parallel.cp=2"}, {"ov_cp2z", "--set parallel.cp=2 --set parallel.zero=1"}};
+    cr_assert_eq(setenv("TRIDENT_DEBUG_FP16_OVERFLOW_STEP", "4", 1), 0);
+    for (int i = 0; i < 3; i++) {
+        char sets[512];
+        snprintf(sets, sizeof sets, "%s --set train.steps=8 --set checkpoint.every=4 %s", fp16, ov[i].sets);
+        cr_assert_eq(run(dir, 1, 1, ov[i].ck, sets, &out), 0, "%s: %s", ov[i].ck, out);
+        cr_expect(strstr(out, "step     4/8 | skipped: fp16 gradient overflow") != NULL, "%s: %s", ov[i].ck, out);
+        free(out);
+    }
+    unsetenv("TRIDENT_DEBUG_FP16_OVERFLOW_STEP");
+    tt_step o[16];
+    cr_assert_eq(tt_equiv_steps(dir, "ov_ref", o, 16), 8);
+    for (int s = 0; s < 8; s++)
+        cr_expect(o[s].skipped == (s == 3) && o[s].scale == (s < 3 ? 65536 : 32768),
+                  "one rank, overflow at 4: step %d skipped %d, scale %g", s + 1, o[s].skipped, o[s].scale);
+    expect_fp16_follows(dir, "ov_ref", "ov_cp2", 8, "fp16 cp2, overflow at step 4");
+    expect_fp16_follows(dir, "ov_ref", "ov_cp2z", 8, "fp16 cp2 zero 1, overflow at step 4 in one rank's shard");
+    /* no rank updated at step 4: its checkpoint is step 3's of the run without the fault */
+    char sets[256], a[4200], b[4200];
+    snprintf(sets, sizeof sets, "%s --set train.steps=3 --set parallel.cp=2 --set parallel.zero=1", fp16);
+    cr_assert_eq(run(dir, 1, 1, "ov_cp2z_3", sets, &out), 0, "%s", out);
+    free(out);
+    snprintf(a, sizeof a, "%s/ov_cp2z/step_00000004", dir);
+    snprintf(b, sizeof b, "%s/ov_cp2z_3/step_00000003", dir);
+    tt_expect_same_file(a, b, "model.safetensors");
+    tt_expect_same_tensors(a, b, "optimizer.safetensors", "fp16 cp2 zero 1: the skipped step's optimizer");
+    tt_rmrf(dir);
+    free(dir);
 }
 
 /* Saved activations per rank at cp 1, 2 and 4 against docs/performance.md's
@@ -194,7 +255,7 @@ Test(cp, saved_activation_bytes_divide_by_cp, .timeout = 300) {
         free(out);
         double s = 16.0 / cp, sb = s * b;
         double want = L * (4 * sb * (16 * h + 4) + 4 * a * s * b) + 8 * sb + 8 * sb * h + 8 * sb;
-        double got = saved_peak(dir, ck);
+        double got = tt_equiv_metric(dir, ck, "saved_act_peak");
         cr_expect(got == want, "cp %d: saved_act_peak %.0f, closed form %.0f", cp, got, want);
         if (cp == 1) one = got;
         cr_expect(got * cp == one, "cp %d: %.0f bytes x %d != %.0f at cp 1", cp, got, cp, one);
@@ -238,6 +299,79 @@ Test(cp, long_sequence_refused_at_cp1_trains_at_cp4, .timeout = 600) {
             cr_expect_eq(rc, 0, "cp 4 under the cap: %s", out);
             cr_expect(strstr(out, "cp=4 (2048 positions per rank)") != NULL, "%s", out);
         }
+        free(out);
+    }
+    tt_rmrf(dir);
+    free(dir);
+}
+
+/* `trident bench`'s exact figures per step for group g ("cp", "dpcp") from
+ * its JSON line's "comm_per_step" (asserting they are there). */
+static void comm_per_step(const char *out, const char *g, double *bytes, double *calls) {
+    const char *at = strstr(out, "\"comm_per_step\": {");
+    cr_assert(at != NULL, "no comm_per_step: %s", out);
+    char key[32];
+    snprintf(key, sizeof key, "\"%s\": {", g);
+    at = strstr(at, key);
+    cr_assert(at != NULL, "no %s in comm_per_step: %s", g, out);
+    cr_assert_eq(sscanf(at + strlen(key), "\"bytes\": %lf, \"calls\": %lf", bytes, calls), 2, "%s", at);
+}
+
+/* What the K/V ring sends per step, as `trident bench` reports it (the cp
+ * group's sends, comm.h books a send at its buffer), against
+ * docs/parallelism.md's closed form, per layer and micro-batch per rank with
+ * b sequences, s = T / cp positions, w the K/V width on the TP rank and A
+ * bytes an activation element:
+ *   forward  (cp - 1) sends of 2 b s w A (the K and V blocks),
+ *   backward (cp - 1) of the blocks again and (cp - 1) of their fp32
+ *            gradients, 2 b s w (A + 4) bytes,
+ *   full recompute: one forward more,
+ * times L = 2 layers and m = global_batch / (b dp) micro-batches, plus the
+ * step's loss summed over cp (one host all-reduce of 8 bytes). The tiny
+ * model: b 2, T 16, C 32, 4 heads (w = 32 / tp), global batch 8. The
+ * gradients of the Ψ parameters a TP rank holds (fp32, one bucket) are
+ * all-reduced once a step over dp x cp: 4Ψ bytes in one call, in dp's
+ * place. */
+Test(cp, bench_reports_the_ring_and_the_dp_x_cp_reduction_in_closed_form, .timeout = 300) {
+    char *dir = tt_equiv_dir();
+    const struct {
+        int cp, tp, dp, A, full;
+        const char *sets;
+    } cases[] = {{2, 1, 1, 4, 0, ""},
+                 {4, 1, 1, 4, 0, ""},
+                 {2, 1, 2, 4, 0, ""},
+                 {2, 1, 1, 4, 1, "--set train.recompute=full"},
+                 {2, 1, 1, 2, 0, "--set train.precision=bf16"},
+                 {2, 2, 1, 4, 0, ""}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int cp = cases[i].cp, tp = cases[i].tp, dp = cases[i].dp, A = cases[i].A;
+        char tag[32], sets[512], *out = NULL, what[256];
+        snprintf(what, sizeof what, "cp %d tp %d dp %d %s", cp, tp, dp, cases[i].sets);
+        snprintf(tag, sizeof tag, "bench%zu", i);
+        snprintf(sets, sizeof sets,
+                 "--set model.n_head=4 --set parallel.cp=%d --set parallel.tp=%d --set parallel.dp=%d %s", cp, tp, dp,
+                 cases[i].sets);
+        cr_assert_eq(tt_equiv_bench(dir, tag, sets, &out), 0, "%s: %s", what, out);
+        const double b = 2, s = 16.0 / cp, w = 32.0 / tp, L = 2, m = 8 / (b * dp);
+        const double fwd = (cp - 1) * 2 * b * s * w * A, bwd = (cp - 1) * 2 * b * s * w * (A + 4);
+        const double ring = L * m * (fwd * (1 + cases[i].full) + bwd) + 8;
+        const double ring_calls = L * m * (cp - 1) * (1 + cases[i].full + 2) + 1;
+        double bytes, calls;
+        comm_per_step(out, "cp", &bytes, &calls);
+        cr_expect_eq(bytes, ring, "%s: the ring sent %.0f bytes a step, closed form %.0f", what, bytes, ring);
+        cr_expect_eq(calls, ring_calls, "%s: %.0f ring calls a step, closed form %.0f", what, calls, ring_calls);
+        cr_expect(strstr(out, "  comm cp     ") != NULL && strstr(out, "the K/V ring's sends") != NULL, "%s: %s", what,
+                  out);
+        /* the parameters on a TP rank (C 32, V 256): per layer the split
+         * qkv, attention projection, fc and its projection (12 C^2 / tp and
+         * their column biases 7 C / tp), the row-parallel biases and the two
+         * LayerNorms whole (6 C); the vocabulary-parallel wte, wpe and ln_f
+         * (34176 at tp 1) */
+        const double C = 32, psi = L * (12 * C * C / tp + 7 * C / tp + 6 * C) + 256 * C / tp + 16 * C + 2 * C;
+        comm_per_step(out, "dpcp", &bytes, &calls);
+        cr_expect(bytes == 4 * psi && calls == 1, "%s: dp x cp reduced %.0f bytes in %.0f calls, closed form %.0f in 1",
+                  what, bytes, calls, 4 * psi);
+        cr_expect(strstr(out, "  comm dp x cp ") != NULL, "%s: %s", what, out);
         free(out);
     }
     tt_rmrf(dir);

@@ -37,39 +37,39 @@ static int run(const char *dir, int tp, int dp, const char *ck, const char *extr
 }
 
 static double *reference(const char *dir, const char *ck, const char *extra) {
-    char *out = NULL;
-    cr_assert_eq(run(dir, 1, 1, ck, extra, &out), 0, "%s", out);
-    free(out);
-    double *ref;
-    cr_assert_eq(tt_equiv_losses(dir, ck, &ref), 10);
-    return ref;
+    char sets[4096];
+    snprintf(sets, sizeof sets, "--set model.n_head=4 %s", extra); /* as run() */
+    return tt_equiv_reference(dir, ck, sets, 10);
 }
 
-typedef struct layout {
-    int tp, dp;
-    const char *more;
-} layout;
+typedef tt_layout layout;
 
 /* Each layout (after `base`) as run "<prefix>_<i>": its 10 losses and final
- * parameters against the reference run ref_ck. */
+ * parameters against the reference run ref_ck (tests/helpers/equiv.h). */
 static void expect_layouts_follow(const char *dir, const double *ref, const char *ref_ck, const char *prefix,
                                   const char *base, const layout *L, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        char ck[64], what[1200], sets[1200];
-        snprintf(ck, sizeof ck, "%s_%zu", prefix, i);
-        snprintf(what, sizeof what, "%s tp=%d dp=%d %s %s", prefix, L[i].tp, L[i].dp, base, L[i].more);
-        snprintf(sets, sizeof sets, "--set model.n_head=4 %s %s", base, L[i].more); /* as run() */
-        tt_equiv_expect_follows(dir, ref, ref_ck, 10, ck, L[i].tp, L[i].dp, sets, " held per rank between steps",
-                                LOSS_RTOL, PARAM_ATOL, what);
-    }
+    char sets[4096];
+    snprintf(sets, sizeof sets, "--set model.n_head=4 %s", base); /* as run() */
+    tt_equiv_expect_layouts_follow(dir, ref, ref_ck, 10, prefix, sets, base, L, n, " held per rank between steps",
+                                   LOSS_RTOL, PARAM_ATOL);
+}
+
+/* In a fresh directory: the reference run ref_ck (one rank, settings
+ * ref_sets), then each layout following it (expect_layouts_follow). */
+static void expect_all_follow(const char *ref_ck, const char *ref_sets, const char *prefix, const char *base,
+                              const layout *L, size_t n) {
+    char *dir = tt_equiv_dir();
+    double *ref = reference(dir, ref_ck, ref_sets);
+    expect_layouts_follow(dir, ref, ref_ck, prefix, base, L, n);
+    free(ref);
+    tt_rmrf(dir);
+    free(dir);
 }
 
 #define ZERO2 "--set parallel.zero=2"
 #define ZERO3 "--set parallel.zero=3"
 
 Test(zero2, every_layout_follows_the_single_rank_run, .timeout = 600) {
-    char *dir = tt_equiv_dir();
-    double *ref = reference(dir, "ref", "--set train.steps=10");
     /* dp 1 (the shard is the whole chunk: a copy), dp 2 and 4; 0.01 MiB
      * buckets cut the 136 KB of gradients into ~14, shards inside rows;
      * tp2 dp2; the guarded backend (host access to backend memory faults,
@@ -81,29 +81,21 @@ Test(zero2, every_layout_follows_the_single_rank_run, .timeout = 600) {
                               {1, 4, "--set parallel.bucket_mb=0.01"},
                               {2, 2, ""},
                               {2, 2, "--set parallel.bucket_mb=0.01 --device cpu-guard"}};
-    expect_layouts_follow(dir, ref, "ref", "z2", "--set train.steps=10 " ZERO2, layouts,
-                          sizeof layouts / sizeof layouts[0]);
-    free(ref);
-    tt_rmrf(dir);
-    free(dir);
+    expect_all_follow("ref", "--set train.steps=10", "z2", "--set train.steps=10 " ZERO2, layouts,
+                      sizeof layouts / sizeof layouts[0]);
 }
 
 /* Pipelines: the tied embedding's buckets wait for the embedding-group sum
  * and are then reduce-scattered into the shards too. */
 Test(zero2, pipelines_follow_the_single_rank_run, .timeout = 600) {
-    char *dir = tt_equiv_dir();
-    double *ref = reference(dir, "pipe_ref", PIPE_MODEL);
     const layout layouts[] = {
         {2, 2, "--set parallel.pp=2"},
         {1, 2, "--set parallel.pp=2 --set parallel.bucket_mb=0.01"},
         {1, 2, "--set parallel.pp=2 --set parallel.vpp=2 --set parallel.bucket_mb=0.01"},
         {1, 1, "--set parallel.pp=2 --set parallel.schedule=zb-h1"},
     };
-    expect_layouts_follow(dir, ref, "pipe_ref", "z2pipe", PIPE_MODEL " " ZERO2, layouts,
-                          sizeof layouts / sizeof layouts[0]);
-    free(ref);
-    tt_rmrf(dir);
-    free(dir);
+    expect_all_follow("pipe_ref", PIPE_MODEL, "z2pipe", PIPE_MODEL " " ZERO2, layouts,
+                      sizeof layouts / sizeof layouts[0]);
 }
 
 /* The figure after `key=` in text (a size_t), asserting it is there. */
@@ -178,52 +170,36 @@ Test(zero_mem, held_memory_is_the_closed_form, .timeout = 300) {
     free(dir);
 }
 
-/* Saves after 5 of 10 steps at (tp, dp, zero), copies the checkpoint once per
- * resume layout and resumes: steps 6..10 must follow ref + 5. */
-static void reshard(const char *dir, const double *ref, const char *model, int tp, int dp, int zero,
-                    const char *save_more, const int (*resume)[3], int n_resume, const char *resume_more) {
-    char *out = NULL, base[64], extra[1024], cmd[8400];
-    snprintf(base, sizeof base, "zs_%d_%d_%d", tp, dp, zero);
-    snprintf(extra, sizeof extra, "%s --set parallel.zero=%d %s --stop-at-step 5", model, zero, save_more);
-    cr_assert_eq(run(dir, tp, dp, base, extra, &out), 0, "%s", out);
-    free(out);
-    for (int i = 0; i < n_resume; i++) {
-        int rtp = resume[i][0], rdp = resume[i][1], rz = resume[i][2];
-        char ck[96], what[512];
-        snprintf(ck, sizeof ck, "%s_to_%d_%d_%d", base, rtp, rdp, rz);
-        snprintf(cmd, sizeof cmd, "cp -r %s/%s %s/%s && mkdir -p %s/log_%s", dir, base, dir, ck, dir, ck);
-        cr_assert_eq(tt_run(cmd, NULL), 0);
-        snprintf(extra, sizeof extra, "%s --set parallel.zero=%d %s --resume", model, rz, resume_more);
-        cr_assert_eq(run(dir, rtp, rdp, ck, extra, &out), 0, "%s", out);
-        cr_expect(strstr(out, "resumed from") != NULL, "%s", out);
-        free(out);
-        double *l;
-        cr_assert_eq(tt_equiv_losses(dir, ck, &l), 5);
-        snprintf(what, sizeof what, "saved at tp=%d dp=%d zero=%d %s, resumed at tp=%d dp=%d zero=%d %s", tp, dp, zero,
-                 save_more, rtp, rdp, rz, resume_more);
-        tt_equiv_expect_losses(ref + 5, l, 5, LOSS_RTOL, what);
-        free(l);
-    }
+/* Checkpoints between ZeRO-1 and stage z: saved at zero 1 they resume at
+ * stage z (dp 2 and 4, small buckets); saved at stage z (dp 4, small
+ * buckets) at zero 1 (dp 2 and 4), zero 0 at one rank and zero 2 at tp 2;
+ * saved by a tp2 pp2 dp2 pipeline at stage z, resumed at pp 1 in each of
+ * the two layouts pipe_to. Each save is after 5 of 10 steps, copied once
+ * per resume layout; steps 6..10 must follow ref + 5
+ * (tt_equiv_expect_reshard). */
+static void expect_checkpoints_move(int z, const int (*pipe_to)[3]) {
+    char *dir = tt_equiv_dir();
+    double *ref = reference(dir, "full", "--set train.steps=10");
+    const char *m = "--set model.n_head=4 --set train.steps=10", *small = "--set parallel.bucket_mb=0.01";
+    const int from_z1[][3] = {{1, 2, z}, {1, 4, z}};
+    tt_equiv_expect_reshard(dir, ref, m, 1, 2, 1, "", from_z1, 2, small, LOSS_RTOL);
+    const int from_z[][3] = {{1, 2, 1}, {1, 4, 1}, {1, 1, 0}, {2, 1, 2}};
+    tt_equiv_expect_reshard(dir, ref, m, 1, 4, z, small, from_z, 4, "", LOSS_RTOL);
+    free(ref);
+    ref = reference(dir, "pipe_full", PIPE_MODEL);
+    tt_equiv_expect_reshard(dir, ref, "--set model.n_head=4 " PIPE_MODEL " --set parallel.pp=2", 2, 2, z, "", pipe_to,
+                            2, "--set parallel.pp=1", LOSS_RTOL);
+    free(ref);
+    tt_rmrf(dir);
+    free(dir);
 }
 
 /* Checkpoints stay global: saved at zero 1 they resume at zero 2 (another
  * dp, another bucket size), saved at zero 2 at zero 1, 0 and one rank, and
  * through a pipeline; wrong moments or shards would move steps 6..10 by ~lr. */
 Test(zero2, checkpoints_move_between_zero_stages, .timeout = 600) {
-    char *dir = tt_equiv_dir();
-    double *ref = reference(dir, "full", "--set train.steps=10");
-    const char *m = "--set train.steps=10", *small = "--set parallel.bucket_mb=0.01";
-    const int from_z1[][3] = {{1, 2, 2}, {1, 4, 2}};
-    reshard(dir, ref, m, 1, 2, 1, "", from_z1, 2, small);
-    const int from_z2[][3] = {{1, 2, 1}, {1, 4, 1}, {1, 1, 0}, {2, 1, 2}};
-    reshard(dir, ref, m, 1, 4, 2, small, from_z2, 4, "");
-    free(ref);
-    ref = reference(dir, "pipe_full", PIPE_MODEL);
     const int pipe_to[][3] = {{1, 2, 1}, {1, 1, 0}};
-    reshard(dir, ref, PIPE_MODEL " --set parallel.pp=2", 2, 2, 2, "", pipe_to, 2, "--set parallel.pp=1");
-    free(ref);
-    tt_rmrf(dir);
-    free(dir);
+    expect_checkpoints_move(2, pipe_to);
 }
 
 /* A non-finite gradient written into the reduced shards (the test fault
@@ -245,8 +221,6 @@ Test(zero2, a_nan_gradient_in_a_shard_skips_the_step, .timeout = 300) {
 /* ---- ZeRO-3 ---- */
 
 Test(zero3, every_layout_follows_the_single_rank_run, .timeout = 600) {
-    char *dir = tt_equiv_dir();
-    double *ref = reference(dir, "ref", "--set train.steps=10");
     /* dp 1 (the gather is a copy), 2 and 4, buckets inside rows, TP, the
      * guarded backend (a released parameter buffer read faults), recompute
      * (the forward rerun inside backward reads the gathered parameters) */
@@ -258,11 +232,8 @@ Test(zero3, every_layout_follows_the_single_rank_run, .timeout = 600) {
                               {2, 2, "--set parallel.bucket_mb=0.01 --device cpu-guard"},
                               {1, 2, "--set train.recompute=full"},
                               {1, 2, "--set parallel.zero_keep_params=true"}};
-    expect_layouts_follow(dir, ref, "ref", "z3", "--set train.steps=10 " ZERO3, layouts,
-                          sizeof layouts / sizeof layouts[0]);
-    free(ref);
-    tt_rmrf(dir);
-    free(dir);
+    expect_all_follow("ref", "--set train.steps=10", "z3", "--set train.steps=10 " ZERO3, layouts,
+                      sizeof layouts / sizeof layouts[0]);
 }
 
 /* Pipeline chunks: vpp 2 puts two chunks on a rank, so each forward gathers
@@ -270,8 +241,6 @@ Test(zero3, every_layout_follows_the_single_rank_run, .timeout = 600) {
  * split backward. Validation (forward only) and checkpoints (every chunk
  * gathered for the save) run inside. */
 Test(zero3, pipelines_follow_the_single_rank_run, .timeout = 600) {
-    char *dir = tt_equiv_dir();
-    double *ref = reference(dir, "pipe_ref", PIPE_MODEL);
     const layout layouts[] = {
         {2, 2, "--set parallel.pp=2"},
         {1, 2, "--set parallel.pp=2 --set parallel.vpp=2 --set parallel.bucket_mb=0.01"},
@@ -279,11 +248,8 @@ Test(zero3, pipelines_follow_the_single_rank_run, .timeout = 600) {
         {1, 2, "--set parallel.pp=2 --set train.eval_every=5 --set checkpoint.every=5"},
         {1, 2, "--set parallel.pp=2 --set parallel.vpp=2 --set parallel.zero_keep_params=true"},
     };
-    expect_layouts_follow(dir, ref, "pipe_ref", "z3pipe", PIPE_MODEL " " ZERO3, layouts,
-                          sizeof layouts / sizeof layouts[0]);
-    free(ref);
-    tt_rmrf(dir);
-    free(dir);
+    expect_all_follow("pipe_ref", PIPE_MODEL, "z3pipe", PIPE_MODEL " " ZERO3, layouts,
+                      sizeof layouts / sizeof layouts[0]);
 }
 
 /* bf16 parameters: the 16-bit shards rounded from the fp32 masters and
@@ -318,20 +284,8 @@ Test(zero3, sixteen_bit_parameters_follow_zero1, .timeout = 300) {
 /* Save at zero 1, resume at zero 3 (another dp) and back; a zero 3
  * pipeline's checkpoint resumed at one rank without ZeRO. */
 Test(zero3, checkpoints_move_between_zero_stages, .timeout = 600) {
-    char *dir = tt_equiv_dir();
-    double *ref = reference(dir, "full", "--set train.steps=10");
-    const char *m = "--set train.steps=10", *small = "--set parallel.bucket_mb=0.01";
-    const int from_z1[][3] = {{1, 2, 3}, {1, 4, 3}};
-    reshard(dir, ref, m, 1, 2, 1, "", from_z1, 2, small);
-    const int from_z3[][3] = {{1, 2, 1}, {1, 4, 1}, {1, 1, 0}, {2, 1, 2}};
-    reshard(dir, ref, m, 1, 4, 3, small, from_z3, 4, "");
-    free(ref);
-    ref = reference(dir, "pipe_full", PIPE_MODEL);
     const int pipe_to[][3] = {{1, 1, 0}, {1, 2, 3}};
-    reshard(dir, ref, PIPE_MODEL " --set parallel.pp=2", 2, 2, 3, "", pipe_to, 2, "--set parallel.pp=1");
-    free(ref);
-    tt_rmrf(dir);
-    free(dir);
+    expect_checkpoints_move(3, pipe_to);
 }
 
 /* A rollback under ZeRO-3 (every chunk gathered for the load, then sharded
@@ -388,12 +342,10 @@ Test(zero3, gathers_per_step_are_the_closed_form, .timeout = 300) {
                  {ZERO3, 1 + 2 * 2 + 2, 4 * psi + 2 * 2 * 4 * psi / 2},
                  {ZERO3 " --set parallel.zero_keep_params=true", 1 + 2 + 2, 4 * psi + 2 * 4 * psi / 2}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char cmd[8192], *out = NULL;
-        snprintf(cmd, sizeof cmd,
-                 "cd %s && timeout 120 %s --log-dir %s/ranks_bench%zu -- %s bench %s/configs/tiny-test.json --steps 2 "
-                 "--set model.n_head=4 --set parallel.dp=2 %s",
-                 dir, tt_bin("tridentrun"), dir, i, tt_bin("trident"), TRI_SOURCE_DIR, cases[i].sets);
-        cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
+        char tag[32], sets[512], *out = NULL;
+        snprintf(tag, sizeof tag, "bench%zu", i);
+        snprintf(sets, sizeof sets, "--set model.n_head=4 --set parallel.dp=2 %s", cases[i].sets);
+        cr_assert_eq(tt_equiv_bench(dir, tag, sets, &out), 0, "%s", out);
         const char *at = strstr(out, "comm dp");
         cr_assert(at != NULL, "%s: no comm dp line: %s", cases[i].sets, out);
         double mb = 0, calls = 0;
@@ -417,15 +369,10 @@ Test(zero3, gathers_per_step_are_the_closed_form, .timeout = 300) {
     "--set model.n_layer=4"
 
 Test(zero3, a_llama_follows_the_single_rank_run, .timeout = 600) {
-    char *dir = tt_equiv_dir();
-    double *ref = reference(dir, "llama_ref", LLAMA);
     const layout layouts[] = {
         {2, 2, ZERO3 " --set parallel.sequence_parallel=true"},
         {1, 2, ZERO3 " --set parallel.pp=2 --set parallel.bucket_mb=0.01"},
         {2, 2, ZERO2 " --set parallel.pp=2"},
     };
-    expect_layouts_follow(dir, ref, "llama_ref", "zllama", LLAMA, layouts, sizeof layouts / sizeof layouts[0]);
-    free(ref);
-    tt_rmrf(dir);
-    free(dir);
+    expect_all_follow("llama_ref", LLAMA, "zllama", LLAMA, layouts, sizeof layouts / sizeof layouts[0]);
 }

@@ -113,3 +113,21 @@ Test(straggler, compute_is_the_step_less_its_blocked_time) {
     cr_expect_float_eq(compute[2], 0.010, 1e-15);
     cr_expect_float_eq(comm[2], 0.0, 1e-15);
 }
+
+/* The blocked time is every group's: with context parallelism the ring (cp)
+ * and the gradients' dp x cp group too, else a rank blocked in the ring
+ * would count that time as compute. Powers of two: the sum is exact. */
+Test(straggler, blocked_time_counts_every_group_cp_and_dp_x_cp_included) {
+    tri_dist d;
+    memset(&d, 0, sizeof d);
+    tri_comm *g[7] = {&d.world, &d.tp, &d.dp, &d.pp, &d.emb, &d.cp, &d.dpcp};
+    double want = 0;
+    for (int i = 0; i < 7; i++) {
+        g[i]->stats.seconds = (double)(1u << i) / 128;
+        want += g[i]->stats.seconds;
+    }
+    cr_expect_eq(tri_straggler_comm_s(&d), want, "%.9g vs %.9g", tri_straggler_comm_s(&d), want);
+    d.cp.stats.seconds = 0;
+    d.dpcp.stats.seconds = 0;
+    cr_expect_eq(tri_straggler_comm_s(&d), want - 96.0 / 128);
+}
