@@ -377,8 +377,8 @@ static void unit_start(const tri_optim *o, const tri_gpt *g, int i) {
     const size_t n = u->hi - u->lo;
     tri_ctx_copy_start(g->ctx, 2 * i, o->hgrad[u->k] + u->s0, unit_grads(o, g, u), n * sizeof(float), 1);
     if (!o->master[u->k])
-        tri_ctx_copy_start(g->ctx, 2 * i + 1, (float *)o->hparam[u->k] + u->s0, unit_params(o, g, u),
-                           n * sizeof(float), 1);
+        tri_ctx_copy_start(g->ctx, 2 * i + 1, (float *)o->hparam[u->k] + u->s0, unit_params(o, g, u), n * sizeof(float),
+                           1);
 }
 
 /* Bucket b of chunk k is reduced (grad_sync's hook): its unit's copies start. */

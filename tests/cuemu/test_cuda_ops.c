@@ -1850,8 +1850,8 @@ static void overlapped_offload_follows(tri_dtype dt, int zero) {
         cr_expect(p[0].during[s] == want, "%s zero %d step %d: %llu bytes to the host during the backward, want %llu",
                   name, zero, s, (unsigned long long)p[0].during[s], (unsigned long long)want);
         cr_expect(p[0].first[s] < r[0].n,
-                  "%s zero %d step %d: no copy left before the backward had reported every gradient final", name,
-                  zero, s);
+                  "%s zero %d step %d: no copy left before the backward had reported every gradient final", name, zero,
+                  s);
         cr_expect(p[1].during[s] == 0 && p[2].during[s] == 0,
                   "%s zero %d step %d: %llu and %llu bytes to the host during the backward without the overlap", name,
                   zero, s, (unsigned long long)p[1].during[s], (unsigned long long)p[2].during[s]);

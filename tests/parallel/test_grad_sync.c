@@ -276,8 +276,8 @@ Test(grad_sync, zero3_at_one_rank_copies_the_shards) {
  * reduction is known complete ---- */
 
 static struct {
-    int n;             /* all-reduces started                          */
-    int done_upto;     /* the first n of them have completed (tests)   */
+    int n;         /* all-reduces started                          */
+    int done_upto; /* the first n of them have completed (tests)   */
     int told[MAX_CALLS];
     int n_told;
     int started_at_tell[MAX_CALLS]; /* all-reduces started when told */
@@ -299,8 +299,7 @@ static int slow_test(tri_comm *c, tri_req *r) {
     return i < g_slow.done_upto;
 }
 
-static const tri_comm_impl SLOW = {
-    .name = "slow", .iallreduce = slow_iallreduce, .wait = rec_wait, .test = slow_test};
+static const tri_comm_impl SLOW = {.name = "slow", .iallreduce = slow_iallreduce, .wait = rec_wait, .test = slow_test};
 
 static void hook(void *ctx, int b) {
     (void)ctx;
