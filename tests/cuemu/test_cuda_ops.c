@@ -1765,8 +1765,11 @@ Test(cuda_ops, offloaded_zero_steps_go_shard_by_shard) {
  * backward's gradient buckets (grad_sync over a group of one, buckets of
  * 0.01 MiB: a dozen, cut inside tensors) start each unit's copy to the host
  * as the backward reports the bucket final, not in the step. Three runs of
- * six steps each, fp32 and bf16, for plain DP buckets, ZeRO-1 and ZeRO-2
- * (the reduced shards in their own buffer, the copy's source): offloaded
+ * six steps each, fp32 and bf16, for plain DP buckets, ZeRO-1, ZeRO-2 (the
+ * reduced shards in their own buffer, the copy's source) and ZeRO-3 (the
+ * parameters' shards too, where the update goes back; under both the full
+ * gradient buffer is poisoned after the reduction, as training releases
+ * it): offloaded
  * with the overlap, offloaded without it (every copy started by the step:
  * the schedule before), and the device's own step. Under the emulator a
  * copy is made the moment it is issued, so a copy issued before its bucket
@@ -1868,7 +1871,7 @@ static void overlapped_offload_follows(tri_dtype dt, int zero) {
 }
 
 Test(cuda_ops, offload_overlaps_the_gradient_copies_with_the_backward_and_keeps_the_bits) {
-    for (int zero = 0; zero <= 2; zero++) {
+    for (int zero = 0; zero <= 3; zero++) {
         overlapped_offload_follows(TRI_F32, zero);
         overlapped_offload_follows(TRI_BF16, zero);
     }

@@ -16,10 +16,18 @@ static uint64_t rng(uint64_t *s) {
     return *s >> 33;
 }
 
-/* ZeRO's hook: counts the shards updated. */
+/* ZeRO's hook: counts the shards updated; ZeRO-3 gathers the updated shard
+ * into the full parameter buffer at once (a copy at dp = 1). */
+typedef struct shard_ctx {
+    int *count;
+    tri_grad_sync *sync;
+} shard_ctx;
+
 static void count_shard(void *ctx, int chunk, int bucket) {
-    (void)chunk, (void)bucket;
-    ++*(int *)ctx;
+    shard_ctx *s = ctx;
+    (void)chunk;
+    ++*s->count;
+    if (s->sync->pshard) tri_grad_sync_gather_start(s->sync, bucket);
 }
 
 /* The chunk's grads_ready during a backward: to grad_sync, then the probe. */
@@ -70,21 +78,23 @@ static void run(tri_ctx *ctx, tri_dtype precision, int steps, int profile, const
     tri_optim o;
     tri_grad_sync sync;
     float *shard = NULL;
+    void *pshard = NULL;
     ready_ctx rc = {&sync, opts, 0};
+    shard_ctx sc = {&out->shards_done, &sync};
     if (zero_mb > 0) {
         tri_chunk *c0 = &g.chunks[0];
         cr_assert_eq(tri_grad_sync_init_zero(&sync, c0->grad_mem, c0->param_mem, c0->param_dtype, c0->n_elems,
                                              c0->n_alloc, &self, zero_mb),
                      0);
         cr_assert_gt(sync.n_buckets, 2, "the test wants several buckets");
-        if (opts->zero == 2) { /* the reduce-scatter (a copy at dp = 1) into a shard buffer */
+        if (opts->zero >= 2) { /* the reduce-scatter (a copy at dp = 1) into a shard buffer */
             shard = tri_ctx_alloc(ctx, tri_grad_sync_shard_floats(&sync) * sizeof(float), TRI_MEM_GRADS, "shards");
             cr_assert_not_null(shard);
             tri_grad_sync_set_shard(&sync, shard);
         }
         cr_assert_eq(tri_optim_init_zero(&o, &g, &oc, &sync), 0);
         o.shard_done = count_shard;
-        o.shard_done_ctx = &out->shards_done;
+        o.shard_done_ctx = &sc;
     } else {
         if (opts->bucket_mb > 0) {
             cr_assert_eq(tri_grad_sync_init(&sync, g.chunks[0].grad_mem, g.chunks[0].n_elems, &self, opts->bucket_mb),
@@ -99,6 +109,13 @@ static void run(tri_ctx *ctx, tri_dtype precision, int steps, int profile, const
     }
     if (opts->overlap) cr_assert_eq(tri_optim_offload_overlap(&o, &g, &sync), 0);
     tri_optim_master_from_params(&o, &g);
+    if (opts->zero == 3) { /* the parameters' home: their shards (all of them at dp = 1), gathered after each update */
+        const size_t bytes = tri_grad_sync_shard_floats(&sync) * tri_dtype_size(g.chunks[0].param_dtype);
+        pshard = tri_ctx_alloc(ctx, bytes, TRI_MEM_PARAMS, "parameter shards");
+        cr_assert_not_null(pshard);
+        ctx->ops->copy(ctx, pshard, g.chunks[0].param_mem, bytes);
+        tri_grad_sync_set_pshard(&sync, pshard);
+    }
     tri_profile *prof = NULL;
     if (profile >= 0) {
         prof = tri_profile_start(ctx, profile);
@@ -130,6 +147,9 @@ static void run(tri_ctx *ctx, tri_dtype precision, int steps, int profile, const
         tri_slot_release(&pool, &g, sl);
         out->loss[step] = sum / (double)BT;
         const double norm = sqrt(tri_grad_sumsq_local(&g));
+        /* ZeRO-2/3: the full gradient buffer is gone after the reduction (in
+         * training it is released): poisoned, so that a step reading it shows */
+        if (shard) ctx->ops->scale(ctx, ch->grad_mem, NAN, ch->n_elems);
         tri_optim_step(&o, &g, tri_lr_at(&oc, step), norm > 1.0 ? (float)(1.0 / (norm + 1e-6)) : 1.0f);
         if (prof) tri_profile_step(prof);
     }
@@ -153,6 +173,9 @@ static void run(tri_ctx *ctx, tri_dtype precision, int steps, int profile, const
     out->mem = ctx->mem;
     tri_optim_free(&o, &g);
     if (shard) tri_ctx_release(ctx, shard, tri_grad_sync_shard_floats(&sync) * sizeof(float), TRI_MEM_GRADS);
+    if (pshard)
+        tri_ctx_release(ctx, pshard, tri_grad_sync_shard_floats(&sync) * tri_dtype_size(g.chunks[0].param_dtype),
+                        TRI_MEM_PARAMS);
     if (opts->bucket_mb > 0) tri_grad_sync_free(&sync);
     tri_slot_pool_free(&pool, &g);
     tri_workspace_free(&ws, &g);

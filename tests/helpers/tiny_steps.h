@@ -37,7 +37,8 @@ typedef struct tt_tiny_opts {
                          group of one, by grad_sync (wired to the backward's
                          grads_ready); 0: no grad_sync                              */
     int zero;         /* with buckets: 0 (plain DP buckets), 1 (ZeRO-1), 2 (ZeRO-2:
-                         the reduced shards in their own buffer)                    */
+                         the reduced shards in their own buffer), 3 (ZeRO-3: the
+                         parameters' shards too, gathered after each update)        */
     int overlap;      /* tri_optim_offload_overlap: the buckets start the copies    */
     void (*probe)(void *ctx, int step, tt_bwd_point where, size_t n_final);
     void *probe_ctx;
