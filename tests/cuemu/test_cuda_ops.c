@@ -1843,8 +1843,9 @@ static void overlapped_offload_follows(tri_dtype dt, int zero) {
                   name, zero, k == 1 ? "offloaded run without the overlap" : "device step", sqrt(dp / pn), dm, dv);
 #endif
         const double bound = dt == TRI_F32 ? 1e-4 : 1e-2;
-        cr_expect(sqrt(dp) <= bound * sqrt(pn), "%s zero %d: parameters differ by %.3g of their norm", name, zero,
-                  sqrt(dp / pn));
+        cr_expect(sqrt(dp) <= bound * sqrt(pn),
+                  "%s zero %d: parameters differ by %.3g of their norm (moments: %.3g and %.3g squared)", name, zero,
+                  sqrt(dp / pn), dm, dv);
     }
 #ifndef TRI_GPU_TEST
     /* every unit's gradients (4 bytes a state element), and fp32 parameters */
