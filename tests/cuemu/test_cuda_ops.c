@@ -1780,9 +1780,13 @@ Test(cuda_ops, offloaded_zero_steps_go_shard_by_shard) {
  * fp32 parameters, the host's masters) has left during the backward of
  * every step, and some before the backward had reported its last
  * gradients final; without it none has (so this test fails on the old
- * schedule). On a GPU: the runs within the six-step bounds. */
+ * schedule). The same with a stand-in group of 2 (rank 1, below) for plain
+ * buckets, ZeRO-1 and ZeRO-2: the hook told through the transport's test,
+ * and rank 1's shards, whose state index is not their element index, on
+ * the host step. On a GPU: the runs within the six-step bounds. */
 typedef struct d2h_probe {
     uint64_t start;
+    size_t n_end;                       /* the chunk's gradients, as reported at the end */
     uint64_t during[TT_TINY_MAX_STEPS]; /* bytes to the host during the backward */
     size_t first[TT_TINY_MAX_STEPS];    /* the prefix final when the first left (SIZE_MAX: none) */
 } d2h_probe;
@@ -1799,6 +1803,7 @@ static void probe_d2h(void *ctx, int step, tt_bwd_point where, size_t n_final) {
         if (r.d2h_bytes > p->start && n_final < p->first[step]) p->first[step] = n_final;
     } else {
         p->during[step] = r.d2h_bytes - p->start;
+        p->n_end = n_final;
     }
 #else
     (void)ctx, (void)step, (void)where, (void)n_final;
@@ -1811,8 +1816,9 @@ static double sq_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
-static void overlapped_offload_follows(tri_dtype dt, int zero) {
+static void overlapped_offload_follows(tri_dtype dt, int zero, tri_comm *group) {
     const char *name = tri_precision_name(dt);
+    const int dps = group ? group->size : 1;
     const int steps = 6;
     tri_ctx c;
     tt_tiny_run r[3]; /* overlapped, offloaded without the overlap, the device's step */
@@ -1823,6 +1829,7 @@ static void overlapped_offload_follows(tri_dtype dt, int zero) {
                                 .bucket_mb = 0.01,
                                 .zero = zero,
                                 .overlap = k == 0,
+                                .dp = group,
                                 .probe = probe_d2h,
                                 .probe_ctx = &p[k]};
         cr_assert_eq(ctx_on(&c, DEV_NAME), 0);
@@ -1838,42 +1845,83 @@ static void overlapped_offload_follows(tri_dtype dt, int zero) {
                      dv = sq_diff(r[0].v, r[k].v, ns);
 #ifndef TRI_GPU_TEST
         cr_expect(dp == 0 && dm == 0 && dv == 0 && memcmp(r[0].loss, r[k].loss, sizeof r[0].loss) == 0,
-                  "%s zero %d: the overlapped run differs from the %s: parameters %.3g of their norm, moments "
+                  "%s dp %d zero %d: the overlapped run differs from the %s: parameters %.3g of their norm, moments "
                   "%.3g and %.3g (squared differences)",
-                  name, zero, k == 1 ? "offloaded run without the overlap" : "device step", sqrt(dp / pn), dm, dv);
+                  name, dps, zero, k == 1 ? "offloaded run without the overlap" : "device step", sqrt(dp / pn), dm, dv);
 #endif
         const double bound = dt == TRI_F32 ? 1e-4 : 1e-2;
         cr_expect(sqrt(dp) <= bound * sqrt(pn),
-                  "%s zero %d: parameters differ by %.3g of their norm (moments: %.3g and %.3g squared)", name, zero,
-                  sqrt(dp / pn), dm, dv);
+                  "%s dp %d zero %d: parameters differ by %.3g of their norm (moments: %.3g and %.3g squared)", name,
+                  dps, zero, sqrt(dp / pn), dm, dv);
     }
 #ifndef TRI_GPU_TEST
     /* every unit's gradients (4 bytes a state element), and fp32 parameters */
     const uint64_t want = (uint64_t)ns * (4 + (dt == TRI_F32 ? 4 : 0));
     for (int s = 0; s < steps; s++) {
-        cr_expect(p[0].during[s] == want, "%s zero %d step %d: %llu bytes to the host during the backward, want %llu",
-                  name, zero, s, (unsigned long long)p[0].during[s], (unsigned long long)want);
-        cr_expect(p[0].first[s] < r[0].n,
-                  "%s zero %d step %d: no copy left before the backward had reported every gradient final", name, zero,
-                  s);
+        cr_expect(p[0].during[s] == want,
+                  "%s dp %d zero %d step %d: %llu bytes to the host during the backward, want %llu", name, dps, zero, s,
+                  (unsigned long long)p[0].during[s], (unsigned long long)want);
+        cr_expect(p[0].first[s] < p[0].n_end,
+                  "%s dp %d zero %d step %d: no copy left before the backward had reported every gradient final", name,
+                  dps, zero, s);
         cr_expect(p[1].during[s] == 0 && p[2].during[s] == 0,
-                  "%s zero %d step %d: %llu and %llu bytes to the host during the backward without the overlap", name,
-                  zero, s, (unsigned long long)p[1].during[s], (unsigned long long)p[2].during[s]);
+                  "%s dp %d zero %d step %d: %llu and %llu bytes to the host during the backward without the overlap",
+                  name, dps, zero, s, (unsigned long long)p[1].during[s], (unsigned long long)p[2].during[s]);
     }
-    cr_log_info("%s zero %d: %llu bytes a step left for the host during the backward, the first when %zu of %zu "
+    cr_log_info("%s dp %d zero %d: %llu bytes a step left for the host during the backward, the first when %zu of %zu "
                 "gradients were final",
-                name, zero, (unsigned long long)p[0].during[0], p[0].first[0], r[0].n);
+                name, dps, zero, (unsigned long long)p[0].during[0], p[0].first[0], p[0].n_end);
 #endif
     cr_expect_eq(r[0].mem.peak[TRI_MEM_OPTIM], 0);
     cr_expect(zero == 0 || (r[0].shards_done == r[2].shards_done && r[0].shards_done >= 3 * steps),
-              "%s zero %d: shard hooks %d overlapped, %d on the device", name, zero, r[0].shards_done,
+              "%s dp %d zero %d: shard hooks %d overlapped, %d on the device", name, dps, zero, r[0].shards_done,
               r[2].shards_done);
     for (int k = 0; k < 3; k++) free(r[k].params), free(r[k].m), free(r[k].v);
 }
 
+/* Rank 1 of a data-parallel group of 2 whose peer contributes zeros and
+ * keeps its own shards: the all-reduce leaves the buffer as it is, the
+ * reduce-scatter moves this rank's slice where it goes, the all-gather
+ * this rank's shard (the peer's part stays as it was); every request is
+ * done when tested. So rank 1's ZeRO shards, whose state index is not
+ * their element index, take the host step, against the device's. */
+static void half_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
+    (void)c, (void)buf, (void)n, (void)t, (void)op;
+    r->active = 1;
+}
+static void half_ireduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r) {
+    const size_t esz = tri_dtype_size(t);
+    memmove(recv, (const char *)send + (size_t)c->rank * n * esz, n * esz);
+    r->active = 1;
+}
+static void half_iallgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r) {
+    const size_t esz = tri_dtype_size(t);
+    memmove((char *)recv + (size_t)c->rank * n * esz, send, n * esz);
+    r->active = 1;
+}
+static void half_wait(tri_comm *c, tri_req *r) {
+    (void)c;
+    r->active = 0;
+}
+static int half_test(tri_comm *c, tri_req *r) {
+    (void)c, (void)r;
+    return 1;
+}
+static const tri_comm_impl HALF = {.name = "half",
+                                   .iallreduce = half_iallreduce,
+                                   .ireduce_scatter = half_ireduce_scatter,
+                                   .iallgather = half_iallgather,
+                                   .wait = half_wait,
+                                   .test = half_test};
+
 Test(cuda_ops, offload_overlaps_the_gradient_copies_with_the_backward_and_keeps_the_bits) {
     for (int zero = 0; zero <= 3; zero++) {
-        overlapped_offload_follows(TRI_F32, zero);
-        overlapped_offload_follows(TRI_BF16, zero);
+        overlapped_offload_follows(TRI_F32, zero, NULL);
+        overlapped_offload_follows(TRI_BF16, zero, NULL);
+    }
+    tri_comm dp2 = {.size = 2, .rank = 1, .impl = &HALF};
+    for (int zero = 0; zero <= 2; zero++) {
+        overlapped_offload_follows(TRI_F32, zero, &dp2);
+        overlapped_offload_follows(TRI_BF16, zero, &dp2);
     }
 }

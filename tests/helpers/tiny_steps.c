@@ -61,7 +61,8 @@ static void run(tri_ctx *ctx, tri_dtype precision, int steps, int profile, const
     tri_comm_init_self(&self, 0);
     self.ctx = ctx;
     cr_assert_eq(tri_gpt_init_single(&g, &cfg, ctx, &self, 1, 0), 0);
-    if (zero_mb > 0) cr_assert_eq(tri_gpt_pad(&g, TRI_ZERO_ALIGN), 0);
+    tri_comm *dp = opts->dp ? opts->dp : &self; /* the gradients' group */
+    if (zero_mb > 0) cr_assert_eq(tri_gpt_pad(&g, (size_t)dp->size * TRI_ZERO_ALIGN), 0);
     cr_assert_eq(tri_slot_pool_init(&pool, &g, 0, B, T, TRI_RECOMPUTE_NONE, 1, 0), 0);
     cr_assert_eq(tri_workspace_init(&ws, &g, B, T, TRI_RECOMPUTE_NONE), 0);
     cr_assert_eq(tri_gpt_init_params(&g, 17), 0);
@@ -84,7 +85,7 @@ static void run(tri_ctx *ctx, tri_dtype precision, int steps, int profile, const
     if (zero_mb > 0) {
         tri_chunk *c0 = &g.chunks[0];
         cr_assert_eq(tri_grad_sync_init_zero(&sync, c0->grad_mem, c0->param_mem, c0->param_dtype, c0->n_elems,
-                                             c0->n_alloc, &self, zero_mb),
+                                             c0->n_alloc, dp, zero_mb),
                      0);
         cr_assert_gt(sync.n_buckets, 2, "the test wants several buckets");
         if (opts->zero >= 2) { /* the reduce-scatter (a copy at dp = 1) into a shard buffer */
@@ -97,8 +98,7 @@ static void run(tri_ctx *ctx, tri_dtype precision, int steps, int profile, const
         o.shard_done_ctx = &sc;
     } else {
         if (opts->bucket_mb > 0) {
-            cr_assert_eq(tri_grad_sync_init(&sync, g.chunks[0].grad_mem, g.chunks[0].n_elems, &self, opts->bucket_mb),
-                         0);
+            cr_assert_eq(tri_grad_sync_init(&sync, g.chunks[0].grad_mem, g.chunks[0].n_elems, dp, opts->bucket_mb), 0);
             cr_assert_gt(sync.n_buckets, 2, "the test wants several buckets");
         }
         cr_assert_eq(tri_optim_init(&o, &g, &oc), 0);
@@ -109,7 +109,10 @@ static void run(tri_ctx *ctx, tri_dtype precision, int steps, int profile, const
     }
     if (opts->overlap) cr_assert_eq(tri_optim_offload_overlap(&o, &g, &sync), 0);
     tri_optim_master_from_params(&o, &g);
-    if (opts->zero == 3) { /* the parameters' home: their shards (all of them at dp = 1), gathered after each update */
+    if (opts->zero == 3) {
+        cr_assert_eq(
+            dp->size, 1,
+            "ZeRO-3 here over a group of one only"); /* the parameters' home: their shards (all of them at dp = 1), gathered after each update */
         const size_t bytes = tri_grad_sync_shard_floats(&sync) * tri_dtype_size(g.chunks[0].param_dtype);
         pshard = tri_ctx_alloc(ctx, bytes, TRI_MEM_PARAMS, "parameter shards");
         cr_assert_not_null(pshard);
@@ -158,7 +161,8 @@ static void run(tri_ctx *ctx, tri_dtype precision, int steps, int profile, const
         out->tot = *tri_profile_totals(prof);
         tri_profile_stop(prof);
     }
-    out->n = ch->n_elems;
+    /* (with ZeRO over dp > 1 the masters hold this rank's shards only) */
+    out->n = o.master[0] && o.sync && dp->size > 1 ? o.n_state[0] : ch->n_elems;
     out->params = malloc(out->n * sizeof(float));
     cr_assert_not_null(out->params);
     tri_optim_copy_to_host(&o, &g, out->params, o.master[0] ? o.master[0] : ch->param_mem, out->n * sizeof(float));

@@ -8,6 +8,7 @@
 
 #include "kernels/ctx.h"
 #include "kernels/profile.h"
+#include "parallel/comm.h"
 
 #define TT_TINY_MAX_STEPS 8
 
@@ -40,6 +41,9 @@ typedef struct tt_tiny_opts {
                          the reduced shards in their own buffer), 3 (ZeRO-3: the
                          parameters' shards too, gathered after each update)        */
     int overlap;      /* tri_optim_offload_overlap: the buckets start the copies    */
+    tri_comm *dp;     /* the gradients' group (NULL: a group of one); with ZeRO over
+                         more than one rank, params returns this rank's masters
+                         (16-bit) or the whole parameter buffer (fp32)              */
     void (*probe)(void *ctx, int step, tt_bwd_point where, size_t n_final);
     void *probe_ctx;
 } tt_tiny_opts;
