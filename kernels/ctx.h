@@ -124,8 +124,10 @@ int tri_ctx_host_apart(const tri_ctx *c);
  * compute (the offloaded optimizer's schedule). tri_ctx_copy_start queues
  * one (to_host: src backend, dst host; else the reverse) behind every op
  * queued so far, on the backend's copy stream, and names it `slot` (>= 0;
- * a slot is reused once waited for); the host memory must stay untouched
- * until tri_ctx_copy_wait(slot) returns (the host waits for that copy).
+ * a slot is reused once waited for, or started again unwaited, as after a
+ * skipped step: its wait then waits for the latest); the host memory must
+ * stay untouched until tri_ctx_copy_wait(slot) returns (the host waits for
+ * that copy).
  * tri_ctx_copy_join makes the ops queued after it wait (the host does not)
  * for every copy started so far. On a backend without a copy stream (the
  * CPU) the copy is made at once, synchronously, and wait and join do

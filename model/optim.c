@@ -15,6 +15,13 @@ typedef struct tri_optim_unit {
     size_t lo, hi, s0;
 } unit;
 
+/* The argument of chunk k's bucket hook (tri_optim_offload_overlap). */
+typedef struct tri_optim_hook {
+    tri_optim *o;
+    const tri_gpt *g;
+    int k;
+} hook;
+
 /* The state's memory: backend memory, or host-side under offload. */
 static void *state_alloc(tri_optim *o, const tri_gpt *g, size_t bytes, const char *what) {
     return o->offload ? tri_ctx_host_alloc(g->ctx, bytes, TRI_MEM_OPTIM, what)
@@ -181,6 +188,8 @@ void tri_optim_free(tri_optim *o, const tri_gpt *g) {
     }
     if (o->host) tri_ctx_free(o->host);
     free(o->host);
+    free(o->first_unit);
+    free(o->hooks);
     free(o->hgrad);
     free(o->hparam);
     free(o->units);
@@ -345,20 +354,86 @@ static void step_zero(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
     }
 }
 
-/* The step on the host (host_step): see tri_optim_step in optim.h. Copy
- * slots: 2i for unit i's gradients (then its parameters back), 2i + 1 for
- * its fp32 parameters. */
+/* Where unit u's reduced gradients lie on the device: in grad_mem, or
+ * (ZeRO-2) in the shard buffer at the state index. */
+static const float *unit_grads(const tri_optim *o, const tri_gpt *g, const unit *u) {
+    const tri_grad_sync *s = o->sync ? &o->sync[u->k] : NULL;
+    return s && s->shard ? s->shard + u->s0 : g->chunks[u->k].grad_mem + u->lo;
+}
+
+/* Where unit u's parameters live on the device: in param_mem, or (ZeRO-3)
+ * in the parameters' shard buffer at the state index. */
+static char *unit_params(const tri_optim *o, const tri_gpt *g, const unit *u) {
+    const tri_grad_sync *s = o->sync ? &o->sync[u->k] : NULL;
+    const size_t esz = tri_dtype_size(g->chunks[u->k].param_dtype);
+    return s && s->pshard ? (char *)s->pshard + u->s0 * esz : (char *)g->chunks[u->k].param_mem + u->lo * esz;
+}
+
+/* Starts unit i's copies to the host (copy slots: 2i for its gradients,
+ * then its parameters back; 2i + 1 for its fp32 parameters, which are the
+ * masters and stay on the device), behind everything queued so far. */
+static void unit_start(const tri_optim *o, const tri_gpt *g, int i) {
+    const unit *u = &o->units[i];
+    const size_t n = u->hi - u->lo;
+    tri_ctx_copy_start(g->ctx, 2 * i, o->hgrad[u->k] + u->s0, unit_grads(o, g, u), n * sizeof(float), 1);
+    if (!o->master[u->k])
+        tri_ctx_copy_start(g->ctx, 2 * i + 1, (float *)o->hparam[u->k] + u->s0, unit_params(o, g, u), n * sizeof(float),
+                           1);
+}
+
+/* Bucket b of chunk k is reduced (grad_sync's hook): its unit's copies start. */
+static void bucket_reduced(void *ctx, int b) {
+    const hook *h = ctx;
+    unit_start(h->o, h->g, h->o->first_unit[h->k] + b);
+}
+
+int tri_optim_offload_overlap(tri_optim *o, const tri_gpt *g, tri_grad_sync *sync) {
+    if (!o->host_step) return 0;
+    if (o->sync && o->sync != sync)
+        return tri_error("internal error: the offloaded optimizer's buckets are not its ZeRO shards'");
+    int n = 0;
+    for (int k = 0; k < g->n_chunks; k++) {
+        if (!o->sync && sync[k].n_floats != g->chunks[k].n_elems)
+            return tri_error("internal error: chunk %d's buckets cover %zu gradients of %zu", k, sync[k].n_floats,
+                             g->chunks[k].n_elems);
+        n += sync[k].n_buckets;
+    }
+    o->first_unit = calloc((size_t)g->n_chunks + 1, sizeof *o->first_unit);
+    o->hooks = calloc((size_t)g->n_chunks + 1, sizeof *o->hooks);
+    unit *units = o->sync ? NULL : calloc((size_t)n + 1, sizeof *units);
+    if (!o->first_unit || !o->hooks || (!o->sync && !units)) {
+        free(units);
+        return tri_error("out of memory (optimizer tables)");
+    }
+    /* without ZeRO the units become the buckets (under ZeRO they are already
+     * the buckets' shards): each its own stretch of the chunk, at its own
+     * state index */
+    int i = 0;
+    for (int k = 0; k < g->n_chunks; k++) {
+        o->first_unit[k] = i;
+        for (int b = 0; units && b < sync[k].n_buckets; b++)
+            units[i + b] = (unit){k, b, sync[k].bounds[b], sync[k].bounds[b + 1], sync[k].bounds[b]};
+        i += sync[k].n_buckets;
+    }
+    if (units) {
+        free(o->units);
+        o->units = units;
+        o->n_units = n;
+    }
+    for (int k = 0; k < g->n_chunks; k++) {
+        o->hooks[k] = (hook){o, g, k};
+        if (tri_grad_sync_on_bucket(&sync[k], bucket_reduced, &o->hooks[k]) != 0) return -1;
+    }
+    o->overlap = sync;
+    return 0;
+}
+
+/* The step on the host (host_step): see tri_optim_step in optim.h. */
 static void step_host(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
     tri_ctx *c = g->ctx, *h = o->host;
-    for (int i = 0; i < o->n_units; i++) {
-        const unit *u = &o->units[i];
-        tri_chunk *ch = &g->chunks[u->k];
-        const size_t n = u->hi - u->lo;
-        tri_ctx_copy_start(c, 2 * i, o->hgrad[u->k] + u->s0, ch->grad_mem + u->lo, n * sizeof(float), 1);
-        if (!o->master[u->k])
-            tri_ctx_copy_start(c, 2 * i + 1, (float *)o->hparam[u->k] + u->s0, (const float *)ch->param_mem + u->lo,
-                               n * sizeof(float), 1);
-    }
+    /* the units whose bucket's hook has not started them during the backward */
+    for (int i = 0; i < o->n_units; i++)
+        if (!o->overlap || !tri_grad_sync_told(&o->overlap[o->units[i].k], o->units[i].b)) unit_start(o, g, i);
     for (int i = 0; i < o->n_units; i++) {
         const unit *u = &o->units[i];
         tri_chunk *ch = &g->chunks[u->k];
@@ -387,7 +462,7 @@ static void step_host(tri_optim *o, tri_gpt *g, double lr, float clip_scale) {
                             o->t);
         /* 16-bit parameters: rounded from the masters on the host, half the bytes back */
         if (mw) h->ops->cast(h, hp + u->s0 * esz, ch->param_dtype, mw + u->s0, TRI_F32, n);
-        tri_ctx_copy_start(c, 2 * i, (char *)ch->param_mem + u->lo * esz, hp + u->s0 * esz, n * esz, 0);
+        tri_ctx_copy_start(c, 2 * i, unit_params(o, g, u), hp + u->s0 * esz, n * esz, 0);
         if (o->shard_done) {
             tri_ctx_copy_join(c); /* the all-gather of the shard reads what the copy wrote */
             o->shard_done(o->shard_done_ctx, u->k, u->b);

@@ -57,7 +57,8 @@ typedef struct tri_optim {
      * host, in the host context below (the CPU backend's ops), on staging
      * copies of each unit's gradients (hgrad[k], laid out like m[k]) and
      * parameters (hparam[k]: the fp32 parameters, or the 16-bit ones rounded
-     * from the masters), ZeRO-Offload's schedule (tri_optim_step). On the
+     * from the masters), ZeRO-Offload's schedule (tri_optim_step,
+     * tri_optim_offload_overlap). On the
      * CPU backends (host_step 0) only the accounting changes. */
     int offload, host_step;
     tri_ctx *host;                /* the host's context (host_step), owned */
@@ -65,6 +66,12 @@ typedef struct tri_optim {
     void **hparam;                /* [n_chunks] (n_state[k]) of the parameters' dtype */
     struct tri_optim_unit *units; /* [n_units]: the stretches the host step moves */
     int n_units;
+    /* tri_optim_offload_overlap: the gradient buckets ([n_chunks], not
+     * owned; NULL: none) whose hook starts a unit's copies during the
+     * backward, the unit of chunk k's bucket 0, and the hooks' arguments */
+    tri_grad_sync *overlap;
+    int *first_unit;
+    struct tri_optim_hook *hooks;
 } tri_optim;
 
 int tri_optim_init(tri_optim *o, const tri_gpt *g, const tri_adamw_cfg *cfg);
@@ -105,6 +112,20 @@ double tri_grad_sumsq_local(const tri_gpt *g);
  * the sum over the DP, TP and PP groups is the global model's. */
 double tri_grad_sumsq_shards(const tri_optim *o, const tri_gpt *g);
 
+/* ZeRO-Offload's overlap of the gradients' way to the host with the
+ * backward (host_step only; a no-op returning 0 otherwise, so the CPU
+ * backends are unchanged): sync[k] is chunk k's gradient reduction (the
+ * optimizer's own ZeRO sync, or without ZeRO the DP buckets, whose cuts
+ * then become the host step's units). Registers a hook
+ * (tri_grad_sync_on_bucket) that starts a unit's copies to the host (its
+ * reduced gradients, and fp32 parameters) the moment grad_sync knows its
+ * bucket reduced, during the last micro-batch's backward where it can; the
+ * units it has not started by tri_optim_step start there. The caller wires
+ * the chunks' grads_ready to tri_grad_sync_ready (also at dp = 1, where the
+ * buckets are told as the backward finishes them). sync must outlive the
+ * optimizer's use of it. Returns 0, or -1 after a message. */
+int tri_optim_offload_overlap(tri_optim *o, const tri_gpt *g, tri_grad_sync *sync);
+
 /* One AdamW update of every parameter of every chunk with the given lr, after
  * scaling the gradients by clip_scale (1 when not clipping; fp16 folds the
  * loss scale's inverse into it). The update runs on the fp32 master weights;
@@ -112,16 +133,19 @@ double tri_grad_sumsq_shards(const tri_optim *o, const tri_gpt *g);
  * weights and embeddings take no weight decay. With ZeRO only this rank's
  * shards (gradients and parameters), each element decayed as the parameter
  * it belongs to; the caller all-gathers the parameters after.
- * Offloaded on a GPU (host_step), by ZeRO-Offload's schedule within the
- * step: every unit's gradients (a chunk, or a ZeRO bucket's shard) start to
- * the host on the copy stream at once, behind the backward; the host waits
- * for one unit's, scales them, runs AdamW on it with the CPU backend's op
- * (the same bits as the CPU backend), rounds the parameters, and starts
- * them back, while the next units' gradients are still arriving and the
- * earlier units' parameters are on their way back (shard_done after each
- * unit's copy is ordered before what the device runs next); the device's
- * next ops wait for the last copy. The numbers are those of the CPU
- * backend's AdamW on the same gradients. */
+ * Offloaded on a GPU (host_step), by ZeRO-Offload's schedule: each unit's
+ * gradients (a chunk, or a bucket: a ZeRO bucket's shard, or with
+ * tri_optim_offload_overlap a DP bucket) go to the host on the copy stream;
+ * with tri_optim_offload_overlap each unit's copy started during the
+ * backward as its bucket was reduced, and the rest start here, at once; the
+ * host then waits for one unit's copy at a time, scales the gradients, runs
+ * AdamW on it with the CPU backend's op (the same bits as the CPU backend),
+ * rounds the parameters, and starts them back, while the next units'
+ * gradients are still arriving and the earlier units' parameters are on
+ * their way back (shard_done after each unit's copy is ordered before what
+ * the device runs next); the device's next ops wait for the last copy. The
+ * numbers are those of the CPU backend's AdamW on the same gradients,
+ * whichever unit started when. */
 void tri_optim_step(tri_optim *o, tri_gpt *g, double lr, float clip_scale);
 
 /* Where element 0 of chunk 0's reduced gradient lies on this rank once the

@@ -7,9 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int deferred(const tri_grad_sync *s, int b) {
-    return s->zero && s->defer_lo < s->defer_hi && s->bounds[b] < s->defer_hi && s->defer_lo < s->bounds[b + 1];
+/* Whether bucket b overlaps the range of tri_grad_sync_defer. */
+static int held(const tri_grad_sync *s, int b) {
+    return s->defer_lo < s->defer_hi && s->bounds[b] < s->defer_hi && s->defer_lo < s->bounds[b + 1];
 }
+
+/* ZeRO: bucket b starts only in tri_grad_sync_finish_deferred. */
+static int deferred(const tri_grad_sync *s, int b) { return s->zero && held(s, b); }
+
+/* Whether the buckets move anything: ZeRO-2's shards are a copy even at dp = 1. */
+static int active(const tri_grad_sync *s) { return s->dp->size > 1 || s->shard != NULL; }
 
 static void start_bucket(tri_grad_sync *s, int b) {
     size_t lo = s->bounds[b], len = s->bounds[b + 1] - lo;
@@ -28,21 +35,49 @@ static void start_bucket(tri_grad_sync *s, int b) {
     tri_comm_ireduce_scatter(s->dp, recv, s->grads + lo, n, TRI_F32, &s->reqs[b]);
 }
 
+/* Every bucket inside grads[0, n_final) is final: started (where anything
+ * moves; else only counted, for the hook). */
 static void start_upto(tri_grad_sync *s, size_t n_final) {
     /* ZeRO: the model reports its own length; the padding is final too */
     if (s->zero && n_final >= s->n_real) n_final = s->n_floats;
     while (s->next < s->n_buckets && s->bounds[s->next + 1] <= n_final) {
         int b = s->next++;
-        if (!deferred(s, b)) start_bucket(s, b);
+        if (active(s) && !deferred(s, b)) start_bucket(s, b);
     }
 }
 
-/* Whether the buckets move anything: ZeRO-2's shards are a copy even at dp = 1. */
-static int active(const tri_grad_sync *s) { return s->dp->size > 1 || s->shard != NULL; }
+/* Tells the hook (tri_grad_sync_on_bucket) of the buckets started so far
+ * whose reduction is over: all of them once waited for (`waited`), else in
+ * bucket order up to the first one still pending (one group's reductions
+ * end in the order they started). A request never started (nothing sent,
+ * or a copy queued on the backend's stream) tests done. Held buckets are
+ * not told here. */
+static void tell(tri_grad_sync *s, int waited) {
+    if (!s->bucket_done) return;
+    for (int b = 0; b < s->next; b++) {
+        if (s->told[b] || held(s, b)) continue;
+        if (!waited && !tri_comm_test(s->dp, &s->reqs[b])) break;
+        s->told[b] = 1;
+        s->bucket_done(s->bucket_done_ctx, b);
+    }
+}
 
 void tri_grad_sync_ready(tri_grad_sync *s, size_t n_final) {
-    if (s->armed && active(s)) start_upto(s, n_final);
+    if (!s->armed || !(active(s) || s->bucket_done)) return;
+    start_upto(s, n_final);
+    tell(s, 0);
 }
+
+int tri_grad_sync_on_bucket(tri_grad_sync *s, void (*done)(void *ctx, int b), void *ctx) {
+    free(s->told);
+    s->told = calloc((size_t)s->n_buckets, 1);
+    if (!s->told) return tri_error("out of memory (gradient buckets)");
+    s->bucket_done = done;
+    s->bucket_done_ctx = ctx;
+    return 0;
+}
+
+int tri_grad_sync_told(const tri_grad_sync *s, int b) { return s->told && s->told[b]; }
 
 int tri_grad_sync_init(tri_grad_sync *s, float *grads, size_t n_floats, tri_comm *dp, double bucket_mb) {
     memset(s, 0, sizeof *s);
@@ -124,28 +159,39 @@ void tri_grad_sync_free(tri_grad_sync *s) {
     free(s->bounds);
     free(s->reqs);
     free(s->gathers);
+    free(s->told);
     memset(s, 0, sizeof *s);
 }
 
 void tri_grad_sync_begin(tri_grad_sync *s) {
     s->next = 0;
     s->armed = 0;
+    if (s->told) memset(s->told, 0, (size_t)s->n_buckets);
 }
 
 void tri_grad_sync_set_last(tri_grad_sync *s, int last) { s->armed = last != 0; }
 
 void tri_grad_sync_finish(tri_grad_sync *s) {
-    if (!active(s)) return;
+    if (!active(s) && !s->bucket_done) return;
     start_upto(s, s->n_floats);
-    for (int b = 0; b < s->n_buckets; b++) tri_comm_wait(s->dp, &s->reqs[b]);
+    if (active(s))
+        for (int b = 0; b < s->n_buckets; b++) tri_comm_wait(s->dp, &s->reqs[b]);
+    tell(s, 1);
     s->armed = 0;
 }
 
 void tri_grad_sync_finish_deferred(tri_grad_sync *s) {
-    if (!active(s) || !s->zero) return;
-    for (int b = 0; b < s->n_buckets; b++)
-        if (deferred(s, b)) start_bucket(s, b);
-    for (int b = 0; b < s->n_buckets; b++) tri_comm_wait(s->dp, &s->reqs[b]);
+    if (!s->zero) return;
+    if (active(s)) {
+        for (int b = 0; b < s->n_buckets; b++)
+            if (deferred(s, b)) start_bucket(s, b);
+        for (int b = 0; b < s->n_buckets; b++) tri_comm_wait(s->dp, &s->reqs[b]);
+    }
+    for (int b = 0; s->bucket_done && b < s->n_buckets; b++) {
+        if (!deferred(s, b) || s->told[b]) continue;
+        s->told[b] = 1;
+        s->bucket_done(s->bucket_done_ctx, b);
+    }
 }
 
 void tri_grad_sync_gather_start(tri_grad_sync *s, int b) {

@@ -24,6 +24,12 @@
  * is first summed over the embedding group) start only in
  * tri_grad_sync_finish_deferred.
  *
+ * The optimizer offloaded on a GPU (tri_grad_sync_on_bucket): a hook told,
+ * once a step and bucket, that the bucket's reduced gradient is complete,
+ * as early as this side knows it (during the last micro-batch's backward
+ * where the reduction is done by then), so that its copy to the host starts
+ * beside the rest of the backward (ZeRO-Offload's schedule).
+ *
  * ZeRO-3 (tri_grad_sync_set_pshard): the parameters' shards live in their
  * own buffer too, and the all-gather fills a full buffer from them.
  *
@@ -59,6 +65,11 @@ typedef struct tri_grad_sync {
     float *shard;              /* ZeRO-2: (n_floats / dp) reduced shards, not owned; NULL: in place */
     void *pshard;              /* ZeRO-3: (n_floats / dp) parameter shards of param_dtype, laid out
                                   like shard, not owned: the all-gather's source; NULL: in place */
+    /* tri_grad_sync_on_bucket: the hook, its argument, and which buckets it
+     * was told of in this step ((n_buckets), cleared by tri_grad_sync_begin) */
+    void (*bucket_done)(void *ctx, int bucket);
+    void *bucket_done_ctx;
+    unsigned char *told;
 } tri_grad_sync;
 
 /* Floats each ZeRO shard is a multiple of (64 bytes). */
@@ -75,7 +86,10 @@ void tri_grad_sync_free(tri_grad_sync *s); /* NULL-safe */
 int tri_grad_sync_init_zero(tri_grad_sync *s, float *grads, void *params, tri_dtype param_dtype, size_t n_real,
                             size_t n_floats, tri_comm *dp, double bucket_mb);
 /* ZeRO: buckets overlapping grads[lo, hi) are started only by
- * tri_grad_sync_finish_deferred. */
+ * tri_grad_sync_finish_deferred. Without ZeRO (the range changes after the
+ * reduction: the tied embedding, summed over the embedding group after it)
+ * the reduction is unchanged and only the hook of tri_grad_sync_on_bucket
+ * is never told of those buckets. */
 void tri_grad_sync_defer(tri_grad_sync *s, size_t lo, size_t hi);
 /* ZeRO: this rank's shard of bucket b is [*lo, *hi) of the buffers. */
 void tri_grad_sync_shard(const tri_grad_sync *s, int b, size_t *lo, size_t *hi);
@@ -91,6 +105,21 @@ void tri_grad_sync_set_grads(tri_grad_sync *s, float *grads);
  * the full buffer params (set before each gather: it comes and goes). */
 void tri_grad_sync_set_pshard(tri_grad_sync *s, void *pshard);
 void tri_grad_sync_set_params(tri_grad_sync *s, void *params);
+
+/* Calls done(ctx, b) once a step for each bucket b whose reduced gradient
+ * (in place, or ZeRO-2's shard) is complete for the work the backend runs
+ * from then on (its stream order; with NCCL the compute stream has been made
+ * to wait for the reduction, which tri_comm_test found finished): from
+ * tri_grad_sync_ready, for every bucket whose reduction is done by then (at
+ * once where nothing is sent: dp = 1, or a copy), in bucket order; the
+ * others from tri_grad_sync_finish, after their waits; ZeRO's deferred ones
+ * from tri_grad_sync_finish_deferred; never for the buckets a range given to
+ * tri_grad_sync_defer holds without ZeRO. Works with dp = 1 too (every
+ * bucket told as the backward reports it final). Returns 0, or -1 after a
+ * message. */
+int tri_grad_sync_on_bucket(tri_grad_sync *s, void (*done)(void *ctx, int b), void *ctx);
+/* Whether the hook was told of bucket b in this step. */
+int tri_grad_sync_told(const tri_grad_sync *s, int b);
 
 /* At the start of a step. */
 void tri_grad_sync_begin(tri_grad_sync *s);

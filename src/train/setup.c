@@ -265,12 +265,14 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             if (tri_grad_sync_init_zero(&t->sync[k], ch->grad_mem, ch->param_mem, ch->param_dtype, ch->n_elems,
                                         ch->n_alloc, grad_group, cfg->parallel.bucket_mb) != 0)
                 return rc;
-            /* the tied embedding's gradient is summed over the embedding
-             * group (train_step) before its buckets are reduce-scattered */
-            for (int i = 0; i < ch->n_params && mesh->pp > 1 && t->gpt.tied; i++) {
-                const tri_param *p = &ch->params[i];
-                if (p->kind == TRI_P_WTE) tri_grad_sync_defer(&t->sync[k], p->offset, p->offset + p->numel);
-            }
+        }
+        /* the tied embedding's gradient is summed over the embedding group
+         * (train_step): under ZeRO before its buckets are reduce-scattered;
+         * without, after the reduction (its buckets are then not told to the
+         * offloaded optimizer's hook, tri_grad_sync_defer) */
+        for (int i = 0; i < ch->n_params && mesh->pp > 1 && t->gpt.tied; i++) {
+            const tri_param *p = &ch->params[i];
+            if (p->kind == TRI_P_WTE) tri_grad_sync_defer(&t->sync[k], p->offset, p->offset + p->numel);
         }
         if (grad_group->size > 1) {
             ch->grads_ready = grads_ready;
@@ -285,6 +287,13 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             t->opt.shard_done = shard_done;
             t->opt.shard_done_ctx = t->sync;
         }
+    }
+    /* offloaded on a GPU: each bucket's gradients leave for the host as it
+     * is reduced, during the backward (ZeRO-Offload; model/optim.h) */
+    if (tri_optim_offload_overlap(&t->opt, &t->gpt, t->sync) != 0) return rc;
+    for (int k = 0; t->opt.host_step && k < t->gpt.n_chunks; k++) {
+        t->gpt.chunks[k].grads_ready = grads_ready;
+        t->gpt.chunks[k].grads_ready_ctx = &t->sync[k];
     }
     if (zero_setup(t) != 0) return rc; /* ZeRO-2/3: gradient shards (src/train/zero.h) */
     t->inputs = malloc(t->mb * t->T * sizeof(int32_t));

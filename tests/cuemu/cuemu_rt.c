@@ -162,6 +162,7 @@ cudaError_t tri_cuemu_rt_memcpy_async(void *dst, const void *src, size_t bytes, 
     default: ok = 0; /* the table always says which side is which */
     }
     if (ok) stats.copies++;
+    if (ok && kind == cudaMemcpyDeviceToHost) stats.d2h_bytes += bytes;
     pthread_mutex_unlock(&mu);
     if (!ok) return fail(cudaErrorInvalidValue);
     memmove(dst, src, bytes);

@@ -106,6 +106,7 @@ typedef struct tri_cuemu_rt_stats {
     uint64_t event_records, event_syncs;
     size_t live_host_bytes, live_host_allocs; /* cudaHostAlloc's */
     uint64_t stream_waits;                    /* cudaStreamWaitEvent calls */
+    uint64_t d2h_bytes;                       /* bytes copied device to host so far */
 } tri_cuemu_rt_stats;
 void tri_cuemu_rt_stats_get(tri_cuemu_rt_stats *s);
 /* For tests: the next `n` cudaMallocAsync calls fail with

@@ -1760,3 +1760,168 @@ Test(cuda_ops, offloaded_zero_steps_go_shard_by_shard) {
     cr_expect_eq(on.mem.host_peak[TRI_MEM_OPTIM], off.mem.peak[TRI_MEM_OPTIM]);
     free(on.params), free(off.params), free(plain.params);
 }
+
+/* ZeRO-Offload's overlap (tri_optim_offload_overlap, model/optim.h): the
+ * backward's gradient buckets (grad_sync over a group of one, buckets of
+ * 0.01 MiB: a dozen, cut inside tensors) start each unit's copy to the host
+ * as the backward reports the bucket final, not in the step. Three runs of
+ * six steps each, fp32 and bf16, for plain DP buckets, ZeRO-1, ZeRO-2 (the
+ * reduced shards in their own buffer, the copy's source) and ZeRO-3 (the
+ * parameters' shards too, where the update goes back; under both the full
+ * gradient buffer is poisoned after the reduction, as training releases
+ * it): offloaded
+ * with the overlap, offloaded without it (every copy started by the step:
+ * the schedule before), and the device's own step. Under the emulator a
+ * copy is made the moment it is issued, so a copy issued before its bucket
+ * were final would carry stale gradients: the three runs must give the same
+ * bits (parameters, both moments, losses). The schedule itself, from the
+ * emulator's count of bytes copied device to host, read before, during and
+ * right after the backward: with the overlap every gradient byte (and the
+ * fp32 parameters, the host's masters) has left during the backward of
+ * every step, and some before the backward had reported its last
+ * gradients final; without it none has (so this test fails on the old
+ * schedule). The same with a stand-in group of 2 (rank 1, below) for plain
+ * buckets, ZeRO-1 and ZeRO-2: the hook told through the transport's test,
+ * and rank 1's shards, whose state index is not their element index, on
+ * the host step. On a GPU: the runs within the six-step bounds. */
+typedef struct d2h_probe {
+    uint64_t start;
+    size_t n_end;                       /* the chunk's gradients, as reported at the end */
+    uint64_t during[TT_TINY_MAX_STEPS]; /* bytes to the host during the backward */
+    size_t first[TT_TINY_MAX_STEPS];    /* the prefix final when the first left (SIZE_MAX: none) */
+} d2h_probe;
+
+static void probe_d2h(void *ctx, int step, tt_bwd_point where, size_t n_final) {
+#ifndef TRI_GPU_TEST
+    d2h_probe *p = ctx;
+    tri_cuemu_rt_stats r;
+    tri_cuemu_rt_stats_get(&r);
+    if (where == TT_BWD_START) {
+        p->start = r.d2h_bytes;
+        p->first[step] = SIZE_MAX;
+    } else if (where == TT_BWD_READY) {
+        if (r.d2h_bytes > p->start && n_final < p->first[step]) p->first[step] = n_final;
+    } else {
+        p->during[step] = r.d2h_bytes - p->start;
+        p->n_end = n_final;
+    }
+#else
+    (void)ctx, (void)step, (void)where, (void)n_final;
+#endif
+}
+
+static double sq_diff(const float *a, const float *b, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return d;
+}
+
+static void overlapped_offload_follows(tri_dtype dt, int zero, tri_comm *group) {
+    const char *name = tri_precision_name(dt);
+    const int dps = group ? group->size : 1;
+    const int steps = 6;
+    tri_ctx c;
+    tt_tiny_run r[3]; /* overlapped, offloaded without the overlap, the device's step */
+    d2h_probe p[3];
+    memset(p, 0, sizeof p);
+    for (int k = 0; k < 3; k++) {
+        const tt_tiny_opts o = {.offload = k < 2,
+                                .bucket_mb = 0.01,
+                                .zero = zero,
+                                .overlap = k == 0,
+                                .dp = group,
+                                .probe = probe_d2h,
+                                .probe_ctx = &p[k]};
+        cr_assert_eq(ctx_on(&c, DEV_NAME), 0);
+        tt_tiny_steps_opts(&c, dt, steps, &o, &r[k]);
+        tri_ctx_free(&c);
+    }
+    cr_assert(r[0].n == r[1].n && r[0].n == r[2].n && r[0].n_state == r[1].n_state && r[0].n_state == r[2].n_state);
+    const size_t n = r[0].n, ns = r[0].n_state;
+    double pn = 0;
+    for (size_t i = 0; i < n; i++) pn += (double)r[2].params[i] * r[2].params[i];
+    for (int k = 1; k < 3; k++) {
+        const double dp = sq_diff(r[0].params, r[k].params, n), dm = sq_diff(r[0].m, r[k].m, ns),
+                     dv = sq_diff(r[0].v, r[k].v, ns);
+#ifndef TRI_GPU_TEST
+        cr_expect(dp == 0 && dm == 0 && dv == 0 && memcmp(r[0].loss, r[k].loss, sizeof r[0].loss) == 0,
+                  "%s dp %d zero %d: the overlapped run differs from the %s: parameters %.3g of their norm, moments "
+                  "%.3g and %.3g (squared differences)",
+                  name, dps, zero, k == 1 ? "offloaded run without the overlap" : "device step", sqrt(dp / pn), dm, dv);
+#endif
+        const double bound = dt == TRI_F32 ? 1e-4 : 1e-2;
+        cr_expect(sqrt(dp) <= bound * sqrt(pn),
+                  "%s dp %d zero %d: parameters differ by %.3g of their norm (moments: %.3g and %.3g squared)", name,
+                  dps, zero, sqrt(dp / pn), dm, dv);
+    }
+#ifndef TRI_GPU_TEST
+    /* every unit's gradients (4 bytes a state element), and fp32 parameters */
+    const uint64_t want = (uint64_t)ns * (4 + (dt == TRI_F32 ? 4 : 0));
+    for (int s = 0; s < steps; s++) {
+        cr_expect(p[0].during[s] == want,
+                  "%s dp %d zero %d step %d: %llu bytes to the host during the backward, want %llu", name, dps, zero, s,
+                  (unsigned long long)p[0].during[s], (unsigned long long)want);
+        cr_expect(p[0].first[s] < p[0].n_end,
+                  "%s dp %d zero %d step %d: no copy left before the backward had reported every gradient final", name,
+                  dps, zero, s);
+        cr_expect(p[1].during[s] == 0 && p[2].during[s] == 0,
+                  "%s dp %d zero %d step %d: %llu and %llu bytes to the host during the backward without the overlap",
+                  name, dps, zero, s, (unsigned long long)p[1].during[s], (unsigned long long)p[2].during[s]);
+    }
+    cr_log_info("%s dp %d zero %d: %llu bytes a step left for the host during the backward, the first when %zu of %zu "
+                "gradients were final",
+                name, dps, zero, (unsigned long long)p[0].during[0], p[0].first[0], p[0].n_end);
+#endif
+    cr_expect_eq(r[0].mem.peak[TRI_MEM_OPTIM], 0);
+    cr_expect(zero == 0 || (r[0].shards_done == r[2].shards_done && r[0].shards_done >= 3 * steps),
+              "%s dp %d zero %d: shard hooks %d overlapped, %d on the device", name, dps, zero, r[0].shards_done,
+              r[2].shards_done);
+    for (int k = 0; k < 3; k++) free(r[k].params), free(r[k].m), free(r[k].v);
+}
+
+/* Rank 1 of a data-parallel group of 2 whose peer contributes zeros and
+ * keeps its own shards: the all-reduce leaves the buffer as it is, the
+ * reduce-scatter moves this rank's slice where it goes, the all-gather
+ * this rank's shard (the peer's part stays as it was); every request is
+ * done when tested. So rank 1's ZeRO shards, whose state index is not
+ * their element index, take the host step, against the device's. */
+static void half_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
+    (void)c, (void)buf, (void)n, (void)t, (void)op;
+    r->active = 1;
+}
+static void half_ireduce_scatter(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r) {
+    const size_t esz = tri_dtype_size(t);
+    memmove(recv, (const char *)send + (size_t)c->rank * n * esz, n * esz);
+    r->active = 1;
+}
+static void half_iallgather(tri_comm *c, void *recv, const void *send, size_t n, tri_dtype t, tri_req *r) {
+    const size_t esz = tri_dtype_size(t);
+    memmove((char *)recv + (size_t)c->rank * n * esz, send, n * esz);
+    r->active = 1;
+}
+static void half_wait(tri_comm *c, tri_req *r) {
+    (void)c;
+    r->active = 0;
+}
+static int half_test(tri_comm *c, tri_req *r) {
+    (void)c, (void)r;
+    return 1;
+}
+static const tri_comm_impl HALF = {.name = "half",
+                                   .iallreduce = half_iallreduce,
+                                   .ireduce_scatter = half_ireduce_scatter,
+                                   .iallgather = half_iallgather,
+                                   .wait = half_wait,
+                                   .test = half_test};
+
+Test(cuda_ops, offload_overlaps_the_gradient_copies_with_the_backward_and_keeps_the_bits) {
+    for (int zero = 0; zero <= 3; zero++) {
+        overlapped_offload_follows(TRI_F32, zero, NULL);
+        overlapped_offload_follows(TRI_BF16, zero, NULL);
+    }
+    tri_comm dp2 = {.size = 2, .rank = 1, .impl = &HALF};
+    for (int zero = 0; zero <= 2; zero++) {
+        overlapped_offload_follows(TRI_F32, zero, &dp2);
+        overlapped_offload_follows(TRI_BF16, zero, &dp2);
+    }
+}

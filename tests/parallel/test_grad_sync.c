@@ -270,3 +270,149 @@ Test(grad_sync, zero3_at_one_rank_copies_the_shards) {
     tri_comm_init_self(&self, 0);
     zero3_case(&self, 1008, 0.001);
 }
+
+/* ---- The bucket hook (tri_grad_sync_on_bucket, the offloaded optimizer's
+ * overlap): told once a step per bucket, in bucket order, as soon as its
+ * reduction is known complete ---- */
+
+static struct {
+    int n;         /* all-reduces started                          */
+    int done_upto; /* the first n of them have completed (tests)   */
+    int told[MAX_CALLS];
+    int n_told;
+    int started_at_tell[MAX_CALLS]; /* all-reduces started when told */
+} g_slow;
+
+/* an all-reduce that completes when the test says (done_upto) or is waited for */
+static void slow_iallreduce(tri_comm *c, void *buf, size_t n, tri_dtype t, tri_redop op, tri_req *r) {
+    (void)c, (void)buf, (void)n, (void)t, (void)op;
+    cr_assert(g_slow.n < MAX_CALLS);
+    memcpy(r->opaque, &g_slow.n, sizeof g_slow.n);
+    g_slow.n++;
+    r->active = 1;
+}
+
+static int slow_test(tri_comm *c, tri_req *r) {
+    (void)c;
+    int i;
+    memcpy(&i, r->opaque, sizeof i);
+    return i < g_slow.done_upto;
+}
+
+static const tri_comm_impl SLOW = {.name = "slow", .iallreduce = slow_iallreduce, .wait = rec_wait, .test = slow_test};
+
+static void hook(void *ctx, int b) {
+    (void)ctx;
+    cr_assert(g_slow.n_told < MAX_CALLS);
+    g_slow.started_at_tell[g_slow.n_told] = g_slow.n;
+    g_slow.told[g_slow.n_told++] = b;
+}
+
+/* told so far, in order, are buckets first, first + 1, ... */
+static void expect_told(const char *when, int first, int count) {
+    cr_expect_eq(g_slow.n_told, count, "%s: %d buckets told, want %d", when, g_slow.n_told, count);
+    for (int i = 0; i < g_slow.n_told && i < count; i++)
+        cr_expect_eq(g_slow.told[i], first + i, "%s: told %d-th bucket %d, want %d", when, i, g_slow.told[i],
+                     first + i);
+}
+
+Test(grad_sync, the_bucket_hook_is_told_once_each_reduction_is_done_in_bucket_order) {
+    memset(&g_slow, 0, sizeof g_slow);
+    enum { N = 4096 };
+    float *grads = calloc(N, sizeof(float));
+    tri_comm dp = {.size = 2, .rank = 0, .impl = &SLOW};
+    tri_grad_sync s;
+    cr_assert_eq(tri_grad_sync_init(&s, grads, N, &dp, 0.001), 0); /* buckets of 262 floats */
+    cr_assert_eq(tri_grad_sync_on_bucket(&s, hook, NULL), 0);
+    cr_assert_gt(s.n_buckets, 10);
+    int half = 0; /* the buckets inside the first half */
+    while (s.bounds[half + 1] <= N / 2) half++;
+    for (int step = 0; step < 2; step++) {
+        g_slow.n = g_slow.done_upto = g_slow.n_told = 0;
+        tri_grad_sync_begin(&s);
+        tri_grad_sync_ready(&s, N); /* not the last micro-batch: nothing */
+        expect_told("before the last micro-batch", 0, 0);
+        tri_grad_sync_set_last(&s, 1);
+        tri_grad_sync_ready(&s, N / 2);
+        cr_expect_eq(g_slow.n, half);
+        expect_told("started, none done", 0, 0);
+        g_slow.done_upto = 3;
+        tri_grad_sync_ready(&s, N / 2);
+        expect_told("three done", 0, 3);
+        tri_grad_sync_ready(&s, N); /* the rest start; none of them done yet */
+        cr_expect_eq(g_slow.n, s.n_buckets);
+        expect_told("all started, three done", 0, 3);
+        tri_grad_sync_finish(&s); /* waits: the rest told, in order */
+        expect_told("finished", 0, s.n_buckets);
+        for (int i = 0; i < g_slow.n_told; i++)
+            cr_expect_gt(g_slow.started_at_tell[i], g_slow.told[i], "bucket %d told before its all-reduce started",
+                         g_slow.told[i]);
+        for (int b = 0; b < s.n_buckets; b++) cr_expect(tri_grad_sync_told(&s, b));
+    }
+    tri_grad_sync_free(&s);
+    free(grads);
+}
+
+/* Without ZeRO a range given to tri_grad_sync_defer (the tied embedding,
+ * summed over the embedding group after the reduction) changes nothing in
+ * the reduction, and its buckets are never told. */
+Test(grad_sync, held_buckets_are_reduced_but_never_told_without_zero) {
+    memset(&g_slow, 0, sizeof g_slow);
+    enum { N = 4096 };
+    float *grads = calloc(N, sizeof(float));
+    tri_comm dp = {.size = 2, .rank = 0, .impl = &SLOW};
+    tri_grad_sync s;
+    cr_assert_eq(tri_grad_sync_init(&s, grads, N, &dp, 0.001), 0);
+    cr_assert_eq(tri_grad_sync_on_bucket(&s, hook, NULL), 0);
+    tri_grad_sync_defer(&s, s.bounds[2] + 5, s.bounds[4] - 5); /* buckets 2 and 3 */
+    tri_grad_sync_begin(&s);
+    tri_grad_sync_set_last(&s, 1);
+    g_slow.done_upto = MAX_CALLS;
+    tri_grad_sync_ready(&s, N);
+    tri_grad_sync_finish(&s);
+    tri_grad_sync_finish_deferred(&s);
+    cr_expect_eq(g_slow.n, s.n_buckets, "every bucket is all-reduced");
+    cr_expect_eq(g_slow.n_told, s.n_buckets - 2);
+    for (int i = 0; i < g_slow.n_told; i++) {
+        cr_expect(g_slow.told[i] != 2 && g_slow.told[i] != 3, "held bucket %d told", g_slow.told[i]);
+        cr_expect(i == 0 || g_slow.told[i] > g_slow.told[i - 1], "out of order");
+    }
+    tri_grad_sync_free(&s);
+    free(grads);
+}
+
+/* At dp = 1 nothing is sent: each bucket is told as the backward reports it
+ * final; under ZeRO a deferred bucket only by tri_grad_sync_finish_deferred. */
+Test(grad_sync, at_one_rank_buckets_are_told_as_they_become_final) {
+    memset(&g_slow, 0, sizeof g_slow);
+    enum { N = 4096 };
+    float *grads = calloc(N, sizeof(float)), *params = calloc(N, sizeof(float));
+    tri_comm self;
+    tri_comm_init_self(&self, 0);
+    for (int zero = 0; zero < 2; zero++) {
+        g_slow.n_told = 0;
+        tri_grad_sync s;
+        if (zero)
+            cr_assert_eq(tri_grad_sync_init_zero(&s, grads, params, TRI_F32, N - 16, N, &self, 0.001), 0);
+        else
+            cr_assert_eq(tri_grad_sync_init(&s, grads, N, &self, 0.001), 0);
+        cr_assert_eq(tri_grad_sync_on_bucket(&s, hook, NULL), 0);
+        if (zero) tri_grad_sync_defer(&s, s.bounds[s.n_buckets - 1], N); /* the last bucket */
+        tri_grad_sync_begin(&s);
+        tri_grad_sync_set_last(&s, 1);
+        for (int b = 0; b < s.n_buckets - 1; b++) {
+            tri_grad_sync_ready(&s, s.bounds[b + 1] - 1);
+            expect_told("one float short of the next bucket", 0, b);
+            tri_grad_sync_ready(&s, s.bounds[b + 1]);
+            expect_told("a bucket final", 0, b + 1);
+        }
+        tri_grad_sync_ready(&s, zero ? N - 16 : N); /* (ZeRO: the model's length; the padding is final too) */
+        tri_grad_sync_finish(&s);
+        expect_told("finished", 0, s.n_buckets - zero);
+        tri_grad_sync_finish_deferred(&s);
+        expect_told("deferred finished", 0, s.n_buckets);
+        tri_grad_sync_free(&s);
+    }
+    free(grads);
+    free(params);
+}
