@@ -637,11 +637,15 @@ int tri_plan_time_step_why(tri_planner *pl, const tri_config *cfg, const tri_gpu
         /* offloaded on a GPU: the gradients down, AdamW on the host (the
          * same bytes at host bandwidth, and the 16-bit parameters rounded
          * there), the parameters up, pipelined shard by shard: the slowest
-         * of the three, the device only taking the gradient norm */
+         * of the three, the device only taking the gradient norm. The
+         * gradients leave bucket by bucket during the last micro-batch's
+         * backward (model/optim.h): only what that backward cannot cover
+         * is exposed. */
         double pcie = gpu->pcie_bw * gpu->link_eff;
         double down = state * (P == 4 ? 8.0 : 4.0) / pcie, up = state * P / pcie;
         double host = state * (2.0 * 4.0 + 4.0 + 16.0 + master + (P == 2 ? 4.0 + P : 0.0)) / gpu->host_bw;
-        double slow = down > host ? down : host;
+        double exposed = down > Bk ? down - Bk : 0.0;
+        double slow = exposed > host ? exposed : host;
         opt_s = (slow > up ? slow : up) + opt_elems * 4.0 / gpu->mem_bw;
         out->pcie_bytes = tri_shard_pcie_bytes(state, P);
     }

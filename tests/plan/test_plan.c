@@ -751,6 +751,41 @@ Test(plan, offload_moves_the_optimizers_bytes_to_the_host) {
     tri_planner_free(&pl);
 }
 
+/* The offloaded optimizer's gradient copies leave during the last
+ * micro-batch's backward: with the host step free (host_bw huge), a PCIe
+ * link slow enough to matter but whose gradient transfer the backward
+ * covers adds only the parameters' copy up (state x P bytes) to the step,
+ * not the gradients' down (state x 8 bytes in fp32); a link so slow that
+ * the transfer outlasts the backward adds more than the copy up and less
+ * than both copies. Against the same GPU with an infinitely fast link. */
+Test(plan, offload_hides_the_gradient_copies_under_the_backward) {
+    tri_gpu_kind fast = *tri_gpu_lookup("h100"), slow = fast, slower = fast;
+    fast.host_bw = slow.host_bw = slower.host_bw = 1e30;
+    fast.pcie_bw = 1e30;
+    tri_config c;
+    base_cfg(&c, 4, 8, 256, 4096, 1000, 16, 16);
+    set_layout(&c, 1, 1, 1, 1, "none", 0);
+    c.parallel.offload = TRI_OFFLOAD_OPTIMIZER;
+    const double state = (double)tri_plan_param_elems(&c, 0), pcie_eff = fast.link_eff;
+    tri_plan_time a, b;
+    cr_assert(tri_plan_time_step(&pl, &c, &fast, &a) == 0);
+    /* the gradients' 8 bytes a parameter take a tenth of the backward's
+     * forward-and-backward time: well inside the backward alone */
+    slow.pcie_bw = state * 8.0 / (0.1 * a.compute_s) / pcie_eff;
+    cr_assert(tri_plan_time_step(&pl, &c, &slow, &b) == 0);
+    const double up = state * 4.0 / (slow.pcie_bw * pcie_eff), down = 2.0 * up;
+    cr_expect(fabs((b.compute_s - a.compute_s) - up) <= 1e-9 * b.compute_s,
+              "hidden: the step grows by %g s, the copy up is %g s (the gradients' %g s hidden)",
+              b.compute_s - a.compute_s, up, down);
+    slower.pcie_bw = state * 8.0 / (4.0 * a.compute_s) / pcie_eff;
+    cr_assert(tri_plan_time_step(&pl, &c, &slower, &b) == 0);
+    const double up2 = state * 4.0 / (slower.pcie_bw * pcie_eff), down2 = 2.0 * up2;
+    const double grew = b.compute_s - a.compute_s;
+    cr_expect(grew > up2 * 1.01 && grew < down2, "exposed: the step grows by %g s, between %g and %g", grew, up2,
+              down2);
+    tri_planner_free(&pl);
+}
+
 /* Context parallelism: each rank's saved activations are 1/cp of one
  * rank's, to the byte (every saved buffer is B x T/cp x something), and its
  * compute about 1/cp; the K/V ring is hidden under a long sequence's
