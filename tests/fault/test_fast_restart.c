@@ -27,6 +27,7 @@
 
 #include "helpers/testutil.h"
 #include "helpers/tfevents_read.h"
+#include "helpers/job.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -50,11 +51,7 @@ static const char fake_mpirun[] = "#!/bin/sh\n"
 static void write_fake(const char *dir) {
     char path[400];
     snprintf(path, sizeof path, "%s/fake_mpirun", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(fake_mpirun, f);
-    cr_assert_eq(fclose(f), 0);
-    cr_assert_eq(chmod(path, 0755), 0);
+    tt_write_exec(path, fake_mpirun);
 }
 
 /* The caps of a job of /bin/sh ranks (no training). */

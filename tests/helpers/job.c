@@ -207,25 +207,29 @@ void tt_job_end(tt_job *j, char *dir, int expect_gone) {
     free(dir);
 }
 
-static const char fake_mpirun[] = "#!/bin/sh\n"
-                                  "np=$2\n"
-                                  "shift 2\n"
-                                  "while [ \"$#\" -gt 1 ] && [ \"$2\" != \"--rank-exec\" ]; do shift; done\n"
-                                  "r=0\n"
-                                  "while [ $r -lt $np ]; do OMPI_COMM_WORLD_RANK=$r \"$@\" & r=$((r+1)); done\n"
-                                  "wait\n"
-                                  "printf '%b' \"$FAKE_REPORT\" >&2\n"
-                                  "exit $FAKE_EXIT\n";
+const char tt_fake_mpirun[] = "#!/bin/sh\n"
+                              "np=$2\n"
+                              "shift 2\n"
+                              "while [ \"$#\" -gt 1 ] && [ \"$2\" != \"--rank-exec\" ]; do shift; done\n"
+                              "r=0\n"
+                              "while [ $r -lt $np ]; do OMPI_COMM_WORLD_RANK=$r \"$@\" & r=$((r+1)); done\n"
+                              "wait\n"
+                              "[ -n \"$FAKE_REPORT\" ] && printf '%b' \"$FAKE_REPORT\" >&2\n"
+                              "exit ${FAKE_EXIT:-1}\n";
+
+void tt_write_exec(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(chmod(path, 0755), 0);
+}
 
 void tt_job_start_fake(tt_job *j, const char *dir, int world, const char *report, const char *code,
                        const char *script) {
     char fake[300], np[16];
     snprintf(fake, sizeof fake, "%s/fake_mpirun", dir);
-    FILE *f = fopen(fake, "w");
-    cr_assert_not_null(f);
-    fputs(fake_mpirun, f);
-    cr_assert_eq(fclose(f), 0);
-    cr_assert_eq(chmod(fake, 0755), 0);
+    tt_write_exec(fake, tt_fake_mpirun);
     setenv("FAKE_REPORT", report, 1);
     setenv("FAKE_EXIT", code, 1);
     snprintf(np, sizeof np, "%d", world);

@@ -73,6 +73,14 @@ char *tt_job_line(tt_job *j, char *out, const char *head, const char *what);
  * killed anyway, and the test's directory dir removed and freed. */
 void tt_job_end(tt_job *j, char *dir, int expect_gone);
 
+/* The stand-in mpirun's script (below): `fake_mpirun -np N ... --rank-exec
+ * CMD...` starts CMD N times with OMPI_COMM_WORLD_RANK 0..N-1, waits for them,
+ * prints $FAKE_REPORT (printf %b, when set) to stderr and exits $FAKE_EXIT
+ * (1 when unset). */
+extern const char tt_fake_mpirun[];
+/* Writes text to path as an executable file (mode 0755); asserts. */
+void tt_write_exec(const char *path, const char *text);
+
 /* A stand-in for mpirun (tridentrun --mpirun dir/fake_mpirun) that starts the
  * `world` rank wrappers itself, then prints `report` (printf %b) to stderr
  * and exits with `code`: the report of a real mpirun names whichever

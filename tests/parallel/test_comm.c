@@ -29,6 +29,7 @@
 #include "model/gpt.h"
 #include "model/runtime.h"
 #include "parallel/comm.h"
+#include "tests/helpers/job.h"
 
 /* ------------------------------------------------------------------------ */
 /* Processes                                                                */
@@ -1199,27 +1200,17 @@ Test(tridentrun, runs_the_probe_over_mpi, .timeout = 90) {
     remove_tmpdir(&t);
 }
 
-/* A stand-in for mpirun (given with --mpirun) that runs the N rank wrappers
- * itself, then prints a canned report ($FAKE_REPORT: the wording of Open MPI's
- * messages) and exits $FAKE_EXIT. It makes every way of naming the failing
- * rank testable without depending on which message a real mpirun races to. */
-static const char fake_mpirun[] = "#!/bin/sh\n"
-                                  "np=$2\n"
-                                  "shift 2\n"
-                                  "while [ \"$#\" -gt 1 ] && [ \"$2\" != \"--rank-exec\" ]; do shift; done\n"
-                                  "r=0\n"
-                                  "while [ $r -lt $np ]; do OMPI_COMM_WORLD_RANK=$r \"$@\" & r=$((r+1)); done\n"
-                                  "wait\n"
-                                  "[ -n \"$FAKE_REPORT\" ] && printf '%b' \"$FAKE_REPORT\" >&2\n"
-                                  "exit ${FAKE_EXIT:-1}\n";
-
+/* A stand-in for mpirun (given with --mpirun, tests/helpers/job.h's
+ * tt_fake_mpirun) that runs the N rank wrappers itself, then prints a canned
+ * report ($FAKE_REPORT: the wording of Open MPI's messages) and exits
+ * $FAKE_EXIT. It makes every way of naming the failing rank testable without
+ * depending on which message a real mpirun races to. */
 Test(tridentrun, names_the_failing_rank_from_each_kind_of_report, .timeout = 60) {
     tmpdir t = make_tmpdir();
     char fake[300], logs[300];
     snprintf(fake, sizeof fake, "%s/fake_mpirun", t.path);
     snprintf(logs, sizeof logs, "%s/logs", t.path);
-    write_file(fake, fake_mpirun);
-    cr_assert_eq(chmod(fake, 0755), 0);
+    tt_write_exec(fake, tt_fake_mpirun);
     /* rank 1 fails first (exit 6), rank 2 later (exit 9), rank 0 succeeds */
     const char *failing = "case $OMPI_COMM_WORLD_RANK in 1) echo early; exit 6;; "
                           "2) sleep 0.5; exit 9;; esac; exit 0";
