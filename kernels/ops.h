@@ -195,15 +195,16 @@ typedef struct tri_ops {
      *   the final out (B, T, NH, HS) as stored: dqkv (B, T, NH + 2 NKV, HS)
      *   fp32, the q heads of rows [q0, T) [accumulate; the k and v heads
      *   untouched]; dkv (B, Tk, 2 NKV, HS) fp32 [accumulate]. Deterministic.
+     *   scratch: attention_scratch_floats(B, T, NH, NKV, HS) floats.
      * attention_kv_copy: the k and v heads of every position between the
      *   two layouts, elements of dtype t: to_qkv 0: kv (B, T, 2 NKV, HS) =
      *   those of qkv [overwrite]; 1: those of qkv = kv [overwrite; the q
      *   heads untouched]. */
     void (*attention_block_fwd)(tri_ctx *c, float *o, float *lse, const void *qkv, const void *kv, size_t B, size_t T,
                                 size_t Tk, size_t q0, int causal, int merge, int NH, int NKV, int HS);
-    void (*attention_block_bwd)(tri_ctx *c, float *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv,
-                                const void *out, const float *lse, size_t B, size_t T, size_t Tk, size_t q0, int causal,
-                                int NH, int NKV, int HS);
+    void (*attention_block_bwd)(tri_ctx *c, float *dqkv, float *dkv, float *scratch, const void *dout, const void *qkv,
+                                const void *kv, const void *out, const float *lse, size_t B, size_t T, size_t Tk,
+                                size_t q0, int causal, int NH, int NKV, int HS);
     void (*attention_kv_copy)(tri_ctx *c, void *dst, const void *src, tri_dtype t, size_t B, size_t T, int NH, int NKV,
                               int HS, int to_qkv);
 

@@ -181,7 +181,8 @@ void tri_cp_attention_bwd(tri_gpt *g, tri_workspace *ws, void *dqkv, const void 
         tri_req send = {0}, recv = {0}, dsend = {0}, drecv = {0};
         if (s + 1 < g->cp) ring_post(g, kv, ws->cp_kv[(s + 1) % 2], nkv, A, TAG_KV, &send, &recv);
         if (s == 0) {
-            ops->attention_block_bwd(c, ws->cp_dqkv, own, dout, qkv, kv, out, state, B, T, T, 0, 1, NH, NKV, HS);
+            ops->attention_block_bwd(c, ws->cp_dqkv, own, ws->att_scratch, dout, qkv, kv, out, state, B, T, T, 0, 1, NH,
+                                     NKV, HS);
         } else {
             /* the gradient of block src = r - s: started here at s = 1, else
              * the one r - 1 sent at the end of its step s - 1; the next one
@@ -193,7 +194,8 @@ void tri_cp_attention_bwd(tri_gpt *g, tri_workspace *ws, void *dqkv, const void 
             size_t q0, tk;
             visible(g, s, T, &q0, &tk);
             for (size_t b = 0; b < B; b++)
-                ops->attention_block_bwd(c, ws->cp_dqkv + b * T * W, dkv + b * T * KW, at(dout, b * T * C, A_sz),
+                ops->attention_block_bwd(c, ws->cp_dqkv + b * T * W, dkv + b * T * KW, ws->att_scratch,
+                                         at(dout, b * T * C, A_sz),
                                          at(qkv, b * T * W, A_sz), at(kv, b * T * KW, A_sz), at(out, b * T * C, A_sz),
                                          state + b * (size_t)NH * T, 1, T, tk, q0, 0, NH, NKV, HS);
             ring_post(g, dkv, NULL, nkv, TRI_F32, TAG_DKV, &dsend, NULL);

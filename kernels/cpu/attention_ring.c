@@ -29,16 +29,11 @@ void tri_cpu_attention_block_fwd(float *o, float *lse, const float *qkv, const f
     if (B > 0 && q0 < T) tri_cpu_fa_fwd(&a, o, lse, merge);
 }
 
-void tri_cpu_attention_block_bwd(float *dqkv, float *dkv, const float *dout, const float *qkv, const float *kv,
-                                 const float *out, const float *lse, size_t B, size_t T, size_t Tk, size_t q0,
-                                 int causal, int NH, int NKV, int HS) {
-    if (B == 0 || q0 >= T) return;
+void tri_cpu_attention_block_bwd(float *dqkv, float *dkv, float *scratch, const float *dout, const float *qkv,
+                                 const float *kv, const float *out, const float *lse, size_t B, size_t T, size_t Tk,
+                                 size_t q0, int causal, int NH, int NKV, int HS) {
     const tri_cpu_fa a = block_view(qkv, kv, B, T, Tk, q0, causal, NH, NKV, HS);
-    const size_t n = tri_cpu_attention_scratch_floats(B, T, NH, NKV, HS);
-    float *scratch = tri_cpu_alloc(n * sizeof(float));
-    if (scratch == NULL) TRI_FAIL("out of host memory: ring attention's backward needs %zu bytes", n * 4);
-    tri_cpu_fa_bwd(&a, dqkv, dkv, 1, scratch, dout, out, lse);
-    tri_cpu_free(scratch);
+    if (B > 0 && q0 < T) tri_cpu_fa_bwd(&a, dqkv, dkv, 1, scratch, dout, out, lse);
 }
 
 void tri_cpu_attention_kv_copy(void *dst, const void *src, size_t esz, size_t B, size_t T, int NH, int NKV, int HS,

@@ -105,9 +105,9 @@ size_t tri_cpu_attention_scratch_floats(size_t B, size_t T, int NH, int NKV, int
 /* attention_ring.c: one block of ring attention (kernels/ops.h) in fp32 */
 void tri_cpu_attention_block_fwd(float *o, float *lse, const float *qkv, const float *kv, size_t B, size_t T, size_t Tk,
                                  size_t q0, int causal, int merge, int NH, int NKV, int HS);
-void tri_cpu_attention_block_bwd(float *dqkv, float *dkv, const float *dout, const float *qkv, const float *kv,
-                                 const float *out, const float *lse, size_t B, size_t T, size_t Tk, size_t q0,
-                                 int causal, int NH, int NKV, int HS);
+void tri_cpu_attention_block_bwd(float *dqkv, float *dkv, float *scratch, const float *dout, const float *qkv,
+                                 const float *kv, const float *out, const float *lse, size_t B, size_t T, size_t Tk,
+                                 size_t q0, int causal, int NH, int NKV, int HS);
 void tri_cpu_attention_kv_copy(void *dst, const void *src, size_t esz, size_t B, size_t T, int NH, int NKV, int HS,
                                int to_qkv);
 

@@ -197,16 +197,16 @@ static void cpu_attention_block_fwd(tri_ctx *c, float *o, float *lse, const void
     tri_cpu_attention_block_fwd(o, lse, q, k, B, T, Tk, q0, causal, merge, NH, NKV, HS);
 }
 
-static void cpu_attention_block_bwd(tri_ctx *c, float *dqkv, float *dkv, const void *dout, const void *qkv,
-                                    const void *kv, const void *out, const float *lse, size_t B, size_t T, size_t Tk,
-                                    size_t q0, int causal, int NH, int NKV, int HS) {
+static void cpu_attention_block_bwd(tri_ctx *c, float *dqkv, float *dkv, float *scratch, const void *dout,
+                                    const void *qkv, const void *kv, const void *out, const float *lse, size_t B,
+                                    size_t T, size_t Tk, size_t q0, int causal, int NH, int NKV, int HS) {
     const tri_dtype A = c->act_dtype;
     const size_t n = B * T * (size_t)NH * (size_t)HS, nqkv = B * T * (size_t)(NH + 2 * NKV) * (size_t)HS;
     const size_t nkv = B * Tk * (size_t)(2 * NKV) * (size_t)HS;
     float *cur = is16(A) ? tri_cpu_scratch(c, 2 * pad(n) + pad(nqkv) + pad(nkv)) : NULL;
     const float *d = in_f(&cur, dout, A, n), *q = in_f(&cur, qkv, A, nqkv), *k = in_f(&cur, kv, A, nkv);
     const float *o = in_f(&cur, out, A, n);
-    tri_cpu_attention_block_bwd(dqkv, dkv, d, q, k, o, lse, B, T, Tk, q0, causal, NH, NKV, HS);
+    tri_cpu_attention_block_bwd(dqkv, dkv, scratch, d, q, k, o, lse, B, T, Tk, q0, causal, NH, NKV, HS);
 }
 
 static void cpu_attention_kv_copy(tri_ctx *c, void *dst, const void *src, tri_dtype t, size_t B, size_t T, int NH,

@@ -169,9 +169,10 @@ GUARD_VOID(attention_block_fwd,
             size_t q0, int causal, int merge, int NH, int NKV, int HS),
            (c, o, lse, qkv, kv, B, T, Tk, q0, causal, merge, NH, NKV, HS))
 GUARD_VOID(attention_block_bwd,
-           (tri_ctx * c, float *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv, const void *out,
-            const float *lse, size_t B, size_t T, size_t Tk, size_t q0, int causal, int NH, int NKV, int HS),
-           (c, dqkv, dkv, dout, qkv, kv, out, lse, B, T, Tk, q0, causal, NH, NKV, HS))
+           (tri_ctx * c, float *dqkv, float *dkv, float *scratch, const void *dout, const void *qkv, const void *kv,
+            const void *out, const float *lse, size_t B, size_t T, size_t Tk, size_t q0, int causal, int NH, int NKV,
+            int HS),
+           (c, dqkv, dkv, scratch, dout, qkv, kv, out, lse, B, T, Tk, q0, causal, NH, NKV, HS))
 GUARD_VOID(attention_kv_copy,
            (tri_ctx * c, void *dst, const void *src, tri_dtype t, size_t B, size_t T, int NH, int NKV, int HS,
             int to_qkv),

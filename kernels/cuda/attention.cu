@@ -307,6 +307,7 @@ static fa_geom fa_geom_of(const char *what, size_t B, size_t Tq, size_t Tk, size
     g.NKV = NKV, g.G = NH / NKV;
     g.BNH = (int)(B * (size_t)NH), g.BNKV = (int)(B * (size_t)NKV);
     g.scale = 1.0f / sqrtf((float)HS);
+    g.lse_T = Tq;
     return g;
 }
 
@@ -318,7 +319,7 @@ extern "C" void TRI_CU(attention_fwd_slice)(void *stream, tri_dtype dt, const tr
     if (TRI_CU(attention_uses_tensor_cores)(dt, a->HS) && fa_tc_view(a->q.p, g.q_b, g.q_r) &&
         fa_tc_view(a->k.p, g.k_b, g.k_r) && fa_tc_view(a->v.p, g.v_b, g.v_r) && fa_tc_view(a->out.p, g.o_b, g.o_r)) {
         TRI_CU(attention_tc_fwd)
-        (stream, (tri_cu_bf16 *)a->out.p, a->lse, (const tri_cu_bf16 *)a->q.p, (const tri_cu_bf16 *)a->k.p,
+        (stream, (tri_cu_bf16 *)a->out.p, NULL, a->lse, (const tri_cu_bf16 *)a->q.p, (const tri_cu_bf16 *)a->k.p,
          (const tri_cu_bf16 *)a->v.p, g);
         return;
     }
@@ -330,6 +331,15 @@ extern "C" void TRI_CU(attention_fwd_slice)(void *stream, tri_dtype dt, const tr
                                (const S *)a->k.p, (const S *)a->v.p, g););
 }
 
+void TRI_CU(attention_delta)(void *stream, tri_dtype dt, float *delta, const void *dout, const void *out,
+                             const fa_geom &g) {
+    const size_t drows = (size_t)g.BNH * (size_t)g.Tq, dblocks = tri_cu_blocks(drows, FA_DELTA_THREADS);
+    const unsigned dgrid = dblocks < 65535u * 16u ? (unsigned)dblocks : 65535u * 16u;
+    TRI_CU_DTYPE_SWITCH(dt, "attention_bwd", S,
+                        LAUNCH(fa_delta_kernel<S>, dgrid, FA_DELTA_THREADS, 0, stream, delta, (const S *)dout,
+                               (const S *)out, g););
+}
+
 extern "C" void TRI_CU(attention_bwd_slice)(void *stream, tri_dtype dt, const tri_cu_attn_bwd_args *a) {
     if (a->B == 0 || a->Tq == 0 || a->NH <= 0 || a->HS <= 0) return;
     fa_geom g = fa_geom_of("attention_bwd_slice", a->B, a->Tq, a->Tk, a->q0, a->NH, a->NKV, a->HS);
@@ -338,18 +348,15 @@ extern "C" void TRI_CU(attention_bwd_slice)(void *stream, tri_dtype dt, const tr
     g.dq_b = a->dq.batch, g.dq_r = a->dq.row, g.dk_b = a->dk.batch, g.dk_r = a->dk.row, g.dv_b = a->dv.batch,
     g.dv_r = a->dv.row;
     float *delta = a->scratch;
-    const size_t drows = (size_t)g.BNH * a->Tq, dblocks = tri_cu_blocks(drows, FA_DELTA_THREADS);
-    const unsigned dgrid = dblocks < 65535u * 16u ? (unsigned)dblocks : 65535u * 16u;
-    TRI_CU_DTYPE_SWITCH(dt, "attention_bwd", S,
-                        LAUNCH(fa_delta_kernel<S>, dgrid, FA_DELTA_THREADS, 0, stream, delta, (const S *)a->dout.p,
-                               (const S *)a->out.p, g););
+    TRI_CU(attention_delta)(stream, dt, delta, a->dout.p, a->out.p, g);
     if (TRI_CU(attention_uses_tensor_cores)(dt, a->HS) && fa_tc_view(a->q.p, g.q_b, g.q_r) &&
         fa_tc_view(a->k.p, g.k_b, g.k_r) && fa_tc_view(a->v.p, g.v_b, g.v_r) && fa_tc_view(a->dout.p, g.do_b, g.do_r) &&
         fa_tc_view(a->dq.p, g.dq_b, g.dq_r) && fa_tc_view(a->dk.p, g.dk_b, g.dk_r) &&
         fa_tc_view(a->dv.p, g.dv_b, g.dv_r)) {
         TRI_CU(attention_tc_bwd)
-        (stream, (tri_cu_bf16 *)a->dq.p, (tri_cu_bf16 *)a->dk.p, (tri_cu_bf16 *)a->dv.p, (const tri_cu_bf16 *)a->dout.p,
-         (const tri_cu_bf16 *)a->q.p, (const tri_cu_bf16 *)a->k.p, (const tri_cu_bf16 *)a->v.p, a->lse, delta, g);
+        (stream, (tri_cu_bf16 *)a->dq.p, (tri_cu_bf16 *)a->dk.p, (tri_cu_bf16 *)a->dv.p, NULL, NULL, NULL,
+         (const tri_cu_bf16 *)a->dout.p, (const tri_cu_bf16 *)a->q.p, (const tri_cu_bf16 *)a->k.p,
+         (const tri_cu_bf16 *)a->v.p, a->lse, delta, g);
         return;
     }
     const size_t HS = (size_t)a->HS;

@@ -25,6 +25,13 @@ struct fa_geom {
     size_t do_b, do_r;                   /* dout */
     size_t dq_b, dq_r, dk_b, dk_r, dv_b, dv_r;
     float scale; /* 1 / sqrt(HS) */
+    /* ring attention's blocks (attention_ring.cu, the tensor-core kernels
+     * only): nomask 1: every query sees all Tk keys (no causal mask; q0 then
+     * plays no part); lse_T: the rows between two (batch, head) pairs of lse
+     * (Tq for the slice calls); merge: the forward's fp32 output merged into
+     * the running one (below) */
+    int nomask, merge;
+    size_t lse_T;
 };
 
 /* The key/value head of query head h. */
@@ -56,11 +63,21 @@ static inline dim3 fa_grid(int BNH, size_t tiles) {
 /* The tensor-core kernels of attention_tc.cu (bf16 storage, HS 64 or 128,
  * views 16-byte aligned with strides that are multiples of 8): the forward
  * (out, lse), and the backward's dk/dv and dq kernels after the delta
- * (dout . out per row, (B, NH, Tq), computed by attention.cu). */
-void TRI_CU(attention_tc_fwd)(void *stream, tri_cu_bf16 *out, float *lse, const tri_cu_bf16 *q, const tri_cu_bf16 *k,
-                              const tri_cu_bf16 *v, const fa_geom &g);
-void TRI_CU(attention_tc_bwd)(void *stream, tri_cu_bf16 *dq, tri_cu_bf16 *dk, tri_cu_bf16 *dv, const tri_cu_bf16 *dout,
-                              const tri_cu_bf16 *q, const tri_cu_bf16 *k, const tri_cu_bf16 *v, const float *lse,
-                              const float *delta, const fa_geom &g);
+ * (dout . out per row, (B, NH, Tq), computed by attention.cu).
+ * With o32 (the forward) or dq32, dk32, dv32 (the backward) non-NULL, the
+ * outputs are fp32 at those pointers instead (same strides, in elements):
+ * the forward's normalised output and lse (row t of pair bh at
+ * lse[bh lse_T + t]) overwrite, or with g.merge are merged into the running
+ * ones (lse' = log(e^lse + e^lse_b), o' = o e^(lse - lse') + o_b e^(lse_b -
+ * lse')); the backward's gradients are added to what is there. */
+void TRI_CU(attention_tc_fwd)(void *stream, tri_cu_bf16 *out, float *o32, float *lse, const tri_cu_bf16 *q,
+                              const tri_cu_bf16 *k, const tri_cu_bf16 *v, const fa_geom &g);
+void TRI_CU(attention_tc_bwd)(void *stream, tri_cu_bf16 *dq, tri_cu_bf16 *dk, tri_cu_bf16 *dv, float *dq32, float *dk32,
+                              float *dv32, const tri_cu_bf16 *dout, const tri_cu_bf16 *q, const tri_cu_bf16 *k,
+                              const tri_cu_bf16 *v, const float *lse, const float *delta, const fa_geom &g);
+/* The backward's delta (attention.cu): row (bh, i) of delta (B NH, Tq) =
+ * dout_i . out_i over the views of g (do_b, do_r; o_b, o_r). */
+void TRI_CU(attention_delta)(void *stream, tri_dtype dt, float *delta, const void *dout, const void *out,
+                             const fa_geom &g);
 
 #endif

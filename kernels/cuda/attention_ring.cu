@@ -9,9 +9,20 @@
  * query rows in order. Every output element is written by one thread in a
  * fixed order (deterministic, no atomics); fp32 arithmetic, 16-bit inputs
  * widened by tri_cu_ld. Head sizes up to RING_MAX_HS (registers and local
- * memory per thread). Not tuned: the tensor-core attention
- * (attention_tc.cu) remains the path of cp = 1. */
+ * memory per thread).
+ *
+ * bf16 with head size 64 or 128 (16-byte aligned buffers) takes the
+ * tensor-core flash attention instead (attention_tc.cu, ring_tc below): the
+ * same kernels as cp = 1 on views of the block (queries from row q0 of qkv,
+ * keys and values from kv's rows), without the causal mask for a rectangle,
+ * the forward's output in fp32 merged by log-sum-exp, the backward adding
+ * fp32 gradients, its delta (dout . out per row) in the op's scratch. */
+#include <limits.h>
+#include <stdint.h>
+
 #include "kernels/cuda/common.cuh"
+
+#include "kernels/cuda/attention.cuh"
 
 enum { RING_THREADS = 128, RING_MAX_HS = 256 };
 
@@ -141,24 +152,72 @@ static void ring_check(int NH, int NKV, int HS, size_t T, size_t Tk, size_t q0, 
 
 static unsigned ring_grid(size_t n) { return (unsigned)tri_cu_blocks(n, RING_THREADS); }
 
+/* Whether the block takes the tensor-core kernels: bf16, HS 64 or 128, every
+ * buffer 16-byte aligned (the strides, multiples of HS, are multiples of 8). */
+static int ring_tc(tri_dtype dt, int HS, const void *const *p, int n) {
+    if (!TRI_CU(attention_uses_tensor_cores)(dt, HS)) return 0;
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)p[i] % 16 != 0) return 0;
+    return 1;
+}
+
+/* The geometry of a block as the tensor-core kernels take it: queries rows
+ * [q0, T) of qkv (B, T, W, HS) and out / o (B, T, NH, HS), keys and values
+ * the Tk rows of kv (B, Tk, 2 NKV, HS); lse (B, NH, T) from row q0. */
+static fa_geom ring_geom(size_t B, size_t T, size_t Tk, size_t q0, int causal, int NH, int NKV, int HS) {
+    if (T - q0 > INT_MAX || Tk > INT_MAX || B > INT_MAX / (size_t)NH)
+        tri_cu_fail("attention_block", "a block of more than INT_MAX rows or pairs", __FILE__, __LINE__);
+    const size_t hs = (size_t)HS, W = (size_t)(NH + 2 * NKV) * hs, C = (size_t)NH * hs, KW = (size_t)(2 * NKV) * hs;
+    fa_geom g = {};
+    g.Tq = (int)(T - q0), g.Tk = (int)Tk, g.q0 = 0, g.NH = NH, g.HS = HS, g.NKV = NKV, g.G = NH / NKV;
+    g.BNH = (int)(B * (size_t)NH), g.BNKV = (int)(B * (size_t)NKV);
+    g.q_b = T * W, g.q_r = W, g.k_b = g.v_b = Tk * KW, g.k_r = g.v_r = KW;
+    g.o_b = T * C, g.o_r = C, g.do_b = T * C, g.do_r = C;
+    g.dq_b = T * W, g.dq_r = W, g.dk_b = g.dv_b = Tk * KW, g.dk_r = g.dv_r = KW;
+    g.scale = 1.0f / sqrtf((float)HS);
+    g.nomask = !causal, g.lse_T = T;
+    return g;
+}
+
 extern "C" void TRI_CU(attention_block_fwd)(void *stream, tri_dtype dt, float *o, float *lse, const void *qkv,
                                             const void *kv, size_t B, size_t T, size_t Tk, size_t q0, int causal,
                                             int merge, int NH, int NKV, int HS) {
     ring_check(NH, NKV, HS, T, Tk, q0, causal, "attention_block_fwd");
     const size_t n = B * (size_t)NH * (T - q0);
     if (n == 0) return;
+    const void *bufs[] = {o, qkv, kv};
+    if (Tk > 0 && ring_tc(dt, HS, bufs, 3)) {
+        fa_geom g = ring_geom(B, T, Tk, q0, causal, NH, NKV, HS);
+        g.merge = merge;
+        const size_t W = (size_t)(NH + 2 * NKV) * (size_t)HS, C = (size_t)NH * (size_t)HS;
+        const tri_cu_bf16 *k = (const tri_cu_bf16 *)kv;
+        TRI_CU(attention_tc_fwd)
+        (stream, NULL, o + q0 * C, lse + q0, (const tri_cu_bf16 *)qkv + q0 * W, k, k + (size_t)NKV * (size_t)HS, g);
+        return;
+    }
     const float scale = 1.0f / sqrtf((float)HS);
     TRI_CU_DTYPE_SWITCH(dt, "attention_block_fwd", S,
                         LAUNCH(ring_fwd_kernel<S>, ring_grid(n), RING_THREADS, 0, stream, o, lse, (const S *)qkv,
                                (const S *)kv, B, T, Tk, q0, causal, merge, NH, NKV, HS, scale););
 }
 
-extern "C" void TRI_CU(attention_block_bwd)(void *stream, tri_dtype dt, float *dqkv, float *dkv, const void *dout,
-                                            const void *qkv, const void *kv, const void *out, const float *lse,
-                                            size_t B, size_t T, size_t Tk, size_t q0, int causal, int NH, int NKV,
-                                            int HS) {
+extern "C" void TRI_CU(attention_block_bwd)(void *stream, tri_dtype dt, float *dqkv, float *dkv, float *scratch,
+                                            const void *dout, const void *qkv, const void *kv, const void *out,
+                                            const float *lse, size_t B, size_t T, size_t Tk, size_t q0, int causal,
+                                            int NH, int NKV, int HS) {
     ring_check(NH, NKV, HS, T, Tk, q0, causal, "attention_block_bwd");
     const size_t nq = B * (size_t)NH * (T - q0), nk = B * (size_t)NKV * Tk;
+    const void *bufs[] = {dqkv, dkv, dout, qkv, kv, out};
+    if (nq > 0 && Tk > 0 && ring_tc(dt, HS, bufs, 6)) {
+        const fa_geom g = ring_geom(B, T, Tk, q0, causal, NH, NKV, HS);
+        const size_t W = (size_t)(NH + 2 * NKV) * (size_t)HS, C = (size_t)NH * (size_t)HS, KV = (size_t)NKV * HS;
+        const tri_cu_bf16 *k = (const tri_cu_bf16 *)kv, *dO = (const tri_cu_bf16 *)dout + q0 * C;
+        TRI_CU(attention_delta)(stream, dt, scratch, dO, (const tri_cu_bf16 *)out + q0 * C, g);
+        TRI_CU(attention_tc_bwd)
+        (stream, NULL, NULL, NULL, dqkv + q0 * W, dkv, dkv + KV, dO, (const tri_cu_bf16 *)qkv + q0 * W, k, k + KV,
+         lse + q0, scratch, g);
+        return;
+    }
     const float scale = 1.0f / sqrtf((float)HS);
     TRI_CU_DTYPE_SWITCH(dt, "attention_block_bwd", S, {
         if (nq > 0)

@@ -147,25 +147,44 @@ DEVFN void store_rows(tri_cu_bf16 *dst, size_t row, const float acc[HS / 8][4], 
     }
 }
 
+/* Adds a warp's 16 x HS accumulator (times `mul`) to fp32 rows r0 .. r0 + 15
+ * of a strided slab, the rows below n only (ring attention's gradients). */
+template <int HS>
+DEVFN void add_rows_f32(float *dst, size_t row, const float acc[HS / 8][4], float mul, int r0, int n, int lane) {
+    const int ra = r0 + (lane >> 2), rb = ra + 8, c = 2 * (lane & 3);
+    FA_UNROLL
+    for (int nt = 0; nt < HS / 8; nt++) {
+        if (ra < n) {
+            float *d = dst + (size_t)ra * row + nt * 8 + c;
+            d[0] += acc[nt][0] * mul, d[1] += acc[nt][1] * mul;
+        }
+        if (rb < n) {
+            float *d = dst + (size_t)rb * row + nt * 8 + c;
+            d[0] += acc[nt][2] * mul, d[1] += acc[nt][3] * mul;
+        }
+    }
+}
+
 /* ---- forward ---- */
 
 /* Queries [i0, i0 + BR) of (batch, head) bh. */
 template <int HS>
-DEVFN void fa_tc_fwd_tile(tri_cu_bf16 *sm, tri_cu_bf16 *out, float *lse, const tri_cu_bf16 *q, const tri_cu_bf16 *k,
-                          const tri_cu_bf16 *v, const fa_geom &g, int bh, int i0) {
+DEVFN void fa_tc_fwd_tile(tri_cu_bf16 *sm, tri_cu_bf16 *out, float *o32, float *lse, const tri_cu_bf16 *q,
+                          const tri_cu_bf16 *k, const tri_cu_bf16 *v, const fa_geom &g, int bh, int i0) {
     typedef fa_tc<HS> F;
     constexpr int LD = F::LD, BR = F::BR, BC = F::BC;
     tri_cu_bf16 *Qs = sm, *Ks = Qs + BR * LD, *Vs = Ks + 2 * BC * LD; /* Qs[BR][LD], Ks, Vs [2][BC][LD] */
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tq = lane & 3, Tq = g.Tq;
     const size_t b = (unsigned)bh / (unsigned)g.NH, h = (unsigned)bh % (unsigned)g.NH, kvh = fa_kvh(g, h);
     const tri_cu_bf16 *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + kvh * HS, *vh = v + b * g.v_b + kvh * HS;
-    const int last = (i0 + BR < Tq ? i0 + BR : Tq) - 1; /* the block's last query */
-    const int kend = g.q0 + last + 1;                   /* keys [0, kend) are seen by some query */
+    const int last = (i0 + BR < Tq ? i0 + BR : Tq) - 1;  /* the block's last query */
+    const int kend = g.nomask ? g.Tk : g.q0 + last + 1; /* keys [0, kend) are seen by some query */
     const int nkt = (kend + BC - 1) / BC;
     const int r0 = i0 + 16 * warp; /* the warp's first query */
     const bool active = r0 < Tq;
-    const int wlast = g.q0 + (r0 + 15 < Tq ? r0 + 15 : Tq - 1); /* the last key the warp's queries see */
-    const int pa = g.q0 + r0 + (lane >> 2), pb = pa + 8;        /* the positions of this lane's two rows */
+    /* the last key the warp's queries see */
+    const int wlast = g.nomask ? g.Tk - 1 : g.q0 + (r0 + 15 < Tq ? r0 + 15 : Tq - 1);
+    const int pa = g.q0 + r0 + (lane >> 2), pb = pa + 8; /* the positions of this lane's two rows */
     const float sl2 = g.scale * FA_LOG2E;
 
     __syncthreads(); /* the block's previous tile is used up */
@@ -208,8 +227,9 @@ DEVFN void fa_tc_fwd_tile(tri_cu_bf16 *sm, tri_cu_bf16 *out, float *lse, const t
                     mma2(s[2 * np], s[2 * np + 1], qf[ks], kb);
                 }
             }
-            /* scores in base 2, the causal mask where the tile reaches past the warp's first row */
-            const bool diag = j0 + BC - 1 > g.q0 + r0;
+            /* scores in base 2, the causal mask where the tile reaches past
+             * the warp's first row (without the mask: the keys past Tk) */
+            const bool diag = g.nomask ? j0 + BC > g.Tk : j0 + BC - 1 > g.q0 + r0;
             float mx[2] = {-INFINITY, -INFINITY};
             FA_UNROLL
             for (int nt = 0; nt < BC / 8; nt++) {
@@ -217,7 +237,7 @@ DEVFN void fa_tc_fwd_tile(tri_cu_bf16 *sm, tri_cu_bf16 *out, float *lse, const t
                 for (int e = 0; e < 4; e++) {
                     const int j = j0 + nt * 8 + 2 * tq + (e & 1);
                     float x = s[nt][e] * sl2;
-                    if (diag && j > (e < 2 ? pa : pb)) x = -INFINITY;
+                    if (diag && (g.nomask ? j >= g.Tk : j > (e < 2 ? pa : pb))) x = -INFINITY;
                     s[nt][e] = x;
                     mx[e >> 1] = fmaxf(mx[e >> 1], x);
                 }
@@ -275,23 +295,53 @@ DEVFN void fa_tc_fwd_tile(tri_cu_bf16 *sm, tri_cu_bf16 *out, float *lse, const t
         const float inv0 = 1.0f / l[0], inv1 = 1.0f / l[1];
         FA_UNROLL
         for (int nt = 0; nt < HS / 8; nt++) o[nt][0] *= inv0, o[nt][1] *= inv0, o[nt][2] *= inv1, o[nt][3] *= inv1;
-        store_rows<HS>(out + b * g.o_b + h * HS, g.o_r, o, 1.0f, r0, Tq, lane);
         const int ia = r0 + (lane >> 2), ib = ia + 8;
-        if (tq == 0 && ia < Tq) lse[(size_t)bh * Tq + ia] = m[0] * FA_LN2 + logf(l[0]);
-        if (tq == 0 && ib < Tq) lse[(size_t)bh * Tq + ib] = m[1] * FA_LN2 + logf(l[1]);
+        if (o32 == nullptr) {
+            store_rows<HS>(out + b * g.o_b + h * HS, g.o_r, o, 1.0f, r0, Tq, lane);
+            if (tq == 0 && ia < Tq) lse[(size_t)bh * Tq + ia] = m[0] * FA_LN2 + logf(l[0]);
+            if (tq == 0 && ib < Tq) lse[(size_t)bh * Tq + ib] = m[1] * FA_LN2 + logf(l[1]);
+        } else { /* ring attention: fp32, merged into the running output by log-sum-exp */
+            float *L = lse + (size_t)bh * g.lse_T, *ob = o32 + b * g.o_b + h * HS;
+            float lb[2] = {m[0] * FA_LN2 + logf(l[0]), m[1] * FA_LN2 + logf(l[1])}, wa[2] = {0.0f, 0.0f},
+                  wb[2] = {1.0f, 1.0f};
+            const int rows[2] = {ia, ib};
+            if (g.merge) {
+                FA_UNROLL
+                for (int r = 0; r < 2; r++) {
+                    const float la = rows[r] < Tq ? L[rows[r]] : 0.0f, mx = fmaxf(la, lb[r]);
+                    const float ln = mx + logf(expf(la - mx) + expf(lb[r] - mx));
+                    wa[r] = expf(la - ln), wb[r] = expf(lb[r] - ln), lb[r] = ln;
+                }
+                __syncwarp(FULL_MASK); /* every lane has read its rows' lse before one of them is written */
+            }
+            const int c = 2 * tq;
+            FA_UNROLL
+            for (int nt = 0; nt < HS / 8; nt++) {
+                FA_UNROLL
+                for (int r = 0; r < 2; r++) {
+                    if (rows[r] >= Tq) continue;
+                    float *d = ob + (size_t)rows[r] * g.o_r + nt * 8 + c;
+                    const float x0 = o[nt][2 * r] * wb[r], x1 = o[nt][2 * r + 1] * wb[r];
+                    d[0] = g.merge ? d[0] * wa[r] + x0 : x0;
+                    d[1] = g.merge ? d[1] * wa[r] + x1 : x1;
+                }
+            }
+            if (tq == 0 && ia < Tq) L[ia] = lb[0];
+            if (tq == 0 && ib < Tq) L[ib] = lb[1];
+        }
     }
 }
 
 /* Grid (B NH, query tiles), the tiles in reverse (the longest first). */
 template <int HS>
-KERNEL fa_tc_fwd_kernel(tri_cu_bf16 *out, float *lse, const tri_cu_bf16 *q, const tri_cu_bf16 *k, const tri_cu_bf16 *v,
-                        fa_geom g) {
+KERNEL fa_tc_fwd_kernel(tri_cu_bf16 *out, float *o32, float *lse, const tri_cu_bf16 *q, const tri_cu_bf16 *k,
+                        const tri_cu_bf16 *v, fa_geom g) {
     DYN_SMEM(fa_chunk, smem);
     constexpr int BR = fa_tc<HS>::BR;
     const int tiles = (g.Tq + BR - 1) / BR;
     const int bh = blockIdx.x; /* grid.x is B NH */
     for (int y = blockIdx.y; y < tiles; y += gridDim.y)
-        fa_tc_fwd_tile<HS>(reinterpret_cast<tri_cu_bf16 *>(smem), out, lse, q, k, v, g, bh, (tiles - 1 - y) * BR);
+        fa_tc_fwd_tile<HS>(reinterpret_cast<tri_cu_bf16 *>(smem), out, o32, lse, q, k, v, g, bh, (tiles - 1 - y) * BR);
 }
 
 /* ---- backward: dk, dv ---- */
@@ -299,9 +349,9 @@ KERNEL fa_tc_fwd_kernel(tri_cu_bf16 *out, float *lse, const tri_cu_bf16 *q, cons
 /* Keys [j0, j0 + BK) of (batch, key/value head) bkv, over the query heads
  * of its group. */
 template <int HS>
-DEVFN void fa_tc_dkdv_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dk, tri_cu_bf16 *dv, const tri_cu_bf16 *dout,
-                           const tri_cu_bf16 *q, const tri_cu_bf16 *k, const tri_cu_bf16 *v, const float *lse,
-                           const float *delta, const fa_geom &g, int bkv, int j0) {
+DEVFN void fa_tc_dkdv_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dk, tri_cu_bf16 *dv, float *dk32, float *dv32,
+                           const tri_cu_bf16 *dout, const tri_cu_bf16 *q, const tri_cu_bf16 *k, const tri_cu_bf16 *v,
+                           const float *lse, const float *delta, const fa_geom &g, int bkv, int j0) {
     typedef fa_tc<HS> F;
     constexpr int LD = F::LD, BK = F::BK, BQ = F::BQK;
     /* Ks, Vs [BK][LD]; Qs, dOs [2][BQ][LD]; Ls (lse log2 e), Ds (delta) [2][BQ] */
@@ -313,7 +363,7 @@ DEVFN void fa_tc_dkdv_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dk, tri_cu_bf16 *dv, co
     const int kw = j0 + 16 * warp; /* the warp's first key */
     const bool active = kw < g.Tk;
     const int ka = kw + (lane >> 2), kb = ka + 8; /* this lane's two keys */
-    const int first = j0 > g.q0 ? j0 - g.q0 : 0;  /* the first query that sees key j0 */
+    const int first = !g.nomask && j0 > g.q0 ? j0 - g.q0 : 0; /* the first query that sees key j0 */
     /* the pipeline's steps: (query head of the group, query tile) pairs, the
      * head major; per head the tiles it0 .. it0 + per - 1 */
     const int it0 = first / BQ, per = (Tq + BQ - 1) / BQ - it0, nit = per > 0 ? per * g.G : 0;
@@ -325,7 +375,7 @@ DEVFN void fa_tc_dkdv_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dk, tri_cu_bf16 *dv, co
                                         tc_load<HS, BQ>(Qs + buf * BQ * LD, q + b * g.q_b + h * HS, g.q_r, qt * BQ, Tq);
                                         tc_load<HS, BQ>(dOs + buf * BQ * LD, dout + b * g.do_b + h * HS, g.do_r,
                                                         qt * BQ, Tq);
-                                        const float *L = lse + bh * Tq, *D = delta + bh * Tq;
+                                        const float *L = lse + bh * g.lse_T, *D = delta + bh * Tq;
                                         for (int r = threadIdx.x; r < BQ; r += TC_THREADS) {
                                             const int i = qt * BQ + r;
                                             Ls[buf * BQ + r] = i < Tq ? L[i] * FA_LOG2E : 0.0f;
@@ -357,7 +407,7 @@ DEVFN void fa_tc_dkdv_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dk, tri_cu_bf16 *dv, co
         }
         __syncthreads(); /* every thread's copies and stores of this tile are in */
         const int ilast = (i0 + BQ < Tq ? i0 + BQ : Tq) - 1;
-        if (active && kw <= g.q0 + ilast) { /* some query of the tile sees the warp's first key */
+        if (active && (g.nomask || kw <= g.q0 + ilast)) { /* some query of the tile sees the warp's first key */
             const tri_cu_bf16 *Qb = Qs + buf * BQ * LD, *dOb = dOs + buf * BQ * LD;
             const float *Lb = Ls + buf * BQ, *Db = Ds + buf * BQ;
             float s[BQ / 8][4], dp[BQ / 8][4];
@@ -388,7 +438,8 @@ DEVFN void fa_tc_dkdv_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dk, tri_cu_bf16 *dv, co
                 FA_UNROLL
                 for (int e = 0; e < 4; e++) {
                     const int c = nt * 8 + 2 * tq + (e & 1), i = i0 + c;
-                    const bool seen = i < Tq && (e < 2 ? ka : kb) <= g.q0 + i;
+                    const int key = e < 2 ? ka : kb;
+                    const bool seen = i < Tq && (g.nomask ? key < g.Tk : key <= g.q0 + i);
                     const float p = seen ? exp2f(s[nt][e] * sl2 - Lb[c]) : 0.0f;
                     s[nt][e] = p;
                     dp[nt][e] = p * (dp[nt][e] - Db[c]);
@@ -416,28 +467,33 @@ DEVFN void fa_tc_dkdv_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dk, tri_cu_bf16 *dv, co
         }
         __syncthreads(); /* before the buffer is refilled */
     }
-    if (active) { /* every key below Tk, zeros for the keys no query sees */
+    if (active && dk32 != nullptr) { /* ring attention: added to the fp32 gradients */
+        add_rows_f32<HS>(dk32 + b * g.dk_b + kvh * HS, g.dk_r, dka, g.scale, kw, g.Tk, lane);
+        add_rows_f32<HS>(dv32 + b * g.dv_b + kvh * HS, g.dv_r, dva, 1.0f, kw, g.Tk, lane);
+    } else if (active) { /* every key below Tk, zeros for the keys no query sees */
         store_rows<HS>(dk + b * g.dk_b + kvh * HS, g.dk_r, dka, g.scale, kw, g.Tk, lane);
         store_rows<HS>(dv + b * g.dv_b + kvh * HS, g.dv_r, dva, 1.0f, kw, g.Tk, lane);
     }
 }
 
 template <int HS>
-KERNEL fa_tc_dkdv_kernel(tri_cu_bf16 *dk, tri_cu_bf16 *dv, const tri_cu_bf16 *dout, const tri_cu_bf16 *q,
-                         const tri_cu_bf16 *k, const tri_cu_bf16 *v, const float *lse, const float *delta, fa_geom g) {
+KERNEL fa_tc_dkdv_kernel(tri_cu_bf16 *dk, tri_cu_bf16 *dv, float *dk32, float *dv32, const tri_cu_bf16 *dout,
+                         const tri_cu_bf16 *q, const tri_cu_bf16 *k, const tri_cu_bf16 *v, const float *lse,
+                         const float *delta, fa_geom g) {
     DYN_SMEM(fa_chunk, smem);
     constexpr int BK = fa_tc<HS>::BK;
     const int tiles = (g.Tk + BK - 1) / BK;
     const int bkv = blockIdx.x; /* grid.x is B NKV */
     for (int y = blockIdx.y; y < tiles; y += gridDim.y)
-        fa_tc_dkdv_tile<HS>(reinterpret_cast<tri_cu_bf16 *>(smem), dk, dv, dout, q, k, v, lse, delta, g, bkv, y * BK);
+        fa_tc_dkdv_tile<HS>(reinterpret_cast<tri_cu_bf16 *>(smem), dk, dv, dk32, dv32, dout, q, k, v, lse, delta, g, bkv,
+                            y * BK);
 }
 
 /* ---- backward: dq ---- */
 
 /* Queries [i0, i0 + BR) of (batch, head) bh. */
 template <int HS>
-DEVFN void fa_tc_dq_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dq, const tri_cu_bf16 *dout, const tri_cu_bf16 *q,
+DEVFN void fa_tc_dq_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dq, float *dq32, const tri_cu_bf16 *dout, const tri_cu_bf16 *q,
                          const tri_cu_bf16 *k, const tri_cu_bf16 *v, const float *lse, const float *delta,
                          const fa_geom &g, int bh, int i0) {
     typedef fa_tc<HS> F;
@@ -449,14 +505,14 @@ DEVFN void fa_tc_dq_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dq, const tri_cu_bf16 *do
     const tri_cu_bf16 *qh = q + b * g.q_b + h * HS, *kh = k + b * g.k_b + kvh * HS, *vh = v + b * g.v_b + kvh * HS;
     const tri_cu_bf16 *dOh = dout + b * g.do_b + h * HS;
     const int last = (i0 + BR < Tq ? i0 + BR : Tq) - 1;
-    const int kend = g.q0 + last + 1;
+    const int kend = g.nomask ? g.Tk : g.q0 + last + 1;
     const int nkt = (kend + BC - 1) / BC;
     const int r0 = i0 + 16 * warp;
     const bool active = r0 < Tq;
-    const int wlast = g.q0 + (r0 + 15 < Tq ? r0 + 15 : Tq - 1);
+    const int wlast = g.nomask ? g.Tk - 1 : g.q0 + (r0 + 15 < Tq ? r0 + 15 : Tq - 1);
     const int ia = r0 + (lane >> 2), ib = ia + 8, pa = g.q0 + ia, pb = g.q0 + ib;
     const float sl2 = g.scale * FA_LOG2E;
-    const float *L = lse + (size_t)bh * Tq, *D = delta + (size_t)bh * Tq;
+    const float *L = lse + (size_t)bh * g.lse_T, *D = delta + (size_t)bh * Tq;
     const float La = ia < Tq ? L[ia] * FA_LOG2E : 0.0f, Lb = ib < Tq ? L[ib] * FA_LOG2E : 0.0f;
     const float Da = ia < Tq ? D[ia] : 0.0f, Db = ib < Tq ? D[ib] : 0.0f;
 
@@ -512,7 +568,7 @@ DEVFN void fa_tc_dq_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dq, const tri_cu_bf16 *do
                 FA_UNROLL
                 for (int e = 0; e < 4; e++) {
                     const int j = j0 + nt * 8 + 2 * tq + (e & 1);
-                    const bool seen = j <= (e < 2 ? pa : pb);
+                    const bool seen = g.nomask ? j < g.Tk : j <= (e < 2 ? pa : pb);
                     const float p = seen ? exp2f(s[nt][e] * sl2 - (e < 2 ? La : Lb)) : 0.0f;
                     dp[nt][e] = p * (dp[nt][e] - (e < 2 ? Da : Db));
                 }
@@ -532,62 +588,66 @@ DEVFN void fa_tc_dq_tile(tri_cu_bf16 *sm, tri_cu_bf16 *dq, const tri_cu_bf16 *do
         }
         __syncthreads(); /* before the buffer is refilled */
     }
-    if (active) store_rows<HS>(dq + b * g.dq_b + h * HS, g.dq_r, dqa, g.scale, r0, Tq, lane);
+    if (active && dq32 != nullptr)
+        add_rows_f32<HS>(dq32 + b * g.dq_b + h * HS, g.dq_r, dqa, g.scale, r0, Tq, lane);
+    else if (active)
+        store_rows<HS>(dq + b * g.dq_b + h * HS, g.dq_r, dqa, g.scale, r0, Tq, lane);
 }
 
 template <int HS>
-KERNEL fa_tc_dq_kernel(tri_cu_bf16 *dq, const tri_cu_bf16 *dout, const tri_cu_bf16 *q, const tri_cu_bf16 *k,
-                       const tri_cu_bf16 *v, const float *lse, const float *delta, fa_geom g) {
+KERNEL fa_tc_dq_kernel(tri_cu_bf16 *dq, float *dq32, const tri_cu_bf16 *dout, const tri_cu_bf16 *q,
+                       const tri_cu_bf16 *k, const tri_cu_bf16 *v, const float *lse, const float *delta, fa_geom g) {
     DYN_SMEM(fa_chunk, smem);
     constexpr int BR = fa_tc<HS>::BR;
     const int tiles = (g.Tq + BR - 1) / BR;
     const int bh = blockIdx.x; /* grid.x is B NH */
     for (int y = blockIdx.y; y < tiles; y += gridDim.y)
-        fa_tc_dq_tile<HS>(reinterpret_cast<tri_cu_bf16 *>(smem), dq, dout, q, k, v, lse, delta, g, bh,
+        fa_tc_dq_tile<HS>(reinterpret_cast<tri_cu_bf16 *>(smem), dq, dq32, dout, q, k, v, lse, delta, g, bh,
                           (tiles - 1 - y) * BR);
 }
 
 /* ---- launchers (attention.cuh) ---- */
 
 template <int HS>
-static void tc_fwd(void *stream, tri_cu_bf16 *out, float *lse, const tri_cu_bf16 *q, const tri_cu_bf16 *k,
+static void tc_fwd(void *stream, tri_cu_bf16 *out, float *o32, float *lse, const tri_cu_bf16 *q, const tri_cu_bf16 *k,
                    const tri_cu_bf16 *v, const fa_geom &g) {
     typedef fa_tc<HS> F;
     const dim3 grid = fa_grid(g.BNH, tri_cu_blocks((size_t)g.Tq, F::BR));
     FA_SMEM_OPTIN(fa_tc_fwd_kernel<HS>, F::fwd_smem);
-    LAUNCH(fa_tc_fwd_kernel<HS>, grid, TC_THREADS, F::fwd_smem, stream, out, lse, q, k, v, g);
+    LAUNCH(fa_tc_fwd_kernel<HS>, grid, TC_THREADS, F::fwd_smem, stream, out, o32, lse, q, k, v, g);
 }
 
 template <int HS>
-static void tc_bwd(void *stream, tri_cu_bf16 *dq, tri_cu_bf16 *dk, tri_cu_bf16 *dv, const tri_cu_bf16 *dout,
-                   const tri_cu_bf16 *q, const tri_cu_bf16 *k, const tri_cu_bf16 *v, const float *lse,
-                   const float *delta, const fa_geom &g) {
+static void tc_bwd(void *stream, tri_cu_bf16 *dq, tri_cu_bf16 *dk, tri_cu_bf16 *dv, float *dq32, float *dk32,
+                   float *dv32, const tri_cu_bf16 *dout, const tri_cu_bf16 *q, const tri_cu_bf16 *k,
+                   const tri_cu_bf16 *v, const float *lse, const float *delta, const fa_geom &g) {
     typedef fa_tc<HS> F;
     const dim3 grid_kv = fa_grid(g.BNKV, tri_cu_blocks((size_t)g.Tk, F::BK));
     const dim3 grid_q = fa_grid(g.BNH, tri_cu_blocks((size_t)g.Tq, F::BR));
     FA_SMEM_OPTIN(fa_tc_dkdv_kernel<HS>, F::dkdv_smem);
-    LAUNCH(fa_tc_dkdv_kernel<HS>, grid_kv, TC_THREADS, F::dkdv_smem, stream, dk, dv, dout, q, k, v, lse, delta, g);
+    LAUNCH(fa_tc_dkdv_kernel<HS>, grid_kv, TC_THREADS, F::dkdv_smem, stream, dk, dv, dk32, dv32, dout, q, k, v, lse,
+           delta, g);
     FA_SMEM_OPTIN(fa_tc_dq_kernel<HS>, F::dq_smem);
-    LAUNCH(fa_tc_dq_kernel<HS>, grid_q, TC_THREADS, F::dq_smem, stream, dq, dout, q, k, v, lse, delta, g);
+    LAUNCH(fa_tc_dq_kernel<HS>, grid_q, TC_THREADS, F::dq_smem, stream, dq, dq32, dout, q, k, v, lse, delta, g);
 }
 
-void TRI_CU(attention_tc_fwd)(void *stream, tri_cu_bf16 *out, float *lse, const tri_cu_bf16 *q, const tri_cu_bf16 *k,
-                              const tri_cu_bf16 *v, const fa_geom &g) {
+void TRI_CU(attention_tc_fwd)(void *stream, tri_cu_bf16 *out, float *o32, float *lse, const tri_cu_bf16 *q,
+                              const tri_cu_bf16 *k, const tri_cu_bf16 *v, const fa_geom &g) {
     if (g.HS == 64)
-        tc_fwd<64>(stream, out, lse, q, k, v, g);
+        tc_fwd<64>(stream, out, o32, lse, q, k, v, g);
     else if (g.HS == 128)
-        tc_fwd<128>(stream, out, lse, q, k, v, g);
+        tc_fwd<128>(stream, out, o32, lse, q, k, v, g);
     else
         tri_cu_fail("attention_tc_fwd", "head size neither 64 nor 128", __FILE__, __LINE__);
 }
 
-void TRI_CU(attention_tc_bwd)(void *stream, tri_cu_bf16 *dq, tri_cu_bf16 *dk, tri_cu_bf16 *dv, const tri_cu_bf16 *dout,
-                              const tri_cu_bf16 *q, const tri_cu_bf16 *k, const tri_cu_bf16 *v, const float *lse,
-                              const float *delta, const fa_geom &g) {
+void TRI_CU(attention_tc_bwd)(void *stream, tri_cu_bf16 *dq, tri_cu_bf16 *dk, tri_cu_bf16 *dv, float *dq32, float *dk32,
+                              float *dv32, const tri_cu_bf16 *dout, const tri_cu_bf16 *q, const tri_cu_bf16 *k,
+                              const tri_cu_bf16 *v, const float *lse, const float *delta, const fa_geom &g) {
     if (g.HS == 64)
-        tc_bwd<64>(stream, dq, dk, dv, dout, q, k, v, lse, delta, g);
+        tc_bwd<64>(stream, dq, dk, dv, dq32, dk32, dv32, dout, q, k, v, lse, delta, g);
     else if (g.HS == 128)
-        tc_bwd<128>(stream, dq, dk, dv, dout, q, k, v, lse, delta, g);
+        tc_bwd<128>(stream, dq, dk, dv, dq32, dk32, dv32, dout, q, k, v, lse, delta, g);
     else
         tri_cu_fail("attention_tc_bwd", "head size neither 64 nor 128", __FILE__, __LINE__);
 }

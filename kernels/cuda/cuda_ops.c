@@ -495,11 +495,11 @@ static void cu_attention_block_fwd(tri_ctx *c, float *o, float *lse, const void 
     OP_DONE(c, "attention_block_fwd");
 }
 
-static void cu_attention_block_bwd(tri_ctx *c, float *dqkv, float *dkv, const void *dout, const void *qkv,
-                                   const void *kv, const void *out, const float *lse, size_t B, size_t T, size_t Tk,
-                                   size_t q0, int causal, int NH, int NKV, int HS) {
+static void cu_attention_block_bwd(tri_ctx *c, float *dqkv, float *dkv, float *scratch, const void *dout,
+                                   const void *qkv, const void *kv, const void *out, const float *lse, size_t B,
+                                   size_t T, size_t Tk, size_t q0, int causal, int NH, int NKV, int HS) {
     TRI_CU(attention_block_bwd)
-    (st(c)->stream, c->act_dtype, dqkv, dkv, dout, qkv, kv, out, lse, B, T, Tk, q0, causal, NH, NKV, HS);
+    (st(c)->stream, c->act_dtype, dqkv, dkv, scratch, dout, qkv, kv, out, lse, B, T, Tk, q0, causal, NH, NKV, HS);
     OP_DONE(c, "attention_block_bwd");
 }
 

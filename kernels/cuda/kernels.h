@@ -112,9 +112,9 @@ size_t TRI_CU(attention_scratch_floats)(size_t B, size_t T, int NH, int NKV, int
 void TRI_CU(attention_block_fwd)(void *stream, tri_dtype dt, float *o, float *lse, const void *qkv, const void *kv,
                                  size_t B, size_t T, size_t Tk, size_t q0, int causal, int merge, int NH, int NKV,
                                  int HS);
-void TRI_CU(attention_block_bwd)(void *stream, tri_dtype dt, float *dqkv, float *dkv, const void *dout, const void *qkv,
-                                 const void *kv, const void *out, const float *lse, size_t B, size_t T, size_t Tk,
-                                 size_t q0, int causal, int NH, int NKV, int HS);
+void TRI_CU(attention_block_bwd)(void *stream, tri_dtype dt, float *dqkv, float *dkv, float *scratch, const void *dout,
+                                 const void *qkv, const void *kv, const void *out, const float *lse, size_t B, size_t T,
+                                 size_t Tk, size_t q0, int causal, int NH, int NKV, int HS);
 void TRI_CU(attention_kv_copy)(void *stream, void *dst, const void *src, size_t esz, size_t B, size_t T, int NH,
                                int NKV, int HS, int to_qkv);
 

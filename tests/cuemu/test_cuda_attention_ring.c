@@ -9,10 +9,21 @@
  * fp32 and bf16 storage (bf16: the CPU blocks on the bf16-rounded inputs);
  * two scheduling seeds. attention_kv_copy bit for bit both ways.
  *
+ * bf16 with HS 64 (and 128) takes the tensor-core kernels (attention_tc.cu
+ * on the block's views; the emulator's mma count checks that they ran).
+ *
  * Tolerance: sums of HS products (scores) and of Tk terms (the weighted
  * values, the gradients), in another order and with CUDA's expf / logf
  * against the CPU's: 64 eps (1 + |want|) on values of order 1 (measured far
- * below). A wrong mask, merge or missing term is off by 1e-2 or more. */
+ * below). The tensor-core kernels also round the probabilities P (and dS)
+ * to bf16 as the mma's A operand, each by at most 2^-8 of itself, so a sum
+ * moves by at most 2^-8 of the summed magnitudes of its terms (as
+ * test_cuda_attention_tc.c derives it), computed here per element in
+ * double: out_id: sum_j p_ij |v_jd| over every key the row saw (both
+ * blocks, p with the final lse); dv_jd: sum_i p_ij |dout_id|; dk_jd: scale
+ * sum_i p_ij (|dp_ij| + |D_i|) |q_id|; dq_id: scale sum_j p_ij (|dp_ij| +
+ * |D_i|) |k_jd|; those paths get (2^-8 + 64 eps) times it on top. A wrong
+ * mask, merge or missing term is off by 1e-2 or more. */
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
@@ -27,7 +38,8 @@
 #include "tests/cuemu/cuemu_api.h"
 #include "tests/cuemu/dev_mem.h"
 
-#define TOL (64.0 * FLT_EPSILON)
+#define TOL    (64.0 * FLT_EPSILON)
+#define BF16_U (1.0 / 256.0) /* one rounding to bf16, relative */
 
 static float uniform(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -54,13 +66,64 @@ static float *dup(const float *x, size_t n) {
     return y;
 }
 
-static void expect_near(const char *what, const float *got, const float *want, size_t n, const char *shape) {
+/* mag: the summed magnitudes behind each element on the tensor-core path (NULL: none) */
+static void expect_near(const char *what, const float *got, const float *want, size_t n, const char *shape,
+                        const double *mag) {
     for (size_t i = 0; i < n; i++) {
-        const double err = fabs((double)got[i] - want[i]), lim = TOL * (1.0 + fabs((double)want[i]));
+        const double err = fabs((double)got[i] - want[i]);
+        const double lim = TOL * (1.0 + fabs((double)want[i])) + (mag ? (BF16_U + TOL) * mag[i] : 0.0);
         if (!(err <= lim))
             cr_assert_fail("%s %s: element %zu is %.9g, the CPU block gives %.9g (|diff| %.3g > %.3g)", what, shape, i,
                            got[i], want[i], err, lim);
     }
+}
+
+/* The geometry of one block for the magnitudes: queries [q0, T) of qkv
+ * against Tk keys of blk, causal (query i sees key j <= i) or all. */
+typedef struct ring_blk {
+    const float *qkv, *blk;
+    size_t T, Tk, q0;
+    int causal;
+} ring_blk;
+
+static double dotd(const float *x, const float *y, int n) {
+    double d = 0;
+    for (int e = 0; e < n; e++) d += (double)x[e] * y[e];
+    return d;
+}
+
+/* Adds to mo (B, T, NH, HS) sum_j p_ij |v_jd| over the block's keys, p from
+ * the final lse L (B, NH, T); with dout and out (the backward), to mq (B, T,
+ * W, HS: the q heads) and mk (B, Tk, 2 NKV, HS) the dq and dk/dv magnitudes. */
+static void ring_mags(const ring_blk *k, size_t B, int NH, int NKV, int HS, const float *L, double *mo,
+                      const float *dout, const float *out, double *mq, double *mk) {
+    const size_t W = (size_t)(NH + 2 * NKV) * HS, C = (size_t)NH * HS, KW = (size_t)(2 * NKV) * HS;
+    const double scale = 1.0 / sqrt((double)HS);
+    for (size_t b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const int kh = h / (NH / NKV);
+            for (size_t i = k->q0; i < k->T; i++) {
+                const float *q = k->qkv + (b * k->T + i) * W + (size_t)h * HS;
+                const size_t n = k->causal ? i + 1 : k->Tk, oo = (b * k->T + i) * C + (size_t)h * HS;
+                const double Li = L[(b * NH + h) * k->T + i], D = dout ? dotd(dout + oo, out + oo, HS) : 0;
+                for (size_t j = 0; j < n; j++) {
+                    const float *kj = k->blk + (b * k->Tk + j) * KW + (size_t)kh * HS, *vj = kj + (size_t)NKV * HS;
+                    const double p = exp(dotd(q, kj, HS) * scale - Li);
+                    if (!dout) {
+                        for (int d = 0; d < HS; d++) mo[oo + d] += p * fabs(vj[d]);
+                        continue;
+                    }
+                    const double ds = p * (fabs(dotd(dout + oo, vj, HS)) + fabs(D)) * scale;
+                    double *mkj = mk + (b * k->Tk + j) * KW + (size_t)kh * HS, *mvj = mkj + (size_t)NKV * HS;
+                    double *mqi = mq + (b * k->T + i) * W + (size_t)h * HS;
+                    for (int d = 0; d < HS; d++) {
+                        mvj[d] += p * fabs(dout[oo + d]);
+                        mkj[d] += ds * fabs(q[d]);
+                        mqi[d] += ds * fabs(kj[d]);
+                    }
+                }
+            }
+        }
 }
 
 /* One block (causal or a rectangle) merged into a running output that a
@@ -84,6 +147,9 @@ static void ring_case(size_t B, size_t T, int NH, int NKV, int HS, int rect, uin
     float *o_got = dev_calloc(B * T * C, sizeof(float)), *l_got = dev_calloc(B * NH * T, sizeof(float));
     float *o_want = dev_calloc(B * T * C, sizeof(float)), *l_want = dev_calloc(B * NH * T, sizeof(float));
     tri_cuemu_set_seed(seed);
+    const int tc = bf16 && (HS == 64 || HS == 128); /* the tensor-core kernels take the block */
+    tri_cuemu_stats st0, st1;
+    tri_cuemu_stats_get(&st0);
     const void *q_dev = bf16 ? (void *)qkv_h : qkv;
     tri_cuemu_attention_block_fwd(NULL, dt, o_got, l_got, q_dev, bf16 ? (void *)own_h : own, B, T, T, 0, 1, 0, NH, NKV,
                                   HS);
@@ -93,8 +159,19 @@ static void ring_case(size_t B, size_t T, int NH, int NKV, int HS, int rect, uin
                                       NKV, HS);
         tri_cpu_attention_block_fwd(o_want, l_want, qkv, kv, B, T, Tk, q0, 0, 1, NH, NKV, HS);
     }
-    expect_near("attention_block_fwd o", o_got, o_want, B * T * C, shape);
-    expect_near("attention_block_fwd lse", l_got, l_want, B * NH * T, shape);
+    tri_cuemu_stats_get(&st1);
+    cr_expect_eq(st1.mma > st0.mma, tc, "%s: mma %llu (tensor cores expected: %d)", shape,
+                 (unsigned long long)(st1.mma - st0.mma), tc);
+    double *mo = tc ? calloc(B * T * C, sizeof(double)) : NULL;
+    const ring_blk own_b = {qkv, own, T, T, 0, 1}, rect_b = {qkv, kv, T, Tk, q0, 0};
+    if (tc) {
+        cr_assert_not_null(mo);
+        ring_mags(&own_b, B, NH, NKV, HS, l_want, mo, NULL, NULL, NULL, NULL);
+        if (rect) ring_mags(&rect_b, B, NH, NKV, HS, l_want, mo, NULL, NULL, NULL, NULL);
+    }
+    expect_near("attention_block_fwd o", o_got, o_want, B * T * C, shape, mo);
+    expect_near("attention_block_fwd lse", l_got, l_want, B * NH * T, shape, NULL);
+    free(mo);
     /* backward of the merged block against the final output (as stored: bf16 rounded) */
     float *out = dup(o_want, B * T * C);
     if (bf16) {
@@ -106,12 +183,24 @@ static void ring_case(size_t B, size_t T, int NH, int NKV, int HS, int rect, uin
     float *dq_got = fill(B * T * W, &s, 0, NULL), *dkv_got = fill(B * Tk * KW, &s, 0, NULL);
     float *dq_want = dup(dq_got, B * T * W), *dkv_want = dup(dkv_got, B * Tk * KW);
     tri_cuemu_set_seed(seed + 5);
-    tri_cuemu_attention_block_bwd(NULL, dt, dq_got, dkv_got, bf16 ? (void *)dout_h : dout, q_dev,
+    float *scratch_d = fill(B * NH * T, &s, 0, NULL); /* the device's scratch: B NH T (the delta), NaN-free noise */
+    float *scratch_h = tri_cpu_alloc(tri_cpu_attention_scratch_floats(B, T, NH, NKV, HS) * sizeof(float));
+    cr_assert_not_null(scratch_h);
+    tri_cuemu_attention_block_bwd(NULL, dt, dq_got, dkv_got, scratch_d, bf16 ? (void *)dout_h : dout, q_dev,
                                   bf16 ? (const void *)blk_h : blk, bf16 ? (void *)out_h : out, l_want, B, T, Tk, q0,
                                   rect == 0, NH, NKV, HS);
-    tri_cpu_attention_block_bwd(dq_want, dkv_want, dout, qkv, blk, out, l_want, B, T, Tk, q0, rect == 0, NH, NKV, HS);
-    expect_near("attention_block_bwd dqkv", dq_got, dq_want, B * T * W, shape);
-    expect_near("attention_block_bwd dkv", dkv_got, dkv_want, B * Tk * KW, shape);
+    tri_cpu_attention_block_bwd(dq_want, dkv_want, scratch_h, dout, qkv, blk, out, l_want, B, T, Tk, q0, rect == 0, NH,
+                                NKV, HS);
+    dev_free(scratch_d);
+    tri_cpu_free(scratch_h);
+    double *mq = tc ? calloc(B * T * W, sizeof(double)) : NULL, *mk = tc ? calloc(B * Tk * KW, sizeof(double)) : NULL;
+    if (tc) {
+        cr_assert(mq && mk);
+        ring_mags(rect ? &rect_b : &own_b, B, NH, NKV, HS, l_want, NULL, dout, out, mq, mk);
+    }
+    expect_near("attention_block_bwd dqkv", dq_got, dq_want, B * T * W, shape, mq);
+    expect_near("attention_block_bwd dkv", dkv_got, dkv_want, B * Tk * KW, shape, mk);
+    free(mq), free(mk);
     dev_free(qkv), dev_free(own), dev_free(kv), dev_free(dout), dev_free(out);
     dev_free(o_got), dev_free(l_got), dev_free(o_want), dev_free(l_want);
     dev_free(dq_got), dev_free(dkv_got), dev_free(dq_want), dev_free(dkv_want);
@@ -120,7 +209,9 @@ static void ring_case(size_t B, size_t T, int NH, int NKV, int HS, int rect, uin
 
 Test(cuda_emu_ring, blocks_match_the_cpu_blocks) {
     /* (B, T, NH, NKV, HS): MHA, GQA, MQA; T even (two chunks) */
-    const int cases[][5] = {{1, 2, 1, 1, 4}, {2, 6, 4, 4, 8}, {1, 10, 4, 2, 16}, {2, 8, 3, 1, 32}, {1, 4, 2, 2, 64}};
+    const int cases[][5] = {{1, 2, 1, 1, 4},   {2, 6, 4, 4, 8},   {1, 10, 4, 2, 16},
+                            {2, 8, 3, 1, 32},  {1, 4, 2, 2, 64},  {2, 70, 4, 2, 64},
+                            {1, 132, 2, 1, 64}, {1, 36, 2, 2, 128}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int rect = 0; rect <= 2; rect++)
             for (uint64_t seed = 1; seed <= 2; seed++)

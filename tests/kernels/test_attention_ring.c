@@ -128,14 +128,14 @@ static void check_cp(tri_ctx *c, int cp, size_t B, size_t T, int NH, int NKV, in
     /* backward: own block causal into dq and its own dK/dV; the others' dK/dV
      * summed at their owner */
     for (int r = 0; r < cp; r++) {
-        ops->attention_block_bwd(c, ldq[r], ldkv[r], ldo[r], lq[r], lkv[r], lout[r], llse[r], B, Tl, Tl, 0, 1, NH, NKV,
-                                 HS);
+        ops->attention_block_bwd(c, ldq[r], ldkv[r], scratch, ldo[r], lq[r], lkv[r], lout[r], llse[r], B, Tl, Tl, 0, 1,
+                                 NH, NKV, HS);
         for (int s = 1; s < cp; s++) {
             int src = (r - s + cp) % cp;
             size_t q0, tk;
             visible_from(Tl, cp, r, src, &q0, &tk);
             for (size_t b = 0; b < B; b++)
-                ops->attention_block_bwd(c, ldq[r] + b * Tl * W, ldkv[src] + b * Tl * KW, ldo[r] + b * Tl * C,
+                ops->attention_block_bwd(c, ldq[r] + b * Tl * W, ldkv[src] + b * Tl * KW, scratch, ldo[r] + b * Tl * C,
                                          lq[r] + b * Tl * W, lkv[src] + b * Tl * KW, lout[r] + b * Tl * C,
                                          llse[r] + b * (size_t)NH * Tl, 1, Tl, tk, q0, 0, NH, NKV, HS);
         }
