@@ -217,6 +217,12 @@ static const field fields[] = {
         "ZeRO-3 (true/false or 1/0): keep a chunk's gathered parameters from its forward until its next "
         "backward instead of gathering them again (one all-gather per micro-batch instead of two, the full "
         "chunk held meanwhile; PyTorch FSDP's reshard_after_forward=False); needs parallel.zero = 3"),
+    NUM(parallel, zero_unit_layers, 1, 0, 0, R_LO,
+        "ZeRO-3: consecutive transformer layers gathered as one unit (PyTorch FSDP's wrap policy): a unit "
+        "is all-gathered just before its first layer runs, the next unit's gather started meanwhile, and "
+        "released after its last layer (the embedding, final norm and head: one unit at each end, held for "
+        "the chunk's forward); so about two units are gathered at a time. 0: the whole chunk as one unit "
+        "(docs/parallelism.md)"),
 
     STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),

@@ -41,6 +41,10 @@ int zero_params_shard(trainer *t);
 /* ZeRO-3: the stage's callbacks wrapped (gather before, release after);
  * *view is replaced. 0 or -1 (printed). No-op below stage 3. */
 int zero_wrap_stage(trainer *t, tri_pipe_stage *view);
+/* ZeRO-3, once the buckets are made and before the optimizer lays out its
+ * shards: the buckets cut on the units' edges (parallel.zero_unit_layers)
+ * and the units made. 0 or -1 (printed). No-op below stage 3. */
+int zero_split_units(trainer *t);
 /* ZeRO-3, collective over the group: every chunk's full parameters (for a
  * checkpoint save or load), then released again. No-ops below stage 3. */
 int zero_params_gather_all(trainer *t);
