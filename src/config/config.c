@@ -211,8 +211,8 @@ static const field fields[] = {
         "ZeRO stage over DP (0: off; true/false as 1/0). 1: distributed optimizer: gradients reduce-scattered over DP, each DP "
         "rank keeps and updates 1/dp of the optimizer state, parameters all-gathered. 2: the gradients "
         "sharded too (each rank keeps its 1/dp reduced shard; the full gradient buffer lives only within a "
-        "step). 3: the parameters too (each chunk all-gathered before its forward and its backward, released "
-        "after). docs/parallelism.md"),
+        "step). 3: the parameters too (gathered in units of parallel.zero_unit_layers layers: each all-gathered "
+        "before its forward and its backward, released after). docs/parallelism.md"),
     NUM(parallel, zero_keep_params, 0, 0, 1, R_LO | R_HI,
         "ZeRO-3 (true/false or 1/0): keep a chunk's gathered parameters from its forward until its next "
         "backward instead of gathering them again (one all-gather per micro-batch instead of two, the full "
