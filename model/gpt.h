@@ -152,7 +152,8 @@ typedef struct tri_chunk {
      * chunk-local layer i runs, in the forward (backward 0) and in the
      * backward or its input half with any recompute (backward 1; the weight
      * half reads no weights and calls nothing), so that its parameters can
-     * be gathered in time. NULL: not called. */
+     * be gathered in time; in the forward also with i = n_layers before the
+     * head of a chunk that has it. NULL: not called. */
     void (*before_layer)(void *ctx, int i, int backward);
     void *before_layer_ctx;
 } tri_chunk;

@@ -641,7 +641,9 @@ double tri_chunk_forward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspac
         if (ch->before_layer) ch->before_layer(ch->before_layer_ctx, i, 0);
         tri_block_fwd(g, k, i, a, s->x[i], y, ws, B, T);
     }
-    return ch->has_head ? tri_head_fwd(g, k, s, ws, B, T, mode, dscale) : 0.0;
+    if (!ch->has_head) return 0.0;
+    if (ch->before_layer) ch->before_layer(ch->before_layer_ctx, ch->n_layers, 0); /* (the head's turn) */
+    return tri_head_fwd(g, k, s, ws, B, T, mode, dscale);
 }
 
 void tri_chunk_backward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws, const void *dy) {

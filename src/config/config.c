@@ -220,9 +220,9 @@ static const field fields[] = {
     NUM(parallel, zero_unit_layers, 1, 0, 0, R_LO,
         "ZeRO-3: consecutive transformer layers gathered as one unit (PyTorch FSDP's wrap policy): a unit "
         "is all-gathered just before its first layer runs, the next unit's gather started meanwhile, and "
-        "released after its last layer (the embedding, final norm and head: one unit at each end, held for "
-        "the chunk's forward); so about two units are gathered at a time. 0: the whole chunk as one unit "
-        "(docs/parallelism.md)"),
+        "released after its last layer (the embedding, final norm and head: one unit at each end, gathered "
+        "around their own compute; a tied embedding stays for the whole forward); so about two units are "
+        "gathered at a time. 0: the whole chunk as one unit (docs/parallelism.md)"),
 
     STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),

@@ -28,10 +28,10 @@ double zero_bytes_per_param(int zero, int d, int param_bytes) {
 
 struct zero3 {
     trainer *t;
-    tri_pipe_stage inner;  /* the runtime's stage (model/stage.c) */
-    zero_units *units;     /* zero_split_units; NULL before */
-    size_t peak_before;    /* the allocator's parameter peak when the step began */
-    int reported;          /* the first step's parameter peak printed */
+    tri_pipe_stage inner; /* the runtime's stage (model/stage.c) */
+    zero_units *units;    /* zero_split_units; NULL before */
+    size_t peak_before;   /* the allocator's parameter peak when the step began */
+    int reported;         /* the first step's parameter peak printed */
 };
 
 /* Chunk k's full parameter buffer (the initial values, a checkpoint's)
@@ -224,8 +224,8 @@ static void step_peak(trainer *t) {
     int L = t->cfg->parallel.zero_unit_layers;
     printf("trident: ZeRO-3 parameters within a step: %s, of which %s gathered (units of %d layer%s); bytes "
            "step_peak_params=%zu shards=%zu\n",
-           tri_size_human(a, sizeof a, (double)in_step), tri_size_human(b, sizeof b, (double)(in_step - shards)),
-           L, L == 1 ? "" : "s", in_step, shards);
+           tri_size_human(a, sizeof a, (double)in_step), tri_size_human(b, sizeof b, (double)(in_step - shards)), L,
+           L == 1 ? "" : "s", in_step, shards);
     fflush(stdout);
 }
 

@@ -25,9 +25,11 @@
  * that full recompute reruns inside it; the weight half reads no weights
  * and gathers nothing), the next unit's gather started meanwhile (after a
  * chunk's last unit, the next chunk's first ones), and the previous unit
- * released; the ends stay for the chunk's forward (the tied embedding is
- * read at both ends of it), the backward gathers the head's but not the
- * embedding's. About two units are gathered at a time, not the chunk.
+ * released; the embedding unit goes after the embedding unless the tied
+ * head reads it again (one chunk with both ends: then it stays for the
+ * forward), the head unit comes with the last layer unit, the backward
+ * gathers the head's but not the embedding's. About two units are gathered
+ * at a time, not the chunk.
  * parallel.zero_keep_params keeps a training forward's units until its
  * backward; parallel.zero_unit_layers = 0 gathers each chunk whole. A
  * checkpoint save or load gathers every chunk whole around itself. The

@@ -21,10 +21,12 @@ typedef struct zunit {
 typedef struct zchunk {
     struct zero_units *z;
     int k;
-    int per;       /* layers per unit (the chunk's n_layers for unit_layers 0) */
-    int n;         /* layer units                                               */
-    zunit *units;  /* [n + 2]: the layer units, then the head and the embedding */
+    int per;      /* layers per unit (the chunk's n_layers for unit_layers 0) */
+    int n;        /* layer units                                               */
+    zunit *units; /* [n + 2]: the layer units, then the head and the embedding */
     int has_head, has_emb;
+    int emb_first; /* the embedding unit read first in the forward (the embedding) */
+    int emb_last;  /* and by the head (the tied LM head)                           */
     int cur;       /* the layer unit of the layer last announced; -1: none yet  */
     int keep;      /* a forward begun with keep                                 */
     int whole;     /* unit_layers 0: one unit, the whole buffer                 */
@@ -51,9 +53,7 @@ static size_t head_end(const tri_chunk *ch) {
     return ch->head_params < ch->n_params ? ch->params[ch->head_params].offset : ch->n_elems;
 }
 static size_t layer_hi(const tri_chunk *ch, int i) { return param_end(ch, ch->layer_last_param[i]); }
-static size_t layer_lo(const tri_chunk *ch, int i) {
-    return i + 1 < ch->n_layers ? layer_hi(ch, i + 1) : head_end(ch);
-}
+static size_t layer_lo(const tri_chunk *ch, int i) { return i + 1 < ch->n_layers ? layer_hi(ch, i + 1) : head_end(ch); }
 static size_t emb_begin(const tri_chunk *ch) { return ch->n_layers > 0 ? layer_hi(ch, 0) : head_end(ch); }
 
 /* The tensor ranges of chunk k's units into u ([n + 2]: layer units, head,
@@ -156,33 +156,46 @@ static void udrop(zero_units *z, int k, zunit *u) {
     u->state = U_OFF;
 }
 
-/* The units chunk c needs first, started: forward the embedding, the first
- * layer unit, the head; backward the head and the last layer unit. */
+/* The units chunk c needs first, started: forward the embedding and the
+ * first layer unit; backward the head and the last layer unit. */
 static void start_first(zero_units *z, int c, int backward) {
     zchunk *zc = &z->chunks[c];
     if (!backward) {
-        ustart(z, c, emb_unit(zc));
+        if (zc->emb_first) ustart(z, c, emb_unit(zc));
         if (zc->n > 0) ustart(z, c, &zc->units[0]);
-        ustart(z, c, head_unit(zc));
     } else {
         ustart(z, c, head_unit(zc));
         if (zc->n > 0) ustart(z, c, &zc->units[zc->n - 1]);
     }
 }
 
-/* The runtime's hook: chunk-local layer i is about to run. */
+/* The runtime's hook: chunk-local layer i is about to run (the forward's
+ * head when i is the chunk's n_layers). */
 static void before_layer(void *ctx, int i, int backward) {
     zchunk *zc = ctx;
     zero_units *z = zc->z;
+    if (zc->whole) return; /* gathered whole at the chunk's start */
     const int c = zc->k, u = i / zc->per;
+    if (!backward && i == z->g->chunks[c].n_layers) { /* the head, after the last layer unit */
+        if (zc->cur >= 0 && !zc->keep) udrop(z, c, &zc->units[zc->cur]);
+        zc->cur = -1;
+        uneed(z, c, head_unit(zc));
+        if (zc->emb_last) uneed(z, c, emb_unit(zc));
+        return;
+    }
     if (u == zc->cur) return;
     if (zc->cur >= 0 && (backward || !zc->keep)) udrop(z, c, &zc->units[zc->cur]);
+    /* the forward's first layer: the embedding has run (the tied head reads it again) */
+    if (!backward && zc->cur < 0 && !zc->keep && !zc->emb_last) udrop(z, c, emb_unit(zc));
     uneed(z, c, &zc->units[u]);
     if (!backward) {
-        if (u + 1 < zc->n)
+        if (u + 1 < zc->n) {
             ustart(z, c, &zc->units[u + 1]);
-        else if (c + 1 < z->g->n_chunks)
-            start_first(z, c + 1, 0);
+        } else { /* the last unit: the head's turn comes next, then the next chunk's */
+            ustart(z, c, head_unit(zc));
+            if (zc->emb_last) ustart(z, c, emb_unit(zc));
+            if (c + 1 < z->g->n_chunks) start_first(z, c + 1, 0);
+        }
     } else {
         if (u > 0)
             ustart(z, c, &zc->units[u - 1]);
@@ -202,8 +215,10 @@ void zero_units_begin(zero_units *z, int c, int backward, int keep) {
         zc->cur = 0;
         return;
     }
-    uneed(z, c, head_unit(zc));
-    if (!backward) uneed(z, c, emb_unit(zc));
+    if (backward)
+        uneed(z, c, head_unit(zc));
+    else if (zc->emb_first)
+        uneed(z, c, emb_unit(zc));
 }
 
 void zero_units_end(zero_units *z, int c) {
@@ -247,6 +262,8 @@ zero_units *zero_units_new(tri_gpt *g, tri_grad_sync *sync, tri_ctx *ctx, int un
         zc->n = unit_ranges(ch, unit_layers, zc->units);
         zc->has_head = zc->units[zc->n].hi > zc->units[zc->n].lo;
         zc->has_emb = zc->units[zc->n + 1].hi > zc->units[zc->n + 1].lo;
+        zc->emb_first = zc->has_emb && ch->has_embedding;
+        zc->emb_last = zc->has_emb && ch->has_head && g->tied;
         const size_t a = (size_t)sync[k].dp->size * TRI_ZERO_ALIGN;
         for (int j = 0; j < zc->n + 2; j++) {
             zunit *u = &zc->units[j];

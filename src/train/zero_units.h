@@ -17,14 +17,21 @@
  *
  * When (the chunk's before_layer hook, model/runtime.c, and the stage
  * wrapper of src/train/zero.c):
- *   forward of chunk c   the ends and the first layer unit start to gather,
- *                        the ends are waited for (the embedding runs);
+ *   forward of chunk c   the embedding unit (a chunk with the embedding)
+ *                        and the first layer unit start to gather, the
+ *                        embedding's is waited for (the embedding runs);
  *                        before the first layer of unit u: unit u-1
- *                        released (not while keeping, below), unit u waited
- *                        for, unit u+1's gather started (after the last
- *                        unit: chunk c+1's first ones), so u+1's gather
- *                        overlaps u's compute; after the head, everything
- *                        of chunk c released;
+ *                        released (not while keeping, below), and at the
+ *                        first layer the embedding unit (unless the head
+ *                        reads it again: the tied LM head of a chunk with
+ *                        both ends), unit u waited for, unit u+1's gather
+ *                        started (after the last unit: the head unit, the
+ *                        embedding unit for a tied head, and chunk c+1's
+ *                        first ones), so u+1's gather overlaps u's
+ *                        compute; before the head (the hook with i =
+ *                        n_layers) the last layer unit released and the
+ *                        head's waited for; after the head, everything of
+ *                        chunk c released;
  *   backward (fused or its input half, any recompute)   the other way: the
  *                        head unit and the last layer unit first, then
  *                        before unit u: u+1 released, u waited for, u-1
@@ -34,9 +41,11 @@
  *   backward_weight      nothing: the weight gradients read no weights.
  * keep (parallel.zero_keep_params, a training forward): nothing released in
  * the forward; the backward releases as it goes.
- * So outside a forward with keep, at most the ends and two layer units of a
- * chunk are gathered (with several chunks on a rank, plus the next chunk's
- * first ones, started early). unit_layers 0: the whole chunk is one unit
+ * So outside a forward with keep, at most two layer units of a chunk are
+ * gathered, with the embedding unit of a chunk with both ends (one chunk
+ * per rank, tied), or its head unit next to the last layer unit (with
+ * several chunks on a rank, plus the next chunk's first ones, started
+ * early). unit_layers 0: the whole chunk is one unit
  * (buffer [0, n_alloc), no ends), gathered at the chunk's start: the
  * chunk-wide gather. */
 #ifndef TRI_TRAIN_ZERO_UNITS_H

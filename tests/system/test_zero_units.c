@@ -22,8 +22,8 @@
 #define LOSS_RTOL  1e-6
 #define PARAM_ATOL 1e-5
 
-#define MODEL "--set model.n_head=4 --set model.n_layer=4 --set train.steps=10"
-#define ZERO3 "--set parallel.zero=3"
+#define MODEL      "--set model.n_head=4 --set model.n_layer=4 --set train.steps=10"
+#define ZERO3      "--set parallel.zero=3"
 
 /* Every layout as run "u_<i>" against the one-rank run "ref". */
 static void expect_follow(const char *dir, const double *ref, const int (*tpdp)[2], const char *const *more, size_t n) {
@@ -72,13 +72,14 @@ Test(zero3_units, layer_units_follow_the_single_rank_run, .timeout = 900) {
     free(dir);
 }
 
-/* ---- the closed forms: the tiny GPT-2 with 4 heads, tp = pp = 1 ----
- * Its flat buffer (model/gpt.c): the final LayerNorm (2C), the layers from
- * last to first (12 C^2 + 13 C each), the position and token embeddings
- * (T C + Vp C), every tensor a multiple of 16 elements here; padded to a
+/* ---- the closed forms: the tiny GPT-2 with 4 heads, tp = 1 ----
+ * A chunk's flat buffer (model/gpt.c): the final LayerNorm (2C, the head's
+ * chunk), the layers from last to first (12 C^2 + 13 C each), the position
+ * and token embeddings (T C + Vp C, the embedding's chunk; Vp the vocabulary
+ * padded to 128), every tensor a multiple of 16 elements here; padded to a
  * multiple of a = 16 d elements. A unit's window is its tensors' range
  * widened to multiples of a (the buckets are cut there). */
-enum { C_ = 32, T_ = 16, VP = 256 };
+enum { C_ = 32, T_ = 16 };
 
 static size_t down(size_t x, size_t a) { return x / a * a; }
 static size_t up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -89,12 +90,14 @@ typedef struct tiny_units {
     int n_units;
 } tiny_units;
 
-static tiny_units tiny(int n_layer, int d, int L) {
+/* A chunk of n_layer layers, with the head (final norm) or not, with the
+ * embedding, over d ranks, in units of L layers. */
+static tiny_units tiny(int n_layer, int d, int L, int with_head, size_t vp) {
     tiny_units t = {0};
-    const size_t a = 16 * (size_t)d, head = 2 * C_, layer = 12 * C_ * C_ + 13 * C_;
-    const size_t E = head + (size_t)n_layer * layer, n = E + (size_t)(T_ + VP) * C_;
+    const size_t a = 16 * (size_t)d, head = with_head ? 2 * C_ : 0, layer = 12 * C_ * C_ + 13 * C_;
+    const size_t E = head + (size_t)n_layer * layer, n = E + (T_ + vp) * C_;
     t.n_alloc = up(n, a);
-    t.head_w = up(head, a);
+    t.head_w = head ? up(head, a) : 0;
     t.emb_w = t.n_alloc - down(E, a);
     t.n_units = (n_layer + L - 1) / L;
     for (int u = 0; u < t.n_units; u++) {
@@ -114,28 +117,35 @@ static size_t field(const char *text, const char *key) {
 
 /* The parameter bytes at most within a step (the allocator's peak of
  * TRI_MEM_PARAMS between the step's start and its reduction, printed at
- * step 1): this rank's shards, n_alloc P / d, plus what is gathered at
- * once: both ends (held through the chunk's forward) and two adjacent layer
- * units (the one computing and the next one's prefetch), so
- *     P (n_alloc / d + head + embedding + max_u (unit_u + unit_u+1)),
- * to the byte; below the chunk-wide gather's P (n_alloc / d + n_alloc),
- * which parallel.zero_unit_layers = 0 measures. 8 layers, units of 1 and
- * 3 layers (the last one shorter), dp 2 (the layer edges aligned) and 4
- * (not: the windows overlap by one bucket), fp32 and bf16, small buckets
- * (more of them, the same windows). */
+ * step 1 by world rank 0): this rank's shards, n_alloc P / d, plus what is
+ * gathered at once. One chunk (tied: the embedding unit is read at both
+ * ends of the forward and stays), n units: the embedding unit with two
+ * adjacent layer units (the one computing, the next one's prefetch), or at
+ * the last one with the head unit started for the head, so
+ *     P (n_alloc / d + emb + max(max_u (unit_u + unit_u+1), unit_n-1 + head))
+ * (the backward's head + two units is less), to the byte; below the
+ * chunk-wide gather's P (n_alloc / d + n_alloc), which
+ * parallel.zero_unit_layers = 0 measures. 8 layers, units of 1 and 3 layers
+ * (the last one shorter), dp 2 (the layer edges aligned) and 4 (not: the
+ * windows overlap by one bucket), fp32 and bf16, small buckets (more of
+ * them, the same windows). And pp 2's first stage (4 layers and the
+ * embedding, no head; vocabulary 1024 so that the embedding outweighs a
+ * layer): the embedding unit released once the embedding has run,
+ *     P (n_alloc / d + max(emb + unit_0, max_u (unit_u + unit_u+1))). */
 Test(zero3_units, the_step_peak_is_the_ends_and_two_units, .timeout = 600) {
     char *dir = tt_equiv_dir();
     const int NL = 8;
     const struct {
-        int dp, L, P;
+        int dp, L, P, pp;
         const char *more;
-    } cases[] = {{2, 1, 4, ""},
-                 {4, 1, 4, ""},
-                 {4, 3, 4, ""},
-                 {2, 1, 2, "--set train.precision=bf16"},
-                 {4, 1, 4, "--set parallel.bucket_mb=0.01"},
-                 {2, 0, 4, ""},
-                 {4, 0, 4, ""}};
+    } cases[] = {{2, 1, 4, 1, ""},
+                 {4, 1, 4, 1, ""},
+                 {4, 3, 4, 1, ""},
+                 {2, 1, 2, 1, "--set train.precision=bf16"},
+                 {4, 1, 4, 1, "--set parallel.bucket_mb=0.01"},
+                 {2, 0, 4, 1, ""},
+                 {4, 0, 4, 1, ""},
+                 {2, 1, 4, 2, "--set parallel.pp=2 --set model.vocab_size=1024"}};
     size_t unit_peak[2] = {0, 0}; /* dp 2, dp 4 at L = 1, fp32 */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int d = cases[i].dp, L = cases[i].L;
@@ -148,21 +158,28 @@ Test(zero3_units, the_step_peak_is_the_ends_and_two_units, .timeout = 600) {
                  NL, L, cases[i].more);
         snprintf(what, sizeof what, "dp %d, units of %d layers, %s", d, L, sets);
         cr_assert_eq(tt_equiv_run(dir, 1, d, ck, sets, &out), 0, "%s: %s", what, out);
-        tiny_units t = tiny(NL, d, L > 0 ? L : NL);
+        const int pp = cases[i].pp;
+        tiny_units t = tiny(NL / pp, d, L > 0 ? L : NL, pp == 1, pp == 1 ? 256 : 1024);
         size_t shards = field(out, " shards="), peak = field(out, "step_peak_params=");
         cr_expect_eq(shards, t.n_alloc / (size_t)d * P, "%s: shard bytes %zu", what, shards);
         size_t gathered;
         if (L == 0) {
             gathered = t.n_alloc;
         } else {
-            size_t pair = t.layer_w[0];
+            size_t pair = 0;
             for (int u = 0; u + 1 < t.n_units; u++)
                 if (t.layer_w[u] + t.layer_w[u + 1] > pair) pair = t.layer_w[u] + t.layer_w[u + 1];
-            gathered = t.head_w + t.emb_w + pair;
+            if (pp == 1) {
+                size_t last = t.layer_w[t.n_units - 1] + t.head_w;
+                gathered = t.emb_w + (pair > last ? pair : last);
+            } else {
+                size_t first = t.emb_w + t.layer_w[0];
+                gathered = first > pair ? first : pair;
+            }
         }
         size_t expect = (t.n_alloc / (size_t)d + gathered) * P;
         cr_expect_eq(peak, expect, "%s: parameter bytes within a step %zu, closed form %zu", what, peak, expect);
-        if (L == 1 && P == 4 && !cases[i].more[0]) unit_peak[d == 4] = peak;
+        if (L == 1 && P == 4 && pp == 1 && !cases[i].more[0]) unit_peak[d == 4] = peak;
         if (L == 0) {
             size_t u = unit_peak[d == 4];
             cr_expect(u > 0 && u < peak, "%s: layer units' peak %zu not below the chunk-wide gather's %zu", what, u,
@@ -185,7 +202,7 @@ Test(zero3_units, the_step_peak_is_the_ends_and_two_units, .timeout = 600) {
  * the backward gathers nothing more. */
 Test(zero3_units, gathers_per_step_are_the_closed_form, .timeout = 300) {
     char *dir = tt_equiv_dir();
-    tiny_units t = tiny(2, 2, 1);
+    tiny_units t = tiny(2, 2, 1, 1, 256);
     const double n = (double)t.n_alloc, emb = (double)t.emb_w, m = 2;
     const struct {
         const char *sets;
