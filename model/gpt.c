@@ -415,12 +415,14 @@ static int local_layer(const tri_chunk *ch, int l) {
     TRI_FAIL("layer %d is not in the chunk", l);
 }
 
-/* Points w's fields at the tensors of ch inside mem (elements of esz bytes). */
-static void bind(const tri_chunk *ch, char *mem, size_t esz, tri_weights *w) {
-    memset(w->layers, 0, (size_t)ch->n_layers * sizeof *w->layers);
+/* Points w's fields of the tensors of ch at offsets [lo, hi) into mem, which
+ * holds elements from elem0 on (of esz bytes); mem NULL: at nothing. */
+static void bind_range(const tri_chunk *ch, char *mem, size_t elem0, size_t esz, tri_weights *w, size_t lo,
+                       size_t hi) {
     for (int i = 0; i < ch->n_params; i++) {
         const tri_param *p = &ch->params[i];
-        void *x = mem + p->offset * esz;
+        if (p->offset < lo || p->offset >= hi) continue;
+        void *x = mem ? mem + (p->offset - elem0) * esz : NULL;
         tri_layer_w *lw = p->layer >= 0 ? &w->layers[local_layer(ch, p->layer)] : NULL;
         switch (p->kind) {
         case TRI_P_WTE: w->wte = x; break;
@@ -446,6 +448,17 @@ static void bind(const tri_chunk *ch, char *mem, size_t esz, tri_weights *w) {
         case TRI_P_KIND_COUNT: break;
         }
     }
+}
+
+/* Points w's fields at the tensors of ch inside mem (elements of esz bytes). */
+static void bind(const tri_chunk *ch, char *mem, size_t esz, tri_weights *w) {
+    memset(w->layers, 0, (size_t)ch->n_layers * sizeof *w->layers);
+    bind_range(ch, mem, 0, esz, w, 0, SIZE_MAX);
+}
+
+void tri_gpt_params_view(tri_gpt *g, int k, size_t lo, size_t hi, void *mem, size_t elem0) {
+    tri_chunk *ch = &g->chunks[k];
+    bind_range(ch, mem, elem0, tri_dtype_size(ch->param_dtype), &ch->w, lo, hi);
 }
 
 

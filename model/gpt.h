@@ -148,6 +148,14 @@ typedef struct tri_chunk {
      * all-reduce from here. NULL: not called. */
     void (*grads_ready)(void *ctx, size_t n);
     void *grads_ready_ctx;
+    /* Optional (ZeRO-3's units, src/train/zero_units.h): called before
+     * chunk-local layer i runs, in the forward (backward 0) and in the
+     * backward or its input half with any recompute (backward 1; the weight
+     * half reads no weights and calls nothing), so that its parameters can
+     * be gathered in time; in the forward also with i = n_layers before the
+     * head of a chunk that has it. NULL: not called. */
+    void (*before_layer)(void *ctx, int i, int backward);
+    void *before_layer_ctx;
 } tri_chunk;
 
 typedef struct tri_gpt {
@@ -220,6 +228,10 @@ int tri_gpt_grads_acquire(tri_gpt *g, int k);
  * the caller all-gathers the parameters into it). */
 void tri_gpt_params_release(tri_gpt *g, int k);
 int tri_gpt_params_acquire(tri_gpt *g, int k);
+/* ZeRO-3 in units: the views (w) of chunk k's tensors whose offsets lie in
+ * [lo, hi) pointed into mem, a buffer holding the elements from elem0 on
+ * (mem NULL: at nothing); the other views stay as they are. */
+void tri_gpt_params_view(tri_gpt *g, int k, size_t lo, size_t hi, void *mem, size_t elem0);
 int tri_gpt_init_single(tri_gpt *g, const tri_model_cfg *cfg, tri_ctx *ctx, tri_comm *tp_comm, int tp, int tp_rank);
 /* Checks that cfg splits over tp and the pipeline: n_embd by n_head, heads
  * by tp, and the layers over pp stages of vpp chunks by layout (the rules of

@@ -638,9 +638,12 @@ double tri_chunk_forward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspac
     for (int i = 0; i < ch->n_layers; i++) {
         void *y = i + 1 < ch->n_layers ? s->x[i + 1] : ch->has_head ? s->x_head : ws->out;
         tri_layer_acts *a = p->policy == TRI_RECOMPUTE_FULL ? &ws->re : &s->layer[i];
+        if (ch->before_layer) ch->before_layer(ch->before_layer_ctx, i, 0);
         tri_block_fwd(g, k, i, a, s->x[i], y, ws, B, T);
     }
-    return ch->has_head ? tri_head_fwd(g, k, s, ws, B, T, mode, dscale) : 0.0;
+    if (!ch->has_head) return 0.0;
+    if (ch->before_layer) ch->before_layer(ch->before_layer_ctx, ch->n_layers, 0); /* (the head's turn) */
+    return tri_head_fwd(g, k, s, ws, B, T, mode, dscale);
 }
 
 void tri_chunk_backward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace *ws, const void *dy) {
@@ -652,6 +655,7 @@ void tri_chunk_backward(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_workspace
     else if (dy != ws->dres)
         g->ctx->ops->copy(g->ctx, ws->dres, dy, tri_chunk_boundary_elems(g, B, T) * act_size(g));
     for (int i = ch->n_layers - 1; i >= 0; i--) {
+        if (ch->before_layer) ch->before_layer(ch->before_layer_ctx, i, 1);
         if (p->policy == TRI_RECOMPUTE_FULL) {
             /* rerun the layer from its saved input (TP collectives included) */
             tri_block_fwd(g, k, i, &ws->re, s->x[i], ws->re_out, ws, B, T);
@@ -678,6 +682,7 @@ void tri_chunk_backward_input(tri_gpt *g, tri_slot_pool *p, tri_slot *s, tri_wor
     else if (dy != ws->dres)
         g->ctx->ops->copy(g->ctx, ws->dres, dy, tri_chunk_boundary_elems(g, B, T) * act_size(g));
     for (int i = ch->n_layers - 1; i >= 0; i--) {
+        if (ch->before_layer) ch->before_layer(ch->before_layer_ctx, i, 1);
         if (p->policy == TRI_RECOMPUTE_FULL) {
             /* rerun the layer as tri_chunk_backward does, but with the
              * linears' inputs written into the slot, where W finds them */

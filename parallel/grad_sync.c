@@ -194,20 +194,82 @@ void tri_grad_sync_finish_deferred(tri_grad_sync *s) {
     }
 }
 
-void tri_grad_sync_gather_start(tri_grad_sync *s, int b) {
-    if (s->dp->size == 1 && !s->pshard) return;
+/* Bucket b's all-gather into dst (bounds[b]'s place), through req. */
+static void gather_bucket(tri_grad_sync *s, int b, char *dst, tri_req *req) {
     size_t lo, hi;
     tri_grad_sync_shard(s, b, &lo, &hi);
     /* the parameters in their own dtype: 16-bit ones move 2 bytes an element */
     const size_t esz = tri_dtype_size(s->param_dtype);
-    char *p = s->params;
     /* ZeRO-3: from the shard buffer (this bucket's shard at bounds[b] / dp) */
-    const char *send = s->pshard ? (const char *)s->pshard + s->bounds[b] / (size_t)s->dp->size * esz : p + lo * esz;
+    const char *send = s->pshard ? (const char *)s->pshard + s->bounds[b] / (size_t)s->dp->size * esz
+                                 : (const char *)s->params + lo * esz;
     if (s->dp->size == 1 && s->dp->ctx) { /* a copy, by the backend */
-        s->dp->ctx->ops->copy(s->dp->ctx, p + s->bounds[b] * esz, send, (hi - lo) * esz);
+        s->dp->ctx->ops->copy(s->dp->ctx, dst, send, (hi - lo) * esz);
         return;
     }
-    tri_comm_iallgather(s->dp, p + s->bounds[b] * esz, send, hi - lo, s->param_dtype, &s->gathers[b]);
+    tri_comm_iallgather(s->dp, dst, send, hi - lo, s->param_dtype, req);
+}
+
+void tri_grad_sync_gather_start(tri_grad_sync *s, int b) {
+    if (s->dp->size == 1 && !s->pshard) return;
+    gather_bucket(s, b, (char *)s->params + s->bounds[b] * tri_dtype_size(s->param_dtype), &s->gathers[b]);
+}
+
+void tri_grad_sync_gather_into(tri_grad_sync *s, int b, void *dst, tri_req *req) { gather_bucket(s, b, dst, req); }
+
+static int cmp_size(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int tri_grad_sync_recut(tri_grad_sync *s, const size_t *cuts, int n_cuts, double bucket_mb) {
+    const size_t unit = (size_t)s->dp->size * TRI_ZERO_ALIGN;
+    size_t per = bucket_mb > 0 ? (size_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float)) : s->n_floats;
+    per = (per + unit - 1) / unit * unit;
+    if (per == 0) per = unit;
+    /* the fixed edges: 0, n_floats and each cut rounded down and up */
+    size_t *e = malloc(((size_t)n_cuts * 2 + 2) * sizeof *e);
+    if (!e) return tri_error("out of memory (gradient buckets)");
+    int ne = 0;
+    e[ne++] = 0;
+    e[ne++] = s->n_floats;
+    for (int i = 0; i < n_cuts; i++) {
+        if (cuts[i] > s->n_floats) {
+            free(e);
+            return tri_error("internal error: bucket cut at %zu beyond the %zu floats", cuts[i], s->n_floats);
+        }
+        e[ne++] = cuts[i] / unit * unit;
+        e[ne++] = (cuts[i] + unit - 1) / unit * unit;
+    }
+    qsort(e, (size_t)ne, sizeof *e, cmp_size);
+    /* count, then fill: each stretch between fixed edges in buckets of per */
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        n = 0;
+        for (int i = 0; i + 1 < ne; i++)
+            for (size_t at = e[i]; at < e[i + 1]; at += per, n++)
+                if (pass) s->bounds[n] = at;
+        if (pass) break;
+        size_t *bounds = calloc((size_t)n + 1, sizeof *bounds);
+        tri_req *reqs = calloc((size_t)n, sizeof *reqs), *gathers = calloc((size_t)n, sizeof *gathers);
+        if (!bounds || !reqs || !gathers) {
+            free(bounds);
+            free(reqs);
+            free(gathers);
+            free(e);
+            return tri_error("out of memory (gradient buckets)");
+        }
+        free(s->bounds);
+        free(s->reqs);
+        free(s->gathers);
+        s->bounds = bounds;
+        s->reqs = reqs;
+        s->gathers = gathers;
+    }
+    s->n_buckets = n;
+    s->bounds[n] = s->n_floats;
+    free(e);
+    return 0;
 }
 
 void tri_grad_sync_gather_wait(tri_grad_sync *s) {

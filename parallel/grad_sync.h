@@ -138,4 +138,18 @@ void tri_grad_sync_finish_deferred(tri_grad_sync *s);
 void tri_grad_sync_gather_start(tri_grad_sync *s, int b);
 void tri_grad_sync_gather_wait(tri_grad_sync *s);
 
+/* ZeRO-3 in units (src/train/zero_units.h): the buckets cut again so that
+ * each of the n_cuts offsets (floats, any order, each <= n_floats) falls on
+ * a bucket edge, an offset that is not a multiple of dp x TRI_ZERO_ALIGN
+ * getting the aligned edges on both sides of it (a bucket of one alignment
+ * unit around it); the stretches between are cut by bucket_mb as before.
+ * Before the shards are laid out (the optimizer, tri_grad_sync_set_shard).
+ * Returns 0 or -1 (printed). */
+int tri_grad_sync_recut(tri_grad_sync *s, const size_t *cuts, int n_cuts, double bucket_mb);
+/* ZeRO-3: starts the all-gather of bucket b's parameters from the shard
+ * buffer into dst (where element bounds[b] goes: the caller's buffer may
+ * hold any run of whole buckets), completed by tri_comm_wait(s->dp, req);
+ * with dp = 1 a copy, done on return. */
+void tri_grad_sync_gather_into(tri_grad_sync *s, int b, void *dst, tri_req *req);
+
 #endif

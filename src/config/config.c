@@ -211,12 +211,18 @@ static const field fields[] = {
         "ZeRO stage over DP (0: off; true/false as 1/0). 1: distributed optimizer: gradients reduce-scattered over DP, each DP "
         "rank keeps and updates 1/dp of the optimizer state, parameters all-gathered. 2: the gradients "
         "sharded too (each rank keeps its 1/dp reduced shard; the full gradient buffer lives only within a "
-        "step). 3: the parameters too (each chunk all-gathered before its forward and its backward, released "
-        "after). docs/parallelism.md"),
+        "step). 3: the parameters too (gathered in units of parallel.zero_unit_layers layers: each all-gathered "
+        "before its forward and its backward, released after). docs/parallelism.md"),
     NUM(parallel, zero_keep_params, 0, 0, 1, R_LO | R_HI,
         "ZeRO-3 (true/false or 1/0): keep a chunk's gathered parameters from its forward until its next "
         "backward instead of gathering them again (one all-gather per micro-batch instead of two, the full "
         "chunk held meanwhile; PyTorch FSDP's reshard_after_forward=False); needs parallel.zero = 3"),
+    NUM(parallel, zero_unit_layers, 1, 0, 0, R_LO,
+        "ZeRO-3: consecutive transformer layers gathered as one unit (PyTorch FSDP's wrap policy): a unit "
+        "is all-gathered just before its first layer runs, the next unit's gather started meanwhile, and "
+        "released after its last layer (the embedding, final norm and head: one unit at each end, gathered "
+        "around their own compute; a tied embedding stays for the whole forward); so about two units are "
+        "gathered at a time. 0: the whole chunk as one unit (docs/parallelism.md)"),
 
     STR(checkpoint, dir, "checkpoints", 0, "checkpoints go to <dir>/step_<N> (one writer at a time)"),
     NUM(checkpoint, every, 0, 0, 0, R_LO, "steps between checkpoints (0: only the final one)"),

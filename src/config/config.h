@@ -81,6 +81,7 @@ typedef struct tri_parallel_cfg {
     int zero;              /* ZeRO stage over DP: 1 optimizer, 2 + gradients, 3 + parameters */
     int zero_keep_params;  /* ZeRO-3: a chunk's gathered parameters kept from its forward
                               until its backward (one gather per micro-batch, not two) */
+    int zero_unit_layers;  /* ZeRO-3: transformer layers per gathered unit; 0: the whole chunk */
     double progress_timeout_s; /* a rank without progress while its peers wait is named
                                   after this; 0: no progress heartbeat       */
     tri_offload offload;   /* OPTIMIZER: master weights and moments in host memory */

@@ -279,6 +279,7 @@ int trainer_setup(trainer *t, const tri_config *cfg, const tri_run_opts *opts, i
             ch->grads_ready_ctx = &t->sync[k];
         }
     }
+    if (zero_split_units(t) != 0) return rc; /* ZeRO-3: buckets cut on the units' edges, before the shards */
     if (!cfg->parallel.zero) {
         if (tri_optim_init(&t->opt, &t->gpt, &oc) != 0) return rc;
     } else {

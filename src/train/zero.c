@@ -6,6 +6,7 @@
 
 #include "base/err.h"
 #include "base/size.h"
+#include "train/zero_units.h"
 
 /* The group gradients are reduced over and states sharded across: the
  * data-parallel group, or data x context with parallel.cp > 1 (the buckets,
@@ -23,43 +24,22 @@ double zero_bytes_per_param(int zero, int d, int param_bytes) {
     }
 }
 
-/* ---- ZeRO-3: chunks gathered around their compute ---- */
-
-enum { Z_OFF, Z_GATHERING, Z_HELD };
+/* ---- ZeRO-3: units gathered around their compute (src/train/zero_units.h) ---- */
 
 struct zero3 {
     trainer *t;
     tri_pipe_stage inner; /* the runtime's stage (model/stage.c) */
-    int state[TRI_PIPE_MAX_CHUNKS];
+    zero_units *units;    /* zero_split_units; NULL before */
+    size_t peak_before;   /* the allocator's parameter peak when the step began */
+    int reported;         /* the first step's parameter peak printed */
 };
 
-/* Starts the all-gather of chunk c's parameters into a new full buffer
- * (nothing when it is held or on its way). */
-static void gather_start(struct zero3 *z, int c) {
-    if (z->state[c] != Z_OFF) return;
-    trainer *t = z->t;
-    if (tri_gpt_params_acquire(&t->gpt, c) != 0)
-        TRI_FAIL("rank %d: no memory to gather chunk %d's parameters (ZeRO-3)", t->dist.mesh.rank, c);
-    tri_grad_sync *s = &t->sync[c];
-    tri_grad_sync_set_params(s, t->gpt.chunks[c].param_mem);
-    for (int b = 0; b < s->n_buckets; b++) tri_grad_sync_gather_start(s, b);
-    z->state[c] = Z_GATHERING;
-}
-
-/* Chunk c's full parameters, gathered. */
-static void need(struct zero3 *z, int c) {
-    gather_start(z, c);
-    if (z->state[c] == Z_GATHERING) tri_grad_sync_gather_wait(&z->t->sync[c]);
-    z->state[c] = Z_HELD;
-}
-
-/* Chunk c's full buffer released (after its gather completed). */
-static void drop(struct zero3 *z, int c) {
-    if (z->state[c] == Z_OFF) return;
-    if (z->state[c] == Z_GATHERING) tri_grad_sync_gather_wait(&z->t->sync[c]);
-    tri_gpt_params_release(&z->t->gpt, c);
-    tri_grad_sync_set_params(&z->t->sync[c], NULL);
-    z->state[c] = Z_OFF;
+/* Chunk k's full parameter buffer (the initial values, a checkpoint's)
+ * released, its views at nothing. */
+static void full_release(trainer *t, int k) {
+    if (!t->gpt.chunks[k].param_mem) return;
+    tri_gpt_params_release(&t->gpt, k);
+    tri_grad_sync_set_params(&t->sync[k], NULL);
 }
 
 static void *z_acquire(void *st, int c) {
@@ -77,40 +57,34 @@ static void z_stage_batch(void *st, int c, void *slot, const int32_t *ids, const
     z->inner.ops->stage_batch(z->inner.stage, c, slot, ids, targets);
 }
 
-/* forward: chunk c gathered, chunk c+1's gather on its way meanwhile */
+/* parallel.zero_keep_params: a training forward's units kept for the
+ * backward (a validation forward has none) */
 static double z_forward(void *st, int c, void *slot, const void *x, tri_pipe_mode mode, float dscale) {
     struct zero3 *z = st;
-    need(z, c);
-    if (c + 1 < z->inner.n_chunks) gather_start(z, c + 1);
+    zero_units_begin(z->units, c, 0, z->t->cfg->parallel.zero_keep_params && mode == TRI_PIPE_TRAIN);
     double loss = z->inner.ops->forward(z->inner.stage, c, slot, x, mode, dscale);
-    /* parallel.zero_keep_params: kept for the backward (training only: a
-     * validation forward has none) */
-    if (!(z->t->cfg->parallel.zero_keep_params && mode == TRI_PIPE_TRAIN)) drop(z, c);
+    zero_units_end(z->units, c);
     return loss;
 }
 
-/* backward runs the chunks the other way: c-1's gather is the early one */
 static void z_backward(void *st, int c, void *slot, const void *dy) {
     struct zero3 *z = st;
-    need(z, c);
-    if (c > 0) gather_start(z, c - 1);
+    zero_units_begin(z->units, c, 1, 0);
     z->inner.ops->backward(z->inner.stage, c, slot, dy);
-    drop(z, c);
+    zero_units_end(z->units, c);
 }
 
 static void z_backward_input(void *st, int c, void *slot, const void *dy) {
     struct zero3 *z = st;
-    need(z, c);
+    zero_units_begin(z->units, c, 1, 0);
     z->inner.ops->backward_input(z->inner.stage, c, slot, dy);
-    drop(z, c);
+    zero_units_end(z->units, c);
 }
 
-/* (the weight gradients need no weights, but recompute reruns the forward) */
+/* the weight gradients read no weights (dout^T @ input): nothing gathered */
 static void z_backward_weight(void *st, int c, void *slot) {
     struct zero3 *z = st;
-    need(z, c);
     z->inner.ops->backward_weight(z->inner.stage, c, slot);
-    drop(z, c);
 }
 
 static void z_copy_act(void *st, void *dst) {
@@ -141,11 +115,18 @@ int zero_wrap_stage(trainer *t, tri_pipe_stage *view) {
     if (!z) return tri_error("out of memory (ZeRO-3 state)");
     z->t = t;
     z->inner = *view;
-    for (int c = 0; c < TRI_PIPE_MAX_CHUNKS; c++) z->state[c] = Z_HELD; /* until zero_params_shard */
     t->zero3 = z;
     view->ops = &ZERO3_STAGE;
     view->stage = z;
     return 0;
+}
+
+int zero_split_units(trainer *t) {
+    if (!t->zero3) return 0;
+    const tri_config *cfg = t->cfg;
+    if (zero_units_cut(&t->gpt, t->sync, cfg->parallel.zero_unit_layers, cfg->parallel.bucket_mb) != 0) return -1;
+    t->zero3->units = zero_units_new(&t->gpt, t->sync, &t->ctx, cfg->parallel.zero_unit_layers);
+    return t->zero3->units ? 0 : -1;
 }
 
 int zero_params_shard(trainer *t) {
@@ -169,22 +150,29 @@ int zero_params_shard(trainer *t) {
                              (hi - lo) * esz);
             s0 += hi - lo;
         }
-        t->zero3->state[k] = Z_HELD;
-        drop(t->zero3, k);
+        full_release(t, k);
     }
     return 0;
 }
 
 int zero_params_gather_all(trainer *t) {
     if (!t->zero3) return 0;
-    for (int k = 0; k < t->gpt.n_chunks; k++) gather_start(t->zero3, k);
-    for (int k = 0; k < t->gpt.n_chunks; k++) need(t->zero3, k);
+    zero_units_release_all(t->zero3->units);
+    for (int k = 0; k < t->gpt.n_chunks; k++) {
+        if (tri_gpt_params_acquire(&t->gpt, k) != 0)
+            TRI_FAIL("rank %d: no memory to gather chunk %d's parameters (ZeRO-3)", t->dist.mesh.rank, k);
+        tri_grad_sync *s = &t->sync[k];
+        tri_grad_sync_set_params(s, t->gpt.chunks[k].param_mem);
+        for (int b = 0; b < s->n_buckets; b++) tri_grad_sync_gather_start(s, b);
+    }
+    for (int k = 0; k < t->gpt.n_chunks; k++) tri_grad_sync_gather_wait(&t->sync[k]);
     return 0;
 }
 
 void zero_params_release_all(trainer *t) {
     if (!t->zero3) return;
-    for (int k = 0; k < t->gpt.n_chunks; k++) drop(t->zero3, k);
+    zero_units_release_all(t->zero3->units);
+    for (int k = 0; k < t->gpt.n_chunks; k++) full_release(t, k);
 }
 
 /* ---- ZeRO-2 (and 3): gradient shards ---- */
@@ -209,7 +197,11 @@ int zero_setup(trainer *t) {
 
 int zero_step_begin(trainer *t) {
     if (t->cfg->parallel.zero < 2) return 0;
-    zero_params_release_all(t); /* (a chunk gathered early and not used since is stale now) */
+    zero_params_release_all(t); /* (a unit gathered early and not used since is stale now) */
+    if (t->zero3) { /* the step's own parameter peak, measured by the allocator (zero_step_reduced) */
+        t->zero3->peak_before = t->ctx.mem.peak[TRI_MEM_PARAMS];
+        t->ctx.mem.peak[TRI_MEM_PARAMS] = t->ctx.mem.bytes[TRI_MEM_PARAMS];
+    }
     tri_gpt *g = &t->gpt;
     for (int k = 0; k < g->n_chunks; k++) {
         if (tri_gpt_grads_acquire(g, k) != 0) return -1;
@@ -218,9 +210,29 @@ int zero_step_begin(trainer *t) {
     return 0;
 }
 
+/* The parameter bytes at most within the step that began with
+ * zero_step_begin (the shards and the units gathered at once), printed once;
+ * the allocator's run-long peak restored around it. */
+static void step_peak(trainer *t) {
+    struct zero3 *z = t->zero3;
+    size_t *peak = &t->ctx.mem.peak[TRI_MEM_PARAMS], in_step = *peak;
+    if (z->peak_before > *peak) *peak = z->peak_before;
+    if (z->reported || !t->is_logger || t->opts.quiet) return;
+    z->reported = 1;
+    size_t shards = t->ctx.mem.bytes[TRI_MEM_PARAMS];
+    char a[32], b[32];
+    int L = t->cfg->parallel.zero_unit_layers;
+    printf("trident: ZeRO-3 parameters within a step: %s, of which %s gathered (units of %d layer%s); bytes "
+           "step_peak_params=%zu shards=%zu\n",
+           tri_size_human(a, sizeof a, (double)in_step), tri_size_human(b, sizeof b, (double)(in_step - shards)), L,
+           L == 1 ? "" : "s", in_step, shards);
+    fflush(stdout);
+}
+
 void zero_step_reduced(trainer *t) {
     if (t->cfg->parallel.zero < 2) return;
     zero_params_release_all(t); /* before the update changes the shards */
+    if (t->zero3) step_peak(t);
     tri_gpt *g = &t->gpt;
     for (int k = 0; k < g->n_chunks; k++) {
         tri_gpt_grads_release(g, k);
@@ -229,6 +241,7 @@ void zero_step_reduced(trainer *t) {
 }
 
 void zero_free(trainer *t) {
+    if (t->zero3) zero_units_free(t->zero3->units); /* (the units' buffers, before their buckets) */
     if (t->sync && t->ctx.ops) {
         for (int k = 0; k < t->gpt.n_chunks; k++) {
             tri_grad_sync *s = &t->sync[k];

@@ -15,13 +15,25 @@
  * the end of its reduction (stage 2's working set; docs/parallelism.md).
  *
  * ZeRO-3 adds the parameters: each chunk's home is a shard buffer of 1/dp
- * (the optimizer updates it, tri_grad_sync_set_pshard); the pipeline
- * stage's callbacks are wrapped so that a chunk's full parameters are
- * all-gathered just before its forward and again before its backward, and
- * released right after each; gathering chunk c for forward starts chunk
- * c+1's gather (backward: c-1) without waiting for it, so with several
- * chunks on a rank (pipeline vpp) the next gather overlaps this chunk's
- * compute. A checkpoint save or load gathers every chunk around itself.
+ * (the optimizer updates it, tri_grad_sync_set_pshard), and the parameters
+ * are gathered in units of parallel.zero_unit_layers layers (plus a unit at
+ * each end of the chunk: head, embedding), src/train/zero_units.h says
+ * exactly when. In short: the pipeline stage's callbacks are wrapped
+ * (zero_wrap_stage) and the runtime calls a hook before each layer, so that
+ * a unit is all-gathered just before its first layer runs, in the forward
+ * and again in the backward (the input half of zb-h1's, and the forward
+ * that full recompute reruns inside it; the weight half reads no weights
+ * and gathers nothing), the next unit's gather started meanwhile (after a
+ * chunk's last unit, the next chunk's first ones), and the previous unit
+ * released; the embedding unit goes after the embedding unless the tied
+ * head reads it again (one chunk with both ends: then it stays for the
+ * forward), the head unit comes with the last layer unit, the backward
+ * gathers the head's but not the embedding's. About two units are gathered
+ * at a time, not the chunk.
+ * parallel.zero_keep_params keeps a training forward's units until its
+ * backward; parallel.zero_unit_layers = 0 gathers each chunk whole. A
+ * checkpoint save or load gathers every chunk whole around itself. The
+ * parameter peak within the first step is printed (zero_step_reduced).
  *
  * Every collective here takes the gradient-reduction group of zero_group()
  * in zero.c (tri_dist_grad_group: dp, or dp x cp), through the buckets made
@@ -41,6 +53,10 @@ int zero_params_shard(trainer *t);
 /* ZeRO-3: the stage's callbacks wrapped (gather before, release after);
  * *view is replaced. 0 or -1 (printed). No-op below stage 3. */
 int zero_wrap_stage(trainer *t, tri_pipe_stage *view);
+/* ZeRO-3, once the buckets are made and before the optimizer lays out its
+ * shards: the buckets cut on the units' edges (parallel.zero_unit_layers)
+ * and the units made. 0 or -1 (printed). No-op below stage 3. */
+int zero_split_units(trainer *t);
 /* ZeRO-3, collective over the group: every chunk's full parameters (for a
  * checkpoint save or load), then released again. No-ops below stage 3. */
 int zero_params_gather_all(trainer *t);

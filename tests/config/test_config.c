@@ -27,7 +27,7 @@
 #include "config/config.h"
 #include "model/gpt.h"
 
-#define N_CONFIG_FIELDS 79 /* members of tri_config minus `source`, counted by hand */
+#define N_CONFIG_FIELDS 80 /* members of tri_config minus `source`, counted by hand */
 
 /* ------------------------------------------------------------------------ */
 /* Temporary directory, files, stderr capture                               */
@@ -744,6 +744,7 @@ static void expect_same(const tri_config *a, const tri_config *b) {
     SAME_I(parallel.sequence_parallel);
     SAME_I(parallel.zero);
     SAME_I(parallel.zero_keep_params);
+    SAME_I(parallel.zero_unit_layers);
     SAME_I(parallel.offload);
     SAME_I(parallel.cp);
     SAME_S(checkpoint.dir);
@@ -796,6 +797,7 @@ static void unusual_config(tri_config *c, uint64_t seed) {
     c->parallel.sequence_parallel = 1;
     c->parallel.zero = 3;
     c->parallel.zero_keep_params = 1;
+    c->parallel.zero_unit_layers = 3;
     c->parallel.offload = TRI_OFFLOAD_OPTIMIZER;
     /* parallel.cp stays 1: seq_len 33 is a multiple of no 2 x cp > 1 */
     snprintf(c->checkpoint.dir, sizeof c->checkpoint.dir, "%s", "");

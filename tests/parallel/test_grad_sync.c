@@ -415,4 +415,71 @@ Test(grad_sync, at_one_rank_buckets_are_told_as_they_become_final) {
     }
     free(grads);
     free(params);
+
+/* ---- ZeRO-3's units (src/train/zero_units.c): the buckets cut again on
+ * given offsets, and a run of whole buckets gathered into its own buffer ---- */
+
+Test(grad_sync, recut_puts_bucket_edges_around_every_cut) {
+    memset(&g_ag, 0, sizeof g_ag);
+    tri_comm dp = {.size = 4, .rank = 1, .impl = &AG};
+    const size_t a = 4 * TRI_ZERO_ALIGN, n_floats = 100 * a, n_shard = n_floats / 4;
+    float *grads = calloc(n_floats, sizeof(float)), *pshard = malloc(n_shard * sizeof(float));
+    for (size_t i = 0; i < n_shard; i++) pshard[i] = (float)i + 0.5f;
+    tri_grad_sync s;
+    cr_assert_eq(tri_grad_sync_init_zero(&s, grads, NULL, TRI_F32, n_floats, n_floats, &dp, 0.004), 0);
+    const size_t per = 1088; /* 0.004 MiB = 1048.6 floats, up to a multiple of 64 */
+    const size_t cuts[] = {3000, 100, 1280, n_floats, 0, 1281};
+    cr_assert_eq(tri_grad_sync_recut(&s, cuts, 6, 0.004), 0);
+    cr_expect_eq(s.bounds[0], 0);
+    cr_expect_eq(s.bounds[s.n_buckets], n_floats);
+    for (int b = 0; b < s.n_buckets; b++) {
+        size_t len = s.bounds[b + 1] - s.bounds[b];
+        cr_expect(len > 0 && len % a == 0 && len <= per, "bucket %d: [%zu, %zu)", b, s.bounds[b], s.bounds[b + 1]);
+    }
+    /* each cut's aligned neighbours are edges (1280 is aligned: one edge) */
+    for (int i = 0; i < 6; i++) {
+        size_t want[2] = {cuts[i] / a * a, (cuts[i] + a - 1) / a * a};
+        for (int j = 0; j < 2; j++) {
+            int found = 0;
+            for (int b = 0; b <= s.n_buckets; b++) found |= s.bounds[b] == want[j];
+            cr_expect(found, "no bucket edge at %zu (around the cut %zu)", want[j], cuts[i]);
+        }
+    }
+    /* edges 0, 64, 128, 1280, 1344, 2944, 3008, 6400 and buckets of 1088
+     * between: 1 + 1 + 2 (1152) + 1 + 2 (1600) + 1 + 4 (3392) */
+    cr_expect_eq(s.n_buckets, 12);
+    /* a window [64, 3008): its buckets gathered into a buffer of its own,
+     * each bucket where a full gather would put it */
+    int b0 = -1, b1 = -1;
+    for (int b = 0; b <= s.n_buckets; b++) {
+        if (s.bounds[b] == 64) b0 = b;
+        if (s.bounds[b] == 3008) b1 = b;
+    }
+    cr_assert(b0 >= 0 && b1 > b0);
+    tri_grad_sync_set_pshard(&s, pshard);
+    float *win = malloc((3008 - 64) * sizeof(float));
+    tri_req reqs[16] = {0};
+    for (int b = b0; b < b1; b++) tri_grad_sync_gather_into(&s, b, win + (s.bounds[b] - 64), &reqs[b - b0]);
+    for (int b = b0; b < b1; b++) tri_comm_wait(&dp, &reqs[b - b0]);
+    cr_expect_eq(g_ag.n, b1 - b0);
+    size_t at = 0;
+    for (int b = 0; b < s.n_buckets; b++) {
+        size_t lo, hi;
+        tri_grad_sync_shard(&s, b, &lo, &hi);
+        if (b >= b0 && b < b1) {
+            cr_expect_eq(g_ag.calls[b - b0].send, pshard + s.bounds[b] / 4, "bucket %d's input", b);
+            for (size_t i = s.bounds[b]; i < s.bounds[b + 1]; i++) {
+                float want = i >= lo && i < hi ? pshard[at + (i - lo)] : 7.0f;
+                if (win[i - 64] != want) {
+                    cr_expect(0, "element %zu (bucket %d) is %g, not %g", i, b, win[i - 64], want);
+                    break;
+                }
+            }
+        }
+        at += hi - lo;
+    }
+    tri_grad_sync_free(&s);
+    free(win);
+    free(grads);
+    free(pshard);
 }

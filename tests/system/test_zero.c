@@ -128,8 +128,11 @@ Test(zero_mem, held_memory_is_the_closed_form, .timeout = 300) {
         char ck[64], extra[512], *out = NULL, what[128];
         snprintf(ck, sizeof ck, "mem_%zu", i);
         snprintf(what, sizeof what, "zero %d dp %d %s", z, d, cases[i].prec);
-        snprintf(extra, sizeof extra, "--set train.steps=2 --set parallel.zero=%d --set train.precision=%s", z,
-                 cases[i].prec);
+        /* (stage 3 gathering each chunk whole: parallel.zero_unit_layers = 0; layer units:
+         * tests/system/test_zero_units.c) */
+        snprintf(extra, sizeof extra,
+                 "--set train.steps=2 --set parallel.zero=%d --set train.precision=%s --set parallel.zero_unit_layers=0",
+                 z, cases[i].prec);
         cr_assert_eq(run(dir, 1, d, ck, extra, &out), 0, "%s: %s", what, out);
         /* "trident: N parameters, tp=..." (the global count: tp = pp = 1 holds it all) */
         const char *banner = strstr(out, " parameters, tp=");
@@ -329,7 +332,9 @@ Test(zero3, a_rollback_equals_the_rerun, .timeout = 300) {
  * 2, fp32): stage 1 reduce-scatters 4Ψ and gathers 4Ψ/2 once; stage 3
  * gathers before each forward and each backward, 2m times; keeping the
  * parameters from forward to backward gathers m times. The calls add the
- * loss and the norm (two host all-reduces of 8 bytes). */
+ * loss and the norm (two host all-reduces of 8 bytes). Stage 3 here gathers
+ * each chunk whole (parallel.zero_unit_layers = 0, one call per bucket);
+ * layer units: tests/system/test_zero_units.c. */
 Test(zero3, gathers_per_step_are_the_closed_form, .timeout = 300) {
     char *dir = tt_equiv_dir();
     const double psi =
@@ -339,8 +344,9 @@ Test(zero3, gathers_per_step_are_the_closed_form, .timeout = 300) {
         int calls;
         double bytes;
     } cases[] = {{"--set parallel.zero=1", 1 + 1 + 2, 4 * psi + 4 * psi / 2},
-                 {ZERO3, 1 + 2 * 2 + 2, 4 * psi + 2 * 2 * 4 * psi / 2},
-                 {ZERO3 " --set parallel.zero_keep_params=true", 1 + 2 + 2, 4 * psi + 2 * 4 * psi / 2}};
+                 {ZERO3 " --set parallel.zero_unit_layers=0", 1 + 2 * 2 + 2, 4 * psi + 2 * 2 * 4 * psi / 2},
+                 {ZERO3 " --set parallel.zero_unit_layers=0 --set parallel.zero_keep_params=true", 1 + 2 + 2,
+                  4 * psi + 2 * 4 * psi / 2}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char tag[32], sets[512], *out = NULL;
         snprintf(tag, sizeof tag, "bench%zu", i);
