@@ -415,6 +415,7 @@ Test(grad_sync, at_one_rank_buckets_are_told_as_they_become_final) {
     }
     free(grads);
     free(params);
+}
 
 /* ---- ZeRO-3's units (src/train/zero_units.c): the buckets cut again on
  * given offsets, and a run of whole buckets gathered into its own buffer ---- */
