@@ -324,6 +324,19 @@ static int sched_bubble(sched_entry *e, tri_sim_costs c, double *bubble, char *w
 /* memory                                                                    */
 
 /* tri_plan_stage_mem, silent as tri_plan_memory_why. */
+/* ZeRO-3's layer units of a chunk (src/train/zero_units.c) in closed form,
+ * in elements rounded up to pad plus one pad (each unit's edges fall on
+ * bucket edges; an unaligned edge's small bucket is gathered by both
+ * neighbours): *ends the embedding and head parameters together, *unit
+ * `per` layers (at most the chunk's). An estimate from above. */
+static void chunk_units(const tri_model_cfg *m, int tp, const tri_chunk *ch, int per, size_t pad, size_t *ends,
+                        size_t *unit) {
+    const size_t e = chunk_elems(m, tp, 0, ch->has_embedding, ch->has_head);
+    const size_t u = chunk_elems(m, tp, per < ch->n_layers ? per : ch->n_layers, 0, 0);
+    *ends = (e + 2 * pad - 1) / pad * pad;
+    *unit = (u + 2 * pad - 1) / pad * pad;
+}
+
 static int stage_mem(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind *gpu, int pp_rank, tri_plan_mem *out,
                      char *why, size_t n) {
     const tri_parallel_cfg *par = &cfg->parallel;
@@ -386,11 +399,18 @@ static int stage_mem(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind 
          * dp x cp ranks that share the state */
         size_t dz = (size_t)par->dp * (size_t)cp_of(par);
         size_t unit_pad = par->zero ? dz * TRI_ZERO_ALIGN : 1, elems = 0, alloc = 0, most = 0;
+        size_t units = 0, unit = 0; /* ZeRO-3's layer units (src/train/zero_units.c) */
         for (int k = 0; k < d.g.n_chunks; k++) {
             size_t n = d.g.chunks[k].n_elems, a = (n + unit_pad - 1) / unit_pad * unit_pad;
             elems += n;
             alloc += a;
             most = a > most ? a : most; /* ZeRO-3 gathers a chunk at a time */
+            if (par->zero == 3 && par->zero_unit_layers > 0) {
+                size_t ends = 0, u = 0;
+                chunk_units(&cfg->model, par->tp, &d.g.chunks[k], par->zero_unit_layers, unit_pad, &ends, &u);
+                units = ends + 2 * u > units ? ends + 2 * u : units;
+                unit = u > unit ? u : unit;
+            }
         }
         tri_shard_in si = {.elems = elems,
                            .alloc = alloc,
@@ -399,6 +419,8 @@ static int stage_mem(tri_planner *pl, const tri_config *cfg, const tri_gpu_kind 
                            .d = (int)dz,
                            .chunk_elems = most,
                            .n_chunks = d.g.n_chunks,
+                           .units_elems = units,
+                           .unit_elems = unit,
                            .offload = par->offload == TRI_OFFLOAD_OPTIMIZER,
                            .staging = gpu != NULL};
         tri_shard_mem sm;

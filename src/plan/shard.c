@@ -12,6 +12,7 @@ void tri_shard_mem_of(const tri_shard_in *in, tri_shard_mem *out) {
     if (in->zero >= 2) out->grads = 4 * (S + all);
     if (in->zero == 3) {
         size_t w = min_size((size_t)(in->n_chunks > 1 ? 2 : 1) * in->chunk_elems, all);
+        if (in->units_elems > 0) w = min_size(w, in->units_elems + (in->n_chunks > 1 ? in->unit_elems : 0));
         out->params = P * (S + w);
     }
     out->optim = K * S;

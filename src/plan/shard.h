@@ -26,6 +26,10 @@ typedef struct tri_shard_in {
     int d;              /* dp x cp                                                 */
     size_t chunk_elems; /* ZeRO-3: the largest pipeline chunk of the stage (the unit gathered) */
     int n_chunks;       /* ZeRO-3: chunks on the rank (parallel.vpp)               */
+    /* ZeRO-3 with layer units (parallel.zero_unit_layers > 0; 0: whole chunks):
+     * the largest chunk's embedding + head + two of its largest units, and
+     * its largest unit (src/train/zero_units.c gathers one unit ahead) */
+    size_t units_elems, unit_elems;
     int offload;        /* parallel.offload = optimizer                             */
     int staging;        /* 1: a GPU, whose host stages the shard's gradients (fp32) and parameters */
 } tri_shard_in;
@@ -47,7 +51,10 @@ typedef struct tri_shard_mem {
  * The backward accumulates every micro-batch's gradients into the whole
  * fp32 buffer, reduced once a step, so stages 2 and 3 hold it during the
  * step beside their shards; W3 = min(2, chunks) x the largest chunk (the
- * chunk in use and the next, gathered early), at most alloc. Between steps
+ * chunk in use and the next, gathered early), at most alloc; with layer
+ * units at most the embedding and head units and two layer units of a
+ * chunk (the one in use and the next), plus one more unit with several
+ * chunks (the next chunk's first, gathered early). Between steps
  * a rank holds the ZeRO paper's forms with fp32 gradients, P + 4 + K/d,
  * P + (4 + K)/d and (P + 4 + K)/d a parameter (bf16: 6 + 12/d, 2 + 16/d,
  * 18/d; the paper's 2 + 2 + 12/d, 2 + 14/d, 16/d have 2-byte gradients).

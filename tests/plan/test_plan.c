@@ -676,26 +676,32 @@ Test(plan, llama_presets_give_the_published_totals) {
 /* Bytes per parameter per rank at the step's peak (parameters, gradients,
  * optimizer) against the closed forms of docs/parallelism.md with bf16
  * parameters and fp32 gradients: 18; 6 + 12/d; 6 + 16/d (the whole fp32
- * gradient of the step beside its 1/d shard); and, one chunk per rank, 6 +
- * 18/d (the chunk gathered whole beside the shards). Within the padding to
- * d x 128 elements (1e-3). */
+ * gradient of the step beside its 1/d shard); and at zero 3 with whole
+ * chunks (parallel.zero_unit_layers = 0), one chunk per rank, 6 + 18/d (the
+ * chunk gathered whole beside the shards), with layer units (the default,
+ * one layer each) 4 + 18/d + 2 (E + 2 L) / N: the embedding and head units E
+ * (wte, wpe, ln_f; the head is tied) and two layers L = 12 C^2 + 13 C in
+ * flight. Within the padding to d x 128 elements (1e-3). */
 Test(plan, zero_stages_bytes_per_parameter_follow_the_closed_forms) {
     const tri_gpu_kind *k = tri_gpu_lookup("h100");
     const double C = 2048;
     const int ds[3] = {2, 8, 64};
     for (int i = 0; i < 3; i++)
-        for (int z = 0; z <= 3; z++) {
+        for (int z = 0; z <= 4; z++) { /* 4: zero 3 with layer units */
             tri_config c;
             base_cfg(&c, 8, 16, (int)C, 1024, 1000, 512, 1);
-            set_layout(&c, 1, 1, ds[i], 1, "full", z);
+            set_layout(&c, 1, 1, ds[i], 1, "full", z < 4 ? z : 3);
+            c.parallel.zero_unit_layers = z == 4 ? 1 : 0;
             c.train.precision = (tri_dtype)tri_precision_parse("bf16");
             tri_plan_mem m;
             cr_assert(tri_plan_stage_mem(&pl, &c, k, 0, &m) == 0);
             double n = (double)tri_plan_param_elems(&c, 0), d = ds[i];
-            double want[4] = {18, 6 + 12 / d, 6 + 16 / d, 6 + 18 / d};
+            double E = (double)tri_padded_vocab(1000, 1) * C + 1024 * C + 2 * C, L = 12 * C * C + 13 * C;
+            double want[5] = {18, 6 + 12 / d, 6 + 16 / d, 6 + 18 / d, 4 + 18 / d + 2 * (E + 2 * L) / n};
             double got = (double)(m.params + m.grads + m.optim) / n;
-            cr_expect(fabs(got - want[z]) <= 1e-3 * want[z], "dp %d zero %d: %.5f bytes/param, want %.5f", ds[i], z,
-                      got, want[z]);
+            cr_expect(fabs(got - want[z]) <= 1e-3 * want[z], "dp %d zero %d%s: %.5f bytes/param, want %.5f", ds[i],
+                      z < 4 ? z : 3, z == 4 ? " (layer units)" : "", got, want[z]);
+            if (z == 4) continue; /* the wire below is the whole chunks' (units gather the same bytes but E's backward) */
             cr_expect_eq(m.host, 0);
             /* the wire: ring passes of (d-1)/d, an all-reduce two; zero 3
              * gathers before each of the m = 512/d micro-batches' forward and
@@ -852,7 +858,7 @@ static size_t search_fixed(tri_config *c, int n, int (*want)(const tri_config *)
 }
 
 static int cp_above_1(const tri_config *c) { return c->parallel.cp > 1; }
-static int zero3_chunked(const tri_config *c) { return c->parallel.zero == 3 && c->parallel.vpp > 1; }
+static int zero3(const tri_config *c) { return c->parallel.zero == 3; }
 static int offloaded(const tri_config *c) { return c->parallel.offload == TRI_OFFLOAD_OPTIMIZER; }
 
 /* A 1.3B GPT with 256K-token sequences on 8 H100s, tp and pp fixed at 1:
@@ -872,15 +878,15 @@ Test(plan, search_proposes_cp_for_a_sequence_that_fits_only_split, .timeout = 12
 
 /* A 26B GPT (32 layers of C 8192) on 64 H100s, tp 1 and pp 2 fixed: a
  * stage's bf16 parameters (25.6 GiB) and its whole fp32 gradient (51.2 GiB)
- * do not fit beside anything at ZeRO 0 to 2, whatever dp and cp; ZeRO-3 with
- * the stage cut into two or more chunks (vpp), one gathered at a time beside
- * the next, does, and the search proposes only that. */
+ * do not fit beside anything at ZeRO 0 to 2, whatever dp and cp; ZeRO-3,
+ * gathering a few layers at a time, does, and the search proposes only
+ * that. */
 Test(plan, search_proposes_zero3_where_replicated_parameters_do_not_fit, .timeout = 120) {
     tri_config c;
     base_cfg(&c, 32, 64, 8192, 2048, 51200, 64, 1);
     c.train.precision = (tri_dtype)tri_precision_parse("bf16");
     c.parallel.pp = 2;
-    cr_expect_gt(search_fixed(&c, 64, zero3_chunked, "26B"), 0);
+    cr_expect_gt(search_fixed(&c, 64, zero3, "26B"), 0);
 }
 
 /* A 7B GPT on one H100 (tp, pp 1, nothing to shard over): bf16 parameters,
