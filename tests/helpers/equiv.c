@@ -264,3 +264,9 @@ double *tt_equiv_reference(const char *dir, const char *ck, const char *sets, in
     cr_assert_eq(tt_equiv_losses(dir, ck, &ref), n, "%s", ck);
     return ref;
 }
+
+size_t tt_equiv_field(const char *text, const char *key) {
+    const char *at = strstr(text, key);
+    cr_assert(at != NULL, "no %s in: %s", key, text);
+    return (size_t)strtoull(at + strlen(key), NULL, 10);
+}

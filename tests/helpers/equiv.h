@@ -103,6 +103,9 @@ int tt_equiv_bench(const char *dir, const char *tag, const char *sets, char **ou
 /* The number after the first `"key": ` in run ck's metrics.jsonl (asserts
  * the file reads and holds it). */
 double tt_equiv_metric(const char *dir, const char *ck, const char *key);
+/* The whole number after `key` in text (e.g. "bytes=" in a trainer's line),
+ * asserting that key is there. */
+size_t tt_equiv_field(const char *text, const char *key);
 
 /* The control of an equivalence test: run ck at tp x dp with sets and the
  * test fault `fault` (a TRIDENT_DEBUG_* variable, set to 1 for this run

@@ -98,13 +98,6 @@ Test(zero2, pipelines_follow_the_single_rank_run, .timeout = 600) {
                       sizeof layouts / sizeof layouts[0]);
 }
 
-/* The figure after `key=` in text (a size_t), asserting it is there. */
-static size_t field(const char *text, const char *key) {
-    const char *at = strstr(text, key);
-    cr_assert(at != NULL, "no %s in: %s", key, text);
-    return (size_t)strtoull(at + strlen(key), NULL, 10);
-}
-
 /* Bytes held per rank between steps, against the ZeRO paper's closed forms
  * with Trident's dtypes (fp32 gradients; AdamW's two fp32 moments, plus fp32
  * master weights for 16-bit parameters): with P parameter bytes, O
@@ -130,9 +123,10 @@ Test(zero_mem, held_memory_is_the_closed_form, .timeout = 300) {
         snprintf(what, sizeof what, "zero %d dp %d %s", z, d, cases[i].prec);
         /* (stage 3 gathering each chunk whole: parallel.zero_unit_layers = 0; layer units:
          * tests/system/test_zero_units.c) */
-        snprintf(extra, sizeof extra,
-                 "--set train.steps=2 --set parallel.zero=%d --set train.precision=%s --set parallel.zero_unit_layers=0",
-                 z, cases[i].prec);
+        snprintf(
+            extra, sizeof extra,
+            "--set train.steps=2 --set parallel.zero=%d --set train.precision=%s --set parallel.zero_unit_layers=0", z,
+            cases[i].prec);
         cr_assert_eq(run(dir, 1, d, ck, extra, &out), 0, "%s: %s", what, out);
         /* "trident: N parameters, tp=..." (the global count: tp = pp = 1 holds it all) */
         const char *banner = strstr(out, " parameters, tp=");
@@ -141,8 +135,9 @@ Test(zero_mem, held_memory_is_the_closed_form, .timeout = 300) {
         while (num > out && num[-1] >= '0' && num[-1] <= '9') num--;
         size_t n = (size_t)strtoull(num, NULL, 10), unit = 16 * (size_t)d;
         size_t n_alloc = (n + unit - 1) / unit * unit;
-        cr_expect_eq(field(out, "n_params="), n, "%s", what);
-        size_t params = field(out, "bytes params="), grads = field(out, " grads="), optim = field(out, " optim=");
+        cr_expect_eq(tt_equiv_field(out, "n_params="), n, "%s", what);
+        size_t params = tt_equiv_field(out, "bytes params="), grads = tt_equiv_field(out, " grads="),
+               optim = tt_equiv_field(out, " optim=");
         size_t p_expect = z >= 3 ? n_alloc / (size_t)d * (size_t)P : n_alloc * (size_t)P;
         cr_expect_eq(params, p_expect, "%s: parameter bytes %zu, closed form %zu", what, params, p_expect);
         size_t g_expect = z >= 2 ? n_alloc / (size_t)d * 4 : n_alloc * 4;
@@ -161,11 +156,12 @@ Test(zero_mem, held_memory_is_the_closed_form, .timeout = 300) {
         snprintf(p, sizeof p, "%s/log_%s/metrics.jsonl", dir, ck);
         char *text = tt_read(p);
         cr_assert(text != NULL, "%s", p);
-        size_t peak = field(text, "\"grads\": ");
+        size_t peak = tt_equiv_field(text, "\"grads\": ");
         size_t peak_expect = n_alloc * 4 + (z >= 2 ? n_alloc / (size_t)d * 4 : 0);
         cr_expect_eq(peak, peak_expect, "%s: peak gradient bytes %zu, expected %zu", what, peak, peak_expect);
         /* stage 3: the full parameters of the (one) chunk while it computes, with the shards */
-        size_t ppeak = field(text, "\"params\": "), ppeak_expect = n_alloc * (size_t)P + (z >= 3 ? p_expect : 0);
+        size_t ppeak = tt_equiv_field(text, "\"params\": "),
+               ppeak_expect = n_alloc * (size_t)P + (z >= 3 ? p_expect : 0);
         cr_expect_eq(ppeak, ppeak_expect, "%s: peak parameter bytes %zu, expected %zu", what, ppeak, ppeak_expect);
         free(text);
     }

@@ -109,12 +109,6 @@ static tiny_units tiny(int n_layer, int d, int L, int with_head, size_t vp) {
     return t;
 }
 
-static size_t field(const char *text, const char *key) {
-    const char *at = strstr(text, key);
-    cr_assert(at != NULL, "no %s in: %s", key, text);
-    return (size_t)strtoull(at + strlen(key), NULL, 10);
-}
-
 /* The parameter bytes at most within a step (the allocator's peak of
  * TRI_MEM_PARAMS between the step's start and its reduction, printed at
  * step 1 by world rank 0): this rank's shards, n_alloc P / d, plus what is
@@ -160,7 +154,7 @@ Test(zero3_units, the_step_peak_is_the_ends_and_two_units, .timeout = 600) {
         cr_assert_eq(tt_equiv_run(dir, 1, d, ck, sets, &out), 0, "%s: %s", what, out);
         const int pp = cases[i].pp;
         tiny_units t = tiny(NL / pp, d, L > 0 ? L : NL, pp == 1, pp == 1 ? 256 : 1024);
-        size_t shards = field(out, " shards="), peak = field(out, "step_peak_params=");
+        size_t shards = tt_equiv_field(out, " shards="), peak = tt_equiv_field(out, "step_peak_params=");
         cr_expect_eq(shards, t.n_alloc / (size_t)d * P, "%s: shard bytes %zu", what, shards);
         size_t gathered;
         if (L == 0) {
