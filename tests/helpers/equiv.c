@@ -270,3 +270,12 @@ size_t tt_equiv_field(const char *text, const char *key) {
     cr_assert(at != NULL, "no %s in: %s", key, text);
     return (size_t)strtoull(at + strlen(key), NULL, 10);
 }
+
+void tt_equiv_expect_dp_comm(const char *out, const char *what, int calls, double bytes) {
+    const char *at = strstr(out, "comm dp");
+    cr_assert(at != NULL, "%s: no comm dp line: %s", what, out);
+    double mb = 0, n = 0;
+    cr_assert_eq(sscanf(at, "comm dp %lf MB/step in %lf calls", &mb, &n), 2, "%s", at);
+    cr_expect_eq((int)n, calls, "%s: %g calls a step, closed form %d", what, n, calls);
+    cr_expect(fabs(mb * 1e6 - bytes - 16) <= 5001, "%s: %.2f MB a step, closed form %.0f bytes", what, mb, bytes);
+}

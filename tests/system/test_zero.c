@@ -348,15 +348,7 @@ Test(zero3, gathers_per_step_are_the_closed_form, .timeout = 300) {
         snprintf(tag, sizeof tag, "bench%zu", i);
         snprintf(sets, sizeof sets, "--set model.n_head=4 --set parallel.dp=2 %s", cases[i].sets);
         cr_assert_eq(tt_equiv_bench(dir, tag, sets, &out), 0, "%s", out);
-        const char *at = strstr(out, "comm dp");
-        cr_assert(at != NULL, "%s: no comm dp line: %s", cases[i].sets, out);
-        double mb = 0, calls = 0;
-        cr_assert_eq(sscanf(at, "comm dp %lf MB/step in %lf calls", &mb, &calls), 2, "%s", at);
-        cr_expect_eq((int)calls, cases[i].calls, "%s: %g calls a step, closed form %d", cases[i].sets, calls,
-                     cases[i].calls);
-        /* (printed to 10 kB; the two host values add 16 bytes) */
-        cr_expect(fabs(mb * 1e6 - cases[i].bytes - 16) <= 5001, "%s: %.2f MB a step, closed form %.0f bytes",
-                  cases[i].sets, mb, cases[i].bytes);
+        tt_equiv_expect_dp_comm(out, cases[i].sets, cases[i].calls, cases[i].bytes);
         free(out);
     }
     tt_rmrf(dir);

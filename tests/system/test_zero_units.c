@@ -205,21 +205,11 @@ Test(zero3_units, gathers_per_step_are_the_closed_form, .timeout = 300) {
     } cases[] = {{ZERO3, 4 + 2 * 4 + 2 * 3 + 2, 4 * n + m * 4 * n / 2 + m * 4 * (n - emb) / 2},
                  {ZERO3 " --set parallel.zero_keep_params=true", 4 + 2 * 4 + 2, 4 * n + m * 4 * n / 2}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char cmd[8192], *out = NULL;
-        snprintf(cmd, sizeof cmd,
-                 "cd %s && timeout 120 %s --log-dir %s/ranks_bench%zu -- %s bench %s/configs/tiny-test.json --steps 2 "
-                 "--set model.n_head=4 --set parallel.dp=2 %s",
-                 dir, tt_bin("tridentrun"), dir, i, tt_bin("trident"), TRI_SOURCE_DIR, cases[i].sets);
-        cr_assert_eq(tt_run(cmd, &out), 0, "%s", out);
-        const char *at = strstr(out, "comm dp");
-        cr_assert(at != NULL, "%s: no comm dp line: %s", cases[i].sets, out);
-        double mb = 0, calls = 0;
-        cr_assert_eq(sscanf(at, "comm dp %lf MB/step in %lf calls", &mb, &calls), 2, "%s", at);
-        cr_expect_eq((int)calls, cases[i].calls, "%s: %g calls a step, closed form %d", cases[i].sets, calls,
-                     cases[i].calls);
-        /* (printed to 10 kB; the two host values add 16 bytes) */
-        cr_expect(fabs(mb * 1e6 - cases[i].bytes - 16) <= 5001, "%s: %.2f MB a step, closed form %.0f bytes",
-                  cases[i].sets, mb, cases[i].bytes);
+        char tag[32], sets[512], *out = NULL;
+        snprintf(tag, sizeof tag, "bench%zu", i);
+        snprintf(sets, sizeof sets, "--set model.n_head=4 --set parallel.dp=2 %s", cases[i].sets);
+        cr_assert_eq(tt_equiv_bench(dir, tag, sets, &out), 0, "%s", out);
+        tt_equiv_expect_dp_comm(out, cases[i].sets, cases[i].calls, cases[i].bytes);
         free(out);
     }
     tt_rmrf(dir);
