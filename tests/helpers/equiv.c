@@ -271,11 +271,16 @@ size_t tt_equiv_field(const char *text, const char *key) {
     return (size_t)strtoull(at + strlen(key), NULL, 10);
 }
 
-void tt_equiv_expect_dp_comm(const char *out, const char *what, int calls, double bytes) {
+void tt_equiv_expect_dp_comm(const char *dir, size_t i, const char *sets, int calls, double bytes) {
+    char tag[32], all[512], *out = NULL;
+    snprintf(tag, sizeof tag, "bench%zu", i);
+    snprintf(all, sizeof all, "--set model.n_head=4 --set parallel.dp=2 %s", sets);
+    cr_assert_eq(tt_equiv_bench(dir, tag, all, &out), 0, "%s", out);
     const char *at = strstr(out, "comm dp");
-    cr_assert(at != NULL, "%s: no comm dp line: %s", what, out);
+    cr_assert(at != NULL, "%s: no comm dp line: %s", sets, out);
     double mb = 0, n = 0;
     cr_assert_eq(sscanf(at, "comm dp %lf MB/step in %lf calls", &mb, &n), 2, "%s", at);
-    cr_expect_eq((int)n, calls, "%s: %g calls a step, closed form %d", what, n, calls);
-    cr_expect(fabs(mb * 1e6 - bytes - 16) <= 5001, "%s: %.2f MB a step, closed form %.0f bytes", what, mb, bytes);
+    cr_expect_eq((int)n, calls, "%s: %g calls a step, closed form %d", sets, n, calls);
+    cr_expect(fabs(mb * 1e6 - bytes - 16) <= 5001, "%s: %.2f MB a step, closed form %.0f bytes", sets, mb, bytes);
+    free(out);
 }

@@ -106,11 +106,12 @@ double tt_equiv_metric(const char *dir, const char *ck, const char *key);
 /* The whole number after `key` in text (e.g. "bytes=" in a trainer's line),
  * asserting that key is there. */
 size_t tt_equiv_field(const char *text, const char *key);
-/* A bench run's data-parallel communication (its `comm dp X MB/step in N
- * calls` line in out) against a closed form: calls exactly, bytes within the
- * print's 10 kB, beside the 16 bytes of the two host values (the loss and
- * the gradient norm). what names the case in failures. */
-void tt_equiv_expect_dp_comm(const char *out, const char *what, int calls, double bytes);
+/* Runs tt_equiv_bench at dp 2 with 4 heads and `sets` (tag bench<i>) and
+ * checks its data-parallel communication (the `comm dp X MB/step in N calls`
+ * line) against a closed form: calls exactly, bytes within the print's
+ * 10 kB, beside the 16 bytes of the two host values (the loss and the
+ * gradient norm). */
+void tt_equiv_expect_dp_comm(const char *dir, size_t i, const char *sets, int calls, double bytes);
 
 /* The control of an equivalence test: run ck at tp x dp with sets and the
  * test fault `fault` (a TRIDENT_DEBUG_* variable, set to 1 for this run
